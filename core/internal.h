@@ -1,0 +1,61 @@
+/* internal.h: libgrove's non-public helpers (grove__ prefix).  Never
+ * installed; server/ and client/ must not include it (tests may). */
+#ifndef GROVE_CORE_INTERNAL_H
+#define GROVE_CORE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "grove/grove.h"
+
+/* ------------------------------------------------------------ logging */
+
+/* Formats and hands one event to the installed log callback; does nothing
+ * (not even format) when none is installed.  Any thread. */
+void grove__log(grove_log_level level, const char *id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ------------------------------------------------------------ hooks */
+
+/* How many forward hooks are registered anywhere (module or global).  Zero
+ * means every grove_module_forward takes the direct path. */
+extern atomic_long grove__forward_hook_count;
+
+static inline bool grove__no_forward_hooks(void) {
+  return atomic_load_explicit(&grove__forward_hook_count, memory_order_relaxed) == 0;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+/* strdup that returns NULL on NULL. */
+char *grove__strdup(const char *s);
+/* Overflow-checked a * b; false on overflow. */
+static inline bool grove__mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+
+/* ------------------------------------------------------------ linear kernel */
+
+/* The GEMM behind Linear: y[M,N] = act(x[M,K] . W^T + b), W in torch's
+ * [N,K] row-major layout.  A pack is built from W once, when weights are
+ * loaded (refresh), in whatever layout the kernel runs fastest; it copies W,
+ * so W may go away afterwards.  run() may be called from any number of
+ * threads at once on one pack; it never allocates. */
+typedef enum grove__act {
+  GROVE__ACT_NONE = 0,
+  GROVE__ACT_RELU = 1,
+} grove__act;
+
+typedef struct grove__linear_pack grove__linear_pack;
+
+/* NULL when out of memory. */
+grove__linear_pack *grove__linear_pack_new(const float *W, int64_t N, int64_t K);
+void grove__linear_pack_free(grove__linear_pack *p);
+/* bias may be NULL.  x is [M,K] contiguous, y is [M,N] contiguous. */
+void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, const float *bias,
+                       float *y, grove__act act);
+
+
+#endif

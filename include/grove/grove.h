@@ -1,0 +1,31 @@
+/* grove.h: the whole public API of libgrove. */
+#ifndef GROVE_GROVE_H
+#define GROVE_GROVE_H
+
+#include "grove/arena.h"
+#include "grove/checkpoint.h"
+#include "grove/layers.h"
+#include "grove/log.h"
+#include "grove/model.h"
+#include "grove/module.h"
+#include "grove/state_dict.h"
+#include "grove/status.h"
+#include "grove/tensor.h"
+
+#define GROVE_VERSION "0.1.0"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Threads one forward may use for its matrix products (the BLAS threads).
+ * Process-wide: set it once, before forwards run, so that workers x threads
+ * never exceeds the cores given.  n < 1 means 1.  Default: 1. */
+void grove_set_compute_threads(int n);
+int grove_compute_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
