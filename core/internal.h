@@ -59,3 +59,26 @@ void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, c
 
 
 #endif
+
+/* ------------------------------------------------------------ layer registry */
+
+/* Builds one module from its model.json object (the "type" key already
+ * read).  path is the JSON path of obj for messages ("$.module.children[2]");
+ * an error names path plus the key ("$.module.children[2].out_features:
+ * expected a positive integer") with GROVE_E_SPEC.  Containers come back
+ * empty: spec.c adds their children.  Unknown keys are GROVE_E_SPEC too
+ * (a misspelt argument must not be ignored), except "type", "children",
+ * "ref", "tied" and "graph", which spec.c reads. */
+struct json_t;
+typedef grove_status (*grove__from_json_fn)(const struct json_t *obj, const char *path,
+                                            grove_module **out, grove_err *err);
+
+typedef struct grove__layer_def {
+  const char *type; /* torch.nn class name */
+  grove__from_json_fn from_json;
+} grove__layer_def;
+
+/* The def for a torch.nn type name, or NULL when Grove does not run it. */
+const grove__layer_def *grove__layer_find(const char *type);
+/* All defs, for messages listing what is supported; *n set to the count. */
+const grove__layer_def *grove__layer_defs(size_t *n);
