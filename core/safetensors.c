@@ -1,0 +1,732 @@
+/* safetensors.c: reading and writing safetensors checkpoints.
+ *
+ * The format: an 8-byte little-endian header length N, N bytes of UTF-8 JSON
+ * (an object: key -> {"dtype", "shape", "data_offsets": [begin, end]}, plus an
+ * optional "__metadata__" object of string -> string), then the tensors' raw
+ * little-endian bytes.  Offsets are relative to the first byte after the
+ * header; together the tensors must cover that data section exactly.
+ *
+ * The reader makes every check of the reference reader (huggingface
+ * safetensors, safetensors/src/tensor.rs: read_metadata and
+ * Metadata::validate) and a few more, each answered with one specific
+ * grove_status.  The mapping, reference error -> Grove status:
+ *
+ *   HeaderTooSmall (file < 8 bytes)          -> GROVE_E_TRUNCATED
+ *   InvalidHeaderLength (8 + N > file size)  -> GROVE_E_TRUNCATED
+ *   HeaderTooLarge (N > 100 MB)              -> GROVE_E_HEADER_TOO_LARGE
+ *   InvalidHeader (header not UTF-8)         -> GROVE_E_BAD_UTF8 (checked
+ *                                               strictly, like Rust's
+ *                                               str::from_utf8, before JSON)
+ *   InvalidHeaderStart (first byte not '{')  -> GROVE_E_BAD_JSON
+ *   InvalidHeaderDeserialization, split by cause:
+ *     JSON syntax (and numbers too big)      -> GROVE_E_BAD_JSON
+ *     unknown dtype, or one Grove lacks
+ *       (U16, U32, U64, F8_*, ...)           -> GROVE_E_BAD_DTYPE
+ *     valid JSON of the wrong shape: entry
+ *       not an object, dtype missing, shape
+ *       or data_offsets not arrays of
+ *       non-negative integers (so a negative
+ *       or fractional dimension), offsets
+ *       not exactly two, __metadata__ not an
+ *       object of strings                    -> GROVE_E_FORMAT
+ *   InvalidOffset (begin != previous end, or
+ *     end < begin, after sorting by offset)  -> GROVE_E_BAD_OFFSETS
+ *   TensorInvalidInfo (end - begin != numel
+ *     x dtype size)                          -> GROVE_E_BAD_SIZE
+ *   ValidationOverflow (numel or bytes
+ *     overflow)                              -> GROVE_E_BAD_SIZE
+ *   MetadataIncompleteBuffer (last end !=
+ *     data section length): trailing bytes,
+ *     or a tensor reaching past the file     -> GROVE_E_BAD_OFFSETS
+ *
+ * Beyond the reference:
+ *   a key named twice in any JSON object (serde keeps the last silently)
+ *                                            -> GROVE_E_DUPLICATE_KEY
+ *   more than GROVE_MAX_DIMS dimensions      -> GROVE_E_LIMIT
+ *   a zero-size tensor whose dimensions multiply (ignoring the zeros) past
+ *   64 bits: the reference accepts it since 0 x anything is 0, but such a
+ *   shape has no representable strides     -> GROVE_E_BAD_SIZE
+ *   a file that cannot be opened or mapped   -> GROVE_E_IO
+ *
+ * A tensor entry's unknown fields are ignored, as the reference does, and a
+ * "__metadata__": null is accepted as no metadata (serde reads it as None).
+ *
+ * Zero-copy: grove_safetensors_read maps the file read-only and wraps the
+ * whole mapping in one grove_storage.  F32 tensors whose data is 4-byte
+ * aligned become views into it; every other tensor is copied into its own
+ * storage, in its own dtype.  The mapping is unmapped when the last view of
+ * it is released.  (A mapped file that is truncated on disk meanwhile raises
+ * SIGBUS on access: operators replace weights by rename, which is safe.)
+ */
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "grove/checkpoint.h"
+#include "internal.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "safetensors data is little-endian; Grove supports little-endian hosts only");
+
+/* ------------------------------------------------------------ UTF-8 */
+
+/* Returns the offset of the first byte that does not start a valid UTF-8
+ * sequence, or len when all is valid.  Strict, like Rust's str::from_utf8:
+ * no overlong forms, no surrogates, nothing past U+10FFFF. */
+static size_t utf8_invalid_at(const uint8_t *s, size_t len) {
+  size_t i = 0;
+  while (i < len) {
+    uint8_t c = s[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    size_t n;
+    uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF) {
+      n = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 3;
+      if (c == 0xE0)
+        lo = 0xA0; /* overlong */
+      else if (c == 0xED)
+        hi = 0x9F; /* surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 4;
+      if (c == 0xF0)
+        lo = 0x90; /* overlong */
+      else if (c == 0xF4)
+        hi = 0x8F; /* past U+10FFFF */
+    } else {
+      return i;
+    }
+    if (len - i < n) return i;
+    if (s[i + 1] < lo || s[i + 1] > hi) return i;
+    for (size_t k = 2; k < n; k++)
+      if ((s[i + k] & 0xC0) != 0x80) return i;
+    i += n;
+  }
+  return len;
+}
+
+/* ------------------------------------------------------------ header */
+
+/* One tensor entry of the header.  key points into the parsed JSON. */
+typedef struct st_entry {
+  const char *key;
+  size_t index; /* position in the header */
+  grove_dtype dtype;
+  int ndim;
+  int64_t shape[GROVE_MAX_DIMS];
+  uint64_t begin, end;
+} st_entry;
+
+static const char *or_buffer(const char *name) {
+  return name ? name : "<buffer>";
+}
+
+/* Reads a JSON value that must be a non-negative integer. */
+static bool json_nonneg(const json_t *v, uint64_t *out) {
+  if (!json_is_integer(v)) return false;
+  json_int_t x = json_integer_value(v);
+  if (x < 0) return false;
+  *out = (uint64_t)x;
+  return true;
+}
+
+static grove_status check_metadata(const json_t *meta, const char *name, grove_err *err) {
+  if (json_is_null(meta)) return GROVE_OK;
+  if (!json_is_object(meta))
+    return grove_err_set(err, GROVE_E_FORMAT, "%s: \"__metadata__\" must be an object of strings",
+                         name);
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)meta, k, v) {
+    if (!json_is_string(v))
+      return grove_err_set(err, GROVE_E_FORMAT,
+                           "%s: \"__metadata__\" key '%s': value must be a string", name, k);
+  }
+  return GROVE_OK;
+}
+
+static grove_status parse_entry(const char *key, const json_t *v, const char *name, st_entry *e,
+                                grove_err *err) {
+  e->key = key;
+  if (!json_is_object(v))
+    return grove_err_set(err, GROVE_E_FORMAT,
+                         "%s: key '%s': expected an object with dtype, shape, data_offsets", name,
+                         key);
+
+  const json_t *dt = json_object_get(v, "dtype");
+  if (!json_is_string(dt))
+    return grove_err_set(err, GROVE_E_FORMAT, "%s: key '%s': \"dtype\" must be a string", name,
+                         key);
+  if (!grove_dtype_from_st_name(json_string_value(dt), &e->dtype))
+    return grove_err_set(err, GROVE_E_BAD_DTYPE,
+                         "%s: key '%s': dtype '%s' is not supported (Grove reads F32, F16, "
+                         "BF16, F64, I64, I32, I16, I8, U8, BOOL)",
+                         name, key, json_string_value(dt));
+
+  const json_t *shape = json_object_get(v, "shape");
+  if (!json_is_array(shape))
+    return grove_err_set(err, GROVE_E_FORMAT,
+                         "%s: key '%s': \"shape\" must be an array of non-negative integers", name,
+                         key);
+  size_t nd = json_array_size(shape);
+  if (nd > GROVE_MAX_DIMS)
+    return grove_err_set(err, GROVE_E_LIMIT,
+                         "%s: key '%s': %zu dimensions, Grove supports at most %d", name, key, nd,
+                         GROVE_MAX_DIMS);
+  e->ndim = (int)nd;
+  for (size_t i = 0; i < nd; i++) {
+    uint64_t d;
+    if (!json_nonneg(json_array_get(shape, i), &d))
+      return grove_err_set(err, GROVE_E_FORMAT,
+                           "%s: key '%s': shape[%zu] must be a non-negative integer", name, key, i);
+    e->shape[i] = (int64_t)d;
+  }
+
+  const json_t *offs = json_object_get(v, "data_offsets");
+  if (!json_is_array(offs) || json_array_size(offs) != 2 ||
+      !json_nonneg(json_array_get(offs, 0), &e->begin) ||
+      !json_nonneg(json_array_get(offs, 1), &e->end))
+    return grove_err_set(err, GROVE_E_FORMAT,
+                         "%s: key '%s': \"data_offsets\" must be [begin, end], two non-negative "
+                         "integers",
+                         name, key);
+  return GROVE_OK;
+}
+
+static int cmp_by_offset(const void *pa, const void *pb) {
+  const st_entry *a = *(const st_entry *const *)pa, *b = *(const st_entry *const *)pb;
+  if (a->begin != b->begin) return a->begin < b->begin ? -1 : 1;
+  if (a->end != b->end) return a->end < b->end ? -1 : 1;
+  return a->index < b->index ? -1 : a->index > b->index;
+}
+
+/* Checks, in offset order, that the tensors tile [0, data_len) exactly and
+ * that each one's byte size is numel x dtype size. */
+static grove_status validate_layout(st_entry *entries, size_t n, uint64_t data_len,
+                                    const char *name, grove_err *err) {
+  if (n == 0) {
+    if (data_len != 0)
+      return grove_err_set(err, GROVE_E_BAD_OFFSETS,
+                           "%s: %llu bytes of data follow a header that lists no tensor", name,
+                           (unsigned long long)data_len);
+    return GROVE_OK;
+  }
+  st_entry **sorted = malloc(n * sizeof *sorted);
+  if (!sorted) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", name);
+  for (size_t i = 0; i < n; i++) sorted[i] = &entries[i];
+  qsort(sorted, n, sizeof *sorted, cmp_by_offset);
+
+  grove_status st = GROVE_OK;
+  uint64_t expect = 0;
+  const st_entry *prev = NULL;
+  for (size_t i = 0; i < n && st == GROVE_OK; i++) {
+    const st_entry *e = sorted[i];
+    char sbuf[160];
+    if (e->end < e->begin) {
+      st = grove_err_set(err, GROVE_E_BAD_OFFSETS,
+                         "%s: key '%s': data_offsets [%llu, %llu] end before they begin", name,
+                         e->key, (unsigned long long)e->begin, (unsigned long long)e->end);
+    } else if (e->begin < expect) {
+      st = grove_err_set(err, GROVE_E_BAD_OFFSETS,
+                         "%s: key '%s': data_offsets [%llu, %llu] overlap tensor '%s', which "
+                         "ends at %llu",
+                         name, e->key, (unsigned long long)e->begin, (unsigned long long)e->end,
+                         prev->key, (unsigned long long)expect);
+    } else if (e->begin > expect) {
+      st = grove_err_set(err, GROVE_E_BAD_OFFSETS,
+                         "%s: key '%s': data_offsets [%llu, %llu] leave bytes %llu..%llu of the "
+                         "data covered by no tensor",
+                         name, e->key, (unsigned long long)e->begin, (unsigned long long)e->end,
+                         (unsigned long long)expect, (unsigned long long)e->begin);
+    } else if (e->end > data_len) {
+      st = grove_err_set(err, GROVE_E_BAD_OFFSETS,
+                         "%s: key '%s': data_offsets [%llu, %llu] reach past the end of the "
+                         "data (%llu bytes after the header; is the file truncated?)",
+                         name, e->key, (unsigned long long)e->begin, (unsigned long long)e->end,
+                         (unsigned long long)data_len);
+    } else {
+      /* Elements x element size, overflow-checked.  Zero dimensions are
+       * skipped in the product so that a zero-size tensor with absurd other
+       * dimensions is refused too: its strides would overflow. */
+      uint64_t span = grove_dtype_size(e->dtype);
+      bool overflow = false, empty = false;
+      for (int d = 0; d < e->ndim; d++) {
+        uint64_t dim = (uint64_t)e->shape[d];
+        if (dim == 0)
+          empty = true;
+        else
+          overflow |= grove__mul_overflow_u64(span, dim, &span);
+      }
+      overflow |= span > (uint64_t)INT64_MAX;
+      uint64_t nbytes = empty ? 0 : span;
+      if (overflow) {
+        st = grove_err_set(err, GROVE_E_BAD_SIZE, "%s: key '%s': shape %s of %s overflows 64 bits",
+                           name, e->key, grove_shape_str(e->ndim, e->shape, sbuf, sizeof sbuf),
+                           grove_dtype_st_name(e->dtype));
+      } else if (nbytes != e->end - e->begin) {
+        st = grove_err_set(err, GROVE_E_BAD_SIZE,
+                           "%s: key '%s': %s %s needs %llu bytes but data_offsets [%llu, %llu] "
+                           "hold %llu",
+                           name, e->key, grove_dtype_st_name(e->dtype),
+                           grove_shape_str(e->ndim, e->shape, sbuf, sizeof sbuf),
+                           (unsigned long long)nbytes, (unsigned long long)e->begin,
+                           (unsigned long long)e->end, (unsigned long long)(e->end - e->begin));
+      }
+    }
+    expect = e->end;
+    prev = e;
+  }
+  if (st == GROVE_OK && expect != data_len)
+    st = grove_err_set(err, GROVE_E_BAD_OFFSETS,
+                       "%s: %llu trailing bytes after the last tensor '%s' (data ends at %llu, "
+                       "the file holds %llu bytes after the header)",
+                       name, (unsigned long long)(data_len - expect), prev->key,
+                       (unsigned long long)expect, (unsigned long long)data_len);
+  free(sorted);
+  return st;
+}
+
+/* Copies the message out of a jansson duplicate-key error: its text ends in
+ * "near '\"key\"'", the raw token.  Falls back to the whole text. */
+static const char *dup_token(const json_error_t *je, char *buf, size_t n) {
+  const char *near = strstr(je->text, "near '");
+  if (!near) return je->text;
+  near += 6;
+  size_t len = strlen(near);
+  if (len > 0 && near[len - 1] == '\'') len--;
+  if (len >= n) len = n - 1;
+  memcpy(buf, near, len);
+  buf[len] = '\0';
+  return buf;
+}
+
+/* ------------------------------------------------------------ reader */
+
+/* Builds the tensor of one entry into *out: a view into map when it is given
+ * and the entry is aligned, non-empty f32; otherwise a copy. */
+static grove_status make_tensor(const st_entry *e, const uint8_t *data, grove_storage *map,
+                                const char *name, grove_tensor **out, grove_err *err) {
+  grove_err local = {0};
+  const uint8_t *src = data + e->begin;
+  size_t nbytes = (size_t)(e->end - e->begin);
+  grove_tensor *t;
+  if (map && e->dtype == GROVE_F32 && nbytes > 0 && (uintptr_t)src % sizeof(float) == 0) {
+    size_t off = (size_t)(src - (const uint8_t *)grove_storage_data(map));
+    t = grove_tensor_view_new(map, off, GROVE_F32, e->ndim, e->shape, NULL, &local);
+  } else {
+    t = grove_tensor_new(e->dtype, e->ndim, e->shape, &local);
+    if (t && nbytes > 0) memcpy(t->data, src, nbytes);
+  }
+  *out = t;
+  if (t) return GROVE_OK;
+  return grove_err_set(err, local.code != GROVE_OK ? local.code : GROVE_E_NOMEM, "%s: key '%s': %s",
+                       name, e->key, grove_err_msg(&local));
+}
+
+/* Validates buf (a whole file) and builds the map.  map, when not NULL, is
+ * the storage holding buf, for zero-copy views. */
+static grove_status st_parse(const uint8_t *buf, size_t len, const char *name, grove_storage *map,
+                             grove_state_dict **out, grove_err *err) {
+  if (len < 8)
+    return grove_err_set(err, GROVE_E_TRUNCATED,
+                         "%s: %zu bytes, too short for the 8-byte header length", name, len);
+  uint64_t n = 0;
+  memcpy(&n, buf, 8); /* little-endian host: asserted above */
+  if (n > GROVE_ST_MAX_HEADER)
+    return grove_err_set(err, GROVE_E_HEADER_TOO_LARGE,
+                         "%s: header length %llu exceeds the limit of %u bytes", name,
+                         (unsigned long long)n, GROVE_ST_MAX_HEADER);
+  if (n > len - 8)
+    return grove_err_set(err, GROVE_E_TRUNCATED, "%s: header length %llu but only %zu bytes follow",
+                         name, (unsigned long long)n, len - 8);
+  const uint8_t *hdr = buf + 8;
+  size_t bad = utf8_invalid_at(hdr, (size_t)n);
+  if (bad != n)
+    return grove_err_set(err, GROVE_E_BAD_UTF8,
+                         "%s: header is not valid UTF-8 (byte %zu of the header, 0x%02x)", name,
+                         bad, hdr[bad]);
+  if (n == 0) return grove_err_set(err, GROVE_E_BAD_JSON, "%s: the header is empty", name);
+  if (hdr[0] != '{')
+    return grove_err_set(err, GROVE_E_BAD_JSON, "%s: the header does not start with '{'", name);
+
+  json_error_t je;
+  json_t *root = json_loadb((const char *)hdr, (size_t)n, JSON_REJECT_DUPLICATES, &je);
+  if (!root) {
+    if (json_error_code(&je) == json_error_duplicate_key) {
+      char tok[256];
+      return grove_err_set(err, GROVE_E_DUPLICATE_KEY,
+                           "%s: duplicate key %s in the header (byte %d)", name,
+                           dup_token(&je, tok, sizeof tok), je.position);
+    }
+    return grove_err_set(err, GROVE_E_BAD_JSON, "%s: header: %s (byte %d)", name, je.text,
+                         je.position);
+  }
+
+  grove_status st = GROVE_OK;
+  size_t cap = json_object_size(root);
+  st_entry *entries = calloc(cap ? cap : 1, sizeof *entries);
+  grove_state_dict *sd = NULL;
+  size_t n_entries = 0;
+  if (!entries) {
+    st = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", name);
+    goto done;
+  }
+
+  /* jansson iterates objects in insertion order, which is the file's order:
+   * the order the writer (torch's save_file, ours) had the state_dict in. */
+  const char *key;
+  json_t *v;
+  json_object_foreach(root, key, v) {
+    if (strcmp(key, "__metadata__") == 0) {
+      st = check_metadata(v, name, err);
+    } else {
+      st_entry *e = &entries[n_entries];
+      e->index = n_entries;
+      st = parse_entry(key, v, name, e, err);
+      n_entries++;
+    }
+    if (st != GROVE_OK) goto done;
+  }
+
+  st = validate_layout(entries, n_entries, (uint64_t)(len - 8 - (size_t)n), name, err);
+  if (st != GROVE_OK) goto done;
+
+  sd = grove_sd_new();
+  if (!sd) {
+    st = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", name);
+    goto done;
+  }
+  const uint8_t *data = hdr + n;
+  for (size_t i = 0; i < n_entries; i++) {
+    grove_tensor *t;
+    st = make_tensor(&entries[i], data, map, name, &t, err);
+    if (st != GROVE_OK) goto done;
+    grove_err local = {0};
+    st = grove_sd_add(sd, entries[i].key, t, &local);
+    grove_tensor_release(t); /* the map holds its own reference now */
+    if (st != GROVE_OK) {
+      grove_err_set(err, st, "%s: key '%s': %s", name, entries[i].key, grove_err_msg(&local));
+      goto done;
+    }
+  }
+
+done:
+  if (st != GROVE_OK) {
+    grove_sd_free(sd);
+    sd = NULL;
+  }
+  free(entries);
+  json_decref(root);
+  *out = sd;
+  return st;
+}
+
+grove_status grove_safetensors_read_buffer(const void *buf, size_t len, const char *name,
+                                           grove_state_dict **out, grove_err *err) {
+  if (out) *out = NULL;
+  if (!out || (!buf && len > 0))
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "grove_safetensors_read_buffer: NULL buffer or out");
+  return st_parse(buf, len, or_buffer(name), NULL, out, err);
+}
+
+typedef struct st_mapping {
+  void *addr;
+  size_t len;
+} st_mapping;
+
+static void unmap_release(void *ctx) {
+  st_mapping *m = ctx;
+  munmap(m->addr, m->len);
+  free(m);
+}
+
+grove_status grove_safetensors_read(const char *path, grove_state_dict **out, grove_err *err) {
+  if (out) *out = NULL;
+  if (!path || !out)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "grove_safetensors_read: NULL path or out");
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return grove_err_set(err, GROVE_E_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0) {
+    int e = errno;
+    close(fd);
+    return grove_err_set(err, GROVE_E_IO, "%s: cannot stat: %s", path, strerror(e));
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    close(fd);
+    return grove_err_set(err, GROVE_E_IO, "%s: not a regular file", path);
+  }
+  if (sb.st_size < 8) {
+    close(fd);
+    return grove_err_set(err, GROVE_E_TRUNCATED,
+                         "%s: %lld bytes, too short for the 8-byte header length", path,
+                         (long long)sb.st_size);
+  }
+  if ((uint64_t)sb.st_size > SIZE_MAX) {
+    close(fd);
+    return grove_err_set(err, GROVE_E_LIMIT, "%s: too large to map", path);
+  }
+  size_t len = (size_t)sb.st_size;
+  void *addr = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+  int map_errno = errno;
+  close(fd); /* the mapping keeps the file */
+  if (addr == MAP_FAILED)
+    return grove_err_set(err, GROVE_E_IO, "%s: cannot mmap: %s", path, strerror(map_errno));
+
+  st_mapping *m = malloc(sizeof *m);
+  grove_storage *map = m ? grove_storage_wrap(addr, len, unmap_release, m) : NULL;
+  if (!map) {
+    munmap(addr, len);
+    free(m);
+    return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
+  }
+  m->addr = addr;
+  m->len = len;
+  grove_status st = st_parse(addr, len, path, map, out, err);
+  /* Views hold their own references; when there are none this unmaps. */
+  grove_storage_release(map);
+  return st;
+}
+
+/* ------------------------------------------------------------ writer */
+
+static int write_all(int fd, const void *buf, size_t n) {
+  const uint8_t *p = buf;
+  while (n > 0) {
+    ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* Refuses what cannot be written: the reserved key, keys that are not UTF-8
+ * (JSON must be), and missing tensors or invalid dtypes. */
+static grove_status check_writable(const grove_state_dict *sd, const char *path, grove_err *err) {
+  size_t count = grove_sd_count(sd);
+  for (size_t i = 0; i < count; i++) {
+    const char *key = grove_sd_key(sd, i);
+    const grove_tensor *t = grove_sd_tensor(sd, i);
+    size_t klen = strlen(key);
+    if (strcmp(key, "__metadata__") == 0)
+      return grove_err_set(err, GROVE_E_KEY,
+                           "%s: key '__metadata__' is reserved by safetensors for metadata", path);
+    if (utf8_invalid_at((const uint8_t *)key, klen) != klen)
+      return grove_err_set(err, GROVE_E_BAD_UTF8, "%s: key '%s' is not valid UTF-8", path, key);
+    if (!t || grove_dtype_size(t->dtype) == 0)
+      return grove_err_set(err, GROVE_E_DTYPE, "%s: key '%s': no tensor or an invalid dtype", path,
+                           key);
+  }
+  return GROVE_OK;
+}
+
+/* The data layout: the header lists the keys in sd's order, but the data
+ * goes in order of decreasing element size (8, 4, 2, 1 bytes; sd order within
+ * a size), as the reference writer does.  The data section starts 8-byte
+ * aligned and each group's bytes are a multiple of its element size, so every
+ * tensor is aligned to its element: all f32 tensors are zero-copy when read
+ * back.  Fills order (data position -> sd index) and begin (sd index -> data
+ * offset). */
+static void plan_layout(const grove_state_dict *sd, size_t *order, uint64_t *begin) {
+  size_t count = grove_sd_count(sd), k = 0;
+  uint64_t offset = 0;
+  for (size_t es = 8; es >= 1; es /= 2)
+    for (size_t i = 0; i < count; i++) {
+      const grove_tensor *t = grove_sd_tensor(sd, i);
+      if (grove_dtype_size(t->dtype) != es) continue;
+      order[k++] = i;
+      begin[i] = offset;
+      offset += grove_tensor_nbytes(t);
+    }
+  assert(k == count); /* every dtype is 1, 2, 4 or 8 bytes: checked before */
+}
+
+/* Builds the JSON header text (unpadded) with the offsets of begin; *out is
+ * malloc'd by jansson and freed with free(). */
+static grove_status build_header(const grove_state_dict *sd, const uint64_t *begin,
+                                 const char *path, char **out, grove_err *err) {
+  *out = NULL;
+  json_t *root = json_object();
+  json_t *meta = json_object();
+  if (!root || !meta || json_object_set_new(meta, "format", json_string("pt")) != 0 ||
+      json_object_set(root, "__metadata__", meta) != 0) {
+    json_decref(meta);
+    json_decref(root);
+    return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
+  }
+  json_decref(meta);
+
+  grove_status st = GROVE_OK;
+  size_t count = grove_sd_count(sd);
+  for (size_t i = 0; i < count && st == GROVE_OK; i++) {
+    const char *key = grove_sd_key(sd, i);
+    const grove_tensor *t = grove_sd_tensor(sd, i);
+    uint64_t offset = begin[i], nbytes = grove_tensor_nbytes(t);
+    json_t *shape = json_array();
+    json_t *offs = json_array();
+    json_t *entry = json_object();
+    bool ok = shape && offs && entry;
+    for (int d = 0; ok && d < t->ndim; d++)
+      ok = json_array_append_new(shape, json_integer((json_int_t)t->shape[d])) == 0;
+    ok = ok && json_array_append_new(offs, json_integer((json_int_t)offset)) == 0 &&
+         json_array_append_new(offs, json_integer((json_int_t)(offset + nbytes))) == 0 &&
+         json_object_set_new(entry, "dtype", json_string(grove_dtype_st_name(t->dtype))) == 0 &&
+         json_object_set(entry, "shape", shape) == 0 &&
+         json_object_set(entry, "data_offsets", offs) == 0 &&
+         json_object_set(root, key, entry) == 0;
+    json_decref(shape);
+    json_decref(offs);
+    json_decref(entry);
+    if (!ok) st = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
+  }
+  if (st == GROVE_OK) {
+    *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!*out) st = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
+  }
+  json_decref(root);
+  return st;
+}
+
+/* Writes one tensor's elements, contiguous, to fd. */
+static grove_status write_tensor(int fd, const grove_tensor *t, const char *path, const char *key,
+                                 grove_err *err) {
+  size_t nbytes = grove_tensor_nbytes(t);
+  if (nbytes == 0) return GROVE_OK;
+  if (grove_tensor_is_contiguous(t)) {
+    if (write_all(fd, t->data, nbytes) != 0)
+      return grove_err_set(err, GROVE_E_IO, "%s: write failed: %s", path, strerror(errno));
+    return GROVE_OK;
+  }
+  grove_err local = {0};
+  grove_tensor *c = grove_tensor_clone(t, t->dtype, &local);
+  if (!c)
+    return grove_err_set(err, local.code ? local.code : GROVE_E_NOMEM, "%s: key '%s': %s", path,
+                         key, grove_err_msg(&local));
+  grove_status st = GROVE_OK;
+  if (write_all(fd, c->data, nbytes) != 0)
+    st = grove_err_set(err, GROVE_E_IO, "%s: write failed: %s", path, strerror(errno));
+  grove_tensor_release(c);
+  return st;
+}
+
+/* fsyncs the directory holding path so that the rename is durable.  Best
+ * effort: some file systems refuse to fsync a directory. */
+static void sync_parent_dir(const char *path) {
+  char *dir = grove__strdup(path);
+  if (!dir) return;
+  char *slash = strrchr(dir, '/');
+  const char *d = ".";
+  if (slash == dir)
+    d = "/";
+  else if (slash) {
+    *slash = '\0';
+    d = dir;
+  }
+  int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+  free(dir);
+}
+
+grove_status grove_safetensors_write(const char *path, const grove_state_dict *sd, grove_err *err) {
+  if (!path || !sd)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "grove_safetensors_write: NULL path or state_dict");
+  grove_status st = check_writable(sd, path, err);
+  if (st != GROVE_OK) return st;
+  size_t count = grove_sd_count(sd);
+  size_t *order = malloc((count ? count : 1) * sizeof *order);
+  uint64_t *begin = malloc((count ? count : 1) * sizeof *begin);
+  char *hjson = NULL;
+  if (!order || !begin) {
+    st = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
+  } else {
+    plan_layout(sd, order, begin);
+    st = build_header(sd, begin, path, &hjson, err);
+  }
+  free(begin);
+  if (st != GROVE_OK) {
+    free(order);
+    return st;
+  }
+
+  /* Pad with spaces so the data starts 8-byte aligned (8 + hlen). */
+  size_t hlen = strlen(hjson);
+  size_t padded = (hlen + 7) & ~(size_t)7;
+  if (padded > GROVE_ST_MAX_HEADER) {
+    free(hjson);
+    free(order);
+    return grove_err_set(err, GROVE_E_HEADER_TOO_LARGE,
+                         "%s: the header would be %zu bytes, over the limit of %u", path, padded,
+                         GROVE_ST_MAX_HEADER);
+  }
+
+  /* A unique temporary name beside the target (same file system, so rename
+   * is atomic); the counter keeps two threads of one process apart. */
+  static atomic_uint counter;
+  unsigned seq = atomic_fetch_add(&counter, 1u);
+  size_t tlen = strlen(path) + 64;
+  char *tmp = malloc(tlen);
+  if (!tmp) {
+    free(hjson);
+    free(order);
+    return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
+  }
+  snprintf(tmp, tlen, "%s.tmp.%ld.%u", path, (long)getpid(), seq);
+
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    st = grove_err_set(err, GROVE_E_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
+    free(tmp);
+    free(hjson);
+    free(order);
+    return st;
+  }
+
+  uint8_t lenbuf[8];
+  uint64_t n64 = padded;
+  memcpy(lenbuf, &n64, 8);
+  static const char spaces[8] = "        ";
+  if (write_all(fd, lenbuf, 8) != 0 || write_all(fd, hjson, hlen) != 0 ||
+      write_all(fd, spaces, padded - hlen) != 0)
+    st = grove_err_set(err, GROVE_E_IO, "%s: write failed: %s", path, strerror(errno));
+  free(hjson);
+
+  for (size_t k = 0; k < count && st == GROVE_OK; k++)
+    st = write_tensor(fd, grove_sd_tensor(sd, order[k]), path, grove_sd_key(sd, order[k]), err);
+  free(order);
+
+  if (st == GROVE_OK && fsync(fd) != 0)
+    st = grove_err_set(err, GROVE_E_IO, "%s: fsync failed: %s", path, strerror(errno));
+  if (close(fd) != 0 && st == GROVE_OK)
+    st = grove_err_set(err, GROVE_E_IO, "%s: close failed: %s", path, strerror(errno));
+  if (st == GROVE_OK && rename(tmp, path) != 0)
+    st = grove_err_set(err, GROVE_E_IO, "%s: cannot rename %s into place: %s", path, tmp,
+                       strerror(errno));
+  if (st != GROVE_OK)
+    unlink(tmp);
+  else
+    sync_parent_dir(path);
+  free(tmp);
+  return st;
+}
