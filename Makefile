@@ -44,7 +44,7 @@ LIBGROVE   := $(BUILD)/libgrove.a
 GROVE_BIN  := $(BUILD)/grove
 
 .PHONY: all deps test unit-tests py-tests run bench install clean fixtures fmt
-all: $(LIBGROVE) $(GROVE_BIN)
+all: $(LIBGROVE) $(GROVE_BIN) $(ALL_TARGETS)
 	@ln -sfn $(notdir $(BUILD)) build/current
 	@ln -sf current/grove build/grove
 
@@ -96,7 +96,7 @@ py-tests: all
 	  GROVE_BIN=$(GROVE_BIN) $(PYTHON) tests/run_py_tests.py; \
 	else echo "py-tests: skipped (no python3 with torch; scripts/deps.sh --torch installs it)"; fi
 
-test: unit-tests py-tests
+test: unit-tests py-tests $(TEST_TARGETS)
 
 run: all
 	@echo "groved arrives with the server issue (#5); meanwhile try:"
@@ -118,5 +118,9 @@ fmt:
 
 clean:
 	rm -rf build
+
+# Subsystems with their own rules (server, fuzzing, ...) add a file in mk/;
+# each may append to ALL_TARGETS and TEST_TARGETS.
+-include $(sort $(wildcard mk/*.mk))
 
 -include $(CORE_OBJ:.o=.d) $(CLIENT_OBJ:.o=.d) $(TEST_BIN:=.d) $(TESTUTIL:.o=.d)
