@@ -43,6 +43,13 @@ TESTUTIL   := $(BUILD)/tests/testutil.o
 LIBGROVE   := $(BUILD)/libgrove.a
 GROVE_BIN  := $(BUILD)/grove
 
+.DEFAULT_GOAL := all
+
+# Subsystems with their own rules (server, fuzzing, ...) add a file in mk/;
+# each may append to ALL_TARGETS (built by `make`) and TEST_TARGETS (run by
+# `make test` after the unit and Python tests).
+-include $(sort $(wildcard mk/*.mk))
+
 .PHONY: all deps test unit-tests py-tests run bench install clean fixtures fmt
 all: $(LIBGROVE) $(GROVE_BIN) $(ALL_TARGETS)
 	@ln -sfn $(notdir $(BUILD)) build/current
@@ -118,9 +125,5 @@ fmt:
 
 clean:
 	rm -rf build
-
-# Subsystems with their own rules (server, fuzzing, ...) add a file in mk/;
-# each may append to ALL_TARGETS and TEST_TARGETS.
--include $(sort $(wildcard mk/*.mk))
 
 -include $(CORE_OBJ:.o=.d) $(CLIENT_OBJ:.o=.d) $(TEST_BIN:=.d) $(TESTUTIL:.o=.d)
