@@ -76,8 +76,10 @@ static grove_status parse_descr(const char *s, size_t n, const char *name, grove
     int size = 0;
     bool digits = true;
     for (size_t i = 2; i < n; i++) {
-      if (s[i] < '0' || s[i] > '9') digits = false;
-      else size = size * 10 + (s[i] - '0');
+      if (s[i] < '0' || s[i] > '9')
+        digits = false;
+      else
+        size = size * 10 + (s[i] - '0');
     }
     if (digits) {
       for (size_t i = 0; i < N_NPY_DTYPES; i++) {
@@ -106,8 +108,8 @@ typedef struct hdr_parser {
 } hdr_parser;
 
 static void skip_ws(hdr_parser *h) {
-  while (h->p < h->end && (*h->p == ' ' || *h->p == '\t' || *h->p == '\n' || *h->p == '\r' ||
-                           *h->p == '\f'))
+  while (h->p < h->end &&
+         (*h->p == ' ' || *h->p == '\t' || *h->p == '\n' || *h->p == '\r' || *h->p == '\f'))
     h->p++;
 }
 
@@ -201,8 +203,10 @@ static grove_status parse_dim(hdr_parser *h, int64_t *out) {
   bool overflow = false;
   const char *start = h->p;
   while (h->p < h->end && *h->p >= '0' && *h->p <= '9') {
-    if (v > ((uint64_t)INT64_MAX - (uint64_t)(*h->p - '0')) / 10) overflow = true;
-    else v = v * 10 + (uint64_t)(*h->p - '0');
+    if (v > ((uint64_t)INT64_MAX - (uint64_t)(*h->p - '0')) / 10)
+      overflow = true;
+    else
+      v = v * 10 + (uint64_t)(*h->p - '0');
     h->p++;
   }
   if (h->p - start > 1 && *start == '0')
@@ -270,9 +274,12 @@ static grove_status parse_dict(hdr_parser *h, grove_npy_info *info) {
     size_t kn;
     if ((s = parse_string(h, &k, &kn, "a key string"))) return s;
     unsigned key = 0;
-    if (kn == 5 && memcmp(k, "descr", 5) == 0) key = KEY_DESCR;
-    else if (kn == 13 && memcmp(k, "fortran_order", 13) == 0) key = KEY_FORTRAN;
-    else if (kn == 5 && memcmp(k, "shape", 5) == 0) key = KEY_SHAPE;
+    if (kn == 5 && memcmp(k, "descr", 5) == 0)
+      key = KEY_DESCR;
+    else if (kn == 13 && memcmp(k, "fortran_order", 13) == 0)
+      key = KEY_FORTRAN;
+    else if (kn == 5 && memcmp(k, "shape", 5) == 0)
+      key = KEY_SHAPE;
     char shown[80];
     if (!key)
       return grove_err_set(h->err, GROVE_E_FORMAT,
@@ -342,8 +349,10 @@ grove_status grove_npy_parse_header(const void *buf, size_t len, const char *nam
   info->major = b[6];
   info->minor = b[7];
   size_t lenbytes;
-  if (info->major == 1 && info->minor == 0) lenbytes = 2;
-  else if ((info->major == 2 || info->major == 3) && info->minor == 0) lenbytes = 4;
+  if (info->major == 1 && info->minor == 0)
+    lenbytes = 2;
+  else if ((info->major == 2 || info->major == 3) && info->minor == 0)
+    lenbytes = 4;
   else
     return grove_err_set(err, GROVE_E_UNSUPPORTED,
                          "%s: .npy format version %d.%d is not supported (1.0, 2.0 and 3.0 are)",
@@ -394,8 +403,8 @@ grove_status grove_npy_parse_header(const void *buf, size_t len, const char *nam
     if (__builtin_mul_overflow(bytes, (uint64_t)info->shape[i], &bytes) ||
         bytes > (uint64_t)INT64_MAX || bytes > SIZE_MAX) {
       char sh[128];
-      return grove_err_set(err, GROVE_E_RANGE, "%s: the array %s %s is too large to address",
-                           name, grove_dtype_name(info->dtype),
+      return grove_err_set(err, GROVE_E_RANGE, "%s: the array %s %s is too large to address", name,
+                           grove_dtype_name(info->dtype),
                            grove_shape_str(info->ndim, info->shape, sh, sizeof sh));
     }
   }
@@ -568,8 +577,8 @@ done:
  * 21 digits, then spaces and '\n' up to a multiple of 64 bytes. */
 static size_t format_header(const grove_tensor *t, const char *descr, char *out, size_t cap) {
   char dict[512];
-  size_t n = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
-                              descr);
+  size_t n = (size_t)snprintf(dict, sizeof dict,
+                              "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
   for (int i = 0; i < t->ndim; i++)
     n += (size_t)snprintf(dict + n, sizeof dict - n, "%s%lld", i ? ", " : "",
                           (long long)t->shape[i]);
@@ -579,8 +588,8 @@ static size_t format_header(const grove_tensor *t, const char *descr, char *out,
     int digits = snprintf(first, sizeof first, "%lld", (long long)t->shape[0]);
     for (int i = digits; i < 21; i++) dict[n++] = ' ';
   }
-  size_t hlen = n + 1;                     /* with the final '\n' */
-  size_t pad = 64 - ((10 + hlen) % 64);    /* 1..64, as numpy */
+  size_t hlen = n + 1;                  /* with the final '\n' */
+  size_t pad = 64 - ((10 + hlen) % 64); /* 1..64, as numpy */
   size_t total = 10 + hlen + pad;
   if (total > cap) return 0;
   memcpy(out, npy_magic, 6);
@@ -634,7 +643,8 @@ grove_status grove_npy_encode(const grove_tensor *t, void **buf, size_t *len, gr
   if (data > SIZE_MAX - hn)
     return grove_err_set(err, GROVE_E_RANGE, "the tensor is too large to encode");
   unsigned char *out = malloc(hn + data ? hn + data : 1);
-  if (!out) return grove_err_set(err, GROVE_E_NOMEM, "out of memory for a %zu-byte .npy", hn + data);
+  if (!out)
+    return grove_err_set(err, GROVE_E_NOMEM, "out of memory for a %zu-byte .npy", hn + data);
   memcpy(out, hdr, hn);
   gather(t, out + hn);
   *buf = out;
@@ -666,7 +676,8 @@ grove_status grove_npy_write(const char *path, const grove_tensor *t, grove_err 
   bool direct = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
   if (direct) {
     int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
-    if (fd < 0) s = grove_err_set(err, GROVE_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0)
+      s = grove_err_set(err, GROVE_E_IO, "%s: cannot open: %s", path, strerror(errno));
     else {
       if (!write_all(fd, buf, len))
         s = grove_err_set(err, GROVE_E_IO, "%s: cannot write: %s", path, strerror(errno));
@@ -696,7 +707,8 @@ grove_status grove_npy_write(const char *path, const grove_tensor *t, grove_err 
       ok = false;
       saved = errno;
     }
-    if (!ok) s = grove_err_set(err, GROVE_E_IO, "%s: cannot write: %s", path, strerror(saved));
+    if (!ok)
+      s = grove_err_set(err, GROVE_E_IO, "%s: cannot write: %s", path, strerror(saved));
     else if (rename(tmp, path) != 0)
       s = grove_err_set(err, GROVE_E_IO, "%s: cannot rename %s into place: %s", path, tmp,
                         strerror(errno));

@@ -51,13 +51,13 @@ extern "C" {
 
 /* What a header says. */
 typedef struct grove_npy_info {
-  int major, minor;     /* format version */
+  int major, minor; /* format version */
   grove_dtype dtype;
   int ndim;
   int64_t shape[GROVE_MAX_DIMS];
-  bool fortran_order;   /* only ever true when the layout equals C order */
-  size_t data_offset;   /* bytes before the data: preamble + header */
-  size_t data_bytes;    /* numel * element size */
+  bool fortran_order; /* only ever true when the layout equals C order */
+  size_t data_offset; /* bytes before the data: preamble + header */
+  size_t data_bytes;  /* numel * element size */
 } grove_npy_info;
 
 /* Parses the preamble and header at the start of buf (len bytes available;

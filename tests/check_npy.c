@@ -386,13 +386,11 @@ START_TEST(test_truncated_and_long_data) {
                 GROVE_E_TRUNCATED);
   /* Empty arrays have no data at all. */
   expect_header("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 3), }", 0, GROVE_OK);
-  expect_header("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 3), }", 1,
-                GROVE_E_BAD_SIZE);
+  expect_header("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 3), }", 1, GROVE_E_BAD_SIZE);
   /* libgrove refuses a shape whose nonzero dimensions overflow, even when
    * another is 0. */
-  expect_header(
-      "{'descr': '<f4', 'fortran_order': False, 'shape': (9223372036854775807, 4, 0), }", 0,
-      GROVE_E_RANGE);
+  expect_header("{'descr': '<f4', 'fortran_order': False, 'shape': (9223372036854775807, 4, 0), }",
+                0, GROVE_E_RANGE);
 }
 END_TEST
 
@@ -400,13 +398,13 @@ START_TEST(test_bad_dict) {
   static const char *bad[] = {
       "",
       "[1, 2]",
-      "{'descr': '<f4', 'fortran_order': False}",                              /* no shape */
-      "{'descr': '<f4', 'shape': (1,)}",                                       /* no fortran_order */
-      "{'fortran_order': False, 'shape': (1,)}",                               /* no descr */
-      "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}",       /* extra key */
+      "{'descr': '<f4', 'fortran_order': False}",                        /* no shape */
+      "{'descr': '<f4', 'shape': (1,)}",                                 /* no fortran_order */
+      "{'fortran_order': False, 'shape': (1,)}",                         /* no descr */
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", /* extra key */
       "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (1,)}", /* twice */
-      "{'descr': '<f4', 'fortran_order': False, 'shape': (1)}",                /* not a tuple */
-      "{'descr': '<f4', 'fortran_order': False, 'shape': [1]}",                /* a list */
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (1)}",                  /* not a tuple */
+      "{'descr': '<f4', 'fortran_order': False, 'shape': [1]}",                  /* a list */
       "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,)}",
       "{'descr': '<f4', 'fortran_order': False, 'shape': (1.5,)}",
       "{'descr': '<f4', 'fortran_order': False, 'shape': (,)}",
@@ -415,7 +413,7 @@ START_TEST(test_bad_dict) {
       "{'descr': '<f4', 'fortran_order': 0, 'shape': (1,)}",
       "{'descr': '<f4', 'fortran_order': Falsey, 'shape': (1,)}",
       "{'descr': <f4, 'fortran_order': False, 'shape': (1,)}",
-      "{'descr': '<f4",                                                        /* unterminated */
+      "{'descr': '<f4", /* unterminated */
       "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), } x",
       "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), ",
       "{'descr': '<f4' 'fortran_order': False, 'shape': (1,)}",
@@ -441,8 +439,8 @@ START_TEST(test_bad_dict) {
 END_TEST
 
 START_TEST(test_unsupported) {
-  static const char *dtypes[] = {"'<c8'", "'>f4'", "'>i8'", "'|O'", "'<U5'", "'|S3'", "'<u4'",
-                                 "'<f16'", "'<M8[s]'", "'f4'", "''", "[('a', '<f4')]"};
+  static const char *dtypes[] = {"'<c8'", "'>f4'",  "'>i8'",    "'|O'", "'<U5'", "'|S3'",
+                                 "'<u4'", "'<f16'", "'<M8[s]'", "'f4'", "''",    "[('a', '<f4')]"};
   for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
     char h[256];
     snprintf(h, sizeof h, "{'descr': %s, 'fortran_order': False, 'shape': (1,), }", dtypes[i]);
@@ -460,8 +458,8 @@ START_TEST(test_unsupported) {
                 4, GROVE_E_LIMIT);
   expect_header("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }", 4,
                 GROVE_E_RANGE);
-  expect_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
-                4, GROVE_E_RANGE);
+  expect_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", 4,
+                GROVE_E_RANGE);
 }
 END_TEST
 
