@@ -25,7 +25,7 @@ DEPSTAMP := build/.deps-ok
 
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wvla
 CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -pthread $(OPT) $(WARN) \
-           -Iinclude -Icore $(SANFLAGS) -fPIC
+           -Iinclude -Icore -Iclient $(SANFLAGS) -fPIC
 LDFLAGS += $(SANFLAGS) -pthread
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -73,8 +73,12 @@ $(LIBGROVE): $(CORE_OBJ)
 $(GROVE_BIN): $(CLIENT_OBJ) $(LIBGROVE)
 	$(CC) $(LDFLAGS) -o $@ $(CLIENT_OBJ) $(LIBGROVE) $(PKG_LIBS)
 
-$(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TESTUTIL) $(LIBGROVE)
-	$(CC) $(LDFLAGS) -o $@ $< $(TESTUTIL) $(LIBGROVE) $(PKG_LIBS) $(CHECK_LIBS)
+# A test of client code names the client objects it needs in TEST_EXTRA_check_X.
+TEST_EXTRA_check_npy := $(BUILD)/client/npy.o
+
+.SECONDEXPANSION:
+$(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TESTUTIL) $$(TEST_EXTRA_check_$$*) $(LIBGROVE)
+	$(CC) $(LDFLAGS) -o $@ $< $(TESTUTIL) $(TEST_EXTRA_check_$*) $(LIBGROVE) $(PKG_LIBS) $(CHECK_LIBS)
 
 # Fixtures: the committed ones in tests/fixtures, regenerated into the build
 # folder by tests/gen_fixtures.py whenever torch is importable, so a parity
@@ -82,7 +86,7 @@ $(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TESTUTIL) $(LIBGROVE)
 FIXTURES := tests/fixtures
 ifneq ($(PYTHON),)
 FIXTURES := $(BUILD)/fixtures
-$(BUILD)/fixtures/.stamp: tests/gen_fixtures.py tools/grove_export.py
+$(BUILD)/fixtures/.stamp: tests/gen_fixtures.py tools/grove_export.py $(wildcard tests/fixtures_gen/*.py)
 	@mkdir -p $(dir $@)
 	$(PYTHON) tests/gen_fixtures.py $(BUILD)/fixtures
 	@touch $@

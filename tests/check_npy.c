@@ -7,11 +7,8 @@
  *     element for element and, for numpy.save's own layout, re-encoded byte
  *     for byte;
  *   - malformed files built here, each answered with its exact status and a
- *     message naming the file.
- *
- * The test binaries link libgrove only, not the CLI's objects, so the reader
- * is compiled into this test directly. */
-#include "../client/npy.c"
+ *     message naming the file. */
+#include "npy.h"
 
 #include <stdint.h>
 #include <stdio.h>
