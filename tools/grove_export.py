@@ -585,6 +585,9 @@ def export(model, out_dir, example_input=None, weights="safetensors", name=None,
     if weights not in ("safetensors", "pt"):
         raise ExportError(f"weights must be 'safetensors' or 'pt', not {weights!r}")
     wname = "weights.safetensors" if weights == "safetensors" else "weights.pt"
+    # Refuse what cannot be exported before touching the model: torch's own
+    # eval() would recurse forever on a module that contains itself.
+    module_spec(model, require_callable=require_callable)
     flags = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
