@@ -1,0 +1,563 @@
+/* gemm.c: the matrix product behind Linear, y = act(x . W^T + b), and the
+ * process-wide compute-thread setting.
+ *
+ * Two kernels, chosen once per pack when weights are loaded:
+ *
+ *  - AVX-512 (x86-64 with avx512f, checked at run time): W is repacked into
+ *    column panels of up to NR = 64 output features, k-major, so that one
+ *    k step of a panel is 4 aligned zmm loads.  A register-blocked
+ *    microkernel keeps an MR x 64 tile of y (6 rows x 4 zmm = 24
+ *    accumulators) in registers over the whole K loop, broadcasting one x
+ *    element per row and k, and applies bias and ReLU while the tile is
+ *    still in registers, so y is written exactly once.  The same kernel
+ *    serves batch 1 (one row; the weights then stream from cache once per
+ *    forward, which is all a matrix-vector product can do).  A narrow last
+ *    panel (N % 64) is packed 16, 32 or 48 wide so Linear(1024, 10) does not
+ *    compute 64 columns.
+ *  - BLAS (anything else, or GROVE_GEMM=blas): W is kept as is and the
+ *    product goes through cblas_sgemv (one row) or cblas_sgemm, followed by
+ *    one pass of bias and ReLU over the cache-hot output.
+ *
+ * Threads: grove_set_compute_threads(n) with n > 1 starts n - 1 helper
+ * threads (a small persistent pool); a run splits its output panels (or,
+ * for a narrow layer, its rows) among the caller and the helpers.  Helpers
+ * spin for a short while after each job, because the next layer of the same
+ * forward follows within microseconds and waking a sleeping thread costs
+ * more than a whole batch-1 layer, then sleep on a condition variable.  One
+ * run at a time owns the pool; a run that finds it busy (another worker
+ * thread is using it) computes on its own thread alone, so concurrent runs
+ * are correct and never oversubscribe the cores given.  The pool is joined
+ * at exit (atexit) or when the thread count changes.
+ */
+#include <assert.h>
+#include <cblas.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define GEMM_HAVE_AVX512 1
+#include <immintrin.h>
+#else
+#define GEMM_HAVE_AVX512 0
+#endif
+
+/* openblas_set_num_threads is an OpenBLAS extension that cblas.h from
+ * libopenblas-dev declares; declare it again so a generic cblas.h also
+ * compiles (the link still needs OpenBLAS). */
+void openblas_set_num_threads(int num_threads);
+
+/* ================================================================ packs */
+
+enum { KIND_BLAS = 0, KIND_AVX512 = 1 };
+
+/* Output features per panel of the AVX-512 layout (4 zmm), and rows per
+ * microkernel call. */
+#define NR 64
+#define MR 6
+
+struct grove__linear_pack {
+  int64_t N, K;
+  int kind;
+  int64_t npanels; /* AVX-512: ceil(N / NR) */
+  /* BLAS: W as given, [N,K] row-major.  AVX-512: panel p (columns p*NR ..)
+   * starts at data + p*K*NR and holds K rows of its width w (a multiple of
+   * 16, zero-padded past N): element (k, j) at [k*w + j]. */
+  float *data;
+};
+
+/* Width, in floats, of panel p: NR except possibly for the last one. */
+static inline int panel_width(int64_t N, int64_t p) {
+  int64_t left = N - p * NR;
+  if (left >= NR) return NR;
+  return (int)((left + 15) / 16 * 16);
+}
+
+static int choose_kind(void) {
+  const char *force = getenv("GROVE_GEMM");
+  if (force && strcmp(force, "blas") == 0) return KIND_BLAS;
+#if GEMM_HAVE_AVX512
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return KIND_AVX512;
+#endif
+  return KIND_BLAS;
+}
+
+grove__linear_pack *grove__linear_pack_new(const float *W, int64_t N, int64_t K) {
+  if (N < 0 || K < 0 || (N * K > 0 && !W)) return NULL;
+  grove__linear_pack *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->N = N;
+  p->K = K;
+  p->kind = choose_kind();
+  p->npanels = (N + NR - 1) / NR;
+
+  uint64_t cols = p->kind == KIND_AVX512 ? (uint64_t)p->npanels * NR : (uint64_t)N;
+  uint64_t elems, bytes;
+  if (grove__mul_overflow_u64(cols, (uint64_t)K, &elems) ||
+      grove__mul_overflow_u64(elems, sizeof(float), &bytes) || bytes > SIZE_MAX - 64) {
+    free(p);
+    return NULL;
+  }
+  /* aligned_alloc wants a size that is a multiple of the alignment; the
+   * panels' k rows are 64-byte multiples, so panel starts stay aligned. */
+  size_t size = ((size_t)bytes + 63) / 64 * 64;
+  p->data = aligned_alloc(64, size ? size : 64);
+  if (!p->data) {
+    free(p);
+    return NULL;
+  }
+  if (p->kind == KIND_BLAS) {
+    if (bytes) memcpy(p->data, W, (size_t)bytes);
+    return p;
+  }
+  for (int64_t pi = 0; pi < p->npanels; pi++) {
+    int w = panel_width(N, pi);
+    float *dst = p->data + pi * K * NR;
+    int64_t n0 = pi * NR;
+    for (int64_t k = 0; k < K; k++) {
+      for (int j = 0; j < w; j++)
+        dst[k * w + j] = n0 + j < N ? W[(n0 + j) * K + k] : 0.0f;
+    }
+  }
+  return p;
+}
+
+void grove__linear_pack_free(grove__linear_pack *p) {
+  if (!p) return;
+  free(p->data);
+  free(p);
+}
+
+/* ================================================================ AVX-512 kernel */
+
+#if GEMM_HAVE_AVX512
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,fma")
+#endif
+
+/* One tile: y[0..mr, 0..ncols) = act(A[0..mr, 0..K) . B + bias), B one
+ * packed panel of width NV*16.  mr and NV are compile-time constants at
+ * every call (the wrappers below), so the accumulator array lives in
+ * registers and the loops unroll. */
+static inline __attribute__((always_inline)) void tile(const int mr, const int NV, int64_t K,
+                                                       const float *A, int64_t lda,
+                                                       const float *B, const float *bias,
+                                                       float *y, int64_t ldy, int ncols,
+                                                       int relu) {
+  __m512 acc[MR][4];
+#pragma GCC unroll 6
+  for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) acc[i][j] = _mm512_setzero_ps();
+
+  const float *a0 = A;
+  for (int64_t k = 0; k < K; k++) {
+    __m512 b[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) b[j] = _mm512_load_ps(B + k * (NV * 16) + j * 16);
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++) {
+      __m512 a = _mm512_set1_ps(a0[i * lda + k]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; j++) acc[i][j] = _mm512_fmadd_ps(a, b[j], acc[i][j]);
+    }
+  }
+
+  __m512 bv[4];
+  __mmask16 mask[4];
+#pragma GCC unroll 4
+  for (int j = 0; j < NV; j++) {
+    int valid = ncols - 16 * j;
+    valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
+    mask[j] = (__mmask16)((1u << valid) - 1u);
+    bv[j] = bias ? _mm512_maskz_loadu_ps(mask[j], bias + 16 * j) : _mm512_setzero_ps();
+  }
+  const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 6
+  for (int i = 0; i < mr; i++) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) {
+      __m512 v = _mm512_add_ps(acc[i][j], bv[j]);
+      if (relu) v = _mm512_max_ps(v, zero);
+      if (mask[j] == 0xFFFF)
+        _mm512_storeu_ps(y + i * ldy + 16 * j, v);
+      else
+        _mm512_mask_storeu_ps(y + i * ldy + 16 * j, mask[j], v);
+    }
+  }
+}
+
+typedef void (*tile_fn)(int64_t K, const float *A, int64_t lda, const float *B,
+                        const float *bias, float *y, int64_t ldy, int ncols, int relu);
+
+#define TILE_FN(R, V)                                                                           \
+  static void tile_##R##_##V(int64_t K, const float *A, int64_t lda, const float *B,           \
+                             const float *bias, float *y, int64_t ldy, int ncols, int relu) { \
+    tile(R, V, K, A, lda, B, bias, y, ldy, ncols, relu);                                       \
+  }
+#define TILE_ROW(R) TILE_FN(R, 1) TILE_FN(R, 2) TILE_FN(R, 3) TILE_FN(R, 4)
+TILE_ROW(1)
+TILE_ROW(2)
+TILE_ROW(3)
+TILE_ROW(4)
+TILE_ROW(5)
+TILE_ROW(6)
+#define TILE_REF(R) {tile_##R##_1, tile_##R##_2, tile_##R##_3, tile_##R##_4}
+static const tile_fn tiles[MR][4] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
+                                     TILE_REF(4), TILE_REF(5), TILE_REF(6)};
+
+/* Rows [r0, r1) x panels [p0, p1) of one product. */
+static void avx512_part(const grove__linear_pack *p, const float *x, const float *bias, float *y,
+                        int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  const int64_t N = p->N, K = p->K;
+  for (int64_t pi = p0; pi < p1; pi++) {
+    int w = panel_width(N, pi);
+    int64_t n0 = pi * NR;
+    int ncols = (int)(N - n0 < NR ? N - n0 : NR);
+    const float *B = p->data + pi * K * NR;
+    const float *bp = bias ? bias + n0 : NULL;
+    for (int64_t i = r0; i < r1; i += MR) {
+      int mr = (int)(r1 - i < MR ? r1 - i : MR);
+      tiles[mr - 1][w / 16 - 1](K, x + i * K, K, B, bp, y + i * N + n0, N, ncols, relu);
+    }
+  }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif /* GEMM_HAVE_AVX512 */
+
+/* ================================================================ BLAS path */
+
+static void blas_run(const grove__linear_pack *p, const float *x, int64_t M, const float *bias,
+                     float *y, int relu) {
+  const int64_t N = p->N, K = p->K;
+  if (K == 0) {
+    memset(y, 0, (size_t)(M * N) * sizeof(float));
+  } else if (M == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)N, (blasint)K, 1.0f, p->data, (blasint)K, x,
+                1, 0.0f, y, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)M, (blasint)N, (blasint)K, 1.0f,
+                x, (blasint)K, p->data, (blasint)K, 0.0f, y, (blasint)N);
+  }
+  if (!bias && !relu) return;
+  for (int64_t i = 0; i < M; i++) {
+    float *row = y + i * N;
+    if (bias)
+      for (int64_t j = 0; j < N; j++) row[j] += bias[j];
+    if (relu)
+      for (int64_t j = 0; j < N; j++) row[j] = row[j] > 0.0f ? row[j] : 0.0f;
+  }
+}
+
+/* ================================================================ thread pool */
+
+/* How long a helper spins for the next job before it sleeps, and how long
+ * a caller spins for chunks still in flight before it yields its core. */
+#define HELPER_SPIN_NS 500000
+#define CALLER_SPIN_NS 20000
+
+/* One product, cut into chunks that threads claim one at a time: a chunk
+ * is a run of panels over all rows, or, for a layer with fewer panels than
+ * threads, a group of rows over all panels. */
+typedef struct job {
+  const grove__linear_pack *p;
+  const float *x, *bias;
+  float *y;
+  int64_t M;
+  int relu;
+  bool by_rows;
+  int64_t rows_per_chunk;   /* by_rows: a multiple of MR */
+  int64_t panels_per_chunk; /* otherwise */
+} job;
+
+/* The claim word: generation (32 bits) | chunks in the job (16) | next
+ * chunk (16).  Threads claim a chunk by a compare-and-swap on the whole
+ * word, so a helper that comes late (asleep, or its core taken by another
+ * process) can never claim a chunk of a job that has moved on, and the
+ * caller never waits for a helper that has not started: it claims what
+ * nobody took and waits only for chunks already being computed.  Job
+ * fields are read only after a successful claim, and a job ends only when
+ * every claimed chunk is done, so they are stable while read. */
+#define MAX_CHUNKS 0xFFFF
+static inline uint64_t word_make(uint32_t gen, uint32_t total, uint32_t next) {
+  return (uint64_t)gen << 32 | (uint64_t)total << 16 | next;
+}
+static inline uint32_t word_gen(uint64_t w) { return (uint32_t)(w >> 32); }
+static inline uint32_t word_total(uint64_t w) { return (uint32_t)(w >> 16) & 0xFFFF; }
+static inline uint32_t word_next(uint64_t w) { return (uint32_t)w & 0xFFFF; }
+
+typedef struct pool {
+  int nhelpers;
+  pthread_t *threads;
+  atomic_flag busy; /* held by the run that owns the pool */
+  _Alignas(64) _Atomic uint64_t work;
+  _Alignas(64) atomic_int done; /* chunks finished in the current job */
+  _Alignas(64) atomic_int sleepers; /* helpers waiting on cv */
+  atomic_bool stop;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  job cur;
+} pool;
+
+static atomic_int g_threads = 1;
+/* Replaced only in grove_set_compute_threads (under g_cfg_mu), which must
+ * not race with forwards (grove.h). */
+static _Atomic(pool *) g_pool;
+static pthread_mutex_t g_cfg_mu = PTHREAD_MUTEX_INITIALIZER;
+static bool g_atexit_done; /* guarded by g_cfg_mu */
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static void run_chunk(const job *jb, int64_t c) {
+#if GEMM_HAVE_AVX512
+  const grove__linear_pack *p = jb->p;
+  if (jb->by_rows) {
+    int64_t r0 = c * jb->rows_per_chunk;
+    int64_t r1 = r0 + jb->rows_per_chunk < jb->M ? r0 + jb->rows_per_chunk : jb->M;
+    avx512_part(p, jb->x, jb->bias, jb->y, jb->relu, r0, r1, 0, p->npanels);
+  } else {
+    int64_t q0 = c * jb->panels_per_chunk;
+    int64_t q1 = q0 + jb->panels_per_chunk < p->npanels ? q0 + jb->panels_per_chunk : p->npanels;
+    avx512_part(p, jb->x, jb->bias, jb->y, jb->relu, 0, jb->M, q0, q1);
+  }
+#else
+  (void)jb;
+  (void)c;
+  assert(!"the pool only runs AVX-512 packs");
+#endif
+}
+
+/* Claims and runs chunks of generation gen until none is left. */
+static void claim_chunks(pool *pl, uint32_t gen) {
+  uint64_t w = atomic_load_explicit(&pl->work, memory_order_acquire);
+  for (;;) {
+    if (word_gen(w) != gen || word_next(w) >= word_total(w)) return;
+    if (!atomic_compare_exchange_weak_explicit(&pl->work, &w, w + 1, memory_order_acq_rel,
+                                               memory_order_acquire))
+      continue; /* w now holds the current word */
+    run_chunk(&pl->cur, word_next(w));
+    atomic_fetch_add_explicit(&pl->done, 1, memory_order_release);
+    w = atomic_load_explicit(&pl->work, memory_order_acquire);
+  }
+}
+
+static inline uint32_t current_gen(pool *pl) {
+  return word_gen(atomic_load_explicit(&pl->work, memory_order_acquire));
+}
+
+static void *helper_main(void *arg) {
+  pool *pl = arg;
+  uint32_t seen = 0; /* the pool starts at generation 0 with no chunks */
+  for (;;) {
+    int64_t t0 = now_ns();
+    uint32_t g;
+    int spins = 0;
+    while ((g = current_gen(pl)) == seen) {
+      cpu_relax();
+      if (++spins % 256 == 0 && now_ns() - t0 > HELPER_SPIN_NS) {
+        /* Dekker pairing with post_job: we publish sleepers before
+         * re-reading work, it publishes work before reading sleepers (all
+         * seq_cst), so at least one of us sees the other. */
+        pthread_mutex_lock(&pl->mu);
+        atomic_fetch_add(&pl->sleepers, 1);
+        while (word_gen(atomic_load(&pl->work)) == seen) pthread_cond_wait(&pl->cv, &pl->mu);
+        atomic_fetch_sub(&pl->sleepers, 1);
+        pthread_mutex_unlock(&pl->mu);
+        t0 = now_ns();
+      }
+    }
+    seen = g;
+    if (atomic_load(&pl->stop)) return NULL;
+    claim_chunks(pl, g);
+  }
+}
+
+/* Publishes a new generation with `total` chunks (the caller, owning the
+ * pool, has filled pl->cur) and wakes sleeping helpers; returns the
+ * generation. */
+static uint32_t post_job(pool *pl, uint32_t total) {
+  uint32_t g = current_gen(pl) + 1;
+  atomic_store_explicit(&pl->done, 0, memory_order_relaxed);
+  atomic_store(&pl->work, word_make(g, total, 0)); /* seq_cst: see helper_main */
+  if (atomic_load(&pl->sleepers) > 0) {
+    pthread_mutex_lock(&pl->mu);
+    pthread_cond_broadcast(&pl->cv);
+    pthread_mutex_unlock(&pl->mu);
+  }
+  return g;
+}
+
+/* Stops and joins every helper, frees the pool.  Takes the busy flag
+ * first, so a run still using the pool finishes. */
+static void pool_free(pool *pl) {
+  if (!pl) return;
+  while (atomic_flag_test_and_set_explicit(&pl->busy, memory_order_acquire)) sched_yield();
+  atomic_store(&pl->stop, true);
+  post_job(pl, 0);
+  for (int i = 0; i < pl->nhelpers; i++) pthread_join(pl->threads[i], NULL);
+  pthread_cond_destroy(&pl->cv);
+  pthread_mutex_destroy(&pl->mu);
+  free(pl->threads);
+  free(pl);
+}
+
+/* A pool with up to nhelpers helpers (fewer when thread creation fails),
+ * or NULL when none could start. */
+static pool *pool_new(int nhelpers) {
+  pool *pl = calloc(1, sizeof *pl);
+  if (!pl) return NULL;
+  pl->threads = calloc((size_t)nhelpers, sizeof *pl->threads);
+  if (!pl->threads || pthread_mutex_init(&pl->mu, NULL) != 0) {
+    free(pl->threads);
+    free(pl);
+    return NULL;
+  }
+  if (pthread_cond_init(&pl->cv, NULL) != 0) {
+    pthread_mutex_destroy(&pl->mu);
+    free(pl->threads);
+    free(pl);
+    return NULL;
+  }
+  atomic_flag_clear(&pl->busy);
+  atomic_init(&pl->work, word_make(0, 0, 0));
+  atomic_init(&pl->done, 0);
+  atomic_init(&pl->sleepers, 0);
+  atomic_init(&pl->stop, false);
+  for (int i = 0; i < nhelpers; i++) {
+    if (pthread_create(&pl->threads[i], NULL, helper_main, pl) != 0) break;
+    pl->nhelpers++;
+  }
+  if (pl->nhelpers == 0) {
+    pool_free(pl);
+    return NULL;
+  }
+  return pl;
+}
+
+static void pool_atexit(void) {
+  pthread_mutex_lock(&g_cfg_mu);
+  pool_free(atomic_exchange(&g_pool, NULL));
+  atomic_store(&g_threads, 1);
+  pthread_mutex_unlock(&g_cfg_mu);
+}
+
+void grove_set_compute_threads(int n) {
+  if (n < 1) n = 1;
+  openblas_set_num_threads(n);
+  pthread_mutex_lock(&g_cfg_mu);
+  if (!g_atexit_done) g_atexit_done = atexit(pool_atexit) == 0;
+  pool *pl = atomic_load(&g_pool);
+  int have = pl ? pl->nhelpers + 1 : 1;
+  if (have != n) {
+    pool_free(atomic_exchange(&g_pool, NULL));
+    pl = n > 1 ? pool_new(n - 1) : NULL;
+    atomic_store(&g_pool, pl);
+  }
+  int got = pl ? pl->nhelpers + 1 : 1;
+  atomic_store(&g_threads, got);
+  pthread_mutex_unlock(&g_cfg_mu);
+  if (got < n)
+    grove__log(GROVE_LOG_WARN, "gemm.threads", "could start only %d of %d compute threads", got,
+               n);
+}
+
+int grove_compute_threads(void) { return atomic_load(&g_threads); }
+
+/* ================================================================ run */
+
+/* Below this many multiply-adds a product is not worth a hand-off (about a
+ * microsecond when the helper is spinning). */
+#define MIN_THREADED_MACS (128 * 1024)
+
+#if GEMM_HAVE_AVX512
+/* Runs one product on the pool, which the caller has just taken. */
+static void pool_run(pool *pl, int threads, const grove__linear_pack *p, const float *x,
+                     int64_t M, const float *bias, float *y, int relu) {
+  job *jb = &pl->cur;
+  *jb = (job){.p = p, .x = x, .bias = bias, .y = y, .M = M, .relu = relu};
+  int64_t chunks;
+  if (p->npanels >= threads) {
+    jb->panels_per_chunk = (p->npanels + MAX_CHUNKS - 1) / MAX_CHUNKS;
+    chunks = (p->npanels + jb->panels_per_chunk - 1) / jb->panels_per_chunk;
+  } else {
+    /* About four row groups per thread, so that a late helper still finds
+     * work and a slow one does not hold up the end. */
+    int64_t blocks = (M + MR - 1) / MR;
+    int64_t per = (blocks + 4 * threads - 1) / (4 * threads);
+    jb->by_rows = true;
+    jb->rows_per_chunk = per * MR;
+    chunks = (blocks + per - 1) / per;
+  }
+  assert(chunks >= 1 && chunks <= MAX_CHUNKS);
+  uint32_t g = post_job(pl, (uint32_t)chunks);
+  claim_chunks(pl, g);
+  int64_t t0 = 0;
+  int spins = 0;
+  while (atomic_load_explicit(&pl->done, memory_order_acquire) < chunks) {
+    /* Only chunks a helper is computing right now are left.  Should its
+     * core have been taken (by another process, or by the hypervisor), give
+     * ours up so that it can finish. */
+    cpu_relax();
+    if (++spins % 256 == 0) {
+      if (!t0) t0 = now_ns();
+      else if (now_ns() - t0 > CALLER_SPIN_NS) sched_yield();
+    }
+  }
+}
+#endif
+
+void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, const float *bias,
+                       float *y, grove__act act) {
+  assert(p && M >= 0);
+  const int relu = act == GROVE__ACT_RELU;
+  if (M == 0 || p->N == 0) return;
+  if (p->kind == KIND_BLAS) {
+    blas_run(p, x, M, bias, y, relu);
+    return;
+  }
+#if GEMM_HAVE_AVX512
+  int threads = atomic_load_explicit(&g_threads, memory_order_relaxed);
+  double macs = (double)M * (double)p->N * (double)p->K;
+  if (threads > 1 && macs >= MIN_THREADED_MACS && (p->npanels > 1 || M > MR)) {
+    /* One run at a time owns the pool; a run that finds it taken (another
+     * worker thread's) computes alone, which is what it would get anyway
+     * with the cores shared out between workers. */
+    pool *pl = atomic_load_explicit(&g_pool, memory_order_acquire);
+    if (pl && !atomic_flag_test_and_set_explicit(&pl->busy, memory_order_acquire)) {
+      pool_run(pl, threads, p, x, M, bias, y, relu);
+      atomic_flag_clear_explicit(&pl->busy, memory_order_release);
+      return;
+    }
+  }
+  avx512_part(p, x, bias, y, relu, 0, M, 0, p->npanels);
+#endif
+}
