@@ -493,7 +493,8 @@ grove_status grove_model_open(const char *dir, const grove_model_opts *opts, gro
   }
   if (!s) {
     s = size_scratch(m, err);
-    if (s) grove_err_prefix(err, "%s", dir);
+    /* Outputs that disagree with the spec are the spec's fault. */
+    if (s) grove_err_prefix(err, "%s", s == GROVE_E_SPEC ? spec_path : dir);
   }
   free(text);
   free(spec_path);

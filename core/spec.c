@@ -343,8 +343,8 @@ static grove_status build(ctx *c, const json_t *v, const char *jp, const char *m
                           grove_module **out) {
   *out = NULL;
   if (depth > MAX_DEPTH)
-    return grove_err_set(c->err, GROVE_E_SPEC, "%s: modules nested more than %d deep", jp,
-                         MAX_DEPTH);
+    return grove_err_set(c->err, GROVE_E_SPEC, "modules nested more than %d deep, at %s",
+                         MAX_DEPTH, jp); /* the path is long: the reason goes first */
   if (json_is_null(v) && depth > 0) return GROVE_OK;
   if (!json_is_object(v))
     return expected(c->err, jp, "an object describing a module ({\"type\": ...} or {\"ref\": ...})",
