@@ -58,26 +58,38 @@ const grove__layer_def *grove__layer_defs(size_t *n) {
  * is short (numbers, short strings), else its kind. */
 static void describe(const json_t *v, char *buf, size_t n) {
   switch (json_typeof(v)) {
-  case JSON_NULL: snprintf(buf, n, "null"); return;
-  case JSON_TRUE: snprintf(buf, n, "true"); return;
-  case JSON_FALSE: snprintf(buf, n, "false"); return;
-  case JSON_INTEGER: snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); return;
-  case JSON_REAL: {
-    /* 1.0 must not read as the integer 1: a real where an integer is
-     * expected is the very mistake being reported. */
-    snprintf(buf, n, "%.17g", json_real_value(v));
-    if (!strpbrk(buf, ".eEni")) strncat(buf, ".0", n - strlen(buf) - 1);
-    return;
-  }
-  case JSON_STRING:
-    if (json_string_length(v) <= 40) snprintf(buf, n, "\"%s\"", json_string_value(v));
-    else snprintf(buf, n, "a string of %zu bytes", json_string_length(v));
-    return;
-  case JSON_ARRAY:
-    snprintf(buf, n, "an array of %zu item%s", json_array_size(v),
-             json_array_size(v) == 1 ? "" : "s");
-    return;
-  case JSON_OBJECT: snprintf(buf, n, "an object"); return;
+    case JSON_NULL:
+      snprintf(buf, n, "null");
+      return;
+    case JSON_TRUE:
+      snprintf(buf, n, "true");
+      return;
+    case JSON_FALSE:
+      snprintf(buf, n, "false");
+      return;
+    case JSON_INTEGER:
+      snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+      return;
+    case JSON_REAL: {
+      /* 1.0 must not read as the integer 1: a real where an integer is
+       * expected is the very mistake being reported. */
+      snprintf(buf, n, "%.17g", json_real_value(v));
+      if (!strpbrk(buf, ".eEni")) strncat(buf, ".0", n - strlen(buf) - 1);
+      return;
+    }
+    case JSON_STRING:
+      if (json_string_length(v) <= 40)
+        snprintf(buf, n, "\"%s\"", json_string_value(v));
+      else
+        snprintf(buf, n, "a string of %zu bytes", json_string_length(v));
+      return;
+    case JSON_ARRAY:
+      snprintf(buf, n, "an array of %zu item%s", json_array_size(v),
+               json_array_size(v) == 1 ? "" : "s");
+      return;
+    case JSON_OBJECT:
+      snprintf(buf, n, "an object");
+      return;
   }
   snprintf(buf, n, "an unknown JSON value");
 }
@@ -96,20 +108,31 @@ static grove_status missing(const char *path, const char *type, const char *key,
 
 /* "a positive integer", "an integer in [-3, 2]", ... for [min, max]. */
 static void int_range_words(int64_t min, int64_t max, char *buf, size_t n) {
-  if (min == INT64_MIN && max == INT64_MAX) snprintf(buf, n, "an integer");
-  else if (min == 1 && max == INT64_MAX) snprintf(buf, n, "a positive integer");
-  else if (min == 0 && max == INT64_MAX) snprintf(buf, n, "a non-negative integer");
-  else if (max == INT64_MAX) snprintf(buf, n, "an integer >= %" PRId64, min);
-  else if (min == INT64_MIN) snprintf(buf, n, "an integer <= %" PRId64, max);
-  else snprintf(buf, n, "an integer in [%" PRId64 ", %" PRId64 "]", min, max);
+  if (min == INT64_MIN && max == INT64_MAX)
+    snprintf(buf, n, "an integer");
+  else if (min == 1 && max == INT64_MAX)
+    snprintf(buf, n, "a positive integer");
+  else if (min == 0 && max == INT64_MAX)
+    snprintf(buf, n, "a non-negative integer");
+  else if (max == INT64_MAX)
+    snprintf(buf, n, "an integer >= %" PRId64, min);
+  else if (min == INT64_MIN)
+    snprintf(buf, n, "an integer <= %" PRId64, max);
+  else
+    snprintf(buf, n, "an integer in [%" PRId64 ", %" PRId64 "]", min, max);
 }
 
 static void number_range_words(double min, double max, char *buf, size_t n) {
-  if (isinf(min) && isinf(max)) snprintf(buf, n, "a number");
-  else if (min == 0 && isinf(max)) snprintf(buf, n, "a non-negative number");
-  else if (isinf(max)) snprintf(buf, n, "a number >= %g", min);
-  else if (isinf(min)) snprintf(buf, n, "a number <= %g", max);
-  else snprintf(buf, n, "a number in [%g, %g]", min, max);
+  if (isinf(min) && isinf(max))
+    snprintf(buf, n, "a number");
+  else if (min == 0 && isinf(max))
+    snprintf(buf, n, "a non-negative number");
+  else if (isinf(max))
+    snprintf(buf, n, "a number >= %g", min);
+  else if (isinf(min))
+    snprintf(buf, n, "a number <= %g", max);
+  else
+    snprintf(buf, n, "a number in [%g, %g]", min, max);
 }
 
 /* ------------------------------------------------------------ readers */
@@ -157,9 +180,9 @@ static grove_status int_value(const json_t *v, const char *path, const char *key
   return GROVE_OK;
 }
 
-grove_status grove__json_int(const json_t *obj, const char *path, const char *type,
-                             const char *key, bool required, int64_t dflt, int64_t min,
-                             int64_t max, int64_t *out, grove_err *err) {
+grove_status grove__json_int(const json_t *obj, const char *path, const char *type, const char *key,
+                             bool required, int64_t dflt, int64_t min, int64_t max, int64_t *out,
+                             grove_err *err) {
   const json_t *v = json_object_get(obj, key);
   if (!v) {
     if (required) return missing(path, type, key, err);
@@ -191,8 +214,7 @@ grove_status grove__json_int_or_null(const json_t *obj, const char *path, const 
 
 grove_status grove__json_number_or_null(const json_t *obj, const char *path, const char *type,
                                         const char *key, bool dflt_null, double dflt, double min,
-                                        double max, double *out, bool *is_null,
-                                        grove_err *err) {
+                                        double max, double *out, bool *is_null, grove_err *err) {
   const json_t *v = json_object_get(obj, key);
   if (!v || json_is_null(v)) {
     *is_null = v ? true : dflt_null;

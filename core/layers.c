@@ -127,8 +127,7 @@ const grove_module_type grove__sequential_type = {
     .forward = sequential_forward,
 };
 const grove_module_type grove__module_list_type = {
-    .name = "ModuleList",
-    .forward = NULL, /* not callable, like torch's ModuleList */
+    .name = "ModuleList", .forward = NULL, /* not callable, like torch's ModuleList */
 };
 const grove_module_type grove__module_dict_type = {
     .name = "ModuleDict",
@@ -221,8 +220,10 @@ static grove_status flatten_forward(const grove_module *m, grove_fwd *f, const g
   grove_status s = grove__layer_input("Flatten", f, in, GROVE_DTYPE_COUNT, &x);
   if (s != GROVE_OK) return s;
   int sd, ed;
-  if (!wrap_dim(p->start_dim, x.ndim, &sd)) return dim_error(f, "Flatten", "start_dim", p->start_dim, x.ndim);
-  if (!wrap_dim(p->end_dim, x.ndim, &ed)) return dim_error(f, "Flatten", "end_dim", p->end_dim, x.ndim);
+  if (!wrap_dim(p->start_dim, x.ndim, &sd))
+    return dim_error(f, "Flatten", "start_dim", p->start_dim, x.ndim);
+  if (!wrap_dim(p->end_dim, x.ndim, &ed))
+    return dim_error(f, "Flatten", "end_dim", p->end_dim, x.ndim);
   if (sd > ed)
     return grove_err_set(f->err, GROVE_E_SHAPE,
                          "Flatten: start_dim %d comes after end_dim %d for a %d-d input",
@@ -234,7 +235,8 @@ static grove_status flatten_forward(const grove_module *m, grove_fwd *f, const g
   } else {
     int64_t merged = 1;
     for (int i = 0; i < x.ndim; i++) {
-      if (i < sd || i > ed) shape[nd++] = x.shape[i];
+      if (i < sd || i > ed)
+        shape[nd++] = x.shape[i];
       else {
         merged *= x.shape[i];
         if (i == ed) shape[nd++] = merged;
@@ -267,11 +269,15 @@ grove_status grove__flatten_from_json(const json_t *obj, const char *path, grove
   static const char *const keys[] = {"start_dim", "end_dim", NULL};
   int64_t sd, ed;
   grove_status s = grove__json_check_keys(obj, path, "Flatten", keys, err);
-  if (!s) s = grove__json_int(obj, path, "Flatten", "start_dim", false, 1, -GROVE_MAX_DIMS,
-                              GROVE_MAX_DIMS - 1, &sd, err);
-  if (!s) s = grove__json_int(obj, path, "Flatten", "end_dim", false, -1, -GROVE_MAX_DIMS,
-                              GROVE_MAX_DIMS - 1, &ed, err);
-  return s != GROVE_OK ? s : grove__json_built(path, grove_flatten_new((int)sd, (int)ed, out, err), err);
+  if (!s)
+    s = grove__json_int(obj, path, "Flatten", "start_dim", false, 1, -GROVE_MAX_DIMS,
+                        GROVE_MAX_DIMS - 1, &sd, err);
+  if (!s)
+    s = grove__json_int(obj, path, "Flatten", "end_dim", false, -1, -GROVE_MAX_DIMS,
+                        GROVE_MAX_DIMS - 1, &ed, err);
+  return s != GROVE_OK
+             ? s
+             : grove__json_built(path, grove_flatten_new((int)sd, (int)ed, out, err), err);
 }
 
 /* ------------------------------------------------------------ Dropout */
@@ -477,8 +483,7 @@ grove_status grove_gelu_new(const char *approximate, grove_module **out, grove_e
   } else if (approximate && strcmp(approximate, "none") != 0) {
     *out = NULL;
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "GELU: approximate must be \"none\" or \"tanh\", got \"%s\"",
-                         approximate);
+                         "GELU: approximate must be \"none\" or \"tanh\", got \"%s\"", approximate);
   }
   return act_new(&grove__gelu_type, 0, tanh_approx, out, err);
 }
@@ -508,8 +513,9 @@ grove_status grove__leaky_relu_from_json(const json_t *obj, const char *path, gr
   double slope;
   bool inplace;
   grove_status s = grove__json_check_keys(obj, path, "LeakyReLU", keys, err);
-  if (!s) s = grove__json_number(obj, path, "LeakyReLU", "negative_slope", 0.01, -INFINITY,
-                                 INFINITY, &slope, err);
+  if (!s)
+    s = grove__json_number(obj, path, "LeakyReLU", "negative_slope", 0.01, -INFINITY, INFINITY,
+                           &slope, err);
   if (!s) s = grove__json_bool(obj, path, "LeakyReLU", "inplace", false, &inplace, err);
   return s != GROVE_OK ? s : grove__json_built(path, grove_leaky_relu_new(slope, out, err), err);
 }
@@ -560,8 +566,10 @@ static void softmax_rows(const float *restrict x, float *restrict y, int64_t out
     double sum = 0;
     if (as_log) {
       for (int64_t j = 0; j < n; j++) sum += expf(xr[j] - mx);
-      const float shift = mx + (float)log(sum);
-      for (int64_t j = 0; j < n; j++) yr[j] = xr[j] - shift;
+      /* (x - max) - log(sum), as torch: folding max and log(sum) into one
+       * float first would round away digits of large logits. */
+      const float lse = (float)log(sum);
+      for (int64_t j = 0; j < n; j++) yr[j] = (xr[j] - mx) - lse;
     } else {
       for (int64_t j = 0; j < n; j++) {
         yr[j] = expf(xr[j] - mx);
@@ -600,11 +608,11 @@ static void softmax_lanes(const float *restrict x, float *restrict y, int64_t ou
       }
     }
     if (as_log) {
-      for (int64_t k = 0; k < inner; k++) mx[k] += (float)log(sum[k]);
+      for (int64_t k = 0; k < inner; k++) sum[k] = log(sum[k]);
       for (int64_t j = 0; j < n; j++) {
         const float *xr = xb + j * inner;
         float *yr = yb + j * inner;
-        for (int64_t k = 0; k < inner; k++) yr[k] = xr[k] - mx[k];
+        for (int64_t k = 0; k < inner; k++) yr[k] = (xr[k] - mx[k]) - (float)sum[k];
       }
     } else {
       for (int64_t k = 0; k < inner; k++) mx[k] = (float)(1.0 / sum[k]);
@@ -631,9 +639,12 @@ static grove_status softmax_common(const grove_module *m, grove_fwd *f, const gr
   if (s != GROVE_OK) return s;
   int64_t outer = 1, n = 1, inner = 1;
   for (int i = 0; i < x.ndim; i++) {
-    if (i < d) outer *= x.shape[i];
-    else if (i == d) n = x.shape[i];
-    else inner *= x.shape[i];
+    if (i < d)
+      outer *= x.shape[i];
+    else if (i == d)
+      n = x.shape[i];
+    else
+      inner *= x.shape[i];
   }
   if (outer == 0 || n == 0 || inner == 0) return GROVE_OK;
   if (inner == 1) {
@@ -642,7 +653,8 @@ static grove_status softmax_common(const grove_module *m, grove_fwd *f, const gr
   }
   float *mx = grove_arena_alloc(f->arena, (size_t)inner * sizeof(float));
   double *sum = grove_arena_alloc(f->arena, (size_t)inner * sizeof(double));
-  if (!mx || !sum) return grove_err_set(f->err, GROVE_E_NOMEM, "%s: scratch arena is exhausted", layer);
+  if (!mx || !sum)
+    return grove_err_set(f->err, GROVE_E_NOMEM, "%s: scratch arena is exhausted", layer);
   softmax_lanes(x.data, out->v[0].data, outer, n, inner, mx, sum, as_log);
   return GROVE_OK;
 }
@@ -651,8 +663,8 @@ static grove_status softmax_forward(const grove_module *m, grove_fwd *f, const g
                                     grove_values *out) {
   return softmax_common(m, f, in, out, false);
 }
-static grove_status log_softmax_forward(const grove_module *m, grove_fwd *f,
-                                        const grove_values *in, grove_values *out) {
+static grove_status log_softmax_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                        grove_values *out) {
   return softmax_common(m, f, in, out, true);
 }
 
@@ -683,8 +695,9 @@ static grove_status softmax_from_json(const json_t *obj, const char *path, const
   int64_t dim;
   bool is_null;
   grove_status s = grove__json_check_keys(obj, path, type, keys, err);
-  if (!s) s = grove__json_int_or_null(obj, path, type, "dim", true, 0, -GROVE_MAX_DIMS,
-                                      GROVE_MAX_DIMS - 1, &dim, &is_null, err);
+  if (!s)
+    s = grove__json_int_or_null(obj, path, type, "dim", true, 0, -GROVE_MAX_DIMS,
+                                GROVE_MAX_DIMS - 1, &dim, &is_null, err);
   if (s != GROVE_OK) return s;
   if (is_null)
     grove__log(GROVE_LOG_WARN, "spec.softmax_implicit_dim",

@@ -39,8 +39,7 @@ static grove_status embedding_forward(const grove_module *m, grove_fwd *f, const
                          "Embedding: expected 1 input tensor, got %d", in->n);
   grove_dtype dt = in->v[0].dtype;
   if (dt != GROVE_I64 && dt != GROVE_I32)
-    return grove_err_set(f->err, GROVE_E_DTYPE,
-                         "Embedding: indices must be int64 or int32, got %s",
+    return grove_err_set(f->err, GROVE_E_DTYPE, "Embedding: indices must be int64 or int32, got %s",
                          grove_dtype_name(dt));
   grove_tensor idx;
   grove_status s = grove__layer_input("Embedding", f, in, dt, &idx);
@@ -100,8 +99,8 @@ const grove_module_type grove__embedding_type = {
     .forward = embedding_forward,
 };
 
-grove_status grove_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
-                                 int64_t padding_idx, grove_module **out, grove_err *err) {
+grove_status grove_embedding_new(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx,
+                                 grove_module **out, grove_err *err) {
   *out = NULL;
   uint64_t nw;
   if (num_embeddings <= 0 || embedding_dim <= 0 ||
@@ -141,9 +140,9 @@ grove_status grove_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
  * to the weight), which a serving tree never does: refused. */
 grove_status grove__embedding_from_json(const json_t *obj, const char *path, grove_module **out,
                                         grove_err *err) {
-  static const char *const keys[] = {"num_embeddings", "embedding_dim", "padding_idx",
-                                     "max_norm",       "norm_type",     "scale_grad_by_freq",
-                                     "sparse",         NULL};
+  static const char *const keys[] = {
+      "num_embeddings", "embedding_dim",      "padding_idx", "max_norm",
+      "norm_type",      "scale_grad_by_freq", "sparse",      NULL};
   const char *T = "Embedding";
   int64_t V, D, pad;
   bool pad_null, flag;
@@ -151,8 +150,9 @@ grove_status grove__embedding_from_json(const json_t *obj, const char *path, gro
   grove_status s = grove__json_check_keys(obj, path, T, keys, err);
   if (!s) s = grove__json_int(obj, path, T, "num_embeddings", true, 0, 1, INT64_MAX, &V, err);
   if (!s) s = grove__json_int(obj, path, T, "embedding_dim", true, 0, 1, INT64_MAX, &D, err);
-  if (!s) s = grove__json_int_or_null(obj, path, T, "padding_idx", true, 0, -V, V - 1, &pad,
-                                      &pad_null, err);
+  if (!s)
+    s = grove__json_int_or_null(obj, path, T, "padding_idx", true, 0, -V, V - 1, &pad, &pad_null,
+                                err);
   if (s != GROVE_OK) return s;
   const json_t *mn = json_object_get(obj, "max_norm");
   if (mn && !json_is_null(mn))

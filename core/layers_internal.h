@@ -84,8 +84,8 @@ grove_status grove__json_check_keys(const struct json_t *obj, const char *path, 
 
 /* A JSON integer in [min, max]. */
 grove_status grove__json_int(const struct json_t *obj, const char *path, const char *type,
-                             const char *key, bool required, int64_t dflt, int64_t min,
-                             int64_t max, int64_t *out, grove_err *err);
+                             const char *key, bool required, int64_t dflt, int64_t min, int64_t max,
+                             int64_t *out, grove_err *err);
 /* As grove__json_int, but null is allowed too and sets *is_null (an absent
  * key means null when dflt_null, else dflt). */
 grove_status grove__json_int_or_null(const struct json_t *obj, const char *path, const char *type,
@@ -134,8 +134,8 @@ grove_status grove__module_list_from_json(const struct json_t *obj, const char *
                                           grove_module **out, grove_err *err);
 grove_status grove__module_dict_from_json(const struct json_t *obj, const char *path,
                                           grove_module **out, grove_err *err);
-grove_status grove__linear_from_json(const struct json_t *obj, const char *path,
-                                     grove_module **out, grove_err *err);
+grove_status grove__linear_from_json(const struct json_t *obj, const char *path, grove_module **out,
+                                     grove_err *err);
 grove_status grove__identity_from_json(const struct json_t *obj, const char *path,
                                        grove_module **out, grove_err *err);
 grove_status grove__flatten_from_json(const struct json_t *obj, const char *path,

@@ -112,7 +112,8 @@ grove_status grove__linear_forward_act(const grove_module *m, grove_fwd *f, cons
   if (s != GROVE_OK) return s;
   out->n = 1;
   assert(p->pack);
-  if (M > 0) grove__linear_run(p->pack, x.data, M, p->use_bias ? p->bias : NULL, out->v[0].data, act);
+  if (M > 0)
+    grove__linear_run(p->pack, x.data, M, p->use_bias ? p->bias : NULL, out->v[0].data, act);
   return GROVE_OK;
 }
 
@@ -140,9 +141,8 @@ grove_status grove_linear_new(int64_t in_features, int64_t out_features, bool bi
   uint64_t nw;
   if (grove__mul_overflow_u64((uint64_t)in_features, (uint64_t)out_features, &nw) ||
       nw > (uint64_t)INT64_MAX / sizeof(float))
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "Linear: %lld x %lld weights are too many", (long long)out_features,
-                         (long long)in_features);
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "Linear: %lld x %lld weights are too many",
+                         (long long)out_features, (long long)in_features);
   linear_impl *p = calloc(1, sizeof *p + (size_t)out_features * sizeof(float));
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "Linear: out of memory");
   p->in_features = in_features;
@@ -174,8 +174,12 @@ grove_status grove__linear_from_json(const json_t *obj, const char *path, grove_
   int64_t in_f, out_f;
   bool bias;
   grove_status s = grove__json_check_keys(obj, path, "Linear", keys, err);
-  if (!s) s = grove__json_int(obj, path, "Linear", "in_features", true, 0, 1, INT64_MAX, &in_f, err);
-  if (!s) s = grove__json_int(obj, path, "Linear", "out_features", true, 0, 1, INT64_MAX, &out_f, err);
+  if (!s)
+    s = grove__json_int(obj, path, "Linear", "in_features", true, 0, 1, INT64_MAX, &in_f, err);
+  if (!s)
+    s = grove__json_int(obj, path, "Linear", "out_features", true, 0, 1, INT64_MAX, &out_f, err);
   if (!s) s = grove__json_bool(obj, path, "Linear", "bias", true, &bias, err);
-  return s != GROVE_OK ? s : grove__json_built(path, grove_linear_new(in_f, out_f, bias, out, err), err);
+  return s != GROVE_OK
+             ? s
+             : grove__json_built(path, grove_linear_new(in_f, out_f, bias, out, err), err);
 }

@@ -44,10 +44,10 @@ typedef struct bn_impl {
   double eps;
   double momentum; /* NaN for None; kept for the exporter, unused in eval */
   bool affine, track_running_stats;
-  bool use_running; /* running_mean and running_var are not None */
-  float *scale, *shift;   /* folded running statistics (use_running) */
-  float *weight, *bias;   /* the affine parameters, 1 and 0 when None */
-  float data[];           /* 4 * C floats behind the four pointers */
+  bool use_running;     /* running_mean and running_var are not None */
+  float *scale, *shift; /* folded running statistics (use_running) */
+  float *weight, *bias; /* the affine parameters, 1 and 0 when None */
+  float data[];         /* 4 * C floats behind the four pointers */
 } bn_impl;
 
 static grove_status bn_refresh(grove_module *m, grove_err *err) {
@@ -77,11 +77,15 @@ static grove_status bn_refresh(grove_module *m, grove_err *err) {
                            names[i], grove_dtype_name(all[i]->dtype));
   }
   grove_status s = GROVE_OK;
-  if (w) s = grove__copy_f32(p->weight, C, w, "BatchNorm1d", "weight", err);
-  else for (int64_t c = 0; c < C; c++) p->weight[c] = 1.0f;
+  if (w)
+    s = grove__copy_f32(p->weight, C, w, "BatchNorm1d", "weight", err);
+  else
+    for (int64_t c = 0; c < C; c++) p->weight[c] = 1.0f;
   if (s != GROVE_OK) return s;
-  if (b) s = grove__copy_f32(p->bias, C, b, "BatchNorm1d", "bias", err);
-  else memset(p->bias, 0, (size_t)C * sizeof(float));
+  if (b)
+    s = grove__copy_f32(p->bias, C, b, "BatchNorm1d", "bias", err);
+  else
+    memset(p->bias, 0, (size_t)C * sizeof(float));
   if (s != GROVE_OK) return s;
   p->use_running = rm != NULL;
   if (!p->use_running) return GROVE_OK;
@@ -207,8 +211,10 @@ static grove_status bn_load_fixup(grove_module *m, grove_state_dict *sd, const c
   grove_status s = GROVE_OK;
   if (!grove_sd_contains(sd, key)) {
     grove_tensor *t = grove_tensor_new(GROVE_I64, 0, NULL, err);
-    if (!t) s = err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
-    else s = grove_sd_set(sd, key, t, err);
+    if (!t)
+      s = err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
+    else
+      s = grove_sd_set(sd, key, t, err);
     grove_tensor_release(t);
   }
   free(key);
@@ -277,7 +283,7 @@ grove_status grove_batch_norm1d_new(int64_t num_features, double eps, double mom
 
 grove_status grove__batch_norm1d_from_json(const json_t *obj, const char *path, grove_module **out,
                                            grove_err *err) {
-  static const char *const keys[] = {"num_features", "eps", "momentum", "affine",
+  static const char *const keys[] = {"num_features",        "eps", "momentum", "affine",
                                      "track_running_stats", NULL};
   const char *T = "BatchNorm1d";
   int64_t C;
@@ -286,8 +292,9 @@ grove_status grove__batch_norm1d_from_json(const json_t *obj, const char *path, 
   grove_status s = grove__json_check_keys(obj, path, T, keys, err);
   if (!s) s = grove__json_int(obj, path, T, "num_features", true, 0, 1, INT64_MAX, &C, err);
   if (!s) s = grove__json_number(obj, path, T, "eps", 1e-5, 0.0, INFINITY, &eps, err);
-  if (!s) s = grove__json_number_or_null(obj, path, T, "momentum", false, 0.1, -INFINITY,
-                                         INFINITY, &momentum, &momentum_null, err);
+  if (!s)
+    s = grove__json_number_or_null(obj, path, T, "momentum", false, 0.1, -INFINITY, INFINITY,
+                                   &momentum, &momentum_null, err);
   if (!s) s = grove__json_bool(obj, path, T, "affine", true, &affine, err);
   if (!s) s = grove__json_bool(obj, path, T, "track_running_stats", true, &track, err);
   if (s != GROVE_OK) return s;
@@ -322,8 +329,8 @@ static grove_status ln_refresh(grove_module *m, grove_err *err) {
       char got[128], want[128];
       grove_shape_str(all[i]->ndim, all[i]->shape, got, sizeof got);
       grove_shape_str(p->ndim, p->shape, want, sizeof want);
-      return grove_err_set(err, GROVE_E_SHAPE, "LayerNorm: %s has shape %s, expected %s",
-                           names[i], got, want);
+      return grove_err_set(err, GROVE_E_SHAPE, "LayerNorm: %s has shape %s, expected %s", names[i],
+                           got, want);
     }
     if (!grove_dtype_is_float(all[i]->dtype))
       return grove_err_set(err, GROVE_E_DTYPE, "LayerNorm: %s is %s, expected floating point",
@@ -474,20 +481,20 @@ grove_status grove_layer_norm_new(int ndim, const int64_t *normalized_shape, dou
  * exporter on a newer torch round-trips; bias is then None. */
 grove_status grove__layer_norm_from_json(const json_t *obj, const char *path, grove_module **out,
                                          grove_err *err) {
-  static const char *const keys[] = {"normalized_shape", "eps", "elementwise_affine", "bias",
-                                     NULL};
+  static const char *const keys[] = {"normalized_shape", "eps", "elementwise_affine", "bias", NULL};
   const char *T = "LayerNorm";
   int ndim = 0;
   int64_t shape[GROVE_MAX_DIMS];
   double eps;
   bool affine, bias;
   grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = grove__json_shape(obj, path, T, "normalized_shape", GROVE_MAX_DIMS - 1, &ndim,
-                                shape, err);
+  if (!s)
+    s = grove__json_shape(obj, path, T, "normalized_shape", GROVE_MAX_DIMS, &ndim, shape, err);
   if (!s) s = grove__json_number(obj, path, T, "eps", 1e-5, 0.0, INFINITY, &eps, err);
   if (!s) s = grove__json_bool(obj, path, T, "elementwise_affine", true, &affine, err);
   if (!s) s = grove__json_bool(obj, path, T, "bias", true, &bias, err);
-  if (!s) s = grove__json_built(path, grove_layer_norm_new(ndim, shape, eps, affine, out, err), err);
+  if (!s)
+    s = grove__json_built(path, grove_layer_norm_new(ndim, shape, eps, affine, out, err), err);
   if (s != GROVE_OK) return s;
   if (affine && !bias) {
     s = grove_module_register_parameter(*out, "bias", NULL, err);

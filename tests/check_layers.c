@@ -28,21 +28,67 @@
 
 /* Mirrors _cases() in tests/fixtures_gen/layers.py. */
 static const char *const cases[] = {
-    "linear_b1",        "linear_odd",         "linear_nobias",     "linear_3d",
-    "linear_1d",        "linear_big",         "mlp",               "mlp_b1",
-    "mlp_mixed",        "identity",           "flatten_default",   "flatten_0_2",
-    "flatten_neg",      "flatten_0d",         "dropout",           "relu",
-    "leaky_relu",       "leaky_relu_02",      "gelu",              "gelu_tanh",
-    "silu",             "sigmoid",            "tanh",              "relu_3d_b1",
-    "softmax_1",        "softmax_neg",        "softmax_0",         "softmax_mid",
-    "softmax_neg2",     "softmax_none_1d",    "softmax_none_2d",   "softmax_none_3d",
-    "softmax_none_4d",  "softmax_large",      "softmax_b1",        "log_softmax_1",
-    "log_softmax_mid",  "log_softmax_none_3d", "log_softmax_large", "bn_2d",
-    "bn_3d",            "bn_b1",              "bn_noaffine",       "bn_eps",
-    "bn_nostats_2d",    "bn_nostats_3d",      "bn_nostats_noaffine", "ln_1",
-    "ln_2",             "ln_noaffine",        "ln_eps",            "ln_offset",
-    "ln_1d",            "ln_wide",            "emb",               "emb_pad",
-    "emb_i32",          "emb_0d",
+    "linear_b1",
+    "linear_odd",
+    "linear_nobias",
+    "linear_3d",
+    "linear_1d",
+    "linear_big",
+    "mlp",
+    "mlp_b1",
+    "mlp_mixed",
+    "identity",
+    "flatten_default",
+    "flatten_0_2",
+    "flatten_neg",
+    "flatten_0d",
+    "dropout",
+    "relu",
+    "leaky_relu",
+    "leaky_relu_02",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "relu_3d_b1",
+    "softmax_1",
+    "softmax_neg",
+    "softmax_0",
+    "softmax_mid",
+    "softmax_neg2",
+    "softmax_none_1d",
+    "softmax_none_2d",
+    "softmax_none_3d",
+    "softmax_none_4d",
+    "softmax_large",
+    "softmax_b1",
+    "log_softmax_1",
+    "log_softmax_mid",
+    "log_softmax_none_3d",
+    "log_softmax_large",
+    "log_softmax_offset",
+    "log_softmax_lanes_offset",
+    "softmax_wide",
+    "bn_2d",
+    "bn_3d",
+    "bn_b1",
+    "bn_noaffine",
+    "bn_eps",
+    "bn_nostats_2d",
+    "bn_nostats_3d",
+    "bn_nostats_noaffine",
+    "ln_1",
+    "ln_2",
+    "ln_noaffine",
+    "ln_eps",
+    "ln_offset",
+    "ln_1d",
+    "ln_wide",
+    "emb",
+    "emb_pad",
+    "emb_i32",
+    "emb_0d",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -94,7 +140,8 @@ static grove_module *build_case(const char *name, grove_err *err) {
   int64_t sh35[2] = {3, 5}, n8 = 8, n7 = 7, n16 = 16, n32 = 32, n9 = 9, n301 = 301;
   if (strcmp(name, "mlp") == 0 || strcmp(name, "mlp_b1") == 0) return build_mlp(err);
   if (strcmp(name, "mlp_mixed") == 0) return build_mlp_mixed(err);
-  if (0) {}
+  if (0) {
+  }
   CASE("linear_b1", grove_linear_new(64, 32, true, &m, err));
   CASE("linear_odd", grove_linear_new(13, 7, true, &m, err));
   CASE("linear_nobias", grove_linear_new(10, 3, false, &m, err));
@@ -131,6 +178,9 @@ static grove_module *build_case(const char *name, grove_err *err) {
   CASE("log_softmax_mid", grove_log_softmax_new(true, 1, &m, err));
   CASE("log_softmax_none_3d", grove_log_softmax_new(false, 0, &m, err));
   CASE("log_softmax_large", grove_log_softmax_new(true, -1, &m, err));
+  CASE("log_softmax_offset", grove_log_softmax_new(true, 1, &m, err));
+  CASE("log_softmax_lanes_offset", grove_log_softmax_new(true, 0, &m, err));
+  CASE("softmax_wide", grove_softmax_new(true, -1, &m, err));
   CASE("bn_2d", grove_batch_norm1d_new(6, 1e-5, 0.1, true, true, &m, err));
   CASE("bn_3d", grove_batch_norm1d_new(4, 1e-5, 0.1, true, true, &m, err));
   CASE("bn_b1", grove_batch_norm1d_new(6, 1e-5, 0.1, true, true, &m, err));
@@ -663,8 +713,7 @@ START_TEST(test_state_dict_layout) {
   assert_keys(m, (const char *const[]){"weight", "bias", "running_mean", "running_var",
                                        "num_batches_tracked", NULL});
   ck_assert_ok(grove_batch_norm1d_new(4, 1e-5, 0.1, false, true, &m, &err), &err);
-  assert_keys(m, (const char *const[]){"running_mean", "running_var", "num_batches_tracked",
-                                       NULL});
+  assert_keys(m, (const char *const[]){"running_mean", "running_var", "num_batches_tracked", NULL});
   ck_assert_ok(grove_batch_norm1d_new(4, 1e-5, 0.1, false, false, &m, &err), &err);
   ck_assert_uint_eq(m->nbuffers, 3);
   assert_keys(m, (const char *const[]){NULL});
@@ -803,9 +852,10 @@ START_TEST(test_registry) {
   json_ok("{\"type\": \"ModuleList\", \"children\": []}", "ModuleList");
   json_ok("{\"type\": \"ModuleDict\", \"children\": {}}", "ModuleDict");
   json_ok("{\"type\": \"Linear\", \"in_features\": 3, \"out_features\": 2}", "Linear");
-  json_ok("{\"type\": \"Linear\", \"in_features\": 3, \"out_features\": 2, \"bias\": false, "
-          "\"tied\": {\"weight\": \"x.weight\"}}",
-          "Linear");
+  json_ok(
+      "{\"type\": \"Linear\", \"in_features\": 3, \"out_features\": 2, \"bias\": false, "
+      "\"tied\": {\"weight\": \"x.weight\"}}",
+      "Linear");
   json_ok("{\"type\": \"Identity\"}", "Identity");
   json_ok("{\"type\": \"Flatten\", \"start_dim\": 0, \"end_dim\": -2}", "Flatten");
   json_ok("{\"type\": \"Dropout\", \"p\": 0, \"inplace\": true}", "Dropout");
@@ -819,17 +869,20 @@ START_TEST(test_registry) {
   json_ok("{\"type\": \"Softmax\", \"dim\": -1}", "Softmax");
   json_ok("{\"type\": \"Softmax\", \"dim\": null}", "Softmax");
   json_ok("{\"type\": \"LogSoftmax\"}", "LogSoftmax");
-  json_ok("{\"type\": \"BatchNorm1d\", \"num_features\": 4, \"eps\": 0.001, \"momentum\": null, "
-          "\"affine\": false, \"track_running_stats\": false}",
-          "BatchNorm1d");
-  json_ok("{\"type\": \"LayerNorm\", \"normalized_shape\": [2, 3], \"eps\": 1e-6, "
-          "\"elementwise_affine\": true}",
-          "LayerNorm");
+  json_ok(
+      "{\"type\": \"BatchNorm1d\", \"num_features\": 4, \"eps\": 0.001, \"momentum\": null, "
+      "\"affine\": false, \"track_running_stats\": false}",
+      "BatchNorm1d");
+  json_ok(
+      "{\"type\": \"LayerNorm\", \"normalized_shape\": [2, 3], \"eps\": 1e-6, "
+      "\"elementwise_affine\": true}",
+      "LayerNorm");
   json_ok("{\"type\": \"LayerNorm\", \"normalized_shape\": 5}", "LayerNorm");
-  json_ok("{\"type\": \"Embedding\", \"num_embeddings\": 5, \"embedding_dim\": 2, "
-          "\"padding_idx\": null, \"max_norm\": null, \"norm_type\": 2.0, "
-          "\"scale_grad_by_freq\": false, \"sparse\": true}",
-          "Embedding");
+  json_ok(
+      "{\"type\": \"Embedding\", \"num_embeddings\": 5, \"embedding_dim\": 2, "
+      "\"padding_idx\": null, \"max_norm\": null, \"norm_type\": 2.0, "
+      "\"scale_grad_by_freq\": false, \"sparse\": true}",
+      "Embedding");
 }
 END_TEST
 
@@ -837,9 +890,8 @@ START_TEST(test_json_values) {
   grove_err err = {0};
   grove_module *m;
   /* Defaults are torch's. */
-  ck_assert_ok(from_json("{\"type\": \"Linear\", \"in_features\": 3, \"out_features\": 2}", &m,
-                         &err),
-               &err);
+  ck_assert_ok(
+      from_json("{\"type\": \"Linear\", \"in_features\": 3, \"out_features\": 2}", &m, &err), &err);
   ck_assert_ptr_nonnull(grove_module_param(m, "bias"));
   grove_module_release(m);
   ck_assert_ok(from_json("{\"type\": \"BatchNorm1d\", \"num_features\": 3}", &m, &err), &err);
@@ -859,9 +911,9 @@ START_TEST(test_json_values) {
   ck_assert_int_eq(grove__embedding_padding_idx(m), -1);
   grove_module_release(m);
   /* torch >= 2.1's LayerNorm(bias=False). */
-  ck_assert_ok(from_json("{\"type\": \"LayerNorm\", \"normalized_shape\": [4], \"bias\": false}",
-                         &m, &err),
-               &err);
+  ck_assert_ok(
+      from_json("{\"type\": \"LayerNorm\", \"normalized_shape\": [4], \"bias\": false}", &m, &err),
+      &err);
   ck_assert_ptr_nonnull(grove_module_param(m, "weight"));
   ck_assert_ptr_null(grove_module_param(m, "bias"));
   ck_assert_uint_eq(m->nparams, 2);
@@ -910,30 +962,35 @@ START_TEST(test_json_errors) {
   json_err("{\"type\": \"LayerNorm\", \"normalized_shape\": [4, 0]}", GROVE_E_SPEC,
            "$.module.normalized_shape[1]: expected a positive integer, got 0");
   json_err("{\"type\": \"LayerNorm\", \"normalized_shape\": []}", GROVE_E_SPEC,
-           "$.module.normalized_shape: expected a positive integer or a list of 1 to 7 positive "
+           "$.module.normalized_shape: expected a positive integer or a list of 1 to 8 positive "
            "integers, got an array of 0 items");
   json_err("{\"type\": \"LayerNorm\", \"normalized_shape\": \"4\"}", GROVE_E_SPEC,
-           "$.module.normalized_shape: expected a positive integer or a list of 1 to 7 positive "
+           "$.module.normalized_shape: expected a positive integer or a list of 1 to 8 positive "
            "integers, got \"4\"");
   json_err("{\"type\": \"LayerNorm\", \"normalized_shape\": -4}", GROVE_E_SPEC,
            "$.module.normalized_shape: expected a positive integer, got -4");
   json_err("{\"type\": \"LayerNorm\", \"normalized_shape\": 4, \"elementwise_affine\": 0}",
            GROVE_E_SPEC, "$.module.elementwise_affine: expected true or false, got 0");
-  json_err("{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
-           "\"padding_idx\": 10}",
-           GROVE_E_SPEC, "$.module.padding_idx: expected an integer in [-10, 9] or null, got 10");
-  json_err("{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
-           "\"padding_idx\": -11}",
-           GROVE_E_SPEC, "$.module.padding_idx: expected an integer in [-10, 9] or null, got -11");
-  json_err("{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
-           "\"sparse\": \"no\"}",
-           GROVE_E_SPEC, "$.module.sparse: expected true or false, got \"no\"");
-  json_err("{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
-           "\"norm_type\": null}",
-           GROVE_E_SPEC, "$.module.norm_type: expected a number, got null");
-  json_err("{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
-           "\"scale_grad_by_freq\": 1}",
-           GROVE_E_SPEC, "$.module.scale_grad_by_freq: expected true or false, got 1");
+  json_err(
+      "{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
+      "\"padding_idx\": 10}",
+      GROVE_E_SPEC, "$.module.padding_idx: expected an integer in [-10, 9] or null, got 10");
+  json_err(
+      "{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
+      "\"padding_idx\": -11}",
+      GROVE_E_SPEC, "$.module.padding_idx: expected an integer in [-10, 9] or null, got -11");
+  json_err(
+      "{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
+      "\"sparse\": \"no\"}",
+      GROVE_E_SPEC, "$.module.sparse: expected true or false, got \"no\"");
+  json_err(
+      "{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
+      "\"norm_type\": null}",
+      GROVE_E_SPEC, "$.module.norm_type: expected a number, got null");
+  json_err(
+      "{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
+      "\"scale_grad_by_freq\": 1}",
+      GROVE_E_SPEC, "$.module.scale_grad_by_freq: expected true or false, got 1");
 
   /* Unknown keys, with and without arguments to suggest. */
   json_err("{\"type\": \"Linear\", \"in_features\": 3, \"out_feature\": 2}", GROVE_E_SPEC,
@@ -943,11 +1000,12 @@ START_TEST(test_json_errors) {
            "$.module.inplace: unknown argument (Sigmoid takes no arguments)");
   json_err("{\"type\": \"Sequential\", \"dim\": 1}", GROVE_E_SPEC,
            "$.module.dim: unknown argument (Sequential takes no arguments)");
-  json_err("{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
-           "\"_weight\": null}",
-           GROVE_E_SPEC,
-           "$.module._weight: unknown argument of Embedding (it takes: num_embeddings, "
-           "embedding_dim, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse)");
+  json_err(
+      "{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
+      "\"_weight\": null}",
+      GROVE_E_SPEC,
+      "$.module._weight: unknown argument of Embedding (it takes: num_embeddings, "
+      "embedding_dim, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse)");
 
   /* Missing required arguments. */
   json_err("{\"type\": \"Linear\", \"in_features\": 3}", GROVE_E_SPEC,
@@ -960,19 +1018,20 @@ START_TEST(test_json_errors) {
            "$.module.num_embeddings: missing required argument of Embedding");
 
   /* Values each reader accepts but the constructor cannot build. */
-  json_err("{\"type\": \"Linear\", \"in_features\": 1099511627776, "
-           "\"out_features\": 1099511627776}",
-           GROVE_E_SPEC,
-           "$.module: Linear: 1099511627776 x 1099511627776 weights are too many");
+  json_err(
+      "{\"type\": \"Linear\", \"in_features\": 1099511627776, "
+      "\"out_features\": 1099511627776}",
+      GROVE_E_SPEC, "$.module: Linear: 1099511627776 x 1099511627776 weights are too many");
   json_err("{\"type\": \"BatchNorm1d\", \"num_features\": 9223372036854775807}", GROVE_E_SPEC,
            "$.module: BatchNorm1d: num_features 9223372036854775807 is too large");
 
   /* Known but refused. */
-  json_err("{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
-           "\"max_norm\": 1.0}",
-           GROVE_E_UNSUPPORTED,
-           "$.module.max_norm: Embedding with max_norm is not supported (it renormalises the "
-           "weight during forward); export with max_norm=None");
+  json_err(
+      "{\"type\": \"Embedding\", \"num_embeddings\": 10, \"embedding_dim\": 2, "
+      "\"max_norm\": 1.0}",
+      GROVE_E_UNSUPPORTED,
+      "$.module.max_norm: Embedding with max_norm is not supported (it renormalises the "
+      "weight during forward); export with max_norm=None");
 }
 END_TEST
 

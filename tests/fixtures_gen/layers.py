@@ -103,6 +103,10 @@ def _cases():
         ("log_softmax_mid", lambda: nn.LogSoftmax(dim=1), lambda: _x((2, 5, 3))),
         ("log_softmax_none_3d", lambda: nn.LogSoftmax(), lambda: _x((3, 4, 5))),
         ("log_softmax_large", lambda: nn.LogSoftmax(dim=-1), lambda: _x((3, 9), 50.0)),
+        ("log_softmax_offset", lambda: nn.LogSoftmax(dim=1), lambda: _x((3, 9), 5.0, 1000.0)),
+        ("log_softmax_lanes_offset", lambda: nn.LogSoftmax(dim=0),
+         lambda: _x((9, 4), 5.0, 1000.0)),
+        ("softmax_wide", lambda: nn.Softmax(dim=-1), lambda: _x((2, 1000), 3.0)),
         # BatchNorm1d: (N, C) and (N, C, L), batch 1, no affine, batch
         # statistics (track_running_stats=False).
         ("bn_2d", lambda: nn.BatchNorm1d(6), lambda: _x((5, 6), 2.0, 0.5)),
