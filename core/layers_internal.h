@@ -53,7 +53,8 @@ int64_t grove__embedding_padding_idx(const grove_module *m);
 
 /* ------------------------------------------------------------ forward helpers */
 
-/* Checks that in holds exactly one tensor of dtype dt and sets *x to it, or,
+/* Checks that in holds exactly one tensor of dtype dt (GROVE_DTYPE_COUNT:
+ * any dtype, for the layers that only move data) and sets *x to it, or,
  * when it is not contiguous, to a contiguous copy in f's arena (inputs from a
  * user may be strided views; every layer runs on contiguous memory).  layer
  * names the layer in messages.  GROVE_E_INVALID_ARGUMENT for a wrong count,
