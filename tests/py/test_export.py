@@ -433,17 +433,31 @@ def test_predict_local_matches_torch():
 
 
 def test_predict_local_example_digits():
+    """examples/digits as committed: Grove's logits are torch's for the
+    architecture in examples/train_digits.py with the exported weights."""
     grove = grove_bin()
     d = os.path.join(ROOT, "examples", "digits")
     if not os.path.isfile(os.path.join(d, "model.json")):
         raise unittest.SkipTest("examples/digits not exported yet (examples/train_digits.py)")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "train_digits", os.path.join(ROOT, "examples", "train_digits.py"))
+    td = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(td)
+    model = td.build_model().eval()
+    header, _, data = read_safetensors(os.path.join(d, "weights.safetensors"))
+    model.load_state_dict(OrderedDict(
+        (k, torch.from_numpy(st_tensor(header, data, k).copy())) for k in header))
+    x = np.load(os.path.join(d, "sample.npy"))
+    labels = np.load(os.path.join(d, "sample_labels.npy"))
+    assert x.dtype == np.float32 and x.shape == (len(labels), 64), (x.dtype, x.shape)
     with tempfile.TemporaryDirectory() as tmp:
         yp = os.path.join(tmp, "out.npy")
         r = subprocess.run([grove, "predict", "--local", d, os.path.join(d, "sample.npy"), "-o",
                             yp], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
-        pred = np.load(yp).argmax(axis=1)
-        labels = np.load(os.path.join(d, "sample_labels.npy"))
-        assert pred.shape == labels.shape
-        # The sample rows are ones the model classifies right in torch.
-        assert (pred == labels).mean() >= 0.9, (pred, labels)
+        got = np.load(yp)
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy()
+    assert np.allclose(got, want, rtol=RTOL, atol=ATOL), float(np.max(np.abs(got - want)))
+    assert (got.argmax(axis=1) == labels).mean() >= 0.75, (got.argmax(axis=1), labels)
