@@ -58,8 +58,6 @@ void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, c
                        float *y, grove__act act);
 
 
-#endif
-
 /* ------------------------------------------------------------ layer registry */
 
 /* Builds one module from its model.json object (the "type" key already
@@ -82,3 +80,5 @@ typedef struct grove__layer_def {
 const grove__layer_def *grove__layer_find(const char *type);
 /* All defs, for messages listing what is supported; *n set to the count. */
 const grove__layer_def *grove__layer_defs(size_t *n);
+
+#endif

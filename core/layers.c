@@ -18,13 +18,6 @@
 
 #include "layers_internal.h"
 
-/* The Makefile builds with -O2, at which GCC 12 vectorises only loops whose
- * trip count it knows; the elementwise loops here are the whole cost of these
- * layers, so ask for the vectoriser explicitly. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("tree-vectorize")
-#endif
-
 /* ------------------------------------------------------------ helpers */
 
 const char *grove_module_type_name(const grove_module *m) {

@@ -18,11 +18,6 @@
 
 #include "layers_internal.h"
 
-/* See layers.c: -O2 alone does not vectorise loops of unknown length. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("tree-vectorize")
-#endif
-
 static grove_status make_param(grove_module *m, const char *name, bool buffer, int ndim,
                                const int64_t *shape, grove_dtype dt, float fill, grove_err *err) {
   grove_tensor *t = grove_tensor_new(dt, ndim, shape, err);

@@ -43,6 +43,7 @@ grove_status grove_tanh_new(grove_module **out, grove_err *err);
  * 0 for 0-, 1- and 3-d input, else 1). */
 grove_status grove_softmax_new(bool has_dim, int dim, grove_module **out, grove_err *err);
 grove_status grove_log_softmax_new(bool has_dim, int dim, grove_module **out, grove_err *err);
+/* momentum NaN means torch's momentum=None (a cumulative average). */
 grove_status grove_batch_norm1d_new(int64_t num_features, double eps, double momentum, bool affine,
                                     bool track_running_stats, grove_module **out, grove_err *err);
 grove_status grove_layer_norm_new(int ndim, const int64_t *normalized_shape, double eps,
