@@ -126,6 +126,15 @@ def _embedding_args(m, path):
             "scale_grad_by_freq": bool(m.scale_grad_by_freq), "sparse": bool(m.sparse)}
 
 
+def _layer_norm_args(m, path):
+    args = {"normalized_shape": [int(d) for d in m.normalized_shape], "eps": float(m.eps),
+            "elementwise_affine": bool(m.elementwise_affine)}
+    # torch >= 2.1: LayerNorm(bias=False) keeps the weight and drops the bias.
+    if m.elementwise_affine and getattr(m, "bias", True) is None:
+        args["bias"] = False
+    return args
+
+
 def _kinds():
     import torch.nn as nn
     none = lambda m, path: {}  # noqa: E731
@@ -157,9 +166,7 @@ def _kinds():
               params=("weight", "bias"),
               buffers=("running_mean", "running_var", "num_batches_tracked"),
               shape_preserving=True),
-        _Kind(nn.LayerNorm, lambda m, path: {
-            "normalized_shape": [int(d) for d in m.normalized_shape], "eps": float(m.eps),
-            "elementwise_affine": bool(m.elementwise_affine)},
+        _Kind(nn.LayerNorm, _layer_norm_args,
               params=("weight", "bias"), shape_preserving=True),
         _Kind(nn.Embedding, _embedding_args, params=("weight",)),
         _Kind(nn.Sequential, none, container=True),
