@@ -92,7 +92,8 @@ static grove_status read_text(const char *path, char **out, grove_err *err) {
     size_t got = fread(buf + len, 1, cap - 1 - len, f);
     len += got;
     if (got == 0) {
-      if (ferror(f)) s = grove_err_set(err, GROVE_E_IO, "%s: cannot read: %s", path, strerror(errno));
+      if (ferror(f))
+        s = grove_err_set(err, GROVE_E_IO, "%s: cannot read: %s", path, strerror(errno));
       break;
     }
   }
@@ -230,7 +231,8 @@ static grove_status collect_ties(grove_module *root, ties *out, grove_err *err) 
       char *k = grove__strdup(key);
       if (!slot || !k) {
         free(k);
-        s = slot ? nomem(err) : grove_err_set(err, GROVE_E_INTERNAL, "tied parameter %s: no slot", key);
+        s = slot ? nomem(err)
+                 : grove_err_set(err, GROVE_E_INTERNAL, "tied parameter %s: no slot", key);
         break;
       }
       g.items[g.n++] = (member){m, slot->name, k};
@@ -355,8 +357,9 @@ static grove_status trial_forward(grove_model *m, grove_arena *arena, int64_t ba
 /* The outputs the model produced must be those the spec lists. */
 static grove_status check_outputs(const grove_model *m, const grove_values *out, grove_err *err) {
   if ((size_t)out->n != m->noutputs)
-    return grove_err_set(err, GROVE_E_SPEC, "$.outputs: the model returns %d tensor(s), the spec lists %zu",
-                         out->n, m->noutputs);
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "$.outputs: the model returns %d tensor(s), the spec lists %zu", out->n,
+                         m->noutputs);
   for (size_t i = 0; i < m->noutputs; i++) {
     const grove_io_spec *sp = &m->outputs[i];
     const grove_tensor *t = &out->v[i];
@@ -369,7 +372,8 @@ static grove_status check_outputs(const grove_model *m, const grove_values *out,
                            "produces %s %s",
                            i, sp->name, grove_dtype_name(sp->dtype),
                            grove_shape_str(sp->ndim, sp->shape, a, sizeof a),
-                           grove_dtype_name(t->dtype), grove_shape_str(t->ndim, t->shape, b, sizeof b));
+                           grove_dtype_name(t->dtype),
+                           grove_shape_str(t->ndim, t->shape, b, sizeof b));
     }
   }
   return GROVE_OK;
@@ -388,8 +392,10 @@ static grove_status derive_outputs(grove_model *m, const grove_values *a, const 
     grove_io_spec *sp = &m->outputs[i];
     const grove_tensor *x = &a->v[i], *y = &b->v[i];
     char name[32];
-    if (n == 1) snprintf(name, sizeof name, "y");
-    else snprintf(name, sizeof name, "y%zu", i);
+    if (n == 1)
+      snprintf(name, sizeof name, "y");
+    else
+      snprintf(name, sizeof name, "y%zu", i);
     if (!(sp->name = grove__strdup(name))) return nomem(err);
     sp->dtype = x->dtype;
     sp->ndim = x->ndim;
@@ -455,12 +461,15 @@ static grove_status load_weights(grove_model *m, const grove_model_opts *opts, g
       grove_err_prefix(err, "%s", m->weights_path);
     } else if (!s) {
       for (size_t i = 0; i < rep.n_missing; i++)
-        grove__log(GROVE_LOG_WARN, "model.missing_key", "%s: %s: key missing from the checkpoint "
-                   "(non-strict load keeps the module's initial value)", m->weights_path,
-                   rep.missing[i]);
+        grove__log(GROVE_LOG_WARN, "model.missing_key",
+                   "%s: %s: key missing from the checkpoint "
+                   "(non-strict load keeps the module's initial value)",
+                   m->weights_path, rep.missing[i]);
       for (size_t i = 0; i < rep.n_unexpected; i++)
-        grove__log(GROVE_LOG_WARN, "model.unexpected_key", "%s: %s: key not in the model "
-                   "(ignored by the non-strict load)", m->weights_path, rep.unexpected[i]);
+        grove__log(GROVE_LOG_WARN, "model.unexpected_key",
+                   "%s: %s: key not in the model "
+                   "(ignored by the non-strict load)",
+                   m->weights_path, rep.unexpected[i]);
       s = retie(&t, sd, err);
     }
     grove_load_report_fini(&rep);
@@ -528,13 +537,12 @@ grove_status grove_model_check_inputs(const grove_model *m, const grove_tensor *
       dims_ok = sp->shape[d] == -1 || sp->shape[d] == t->shape[d];
     if (t->dtype != sp->dtype || !dims_ok) {
       char a[160], b[160];
-      return grove_err_set(err, t->dtype != sp->dtype ? GROVE_E_DTYPE : GROVE_E_SHAPE,
-                           "input '%s': expected %s %s, got %s %s", sp->name,
-                           grove_dtype_name(sp->dtype),
-                           grove_shape_str(sp->ndim, sp->shape, a, sizeof a),
-                           grove_dtype_name(t->dtype),
-                           grove_shape_str(t->ndim < 0 || t->ndim > GROVE_MAX_DIMS ? 0 : t->ndim,
-                                           t->shape, b, sizeof b));
+      return grove_err_set(
+          err, t->dtype != sp->dtype ? GROVE_E_DTYPE : GROVE_E_SHAPE,
+          "input '%s': expected %s %s, got %s %s", sp->name, grove_dtype_name(sp->dtype),
+          grove_shape_str(sp->ndim, sp->shape, a, sizeof a), grove_dtype_name(t->dtype),
+          grove_shape_str(t->ndim < 0 || t->ndim > GROVE_MAX_DIMS ? 0 : t->ndim, t->shape, b,
+                          sizeof b));
     }
     if (!t->data && grove_tensor_numel(t) > 0)
       return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "input '%s': no data", sp->name);

@@ -43,17 +43,33 @@
 /* What a JSON value is, for "got ..." in messages. */
 static void describe(const json_t *v, char *buf, size_t n) {
   switch (json_typeof(v)) {
-  case JSON_NULL: snprintf(buf, n, "null"); return;
-  case JSON_TRUE: snprintf(buf, n, "true"); return;
-  case JSON_FALSE: snprintf(buf, n, "false"); return;
-  case JSON_INTEGER: snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); return;
-  case JSON_REAL: snprintf(buf, n, "%.17g", json_real_value(v)); return;
-  case JSON_STRING:
-    if (json_string_length(v) <= 40) snprintf(buf, n, "\"%s\"", json_string_value(v));
-    else snprintf(buf, n, "a string of %zu bytes", json_string_length(v));
-    return;
-  case JSON_ARRAY: snprintf(buf, n, "an array of %zu items", json_array_size(v)); return;
-  case JSON_OBJECT: snprintf(buf, n, "an object"); return;
+    case JSON_NULL:
+      snprintf(buf, n, "null");
+      return;
+    case JSON_TRUE:
+      snprintf(buf, n, "true");
+      return;
+    case JSON_FALSE:
+      snprintf(buf, n, "false");
+      return;
+    case JSON_INTEGER:
+      snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+      return;
+    case JSON_REAL:
+      snprintf(buf, n, "%.17g", json_real_value(v));
+      return;
+    case JSON_STRING:
+      if (json_string_length(v) <= 40)
+        snprintf(buf, n, "\"%s\"", json_string_value(v));
+      else
+        snprintf(buf, n, "a string of %zu bytes", json_string_length(v));
+      return;
+    case JSON_ARRAY:
+      snprintf(buf, n, "an array of %zu items", json_array_size(v));
+      return;
+    case JSON_OBJECT:
+      snprintf(buf, n, "an object");
+      return;
   }
   snprintf(buf, n, "an unknown JSON value");
 }
@@ -84,8 +100,7 @@ static char *xprintf(const char *fmt, ...) {
  * contain anything). */
 static char *jpath_key(const char *base, const char *key) {
   bool plain = (isalpha((unsigned char)key[0]) || key[0] == '_');
-  for (const char *p = key; plain && *p; p++)
-    plain = isalnum((unsigned char)*p) || *p == '_';
+  for (const char *p = key; plain && *p; p++) plain = isalnum((unsigned char)*p) || *p == '_';
   if (plain) return xprintf("%s.%s", base, key);
   /* Escape quotes and backslashes so that the path stays unambiguous. */
   size_t n = strlen(key);
@@ -145,13 +160,13 @@ static bool is_container(const char *type) {
 /* ------------------------------------------------------------ tree building */
 
 typedef struct built {
-  char *path; /* dotted module path */
+  char *path;      /* dotted module path */
   grove_module *m; /* borrowed from the tree */
 } built;
 
 typedef struct tie {
-  grove_module *m; /* borrowed: the module whose slot is tied */
-  const char *param; /* borrowed from the JSON document */
+  grove_module *m;    /* borrowed: the module whose slot is tied */
+  const char *param;  /* borrowed from the JSON document */
   const char *target; /* dotted path of the parameter it shares, from the document */
   char *jpath;        /* "$.module.children[6].tied.weight" */
 } tie;
@@ -240,8 +255,9 @@ static grove_status record_ties(ctx *c, const json_t *tied, const char *jp, grov
   if (!tp) return nomem(c->err);
   grove_status s = GROVE_OK;
   if (!json_is_object(tied)) {
-    s = expected(c->err, tp, "an object mapping a parameter name to the dotted path of the "
-                             "parameter it shares",
+    s = expected(c->err, tp,
+                 "an object mapping a parameter name to the dotted path of the "
+                 "parameter it shares",
                  tied);
     free(tp);
     return s;
@@ -343,8 +359,8 @@ static grove_status build(ctx *c, const json_t *v, const char *jp, const char *m
                           grove_module **out) {
   *out = NULL;
   if (depth > MAX_DEPTH)
-    return grove_err_set(c->err, GROVE_E_SPEC, "modules nested more than %d deep, at %s",
-                         MAX_DEPTH, jp); /* the path is long: the reason goes first */
+    return grove_err_set(c->err, GROVE_E_SPEC, "modules nested more than %d deep, at %s", MAX_DEPTH,
+                         jp); /* the path is long: the reason goes first */
   if (json_is_null(v) && depth > 0) return GROVE_OK;
   if (!json_is_object(v))
     return expected(c->err, jp, "an object describing a module ({\"type\": ...} or {\"ref\": ...})",
@@ -373,8 +389,8 @@ static grove_status build(ctx *c, const json_t *v, const char *jp, const char *m
     char list[1024] = "";
     size_t used = 0;
     for (size_t i = 0; i < n && used < sizeof list; i++)
-      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
-                               defs[i].type);
+      used +=
+          (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", defs[i].type);
     char shown[96];
     describe(tv, shown, sizeof shown);
     return grove_err_set(c->err, GROVE_E_SPEC,
@@ -436,8 +452,9 @@ static grove_status apply_ties(ctx *c, grove_module *root) {
       s = grove_err_set(c->err, GROVE_E_SPEC, "%s: \"%s\" names no module \"%s\"", t->jpath,
                         t->target, modpath);
     } else if (!dst || !dst->tensor) {
-      s = grove_err_set(c->err, GROVE_E_SPEC, "%s: \"%s\": the %s at \"%s\" has no parameter \"%s\"",
-                        t->jpath, t->target, tm->type->name, modpath, pname);
+      s = grove_err_set(c->err, GROVE_E_SPEC,
+                        "%s: \"%s\": the %s at \"%s\" has no parameter \"%s\"", t->jpath, t->target,
+                        tm->type->name, modpath, pname);
     } else if (!src) {
       s = grove_err_set(c->err, GROVE_E_SPEC, "%s: a %s has no parameter \"%s\" to tie", t->jpath,
                         t->m->type->name, t->param);
@@ -455,13 +472,13 @@ static grove_status apply_ties(ctx *c, grove_module *root) {
                         t->jpath, t->target);
     } else if (!grove_tensor_same_shape(src->tensor, dst->tensor) ||
                src->tensor->dtype != dst->tensor->dtype) {
-      s = grove_err_set(
-          c->err, GROVE_E_SPEC, "%s: \"%s\" is %s %s but this %s's \"%s\" is %s %s: tied "
-                                "parameters must have the same shape",
-          t->jpath, t->target, grove_dtype_name(dst->tensor->dtype),
-          grove_shape_str(dst->tensor->ndim, dst->tensor->shape, a, sizeof a),
-          t->m->type->name, t->param, grove_dtype_name(src->tensor->dtype),
-          grove_shape_str(src->tensor->ndim, src->tensor->shape, b, sizeof b));
+      s = grove_err_set(c->err, GROVE_E_SPEC,
+                        "%s: \"%s\" is %s %s but this %s's \"%s\" is %s %s: tied "
+                        "parameters must have the same shape",
+                        t->jpath, t->target, grove_dtype_name(dst->tensor->dtype),
+                        grove_shape_str(dst->tensor->ndim, dst->tensor->shape, a, sizeof a),
+                        t->m->type->name, t->param, grove_dtype_name(src->tensor->dtype),
+                        grove_shape_str(src->tensor->ndim, src->tensor->shape, b, sizeof b));
     } else {
       grove_err e = {0};
       s = grove_module_register_parameter(t->m, t->param, dst->tensor, &e);
@@ -493,8 +510,7 @@ static grove_status parse_dim(grove_err *err, const json_t *d, const char *sp, s
 static grove_status parse_io_entry(grove_err *err, const json_t *e, const char *ep, bool input,
                                    grove_io_spec *out) {
   static const char *const keys[] = {"name", "dtype", "shape", NULL};
-  if (!json_is_object(e))
-    return expected(err, ep, "an object {\"name\", \"dtype\", \"shape\"}", e);
+  if (!json_is_object(e)) return expected(err, ep, "an object {\"name\", \"dtype\", \"shape\"}", e);
   grove_status s = check_keys(err, e, ep, input ? "an input" : "an output", keys);
   if (s) return s;
   const json_t *name = json_object_get(e, "name"), *dt = json_object_get(e, "dtype"),
@@ -521,7 +537,8 @@ static grove_status parse_io_entry(grove_err *err, const json_t *e, const char *
                GROVE_MAX_DIMS);
       s = expected(err, p, what, shape);
     }
-    for (size_t k = 0; !s && k < n; k++) s = parse_dim(err, json_array_get(shape, k), p, k, &out->shape[k]);
+    for (size_t k = 0; !s && k < n; k++)
+      s = parse_dim(err, json_array_get(shape, k), p, k, &out->shape[k]);
     if (!s && input && out->shape[0] != -1) {
       s = grove_err_set(err, GROVE_E_SPEC,
                         "%s[0]: dimension 0 is the batch and must be -1, got %" PRId64, p,
@@ -572,8 +589,9 @@ static grove_status parse_batching(grove_err *err, const json_t *b, grove_batchi
   static const int64_t lo[] = {1, 0, 1}, hi[] = {MAX_BATCH, MAX_DELAY_US, MAX_QUEUE};
   int64_t *dst[] = {&out->max_batch_size, &out->max_queue_delay_us, &out->max_queue_size};
   if (!json_is_object(b))
-    return expected(err, "$.batching", "an object with max_batch_size, max_queue_delay_us, "
-                                       "max_queue_size",
+    return expected(err, "$.batching",
+                    "an object with max_batch_size, max_queue_delay_us, "
+                    "max_queue_size",
                     b);
   grove_status s = check_keys(err, b, "$.batching", "batching", keys);
   if (s) return s;
@@ -624,15 +642,14 @@ static grove_status check_name(grove_err *err, const json_t *v) {
 /* ------------------------------------------------------------ entry point */
 
 static grove_status parse(const json_t *doc, grove_model *m, grove_err *err) {
-  static const char *const top[] = {"format", "name",    "inputs", "outputs",
+  static const char *const top[] = {"format",   "name",    "inputs", "outputs",
                                     "batching", "weights", "module", NULL};
   if (!json_is_object(doc)) return expected(err, "$", "an object", doc);
   const json_t *fmt = json_object_get(doc, "format");
   if (!fmt)
     return grove_err_set(err, GROVE_E_SPEC, "$.format: missing (expected \"%s\")", SPEC_FORMAT);
   if (!json_is_string(fmt) || strcmp(json_string_value(fmt), SPEC_FORMAT) != 0)
-    return expected(err, "$.format", "\"" SPEC_FORMAT "\" (the only format this Grove reads)",
-                    fmt);
+    return expected(err, "$.format", "\"" SPEC_FORMAT "\" (the only format this Grove reads)", fmt);
   grove_status s = check_keys(err, doc, "$", "model.json", top);
   if (s) return s;
 

@@ -32,7 +32,8 @@ static char *J(const char *s) {
   return t;
 }
 
-#define HEAD "'format': 'grove.model/1', 'inputs': [{'name': 'x', 'dtype': 'float32', 'shape': [-1, 4]}]"
+#define HEAD \
+  "'format': 'grove.model/1', 'inputs': [{'name': 'x', 'dtype': 'float32', 'shape': [-1, 4]}]"
 
 /* A whole spec around a module value. */
 static char *with_module(const char *module) {
@@ -58,8 +59,8 @@ static void expect_error(const char *text, grove_status want, const char *needle
   grove_err err = {0};
   grove_model *m = (grove_model *)1;
   grove_status s = grove_model_from_spec(text, "model.json", &m, &err);
-  ck_assert_msg(s == want, "%s\n  got %s (%s), expected %s", text, grove_status_name(s),
-                err.msg, grove_status_name(want));
+  ck_assert_msg(s == want, "%s\n  got %s (%s), expected %s", text, grove_status_name(s), err.msg,
+                grove_status_name(want));
   ck_assert_ptr_null(m);
   ck_assert_msg(strncmp(err.msg, "model.json: ", 12) == 0, "no origin in: %s", err.msg);
   ck_assert_msg(strstr(err.msg, needle) != NULL, "%s\n  message: %s\n  wanted: %s", text, err.msg,
@@ -70,7 +71,9 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
   return remove(path);
 }
 
-static void rm_rf(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+static void rm_rf(const char *dir) {
+  nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 static void copy_file(const char *from, const char *to) {
   size_t len = 0;
@@ -142,7 +145,8 @@ static void assert_close_tensor(const grove_tensor *got, const grove_tensor *wan
 
 START_TEST(test_nested_named) {
   grove_model *m = spec_ok(
-      "{" HEAD ", 'module': {'type': 'Sequential', 'children': {"
+      "{" HEAD
+      ", 'module': {'type': 'Sequential', 'children': {"
       "  'stem': {'type': 'Sequential', 'children': ["
       "     {'type': 'Linear', 'in_features': 4, 'out_features': 8}, {'type': 'ReLU'}]},"
       "  'head': {'type': 'ModuleDict', 'children': {'a': {'type': 'Linear', 'in_features': 8,"
@@ -192,7 +196,8 @@ END_TEST
 
 START_TEST(test_ref_is_the_same_module) {
   grove_model *m = spec_ok(
-      "{" HEAD ", 'module': {'type': 'Sequential', 'children': ["
+      "{" HEAD
+      ", 'module': {'type': 'Sequential', 'children': ["
       "  {'type': 'Linear', 'in_features': 4, 'out_features': 4}, {'type': 'ReLU'},"
       "  {'type': 'Sequential', 'children': {'again': {'ref': '0'}, 'act': {'type': 'Tanh'}}},"
       "  {'ref': '2.again'}]}}");
@@ -213,7 +218,8 @@ END_TEST
 
 START_TEST(test_tied_is_the_same_tensor) {
   grove_model *m = spec_ok(
-      "{'format': 'grove.model/1', 'inputs': [{'name': 'ids', 'dtype': 'int64', 'shape': [-1, -1]}],"
+      "{'format': 'grove.model/1', 'inputs': [{'name': 'ids', 'dtype': 'int64', 'shape': [-1, "
+      "-1]}],"
       " 'module': {'type': 'Sequential', 'children': {"
       "  'embed': {'type': 'Embedding', 'num_embeddings': 10, 'embedding_dim': 4},"
       "  'dec': {'type': 'Linear', 'in_features': 4, 'out_features': 10, 'bias': false,"
@@ -256,9 +262,10 @@ END_TEST
 
 /* The message shape promised in docs/model-spec.md, word for word. */
 START_TEST(test_exact_message) {
-  char *text = with_module("{'type': 'Sequential', 'children': [{'type': 'Linear', "
-                           "'in_features': 4, 'out_features': 8}, {'type': 'ReLU'}, "
-                           "{'type': 'Linear', 'in_features': 8, 'out_features': -3}]}");
+  char *text = with_module(
+      "{'type': 'Sequential', 'children': [{'type': 'Linear', "
+      "'in_features': 4, 'out_features': 8}, {'type': 'ReLU'}, "
+      "{'type': 'Linear', 'in_features': 8, 'out_features': -3}]}");
   grove_err err = {0};
   grove_model *m = NULL;
   ck_assert_status(grove_model_from_spec(text, "model.json", &m, &err), GROVE_E_SPEC);
@@ -303,7 +310,8 @@ static const bad_case bad[] = {
     {"{'format': 'grove.model/1', 'module': " L4 "}", GROVE_E_SPEC, "$.inputs: missing"},
     {"{'format': 'grove.model/1', 'inputs': [], 'module': " L4 "}", GROVE_E_SPEC,
      "$.inputs: expected a list of 1 to 4 inputs"},
-    {"{'format': 'grove.model/1', 'inputs': {}, 'module': " L4 "}", GROVE_E_SPEC, "$.inputs: expected"},
+    {"{'format': 'grove.model/1', 'inputs': {}, 'module': " L4 "}", GROVE_E_SPEC,
+     "$.inputs: expected"},
     {"{'format': 'grove.model/1', 'inputs': [3], 'module': " L4 "}", GROVE_E_SPEC,
      "$.inputs[0]: expected an object"},
     {"{'format': 'grove.model/1', 'inputs': [{'name': 'x', 'shape': [-1]}], 'module': " L4 "}",
@@ -352,7 +360,8 @@ static const bad_case bad[] = {
     {"{'type': 'Linear', 'in_features': 4, 'out_features': 4, 'children': []}", GROVE_E_SPEC,
      "$.module.children: a Linear has no children"},
     {"{'type': 'Sequential', 'children': 3}", GROVE_E_SPEC,
-     "$.module.children: expected an array of modules or an object mapping names to modules, got 3"},
+     "$.module.children: expected an array of modules or an object mapping names to modules, got "
+     "3"},
     {"{'type': 'ModuleDict', 'children': [" L4 "]}", GROVE_E_SPEC,
      "$.module.children: a ModuleDict's children are an object"},
     {"{'type': 'Sequential', 'children': {'a.b': " L4 "}}", GROVE_E_SPEC,
@@ -375,8 +384,10 @@ static const bad_case bad[] = {
      "$.module.children[0].ref: \"1\" names no module defined before this point"},
     {"{'type': 'Sequential', 'children': [" L4 ", {'ref': 'fc'}]}", GROVE_E_SPEC,
      "$.module.children[1].ref: \"fc\" names no module"},
-    {"{'type': 'Sequential', 'children': {'a': {'type': 'Sequential', 'children': [{'ref': 'a'}]}}}",
-     GROVE_E_SPEC, "$.module.children.a.children[0].ref: \"a\" is this module or one of its ancestors"},
+    {"{'type': 'Sequential', 'children': {'a': {'type': 'Sequential', 'children': [{'ref': "
+     "'a'}]}}}",
+     GROVE_E_SPEC,
+     "$.module.children.a.children[0].ref: \"a\" is this module or one of its ancestors"},
     {"{'type': 'Sequential', 'children': [{'ref': ''}]}", GROVE_E_SPEC,
      "$.module.children[0].ref: \"\" is this module or one of its ancestors"},
     {"{'type': 'Sequential', 'children': [" L4 ", {'ref': '0', 'type': 'Linear'}]}", GROVE_E_SPEC,
@@ -396,13 +407,15 @@ static const bad_case bad[] = {
      GROVE_E_SPEC, "$.module.children[1].tied.weight: \"enc.weight\" names no module \"enc\""},
     {"{'type': 'Sequential', 'children': [" L4 ", {'type': 'Linear', 'in_features': 4, "
      "'out_features': 4, 'tied': {'weight': '0.scale'}}]}",
-     GROVE_E_SPEC, "$.module.children[1].tied.weight: \"0.scale\": the Linear at \"0\" has no "
-                   "parameter \"scale\""},
+     GROVE_E_SPEC,
+     "$.module.children[1].tied.weight: \"0.scale\": the Linear at \"0\" has no "
+     "parameter \"scale\""},
     {"{'type': 'Sequential', 'children': [{'type': 'Linear', 'in_features': 4, 'out_features': 4, "
      "'bias': false}, {'type': 'Linear', 'in_features': 4, 'out_features': 4, "
      "'tied': {'bias': '0.bias'}}]}",
-     GROVE_E_SPEC, "$.module.children[1].tied.bias: \"0.bias\": the Linear at \"0\" has no "
-                   "parameter \"bias\""},
+     GROVE_E_SPEC,
+     "$.module.children[1].tied.bias: \"0.bias\": the Linear at \"0\" has no "
+     "parameter \"bias\""},
     {"{'type': 'Sequential', 'children': [" L4 ", {'type': 'Linear', 'in_features': 4, "
      "'out_features': 4, 'tied': {'scale': '0.weight'}}]}",
      GROVE_E_SPEC, "$.module.children[1].tied.scale: a Linear has no parameter \"scale\" to tie"},
@@ -411,8 +424,9 @@ static const bad_case bad[] = {
      GROVE_E_SPEC, "$.module.children[1].tied.bias: this Linear's parameter \"bias\" is None"},
     {"{'type': 'Sequential', 'children': [" L4 ", {'type': 'Linear', 'in_features': 4, "
      "'out_features': 4, 'tied': {'bias': '0.weight'}}]}",
-     GROVE_E_SPEC, "$.module.children[1].tied.bias: \"0.weight\" is float32 [4, 4] but this "
-                   "Linear's \"bias\" is float32 [4]: tied parameters must have the same shape"},
+     GROVE_E_SPEC,
+     "$.module.children[1].tied.bias: \"0.weight\" is float32 [4, 4] but this "
+     "Linear's \"bias\" is float32 [4]: tied parameters must have the same shape"},
     {"{'type': 'Sequential', 'children': [" L4 ", {'type': 'Linear', 'in_features': 4, "
      "'out_features': 4, 'tied': {'weight': '1.weight'}}]}",
      GROVE_E_SPEC, "$.module.children[1].tied.weight: \"1.weight\" is this very parameter"},
@@ -660,10 +674,11 @@ START_TEST(test_missing_weights) {
   memset(w, ' ', strlen("\"weights\": \"weights.safetensors\","));
   ck_assert_int_eq(grove_test_write_file(spec_path, text, strlen(text)), 0);
   ck_assert_status(grove_model_open(dir, NULL, &m, &err), GROVE_E_NOT_FOUND);
-  ck_assert_msg(strstr(err.msg, dir) &&
-                    strstr(err.msg, "no weights file (tried weights.safetensors, weights.pt, "
-                                    "weights.pth, weights.bin)"),
-                "%s", err.msg);
+  ck_assert_msg(
+      strstr(err.msg, dir) && strstr(err.msg,
+                                     "no weights file (tried weights.safetensors, weights.pt, "
+                                     "weights.pth, weights.bin)"),
+      "%s", err.msg);
   /* weights.pth is found when it is the only one (its reader says the rest). */
   char *pth = path2(dir, "weights.pth");
   char *src = fixture_dir("mlp");
@@ -716,8 +731,9 @@ START_TEST(test_strict_failure_leaves_nothing) {
   grove_model *m = (grove_model *)1;
   ck_assert_status(grove_model_open(dir, NULL, &m, &err), GROVE_E_STATE_DICT);
   ck_assert_ptr_null(m);
-  ck_assert_msg(strstr(err.msg, "weights.safetensors: Error(s) in loading state_dict for "
-                                "Sequential:") &&
+  ck_assert_msg(strstr(err.msg,
+                       "weights.safetensors: Error(s) in loading state_dict for "
+                       "Sequential:") &&
                     strstr(err.msg, "Missing key(s) in state_dict: \"2.bias\"."),
                 "%s", err.msg);
   /* Non-strict: it opens, and the missing bias keeps its initial zeros. */
@@ -770,8 +786,9 @@ START_TEST(test_outputs_must_match) {
   grove_model *m = (grove_model *)1;
   ck_assert_status(grove_model_open(dir, NULL, &m, &err), GROVE_E_SPEC);
   ck_assert_ptr_null(m);
-  ck_assert_msg(strstr(err.msg, "model.json: $.outputs[0]: output 'logits' is float32 [-1, 12] "
-                                "in the spec, but the model produces float32 [64, 10]"),
+  ck_assert_msg(strstr(err.msg,
+                       "model.json: $.outputs[0]: output 'logits' is float32 [-1, 12] "
+                       "in the spec, but the model produces float32 [64, 10]"),
                 "%s", err.msg);
   rm_rf(dir);
   free(dir);
@@ -780,10 +797,11 @@ END_TEST
 
 START_TEST(test_architecture_that_does_not_run) {
   char *dir = strdup(grove_test_tmpdir());
-  const char *spec = "{'format': 'grove.model/1', 'inputs': [{'name': 'x', 'dtype': 'float32', "
-                     "'shape': [-1, 64]}], 'module': {'type': 'Sequential', 'children': ["
-                     "{'type': 'Linear', 'in_features': 64, 'out_features': 32},"
-                     "{'type': 'Linear', 'in_features': 16, 'out_features': 10}]}}";
+  const char *spec =
+      "{'format': 'grove.model/1', 'inputs': [{'name': 'x', 'dtype': 'float32', "
+      "'shape': [-1, 64]}], 'module': {'type': 'Sequential', 'children': ["
+      "{'type': 'Linear', 'in_features': 64, 'out_features': 32},"
+      "{'type': 'Linear', 'in_features': 16, 'out_features': 10}]}}";
   write_text(dir, "model.json", spec);
   /* Weights that fit the tree (its own zeros). */
   char *text = J(spec);
