@@ -461,3 +461,25 @@ def test_predict_local_example_digits():
         want = model(torch.from_numpy(x)).numpy()
     assert np.allclose(got, want, rtol=RTOL, atol=ATOL), float(np.max(np.abs(got - want)))
     assert (got.argmax(axis=1) == labels).mean() >= 0.75, (got.argmax(axis=1), labels)
+
+
+def test_predict_local_pt_weights():
+    """weights="pt" (torch.save): the tie survives as one storage under two
+    keys, and Grove's outputs are torch's once the .pt reader exists."""
+    grove = grove_bin()
+    m = tied_lm().eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "lm")
+        export(m, d, weights="pt")
+        x = np.random.default_rng(5).integers(0, 20, size=(3, 6)).astype(np.int64)
+        xp, yp = os.path.join(tmp, "in.npy"), os.path.join(tmp, "out.npy")
+        np.save(xp, x)
+        r = subprocess.run([grove, "predict", "--local", d, xp, "-o", yp],
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode == 1 and "not readable yet" in r.stderr:
+            raise unittest.SkipTest("torch.save checkpoints are not readable yet (issue #3)")
+        assert r.returncode == 0, r.stderr
+        with torch.no_grad():
+            want = m(torch.from_numpy(x)).numpy()
+        got = np.load(yp)
+        assert got.shape == want.shape and np.allclose(got, want, rtol=RTOL, atol=ATOL)
