@@ -171,7 +171,7 @@ static grove_status choose_weights(const char *dir, const char *text, const grov
 /* One parameter slot and the state_dict key it is loaded from. */
 typedef struct member {
   grove_module *m;
-  char *pname; /* borrowed from m's slot */
+  char *pname; /* owned: the slot's name */
   char *key;   /* owned */
 } member;
 
@@ -188,7 +188,10 @@ typedef struct ties {
 
 static void ties_fini(ties *t) {
   for (size_t i = 0; i < t->n; i++) {
-    for (size_t j = 0; j < t->groups[i].n; j++) free(t->groups[i].items[j].key);
+    for (size_t j = 0; j < t->groups[i].n; j++) {
+      free(t->groups[i].items[j].key);
+      free(t->groups[i].items[j].pname);
+    }
     free(t->groups[i].items);
   }
   free(t->groups);
@@ -228,19 +231,23 @@ static grove_status collect_ties(grove_module *root, ties *out, grove_err *err) 
       grove_module *m = mp ? grove_module_find(root, mp) : NULL;
       free(mp);
       grove_slot *slot = m ? slot_of(m, dot ? dot + 1 : key) : NULL;
-      char *k = grove__strdup(key);
-      if (!slot || !k) {
+      char *k = grove__strdup(key), *pn = slot ? grove__strdup(slot->name) : NULL;
+      if (!slot || !k || !pn) {
         free(k);
+        free(pn);
         s = slot ? nomem(err)
                  : grove_err_set(err, GROVE_E_INTERNAL, "tied parameter %s: no slot", key);
         break;
       }
-      g.items[g.n++] = (member){m, slot->name, k};
+      g.items[g.n++] = (member){m, pn, k};
     }
     tie_group *ng = realloc(out->groups, (out->n + 1) * sizeof *ng);
     if (!ng) {
       s = s ? s : nomem(err);
-      for (size_t j = 0; j < g.n; j++) free(g.items[j].key);
+      for (size_t j = 0; j < g.n; j++) {
+        free(g.items[j].key);
+        free(g.items[j].pname);
+      }
       free(g.items);
       break;
     }
