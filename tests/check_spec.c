@@ -563,6 +563,42 @@ START_TEST(test_open_tied_stays_tied) {
 }
 END_TEST
 
+/* Non-strict, with only the later key of a tie in the checkpoint: as torch's
+ * copying load, the one shared tensor ends up with that key's values. */
+START_TEST(test_tie_from_the_later_key) {
+  char *src = fixture_dir("tied"), *dir = strdup(grove_test_tmpdir());
+  char *a = path2(src, "model.json"), *b = path2(dir, "model.json");
+  copy_file(a, b);
+  char *from = path2(src, "weights.safetensors"), *to = path2(dir, "weights.safetensors");
+  grove_state_dict *sd = read_st(from);
+  grove_err err = {0};
+  /* Distinct values under the later key, so that the choice shows. */
+  grove_tensor *dec = grove_tensor_clone(grove_sd_get(sd, "decode.weight"), GROVE_F32, &err);
+  for (int i = 0; i < 30 * 12; i++) ((float *)dec->data)[i] = (float)i;
+  ck_assert_ok(grove_sd_set(sd, "decode.weight", dec, &err), &err);
+  ck_assert(grove_sd_remove(sd, "embed.weight"));
+  ck_assert_ok(grove_safetensors_write(to, sd, &err), &err);
+  grove_model *m = (grove_model *)1;
+  ck_assert_status(grove_model_open(dir, NULL, &m, &err), GROVE_E_STATE_DICT);
+  ck_assert_msg(strstr(err.msg, "Missing key(s) in state_dict: \"embed.weight\"."), "%s", err.msg);
+  grove_model_opts opts = {.non_strict = true};
+  ck_assert_ok(grove_model_open(dir, &opts, &m, &err), &err);
+  grove_tensor *e = grove_module_param(grove_module_find(m->root, "embed"), "weight");
+  ck_assert_ptr_eq(grove_module_param(grove_module_find(m->root, "decode"), "weight"), e);
+  ck_assert_int_eq(grove_test_allclose(e->data, dec->data, 30 * 12, 0, 0), -1);
+  grove_model_free(m);
+  grove_tensor_release(dec);
+  grove_sd_free(sd);
+  free(from);
+  free(to);
+  free(a);
+  free(b);
+  free(src);
+  rm_rf(dir);
+  free(dir);
+}
+END_TEST
+
 /* A tree with ModuleDict/ModuleList inside has no forward as a whole: it
  * builds and loads (torch's state_dict order), its submodules run, and open
  * refuses it when the trial forward finds nothing to call. */
@@ -931,6 +967,7 @@ Suite *spec_suite(void) {
   TCase *td = tcase_create("model_dir");
   tcase_add_loop_test(td, test_open_matches_torch, 0, (int)(sizeof served / sizeof served[0]));
   tcase_add_test(td, test_open_tied_stays_tied);
+  tcase_add_test(td, test_tie_from_the_later_key);
   tcase_add_test(td, test_containers);
   tcase_add_test(td, test_no_model_json);
   tcase_add_test(td, test_missing_weights);
