@@ -74,6 +74,7 @@ typedef grove_status (*grove__from_json_fn)(const struct json_t *obj, const char
 typedef struct grove__layer_def {
   const char *type; /* torch.nn class name */
   grove__from_json_fn from_json;
+  bool container; /* holds "children" (Sequential, ModuleList, ModuleDict) */
 } grove__layer_def;
 
 /* The def for a torch.nn type name, or NULL when Grove does not run it. */

@@ -20,9 +20,9 @@
 
 /* Sorted as torch.nn's documentation lists them: containers first. */
 static const grove__layer_def defs[] = {
-    {"Sequential", grove__sequential_from_json},
-    {"ModuleList", grove__module_list_from_json},
-    {"ModuleDict", grove__module_dict_from_json},
+    {"Sequential", grove__sequential_from_json, true},
+    {"ModuleList", grove__module_list_from_json, true},
+    {"ModuleDict", grove__module_dict_from_json, true},
     {"Linear", grove__linear_from_json},
     {"Identity", grove__identity_from_json},
     {"Flatten", grove__flatten_from_json},

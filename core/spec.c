@@ -152,11 +152,6 @@ static grove_status check_keys(grove_err *err, const json_t *obj, const char *pa
   return s;
 }
 
-static bool is_container(const char *type) {
-  return strcmp(type, "Sequential") == 0 || strcmp(type, "ModuleList") == 0 ||
-         strcmp(type, "ModuleDict") == 0;
-}
-
 /* ------------------------------------------------------------ tree building */
 
 typedef struct built {
@@ -398,7 +393,7 @@ static grove_status build(ctx *c, const json_t *v, const char *jp, const char *m
                          list);
   }
   const json_t *kids = json_object_get(v, "children");
-  if (kids && !is_container(type))
+  if (kids && !def->container)
     return grove_err_set(c->err, GROVE_E_SPEC,
                          "%s.children: a %s has no children (only Sequential, ModuleList and "
                          "ModuleDict do)",

@@ -46,7 +46,10 @@ def _st_dtypes():
 def save_safetensors(tensors, path, metadata=None):
     """Writes an ordered mapping name -> torch.Tensor as a safetensors file:
     8-byte little-endian header length, JSON header (padded with spaces to a
-    multiple of 8), then each tensor's little-endian bytes in order."""
+    multiple of 8), then the tensors' little-endian bytes.  The header keeps
+    the mapping's order; the data is laid out by decreasing element size (as
+    the reference writer does), so every tensor is aligned to its element
+    size and Grove maps every float32 tensor without copying it."""
     import torch
     dtypes = _st_dtypes()
     header = {}
@@ -54,8 +57,7 @@ def save_safetensors(tensors, path, metadata=None):
         metadata = {"format": "pt"}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    blobs = []
-    offset = 0
+    entries = []
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: not a tensor ({type(t).__name__})")
@@ -66,8 +68,12 @@ def save_safetensors(tensors, path, metadata=None):
             data = t.view(torch.int16).numpy().astype("<i2").tobytes()
         else:
             data = t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
+        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape)}
+        entries.append((name, t.element_size(), data))
+    offset = 0
+    blobs = []
+    for name, _, data in sorted(entries, key=lambda e: -e[1]):  # stable: key order within a size
+        header[name]["data_offsets"] = [offset, offset + len(data)]
         blobs.append(data)
         offset += len(data)
     hjson = json.dumps(header, separators=(",", ":")).encode("utf-8")
