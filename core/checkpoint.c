@@ -72,17 +72,3 @@ grove_status grove_checkpoint_read(const char *path, grove_state_dict **out, gro
                        "zip archive)",
                        path);
 }
-
-/* ---------------------------------------------------------------------------
- * PLACEHOLDER for the .pt issue (#3): that issue replaces this function with
- * the restricted-unpickler reader of torch.save zip archives (and removes it
- * from this file).  Until then every torch.save checkpoint is refused with a
- * message that says what to do instead.
- * ------------------------------------------------------------------------- */
-grove_status grove_torch_read(const char *path, grove_state_dict **out, grove_err *err) {
-  if (out) *out = NULL;
-  return grove_err_set(err, GROVE_E_UNSUPPORTED,
-                       "%s: torch.save checkpoints (.pt) are not readable yet; save with "
-                       "safetensors",
-                       path ? path : "<null>");
-}

@@ -47,6 +47,16 @@ grove_status grove_safetensors_write(const char *path, const grove_state_dict *s
 /* Reads a torch.save zip archive (the .pt issue).  Same contract as
  * grove_safetensors_read. */
 grove_status grove_torch_read(const char *path, grove_state_dict **out, grove_err *err);
+/* Writes sd as torch.save(sd, path) would: a zip archive with a protocol-2
+ * pickle of an OrderedDict (keys in sd's order, sd's module versions as its
+ * _metadata), storages stored 64-byte aligned, "version" and "byteorder"
+ * records, all under one folder named after the file.
+ * torch.load(path, weights_only=True) returns the same keys in the same
+ * order, bit for bit; one tensor held under two keys is written once and
+ * comes back as two tensors sharing a storage.  Written to a temporary name
+ * and renamed, so a failure leaves no half file.  sd is only read (the
+ * caller keeps it); any thread, as long as no one modifies sd meanwhile. */
+grove_status grove_torch_write(const char *path, const grove_state_dict *sd, grove_err *err);
 
 /* Reads any supported checkpoint, by content.  Same contract as above. */
 grove_status grove_checkpoint_read(const char *path, grove_state_dict **out, grove_err *err);
