@@ -1,0 +1,459 @@
+/* client.c: libgrove-client (include/grove/client.h).
+ *
+ * One NNG req0 socket per client, dialed to every URL: NNG spreads requests
+ * over the connected pipes and sends a request again on another pipe when
+ * its own closes.  Every call opens its own context (nng_ctx), so calls from
+ * many threads run concurrently on one client without a lock.  A pipe
+ * counter (nng_pipe_notify) tells "no connection" from "slow server" when a
+ * call times out.
+ *
+ * Messages of failures found on the client side begin with "grove client: "
+ * (grove_client_failed_locally reads that); everything else in err is the
+ * server's own message. */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "grove.pb-c.h"
+#include "grove/client.h"
+
+#define LOCAL_PREFIX "grove client: "
+#define DEFAULT_TIMEOUT_MS 30000
+#define MAX_INPUTS 64
+
+struct grove_client {
+  nng_socket sock;
+  int default_timeout_ms;
+  atomic_int pipes;            /* connected right now */
+  atomic_uint_fast64_t next_id;
+  char urls[512];              /* for messages */
+};
+
+static grove_status nomem(grove_err *err) {
+  return grove_err_set(err, GROVE_E_NOMEM, LOCAL_PREFIX "out of memory");
+}
+
+bool grove_client_failed_locally(grove_status s, const grove_err *err) {
+  if (s == GROVE_OK) return false;
+  return err && strncmp(err->msg, LOCAL_PREFIX, strlen(LOCAL_PREFIX)) == 0;
+}
+
+/* ------------------------------------------------------------ open/close */
+
+static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg) {
+  (void)p;
+  grove_client *c = arg;
+  if (ev == NNG_PIPE_EV_ADD_POST) atomic_fetch_add(&c->pipes, 1);
+  else if (ev == NNG_PIPE_EV_REM_POST) atomic_fetch_sub(&c->pipes, 1);
+}
+
+grove_status grove_client_open(const char *const *urls, size_t nurls, const grove_client_opts *opts,
+                               grove_client **out, grove_err *err) {
+  if (out) *out = NULL;
+  if (!out || !urls || nurls == 0)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "no server URL");
+  grove_client *c = calloc(1, sizeof *c);
+  if (!c) return nomem(err);
+  c->default_timeout_ms =
+      opts && opts->default_timeout_ms > 0 ? opts->default_timeout_ms : DEFAULT_TIMEOUT_MS;
+  atomic_init(&c->pipes, 0);
+  atomic_init(&c->next_id, 1);
+  size_t used = 0;
+  for (size_t i = 0; i < nurls && used < sizeof c->urls; i++) {
+    int w = snprintf(c->urls + used, sizeof c->urls - used, "%s%s", i ? "," : "",
+                     urls[i] ? urls[i] : "(null)");
+    if (w > 0) used += (size_t)w;
+  }
+  int rv = nng_req0_open(&c->sock);
+  if (rv) {
+    free(c);
+    return grove_err_set(err, GROVE_E_INTERNAL, LOCAL_PREFIX "cannot open a req socket: %s",
+                         nng_strerror(rv));
+  }
+  /* Replies are as large as the server makes them: the client trusts its
+   * server.  A lost connection is redialed quickly; a request is sent again
+   * only when its connection drops (no timer: predict has a deadline, and a
+   * timed resend would compute it twice). */
+  nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, 0);
+  nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50);
+  nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
+  nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+  nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, c);
+  nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_cb, c);
+  size_t connected = 0;
+  char why[1024] = "";
+  size_t wused = 0;
+  for (size_t i = 0; i < nurls; i++) {
+    if (!urls[i] || !*urls[i]) continue;
+    /* A synchronous dial first: it says at once why a server cannot be
+     * reached.  A URL that fails is dialed again in the background (NNG
+     * retries it), so a replica that comes up later joins. */
+    rv = nng_dial(c->sock, urls[i], NULL, 0);
+    if (rv == 0) {
+      connected++;
+      continue;
+    }
+    int w = snprintf(why + wused, sizeof why - wused, "%s%s: %s", wused ? "; " : "", urls[i],
+                     nng_strerror(rv));
+    if (w > 0 && (size_t)w < sizeof why - wused) wused += (size_t)w;
+    if (rv != NNG_EADDRINVAL && rv != NNG_ENOTSUP) nng_dial(c->sock, urls[i], NULL, NNG_FLAG_NONBLOCK);
+  }
+  if (connected == 0) {
+    nng_close(c->sock);
+    free(c);
+    return grove_err_set(err, GROVE_E_UNAVAILABLE, LOCAL_PREFIX "cannot reach the server: %s",
+                         why[0] ? why : "no URL");
+  }
+  *out = c;
+  return GROVE_OK;
+}
+
+void grove_client_close(grove_client *c) {
+  if (!c) return;
+  nng_close(c->sock);
+  free(c);
+}
+
+/* ------------------------------------------------------------ one call */
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static grove_status call(grove_client *c, Grove__Request *req, int timeout_ms, Grove__Reply **out,
+                         grove_err *err) {
+  *out = NULL;
+  req->protocol = GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION;
+  req->id = (uint64_t)atomic_fetch_add(&c->next_id, 1);
+  size_t n = grove__request__get_packed_size(req);
+  nng_msg *m;
+  if (nng_msg_alloc(&m, n) != 0) return nomem(err);
+  grove__request__pack(req, nng_msg_body(m));
+  nng_ctx ctx;
+  nng_aio *aio = NULL;
+  int rv = nng_aio_alloc(&aio, NULL, NULL);
+  if (rv) {
+    nng_msg_free(m);
+    return nomem(err);
+  }
+  if ((rv = nng_ctx_open(&ctx, c->sock))) {
+    nng_msg_free(m);
+    nng_aio_free(aio);
+    return grove_err_set(err, GROVE_E_INTERNAL, LOCAL_PREFIX "cannot open a context: %s",
+                         nng_strerror(rv));
+  }
+  /* NNG 1.5 has no nng_ctx_sendmsg: an aio waited on does the same. */
+  nng_msg *rep = NULL;
+  int64_t t0 = now_ms();
+  nng_aio_set_timeout(aio, timeout_ms);
+  nng_aio_set_msg(aio, m);
+  nng_ctx_send(ctx, aio);
+  nng_aio_wait(aio);
+  if ((rv = nng_aio_result(aio))) {
+    nng_msg_free(nng_aio_get_msg(aio)); /* still ours when the send failed */
+  } else {
+    /* The timeout covers the whole call: the receive gets what is left. */
+    int64_t left = (int64_t)timeout_ms - (now_ms() - t0);
+    nng_aio_set_timeout(aio, left > 0 ? (nng_duration)left : 1);
+    nng_ctx_recv(ctx, aio);
+    nng_aio_wait(aio);
+    if (!(rv = nng_aio_result(aio))) rep = nng_aio_get_msg(aio);
+  }
+  nng_ctx_close(ctx);
+  nng_aio_free(aio);
+  if (rv == NNG_ETIMEDOUT) {
+    if (atomic_load(&c->pipes) <= 0)
+      return grove_err_set(err, GROVE_E_UNAVAILABLE,
+                           LOCAL_PREFIX "no connection to %s (lost, and not back within %d ms)",
+                           c->urls, timeout_ms);
+    return grove_err_set(err, GROVE_E_DEADLINE_EXCEEDED,
+                         LOCAL_PREFIX "no reply from %s within %d ms", c->urls, timeout_ms);
+  }
+  if (rv)
+    return grove_err_set(err, rv == NNG_ENOMEM ? GROVE_E_NOMEM : GROVE_E_UNAVAILABLE,
+                         LOCAL_PREFIX "%s: %s", c->urls, nng_strerror(rv));
+  Grove__Reply *r = grove__reply__unpack(NULL, nng_msg_len(rep), nng_msg_body(rep));
+  size_t len = nng_msg_len(rep);
+  nng_msg_free(rep);
+  if (!r)
+    return grove_err_set(err, GROVE_E_FORMAT,
+                         LOCAL_PREFIX "%s answered %zu bytes that are not a grove.Reply", c->urls,
+                         len);
+  if (r->status != 0) {
+    grove_status s = (grove_status)r->status;
+    grove_err_set(err, s, "%s", r->message && *r->message ? r->message : grove_strerror(s));
+    grove__reply__free_unpacked(r, NULL);
+    return s;
+  }
+  *out = r;
+  return GROVE_OK;
+}
+
+static int timeout_of(const grove_client *c, int timeout_ms) {
+  return timeout_ms > 0 ? timeout_ms : c->default_timeout_ms;
+}
+
+/* ------------------------------------------------------------ predict */
+
+void grove_prediction_fini(grove_prediction *p) {
+  if (!p) return;
+  for (size_t i = 0; i < p->noutputs; i++) {
+    if (p->outputs) grove_tensor_release(p->outputs[i]);
+    if (p->names) free(p->names[i]);
+  }
+  free(p->outputs);
+  free(p->names);
+  memset(p, 0, sizeof *p);
+}
+
+/* A new heap tensor from a wire tensor, every size checked. */
+static grove_status tensor_from_wire(const Grove__Tensor *t, const char *what, grove_tensor **out,
+                                     grove_err *err) {
+  *out = NULL;
+  if (t->dtype < 0 || t->dtype >= GROVE_DTYPE_COUNT || grove_dtype_size(t->dtype) == 0 ||
+      t->n_shape > GROVE_MAX_DIMS)
+    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "%s: dtype %d, %zu dimensions", what,
+                         t->dtype, t->n_shape);
+  uint64_t numel = 1;
+  for (size_t d = 0; d < t->n_shape; d++)
+    if (t->shape[d] < 0 || __builtin_mul_overflow(numel, (uint64_t)t->shape[d], &numel))
+      return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "%s: bad shape", what);
+  uint64_t bytes;
+  if (__builtin_mul_overflow(numel, (uint64_t)grove_dtype_size(t->dtype), &bytes) ||
+      bytes != t->data.len)
+    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "%s: %zu bytes of data for %" PRIu64
+                         " elements", what, t->data.len, numel);
+  grove_err terr = {0};
+  grove_tensor *x = grove_tensor_new((grove_dtype)t->dtype, (int)t->n_shape, t->shape, &terr);
+  if (!x) return grove_err_set(err, terr.code, LOCAL_PREFIX "%s: %s", what, grove_err_msg(&terr));
+  if (bytes) memcpy(x->data, t->data.data, (size_t)bytes);
+  *out = x;
+  return GROVE_OK;
+}
+
+grove_status grove_client_predict(grove_client *c, const char *model, const grove_tensor *inputs,
+                                  size_t ninputs, int timeout_ms, grove_prediction *out,
+                                  grove_err *err) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!c || !model || !out || (ninputs && !inputs) || ninputs > MAX_INPUTS)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "predict: needs a client, a model name, at most %d inputs "
+                         "and somewhere to put the outputs", MAX_INPUTS);
+  int ms = timeout_of(c, timeout_ms);
+  Grove__Tensor tens[MAX_INPUTS];
+  Grove__Tensor *ptrs[MAX_INPUTS];
+  int64_t shapes[MAX_INPUTS][GROVE_MAX_DIMS];
+  grove_tensor *copies[MAX_INPUTS] = {0};
+  grove_status s = GROVE_OK;
+  for (size_t i = 0; i < ninputs && !s; i++) {
+    const grove_tensor *t = &inputs[i];
+    if (t->ndim < 0 || t->ndim > GROVE_MAX_DIMS || grove_dtype_size(t->dtype) == 0) {
+      s = grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "inputs[%zu]: bad tensor", i);
+      break;
+    }
+    if (!grove_tensor_is_contiguous(t)) {
+      grove_err cerr = {0};
+      if (!(copies[i] = grove_tensor_clone(t, t->dtype, &cerr))) {
+        s = grove_err_set(err, cerr.code, LOCAL_PREFIX "inputs[%zu]: %s", i, grove_err_msg(&cerr));
+        break;
+      }
+      t = copies[i];
+    }
+    grove__tensor__init(&tens[i]);
+    tens[i].dtype = (int32_t)t->dtype;
+    tens[i].n_shape = (size_t)t->ndim;
+    memcpy(shapes[i], t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    tens[i].shape = shapes[i];
+    tens[i].data.len = grove_tensor_nbytes(t);
+    tens[i].data.data = t->data;
+    ptrs[i] = &tens[i];
+  }
+  Grove__Reply *rep = NULL;
+  if (!s) {
+    Grove__PredictRequest pr = GROVE__PREDICT_REQUEST__INIT;
+    pr.model = (char *)model;
+    pr.n_inputs = ninputs;
+    pr.inputs = ptrs;
+    pr.timeout_us = (uint64_t)ms * 1000;
+    Grove__Request req = GROVE__REQUEST__INIT;
+    req.body_case = GROVE__REQUEST__BODY_PREDICT;
+    req.predict = &pr;
+    s = call(c, &req, ms, &rep, err);
+  }
+  for (size_t i = 0; i < ninputs; i++) grove_tensor_release(copies[i]);
+  if (s) return s;
+  if (rep->body_case != GROVE__REPLY__BODY_PREDICT) {
+    grove__reply__free_unpacked(rep, NULL);
+    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to predict holds no outputs");
+  }
+  const Grove__PredictReply *pr = rep->predict;
+  size_t n = pr->n_outputs;
+  out->outputs = calloc(n ? n : 1, sizeof *out->outputs);
+  out->names = calloc(n ? n : 1, sizeof *out->names);
+  if (!out->outputs || !out->names) s = nomem(err);
+  for (size_t i = 0; i < n && !s; i++) {
+    char what[64];
+    snprintf(what, sizeof what, "output %zu", i);
+    s = tensor_from_wire(pr->outputs[i], what, &out->outputs[i], err);
+    out->noutputs = i + 1;
+    if (!s && !(out->names[i] = strdup(pr->outputs[i]->name ? pr->outputs[i]->name : "")))
+      s = nomem(err);
+  }
+  out->version = pr->version;
+  out->queue_us = pr->queue_us;
+  out->compute_us = pr->compute_us;
+  out->batch_rows = pr->batch_rows;
+  grove__reply__free_unpacked(rep, NULL);
+  if (s) grove_prediction_fini(out);
+  return s;
+}
+
+/* ------------------------------------------------------------ status */
+
+static char *dup_str(const char *s) { return strdup(s ? s : ""); }
+
+static void info_fini(grove_model_info *m) {
+  free(m->name);
+  free(m->dir);
+  free(m->weights_path);
+  free(m->error);
+  for (size_t i = 0; m->inputs && i < m->ninputs; i++) free(m->inputs[i].name);
+  for (size_t i = 0; m->outputs && i < m->noutputs; i++) free(m->outputs[i].name);
+  free(m->inputs);
+  free(m->outputs);
+  memset(m, 0, sizeof *m);
+}
+
+void grove_model_info_free(grove_model_info *m) {
+  if (!m) return;
+  info_fini(m);
+  free(m);
+}
+
+static grove_status specs_from_wire(Grove__IoSpec **w, size_t n, grove_io_spec **out,
+                                    size_t *nout, grove_err *err) {
+  *out = calloc(n ? n : 1, sizeof **out);
+  if (!*out) return nomem(err);
+  for (size_t i = 0; i < n; i++) {
+    if (w[i]->n_shape > GROVE_MAX_DIMS)
+      return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "an io spec with %zu dimensions",
+                           w[i]->n_shape);
+    grove_io_spec *s = &(*out)[i];
+    *nout = i + 1;
+    if (!(s->name = dup_str(w[i]->name))) return nomem(err);
+    s->dtype = (grove_dtype)w[i]->dtype;
+    s->ndim = (int)w[i]->n_shape;
+    memcpy(s->shape, w[i]->shape, sizeof(int64_t) * w[i]->n_shape);
+  }
+  return GROVE_OK;
+}
+
+static grove_status info_from_wire(const Grove__ModelMetadata *w, grove_model_info *m,
+                                   grove_err *err) {
+  memset(m, 0, sizeof *m);
+  if (!(m->name = dup_str(w->name)) || !(m->dir = dup_str(w->dir)) ||
+      !(m->weights_path = dup_str(w->weights_path)) || !(m->error = dup_str(w->error)))
+    return nomem(err);
+  m->ready = w->ready;
+  m->version = w->version;
+  m->param_count = w->param_count;
+  m->weight_bytes = w->weight_bytes;
+  m->queue_depth = w->queue_depth;
+  if (w->batching) {
+    m->batching.max_batch_size = w->batching->max_batch_size;
+    m->batching.max_queue_delay_us = w->batching->max_queue_delay_us;
+    m->batching.max_queue_size = w->batching->max_queue_size;
+  }
+  grove_status s = specs_from_wire(w->inputs, w->n_inputs, &m->inputs, &m->ninputs, err);
+  if (!s) s = specs_from_wire(w->outputs, w->n_outputs, &m->outputs, &m->noutputs, err);
+  return s;
+}
+
+void grove_server_status_free(grove_server_status *s) {
+  if (!s) return;
+  for (size_t i = 0; s->models && i < s->nmodels; i++) info_fini(&s->models[i]);
+  free(s->models);
+  free(s->server_version);
+  free(s);
+}
+
+grove_status grove_client_status(grove_client *c, int timeout_ms, grove_server_status **out,
+                                 grove_err *err) {
+  if (out) *out = NULL;
+  if (!c || !out)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "status: no client or out");
+  Grove__StatusRequest sr = GROVE__STATUS_REQUEST__INIT;
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.body_case = GROVE__REQUEST__BODY_STATUS;
+  req.status = &sr;
+  Grove__Reply *rep = NULL;
+  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &rep, err);
+  if (s) return s;
+  if (rep->body_case != GROVE__REPLY__BODY_STATUS_REPLY) {
+    grove__reply__free_unpacked(rep, NULL);
+    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to status holds no status");
+  }
+  const Grove__StatusReply *w = rep->status_reply;
+  grove_server_status *st = calloc(1, sizeof *st);
+  if (!st) s = nomem(err);
+  if (!s && !(st->server_version = dup_str(w->server_version))) s = nomem(err);
+  if (!s) {
+    st->protocol = w->protocol;
+    st->ready = w->ready;
+    st->draining = w->draining;
+    st->uptime_ms = w->uptime_ms;
+    st->workers = w->workers;
+    st->blas_threads = w->blas_threads;
+    st->inflight = w->inflight;
+    if (!(st->models = calloc(w->n_models ? w->n_models : 1, sizeof *st->models))) s = nomem(err);
+  }
+  for (size_t i = 0; !s && i < w->n_models; i++) {
+    st->nmodels = i + 1;
+    s = info_from_wire(w->models[i], &st->models[i], err);
+  }
+  grove__reply__free_unpacked(rep, NULL);
+  if (s) {
+    grove_server_status_free(st);
+    return s;
+  }
+  *out = st;
+  return GROVE_OK;
+}
+
+grove_status grove_client_model_info(grove_client *c, const char *model, int timeout_ms,
+                                     grove_model_info **out, grove_err *err) {
+  if (out) *out = NULL;
+  if (!c || !model || !out)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "model_info: no client, model or out");
+  Grove__ModelMetadataRequest mr = GROVE__MODEL_METADATA_REQUEST__INIT;
+  mr.model = (char *)model;
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.body_case = GROVE__REQUEST__BODY_MODEL_METADATA;
+  req.model_metadata = &mr;
+  Grove__Reply *rep = NULL;
+  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &rep, err);
+  if (s) return s;
+  if (rep->body_case != GROVE__REPLY__BODY_MODEL_METADATA) {
+    grove__reply__free_unpacked(rep, NULL);
+    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply holds no model metadata");
+  }
+  grove_model_info *m = calloc(1, sizeof *m);
+  if (!m) s = nomem(err);
+  else s = info_from_wire(rep->model_metadata, m, err);
+  grove__reply__free_unpacked(rep, NULL);
+  if (s) {
+    grove_model_info_free(m);
+    return s;
+  }
+  *out = m;
+  return GROVE_OK;
+}

@@ -1,0 +1,140 @@
+/* client.h: libgrove-client, the C API for talking to groved.
+ *
+ *   grove_client *c;
+ *   const char *urls[] = {"tcp://127.0.0.1:7700"};
+ *   if (grove_client_open(urls, 1, NULL, &c, &err)) ...;
+ *   grove_prediction p;
+ *   if (grove_client_predict(c, "digits", &x, 1, 1000, &p, &err)) ...;
+ *   ... p.outputs[0] ...
+ *   grove_prediction_fini(&p);
+ *   grove_client_close(c);
+ *
+ * Link with libgrove-client.a, libgrove.a (tensors), libprotobuf-c and
+ * libnng.  The wire format is proto/grove.proto (docs/protocol.md).
+ *
+ * Statuses: a call returns GROVE_OK, or the status the server answered with
+ * (GROVE_E_NOT_FOUND, GROVE_E_INVALID_ARGUMENT, GROVE_E_RESOURCE_EXHAUSTED,
+ * GROVE_E_DEADLINE_EXCEEDED, GROVE_E_UNAVAILABLE, ...) with the server's
+ * message in err, or one of these from the client side:
+ *   GROVE_E_UNAVAILABLE        no connection: none of the URLs could be
+ *                              reached at open, or every connection was lost
+ *                              and no reply came within the timeout
+ *   GROVE_E_DEADLINE_EXCEEDED  connected, but no reply within the timeout
+ *   GROVE_E_FORMAT             the reply did not decode (not a groved?)
+ *   GROVE_E_INVALID_ARGUMENT   bad arguments to the call
+ *   GROVE_E_NOMEM
+ * grove_client_failed_locally() tells these apart from the same statuses
+ * sent by the server (a draining server answers UNAVAILABLE itself).
+ *
+ * Threads: one grove_client may be used by any number of threads at once
+ * (each call runs on its own NNG context); open and close must not race
+ * with calls on the same client. */
+#ifndef GROVE_CLIENT_H
+#define GROVE_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "grove/model.h"
+#include "grove/status.h"
+#include "grove/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct grove_client grove_client;
+
+typedef struct grove_client_opts {
+  /* Timeout of a call whose timeout_ms argument is 0.  0 here means 30000. */
+  int default_timeout_ms;
+} grove_client_opts;
+
+/* Connects to every URL (tcp://HOST:PORT, ipc:///PATH), each dialed once
+ * synchronously; requests are spread over the connections, and a request
+ * whose connection drops is sent again on another.  A URL that cannot be
+ * reached now keeps being retried in the background, as long as at least
+ * one could: with none, open fails with GROVE_E_UNAVAILABLE naming them.  opts may be NULL.  *out is the caller's;
+ * close it with grove_client_close.  Any thread. */
+grove_status grove_client_open(const char *const *urls, size_t nurls, const grove_client_opts *opts,
+                               grove_client **out, grove_err *err);
+/* Closes the connections and frees c.  NULL is a no-op.  No call on c may be
+ * running or start afterwards. */
+void grove_client_close(grove_client *c);
+
+/* The result of one predict.  outputs are new heap tensors owned by the
+ * prediction (grove_prediction_fini releases them; retain one to keep it);
+ * names[i] is outputs[i]'s name, owned likewise. */
+typedef struct grove_prediction {
+  size_t noutputs;
+  grove_tensor **outputs;
+  char **names;
+  int64_t version;     /* the model version that computed the outputs */
+  uint64_t queue_us;   /* time the request waited for its batch */
+  uint64_t compute_us; /* time of the batch's forward */
+  uint32_t batch_rows; /* rows of the batch the request rode in */
+} grove_prediction;
+
+/* Sends inputs (ninputs tensors, in the model's input order; any strides:
+ * they are sent in C order) to model and waits at most timeout_ms (0: the
+ * client's default) for the outputs.  The server drops the request unanswered
+ * by its compute if it is still queued when the timeout passes.  The inputs
+ * stay the caller's.  On success *out holds the outputs (fini it); on error
+ * *out is empty and needs no fini.  Any thread, concurrently. */
+grove_status grove_client_predict(grove_client *c, const char *model, const grove_tensor *inputs,
+                                  size_t ninputs, int timeout_ms, grove_prediction *out,
+                                  grove_err *err);
+/* Releases everything p holds and empties it.  An empty p is a no-op. */
+void grove_prediction_fini(grove_prediction *p);
+
+/* One served model, as the server describes it.  Every pointer is owned by
+ * the struct that holds it. */
+typedef struct grove_model_info {
+  char *name;
+  char *dir;
+  char *weights_path; /* "" when none */
+  bool ready;         /* false: the load failed, error says why */
+  char *error;        /* "" when ready */
+  int64_t version;
+  size_t ninputs, noutputs;
+  grove_io_spec *inputs, *outputs;
+  int64_t param_count;
+  uint64_t weight_bytes;
+  grove_batching batching;
+  uint64_t queue_depth; /* requests waiting when the reply was made */
+} grove_model_info;
+
+typedef struct grove_server_status {
+  char *server_version;
+  uint32_t protocol;
+  bool ready;    /* every configured model loaded and not draining */
+  bool draining; /* SIGTERM seen */
+  uint64_t uptime_ms;
+  uint32_t workers, blas_threads;
+  uint64_t inflight; /* predicts accepted and not yet answered */
+  size_t nmodels;
+  grove_model_info *models;
+} grove_server_status;
+
+/* Asks the server for its status and every model it serves.  *out is new and
+ * the caller's (grove_server_status_free).  Any thread. */
+grove_status grove_client_status(grove_client *c, int timeout_ms, grove_server_status **out,
+                                 grove_err *err);
+void grove_server_status_free(grove_server_status *s);
+
+/* One model's metadata; GROVE_E_NOT_FOUND when the server has no such model.
+ * *out is new and the caller's (grove_model_info_free).  Any thread. */
+grove_status grove_client_model_info(grove_client *c, const char *model, int timeout_ms,
+                                     grove_model_info **out, grove_err *err);
+void grove_model_info_free(grove_model_info *m);
+
+/* True when status s, just returned by a call with err, came from the client
+ * side (no connection, no reply in time, undecodable reply) rather than from
+ * the server: the CLI's exit status 3 versus 1. */
+bool grove_client_failed_locally(grove_status s, const grove_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

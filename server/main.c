@@ -1,0 +1,305 @@
+/* main.c: groved, Grove's model server.
+ *
+ *   groved [--model-repo DIR] [--model [NAME=]DIR]... [--listen URL]...
+ *          [--pub URL] [--http HOST:PORT|none] [--workers N] [--blas-threads N]
+ *          [--log-level LEVEL] [--max-request-bytes N] [--drain-timeout SECONDS]
+ *
+ * Start-up order: flags, compute threads (before any model opens: opening
+ * runs a trial forward), models, the loop, workers, the NNG socket, HTTP,
+ * then the loop runs until SIGTERM/SIGINT has drained everything.
+ *
+ * Exit status: 0 after a drain, 1 when start-up fails (a port in use, out of
+ * memory) or the drain timed out, 2 for a usage error. */
+#define _GNU_SOURCE /* sched_getaffinity, getopt_long */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server.h"
+
+#define DEFAULT_LISTEN "tcp://127.0.0.1:7700"
+#define DEFAULT_HTTP "127.0.0.1:7701"
+#define DEFAULT_PUB "tcp://127.0.0.1:7702"
+#define DEFAULT_MAX_REQUEST ((size_t)64 << 20)
+
+static const char usage_text[] =
+    "usage: groved [OPTIONS]\n"
+    "Serves Grove model directories over NNG (protobuf RPCs) with dynamic batching.\n"
+    "\n"
+    "  --model [NAME=]DIR      serve the model directory DIR (repeatable); NAME defaults to\n"
+    "                          model.json's \"name\", else the directory's name\n"
+    "  --model-repo DIR        serve every subdirectory of DIR holding a model.json, each\n"
+    "                          named after its subdirectory\n"
+    "  --listen URL            tcp://HOST:PORT or ipc:///PATH (repeatable;\n"
+    "                          default " DEFAULT_LISTEN ")\n"
+    "  --http HOST:PORT|none   /healthz /readyz /metrics (default " DEFAULT_HTTP ")\n"
+    "  --pub URL               telemetry PUB socket (arrives with hooks; default " DEFAULT_PUB
+    ")\n"
+    "  --workers N             worker threads (default: cores / blas threads)\n"
+    "  --blas-threads N        compute threads per forward (default 1);\n"
+    "                          workers x blas threads never exceeds the cores\n"
+    "  --log-level LEVEL       debug, info (default), warn, error\n"
+    "  --max-request-bytes N   refuse larger requests with INVALID_ARGUMENT (default 64 MiB)\n"
+    "  --drain-timeout S       on SIGTERM, answer what is queued for at most S seconds\n"
+    "                          (default 30)\n"
+    "  --version, -h/--help\n"
+    "\n"
+    "Signals: SIGTERM/SIGINT drain (queued requests are answered, new ones get UNAVAILABLE)\n"
+    "and exit 0; SIGHUP is logged (reload arrives with hot reload).\n"
+    "See docs/operations.md.\n";
+
+static int usage(const char *fmt, const char *arg) {
+  fputs("groved: ", stderr);
+  fprintf(stderr, fmt, arg);
+  fputs("\nTry 'groved --help'.\n", stderr);
+  return 2;
+}
+
+static bool parse_long(const char *s, long long lo, long long hi, long long *out) {
+  if (!s || !*s) return false;
+  errno = 0;
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (errno || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+static int available_cores(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+enum {
+  OPT_MODEL = 256,
+  OPT_REPO,
+  OPT_LISTEN,
+  OPT_HTTP,
+  OPT_PUB,
+  OPT_WORKERS,
+  OPT_BLAS,
+  OPT_LOG,
+  OPT_MAXREQ,
+  OPT_DRAIN,
+  OPT_TEST_DELAY,
+  OPT_VERSION,
+};
+
+static int parse_flags(int argc, char **argv, srv_config *cfg) {
+  static const struct option opts[] = {
+      {"model", required_argument, NULL, OPT_MODEL},
+      {"model-repo", required_argument, NULL, OPT_REPO},
+      {"listen", required_argument, NULL, OPT_LISTEN},
+      {"http", required_argument, NULL, OPT_HTTP},
+      {"pub", required_argument, NULL, OPT_PUB},
+      {"workers", required_argument, NULL, OPT_WORKERS},
+      {"blas-threads", required_argument, NULL, OPT_BLAS},
+      {"log-level", required_argument, NULL, OPT_LOG},
+      {"max-request-bytes", required_argument, NULL, OPT_MAXREQ},
+      {"drain-timeout", required_argument, NULL, OPT_DRAIN},
+      /* Testing aid, not in --help: every batch sleeps this long before its
+       * forward, so tests can fill a queue or catch requests in flight
+       * without racing the clock.  docs/operations.md says so. */
+      {"test-batch-delay-ms", required_argument, NULL, OPT_TEST_DELAY},
+      {"version", no_argument, NULL, OPT_VERSION},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  cfg->http = DEFAULT_HTTP;
+  cfg->pub = DEFAULT_PUB;
+  cfg->max_request_bytes = DEFAULT_MAX_REQUEST;
+  cfg->drain_timeout_ms = 30000;
+  cfg->log_level = GROVE_LOG_INFO;
+  opterr = 0;
+  int c;
+  long long v;
+  while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    switch (c) {
+      case OPT_MODEL: {
+        if (cfg->nmodels == SRV_MAX_MODELS) return usage("too many --model (at most %s)", "256");
+        char *eq = strchr(optarg, '=');
+        srv_model_arg *ma = &cfg->models[cfg->nmodels++];
+        if (eq) {
+          if (eq == optarg || !eq[1]) return usage("--model wants NAME=DIR or DIR, not '%s'", optarg);
+          ma->name = strndup(optarg, (size_t)(eq - optarg));
+          ma->dir = strdup(eq + 1);
+        } else {
+          ma->dir = strdup(optarg);
+        }
+        if (!ma->dir || (eq && !ma->name)) return usage("%s", "out of memory");
+        break;
+      }
+      case OPT_REPO:
+        if (cfg->model_repo) return usage("--model-repo given twice%s", "");
+        cfg->model_repo = optarg;
+        break;
+      case OPT_LISTEN:
+        if (cfg->nlisten == SRV_MAX_URLS) return usage("too many --listen (at most %s)", "16");
+        if (strncmp(optarg, "tcp://", 6) && strncmp(optarg, "ipc://", 6) &&
+            strncmp(optarg, "tcp4://", 7) && strncmp(optarg, "tcp6://", 7))
+          return usage("--listen wants tcp://HOST:PORT or ipc:///PATH, not '%s'", optarg);
+        cfg->listen[cfg->nlisten++] = optarg;
+        break;
+      case OPT_HTTP:
+        cfg->http = (strcmp(optarg, "none") == 0 || !*optarg) ? NULL : optarg;
+        if (cfg->http && !strchr(cfg->http, ':'))
+          return usage("--http wants HOST:PORT or none, not '%s'", optarg);
+        break;
+      case OPT_PUB:
+        cfg->pub = optarg;
+        break;
+      case OPT_WORKERS:
+        if (!parse_long(optarg, 1, 1024, &v))
+          return usage("--workers wants an integer from 1 to 1024, not '%s'", optarg);
+        cfg->workers = (int)v;
+        break;
+      case OPT_BLAS:
+        if (!parse_long(optarg, 1, 1024, &v))
+          return usage("--blas-threads wants an integer from 1 to 1024, not '%s'", optarg);
+        cfg->blas_threads = (int)v;
+        break;
+      case OPT_LOG: {
+        static const char *const names[] = {"debug", "info", "warn", "error"};
+        int found = -1;
+        for (int i = 0; i < 4; i++)
+          if (strcmp(optarg, names[i]) == 0) found = i;
+        if (strcmp(optarg, "warning") == 0) found = 2;
+        if (found < 0) return usage("--log-level wants debug, info, warn or error, not '%s'", optarg);
+        cfg->log_level = (grove_log_level)found;
+        break;
+      }
+      case OPT_MAXREQ:
+        if (!parse_long(optarg, 1024, (long long)1 << 40, &v))
+          return usage("--max-request-bytes wants an integer from 1024 to 2^40, not '%s'", optarg);
+        cfg->max_request_bytes = (size_t)v;
+        break;
+      case OPT_DRAIN:
+        if (!parse_long(optarg, 1, 86400, &v))
+          return usage("--drain-timeout wants seconds from 1 to 86400, not '%s'", optarg);
+        cfg->drain_timeout_ms = (int)v * 1000;
+        break;
+      case OPT_TEST_DELAY:
+        if (!parse_long(optarg, 0, 60000, &v))
+          return usage("--test-batch-delay-ms wants 0 to 60000, not '%s'", optarg);
+        cfg->test_batch_delay_ms = (int)v;
+        break;
+      case OPT_VERSION:
+        printf("groved %s (protocol %d)\n", GROVE_VERSION,
+               GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION);
+        return -1;
+      case 'h':
+        fputs(usage_text, stdout);
+        return -1;
+      case ':':
+        return usage("option '%s' needs a value", argv[optind - 1]);
+      default:
+        return usage("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) return usage("unexpected argument '%s'", argv[optind]);
+  if (cfg->nlisten == 0) cfg->listen[cfg->nlisten++] = DEFAULT_LISTEN;
+  return 0;
+}
+
+static void free_flags(srv_config *cfg) {
+  for (size_t i = 0; i < cfg->nmodels; i++) {
+    free(cfg->models[i].name);
+    free(cfg->models[i].dir);
+  }
+}
+
+/* workers x blas threads never exceeds the cores given: clamp, and say so. */
+static void choose_threads(srv_server *srv) {
+  int cores = available_cores();
+  int t = srv->cfg.blas_threads ? srv->cfg.blas_threads : 1;
+  if (t > cores) {
+    grove__slog(GROVE_LOG_WARN, "server.threads_clamped",
+                "--blas-threads %d is more than the %d cores this process may use; using %d", t,
+                cores, cores);
+    t = cores;
+  }
+  int w = srv->cfg.workers ? srv->cfg.workers : cores / t;
+  if (w < 1) w = 1;
+  if (w * t > cores) {
+    int nw = cores / t > 0 ? cores / t : 1;
+    grove__slog(GROVE_LOG_WARN, "server.workers_clamped",
+                "--workers %d x --blas-threads %d would run %d threads on %d cores; using %d "
+                "worker%s",
+                w, t, w * t, cores, nw, nw == 1 ? "" : "s");
+    w = nw;
+  }
+  srv->workers = w;
+  srv->blas_threads = t;
+  grove_set_compute_threads(t);
+}
+
+int main(int argc, char **argv) {
+  static srv_server srv; /* static: large, and one per process */
+  int rc = parse_flags(argc, argv, &srv.cfg);
+  if (rc) {
+    free_flags(&srv.cfg);
+    return rc < 0 ? 0 : rc;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  grove__slog_init(srv.cfg.log_level);
+  grove_set_log(grove__slog_core, NULL);
+  srv.t_start = grove__now_ns();
+  srv.timer_fd = -1;
+  grove__slog(GROVE_LOG_INFO, "server.start", "groved %s (protocol %d), pid %d", GROVE_VERSION,
+              GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION, (int)getpid());
+  if (srv.cfg.test_batch_delay_ms)
+    grove__slog(GROVE_LOG_WARN, "server.test_delay",
+                "--test-batch-delay-ms %d: every batch sleeps first (a testing aid)",
+                srv.cfg.test_batch_delay_ms);
+  choose_threads(&srv);
+
+  grove_err err = {0};
+  grove_status s = grove__registry_load(&srv, &err);
+  if (s) {
+    grove__slog(GROVE_LOG_ERROR, "server.config", "%s", grove_err_msg(&err));
+    rc = s == GROVE_E_INVALID_ARGUMENT ? 2 : 1;
+    goto out;
+  }
+  if (srv.nmodels == 0)
+    grove__slog(GROVE_LOG_WARN, "server.no_models",
+                "no model configured (--model, --model-repo): every predict gets NOT_FOUND");
+  if ((s = grove__batcher_init(&srv, &err)) || (s = grove__workers_start(&srv, &err)) ||
+      (s = grove__rpc_start(&srv, &err)) || (s = grove__http_start(&srv, &err))) {
+    grove__slog(GROVE_LOG_ERROR, "server.start_failed", "%s", grove_err_msg(&err));
+    rc = 1;
+    goto out;
+  }
+  size_t loaded = 0;
+  for (size_t i = 0; i < srv.nmodels; i++) loaded += srv.models[i].current != NULL;
+  if (srv.cfg.pub)
+    grove__slog(GROVE_LOG_DEBUG, "server.pub",
+                "--pub %s: the telemetry publisher arrives with forward hooks", srv.cfg.pub);
+  grove__slog(GROVE_LOG_INFO, "server.ready",
+              "serving %zu of %zu models with %d worker%s x %d compute thread%s%s", loaded,
+              srv.nmodels, srv.workers, srv.workers == 1 ? "" : "s", srv.blas_threads,
+              srv.blas_threads == 1 ? "" : "s",
+              loaded == srv.nmodels ? "" : " (not ready: see model.load_failed)");
+  uv_run(&srv.loop, UV_RUN_DEFAULT);
+  rc = srv.exit_code;
+  grove__slog(GROVE_LOG_INFO, "server.exit", "exit %d", rc);
+
+out:
+  grove__workers_stop(&srv);
+  grove__rpc_stop(&srv);
+  grove__http_stop(&srv);
+  grove__batcher_close(&srv);
+  grove__workers_free(&srv);
+  grove__registry_free(&srv);
+  free_flags(&srv.cfg);
+  return rc;
+}

@@ -1,0 +1,315 @@
+/* server.h: groved's internal types and the functions its parts call on
+ * each other.  Never installed; nothing outside server/ includes it.
+ *
+ * The parts, one file each:
+ *   main.c      flags, start-up order, signals, shutdown
+ *   registry.c  model directories loaded into refcounted versions
+ *   rpc.c       the NNG rep socket: receive, decode, validate, reply
+ *   batcher.c   the libuv loop's side: queues per model, batch formation,
+ *               handing batches to idle workers, draining
+ *   worker.c    worker threads: concatenate rows, forward, split, reply
+ *   metrics.c   counters and histograms, Prometheus text
+ *   http.c      /healthz, /readyz, /metrics on NNG's HTTP server
+ *   slog.c      one log line per event
+ *
+ * Threads and who owns what (docs/operations.md has the picture):
+ *   - The libuv loop thread owns every model's queue, the idle-worker list,
+ *     the batch timer and the drain state.  Nothing else touches them.
+ *   - NNG's callback threads decode and validate a request, then hand it to
+ *     the loop through the inbox (a mutex-guarded list plus uv_async_send).
+ *     Bad requests, status and metadata are answered right there.
+ *   - A worker owns the batch the loop gave it until it posts itself back
+ *     through the same inbox.  It replies to each request itself (the reply
+ *     goes out on NNG from the worker thread: one hop less than going back
+ *     through the loop, and the loop never waits on a socket).
+ *   - A request (srv_req) belongs to exactly one of them at a time, so it
+ *     carries no lock: NNG thread -> loop -> worker -> NNG again.
+ *   - Metrics are atomics any thread may bump and the HTTP thread reads.
+ *   - A model's current version is swapped only by the loop (the hot-reload
+ *     issue) under srv_model.mu; readers on other threads take a reference
+ *     under that mutex.  A batch holds a reference to the version it was
+ *     dispatched with until its last reply is out.
+ */
+#ifndef GROVE_SERVER_H
+#define GROVE_SERVER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+#include <uv.h>
+
+#include "grove.pb-c.h"
+#include "grove/grove.h"
+
+/* ================================================================ config */
+
+#define SRV_MAX_URLS 16
+#define SRV_MAX_MODELS 256
+
+typedef struct srv_model_arg {
+  char *name; /* NULL: the directory's base name */
+  char *dir;
+} srv_model_arg;
+
+typedef struct srv_config {
+  const char *listen[SRV_MAX_URLS];
+  size_t nlisten;
+  const char *http;  /* HOST:PORT, or NULL for none */
+  const char *pub;   /* telemetry PUB URL (the hooks issue); recorded only */
+  const char *model_repo;
+  srv_model_arg models[SRV_MAX_MODELS];
+  size_t nmodels;
+  int workers;       /* 0 = cores / blas_threads */
+  int blas_threads;  /* 0 = 1 */
+  size_t max_request_bytes;
+  int drain_timeout_ms;
+  int test_batch_delay_ms; /* testing aid: each batch sleeps this long first */
+  grove_log_level log_level;
+} srv_config;
+
+/* ================================================================ logging */
+
+/* One line on stderr: "2026-11-29T14:03:07.123Z info server.listen: msg".
+ * Thread-safe (one write(2) per line). */
+void grove__slog_init(grove_log_level threshold);
+void grove__slog(grove_log_level level, const char *id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The callback installed with grove_set_log, so libgrove's events come out
+ * the same way. */
+void grove__slog_core(void *user, grove_log_level level, const char *id, const char *msg);
+
+/* ================================================================ time */
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t grove__now_ns(void);
+
+/* ================================================================ metrics */
+
+/* Upper bounds of the latency buckets, in seconds; +Inf is implicit. */
+#define SRV_LAT_BUCKETS 16
+/* Upper bounds of the batch-size buckets, in rows; +Inf is implicit. */
+#define SRV_BATCH_BUCKETS 10
+/* grove_status values below this are counted by value (they are < 100). */
+#define SRV_NSTATUS 128
+
+typedef struct srv_hist {
+  _Atomic uint64_t buckets[SRV_LAT_BUCKETS + 1]; /* non-cumulative; last = +Inf */
+  _Atomic uint64_t count;
+  _Atomic uint64_t sum; /* ns for latencies, rows for batch sizes */
+} srv_hist;
+
+typedef struct srv_metrics {
+  _Atomic uint64_t requests[SRV_NSTATUS]; /* answered, by status */
+  srv_hist queue_lat, compute_lat, total_lat;
+  srv_hist batch_size;
+} srv_metrics;
+
+void grove__hist_observe_ns(srv_hist *h, int64_t ns);
+void grove__hist_observe_rows(srv_hist *h, int64_t rows);
+/* Counts one answered request with status s. */
+void grove__metrics_count(srv_metrics *m, grove_status s);
+
+/* ================================================================ models */
+
+/* One loaded version of a model: the tree and its weights.  Immutable;
+ * freed when its last reference drops (any thread). */
+typedef struct srv_version {
+  atomic_int refs;
+  int64_t number; /* 1 for the first load, +1 per reload */
+  grove_model *model;
+} srv_version;
+
+void grove__version_retain(srv_version *v);
+/* NULL is a no-op.  Frees the model on the last reference. */
+void grove__version_release(srv_version *v);
+
+typedef struct srv_req srv_req;
+
+typedef struct srv_model {
+  size_t index;
+  char *name;
+  char *dir;
+  char *error; /* why the load failed, or NULL; set at start, then read-only */
+
+  pthread_mutex_t mu;    /* guards current */
+  srv_version *current;  /* NULL when the load failed; written by the loop only */
+
+  /* Loop thread only. */
+  srv_req *head, *tail;  /* FIFO of queued requests */
+  size_t queued;         /* requests in the FIFO */
+  int64_t queued_rows;
+  int running;           /* batches of this model on workers now */
+
+  /* Any thread. */
+  _Atomic uint64_t queue_depth; /* = queued, for /metrics and status */
+  _Atomic int64_t version_number;
+  srv_metrics metrics;
+} srv_model;
+
+/* Loads every model of cfg (--model and --model-repo) into srv->models.  A
+ * model that fails keeps its entry with error set and no version; the
+ * others serve.  Returns GROVE_E_INVALID_ARGUMENT for a bad configuration
+ * (duplicate names, an unreadable repository), with err set. */
+typedef struct srv_server srv_server;
+grove_status grove__registry_load(srv_server *srv, grove_err *err);
+void grove__registry_free(srv_server *srv);
+/* The model called name, or NULL.  The table never changes after start, so
+ * any thread may call this. */
+srv_model *grove__registry_find(srv_server *srv, const char *name);
+/* A new reference to m's current version, or NULL when it has none.  Any
+ * thread. */
+srv_version *grove__model_acquire(srv_model *m);
+/* Every configured model loaded? */
+bool grove__registry_ready(srv_server *srv);
+
+/* ================================================================ requests */
+
+typedef enum srv_req_state {
+  REQ_IDLE = 0, /* no receive posted (before start, after stop) */
+  REQ_RECV,     /* a receive is posted */
+  REQ_WORK,     /* received; owned by the NNG callback, the loop or a worker */
+  REQ_SEND,     /* a reply is being sent */
+} srv_req_state;
+
+/* One in-flight RPC: an NNG context with its aio, reused for request after
+ * request.  Its predict fields are valid while state == REQ_WORK. */
+struct srv_req {
+  srv_server *srv;
+  nng_ctx ctx;
+  nng_aio *aio;
+  srv_req_state state;
+
+  Grove__Request *msg; /* decoded request; owned */
+  uint64_t id;         /* the client's id, echoed */
+  bool counted;        /* counted in grove_requests_total (predicts, garbage) */
+  bool accepted;       /* a predict handed to the loop: srv.inflight counts it */
+
+  /* Predict only. */
+  srv_model *model;
+  size_t ninputs;
+  grove_tensor inputs[GROVE_MAX_VALUES]; /* plain views into msg */
+  int64_t rows;
+  int64_t t_recv, t_dispatch, deadline; /* ns; deadline INT64_MAX = none */
+
+  srv_req *next; /* inbox, model FIFO or batch list */
+};
+
+/* ================================================================ workers */
+
+typedef struct srv_batch {
+  srv_model *model;
+  srv_version *version; /* reference held until the batch is done */
+  srv_req *reqs;        /* linked by next, in queue order */
+  size_t nreqs;
+  int64_t rows;
+} srv_batch;
+
+typedef struct srv_worker srv_worker;
+struct srv_worker {
+  srv_server *srv;
+  int id;
+  pthread_t thread;
+  bool started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool assigned; /* guarded by mu: batch is set and not finished */
+  bool stop;     /* guarded by mu */
+  srv_batch batch;
+  grove_arena **arenas; /* one per model (index), NULL for a model not loaded */
+  srv_worker *next;     /* idle stack or done list */
+};
+
+grove_status grove__workers_start(srv_server *srv, grove_err *err);
+/* Hands b to the idle worker w (loop thread). */
+void grove__worker_assign(srv_worker *w);
+/* Stops and joins every worker; one running a batch finishes it first. */
+void grove__workers_stop(srv_server *srv);
+/* Frees the workers' arenas and state (after grove__workers_stop). */
+void grove__workers_free(srv_server *srv);
+
+/* ================================================================ server */
+
+struct srv_server {
+  srv_config cfg;
+  int workers, blas_threads;
+  int64_t t_start;
+
+  srv_model *models;
+  size_t nmodels;
+
+  /* NNG */
+  nng_socket sock;
+  bool sock_open;
+  srv_req *reqs;
+  size_t nreqs;
+  _Atomic int64_t inflight; /* predicts handed to the loop, not yet answered */
+  srv_metrics unrouted;     /* requests naming no known model, or undecodable */
+  _Atomic int64_t sending;  /* replies being sent */
+  atomic_bool draining;     /* SIGTERM seen: new predicts get UNAVAILABLE */
+
+  /* libuv (loop thread) */
+  uv_loop_t loop;
+  uv_async_t async;
+  uv_signal_t sig_term, sig_int, sig_hup;
+  uv_poll_t timer_poll;
+  int timer_fd;
+  int64_t timer_at; /* armed deadline, 0 = disarmed */
+  uv_timer_t drain_timer;
+  bool loop_started;
+  size_t rr; /* round-robin start among models */
+
+  /* inbox: NNG threads and workers -> loop */
+  pthread_mutex_t inbox_mu;
+  srv_req *inbox_head, *inbox_tail;
+  srv_worker *done_head;
+
+  srv_worker *worker_array;
+  srv_worker *idle; /* loop thread: stack of idle workers */
+  size_t nidle;
+
+  /* HTTP */
+  void *http; /* nng_http_server * */
+
+  int exit_code;
+};
+
+/* rpc.c */
+grove_status grove__rpc_start(srv_server *srv, grove_err *err);
+/* Closes the socket and waits until no NNG callback runs. */
+void grove__rpc_stop(srv_server *srv);
+/* Answers r with an error status and message (any thread that owns r). */
+void grove__rpc_reply_error(srv_req *r, grove_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Sends an encoded reply for r (takes msg).  Counts the request under its
+ * model with status s.  Any thread that owns r; r is NNG's afterwards. */
+void grove__rpc_send(srv_req *r, nng_msg *msg, grove_status s);
+/* Packs reply into a new nng_msg; NULL when out of memory. */
+nng_msg *grove__rpc_pack(const Grove__Reply *reply);
+
+/* batcher.c (loop thread unless said otherwise) */
+grove_status grove__batcher_init(srv_server *srv, grove_err *err);
+void grove__batcher_close(srv_server *srv);
+/* Any thread: queue r for the loop. */
+void grove__inbox_push_req(srv_server *srv, srv_req *r);
+/* Any thread (a worker): w finished its batch. */
+void grove__inbox_push_done(srv_server *srv, srv_worker *w);
+/* Any thread: wake the loop (for instance to re-check the drain). */
+void grove__loop_wake(srv_server *srv);
+/* Starts the drain (SIGTERM). */
+void grove__batcher_drain(srv_server *srv);
+
+/* http.c */
+grove_status grove__http_start(srv_server *srv, grove_err *err);
+void grove__http_stop(srv_server *srv);
+
+/* metrics.c: Prometheus text exposition of everything; *out malloc'd. */
+grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len);
+
+/* status_text: "INVALID_ARGUMENT" for GROVE_E_INVALID_ARGUMENT, "OK". */
+const char *grove__status_label(grove_status s);
+
+#endif
