@@ -124,8 +124,7 @@ grove__linear_pack *grove__linear_pack_new(const float *W, int64_t N, int64_t K)
     float *dst = p->data + pi * K * NR;
     int64_t n0 = pi * NR;
     for (int64_t k = 0; k < K; k++) {
-      for (int j = 0; j < w; j++)
-        dst[k * w + j] = n0 + j < N ? W[(n0 + j) * K + k] : 0.0f;
+      for (int j = 0; j < w; j++) dst[k * w + j] = n0 + j < N ? W[(n0 + j) * K + k] : 0.0f;
     }
   }
   return p;
@@ -153,10 +152,9 @@ void grove__linear_pack_free(grove__linear_pack *p) {
  * every call (the wrappers below), so the accumulator array lives in
  * registers and the loops unroll. */
 static inline __attribute__((always_inline)) void tile(const int mr, const int NV, int64_t K,
-                                                       const float *A, int64_t lda,
-                                                       const float *B, const float *bias,
-                                                       float *y, int64_t ldy, int ncols,
-                                                       int relu) {
+                                                       const float *A, int64_t lda, const float *B,
+                                                       const float *bias, float *y, int64_t ldy,
+                                                       int ncols, int relu) {
   __m512 acc[MR][4];
 #pragma GCC unroll 6
   for (int i = 0; i < mr; i++)
@@ -200,13 +198,13 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int N
   }
 }
 
-typedef void (*tile_fn)(int64_t K, const float *A, int64_t lda, const float *B,
-                        const float *bias, float *y, int64_t ldy, int ncols, int relu);
+typedef void (*tile_fn)(int64_t K, const float *A, int64_t lda, const float *B, const float *bias,
+                        float *y, int64_t ldy, int ncols, int relu);
 
-#define TILE_FN(R, V)                                                                           \
-  static void tile_##R##_##V(int64_t K, const float *A, int64_t lda, const float *B,           \
+#define TILE_FN(R, V)                                                                         \
+  static void tile_##R##_##V(int64_t K, const float *A, int64_t lda, const float *B,          \
                              const float *bias, float *y, int64_t ldy, int ncols, int relu) { \
-    tile(R, V, K, A, lda, B, bias, y, ldy, ncols, relu);                                       \
+    tile(R, V, K, A, lda, B, bias, y, ldy, ncols, relu);                                      \
   }
 #define TILE_ROW(R) TILE_FN(R, 1) TILE_FN(R, 2) TILE_FN(R, 3) TILE_FN(R, 4)
 TILE_ROW(1)
@@ -215,7 +213,8 @@ TILE_ROW(3)
 TILE_ROW(4)
 TILE_ROW(5)
 TILE_ROW(6)
-#define TILE_REF(R) {tile_##R##_1, tile_##R##_2, tile_##R##_3, tile_##R##_4}
+#define TILE_REF(R) \
+  { tile_##R##_1, tile_##R##_2, tile_##R##_3, tile_##R##_4 }
 static const tile_fn tiles[MR][4] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
                                      TILE_REF(4), TILE_REF(5), TILE_REF(6)};
 
@@ -301,16 +300,22 @@ typedef struct job {
 static inline uint64_t word_make(uint32_t gen, uint32_t total, uint32_t next) {
   return (uint64_t)gen << 32 | (uint64_t)total << 16 | next;
 }
-static inline uint32_t word_gen(uint64_t w) { return (uint32_t)(w >> 32); }
-static inline uint32_t word_total(uint64_t w) { return (uint32_t)(w >> 16) & 0xFFFF; }
-static inline uint32_t word_next(uint64_t w) { return (uint32_t)w & 0xFFFF; }
+static inline uint32_t word_gen(uint64_t w) {
+  return (uint32_t)(w >> 32);
+}
+static inline uint32_t word_total(uint64_t w) {
+  return (uint32_t)(w >> 16) & 0xFFFF;
+}
+static inline uint32_t word_next(uint64_t w) {
+  return (uint32_t)w & 0xFFFF;
+}
 
 typedef struct pool {
   int nhelpers;
   pthread_t *threads;
   atomic_flag busy; /* held by the run that owns the pool */
   _Alignas(64) _Atomic uint64_t work;
-  _Alignas(64) atomic_int done; /* chunks finished in the current job */
+  _Alignas(64) atomic_int done;     /* chunks finished in the current job */
   _Alignas(64) atomic_int sleepers; /* helpers waiting on cv */
   atomic_bool stop;
   pthread_mutex_t mu;
@@ -323,7 +328,7 @@ static atomic_int g_threads = 1;
  * not race with forwards (grove.h). */
 static _Atomic(pool *) g_pool;
 static pthread_mutex_t g_cfg_mu = PTHREAD_MUTEX_INITIALIZER;
-static bool g_atexit_done; /* guarded by g_cfg_mu */
+static bool g_atexit_done, g_atfork_done; /* handlers registered; g_cfg_mu */
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -433,8 +438,11 @@ static void pool_free(pool *pl) {
 /* A pool with up to nhelpers helpers (fewer when thread creation fails),
  * or NULL when none could start. */
 static pool *pool_new(int nhelpers) {
-  pool *pl = calloc(1, sizeof *pl);
+  /* Aligned so that the claim word, the done counter and the sleepers
+   * count sit on cache lines of their own. */
+  pool *pl = aligned_alloc(_Alignof(pool), sizeof *pl);
   if (!pl) return NULL;
+  memset(pl, 0, sizeof *pl);
   pl->threads = calloc((size_t)nhelpers, sizeof *pl->threads);
   if (!pl->threads || pthread_mutex_init(&pl->mu, NULL) != 0) {
     free(pl->threads);
@@ -463,6 +471,27 @@ static pool *pool_new(int nhelpers) {
   return pl;
 }
 
+/* fork() copies only the calling thread: in the child the helpers are
+ * gone, so the pool is dropped (its memory freed, nothing joined) and runs
+ * compute on their own thread until grove_set_compute_threads is called
+ * again.  g_cfg_mu is held across fork so the child never inherits it
+ * locked. */
+static void fork_prepare(void) {
+  pthread_mutex_lock(&g_cfg_mu);
+}
+static void fork_parent(void) {
+  pthread_mutex_unlock(&g_cfg_mu);
+}
+static void fork_child(void) {
+  pool *pl = atomic_exchange(&g_pool, NULL);
+  if (pl) {
+    free(pl->threads);
+    free(pl);
+  }
+  atomic_store(&g_threads, 1);
+  pthread_mutex_unlock(&g_cfg_mu);
+}
+
 static void pool_atexit(void) {
   pthread_mutex_lock(&g_cfg_mu);
   pool_free(atomic_exchange(&g_pool, NULL));
@@ -475,6 +504,7 @@ void grove_set_compute_threads(int n) {
   openblas_set_num_threads(n);
   pthread_mutex_lock(&g_cfg_mu);
   if (!g_atexit_done) g_atexit_done = atexit(pool_atexit) == 0;
+  if (!g_atfork_done) g_atfork_done = pthread_atfork(fork_prepare, fork_parent, fork_child) == 0;
   pool *pl = atomic_load(&g_pool);
   int have = pl ? pl->nhelpers + 1 : 1;
   if (have != n) {
@@ -486,11 +516,12 @@ void grove_set_compute_threads(int n) {
   atomic_store(&g_threads, got);
   pthread_mutex_unlock(&g_cfg_mu);
   if (got < n)
-    grove__log(GROVE_LOG_WARN, "gemm.threads", "could start only %d of %d compute threads", got,
-               n);
+    grove__log(GROVE_LOG_WARN, "gemm.threads", "could start only %d of %d compute threads", got, n);
 }
 
-int grove_compute_threads(void) { return atomic_load(&g_threads); }
+int grove_compute_threads(void) {
+  return atomic_load(&g_threads);
+}
 
 /* ================================================================ run */
 
@@ -500,8 +531,8 @@ int grove_compute_threads(void) { return atomic_load(&g_threads); }
 
 #if GEMM_HAVE_AVX512
 /* Runs one product on the pool, which the caller has just taken. */
-static void pool_run(pool *pl, int threads, const grove__linear_pack *p, const float *x,
-                     int64_t M, const float *bias, float *y, int relu) {
+static void pool_run(pool *pl, int threads, const grove__linear_pack *p, const float *x, int64_t M,
+                     const float *bias, float *y, int relu) {
   job *jb = &pl->cur;
   *jb = (job){.p = p, .x = x, .bias = bias, .y = y, .M = M, .relu = relu};
   int64_t chunks;
@@ -528,8 +559,10 @@ static void pool_run(pool *pl, int threads, const grove__linear_pack *p, const f
      * ours up so that it can finish. */
     cpu_relax();
     if (++spins % 256 == 0) {
-      if (!t0) t0 = now_ns();
-      else if (now_ns() - t0 > CALLER_SPIN_NS) sched_yield();
+      if (!t0)
+        t0 = now_ns();
+      else if (now_ns() - t0 > CALLER_SPIN_NS)
+        sched_yield();
     }
   }
 }

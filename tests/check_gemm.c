@@ -6,8 +6,11 @@
  * same pack at once. */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "testutil.h"
@@ -230,6 +233,60 @@ START_TEST(test_concurrent_runs) {
 }
 END_TEST
 
+/* fork() keeps only the calling thread: the child must still compute the
+ * right thing (on its own thread) and exit cleanly, and may start a pool of
+ * its own. */
+START_TEST(test_fork_with_pool) {
+  unsetenv("GROVE_GEMM");
+  grove_set_compute_threads(2);
+  const int64_t M = 64, N = 300, K = 200;
+  float *W = rand_buf(N * K, 21, 4.0f / (float)K);
+  float *x = rand_buf(M * K, 22, 1.0f);
+  float *want = malloc((size_t)(M * N) * sizeof(float));
+  float *got = malloc((size_t)(M * N) * sizeof(float));
+  reference(W, x, NULL, M, N, K, GROVE__ACT_RELU, want);
+  grove__linear_pack *p = grove__linear_pack_new(W, N, K);
+  ck_assert_ptr_nonnull(p);
+  grove__linear_run(p, x, M, NULL, got, GROVE__ACT_RELU); /* the pool is warm */
+  fflush(NULL);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int code = 0;
+    if (grove_compute_threads() != 1) code |= 1;
+    memset(got, 0, (size_t)(M * N) * sizeof(float));
+    grove__linear_run(p, x, M, NULL, got, GROVE__ACT_RELU);
+    if (grove_test_allclose(got, want, (size_t)(M * N), RTOL, ATOL) >= 0) code |= 2;
+    grove_set_compute_threads(2);
+    if (grove_compute_threads() != 2) code |= 4;
+    memset(got, 0, (size_t)(M * N) * sizeof(float));
+    grove__linear_run(p, x, M, NULL, got, GROVE__ACT_RELU);
+    if (grove_test_allclose(got, want, (size_t)(M * N), RTOL, ATOL) >= 0) code |= 8;
+    grove__linear_pack_free(p);
+    free(W);
+    free(x);
+    free(want);
+    free(got);
+    grove_set_compute_threads(1); /* joins the child's own pool */
+    /* _exit: the child's copy of the sanitizers' thread list still names
+     * the parent's helpers, and a leak check there would only warn. */
+    _exit(code);
+  }
+  int status = 0;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+  ck_assert_int_eq(grove_compute_threads(), 2);
+  grove__linear_run(p, x, M, NULL, got, GROVE__ACT_RELU);
+  ck_assert_int_eq(grove_test_allclose(got, want, (size_t)(M * N), RTOL, ATOL), -1);
+  grove__linear_pack_free(p);
+  free(W);
+  free(x);
+  free(want);
+  free(got);
+  grove_set_compute_threads(1);
+}
+END_TEST
+
 Suite *gemm_suite(void) {
   Suite *s = suite_create("gemm");
   TCase *tc = tcase_create("shapes");
@@ -239,6 +296,7 @@ Suite *gemm_suite(void) {
   tcase_add_test(tc, test_empty_and_degenerate);
   tcase_add_test(tc, test_thread_setting);
   tcase_add_test(tc, test_concurrent_runs);
+  tcase_add_test(tc, test_fork_with_pool);
   suite_add_tcase(s, tc);
   return s;
 }
