@@ -12,7 +12,8 @@
  *                          interprets later, except the three that build
  *                          containers the pickle goes on to fill or that are
  *                          plain data: OrderedDict() (a DICT), torch.Size(t)
- *                          (a TUPLE) and _codecs.encode(s, 'latin1') (BYTES).
+ *                          (a TUPLE), set(list) (a SET) and
+ *                          _codecs.encode(s, 'latin1') (BYTES).
  *                          NEWOBJ is only allowed on torch.nn.Parameter, as
  *                          in torch.
  *   BUILD                  records the state on a DICT (OrderedDict
@@ -49,8 +50,8 @@ typedef struct allowed {
 #define NO_DTYPE (-1)
 
 /* The globals of torch.load(weights_only=True) that a state_dict can hold.
- * torch's list has a few more (torch.device's use for meta tensors, set,
- * complex, bytearray, Counter, tensor classes): Grove does not need them. */
+ * torch's list has a few more (complex, bytearray, Counter, the legacy tensor
+ * classes): Grove does not need them. */
 static const allowed allow_list[] = {
     {"collections.OrderedDict", GROVE__TAG_ORDERED_DICT, 0, NULL},
     {"torch._utils._rebuild_tensor", GROVE__TAG_REBUILD_TENSOR, 0, NULL},
@@ -80,6 +81,8 @@ static const allowed allow_list[] = {
     {"torch.device", GROVE__TAG_DEVICE, 0, NULL},
     {"torch.serialization._get_layout", GROVE__TAG_GET_LAYOUT, 0, NULL},
     {"_codecs.encode", GROVE__TAG_CODECS_ENCODE, 0, NULL},
+    {"builtins.set", GROVE__TAG_SET, 0, NULL},
+    {"__builtin__.set", GROVE__TAG_SET, 0, NULL}, /* protocol 2's name for it */
     /* Storage classes (the legacy typed ones are what torch.save pickles). */
     {"torch.FloatStorage", GROVE__TAG_STORAGE, GROVE_F32, NULL},
     {"torch.HalfStorage", GROVE__TAG_STORAGE, GROVE_F16, NULL},
@@ -658,6 +661,19 @@ static grove_status op_call(machine *m, uint8_t op, bool newobj) {
       }
       if (st != GROVE_OK) return st;
       return push(m, d);
+    }
+    case GROVE__TAG_SET: {
+      /* set() or set([items]): plain data a checkpoint may carry. */
+      grove__pk *set = new_value(m, GROVE__PK_SET);
+      if (!set) return m->err ? m->err->code : GROVE_E_NOMEM;
+      if (n == 1 && (a[0]->kind == GROVE__PK_LIST || a[0]->kind == GROVE__PK_TUPLE)) {
+        for (size_t i = 0; i < a[0]->u.seq.n && st == GROVE_OK; i++)
+          st = seq_push(m, set, a[0]->u.seq.items[i]);
+      } else if (n != 0) {
+        return wrong_type(m, op, "set() or set(list)", args);
+      }
+      if (st != GROVE_OK) return st;
+      return push(m, set);
     }
     case GROVE__TAG_SIZE:
       if (n != 1 || a[0]->kind != GROVE__PK_TUPLE) return wrong_type(m, op, "torch.Size(tuple)", args);

@@ -142,6 +142,7 @@ typedef enum grove__pk_tag {
   GROVE__TAG_DEVICE,               /* torch.device */
   GROVE__TAG_GET_LAYOUT,           /* torch.serialization._get_layout */
   GROVE__TAG_CODECS_ENCODE,        /* _codecs.encode (protocol-2 bytes) */
+  GROVE__TAG_SET,                  /* builtins.set */
   GROVE__TAG_STORAGE,              /* torch.FloatStorage, ..., UntypedStorage */
   GROVE__TAG_DTYPE,                /* torch.float32, ... */
   GROVE__TAG_QSCHEME,              /* torch.per_tensor_affine, ... */

@@ -372,6 +372,9 @@ static grove_status inflate_into(const grove__zip *z, const grove__zip_entry *e,
   uint64_t in_left = e->comp_size, out_left = e->size;
   const char *why = NULL;
   bool ok = false, nomem = false;
+  /* zlib refuses a NULL output pointer even when there is no room. */
+  uint8_t spare;
+  s.next_out = e->size ? dst : &spare;
   for (;;) {
     if (s.avail_in == 0 && in_left > 0) {
       s.avail_in = in_left > (1u << 30) ? (1u << 30) : (uInt)in_left;
