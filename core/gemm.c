@@ -19,15 +19,19 @@
  *    one pass of bias and ReLU over the cache-hot output.
  *
  * Threads: grove_set_compute_threads(n) with n > 1 starts n - 1 helper
- * threads (a small persistent pool); a run splits its output panels (or,
- * for a narrow layer, its rows) among the caller and the helpers.  Helpers
- * spin for a short while after each job, because the next layer of the same
- * forward follows within microseconds and waking a sleeping thread costs
- * more than a whole batch-1 layer, then sleep on a condition variable.  One
- * run at a time owns the pool; a run that finds it busy (another worker
- * thread is using it) computes on its own thread alone, so concurrent runs
- * are correct and never oversubscribe the cores given.  The pool is joined
- * at exit (atexit) or when the thread count changes.
+ * threads (a small persistent pool).  A run cuts its output into chunks
+ * (panels, or for a narrow layer groups of rows) that the caller and the
+ * helpers claim one at a time, so a helper that is late or whose core was
+ * taken never holds the caller up.  Helpers spin for a short while after
+ * each job, because the next layer of the same forward follows within
+ * microseconds and waking a sleeping thread costs more than a whole
+ * batch-1 layer, then sleep on a condition variable.  One run at a time
+ * owns a pool; when several worker threads run at once, further pools are
+ * started on demand up to cores / n of them (see g_pools), and a run that
+ * finds none free computes on its own thread, so concurrent runs are
+ * correct and never use more than workers x n threads.  Pools are joined
+ * at exit (atexit) and when the thread count changes, and dropped in the
+ * child of a fork.
  */
 #include <assert.h>
 #include <cblas.h>
@@ -40,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -323,10 +328,20 @@ typedef struct pool {
   job cur;
 } pool;
 
+/* The pools: g_pools[0 .. g_npools) are published and never change until
+ * grove_set_compute_threads (or exit, or fork) replaces them all, which
+ * must not race with forwards (grove.h).  There is one pool to begin with;
+ * when several worker threads run products at once, each run takes a free
+ * pool, and a run that finds none starts one more, up to g_pool_cap =
+ * cores / threads, so that W workers with T threads each end up with W
+ * pools of T - 1 helpers: W x T threads, never more than the cores.  Pools
+ * are added under g_cfg_mu (tried, never waited for: a run that cannot get
+ * it computes alone). */
+#define MAX_POOLS 64
 static atomic_int g_threads = 1;
-/* Replaced only in grove_set_compute_threads (under g_cfg_mu), which must
- * not race with forwards (grove.h). */
-static _Atomic(pool *) g_pool;
+static _Atomic(pool *) g_pools[MAX_POOLS];
+static atomic_int g_npools;
+static atomic_int g_pool_cap;
 static pthread_mutex_t g_cfg_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool g_atexit_done, g_atfork_done; /* handlers registered; g_cfg_mu */
 
@@ -471,11 +486,17 @@ static pool *pool_new(int nhelpers) {
   return pl;
 }
 
+/* Unpublishes and frees every pool; g_cfg_mu is held. */
+static void pools_free_all(void) {
+  int n = atomic_exchange(&g_npools, 0);
+  for (int i = 0; i < n; i++) pool_free(atomic_exchange(&g_pools[i], NULL));
+}
+
 /* fork() copies only the calling thread: in the child the helpers are
- * gone, so the pool is dropped (its memory freed, nothing joined) and runs
- * compute on their own thread until grove_set_compute_threads is called
- * again.  g_cfg_mu is held across fork so the child never inherits it
- * locked. */
+ * gone, so the pools are dropped (their memory freed, nothing joined) and
+ * runs compute on their own thread until grove_set_compute_threads is
+ * called again.  g_cfg_mu is held across fork so that the child never
+ * inherits it locked. */
 static void fork_prepare(void) {
   pthread_mutex_lock(&g_cfg_mu);
 }
@@ -483,8 +504,9 @@ static void fork_parent(void) {
   pthread_mutex_unlock(&g_cfg_mu);
 }
 static void fork_child(void) {
-  pool *pl = atomic_exchange(&g_pool, NULL);
-  if (pl) {
+  int n = atomic_exchange(&g_npools, 0);
+  for (int i = 0; i < n; i++) {
+    pool *pl = atomic_exchange(&g_pools[i], NULL);
     free(pl->threads);
     free(pl);
   }
@@ -492,9 +514,9 @@ static void fork_child(void) {
   pthread_mutex_unlock(&g_cfg_mu);
 }
 
-static void pool_atexit(void) {
+static void pools_atexit(void) {
   pthread_mutex_lock(&g_cfg_mu);
-  pool_free(atomic_exchange(&g_pool, NULL));
+  pools_free_all();
   atomic_store(&g_threads, 1);
   pthread_mutex_unlock(&g_cfg_mu);
 }
@@ -503,16 +525,26 @@ void grove_set_compute_threads(int n) {
   if (n < 1) n = 1;
   openblas_set_num_threads(n);
   pthread_mutex_lock(&g_cfg_mu);
-  if (!g_atexit_done) g_atexit_done = atexit(pool_atexit) == 0;
+  if (!g_atexit_done) g_atexit_done = atexit(pools_atexit) == 0;
   if (!g_atfork_done) g_atfork_done = pthread_atfork(fork_prepare, fork_parent, fork_child) == 0;
-  pool *pl = atomic_load(&g_pool);
-  int have = pl ? pl->nhelpers + 1 : 1;
-  if (have != n) {
-    pool_free(atomic_exchange(&g_pool, NULL));
-    pl = n > 1 ? pool_new(n - 1) : NULL;
-    atomic_store(&g_pool, pl);
+  /* GROVE_GEMM_POOLS overrides the cap (tests use it to grow pools on a
+   * small machine). */
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long cap = cores > n ? cores / n : 1;
+  const char *env = getenv("GROVE_GEMM_POOLS");
+  if (env && atol(env) > 0) cap = atol(env);
+  atomic_store(&g_pool_cap, (int)(cap < MAX_POOLS ? cap : MAX_POOLS));
+  pool *first = atomic_load(&g_pools[0]);
+  int have = atomic_load(&g_npools) > 0 ? first->nhelpers + 1 : 1;
+  if (have != n || atomic_load(&g_threads) != n) {
+    pools_free_all();
+    first = n > 1 ? pool_new(n - 1) : NULL;
+    if (first) {
+      atomic_store(&g_pools[0], first);
+      atomic_store(&g_npools, 1);
+    }
   }
-  int got = pl ? pl->nhelpers + 1 : 1;
+  int got = first ? first->nhelpers + 1 : 1;
   atomic_store(&g_threads, got);
   pthread_mutex_unlock(&g_cfg_mu);
   if (got < n)
@@ -530,6 +562,27 @@ int grove_compute_threads(void) {
 #define MIN_THREADED_MACS (128 * 1024)
 
 #if GEMM_HAVE_AVX512
+/* A pool this run now owns (its busy flag set), or NULL: compute alone. */
+static pool *pool_acquire(int threads) {
+  int n = atomic_load_explicit(&g_npools, memory_order_acquire);
+  for (int i = 0; i < n; i++) {
+    pool *pl = atomic_load_explicit(&g_pools[i], memory_order_relaxed);
+    if (!atomic_flag_test_and_set_explicit(&pl->busy, memory_order_acquire)) return pl;
+  }
+  if (n >= atomic_load(&g_pool_cap) || pthread_mutex_trylock(&g_cfg_mu) != 0) return NULL;
+  /* Once per extra concurrent worker, not per run: starts threads. */
+  pool *pl = NULL;
+  n = atomic_load(&g_npools);
+  if (n > 0 && n < atomic_load(&g_pool_cap) && atomic_load(&g_threads) == threads &&
+      (pl = pool_new(threads - 1)) != NULL) {
+    atomic_flag_test_and_set(&pl->busy);
+    atomic_store_explicit(&g_pools[n], pl, memory_order_relaxed);
+    atomic_store_explicit(&g_npools, n + 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&g_cfg_mu);
+  return pl;
+}
+
 /* Runs one product on the pool, which the caller has just taken. */
 static void pool_run(pool *pl, int threads, const grove__linear_pack *p, const float *x, int64_t M,
                      const float *bias, float *y, int relu) {
@@ -581,12 +634,9 @@ void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, c
   int threads = atomic_load_explicit(&g_threads, memory_order_relaxed);
   double macs = (double)M * (double)p->N * (double)p->K;
   if (threads > 1 && macs >= MIN_THREADED_MACS && (p->npanels > 1 || M > MR)) {
-    /* One run at a time owns the pool; a run that finds it taken (another
-     * worker thread's) computes alone, which is what it would get anyway
-     * with the cores shared out between workers. */
-    pool *pl = atomic_load_explicit(&g_pool, memory_order_acquire);
-    if (pl && !atomic_flag_test_and_set_explicit(&pl->busy, memory_order_acquire)) {
-      pool_run(pl, threads, p, x, M, bias, y, relu);
+    pool *pl = pool_acquire(threads);
+    if (pl) {
+      pool_run(pl, pl->nhelpers + 1, p, x, M, bias, y, relu);
       atomic_flag_clear_explicit(&pl->busy, memory_order_release);
       return;
     }

@@ -233,6 +233,26 @@ START_TEST(test_concurrent_runs) {
 }
 END_TEST
 
+/* With room for two pools, the second concurrent run starts its own. */
+START_TEST(test_concurrent_runs_two_pools) {
+  unsetenv("GROVE_GEMM");
+  setenv("GROVE_GEMM_POOLS", "2", 1);
+  check_concurrent(2, 7, 300, 200);
+  check_concurrent(2, 64, 1024, 784);
+  check_concurrent(3, 33, 1024, 17);
+  unsetenv("GROVE_GEMM_POOLS");
+}
+END_TEST
+
+START_TEST(test_concurrent_runs_blas) {
+  setenv("GROVE_GEMM", "blas", 1);
+  check_concurrent(1, 7, 300, 200);
+  check_concurrent(2, 64, 1024, 784);
+  check_concurrent(2, 1, 1024, 1024);
+  unsetenv("GROVE_GEMM");
+}
+END_TEST
+
 /* fork() keeps only the calling thread: the child must still compute the
  * right thing (on its own thread) and exit cleanly, and may start a pool of
  * its own. */
@@ -296,6 +316,8 @@ Suite *gemm_suite(void) {
   tcase_add_test(tc, test_empty_and_degenerate);
   tcase_add_test(tc, test_thread_setting);
   tcase_add_test(tc, test_concurrent_runs);
+  tcase_add_test(tc, test_concurrent_runs_two_pools);
+  tcase_add_test(tc, test_concurrent_runs_blas);
   tcase_add_test(tc, test_fork_with_pool);
   suite_add_tcase(s, tc);
   return s;
