@@ -5,3 +5,6 @@
 # appending here works even though this file is included after them.
 PKG_CFLAGS += $(shell pkg-config --cflags zlib 2>/dev/null)
 PKG_LIBS   += $(shell pkg-config --libs zlib 2>/dev/null || echo -lz)
+
+# The build-folder fixtures are regenerated when the torch generator changes.
+$(BUILD)/fixtures/.stamp: tests/fixtures_gen/torch_ckpt.py
