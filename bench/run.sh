@@ -9,7 +9,8 @@
 #   4. a table of samples/s with Grove/ORT and Grove/PyTorch ratios
 #
 # The host this runs on is shared (a 2-vCPU VM whose cores other guests also use), so steps 1
-# and 3 alternate for ROUNDS rounds and the table shows each engine's median round.
+# and 3 alternate for ROUNDS rounds and the tables show each engine's best and median round
+# (the best is the least disturbed by other guests; the median is the typical one).
 # Environment: GROVE_BENCH_BATCHES (1,64,256), GROVE_BENCH_SECONDS (2, per Grove run),
 # GROVE_BENCH_ROUNDS (3), GROVE_PEERS (the peers folder), PEER_OUT (peers' scratch folder).
 # OPENBLAS_CORETYPE is left as the environment has it; the micro-benchmark is also run without
@@ -36,7 +37,11 @@ results="$work/results.jsonl"
 : >"$results"
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')," \
-  "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}"
+  "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+busy() { awk -v n="$(nproc)" '{ exit !($1 > 0.3 * n) }' /proc/loadavg; }
+if busy; then
+  echo "warning: the machine is busy (load average above); figures will be noisy"
+fi
 
 # ------------------------------------------------------------------ GEMM micro-benchmark
 # Built straight from libgrove.a next to GROVE_BIN, so it needs no Makefile rule.
@@ -53,7 +58,7 @@ if [ -f "$libgrove" ] &&
   if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
     echo "-- the same with OPENBLAS_CORETYPE unset (OpenBLAS picks its kernels itself):"
     env -u OPENBLAS_CORETYPE "$gemm_bench" --batches "$batches" --seconds "$seconds" --rounds 5 |
-      grep -E '^(#|cblas|ratio)'
+      grep -v 'max |grove'
   fi
 else
   echo "gemm micro-benchmark: skipped (no $libgrove, or it did not compile:" \
@@ -139,7 +144,7 @@ print(json.dumps({"engine": "grove", "model": "mlp", "batch": int(kv["batch"]),
                   "ms_per_batch": float(kv["ms_per_batch"]), "round": r}))' "$r" >>"$results"
     done
   fi
-  echo "  round $r done"
+  echo "  round $r done (load average $(cut -d' ' -f1 /proc/loadavg))"
 done
 
 # ------------------------------------------------------------------ table
@@ -148,29 +153,29 @@ echo
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 batches = [int(b) for b in sys.argv[2].split(",")]
-def family(e):
-    return "grove" if e == "grove" else "ort" if e.startswith("onnxruntime") else \
-           "torch" if e.startswith("torch") else e
-med, names = {}, {}
-for fam in ("grove", "ort", "torch"):
-    for b in batches:
-        v = [r["samples_per_s"] for r in rows if family(r["engine"]) == fam and r["batch"] == b]
-        if v:
-            med[fam, b] = statistics.median(v)
-    for r in rows:
-        if family(r["engine"]) == fam:
-            names[fam] = r["engine"]
 if not rows:
     print("no figures (see the messages above)")
     sys.exit(0)
-print("reference MLP, samples/s (median of rounds; ratios from the same run)")
+def family(e):
+    return "grove" if e == "grove" else "ort" if e.startswith("onnxruntime") else \
+           "torch" if e.startswith("torch") else e
+names = {}
+for r in rows:
+    names.setdefault(family(r["engine"]), r["engine"])
+print("reference MLP, samples/s; ratios from the same run")
 print("engines: " + ", ".join(names[f] for f in ("grove", "ort", "torch") if f in names))
-hdr = f"{'batch':>6} {'grove':>11} {'onnxruntime':>12} {'pytorch':>11} {'grove/ORT':>10} {'grove/torch':>12}"
-print(hdr)
 def fmt(x, w, p=1):
     return f"{x:>{w}.{p}f}" if x is not None else f"{'-':>{w}}"
-for b in batches:
-    g, o, t = med.get(("grove", b)), med.get(("ort", b)), med.get(("torch", b))
-    print(f"{b:>6} {fmt(g, 11)} {fmt(o, 12)} {fmt(t, 11)} "
-          f"{fmt(g / o if g and o else None, 10, 2)} {fmt(g / t if g and t else None, 12, 2)}")
+for title, agg in (("best round", max), ("median round", statistics.median)):
+    print(f"-- {title}")
+    print(f"{'batch':>6} {'grove':>11} {'onnxruntime':>12} {'pytorch':>11} {'grove/ORT':>10} "
+          f"{'grove/torch':>12}")
+    for b in batches:
+        v = {}
+        for fam in ("grove", "ort", "torch"):
+            xs = [r["samples_per_s"] for r in rows if family(r["engine"]) == fam and r["batch"] == b]
+            v[fam] = agg(xs) if xs else None
+        g, o, t = v["grove"], v["ort"], v["torch"]
+        print(f"{b:>6} {fmt(g, 11)} {fmt(o, 12)} {fmt(t, 11)} "
+              f"{fmt(g / o if g and o else None, 10, 2)} {fmt(g / t if g and t else None, 12, 2)}")
 EOF
