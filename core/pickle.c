@@ -445,7 +445,7 @@ static grove_status pop_mark(machine *m, uint8_t op, grove__pk ***items, size_t 
     return grove_err_set(m->err, GROVE_E_FORMAT, "%s: %s at byte %zu without a MARK", m->name,
                          opcode_name(op), at(m) - 1);
   size_t base = m->marks[--m->nmarks];
-  *items = m->stack + base;
+  *items = m->stack ? m->stack + base : NULL; /* no stack yet: nothing was pushed */
   *n = m->sp - base;
   m->sp = base;
   return GROVE_OK;

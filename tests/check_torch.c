@@ -1236,6 +1236,10 @@ START_TEST(test_fuzz_regressions) {
   ck_assert_status(unpickle("", 0, &err), GROVE_E_TRUNCATED);
   ck_assert_status(read_bytes((const uint8_t *)"P", 1, &err), GROVE_E_FORMAT);
   ck_assert_status(read_bytes((const uint8_t *)"PK\x05\x06", 4, &err), GROVE_E_FORMAT);
+  /* fuzz_pickle: MARK then APPENDS before anything was ever pushed (UBSan:
+   * an offset applied to the still-NULL stack). */
+  ck_assert_status(unpickle("(e", 2, &err), GROVE_E_FORMAT);
+  ck_assert_ok(unpickle("(t.", 3, &err), &err);
 }
 END_TEST
 

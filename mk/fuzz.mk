@@ -1,0 +1,70 @@
+# Fuzzing: one libFuzzer target per parser (fuzz/fuzz_*.c), built with clang
+# and -fsanitize=fuzzer,address,undefined against the core sources they need
+# (compiled here with clang, not taken from the gcc-built libgrove.a).
+#
+#   make fuzz                      each target for FUZZ_SECONDS (default 60)
+#   make fuzz FUZZ_SECONDS=600     longer
+#   make fuzz-smoke                each target for FUZZ_SMOKE_SECONDS (6)
+#
+# Each run starts from the committed seeds in fuzz/corpus/NAME/ (read only)
+# and keeps what it finds in build/fuzz/corpus/NAME/; a crash, leak, UB or
+# an input slower than 10 s fails the run and leaves the input in
+# build/fuzz/crashes/.  Turn every such input into a regression test in
+# tests/check_torch.c (test_fuzz_regressions).  `make test` runs the smoke
+# pass whenever clang is installed (not under SAN=1: the fuzz build carries
+# its own sanitizers).
+
+FUZZ_CC            ?= clang
+FUZZ_SECONDS       ?= 60
+FUZZ_SMOKE_SECONDS ?= 6
+FUZZ_BUILD         := build/fuzz
+FUZZ_NAMES         := safetensors zip pickle
+FUZZ_SRC           := core/safetensors.c core/torch_zip.c core/pickle.c core/torch_load.c \
+                      core/torch_save.c core/checkpoint.c core/tensor.c core/state_dict.c \
+                      core/status.c core/log.c
+FUZZ_OBJ           := $(FUZZ_SRC:core/%.c=$(FUZZ_BUILD)/core/%.o)
+FUZZ_BINS          := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
+FUZZ_SAN           := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS        := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -pthread -g -O1 \
+                      -fno-omit-frame-pointer $(FUZZ_SAN) -Iinclude -Icore
+FUZZ_LIBS           = $(shell pkg-config --libs jansson zlib 2>/dev/null || echo -ljansson -lz) -lm -pthread
+FUZZ_RUN_FLAGS     := -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+
+.PHONY: fuzz fuzz-build fuzz-smoke
+
+$(FUZZ_BUILD)/core/%.o: core/%.c | $(DEPSTAMP)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(FUZZ_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) -o $@ $< $(FUZZ_OBJ) $(FUZZ_LIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+# $(1): seconds per target.
+define fuzz_run
+	@mkdir -p $(FUZZ_BUILD)/crashes
+	@for n in $(FUZZ_NAMES); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$n; \
+	  echo "fuzz: $$n for $(1) s"; \
+	  $(FUZZ_BUILD)/fuzz_$$n $(FUZZ_RUN_FLAGS) -max_total_time=$(1) \
+	    -artifact_prefix=$(FUZZ_BUILD)/crashes/$$n- \
+	    $(FUZZ_BUILD)/corpus/$$n fuzz/corpus/$$n > $(FUZZ_BUILD)/fuzz_$$n.log 2>&1 \
+	  || { tail -n 60 $(FUZZ_BUILD)/fuzz_$$n.log; echo "fuzz: $$n FAILED (log: $(FUZZ_BUILD)/fuzz_$$n.log)"; exit 1; }; \
+	  grep -E '^stat::number_of_executed_units|^Done' $(FUZZ_BUILD)/fuzz_$$n.log | tr '\n' ' '; echo; \
+	done
+endef
+
+fuzz: fuzz-build
+	$(call fuzz_run,$(FUZZ_SECONDS))
+
+fuzz-smoke: fuzz-build
+	$(call fuzz_run,$(FUZZ_SMOKE_SECONDS))
+
+ifneq ($(SAN),1)
+ifneq ($(shell command -v $(FUZZ_CC) 2>/dev/null),)
+TEST_TARGETS += fuzz-smoke
+endif
+endif
+
+-include $(FUZZ_OBJ:.o=.d)
