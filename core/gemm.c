@@ -68,6 +68,8 @@ enum { KIND_BLAS = 0, KIND_AVX512 = 1 };
  * microkernel call. */
 #define NR 64
 #define MR 6
+/* Longest stretch of K one tile covers (see avx512_part). */
+#define KC 1024
 
 struct grove__linear_pack {
   int64_t N, K;
@@ -152,6 +154,10 @@ void grove__linear_pack_free(grove__linear_pack *p) {
 #pragma GCC target("avx512f,avx512vl,fma")
 #endif
 
+/* Tile flags: start from the values in y (a later block of K), apply ReLU. */
+#define TILE_ACCUMULATE 1
+#define TILE_RELU 2
+
 /* One tile: y[0..mr, 0..ncols) = act(A[0..mr, 0..K) . B + bias), B one
  * packed panel of width NV*16.  mr and NV are compile-time constants at
  * every call (the wrappers below), so the accumulator array lives in
@@ -159,12 +165,26 @@ void grove__linear_pack_free(grove__linear_pack *p) {
 static inline __attribute__((always_inline)) void tile(const int mr, const int NV, int64_t K,
                                                        const float *A, int64_t lda, const float *B,
                                                        const float *bias, float *y, int64_t ldy,
-                                                       int ncols, int relu) {
+                                                       int ncols, int flags) {
   __m512 acc[MR][4];
-#pragma GCC unroll 6
-  for (int i = 0; i < mr; i++)
+  __mmask16 mask[4];
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; j++) acc[i][j] = _mm512_setzero_ps();
+  for (int j = 0; j < NV; j++) {
+    int valid = ncols - 16 * j;
+    valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
+    mask[j] = (__mmask16)((1u << valid) - 1u);
+  }
+  if (flags & TILE_ACCUMULATE) {
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; j++) acc[i][j] = _mm512_maskz_loadu_ps(mask[j], y + i * ldy + 16 * j);
+  } else {
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; j++) acc[i][j] = _mm512_setzero_ps();
+  }
 
   const float *a0 = A;
   for (int64_t k = 0; k < K; k++) {
@@ -180,14 +200,10 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int N
   }
 
   __m512 bv[4];
-  __mmask16 mask[4];
 #pragma GCC unroll 4
-  for (int j = 0; j < NV; j++) {
-    int valid = ncols - 16 * j;
-    valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
-    mask[j] = (__mmask16)((1u << valid) - 1u);
+  for (int j = 0; j < NV; j++)
     bv[j] = bias ? _mm512_maskz_loadu_ps(mask[j], bias + 16 * j) : _mm512_setzero_ps();
-  }
+  const int relu = flags & TILE_RELU;
   const __m512 zero = _mm512_setzero_ps();
 #pragma GCC unroll 6
   for (int i = 0; i < mr; i++) {
@@ -204,12 +220,12 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int N
 }
 
 typedef void (*tile_fn)(int64_t K, const float *A, int64_t lda, const float *B, const float *bias,
-                        float *y, int64_t ldy, int ncols, int relu);
+                        float *y, int64_t ldy, int ncols, int flags);
 
-#define TILE_FN(R, V)                                                                         \
-  static void tile_##R##_##V(int64_t K, const float *A, int64_t lda, const float *B,          \
-                             const float *bias, float *y, int64_t ldy, int ncols, int relu) { \
-    tile(R, V, K, A, lda, B, bias, y, ldy, ncols, relu);                                      \
+#define TILE_FN(R, V)                                                                          \
+  static void tile_##R##_##V(int64_t K, const float *A, int64_t lda, const float *B,           \
+                             const float *bias, float *y, int64_t ldy, int ncols, int flags) { \
+    tile(R, V, K, A, lda, B, bias, y, ldy, ncols, flags);                                      \
   }
 #define TILE_ROW(R) TILE_FN(R, 1) TILE_FN(R, 2) TILE_FN(R, 3) TILE_FN(R, 4)
 TILE_ROW(1)
@@ -223,19 +239,30 @@ TILE_ROW(6)
 static const tile_fn tiles[MR][4] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
                                      TILE_REF(4), TILE_REF(5), TILE_REF(6)};
 
-/* Rows [r0, r1) x panels [p0, p1) of one product. */
+/* Rows [r0, r1) x panels [p0, p1) of one product.  A long K is cut into
+ * blocks of at most KC, so that the block of a panel (KC x 64 floats,
+ * 256 KB) stays in L2 while every row block of x passes over it; the
+ * partial sums go through y, and bias and ReLU come with the last block. */
 static void avx512_part(const grove__linear_pack *p, const float *x, const float *bias, float *y,
                         int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const int64_t N = p->N, K = p->K;
+  const int64_t kblocks = K > KC ? (K + KC - 1) / KC : 1;
+  const int64_t kc = (K + kblocks - 1) / kblocks;
   for (int64_t pi = p0; pi < p1; pi++) {
     int w = panel_width(N, pi);
     int64_t n0 = pi * NR;
     int ncols = (int)(N - n0 < NR ? N - n0 : NR);
     const float *B = p->data + pi * K * NR;
-    const float *bp = bias ? bias + n0 : NULL;
-    for (int64_t i = r0; i < r1; i += MR) {
-      int mr = (int)(r1 - i < MR ? r1 - i : MR);
-      tiles[mr - 1][w / 16 - 1](K, x + i * K, K, B, bp, y + i * N + n0, N, ncols, relu);
+    for (int64_t kb = 0; kb < kblocks; kb++) {
+      int64_t k0 = kb * kc, kn = K - k0 < kc ? K - k0 : kc;
+      bool last = kb == kblocks - 1;
+      const float *bp = bias && last ? bias + n0 : NULL;
+      int flags = (kb > 0 ? TILE_ACCUMULATE : 0) | (relu && last ? TILE_RELU : 0);
+      for (int64_t i = r0; i < r1; i += MR) {
+        int mr = (int)(r1 - i < MR ? r1 - i : MR);
+        tiles[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * w, bp, y + i * N + n0, N, ncols,
+                                  flags);
+      }
     }
   }
 }

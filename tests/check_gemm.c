@@ -117,6 +117,21 @@ START_TEST(test_shapes_blas_kernel) {
 }
 END_TEST
 
+/* K longer than one block of the AVX-512 kernel (1024): partial sums go
+ * through y, and bias and ReLU must come only with the last block. */
+START_TEST(test_long_k) {
+  unsetenv("GROVE_GEMM");
+  grove_set_compute_threads(_i ? 2 : 1);
+  static const int64_t shapes[][3] = {
+      {1, 17, 1025}, {7, 70, 2500}, {33, 130, 2049}, {64, 10, 3000}, {3, 1, 4097}};
+  for (int s = 0; s < COUNT(shapes); s++) {
+    check_shape(shapes[s][0], shapes[s][1], shapes[s][2], true, GROVE__ACT_RELU);
+    check_shape(shapes[s][0], shapes[s][1], shapes[s][2], false, GROVE__ACT_NONE);
+  }
+  grove_set_compute_threads(1);
+}
+END_TEST
+
 START_TEST(test_empty_and_degenerate) {
   /* K = 0 is Linear(0, N): the output is the bias (or zeros). */
   float b[3] = {1.0f, -2.0f, 3.0f}, y[6];
@@ -313,6 +328,7 @@ Suite *gemm_suite(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_loop_test(tc, test_shapes_default_kernel, 0, 8);
   tcase_add_loop_test(tc, test_shapes_blas_kernel, 0, 8);
+  tcase_add_loop_test(tc, test_long_k, 0, 2);
   tcase_add_test(tc, test_empty_and_degenerate);
   tcase_add_test(tc, test_thread_setting);
   tcase_add_test(tc, test_concurrent_runs);
