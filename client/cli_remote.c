@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -506,53 +505,68 @@ static void fill_random(grove_tensor *t, uint64_t *state) {
   }
 }
 
-typedef struct bench_thread {
-  pthread_t th;
+/* One of the C concurrent clients.  Its calls are asynchronous and chained:
+ * each completion (on an NNG thread) records the latency and sends the next
+ * request, so C requests are in flight at all times without C blocked
+ * threads (which would cost the machine a context switch per request on
+ * the client side, and a 2-core box cannot spare it).  One client has one
+ * call outstanding at a time, so its counters need no lock. */
+typedef struct vclient {
   grove_client *c;
   const char *model;
   const grove_tensor *args;
   size_t nin;
   int timeout_ms;
   double warm_end, end;
-  /* results */
+  double t0;
   long ok, errors;
   double *lat_ms;
   size_t nlat, cap;
   grove_status first_status;
   grove_err first_err;
-} bench_thread;
+} vclient;
 
-static void *bench_main(void *arg) {
-  bench_thread *b = arg;
-  grove_err err;
-  for (;;) {
-    double t0 = now_s();
-    if (t0 >= b->end) break;
-    grove_prediction pr;
-    grove_status s = grove_client_predict(b->c, b->model, b->args, b->nin, b->timeout_ms, &pr,
-                                          &err);
-    double t1 = now_s();
-    if (!s) grove_prediction_fini(&pr);
-    if (t0 < b->warm_end) continue;
-    if (s) {
-      if (b->errors++ == 0) {
-        b->first_status = s;
-        b->first_err = err;
-      }
-      continue;
+static void vclient_start(vclient *v);
+
+static void vclient_record(vclient *v, grove_status s, const grove_err *err, double t1) {
+  if (v->t0 < v->warm_end) return;
+  if (s) {
+    if (v->errors++ == 0) {
+      v->first_status = s;
+      if (err) v->first_err = *err;
     }
-    b->ok++;
-    if (b->nlat == b->cap && b->cap < MAX_SAMPLES_PER_THREAD) {
-      size_t cap = b->cap ? 2 * b->cap : 4096;
-      double *g = realloc(b->lat_ms, cap * sizeof *g);
-      if (g) {
-        b->lat_ms = g;
-        b->cap = cap;
-      }
-    }
-    if (b->nlat < b->cap) b->lat_ms[b->nlat++] = (t1 - t0) * 1000.0;
+    return;
   }
-  return NULL;
+  v->ok++;
+  if (v->nlat == v->cap && v->cap < MAX_SAMPLES_PER_THREAD) {
+    size_t cap = v->cap ? 2 * v->cap : 4096;
+    double *g = realloc(v->lat_ms, cap * sizeof *g);
+    if (g) {
+      v->lat_ms = g;
+      v->cap = cap;
+    }
+  }
+  if (v->nlat < v->cap) v->lat_ms[v->nlat++] = (t1 - v->t0) * 1000.0;
+}
+
+static void vclient_done(void *arg, grove_status s, grove_prediction *p, const grove_err *err) {
+  vclient *v = arg;
+  double t1 = now_s();
+  if (p) grove_prediction_fini(p);
+  vclient_record(v, s, err, t1);
+  if (t1 < v->end) vclient_start(v);
+}
+
+static void vclient_start(vclient *v) {
+  grove_err err = {0};
+  v->t0 = now_s();
+  grove_status s = grove_client_predict_async(v->c, v->model, v->args, v->nin, v->timeout_ms,
+                                              vclient_done, v, &err);
+  if (s) {
+    /* Could not even send (out of memory): count it and stop this client. */
+    v->t0 = v->warm_end;
+    vclient_record(v, s, &err, now_s());
+  }
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -607,7 +621,7 @@ static int cmd_bench(const char *server, int argc, char **argv) {
   grove_model_info *mi = NULL;
   grove_tensor *in[GROVE_MAX_VALUES] = {0};
   grove_tensor args[GROVE_MAX_VALUES];
-  bench_thread *th = NULL;
+  vclient *th = NULL;
   size_t nin = 0;
   grove_err err = {0};
   grove_status s;
@@ -648,46 +662,49 @@ static int cmd_bench(const char *server, int argc, char **argv) {
   }
   double warm = seconds / 5 < 0.5 ? seconds / 5 : 0.5;
   double start = now_s();
-  long long started = 0;
   for (long long i = 0; i < conc; i++) {
-    th[i] = (bench_thread){.c = c, .model = model, .args = args, .nin = nin,
-                           .timeout_ms = (int)timeout, .warm_end = start + warm,
-                           .end = start + warm + seconds};
-    if (pthread_create(&th[i].th, NULL, bench_main, &th[i]) != 0) break;
-    started++;
+    th[i] = (vclient){.c = c, .model = model, .args = args, .nin = nin,
+                      .timeout_ms = (int)timeout, .warm_end = start + warm,
+                      .end = start + warm + seconds};
+    vclient_start(&th[i]);
   }
-  for (long long i = 0; i < started; i++) pthread_join(th[i].th, NULL);
+  /* Every client stops sending at end; the last replies come within the
+   * timeout at worst. */
+  for (double left; (left = start + warm + seconds - now_s()) > 0;) {
+    struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+    nanosleep(&ts, NULL);
+  }
+  grove_client_wait_idle(c);
   double elapsed = now_s() - (start + warm);
-  if (started < conc)
-    fprintf(stderr, "grove: could start only %lld of %lld client threads\n", started, conc);
   long ok = 0, errors = 0;
   size_t nlat = 0;
-  for (long long i = 0; i < started; i++) {
+  for (long long i = 0; i < conc; i++) {
     ok += th[i].ok;
     errors += th[i].errors;
     nlat += th[i].nlat;
   }
   double *all = malloc((nlat ? nlat : 1) * sizeof *all);
   size_t k = 0;
-  for (long long i = 0; all && i < started; i++) {
-    memcpy(all + k, th[i].lat_ms, th[i].nlat * sizeof *all);
+  for (long long i = 0; all && i < conc; i++) {
+    if (th[i].nlat) memcpy(all + k, th[i].lat_ms, th[i].nlat * sizeof *all);
     k += th[i].nlat;
   }
   if (all) qsort(all, k, sizeof *all, cmp_double);
-  for (long long i = 0; i < started; i++)
+  for (long long i = 0; i < conc; i++)
     if (th[i].errors) {
       fprintf(stderr, "grove: first error: %s: %s\n", grove_status_name(th[i].first_status),
               grove_err_msg(&th[i].first_err));
       break;
     }
-  printf("model %s: %lld client%s, batch %lld, %.3f s measured after %.3f s of warm-up\n", model,
-         started, started == 1 ? "" : "s", batch, elapsed, warm);
+  printf("model %s: %lld concurrent client%s, batch %lld, %.3f s measured after %.3f s of "
+         "warm-up\n",
+         model, conc, conc == 1 ? "" : "s", batch, elapsed, warm);
   printf("requests=%ld errors=%ld samples_per_s=%.1f p50_ms=%.3f p99_ms=%.3f\n", ok + errors,
          errors, elapsed > 0 ? (double)ok * (double)batch / elapsed : 0.0,
          all ? percentile(all, k, 0.50) : 0.0, all ? percentile(all, k, 0.99) : 0.0);
   free(all);
   rc = ok > 0 ? EXIT_OK : EXIT_REFUSED;
-  for (long long i = 0; i < started; i++) free(th[i].lat_ms);
+  for (long long i = 0; i < conc; i++) free(th[i].lat_ms);
 done:
   free(th);
   for (size_t i = 0; i < nin; i++) grove_tensor_release(in[i]);

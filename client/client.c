@@ -11,6 +11,7 @@
  * (grove_client_failed_locally reads that); everything else in err is the
  * server's own message. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,12 +28,34 @@
 #define DEFAULT_TIMEOUT_MS 30000
 #define MAX_INPUTS 64
 
+typedef struct acall acall;
+
 struct grove_client {
   nng_socket sock;
+  pthread_mutex_t mu;      /* guards the async calls below */
+  pthread_cond_t idle_cv;
+  acall *free_calls, *all_calls;
+  long outstanding;
   int default_timeout_ms;
   atomic_int pipes;            /* connected right now */
   atomic_uint_fast64_t next_id;
   char urls[512];              /* for messages */
+};
+
+/* One asynchronous call: a context and an aio of its own, kept on the
+ * client's free list between calls so that a steady stream of calls
+ * allocates nothing but messages. */
+struct acall {
+  grove_client *c;
+  nng_ctx ctx;
+  nng_aio *aio;
+  bool receiving;
+  int timeout_ms;
+  int64_t t0;
+  grove_predict_cb cb;
+  void *arg;
+  struct acall *next;     /* free list */
+  struct acall *all_next; /* every call, for close */
 };
 
 static grove_status nomem(grove_err *err) {
@@ -63,6 +86,8 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
   c->default_timeout_ms =
       opts && opts->default_timeout_ms > 0 ? opts->default_timeout_ms : DEFAULT_TIMEOUT_MS;
   atomic_init(&c->pipes, 0);
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->idle_cv, NULL);
   atomic_init(&c->next_id, 1);
   size_t used = 0;
   for (size_t i = 0; i < nurls && used < sizeof c->urls; i++) {
@@ -72,6 +97,8 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
   }
   int rv = nng_req0_open(&c->sock);
   if (rv) {
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->idle_cv);
     free(c);
     return grove_err_set(err, GROVE_E_INTERNAL, LOCAL_PREFIX "cannot open a req socket: %s",
                          nng_strerror(rv));
@@ -106,6 +133,8 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
   }
   if (connected == 0) {
     nng_close(c->sock);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->idle_cv);
     free(c);
     return grove_err_set(err, GROVE_E_UNAVAILABLE, LOCAL_PREFIX "cannot reach the server: %s",
                          why[0] ? why : "no URL");
@@ -116,7 +145,15 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
 
 void grove_client_close(grove_client *c) {
   if (!c) return;
+  grove_client_wait_idle(c);
   nng_close(c->sock);
+  for (acall *a = c->all_calls, *next; a; a = next) {
+    next = a->all_next;
+    nng_aio_free(a->aio);
+    free(a);
+  }
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->idle_cv);
   free(c);
 }
 
@@ -128,15 +165,60 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static grove_status call(grove_client *c, Grove__Request *req, int timeout_ms, Grove__Reply **out,
-                         grove_err *err) {
-  *out = NULL;
+static int timeout_of(const grove_client *c, int timeout_ms) {
+  return timeout_ms > 0 ? timeout_ms : c->default_timeout_ms;
+}
+
+/* req as a new message; NULL when out of memory. */
+static nng_msg *encode(grove_client *c, Grove__Request *req) {
   req->protocol = GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION;
   req->id = (uint64_t)atomic_fetch_add(&c->next_id, 1);
   size_t n = grove__request__get_packed_size(req);
   nng_msg *m;
-  if (nng_msg_alloc(&m, n) != 0) return nomem(err);
+  if (nng_msg_alloc(&m, n) != 0) return NULL;
   grove__request__pack(req, nng_msg_body(m));
+  return m;
+}
+
+/* What a failed NNG operation means for the caller. */
+static grove_status transport_error(grove_client *c, int rv, int timeout_ms, grove_err *err) {
+  if (rv == NNG_ETIMEDOUT) {
+    if (atomic_load(&c->pipes) <= 0)
+      return grove_err_set(err, GROVE_E_UNAVAILABLE,
+                           LOCAL_PREFIX "no connection to %s (lost, and not back within %d ms)",
+                           c->urls, timeout_ms);
+    return grove_err_set(err, GROVE_E_DEADLINE_EXCEEDED,
+                         LOCAL_PREFIX "no reply from %s within %d ms", c->urls, timeout_ms);
+  }
+  return grove_err_set(err, rv == NNG_ENOMEM ? GROVE_E_NOMEM : GROVE_E_UNAVAILABLE,
+                       LOCAL_PREFIX "%s: %s", c->urls, nng_strerror(rv));
+}
+
+/* Decodes rep (taken) into *out; a status other than OK becomes the return
+ * value with the server's message. */
+static grove_status decode(grove_client *c, nng_msg *rep, Grove__Reply **out, grove_err *err) {
+  *out = NULL;
+  size_t len = nng_msg_len(rep);
+  Grove__Reply *r = grove__reply__unpack(NULL, len, nng_msg_body(rep));
+  nng_msg_free(rep);
+  if (!r)
+    return grove_err_set(err, GROVE_E_FORMAT,
+                         LOCAL_PREFIX "%s answered %zu bytes that are not a grove.Reply", c->urls,
+                         len);
+  if (r->status != 0) {
+    grove_status s = (grove_status)r->status;
+    grove_err_set(err, s, "%s", r->message && *r->message ? r->message : grove_strerror(s));
+    grove__reply__free_unpacked(r, NULL);
+    return s;
+  }
+  *out = r;
+  return GROVE_OK;
+}
+
+/* Sends m (taken) and waits at most timeout_ms for the reply, decoded. */
+static grove_status roundtrip(grove_client *c, nng_msg *m, int timeout_ms, Grove__Reply **out,
+                              grove_err *err) {
+  *out = NULL;
   nng_ctx ctx;
   nng_aio *aio = NULL;
   int rv = nng_aio_alloc(&aio, NULL, NULL);
@@ -169,36 +251,16 @@ static grove_status call(grove_client *c, Grove__Request *req, int timeout_ms, G
   }
   nng_ctx_close(ctx);
   nng_aio_free(aio);
-  if (rv == NNG_ETIMEDOUT) {
-    if (atomic_load(&c->pipes) <= 0)
-      return grove_err_set(err, GROVE_E_UNAVAILABLE,
-                           LOCAL_PREFIX "no connection to %s (lost, and not back within %d ms)",
-                           c->urls, timeout_ms);
-    return grove_err_set(err, GROVE_E_DEADLINE_EXCEEDED,
-                         LOCAL_PREFIX "no reply from %s within %d ms", c->urls, timeout_ms);
-  }
-  if (rv)
-    return grove_err_set(err, rv == NNG_ENOMEM ? GROVE_E_NOMEM : GROVE_E_UNAVAILABLE,
-                         LOCAL_PREFIX "%s: %s", c->urls, nng_strerror(rv));
-  Grove__Reply *r = grove__reply__unpack(NULL, nng_msg_len(rep), nng_msg_body(rep));
-  size_t len = nng_msg_len(rep);
-  nng_msg_free(rep);
-  if (!r)
-    return grove_err_set(err, GROVE_E_FORMAT,
-                         LOCAL_PREFIX "%s answered %zu bytes that are not a grove.Reply", c->urls,
-                         len);
-  if (r->status != 0) {
-    grove_status s = (grove_status)r->status;
-    grove_err_set(err, s, "%s", r->message && *r->message ? r->message : grove_strerror(s));
-    grove__reply__free_unpacked(r, NULL);
-    return s;
-  }
-  *out = r;
-  return GROVE_OK;
+  if (rv) return transport_error(c, rv, timeout_ms, err);
+  return decode(c, rep, out, err);
 }
 
-static int timeout_of(const grove_client *c, int timeout_ms) {
-  return timeout_ms > 0 ? timeout_ms : c->default_timeout_ms;
+static grove_status call(grove_client *c, Grove__Request *req, int timeout_ms, Grove__Reply **out,
+                         grove_err *err) {
+  *out = NULL;
+  nng_msg *m = encode(c, req);
+  if (!m) return nomem(err);
+  return roundtrip(c, m, timeout_ms, out, err);
 }
 
 /* ------------------------------------------------------------ predict */
@@ -239,15 +301,14 @@ static grove_status tensor_from_wire(const Grove__Tensor *t, const char *what, g
   return GROVE_OK;
 }
 
-grove_status grove_client_predict(grove_client *c, const char *model, const grove_tensor *inputs,
-                                  size_t ninputs, int timeout_ms, grove_prediction *out,
-                                  grove_err *err) {
-  if (out) memset(out, 0, sizeof *out);
-  if (!c || !model || !out || (ninputs && !inputs) || ninputs > MAX_INPUTS)
+/* The predict request for inputs as a new message (*out). */
+static grove_status encode_predict(grove_client *c, const char *model, const grove_tensor *inputs,
+                                   size_t ninputs, int ms, nng_msg **out, grove_err *err) {
+  *out = NULL;
+  if (!model || (ninputs && !inputs) || ninputs > MAX_INPUTS)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         LOCAL_PREFIX "predict: needs a client, a model name, at most %d inputs "
-                         "and somewhere to put the outputs", MAX_INPUTS);
-  int ms = timeout_of(c, timeout_ms);
+                         LOCAL_PREFIX "predict: needs a model name and at most %d inputs",
+                         MAX_INPUTS);
   Grove__Tensor tens[MAX_INPUTS];
   Grove__Tensor *ptrs[MAX_INPUTS];
   int64_t shapes[MAX_INPUTS][GROVE_MAX_DIMS];
@@ -276,7 +337,6 @@ grove_status grove_client_predict(grove_client *c, const char *model, const grov
     tens[i].data.data = t->data;
     ptrs[i] = &tens[i];
   }
-  Grove__Reply *rep = NULL;
   if (!s) {
     Grove__PredictRequest pr = GROVE__PREDICT_REQUEST__INIT;
     pr.model = (char *)model;
@@ -286,10 +346,16 @@ grove_status grove_client_predict(grove_client *c, const char *model, const grov
     Grove__Request req = GROVE__REQUEST__INIT;
     req.body_case = GROVE__REQUEST__BODY_PREDICT;
     req.predict = &pr;
-    s = call(c, &req, ms, &rep, err);
+    if (!(*out = encode(c, &req))) s = nomem(err);
   }
   for (size_t i = 0; i < ninputs; i++) grove_tensor_release(copies[i]);
-  if (s) return s;
+  return s;
+}
+
+/* The outputs of a predict reply (taken) into *out. */
+static grove_status prediction_from_reply(Grove__Reply *rep, grove_prediction *out,
+                                          grove_err *err) {
+  grove_status s = GROVE_OK;
   if (rep->body_case != GROVE__REPLY__BODY_PREDICT) {
     grove__reply__free_unpacked(rep, NULL);
     return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to predict holds no outputs");
@@ -314,6 +380,122 @@ grove_status grove_client_predict(grove_client *c, const char *model, const grov
   grove__reply__free_unpacked(rep, NULL);
   if (s) grove_prediction_fini(out);
   return s;
+}
+
+grove_status grove_client_predict(grove_client *c, const char *model, const grove_tensor *inputs,
+                                  size_t ninputs, int timeout_ms, grove_prediction *out,
+                                  grove_err *err) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!c || !out)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "predict: needs a client and somewhere to put the outputs");
+  int ms = timeout_of(c, timeout_ms);
+  nng_msg *m = NULL;
+  grove_status s = encode_predict(c, model, inputs, ninputs, ms, &m, err);
+  if (s) return s;
+  Grove__Reply *r = NULL;
+  if ((s = roundtrip(c, m, ms, &r, err))) return s;
+  return prediction_from_reply(r, out, err);
+}
+
+/* ------------------------------------------------------------ async predict */
+
+
+static void acall_put(acall *a) {
+  grove_client *c = a->c;
+  pthread_mutex_lock(&c->mu);
+  a->next = c->free_calls;
+  c->free_calls = a;
+  c->outstanding--;
+  if (c->outstanding == 0) pthread_cond_broadcast(&c->idle_cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void acall_cb(void *arg) {
+  acall *a = arg;
+  grove_client *c = a->c;
+  int rv = nng_aio_result(a->aio);
+  grove_err err = {0};
+  grove_status s;
+  if (!rv && !a->receiving) {
+    a->receiving = true;
+    int64_t left = (int64_t)a->timeout_ms - (now_ms() - a->t0);
+    nng_aio_set_timeout(a->aio, left > 0 ? (nng_duration)left : 1);
+    nng_ctx_recv(a->ctx, a->aio);
+    return;
+  }
+  grove_prediction pred = {0};
+  if (rv) {
+    if (!a->receiving) nng_msg_free(nng_aio_get_msg(a->aio));
+    s = transport_error(c, rv, a->timeout_ms, &err);
+  } else {
+    Grove__Reply *r = NULL;
+    s = decode(c, nng_aio_get_msg(a->aio), &r, &err);
+    if (!s) s = prediction_from_reply(r, &pred, &err);
+  }
+  nng_aio_set_msg(a->aio, NULL);
+  grove_predict_cb cb = a->cb;
+  void *cb_arg = a->arg;
+  /* The call goes back on the free list before the callback, which may
+   * start the next call at once and reuse it. */
+  acall_put(a);
+  cb(cb_arg, s, s ? NULL : &pred, &err);
+}
+
+grove_status grove_client_predict_async(grove_client *c, const char *model,
+                                        const grove_tensor *inputs, size_t ninputs, int timeout_ms,
+                                        grove_predict_cb cb, void *arg, grove_err *err) {
+  if (!c || !cb)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "predict_async: needs a client and a callback");
+  int ms = timeout_of(c, timeout_ms);
+  nng_msg *m = NULL;
+  grove_status s = encode_predict(c, model, inputs, ninputs, ms, &m, err);
+  if (s) return s;
+  pthread_mutex_lock(&c->mu);
+  acall *a = c->free_calls;
+  if (a) c->free_calls = a->next;
+  c->outstanding++;
+  pthread_mutex_unlock(&c->mu);
+  if (!a) {
+    int rv = -1;
+    if ((a = calloc(1, sizeof *a))) {
+      a->c = c;
+      if ((rv = nng_aio_alloc(&a->aio, acall_cb, a)) == 0 &&
+          (rv = nng_ctx_open(&a->ctx, c->sock)) != 0) {
+        nng_aio_free(a->aio);
+      }
+    }
+    if (rv) {
+      free(a);
+      nng_msg_free(m);
+      pthread_mutex_lock(&c->mu);
+      if (--c->outstanding == 0) pthread_cond_broadcast(&c->idle_cv);
+      pthread_mutex_unlock(&c->mu);
+      return rv > 0 ? grove_err_set(err, GROVE_E_INTERNAL, LOCAL_PREFIX "%s", nng_strerror(rv))
+                    : nomem(err);
+    }
+    pthread_mutex_lock(&c->mu);
+    a->all_next = c->all_calls;
+    c->all_calls = a;
+    pthread_mutex_unlock(&c->mu);
+  }
+  a->receiving = false;
+  a->timeout_ms = ms;
+  a->t0 = now_ms();
+  a->cb = cb;
+  a->arg = arg;
+  nng_aio_set_timeout(a->aio, ms);
+  nng_aio_set_msg(a->aio, m);
+  nng_ctx_send(a->ctx, a->aio);
+  return GROVE_OK;
+}
+
+void grove_client_wait_idle(grove_client *c) {
+  if (!c) return;
+  pthread_mutex_lock(&c->mu);
+  while (c->outstanding > 0) pthread_cond_wait(&c->idle_cv, &c->mu);
+  pthread_mutex_unlock(&c->mu);
 }
 
 /* ------------------------------------------------------------ status */

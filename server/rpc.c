@@ -20,12 +20,20 @@
  *
  * Whoever owns a request (NNG callback, loop, worker) replies with
  * grove__rpc_send; after that the request is NNG's until the send completes,
- * and only then does the context receive again. */
+ * and only then does the context receive again.
+ *
+ * A worker's replies form a chain (grove__rpc_send_chain): the worker sends
+ * the first, and each send's completion, on an NNG thread, sends the next.
+ * Sending them all from the worker made it fight NNG's threads for the
+ * socket's lock once per reply (a futex sleep each time); chained, the
+ * replies flow the way an NNG echo server's do, and the worker is free for
+ * its next batch at once. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -61,7 +69,10 @@ static void post_recv(srv_req *r) {
   nng_ctx_recv(r->ctx, r->aio);
 }
 
-void grove__rpc_send(srv_req *r, nng_msg *msg, grove_status s) {
+/* Counts r's answer and releases its request; r->reply holds msg.  Returns
+ * false (and puts the context back to receiving) when there is no message
+ * to send. */
+static bool finish(srv_req *r, nng_msg *msg, grove_status s) {
   srv_server *srv = r->srv;
   if (r->msg) {
     grove__request__free_unpacked(r->msg, NULL);
@@ -81,16 +92,44 @@ void grove__rpc_send(srv_req *r, nng_msg *msg, grove_status s) {
     if (was_inflight) atomic_fetch_sub(&srv->inflight, 1);
     post_recv(r);
     if (was_inflight && atomic_load(&srv->draining)) grove__loop_wake(srv);
-    return;
+    return false;
   }
   /* sending rises before inflight falls, so that the drain never sees both
    * at zero while this reply is still on its way. */
   atomic_fetch_add(&srv->sending, 1);
   if (was_inflight) atomic_fetch_sub(&srv->inflight, 1);
+  r->reply = msg;
+  return true;
+}
+
+static void start_send(srv_req *r) {
   r->state = REQ_SEND;
-  nng_aio_set_msg(r->aio, msg);
+  nng_aio_set_msg(r->aio, r->reply);
+  r->reply = NULL;
   nng_aio_set_timeout(r->aio, SEND_TIMEOUT_MS);
   nng_ctx_send(r->ctx, r->aio);
+}
+
+void grove__rpc_send(srv_req *r, nng_msg *msg, grove_status s) {
+  r->chain = NULL;
+  if (finish(r, msg, s)) start_send(r);
+}
+
+void grove__rpc_send_chain(srv_req *first) {
+  srv_req *head = NULL, *tail = NULL;
+  while (first) {
+    srv_req *r = first;
+    first = r->next;
+    r->next = NULL;
+    r->chain = NULL;
+    nng_msg *msg = r->reply;
+    r->reply = NULL;
+    if (!finish(r, msg, r->reply_status)) continue;
+    if (tail) tail->chain = r;
+    else head = r;
+    tail = r;
+  }
+  if (head) start_send(head);
 }
 
 static void reply_errorv(srv_req *r, grove_status s, const char *fmt, va_list ap) {
@@ -269,17 +308,18 @@ static grove_status check_predict(srv_req *r, const grove_model *gm, grove_err *
   for (size_t i = 0; i < p->n_inputs; i++) {
     const Grove__Tensor *t = p->inputs[i];
     const grove_io_spec *sp = &gm->inputs[i];
-    char want[160], got[160];
-    grove_shape_str(sp->ndim, sp->shape, want, sizeof want);
+    char want[160], got[160]; /* formatted only for a message */
     if (t->dtype < 0 || t->dtype >= GROVE_DTYPE_COUNT || grove_dtype_size(t->dtype) == 0)
       return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                            "inputs[%zu] ('%s').dtype: %d is not a grove_dtype value; expected %d "
                            "(%s)",
                            i, sp->name, t->dtype, (int)sp->dtype, grove_dtype_name(sp->dtype));
-    if (t->n_shape > GROVE_MAX_DIMS || (int)t->n_shape != sp->ndim)
+    if (t->n_shape > GROVE_MAX_DIMS || (int)t->n_shape != sp->ndim) {
+      grove_shape_str(sp->ndim, sp->shape, want, sizeof want);
       return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                            "inputs[%zu] ('%s').shape: %zu dimensions; expected %d (%s %s)", i,
                            sp->name, t->n_shape, sp->ndim, grove_dtype_name(sp->dtype), want);
+    }
     uint64_t numel = 1;
     for (size_t d = 0; d < t->n_shape; d++) {
       if (t->shape[d] < 0)
@@ -290,15 +330,16 @@ static grove_status check_predict(srv_req *r, const grove_model *gm, grove_err *
         return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                              "inputs[%zu] ('%s').shape: the element count overflows", i, sp->name);
     }
-    grove_shape_str((int)t->n_shape, t->shape, got, sizeof got);
     uint64_t bytes;
     if (__builtin_mul_overflow(numel, (uint64_t)grove_dtype_size(t->dtype), &bytes) ||
-        bytes != (uint64_t)t->data.len)
+        bytes != (uint64_t)t->data.len) {
+      grove_shape_str((int)t->n_shape, t->shape, got, sizeof got);
       return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                            "inputs[%zu] ('%s').data: %zu bytes, but %s %s takes %" PRIu64
                            " bytes (%" PRIu64 " elements of %zu bytes)",
                            i, sp->name, t->data.len, grove_dtype_name(t->dtype), got, bytes, numel,
                            grove_dtype_size(t->dtype));
+    }
     grove_tensor_init(&r->inputs[i], (grove_dtype)t->dtype, (int)t->n_shape, t->shape,
                       t->data.data);
   }
@@ -451,6 +492,11 @@ static void req_cb(void *arg) {
     return;
   }
   if (r->state == REQ_SEND) {
+    /* The next reply of r's batch goes out from here, on NNG's thread, as
+     * soon as r's is handed over: see grove__rpc_send_chain. */
+    srv_req *next = r->chain;
+    r->chain = NULL;
+    if (next) start_send(next);
     if (rv != 0) {
       /* The client went away or stopped reading: the reply is dropped. */
       nng_msg_free(nng_aio_get_msg(r->aio));
@@ -520,6 +566,12 @@ void grove__rpc_stop(srv_server *srv) {
   if (srv->sock_open) {
     nng_close(srv->sock);
     srv->sock_open = false;
+    /* Replies still chained behind a send fail one after the other now
+     * (NNG_ECLOSED); let every chain run out before the contexts go. */
+    for (int i = 0; i < 5000 && atomic_load(&srv->sending) > 0; i++) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
   }
   for (size_t i = 0; i < srv->nreqs; i++) {
     srv_req *r = &srv->reqs[i];
@@ -528,6 +580,8 @@ void grove__rpc_stop(srv_server *srv) {
     nng_aio_stop(r->aio);
     nng_msg *m = nng_aio_get_msg(r->aio);
     if (m && r->state == REQ_SEND) nng_msg_free(m);
+    if (r->reply) nng_msg_free(r->reply);
+    r->reply = NULL;
     nng_aio_free(r->aio);
     r->aio = NULL;
     if (r->msg) { /* still queued when a forced stop came */

@@ -196,6 +196,11 @@ struct srv_req {
   int64_t t_recv, t_dispatch, deadline; /* ns; deadline INT64_MAX = none */
 
   srv_req *next; /* inbox, model FIFO or batch list */
+
+  /* A worker's encoded reply, waiting its turn in the batch's chain. */
+  nng_msg *reply;
+  grove_status reply_status;
+  srv_req *chain; /* the reply to send once this one's send completes */
 };
 
 /* ================================================================ workers */
@@ -287,6 +292,11 @@ void grove__rpc_reply_error(srv_req *r, grove_status s, const char *fmt, ...)
 /* Sends an encoded reply for r (takes msg).  Counts the request under its
  * model with status s.  Any thread that owns r; r is NNG's afterwards. */
 void grove__rpc_send(srv_req *r, nng_msg *msg, grove_status s);
+/* Sends the replies of a list of requests linked by next, each with
+ * reply/reply_status set (reply NULL: out of memory, not answered), one after
+ * the other from NNG's threads.  The caller (a worker) owns them all before
+ * and none after. */
+void grove__rpc_send_chain(srv_req *first);
 /* Packs reply into a new nng_msg; NULL when out of memory. */
 nng_msg *grove__rpc_pack(const Grove__Reply *reply);
 

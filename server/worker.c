@@ -40,7 +40,8 @@ static void fail_batch(srv_batch *b, grove_status s, const char *msg) {
   b->reqs = NULL;
 }
 
-static void reply_rows(srv_req *r, const srv_batch *b, const grove_values *out, int64_t row0,
+/* Encodes r's rows of the outputs into r->reply (sent later, in a chain). */
+static void encode_rows(srv_req *r, const srv_batch *b, const grove_values *out, int64_t row0,
                        int64_t compute_ns) {
   const grove_model *gm = b->version->model;
   Grove__Tensor tens[GROVE_MAX_VALUES];
@@ -72,7 +73,8 @@ static void reply_rows(srv_req *r, const srv_batch *b, const grove_values *out, 
   rep.id = r->id;
   rep.body_case = GROVE__REPLY__BODY_PREDICT;
   rep.predict = &pr;
-  grove__rpc_send(r, grove__rpc_pack(&rep), GROVE_OK);
+  r->reply = grove__rpc_pack(&rep);
+  r->reply_status = GROVE_OK;
 }
 
 static void run_batch(srv_worker *w) {
@@ -157,15 +159,13 @@ static void run_batch(srv_worker *w) {
     fail_batch(b, s, msg);
   } else {
     int64_t row0 = 0;
-    srv_req *r = b->reqs;
-    while (r) {
-      srv_req *next = r->next; /* r is NNG's once replied */
-      int64_t rows = r->rows;
-      reply_rows(r, b, &out, row0, compute_ns);
-      row0 += rows;
-      r = next;
+    for (srv_req *r = b->reqs; r; r = r->next) {
+      encode_rows(r, b, &out, row0, compute_ns);
+      row0 += r->rows;
     }
+    srv_req *reqs = b->reqs;
     b->reqs = NULL;
+    grove__rpc_send_chain(reqs);
   }
   grove_arena_reset(a);
 }

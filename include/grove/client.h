@@ -28,7 +28,8 @@
  *
  * Threads: one grove_client may be used by any number of threads at once
  * (each call runs on its own NNG context); open and close must not race
- * with calls on the same client. */
+ * with calls on the same client.  grove_client_predict_async keeps many
+ * requests in flight from one thread (the bench's clients). */
 #ifndef GROVE_CLIENT_H
 #define GROVE_CLIENT_H
 
@@ -59,8 +60,9 @@ typedef struct grove_client_opts {
  * close it with grove_client_close.  Any thread. */
 grove_status grove_client_open(const char *const *urls, size_t nurls, const grove_client_opts *opts,
                                grove_client **out, grove_err *err);
-/* Closes the connections and frees c.  NULL is a no-op.  No call on c may be
- * running or start afterwards. */
+/* Waits for outstanding asynchronous calls, closes the connections and frees
+ * c.  NULL is a no-op.  No synchronous call on c may be running, and none
+ * may start afterwards. */
 void grove_client_close(grove_client *c);
 
 /* The result of one predict.  outputs are new heap tensors owned by the
@@ -87,6 +89,26 @@ grove_status grove_client_predict(grove_client *c, const char *model, const grov
                                   grove_err *err);
 /* Releases everything p holds and empties it.  An empty p is a no-op. */
 void grove_prediction_fini(grove_prediction *p);
+
+/* The completion of an asynchronous predict.  Called once, on one of NNG's
+ * threads, with s == GROVE_OK and p holding the outputs (the callback owns
+ * them: grove_prediction_fini), or with the status, p NULL and err saying
+ * why.  err is valid during the call only.  It must not block; it may start
+ * the next call. */
+typedef void (*grove_predict_cb)(void *arg, grove_status s, grove_prediction *p,
+                                 const grove_err *err);
+
+/* grove_client_predict without waiting: sends the request and returns;
+ * cb(arg, ...) runs when the reply comes or the timeout passes.  The inputs
+ * are encoded before it returns and stay the caller's.  When it returns an
+ * error, cb is never called.  Many calls may be outstanding at once (one
+ * context each, reused from call to call).  Any thread. */
+grove_status grove_client_predict_async(grove_client *c, const char *model,
+                                        const grove_tensor *inputs, size_t ninputs, int timeout_ms,
+                                        grove_predict_cb cb, void *arg, grove_err *err);
+/* Waits until no asynchronous call of c is outstanding (every callback has
+ * returned).  grove_client_close waits so too.  Not from a callback. */
+void grove_client_wait_idle(grove_client *c);
 
 /* One served model, as the server describes it.  Every pointer is owned by
  * the struct that holds it. */

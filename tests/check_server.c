@@ -1,0 +1,1155 @@
+/* check_server.c: groved end to end.  Each test case starts a real groved
+ * (build/<variant>/groved, next to $GROVE_BIN) on 127.0.0.1 and on an ipc
+ * socket in a temporary directory, serving the models that
+ * tests/fixtures_gen/server.py exported from PyTorch, and talks to it through
+ * libgrove-client, raw NNG sockets, raw TCP and HTTP.
+ *
+ * No assertion depends on timing except through --test-batch-delay-ms, which
+ * makes every batch sleep long enough (tens of milliseconds) that requests
+ * sent together are sure to queue behind it.  Every wait is bounded. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "grove.pb-c.h"
+#include "grove/client.h"
+#include "grove/grove.h"
+#include "testutil.h"
+
+/* ============================================================ helpers */
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A port nobody listens on right now (bound, read, closed). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  socklen_t len = sizeof a;
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+static const char *groved_path(void) {
+  static char buf[4096];
+  const char *env = getenv("GROVED_BIN");
+  if (env && *env) return env;
+  const char *grove = getenv("GROVE_BIN");
+  if (grove && *grove) {
+    snprintf(buf, sizeof buf, "%s", grove);
+    char *slash = strrchr(buf, '/');
+    if (slash) {
+      snprintf(slash + 1, sizeof buf - (size_t)(slash + 1 - buf), "groved");
+      if (access(buf, X_OK) == 0) return buf;
+    }
+  }
+  return "build/release/groved";
+}
+
+/* GET path on 127.0.0.1:port; returns the HTTP status and the body
+ * (malloc'd) in *body, or -1 (and *body NULL) when nothing answers. */
+static int http_try(int port, const char *path, char **body) {
+  *body = NULL;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct timeval tv = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  char req[256];
+  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+                   path);
+  if (write(fd, req, (size_t)n) != n) {
+    close(fd);
+    return -1;
+  }
+  size_t cap = 65536, len = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (!buf) break;
+    if (len + 1 == cap) {
+      char *g = realloc(buf, cap *= 2);
+      if (!g) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = g;
+    }
+    ssize_t r = read(fd, buf + len, cap - len - 1);
+    if (r <= 0) break;
+    len += (size_t)r;
+  }
+  close(fd);
+  if (!buf) return -1;
+  buf[len] = 0;
+  int code = -1;
+  sscanf(buf, "HTTP/1.%*d %d", &code);
+  char *start = strstr(buf, "\r\n\r\n");
+  *body = strdup(start ? start + 4 : "");
+  free(buf);
+  return code;
+}
+
+static int http_get(int port, const char *path, char **body) {
+  int code = http_try(port, path, body);
+  ck_assert_msg(code > 0, "no HTTP answer on port %d for %s", port, path);
+  return code;
+}
+
+typedef struct server {
+  pid_t pid;
+  char dir[256];
+  char tcp[128], ipc[384], http[64], log[384];
+  int http_port;
+} server;
+
+static void show_log(const server *s) {
+  char *text = grove_test_read_file(s->log, NULL);
+  fprintf(stderr, "---- groved log (%s) ----\n%s---- end ----\n", s->log, text ? text : "");
+  free(text);
+}
+
+/* Starts groved with the fixture models and extra flags (NULL-terminated),
+ * and waits (at most 30 s) until it answers on HTTP. */
+static void server_start(server *s, const char *const *extra) {
+  memset(s, 0, sizeof *s);
+  const char *tmp = grove_test_tmpdir();
+  ck_assert_ptr_nonnull(tmp);
+  snprintf(s->dir, sizeof s->dir, "%s", tmp);
+  int port = free_port(), hport = free_port();
+  snprintf(s->tcp, sizeof s->tcp, "tcp://127.0.0.1:%d", port);
+  snprintf(s->ipc, sizeof s->ipc, "ipc://%s/groved.sock", s->dir);
+  snprintf(s->http, sizeof s->http, "127.0.0.1:%d", hport);
+  s->http_port = hport;
+  snprintf(s->log, sizeof s->log, "%s/groved.log", s->dir);
+  char mlp[4096], emb[4096];
+  snprintf(mlp, sizeof mlp, "server_mlp=%s", grove_fixture("server_mlp"));
+  snprintf(emb, sizeof emb, "server_embed=%s", grove_fixture("server_embed"));
+  const char *argv[64];
+  int n = 0;
+  argv[n++] = groved_path();
+  argv[n++] = "--model";
+  argv[n++] = mlp;
+  argv[n++] = "--model";
+  argv[n++] = emb;
+  argv[n++] = "--listen";
+  argv[n++] = s->tcp;
+  argv[n++] = "--listen";
+  argv[n++] = s->ipc;
+  argv[n++] = "--http";
+  argv[n++] = s->http;
+  argv[n++] = "--log-level";
+  argv[n++] = "debug";
+  for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDERR_FILENO);
+      dup2(fd, STDOUT_FILENO);
+      close(fd);
+    }
+    execv(argv[0], (char *const *)argv);
+    fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  s->pid = pid;
+  double deadline = now_s() + 30.0;
+  for (;;) {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) {
+      s->pid = 0;
+      show_log(s);
+      ck_abort_msg("groved exited during start (status %d)", st);
+    }
+    /* Readiness through HTTP, not NNG: this may run in Check's parent
+     * process, and NNG refuses to run in a child forked after it started
+     * (every test is such a child).  groved opens HTTP after its NNG
+     * listeners, so an answer here means both are up. */
+    char *body = NULL;
+    int code = http_try(s->http_port, "/healthz", &body);
+    free(body);
+    if (code == 200) return;
+    if (now_s() > deadline) {
+      show_log(s);
+      ck_abort_msg("groved did not come up within 30 s");
+    }
+    sleep_ms(20);
+  }
+}
+
+/* Waits at most timeout_s for s to exit; returns its wait status, or -1. */
+static int server_wait(server *s, double timeout_s) {
+  double deadline = now_s() + timeout_s;
+  while (s->pid > 0) {
+    int st;
+    pid_t r = waitpid(s->pid, &st, WNOHANG);
+    if (r == s->pid) {
+      s->pid = 0;
+      return st;
+    }
+    if (now_s() > deadline) return -1;
+    sleep_ms(10);
+  }
+  return -1;
+}
+
+static void rm_rf(const char *dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* SIGTERM, then SIGKILL if it does not drain within 20 s. */
+static int server_stop(server *s) {
+  int st = -1;
+  if (s->pid > 0) {
+    kill(s->pid, SIGTERM);
+    st = server_wait(s, 20.0);
+    if (st == -1 && s->pid > 0) {
+      kill(s->pid, SIGKILL);
+      server_wait(s, 5.0);
+    }
+  }
+  if (s->dir[0]) rm_rf(s->dir);
+  return st;
+}
+
+static bool log_contains(const server *s, const char *needle) {
+  char *text = grove_test_read_file(s->log, NULL);
+  bool found = text && strstr(text, needle);
+  free(text);
+  return found;
+}
+
+static grove_client *connect_url(const char *url) {
+  grove_client *c = NULL;
+  grove_err err = {0};
+  const char *urls[] = {url};
+  ck_assert_ok(grove_client_open(urls, 1, NULL, &c, &err), &err);
+  return c;
+}
+
+/* The value of the metric line that starts with prefix (name and labels). */
+static double metric(const char *text, const char *prefix) {
+  size_t n = strlen(prefix);
+  for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+    if (strncmp(p, prefix, n) == 0 && p[n] == ' ') return strtod(p + n + 1, NULL);
+  }
+  return -1.0;
+}
+
+/* ---------------------------------------------------------- raw requests */
+
+/* Sends bytes on a fresh req socket to url and decodes the reply; the
+ * status is returned and the message copied into msg. */
+static int raw_call(const char *url, const void *bytes, size_t len, int timeout_ms,
+                    Grove__Reply **out) {
+  nng_socket sock;
+  ck_assert_int_eq(nng_req0_open(&sock), 0);
+  nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, timeout_ms);
+  nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, timeout_ms);
+  int rv = nng_dial(sock, url, NULL, 0);
+  ck_assert_msg(rv == 0, "dial %s: %s", url, nng_strerror(rv));
+  rv = nng_send(sock, (void *)bytes, len, 0);
+  ck_assert_msg(rv == 0, "send: %s", nng_strerror(rv));
+  void *buf = NULL;
+  size_t n = 0;
+  rv = nng_recv(sock, &buf, &n, NNG_FLAG_ALLOC);
+  if (rv == 0) {
+    *out = grove__reply__unpack(NULL, n, buf);
+    nng_free(buf, n);
+    ck_assert_ptr_nonnull(*out);
+  }
+  nng_close(sock);
+  return rv;
+}
+
+static grove_status raw_request(const char *url, Grove__Request *req, char *msg, size_t msgn) {
+  size_t n = grove__request__get_packed_size(req);
+  uint8_t *buf = malloc(n ? n : 1);
+  grove__request__pack(req, buf);
+  Grove__Reply *rep = NULL;
+  int rv = raw_call(url, buf, n, 10000, &rep);
+  free(buf);
+  ck_assert_msg(rv == 0, "no reply: %s", nng_strerror(rv));
+  grove_status s = (grove_status)rep->status;
+  if (msg) snprintf(msg, msgn, "%s", rep->message ? rep->message : "");
+  grove__reply__free_unpacked(rep, NULL);
+  return s;
+}
+
+/* A predict of one f32 tensor with the given shape and data length. */
+static grove_status raw_predict(const char *url, const char *model, int dtype, int ndim,
+                                const int64_t *shape, size_t data_len, uint64_t timeout_us,
+                                char *msg, size_t msgn) {
+  uint8_t *data = calloc(1, data_len ? data_len : 1);
+  Grove__Tensor t = GROVE__TENSOR__INIT;
+  t.dtype = dtype;
+  t.n_shape = (size_t)ndim;
+  t.shape = (int64_t *)shape;
+  t.data.len = data_len;
+  t.data.data = data;
+  Grove__Tensor *tp = &t;
+  Grove__PredictRequest pr = GROVE__PREDICT_REQUEST__INIT;
+  pr.model = (char *)model;
+  pr.n_inputs = 1;
+  pr.inputs = &tp;
+  pr.timeout_us = timeout_us;
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.protocol = 1;
+  req.id = 42;
+  req.body_case = GROVE__REQUEST__BODY_PREDICT;
+  req.predict = &pr;
+  grove_status s = raw_request(url, &req, msg, msgn);
+  free(data);
+  return s;
+}
+
+/* ---------------------------------------------------------- fixtures */
+
+typedef struct io {
+  grove_state_dict *sd;
+  grove_tensor *x, *y;
+} io;
+
+static void io_load(const char *model, io *o) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/io.safetensors", grove_fixture(model));
+  grove_err err = {0};
+  ck_assert_ok(grove_safetensors_read(path, &o->sd, &err), &err);
+  o->x = grove_sd_get(o->sd, "x");
+  o->y = grove_sd_get(o->sd, "y");
+  ck_assert_ptr_nonnull(o->x);
+  ck_assert_ptr_nonnull(o->y);
+}
+
+static void io_free(io *o) { grove_sd_free(o->sd); }
+
+/* Rows [r0, r0+n) of t, as a plain view. */
+static grove_tensor rows_of(const grove_tensor *t, int64_t r0, int64_t n) {
+  int64_t shape[GROVE_MAX_DIMS];
+  memcpy(shape, t->shape, sizeof shape);
+  shape[0] = n;
+  size_t row = grove_tensor_nbytes(t) / (size_t)t->shape[0];
+  grove_tensor v;
+  grove_tensor_init(&v, t->dtype, t->ndim, shape, (char *)t->data + row * (size_t)r0);
+  return v;
+}
+
+/* out must equal rows [r0, r0+n) of y (torch), within 1e-4 / 1e-5. */
+static bool rows_match(const grove_tensor *out, const grove_tensor *y, int64_t r0, int64_t n) {
+  grove_tensor want = rows_of(y, r0, n);
+  if (!grove_tensor_same_shape(out, &want) || out->dtype != GROVE_F32) return false;
+  return grove_test_allclose(out->data, want.data, (size_t)grove_tensor_numel(&want), 1e-4,
+                             1e-5) < 0;
+}
+
+/* ============================================================ server A */
+
+/* The general server: two workers, no artificial delay, a small request
+ * limit, and a third model whose directory is broken. */
+static server A;
+static char broken_dir[300];
+
+static void a_setup(void) {
+  char tmp[256];
+  snprintf(tmp, sizeof tmp, "%s", grove_test_tmpdir());
+  snprintf(broken_dir, sizeof broken_dir, "%s/broken", tmp);
+  ck_assert_int_eq(mkdir(broken_dir, 0755), 0);
+  char path[400];
+  snprintf(path, sizeof path, "%s/model.json", broken_dir);
+  const char *text = "{\"format\": \"grove.model/1\", \"module\": {\"type\": \"Linear\"";
+  ck_assert_int_eq(grove_test_write_file(path, text, strlen(text)), 0);
+  static char argbuf[400];
+  snprintf(argbuf, sizeof argbuf, "broken=%s", broken_dir);
+  const char *extra[] = {"--model",  argbuf, "--workers", "2", "--blas-threads", "1",
+                         "--max-request-bytes", "65536", NULL};
+  server_start(&A, extra);
+}
+
+static void a_teardown(void) {
+  int st = server_stop(&A);
+  char parent[300];
+  snprintf(parent, sizeof parent, "%s", broken_dir);
+  char *slash = strrchr(parent, '/');
+  if (slash) *slash = 0;
+  rm_rf(parent);
+  if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+    fprintf(stderr, "check_server: groved A did not exit 0 (wait status %d)\n", st);
+}
+
+static void predict_matches(const char *url) {
+  io o;
+  io_load("server_mlp", &o);
+  grove_client *c = connect_url(url);
+  grove_err err = {0};
+  for (int64_t r0 = 0; r0 < 64; r0 += 16) {
+    grove_tensor in = rows_of(o.x, r0, 16);
+    grove_prediction p;
+    ck_assert_ok(grove_client_predict(c, "server_mlp", &in, 1, 10000, &p, &err), &err);
+    ck_assert_int_eq(p.noutputs, 1);
+    ck_assert_str_eq(p.names[0], "y");
+    ck_assert_int_eq(p.version, 1);
+    ck_assert_msg(rows_match(p.outputs[0], o.y, r0, 16), "rows %lld..: not torch's output",
+                  (long long)r0);
+    grove_prediction_fini(&p);
+  }
+  grove_client_close(c);
+  io_free(&o);
+}
+
+START_TEST(predict_equals_torch_tcp) { predict_matches(A.tcp); }
+END_TEST
+
+START_TEST(predict_equals_torch_ipc) { predict_matches(A.ipc); }
+END_TEST
+
+START_TEST(status_lists_models) {
+  grove_client *c = connect_url(A.tcp);
+  grove_err err = {0};
+  grove_server_status *st = NULL;
+  ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
+  ck_assert_str_eq(st->server_version, GROVE_VERSION);
+  ck_assert_int_eq(st->protocol, 1);
+  ck_assert(!st->ready); /* the broken model */
+  ck_assert(!st->draining);
+  ck_assert_int_eq(st->workers, 2);
+  ck_assert_int_eq(st->blas_threads, 1);
+  ck_assert_int_eq(st->nmodels, 3);
+  const grove_model_info *mlp = NULL, *broken = NULL;
+  for (size_t i = 0; i < st->nmodels; i++) {
+    if (strcmp(st->models[i].name, "server_mlp") == 0) mlp = &st->models[i];
+    if (strcmp(st->models[i].name, "broken") == 0) broken = &st->models[i];
+  }
+  ck_assert_ptr_nonnull(mlp);
+  ck_assert_ptr_nonnull(broken);
+  ck_assert(mlp->ready);
+  ck_assert_int_eq(mlp->version, 1);
+  ck_assert_int_eq(mlp->ninputs, 1);
+  ck_assert_int_eq(mlp->inputs[0].dtype, GROVE_F32);
+  ck_assert_int_eq(mlp->inputs[0].ndim, 2);
+  ck_assert_int_eq(mlp->inputs[0].shape[0], -1);
+  ck_assert_int_eq(mlp->inputs[0].shape[1], 16);
+  ck_assert_int_eq(mlp->noutputs, 1);
+  ck_assert_int_eq(mlp->outputs[0].shape[1], 4);
+  ck_assert_int_eq(mlp->param_count, 16 * 32 + 32 + 32 * 4 + 4);
+  ck_assert_int_eq(mlp->batching.max_batch_size, 16);
+  ck_assert_int_eq(mlp->batching.max_queue_size, 64);
+  ck_assert(!broken->ready);
+  ck_assert_msg(strstr(broken->error, "model.json") != NULL, "error: %s", broken->error);
+  grove_server_status_free(st);
+
+  grove_model_info *mi = NULL;
+  ck_assert_ok(grove_client_model_info(c, "server_embed", 5000, &mi, &err), &err);
+  ck_assert_str_eq(mi->name, "server_embed");
+  ck_assert_int_eq(mi->inputs[0].dtype, GROVE_I64);
+  grove_model_info_free(mi);
+  ck_assert_status(grove_client_model_info(c, "nope", 5000, &mi, &err), GROVE_E_NOT_FOUND);
+  ck_assert_ptr_null(mi);
+  grove_client_close(c);
+}
+END_TEST
+
+START_TEST(refusals_name_the_field) {
+  char msg[2048];
+  const char *u = A.ipc;
+  int64_t ok_shape[2] = {1, 16};
+  /* unknown model */
+  ck_assert_status(raw_predict(u, "nope", GROVE_F32, 2, ok_shape, 64, 0, msg, sizeof msg),
+                   GROVE_E_NOT_FOUND);
+  ck_assert_msg(strstr(msg, "'nope'") && strstr(msg, "server_mlp"), "%s", msg);
+  /* a model whose load failed */
+  ck_assert_status(raw_predict(u, "broken", GROVE_F32, 2, ok_shape, 64, 0, msg, sizeof msg),
+                   GROVE_E_UNAVAILABLE);
+  ck_assert_msg(strstr(msg, "broken") && strstr(msg, "not loaded"), "%s", msg);
+  /* wrong dtype */
+  ck_assert_status(raw_predict(u, "server_mlp", GROVE_I64, 2, ok_shape, 128, 0, msg, sizeof msg),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "'x'") && strstr(msg, "float32") && strstr(msg, "int64"), "%s", msg);
+  /* a dtype that does not exist */
+  ck_assert_status(raw_predict(u, "server_mlp", 99, 2, ok_shape, 64, 0, msg, sizeof msg),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "dtype") && strstr(msg, "99"), "%s", msg);
+  /* wrong rank */
+  int64_t flat[1] = {16};
+  ck_assert_status(raw_predict(u, "server_mlp", GROVE_F32, 1, flat, 64, 0, msg, sizeof msg),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "shape") && strstr(msg, "1 dimensions") && strstr(msg, "expected 2"),
+                "%s", msg);
+  /* wrong feature size */
+  int64_t wide[2] = {1, 15};
+  ck_assert_status(raw_predict(u, "server_mlp", GROVE_F32, 2, wide, 60, 0, msg, sizeof msg),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "[-1, 16]") && strstr(msg, "[1, 15]"), "%s", msg);
+  /* byte size not matching the shape */
+  ck_assert_status(raw_predict(u, "server_mlp", GROVE_F32, 2, ok_shape, 63, 0, msg, sizeof msg),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "data") && strstr(msg, "63 bytes") && strstr(msg, "64 bytes"), "%s",
+                msg);
+  /* negative dimension */
+  int64_t neg[2] = {1, -16};
+  ck_assert_status(raw_predict(u, "server_mlp", GROVE_F32, 2, neg, 64, 0, msg, sizeof msg),
+                   GROVE_E_INVALID_ARGUMENT);
+  /* more rows than a batch */
+  int64_t many[2] = {17, 16};
+  ck_assert_status(raw_predict(u, "server_mlp", GROVE_F32, 2, many, 17 * 64, 0, msg, sizeof msg),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "17 rows") && strstr(msg, "max_batch_size 16"), "%s", msg);
+  /* zero rows */
+  int64_t none[2] = {0, 16};
+  ck_assert_status(raw_predict(u, "server_mlp", GROVE_F32, 2, none, 0, 0, msg, sizeof msg),
+                   GROVE_E_INVALID_ARGUMENT);
+  /* no inputs */
+  Grove__PredictRequest pr = GROVE__PREDICT_REQUEST__INIT;
+  pr.model = "server_mlp";
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.protocol = 1;
+  req.body_case = GROVE__REQUEST__BODY_PREDICT;
+  req.predict = &pr;
+  ck_assert_status(raw_request(u, &req, msg, sizeof msg), GROVE_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "takes 1 input") && strstr(msg, "has 0"), "%s", msg);
+  /* a newer protocol */
+  req.protocol = 99;
+  ck_assert_status(raw_request(u, &req, msg, sizeof msg), GROVE_E_UNSUPPORTED);
+  /* an envelope with no RPC in it */
+  Grove__Request empty = GROVE__REQUEST__INIT;
+  ck_assert_status(raw_request(u, &empty, msg, sizeof msg), GROVE_E_UNSUPPORTED);
+  /* the client library refuses what it can check itself */
+  grove_client *c = connect_url(A.tcp);
+  grove_err err = {0};
+  grove_prediction p;
+  ck_assert_status(grove_client_predict(c, NULL, NULL, 0, 1000, &p, &err),
+                   GROVE_E_INVALID_ARGUMENT);
+  grove_client_close(c);
+}
+END_TEST
+
+START_TEST(garbage_never_hurts) {
+  char msg[2048];
+  /* Bytes that are no protobuf, and a real request cut short. */
+  uint8_t junk[300];
+  uint64_t st = 88172645463325252ull;
+  for (size_t i = 0; i < sizeof junk; i++) {
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    junk[i] = (uint8_t)st;
+  }
+  junk[0] = 0xff; /* field 31, wire type 7: invalid from the first byte */
+  Grove__Reply *rep = NULL;
+  ck_assert_int_eq(raw_call(A.ipc, junk, sizeof junk, 10000, &rep), 0);
+  ck_assert_int_eq(rep->status, GROVE_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(rep->message, "grove.Request"), "%s", rep->message);
+  grove__reply__free_unpacked(rep, NULL);
+
+  float x[16] = {0};
+  int64_t shape[2] = {1, 16};
+  Grove__Tensor t = GROVE__TENSOR__INIT;
+  t.dtype = GROVE_F32;
+  t.n_shape = 2;
+  t.shape = shape;
+  t.data.len = sizeof x;
+  t.data.data = (uint8_t *)x;
+  Grove__Tensor *tp = &t;
+  Grove__PredictRequest pr = GROVE__PREDICT_REQUEST__INIT;
+  pr.model = "server_mlp";
+  pr.n_inputs = 1;
+  pr.inputs = &tp;
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.protocol = 1;
+  req.body_case = GROVE__REQUEST__BODY_PREDICT;
+  req.predict = &pr;
+  size_t n = grove__request__get_packed_size(&req);
+  uint8_t *buf = malloc(n);
+  grove__request__pack(&req, buf);
+  for (size_t cut = 1; cut < n; cut += 7) {
+    rep = NULL;
+    ck_assert_int_eq(raw_call(A.tcp, buf, cut, 10000, &rep), 0);
+    ck_assert_msg(rep->status == GROVE_E_INVALID_ARGUMENT || rep->status == GROVE_E_NOT_FOUND,
+                  "cut at %zu: status %d", cut, rep->status);
+    grove__reply__free_unpacked(rep, NULL);
+  }
+  /* The whole request works. */
+  rep = NULL;
+  ck_assert_int_eq(raw_call(A.tcp, buf, n, 10000, &rep), 0);
+  ck_assert_int_eq(rep->status, 0);
+  grove__reply__free_unpacked(rep, NULL);
+  free(buf);
+
+  /* An empty message. */
+  rep = NULL;
+  ck_assert_int_eq(raw_call(A.ipc, "", 0, 10000, &rep), 0);
+  ck_assert_int_eq(rep->status, GROVE_E_UNSUPPORTED);
+  grove__reply__free_unpacked(rep, NULL);
+
+  /* Raw TCP garbage instead of NNG's handshake, and a connection that
+   * closes half way through a message: NNG drops those connections. */
+  for (int k = 0; k < 3; k++) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int port = atoi(strrchr(A.tcp, ':') + 1);
+    a.sin_port = htons((uint16_t)port);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    if (k == 0) {
+      ck_assert_int_eq(write(fd, junk, sizeof junk), (ssize_t)sizeof junk);
+    } else {
+      /* SP handshake for req0 (protocol 48), then a length that promises
+       * more than is sent (k == 1) or more than any limit (k == 2). */
+      uint8_t hs[8] = {0, 'S', 'P', 0, 0, 48, 0, 0};
+      ck_assert_int_eq(write(fd, hs, 8), 8);
+      uint8_t len[8] = {0, 0, 0, 0, 0, 0, 0x10, 0};
+      if (k == 2) len[0] = 0x7f;
+      ck_assert_int_eq(write(fd, len, 8), 8);
+      ck_assert_int_eq(write(fd, junk, 100), 100);
+    }
+    close(fd);
+  }
+  /* A request larger than --max-request-bytes (64 KiB) is refused with a
+   * message; one over the hard limit (that + 1 MiB) only loses its
+   * connection. */
+  int64_t big[2] = {1, 16};
+  ck_assert_status(raw_predict(A.ipc, "server_mlp", GROVE_F32, 2, big, 100000, 0, msg, sizeof msg),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "--max-request-bytes"), "%s", msg);
+  {
+    size_t huge = (size_t)3 << 20;
+    uint8_t *h = calloc(1, huge);
+    rep = NULL;
+    int rv = raw_call(A.ipc, h, huge, 1500, &rep);
+    ck_assert_int_eq(rv, NNG_ETIMEDOUT);
+    free(h);
+  }
+  /* After all that the server answers as before. */
+  predict_matches(A.tcp);
+}
+END_TEST
+
+START_TEST(nan_inputs_are_computed) {
+  grove_client *c = connect_url(A.ipc);
+  float x[3 * 16];
+  for (int i = 0; i < 3 * 16; i++) x[i] = (i % 5 == 0) ? NAN : (i % 7 == 0 ? INFINITY : 0.5f);
+  int64_t shape[2] = {3, 16};
+  grove_tensor in;
+  grove_tensor_init(&in, GROVE_F32, 2, shape, x);
+  grove_err err = {0};
+  grove_prediction p;
+  ck_assert_ok(grove_client_predict(c, "server_mlp", &in, 1, 10000, &p, &err), &err);
+  ck_assert_int_eq(p.outputs[0]->shape[0], 3);
+  grove_prediction_fini(&p);
+  grove_client_close(c);
+}
+END_TEST
+
+START_TEST(http_endpoints) {
+  char *body = NULL;
+  ck_assert_int_eq(http_get(A.http_port, "/healthz", &body), 200);
+  ck_assert_str_eq(body, "ok\n");
+  free(body);
+  ck_assert_int_eq(http_get(A.http_port, "/readyz", &body), 503);
+  ck_assert_msg(strstr(body, "model broken: not loaded"), "%s", body);
+  free(body);
+  ck_assert_int_eq(http_get(A.http_port, "/nope", &body), 404);
+  free(body);
+  /* Make sure some requests of each kind were counted. */
+  char msg[512];
+  int64_t shape[2] = {1, 16};
+  ck_assert_status(raw_predict(A.ipc, "ghost", GROVE_F32, 2, shape, 64, 0, msg, sizeof msg),
+                   GROVE_E_NOT_FOUND);
+  ck_assert_status(raw_predict(A.ipc, "server_mlp", GROVE_F32, 2, shape, 64, 0, msg, sizeof msg),
+                   GROVE_OK);
+  ck_assert_int_eq(http_get(A.http_port, "/metrics", &body), 200);
+  ck_assert_msg(metric(body, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}") >= 1,
+                "%s", body);
+  ck_assert(metric(body, "grove_requests_total{model=\"\",status=\"NOT_FOUND\"}") >= 1);
+  ck_assert(metric(body, "grove_request_latency_seconds_count{model=\"server_mlp\"}") >= 1);
+  ck_assert(metric(body, "grove_queue_latency_seconds_bucket{model=\"server_mlp\",le=\"+Inf\"}") >=
+            1);
+  ck_assert(metric(body, "grove_compute_latency_seconds_count{model=\"server_mlp\"}") >= 1);
+  ck_assert(metric(body, "grove_batch_size_count{model=\"server_mlp\"}") >= 1);
+  ck_assert(metric(body, "grove_queue_depth{model=\"server_mlp\"}") == 0);
+  ck_assert(metric(body, "grove_model_version{model=\"server_mlp\"}") == 1);
+  ck_assert(metric(body, "grove_model_version{model=\"broken\"}") == 0);
+  ck_assert(metric(body, "grove_model_ready{model=\"broken\"}") == 0);
+  ck_assert(metric(body, "grove_ready") == 0);
+  ck_assert(strstr(body, "# TYPE grove_request_latency_seconds histogram"));
+  free(body);
+}
+END_TEST
+
+START_TEST(sighup_is_logged) {
+  ck_assert_int_eq(kill(A.pid, SIGHUP), 0);
+  double deadline = now_s() + 10;
+  while (!log_contains(&A, "reload.unsupported") && now_s() < deadline) sleep_ms(20);
+  ck_assert(log_contains(&A, "reload.unsupported"));
+  predict_matches(A.ipc);
+}
+END_TEST
+
+/* ============================================================ server B */
+
+/* A slow server: one worker whose every batch sleeps 150 ms first, so that
+ * requests sent together queue behind the first batch. */
+static server B;
+
+static void b_setup(void) {
+  const char *extra[] = {"--workers", "1", "--test-batch-delay-ms", "150", NULL};
+  server_start(&B, extra);
+}
+
+static void b_teardown(void) { server_stop(&B); }
+
+typedef struct async_result {
+  atomic_int done;
+  grove_status status;
+  grove_prediction pred;
+  char msg[512];
+  double t_done;
+} async_result;
+
+static void on_result(void *arg, grove_status s, grove_prediction *p, const grove_err *err) {
+  async_result *r = arg;
+  r->status = s;
+  if (p) r->pred = *p; /* moves the outputs */
+  else snprintf(r->msg, sizeof r->msg, "%s", err ? grove_err_msg(err) : "");
+  r->t_done = now_s();
+  atomic_store(&r->done, 1);
+}
+
+/* Sends n predicts at once, client k asking for rows [k % 60, +1 + k % 4). */
+static void send_many(grove_client *c, const io *o, async_result *res, int n, int timeout_ms) {
+  grove_err err = {0};
+  for (int k = 0; k < n; k++) {
+    grove_tensor in = rows_of(o->x, k % 60, 1 + k % 4);
+    ck_assert_ok(grove_client_predict_async(c, "server_mlp", &in, 1, timeout_ms, on_result,
+                                            &res[k], &err),
+                 &err);
+  }
+}
+
+static void wait_all(async_result *res, int n, double timeout_s) {
+  double deadline = now_s() + timeout_s;
+  for (int k = 0; k < n; k++)
+    while (!atomic_load(&res[k].done)) {
+      ck_assert_msg(now_s() < deadline, "request %d unanswered after %.0f s", k, timeout_s);
+      sleep_ms(5);
+    }
+}
+
+static void check_own_rows(const io *o, async_result *res, int n) {
+  for (int k = 0; k < n; k++) {
+    ck_assert_msg(res[k].status == GROVE_OK, "request %d: %s: %s", k,
+                  grove_status_name(res[k].status), res[k].msg);
+    ck_assert_msg(rows_match(res[k].pred.outputs[0], o->y, k % 60, 1 + k % 4),
+                  "request %d did not get its own rows", k);
+  }
+}
+
+static void fini_all(async_result *res, int n) {
+  for (int k = 0; k < n; k++) grove_prediction_fini(&res[k].pred);
+}
+
+START_TEST(concurrent_clients_get_their_rows) {
+  io o;
+  io_load("server_mlp", &o);
+  char *before = NULL;
+  ck_assert_int_eq(http_get(B.http_port, "/metrics", &before), 200);
+  double batches0 = metric(before, "grove_batch_size_count{model=\"server_mlp\"}");
+  double ok0 = metric(before, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}");
+  free(before);
+  /* 24 requests from 3 clients (8 in flight each) over both transports;
+   * the first batch holds the only worker for 150 ms while the rest queue,
+   * so later batches carry several requests. */
+  enum { N = 24 };
+  static async_result res[N];
+  memset(res, 0, sizeof res);
+  grove_client *c1 = connect_url(B.ipc), *c2 = connect_url(B.tcp), *c3 = connect_url(B.ipc);
+  grove_client *cs[3] = {c1, c2, c3};
+  grove_err err = {0};
+  for (int k = 0; k < N; k++) {
+    grove_tensor in = rows_of(o.x, k % 60, 1 + k % 4);
+    ck_assert_ok(grove_client_predict_async(cs[k % 3], "server_mlp", &in, 1, 20000, on_result,
+                                            &res[k], &err),
+                 &err);
+  }
+  wait_all(res, N, 60);
+  check_own_rows(&o, res, N);
+  /* Some reply says it rode in a batch of more rows than its own. */
+  bool shared = false;
+  for (int k = 0; k < N; k++) shared |= res[k].pred.batch_rows > (uint32_t)(1 + k % 4);
+  ck_assert(shared);
+  fini_all(res, N);
+  for (int i = 0; i < 3; i++) grove_client_close(cs[i]);
+  char *after = NULL;
+  ck_assert_int_eq(http_get(B.http_port, "/metrics", &after), 200);
+  double batches = metric(after, "grove_batch_size_count{model=\"server_mlp\"}") - batches0;
+  double ok = metric(after, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}") - ok0;
+  ck_assert_msg(ok == N, "OK count grew by %g", ok);
+  ck_assert_msg(batches < N, "%g batches for %d requests: nothing was batched", batches, N);
+  free(after);
+  io_free(&o);
+}
+END_TEST
+
+START_TEST(embed_lengths_batch_apart) {
+  /* Requests of five sequence lengths arrive together and queue behind a
+   * slow batch; the batcher must not concatenate different lengths, and
+   * each gets torch's values for its own length. */
+  io o;
+  io_load("server_embed", &o);
+  enum { N = 10 };
+  static async_result res[N];
+  static int64_t idx[N][2 * 5];
+  memset(res, 0, sizeof res);
+  grove_client *c = connect_url(B.ipc);
+  grove_err err = {0};
+  for (int k = 0; k < N; k++) {
+    int len = 1 + k % 5;
+    int64_t shape[2] = {2, len};
+    for (int r = 0; r < 2; r++)
+      for (int j = 0; j < len; j++) idx[k][r * len + j] = ((int64_t *)o.x->data)[r * 5 + j];
+    grove_tensor in;
+    grove_tensor_init(&in, GROVE_I64, 2, shape, idx[k]);
+    ck_assert_ok(grove_client_predict_async(c, "server_embed", &in, 1, 30000, on_result, &res[k],
+                                            &err),
+                 &err);
+  }
+  wait_all(res, N, 60);
+  for (int k = 0; k < N; k++) {
+    int len = 1 + k % 5;
+    ck_assert_msg(res[k].status == GROVE_OK, "%d: %s", k, res[k].msg);
+    const grove_tensor *y = res[k].pred.outputs[0];
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[0], 2);
+    ck_assert_int_eq(y->shape[1], len);
+    ck_assert_int_eq(y->shape[2], 3);
+    for (int r = 0; r < 2; r++)
+      ck_assert(grove_test_allclose((float *)y->data + r * len * 3,
+                                    (float *)o.y->data + r * 5 * 3, (size_t)len * 3, 1e-4,
+                                    1e-5) < 0);
+  }
+  fini_all(res, N);
+  grove_client_close(c);
+  io_free(&o);
+}
+END_TEST
+
+START_TEST(full_queue_is_resource_exhausted) {
+  /* max_queue_size is 64: the first request takes the worker (150 ms), the
+   * next 64 wait, the rest are refused at once. */
+  io o;
+  io_load("server_mlp", &o);
+  enum { N = 100 };
+  static async_result res[N];
+  memset(res, 0, sizeof res);
+  grove_client *c = connect_url(B.ipc);
+  send_many(c, &o, res, N, 30000);
+  wait_all(res, N, 60);
+  int ok = 0, full = 0;
+  for (int k = 0; k < N; k++) {
+    if (res[k].status == GROVE_OK) {
+      ok++;
+      ck_assert(rows_match(res[k].pred.outputs[0], o.y, k % 60, 1 + k % 4));
+    } else {
+      ck_assert_msg(res[k].status == GROVE_E_RESOURCE_EXHAUSTED, "request %d: %s", k,
+                    grove_status_name(res[k].status));
+      ck_assert_msg(strstr(res[k].msg, "queue full") && strstr(res[k].msg, "max_queue_size 64"),
+                    "%s", res[k].msg);
+      full++;
+    }
+  }
+  ck_assert_int_ge(full, 1);
+  ck_assert_int_ge(ok, 64);
+  ck_assert_int_eq(ok + full, N);
+  fini_all(res, N);
+  grove_client_close(c);
+  io_free(&o);
+}
+END_TEST
+
+START_TEST(late_requests_are_deadline_exceeded) {
+  /* One request holds the worker for 150 ms; one queued behind it with a
+   * 5 ms timeout is past its deadline when the worker frees. */
+  io o;
+  io_load("server_mlp", &o);
+  static async_result res[2];
+  memset(res, 0, sizeof res);
+  grove_client *c = connect_url(B.ipc);
+  grove_err err = {0};
+  grove_tensor in = rows_of(o.x, 0, 1);
+  ck_assert_ok(grove_client_predict_async(c, "server_mlp", &in, 1, 10000, on_result, &res[0],
+                                          &err),
+               &err);
+  sleep_ms(10);
+  char msg[512];
+  int64_t shape[2] = {1, 16};
+  ck_assert_status(
+      raw_predict(B.ipc, "server_mlp", GROVE_F32, 2, shape, 64, 5000, msg, sizeof msg),
+      GROVE_E_DEADLINE_EXCEEDED);
+  ck_assert_msg(strstr(msg, "timeout") && strstr(msg, "not computed"), "%s", msg);
+  wait_all(res, 1, 30);
+  ck_assert_int_eq(res[0].status, GROVE_OK);
+  fini_all(res, 1);
+  /* The client library's own timeout: a 20 ms wait behind a 150 ms batch. */
+  grove_prediction p;
+  ck_assert_ok(grove_client_predict_async(c, "server_mlp", &in, 1, 10000, on_result, &res[1],
+                                          &err),
+               &err);
+  sleep_ms(5);
+  grove_status s = grove_client_predict(c, "server_mlp", &in, 1, 20, &p, &err);
+  ck_assert_status(s, GROVE_E_DEADLINE_EXCEEDED);
+  ck_assert(grove_client_failed_locally(s, &err));
+  wait_all(res + 1, 1, 30);
+  fini_all(res + 1, 1);
+  grove_client_close(c);
+  io_free(&o);
+}
+END_TEST
+
+START_TEST(client_gone_mid_request) {
+  /* Clients that send and vanish before the reply; the server drops the
+   * replies and keeps serving. */
+  for (int k = 0; k < 5; k++) {
+    nng_socket sock;
+    ck_assert_int_eq(nng_req0_open(&sock), 0);
+    ck_assert_int_eq(nng_dial(sock, k % 2 ? B.tcp : B.ipc, NULL, 0), 0);
+    float x[16] = {0};
+    int64_t shape[2] = {1, 16};
+    Grove__Tensor t = GROVE__TENSOR__INIT;
+    t.dtype = GROVE_F32;
+    t.n_shape = 2;
+    t.shape = shape;
+    t.data.len = sizeof x;
+    t.data.data = (uint8_t *)x;
+    Grove__Tensor *tp = &t;
+    Grove__PredictRequest pr = GROVE__PREDICT_REQUEST__INIT;
+    pr.model = "server_mlp";
+    pr.n_inputs = 1;
+    pr.inputs = &tp;
+    Grove__Request req = GROVE__REQUEST__INIT;
+    req.body_case = GROVE__REQUEST__BODY_PREDICT;
+    req.predict = &pr;
+    uint8_t buf[256];
+    size_t n = grove__request__pack(&req, buf);
+    ck_assert_int_eq(nng_send(sock, buf, n, 0), 0);
+    nng_close(sock);
+  }
+  io o;
+  io_load("server_mlp", &o);
+  grove_client *c = connect_url(B.tcp);
+  grove_err err = {0};
+  grove_tensor in = rows_of(o.x, 5, 3);
+  grove_prediction p;
+  ck_assert_ok(grove_client_predict(c, "server_mlp", &in, 1, 20000, &p, &err), &err);
+  ck_assert(rows_match(p.outputs[0], o.y, 5, 3));
+  grove_prediction_fini(&p);
+  grove_client_close(c);
+  io_free(&o);
+}
+END_TEST
+
+/* ============================================================ drain */
+
+START_TEST(sigterm_answers_everything_queued) {
+  server s;
+  const char *extra[] = {"--workers", "1", "--test-batch-delay-ms", "40", NULL};
+  server_start(&s, extra);
+  io o;
+  io_load("server_mlp", &o);
+  enum { N = 40 };
+  static async_result res[N];
+  memset(res, 0, sizeof res);
+  grove_client *c = connect_url(s.ipc);
+  send_many(c, &o, res, N, 60000);
+  /* Wait until the server holds all of them, then ask it to stop. */
+  grove_client *sc = connect_url(s.tcp);
+  grove_err err = {0};
+  double deadline = now_s() + 20;
+  for (;;) {
+    grove_server_status *st = NULL;
+    ck_assert_ok(grove_client_status(sc, 5000, &st, &err), &err);
+    uint64_t answered = 0;
+    for (int k = 0; k < N; k++) answered += atomic_load(&res[k].done) ? 1 : 0;
+    bool all_in = st->inflight + answered >= N;
+    grove_server_status_free(st);
+    if (all_in) break;
+    ck_assert_msg(now_s() < deadline, "the requests never all reached the server");
+    sleep_ms(2);
+  }
+  grove_client_close(sc);
+  ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
+  wait_all(res, N, 60);
+  check_own_rows(&o, res, N);
+  int st = server_wait(&s, 30);
+  if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) show_log(&s);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "groved exited with wait status %d", st);
+  ck_assert(log_contains(&s, "server.drain"));
+  ck_assert(log_contains(&s, "server.drained"));
+  fini_all(res, N);
+  grove_client_close(c);
+  io_free(&o);
+  server_stop(&s);
+}
+END_TEST
+
+START_TEST(draining_refuses_new_requests) {
+  /* While a drain waits for a long batch, a new predict on an open
+   * connection is answered UNAVAILABLE and /readyz says draining. */
+  server s;
+  const char *extra[] = {"--workers", "1", "--test-batch-delay-ms", "1500", NULL};
+  server_start(&s, extra);
+  io o;
+  io_load("server_mlp", &o);
+  static async_result res[1];
+  memset(res, 0, sizeof res);
+  grove_client *c = connect_url(s.ipc);
+  send_many(c, &o, res, 1, 60000);
+  grove_err err = {0};
+  double deadline = now_s() + 20;
+  for (;;) {
+    grove_server_status *st = NULL;
+    ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
+    bool in = st->inflight == 1;
+    grove_server_status_free(st);
+    if (in) break;
+    ck_assert(now_s() < deadline);
+    sleep_ms(2);
+  }
+  ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
+  deadline = now_s() + 20;
+  for (;;) {
+    grove_server_status *st = NULL;
+    ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
+    bool draining = st->draining;
+    grove_server_status_free(st);
+    if (draining) break;
+    ck_assert(now_s() < deadline);
+    sleep_ms(2);
+  }
+  char *body = NULL;
+  ck_assert_int_eq(http_get(s.http_port, "/readyz", &body), 503);
+  ck_assert_msg(strstr(body, "draining"), "%s", body);
+  free(body);
+  grove_tensor in = rows_of(o.x, 0, 1);
+  grove_prediction p;
+  grove_status rs = grove_client_predict(c, "server_mlp", &in, 1, 10000, &p, &err);
+  ck_assert_status(rs, GROVE_E_UNAVAILABLE);
+  ck_assert(!grove_client_failed_locally(rs, &err));
+  ck_assert_msg(strstr(grove_err_msg(&err), "shutting down"), "%s", grove_err_msg(&err));
+  wait_all(res, 1, 60);
+  check_own_rows(&o, res, 1);
+  int st = server_wait(&s, 30);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "wait status %d", st);
+  fini_all(res, 1);
+  grove_client_close(c);
+  io_free(&o);
+  server_stop(&s);
+}
+END_TEST
+
+START_TEST(unreachable_and_bad_flags) {
+  grove_client *c = NULL;
+  grove_err err = {0};
+  char url[64];
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+  const char *urls[] = {url, "ipc:///nonexistent/grove.sock"};
+  grove_status s = grove_client_open(urls, 2, NULL, &c, &err);
+  ck_assert_status(s, GROVE_E_UNAVAILABLE);
+  ck_assert(grove_client_failed_locally(s, &err));
+  ck_assert_msg(strstr(grove_err_msg(&err), url), "%s", grove_err_msg(&err));
+  ck_assert_ptr_null(c);
+  /* groved refuses bad flags with exit status 2, and a port in use with 1. */
+  const char *cases[][4] = {{"--workers", "0", NULL, NULL},
+                            {"--listen", "http://x", NULL, NULL},
+                            {"--bogus", NULL, NULL, NULL},
+                            {"--model", "=x", NULL, NULL}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+      int fd = open("/dev/null", O_WRONLY);
+      dup2(fd, STDERR_FILENO);
+      dup2(fd, STDOUT_FILENO);
+      const char *argv[6] = {groved_path(), cases[i][0], cases[i][1], NULL, NULL, NULL};
+      execv(argv[0], (char *const *)argv);
+      _exit(127);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 2, "case %zu: wait status %d", i, st);
+  }
+}
+END_TEST
+
+Suite *server_suite(void) {
+  Suite *s = suite_create("server");
+  TCase *a = tcase_create("serve");
+  tcase_add_unchecked_fixture(a, a_setup, a_teardown);
+  tcase_set_timeout(a, 120);
+  tcase_add_test(a, predict_equals_torch_tcp);
+  tcase_add_test(a, predict_equals_torch_ipc);
+  tcase_add_test(a, status_lists_models);
+  tcase_add_test(a, refusals_name_the_field);
+  tcase_add_test(a, garbage_never_hurts);
+  tcase_add_test(a, nan_inputs_are_computed);
+  tcase_add_test(a, http_endpoints);
+  tcase_add_test(a, sighup_is_logged);
+  suite_add_tcase(s, a);
+
+  TCase *b = tcase_create("batching");
+  tcase_add_unchecked_fixture(b, b_setup, b_teardown);
+  tcase_set_timeout(b, 120);
+  tcase_add_test(b, concurrent_clients_get_their_rows);
+  tcase_add_test(b, embed_lengths_batch_apart);
+  tcase_add_test(b, full_queue_is_resource_exhausted);
+  tcase_add_test(b, late_requests_are_deadline_exceeded);
+  tcase_add_test(b, client_gone_mid_request);
+  suite_add_tcase(s, b);
+
+  TCase *d = tcase_create("drain");
+  tcase_set_timeout(d, 120);
+  tcase_add_test(d, sigterm_answers_everything_queued);
+  tcase_add_test(d, draining_refuses_new_requests);
+  tcase_add_test(d, unreachable_and_bad_flags);
+  suite_add_tcase(s, d);
+  return s;
+}
+
+GROVE_TEST_MAIN(server_suite)
