@@ -112,8 +112,10 @@ py-tests: all
 test: unit-tests py-tests $(TEST_TARGETS)
 
 run: all
-	@echo "groved arrives with the server issue (#5); meanwhile try:"
-	@echo "  $(GROVE_BIN) predict --local examples/digits examples/digits/sample.npy"
+	@test -f examples/digits/model.json || { echo "examples/digits is missing: /usr/bin/python3 examples/train_digits.py writes it (scripts/deps.sh --torch installs what it needs)"; exit 1; }
+	@echo "make run: groved serves examples/digits on tcp://127.0.0.1:7700 (HTTP on 127.0.0.1:7701); Ctrl-C stops it."
+	@echo "  try: $(GROVE_BIN) status; $(GROVE_BIN) predict digits examples/digits/sample.npy"
+	exec $(GROVED_BIN) --model digits=examples/digits
 
 bench: all
 	@bash bench/run.sh $(GROVE_BIN)
