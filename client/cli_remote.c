@@ -36,7 +36,7 @@ const char grove_cli_remote_usage[] =
     "  [--server URL] bench MODEL --concurrency C --batch B [--seconds S]\n";
 
 static const char status_help[] =
-    "usage: grove [--server URL] status [--timeout-ms N]\n"
+    "usage: grove status [--timeout-ms N]        (global option: grove --server URL status)\n"
     "Prints groved's state and every model it serves: version, readiness (or why a\n"
     "model did not load), inputs, outputs, parameters, batching and queue depth.\n"
     "--server takes one URL or several separated by commas (default $GROVE_SERVER,\n"
@@ -44,25 +44,29 @@ static const char status_help[] =
     "3 when it cannot be reached.\n";
 
 static const char predict_help[] =
-    "usage: grove [--server URL] predict MODEL INPUT.npy... [-o OUTPUT.npy]... [--timeout-ms N]\n"
-    "Sends one .npy per model input to groved's MODEL and writes one -o file per output\n"
-    "(in order); without -o an output is printed as `NAME DTYPE SHAPE` and its first\n"
-    "rows.  Inputs convert to the model's dtype only when no value changes (as predict\n"
-    "--local does).  --timeout-ms: how long to wait (default 30000); the server drops\n"
-    "the request if it is still queued by then.\n"
-    "grove predict --local MODEL_DIR ... runs the model in this process instead.\n"
-    "Exit 0 ok, 1 the server said no (the reason on stderr), 2 usage, 3 unreachable.\n";
+    "usage: grove predict MODEL INPUT.npy... [-o OUTPUT.npy]... [--timeout-ms N]\n"
+    "       grove predict --local MODEL_DIR INPUT.npy... [-o OUTPUT.npy]... [--threads N]\n"
+    "The first form asks groved (grove --server URL predict ...; default $GROVE_SERVER,\n"
+    "else " DEFAULT_SERVER "): one .npy per model input goes to the served MODEL,\n"
+    "one -o file per output comes back (in order); without -o an output is printed as\n"
+    "`NAME DTYPE SHAPE` and its first rows.  Inputs convert to the model's dtype only\n"
+    "when no value changes.  --timeout-ms: how long to wait (default 30000); the\n"
+    "server drops the request if it is still queued by then.\n"
+    "The second form runs the model in this process (docs/cli.md).\n"
+    "Exit 0 ok, 1 the server or the file said no (the reason on stderr), 2 usage,\n"
+    "3 the server cannot be reached.\n";
 
 static const char bench_help[] =
-    "usage: grove [--server URL] bench MODEL --concurrency C --batch B [--seconds S]\n"
-    "                                 [--timeout-ms N]\n"
-    "C client threads each send predicts of B rows in a loop for S seconds (default 3;\n"
+    "usage: grove bench MODEL --concurrency C --batch B [--seconds S] [--timeout-ms N]\n"
+    "       grove bench --local MODEL_DIR --batch B [--seconds S] [--threads N]\n"
+    "The first form loads groved (grove --server URL bench ...): C clients keep one\n"
+    "predict of B rows each in flight, back to back, for S seconds (default 3;\n"
     "the first min(S/5, 0.5 s) warm up and are not counted).  Inputs as bench --local\n"
     "makes them (floats uniform in [-1, 1) from a fixed seed, integers 0, free\n"
     "dimensions 16).  The last line is exactly\n"
     "  requests=N errors=N samples_per_s=X p50_ms=X p99_ms=X\n"
     "(requests and errors counted after the warm-up; latency over successful requests).\n"
-    "grove bench --local MODEL_DIR --batch B runs the model in this process instead.\n";
+    "The second runs the model in this process (see docs/cli.md).\n";
 
 /* ============================================================ messages */
 
