@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# bench/server_bench.sh GROVE_BIN: groved on the reference MLP (Linear(784,1024) ReLU
+# Linear(1024,1024) ReLU Linear(1024,10), /work/shared/peers/models.py), beside the same model
+# run in-process by `grove bench --local`, in the same run on this machine.
+#
+#   1. tools/grove_export.py --builder PEERS/models.py:mlp DIR  (seeded weights)
+#   2. groved (next to GROVE_BIN) serving DIR on an ipc socket and on 127.0.0.1
+#   3. ROUNDS rounds, each alternating:
+#        grove bench --local DIR --batch 32                        (throughput reference)
+#        grove --server ipc bench mlp --concurrency 32 --batch 1    (32 clients, one row each)
+#        grove --server tcp bench mlp --concurrency 32 --batch 1
+#        grove bench --local DIR --batch 1 --threads T              (one forward, T = blas threads)
+#        grove --server ipc bench mlp --concurrency 1 --batch 1     (one client: latency)
+#   4. a table (best and median round): server samples/s against local batch 32, p50/p99,
+#      and the latency one client adds over a local forward (server p50 - local ms/batch).
+#
+# The bench client runs on the same machine as groved and takes its share of the cores, as
+# it would for any client on the box.  Environment: GROVE_SERVER_BENCH_ROUNDS (3),
+# GROVE_SERVER_BENCH_SECONDS (3), GROVE_SERVER_BENCH_WORKERS and
+# GROVE_SERVER_BENCH_BLAS_THREADS (groved's defaults: cores / 1 and 1),
+# GROVE_SERVER_BENCH_MAX_BATCH (64) and GROVE_SERVER_BENCH_DELAY_US (500) for the exported
+# model's batching, GROVE_PEERS (the peers folder).
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+grove_bin=${1:-}
+if [ -z "$grove_bin" ]; then
+  echo "usage: bench/server_bench.sh GROVE_BIN" >&2
+  exit 2
+fi
+case "$grove_bin" in /*) ;; *) grove_bin="$root/$grove_bin" ;; esac
+groved_bin="$(dirname "$(readlink -f "$grove_bin")")/groved"
+rounds=${GROVE_SERVER_BENCH_ROUNDS:-3}
+seconds=${GROVE_SERVER_BENCH_SECONDS:-3}
+workers=${GROVE_SERVER_BENCH_WORKERS:-}
+blas=${GROVE_SERVER_BENCH_BLAS_THREADS:-1}
+max_batch=${GROVE_SERVER_BENCH_MAX_BATCH:-64}
+delay_us=${GROVE_SERVER_BENCH_DELAY_US:-500}
+peers=${GROVE_PEERS:-$root/../shared/peers}
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
+
+echo "== groved on the reference MLP: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ ! -x "$groved_bin" ]; then
+  echo "server bench: $groved_bin not found (run make first); skipped"
+  exit 0
+fi
+if ! "$grove_bin" bench --help 2>/dev/null | grep -q -- --concurrency; then
+  echo "server bench: '$grove_bin bench' has no server form in this build; skipped"
+  exit 0
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/grove-server-bench-XXXXXX")
+groved_pid=
+cleanup() {
+  if [ -n "$groved_pid" ] && kill -0 "$groved_pid" 2>/dev/null; then
+    kill -TERM "$groved_pid"
+    wait "$groved_pid" 2>/dev/null
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+if [ -f "$peers/models.py" ]; then
+  builder="$peers/models.py:mlp"
+else
+  cat >"$work/models.py" <<'EOF'
+import torch
+import torch.nn as nn
+
+
+def mlp():
+    torch.manual_seed(0)
+    m = nn.Sequential(
+        nn.Linear(784, 1024), nn.ReLU(),
+        nn.Linear(1024, 1024), nn.ReLU(),
+        nn.Linear(1024, 10),
+    ).eval()
+    return m, torch.randn(1, 784)
+EOF
+  builder="$work/models.py:mlp"
+fi
+model_dir="$work/mlp"
+if ! "$python" "$root/tools/grove_export.py" --builder "$builder" "$model_dir" --name mlp \
+  --max-batch-size "$max_batch" --max-queue-delay-us "$delay_us" >"$work/export.log" 2>&1; then
+  echo "server bench: could not export the reference MLP:"
+  sed 's/^/  /' "$work/export.log" | head -20
+  exit 1
+fi
+
+port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+hport=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+ipc="ipc://$work/groved.sock"
+tcp="tcp://127.0.0.1:$port"
+args=(--model "mlp=$model_dir" --listen "$ipc" --listen "$tcp" --http "127.0.0.1:$hport"
+  --blas-threads "$blas" --log-level warn)
+[ -n "$workers" ] && args+=(--workers "$workers")
+"$groved_bin" "${args[@]}" 2>"$work/groved.log" &
+groved_pid=$!
+for _ in $(seq 1 300); do
+  [ -S "$work/groved.sock" ] && break
+  kill -0 "$groved_pid" 2>/dev/null || break
+  sleep 0.05
+done
+if ! "$grove_bin" --server "$ipc" status >"$work/status.out" 2>&1; then
+  echo "server bench: groved did not come up:"
+  sed 's/^/  /' "$work/groved.log" "$work/status.out" | tail -20
+  exit 1
+fi
+config=$(grep -m1 '^server:' "$work/status.out")
+echo "$config"
+echo "batching: max_batch_size=$max_batch max_queue_delay_us=$delay_us;" \
+  "$rounds rounds of $seconds s per figure"
+
+results="$work/results.jsonl"
+: >"$results"
+record() { # kind round file
+  tail -n 1 "$3" | "$python" -c '
+import json, sys
+kind, r = sys.argv[1], int(sys.argv[2])
+kv = dict(f.split("=", 1) for f in sys.stdin.read().split())
+print(json.dumps({"kind": kind, "round": r, **{k: float(v) for k, v in kv.items()}}))' "$1" "$2" \
+    >>"$results"
+}
+run() { # kind round command...
+  local kind=$1 r=$2
+  shift 2
+  if "$@" >"$work/run.out" 2>&1; then
+    record "$kind" "$r" "$work/run.out"
+  else
+    echo "  $kind failed:"
+    sed 's/^/    /' "$work/run.out" | tail -5
+  fi
+}
+batch_stats() { # -> "batches rows" from /metrics
+  "$python" -c '
+import sys, urllib.request
+t = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
+v = {l.split()[0]: float(l.split()[1]) for l in t.splitlines() if l.startswith("grove_batch_size_")}
+print(int(v.get("grove_batch_size_count{model=\"mlp\"}", 0)), int(v.get("grove_batch_size_sum{model=\"mlp\"}", 0)))' \
+    "http://127.0.0.1:$hport/metrics"
+}
+
+for r in $(seq 1 "$rounds"); do
+  run local32 "$r" "$grove_bin" bench --local "$model_dir" --batch 32 --seconds "$seconds"
+  read -r b0 s0 < <(batch_stats)
+  run ipc32 "$r" "$grove_bin" --server "$ipc" bench mlp --concurrency 32 --batch 1 --seconds "$seconds"
+  read -r b1 s1 < <(batch_stats)
+  echo "{\"kind\": \"ipc32_batches\", \"round\": $r, \"batches\": $((b1 - b0)), \"rows\": $((s1 - s0))}" >>"$results"
+  run tcp32 "$r" "$grove_bin" --server "$tcp" bench mlp --concurrency 32 --batch 1 --seconds "$seconds"
+  run local1 "$r" "$grove_bin" bench --local "$model_dir" --batch 1 --threads "$blas" --seconds "$seconds"
+  run ipc1 "$r" "$grove_bin" --server "$ipc" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
+  run tcp1 "$r" "$grove_bin" --server "$tcp" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
+  echo "  round $r done (load average $(cut -d' ' -f1 /proc/loadavg))"
+done
+
+echo
+"$python" - "$results" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def vals(kind, key):
+    return [r[key] for r in rows if r["kind"] == kind and key in r]
+def agg(kind, key, f):
+    v = vals(kind, key)
+    return f(v) if v else None
+def fmt(x, p=1):
+    return "-" if x is None else f"{x:.{p}f}"
+# "best": the most samples/s and the least latency of any round (the least disturbed by other
+# work on the machine); "median": the typical round.
+for title, f, lo in (("best round", max, min),
+                     ("median round", statistics.median, statistics.median)):
+    print(f"-- {title}")
+    local32 = agg("local32", "samples_per_s", f)
+    print(f"  local  batch 32 (grove bench --local):        {fmt(local32)} samples/s")
+    for kind in ("ipc32", "tcp32"):
+        s = agg(kind, "samples_per_s", f)
+        p50 = agg(kind, "p50_ms", lo)
+        p99 = agg(kind, "p99_ms", lo)
+        ratio = s / local32 if s and local32 else None
+        print(f"  groved {kind[:3]} 32 clients x batch 1:          {fmt(s)} samples/s"
+              f" = {fmt(ratio and 100 * ratio, 0)}% of local batch 32; p50 {fmt(p50, 3)} ms,"
+              f" p99 {fmt(p99, 3)} ms")
+    local1 = agg("local1", "ms_per_batch", lo)
+    for kind in ("ipc1", "tcp1"):
+        p50 = agg(kind, "p50_ms", lo)
+        p99 = agg(kind, "p99_ms", lo)
+        added = (p50 - local1) * 1000 if p50 is not None and local1 is not None else None
+        print(f"  groved {kind[:3]} 1 client x batch 1:  p50 {fmt(p50, 3)} ms, p99 {fmt(p99, 3)} ms;"
+              f" local forward {fmt(local1, 3)} ms; added {fmt(added, 0)} us")
+b = [r for r in rows if r["kind"] == "ipc32_batches" and r["batches"]]
+if b:
+    print("  rows per batch at 32 clients (ipc rounds): " +
+          ", ".join(f"{r['rows'] / r['batches']:.1f}" for r in b))
+EOF
