@@ -35,9 +35,10 @@
  */
 #include <assert.h>
 #include <cblas.h>
-#include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -99,13 +100,18 @@ static int choose_kind(void) {
 }
 
 grove__linear_pack *grove__linear_pack_new(const float *W, int64_t N, int64_t K) {
-  if (N < 0 || K < 0 || (N * K > 0 && !W)) return NULL;
+  if (N < 0 || K < 0 || (N > 0 && K > 0 && !W)) return NULL;
   grove__linear_pack *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->N = N;
   p->K = K;
   p->kind = choose_kind();
   p->npanels = (N + NR - 1) / NR;
+  /* BLAS takes int sizes; a layer that large is refused rather than cut. */
+  if (p->kind == KIND_BLAS && (N > INT_MAX || K > INT_MAX)) {
+    free(p);
+    return NULL;
+  }
 
   uint64_t cols = p->kind == KIND_AVX512 ? (uint64_t)p->npanels * NR : (uint64_t)N;
   uint64_t elems, bytes;
@@ -286,8 +292,12 @@ static void blas_run(const grove__linear_pack *p, const float *x, int64_t M, con
     cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)N, (blasint)K, 1.0f, p->data, (blasint)K, x,
                 1, 0.0f, y, 1);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)M, (blasint)N, (blasint)K, 1.0f,
-                x, (blasint)K, p->data, (blasint)K, 0.0f, y, (blasint)N);
+    /* N and K fit an int (pack_new); M is cut if it does not. */
+    for (int64_t r = 0; r < M; r += INT_MAX) {
+      int64_t m = M - r < INT_MAX ? M - r : INT_MAX;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)m, (blasint)N, (blasint)K, 1.0f,
+                  x + r * K, (blasint)K, p->data, (blasint)K, 0.0f, y + r * N, (blasint)N);
+    }
   }
   if (!bias && !relu) return;
   for (int64_t i = 0; i < M; i++) {
@@ -502,10 +512,16 @@ static pool *pool_new(int nhelpers) {
   atomic_init(&pl->done, 0);
   atomic_init(&pl->sleepers, 0);
   atomic_init(&pl->stop, false);
+  /* Helpers start with every signal blocked (they inherit the mask), so
+   * that a process-directed signal is never handled on a compute thread. */
+  sigset_t all, old;
+  sigfillset(&all);
+  bool masked = pthread_sigmask(SIG_SETMASK, &all, &old) == 0;
   for (int i = 0; i < nhelpers; i++) {
     if (pthread_create(&pl->threads[i], NULL, helper_main, pl) != 0) break;
     pl->nhelpers++;
   }
+  if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (pl->nhelpers == 0) {
     pool_free(pl);
     return NULL;
