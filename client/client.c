@@ -401,13 +401,20 @@ grove_status grove_client_predict(grove_client *c, const char *model, const grov
 /* ------------------------------------------------------------ async predict */
 
 
+/* Back on the free list: the callback about to run may reuse it at once. */
 static void acall_put(acall *a) {
   grove_client *c = a->c;
   pthread_mutex_lock(&c->mu);
   a->next = c->free_calls;
   c->free_calls = a;
-  c->outstanding--;
-  if (c->outstanding == 0) pthread_cond_broadcast(&c->idle_cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* A call counts as outstanding until its callback has returned, so that
+ * grove_client_wait_idle never returns while a callback still runs. */
+static void outstanding_done(grove_client *c) {
+  pthread_mutex_lock(&c->mu);
+  if (--c->outstanding == 0) pthread_cond_broadcast(&c->idle_cv);
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -440,6 +447,7 @@ static void acall_cb(void *arg) {
    * start the next call at once and reuse it. */
   acall_put(a);
   cb(cb_arg, s, s ? NULL : &pred, &err);
+  outstanding_done(c);
 }
 
 grove_status grove_client_predict_async(grove_client *c, const char *model,
@@ -469,9 +477,7 @@ grove_status grove_client_predict_async(grove_client *c, const char *model,
     if (rv) {
       free(a);
       nng_msg_free(m);
-      pthread_mutex_lock(&c->mu);
-      if (--c->outstanding == 0) pthread_cond_broadcast(&c->idle_cv);
-      pthread_mutex_unlock(&c->mu);
+      outstanding_done(c);
       return rv > 0 ? grove_err_set(err, GROVE_E_INTERNAL, LOCAL_PREFIX "%s", nng_strerror(rv))
                     : nomem(err);
     }

@@ -93,8 +93,8 @@ void grove_prediction_fini(grove_prediction *p);
 /* The completion of an asynchronous predict.  Called once, on one of NNG's
  * threads, with s == GROVE_OK and p holding the outputs (the callback owns
  * them: grove_prediction_fini), or with the status, p NULL and err saying
- * why.  err is valid during the call only.  It must not block; it may start
- * the next call. */
+ * why.  err is valid during the call only.  It must not block and must not
+ * close the client or wait for it to be idle; it may start the next call. */
 typedef void (*grove_predict_cb)(void *arg, grove_status s, grove_prediction *p,
                                  const grove_err *err);
 
