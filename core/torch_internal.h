@@ -41,7 +41,7 @@
 #define GROVE_PKL_MAX_MEMO (1u << 22)
 #define GROVE_PKL_MAX_STR ((size_t)16 << 20)
 #define GROVE_PKL_MAX_CONTAINER (1u << 22)
-#define GROVE_PKL_MAX_VALUES (1u << 23)
+#define GROVE_PKL_MAX_VALUES (1u << 22)
 /* _metadata entries read from one state_dict. */
 #define GROVE_TORCH_MAX_META (1u << 15)
 

@@ -163,3 +163,37 @@ def test_grove_convert_to_pt():
         assert r.returncode == 0, r.stderr
         sd = torch.load(out, weights_only=True)
         assert_matches(sd, read_safetensors(src), "convert")
+
+
+def test_model_dir_with_weights_pt_predicts_like_torch():
+    """A model directory exported with weights="pt" (torch.save) serves the
+    same outputs as PyTorch, and as the safetensors export."""
+    import sys
+    import numpy as np
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import grove_export
+    torch.manual_seed(5)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                            torch.nn.Linear(16, 4)).eval()
+    with torch.no_grad():
+        m[1].running_mean.uniform_(-1, 1)
+        m[1].running_var.uniform_(0.5, 2)
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    with torch.no_grad():
+        want = m(torch.from_numpy(x)).numpy()
+    with tempfile.TemporaryDirectory() as d:
+        xp = os.path.join(d, "x.npy")
+        np.save(xp, x)
+        outs = []
+        for weights in ("pt", "safetensors"):
+            md = os.path.join(d, weights)
+            grove_export.export(m, md, example_input=torch.from_numpy(x), weights=weights)
+            r = subprocess.run([GROVE, "inspect", md], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            yp = os.path.join(d, weights + ".npy")
+            r = subprocess.run([GROVE, "predict", "--local", md, xp, "-o", yp],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            outs.append(np.load(yp))
+        assert np.allclose(outs[0], want, rtol=1e-4, atol=1e-5), np.abs(outs[0] - want).max()
+        assert np.array_equal(outs[0], outs[1])
