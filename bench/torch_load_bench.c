@@ -80,12 +80,13 @@ int main(int argc, char **argv) {
   qsort(rd, (size_t)rounds, sizeof *rd, cmp_double);
   qsort(rt, (size_t)rounds, sizeof *rt, cmp_double);
   double med = rt[rounds / 2];
-  printf("{\"engine\": \"grove\", \"file\": \"%s\", \"tensors\": %zu, \"bytes\": %zu, "
-         "\"rounds\": %d, \"read_best_s\": %.4f, \"read_median_s\": %.4f, "
-         "\"read_touch_best_s\": %.4f, \"read_touch_median_s\": %.4f, \"mb_per_s\": %.1f, "
-         "\"sink\": %llu}\n",
-         path, count, bytes, rounds, rd[0], rd[rounds / 2], rt[0], med,
-         med > 0 ? (double)bytes / med / 1e6 : 0.0, (unsigned long long)(sink & 1));
+  printf(
+      "{\"engine\": \"grove\", \"file\": \"%s\", \"tensors\": %zu, \"bytes\": %zu, "
+      "\"rounds\": %d, \"read_best_s\": %.4f, \"read_median_s\": %.4f, "
+      "\"read_touch_best_s\": %.4f, \"read_touch_median_s\": %.4f, \"mb_per_s\": %.1f, "
+      "\"sink\": %llu}\n",
+      path, count, bytes, rounds, rd[0], rd[rounds / 2], rt[0], med,
+      med > 0 ? (double)bytes / med / 1e6 : 0.0, (unsigned long long)(sink & 1));
   free(rd);
   free(rt);
   return 0;

@@ -43,8 +43,8 @@
 typedef struct allowed {
   const char *name;
   grove__pk_tag tag;
-  int dtype;           /* STORAGE / DTYPE: a grove_dtype, or -1 when Grove lacks it */
-  const char *what;    /* REBUILD_UNSUPPORTED: how to say it in a message */
+  int dtype;        /* STORAGE / DTYPE: a grove_dtype, or -1 when Grove lacks it */
+  const char *what; /* REBUILD_UNSUPPORTED: how to say it in a message */
 } allowed;
 
 #define NO_DTYPE (-1)
@@ -138,8 +138,7 @@ static const allowed allow_list[] = {
     {"torch.per_channel_affine_float_qparams", GROVE__TAG_QSCHEME, 0, NULL},
 };
 
-static const allowed *find_allowed(const char *module, size_t mlen, const char *name,
-                                   size_t nlen) {
+static const allowed *find_allowed(const char *module, size_t mlen, const char *name, size_t nlen) {
   if (memchr(module, 0, mlen) || memchr(name, 0, nlen)) return NULL;
   for (size_t i = 0; i < sizeof allow_list / sizeof allow_list[0]; i++) {
     const char *full = allow_list[i].name;
@@ -152,78 +151,81 @@ static const allowed *find_allowed(const char *module, size_t mlen, const char *
 
 /* ================================================================ opcodes */
 
+/* Every opcode of protocols 0-5 by name, for messages; NULL for bytes that are
+ * no opcode. */
+static const char *const opcode_names[256] = {
+    ['('] = "MARK",
+    ['.'] = "STOP",
+    ['0'] = "POP",
+    ['1'] = "POP_MARK",
+    ['2'] = "DUP",
+    ['F'] = "FLOAT",
+    ['I'] = "INT",
+    ['J'] = "BININT",
+    ['K'] = "BININT1",
+    ['L'] = "LONG",
+    ['M'] = "BININT2",
+    ['N'] = "NONE",
+    ['P'] = "PERSID",
+    ['Q'] = "BINPERSID",
+    ['R'] = "REDUCE",
+    ['S'] = "STRING",
+    ['T'] = "BINSTRING",
+    ['U'] = "SHORT_BINSTRING",
+    ['V'] = "UNICODE",
+    ['X'] = "BINUNICODE",
+    ['a'] = "APPEND",
+    ['b'] = "BUILD",
+    ['c'] = "GLOBAL",
+    ['d'] = "DICT",
+    ['}'] = "EMPTY_DICT",
+    ['e'] = "APPENDS",
+    ['g'] = "GET",
+    ['h'] = "BINGET",
+    ['i'] = "INST",
+    ['j'] = "LONG_BINGET",
+    ['l'] = "LIST",
+    [']'] = "EMPTY_LIST",
+    ['o'] = "OBJ",
+    ['p'] = "PUT",
+    ['q'] = "BINPUT",
+    ['r'] = "LONG_BINPUT",
+    ['s'] = "SETITEM",
+    ['t'] = "TUPLE",
+    [')'] = "EMPTY_TUPLE",
+    ['u'] = "SETITEMS",
+    ['G'] = "BINFLOAT",
+    ['B'] = "BINBYTES",
+    ['C'] = "SHORT_BINBYTES",
+    [0x80] = "PROTO",
+    [0x81] = "NEWOBJ",
+    [0x82] = "EXT1",
+    [0x83] = "EXT2",
+    [0x84] = "EXT4",
+    [0x85] = "TUPLE1",
+    [0x86] = "TUPLE2",
+    [0x87] = "TUPLE3",
+    [0x88] = "NEWTRUE",
+    [0x89] = "NEWFALSE",
+    [0x8a] = "LONG1",
+    [0x8b] = "LONG4",
+    [0x8c] = "SHORT_BINUNICODE",
+    [0x8d] = "BINUNICODE8",
+    [0x8e] = "BINBYTES8",
+    [0x8f] = "EMPTY_SET",
+    [0x90] = "ADDITEMS",
+    [0x91] = "FROZENSET",
+    [0x92] = "NEWOBJ_EX",
+    [0x93] = "STACK_GLOBAL",
+    [0x94] = "MEMOIZE",
+    [0x95] = "FRAME",
+    [0x96] = "BYTEARRAY8",
+    [0x97] = "NEXT_BUFFER",
+    [0x98] = "READONLY_BUFFER",
+};
+
 static const char *opcode_name(uint8_t op) {
-  switch (op) {
-    case '(': return "MARK";
-    case '.': return "STOP";
-    case '0': return "POP";
-    case '1': return "POP_MARK";
-    case '2': return "DUP";
-    case 'F': return "FLOAT";
-    case 'I': return "INT";
-    case 'J': return "BININT";
-    case 'K': return "BININT1";
-    case 'L': return "LONG";
-    case 'M': return "BININT2";
-    case 'N': return "NONE";
-    case 'P': return "PERSID";
-    case 'Q': return "BINPERSID";
-    case 'R': return "REDUCE";
-    case 'S': return "STRING";
-    case 'T': return "BINSTRING";
-    case 'U': return "SHORT_BINSTRING";
-    case 'V': return "UNICODE";
-    case 'X': return "BINUNICODE";
-    case 'a': return "APPEND";
-    case 'b': return "BUILD";
-    case 'c': return "GLOBAL";
-    case 'd': return "DICT";
-    case '}': return "EMPTY_DICT";
-    case 'e': return "APPENDS";
-    case 'g': return "GET";
-    case 'h': return "BINGET";
-    case 'i': return "INST";
-    case 'j': return "LONG_BINGET";
-    case 'l': return "LIST";
-    case ']': return "EMPTY_LIST";
-    case 'o': return "OBJ";
-    case 'p': return "PUT";
-    case 'q': return "BINPUT";
-    case 'r': return "LONG_BINPUT";
-    case 's': return "SETITEM";
-    case 't': return "TUPLE";
-    case ')': return "EMPTY_TUPLE";
-    case 'u': return "SETITEMS";
-    case 'G': return "BINFLOAT";
-    case 'B': return "BINBYTES";
-    case 'C': return "SHORT_BINBYTES";
-    case 0x80: return "PROTO";
-    case 0x81: return "NEWOBJ";
-    case 0x82: return "EXT1";
-    case 0x83: return "EXT2";
-    case 0x84: return "EXT4";
-    case 0x85: return "TUPLE1";
-    case 0x86: return "TUPLE2";
-    case 0x87: return "TUPLE3";
-    case 0x88: return "NEWTRUE";
-    case 0x89: return "NEWFALSE";
-    case 0x8a: return "LONG1";
-    case 0x8b: return "LONG4";
-    case 0x8c: return "SHORT_BINUNICODE";
-    case 0x8d: return "BINUNICODE8";
-    case 0x8e: return "BINBYTES8";
-    case 0x8f: return "EMPTY_SET";
-    case 0x90: return "ADDITEMS";
-    case 0x91: return "FROZENSET";
-    case 0x92: return "NEWOBJ_EX";
-    case 0x93: return "STACK_GLOBAL";
-    case 0x94: return "MEMOIZE";
-    case 0x95: return "FRAME";
-    case 0x96: return "BYTEARRAY8";
-    case 0x97: return "NEXT_BUFFER";
-    case 0x98: return "READONLY_BUFFER";
-    default: return NULL;
-  }
+  return opcode_names[op];
 }
 
 /* ================================================================ values */
@@ -257,7 +259,9 @@ typedef struct machine {
   size_t memo_limit;
 } machine;
 
-static size_t at(const machine *m) { return (size_t)(m->p - m->start); }
+static size_t at(const machine *m) {
+  return (size_t)(m->p - m->start);
+}
 
 static grove_status nomem(machine *m) {
   return grove_err_set(m->err, GROVE_E_NOMEM, "%s: out of memory", m->name);
@@ -295,12 +299,17 @@ void grove__pickle_free(grove__pickle *pk) {
       grove__pk *v = &s->v[i];
       switch (v->kind) {
         case GROVE__PK_STR:
-        case GROVE__PK_BYTES: free(v->u.str.s); break;
+        case GROVE__PK_BYTES:
+          free(v->u.str.s);
+          break;
         case GROVE__PK_TUPLE:
         case GROVE__PK_LIST:
         case GROVE__PK_SET:
-        case GROVE__PK_DICT: free(v->u.seq.items); break;
-        default: break;
+        case GROVE__PK_DICT:
+          free(v->u.seq.items);
+          break;
+        default:
+          break;
       }
     }
     slab *next = s->next;
@@ -318,9 +327,8 @@ static bool is_seq(const grove__pk *v) {
 static grove_status seq_push(machine *m, grove__pk *c, grove__pk *item) {
   assert(is_seq(c));
   if (c->u.seq.n >= GROVE_PKL_MAX_CONTAINER)
-    return grove_err_set(m->err, GROVE_E_LIMIT,
-                         "%s: a container of more than %u items (byte %zu)", m->name,
-                         GROVE_PKL_MAX_CONTAINER, at(m));
+    return grove_err_set(m->err, GROVE_E_LIMIT, "%s: a container of more than %u items (byte %zu)",
+                         m->name, GROVE_PKL_MAX_CONTAINER, at(m));
   if (c->u.seq.n == c->u.seq.cap) {
     size_t cap = c->u.seq.cap ? c->u.seq.cap * 2 : 4;
     grove__pk **items = realloc(c->u.seq.items, cap * sizeof *items);
@@ -337,22 +345,35 @@ static grove_status seq_push(machine *m, grove__pk *c, grove__pk *item) {
 const char *grove__pk_describe(const grove__pk *v, char *buf, size_t n) {
   if (!v) return "nothing";
   switch (v->kind) {
-    case GROVE__PK_NONE: return "None";
-    case GROVE__PK_BOOL: return "a bool";
+    case GROVE__PK_NONE:
+      return "None";
+    case GROVE__PK_BOOL:
+      return "a bool";
     case GROVE__PK_INT:
-    case GROVE__PK_BIGINT: return "an int";
-    case GROVE__PK_FLOAT: return "a float";
-    case GROVE__PK_STR: return "a str";
-    case GROVE__PK_BYTES: return "bytes";
-    case GROVE__PK_TUPLE: return "a tuple";
-    case GROVE__PK_LIST: return "a list";
-    case GROVE__PK_SET: return "a set";
-    case GROVE__PK_DICT: return "a dict";
-    case GROVE__PK_GLOBAL: snprintf(buf, n, "the global '%s'", v->u.global.name); return buf;
+    case GROVE__PK_BIGINT:
+      return "an int";
+    case GROVE__PK_FLOAT:
+      return "a float";
+    case GROVE__PK_STR:
+      return "a str";
+    case GROVE__PK_BYTES:
+      return "bytes";
+    case GROVE__PK_TUPLE:
+      return "a tuple";
+    case GROVE__PK_LIST:
+      return "a list";
+    case GROVE__PK_SET:
+      return "a set";
+    case GROVE__PK_DICT:
+      return "a dict";
+    case GROVE__PK_GLOBAL:
+      snprintf(buf, n, "the global '%s'", v->u.global.name);
+      return buf;
     case GROVE__PK_CALL:
       snprintf(buf, n, "a call of '%s'", v->u.call.func->u.global.name);
       return buf;
-    case GROVE__PK_PERSID: return "a storage";
+    case GROVE__PK_PERSID:
+      return "a storage";
   }
   return "a value";
 }
@@ -386,9 +407,8 @@ static const char *printable(const char *s, size_t len, char *buf, size_t n) {
 }
 
 static grove_status truncated(machine *m, const char *what) {
-  return grove_err_set(m->err, GROVE_E_TRUNCATED,
-                       "%s: the pickle ends inside %s (byte %zu of %zu)", m->name, what, at(m),
-                       (size_t)(m->end - m->start));
+  return grove_err_set(m->err, GROVE_E_TRUNCATED, "%s: the pickle ends inside %s (byte %zu of %zu)",
+                       m->name, what, at(m), (size_t)(m->end - m->start));
 }
 
 static grove_status need(machine *m, size_t n, const char *what) {
@@ -419,11 +439,14 @@ static grove_status push(machine *m, grove__pk *v) {
 }
 
 /* The bottom of the current mark frame: values below it are not ours. */
-static size_t frame_base(const machine *m) { return m->nmarks ? m->marks[m->nmarks - 1] : 0; }
+static size_t frame_base(const machine *m) {
+  return m->nmarks ? m->marks[m->nmarks - 1] : 0;
+}
 
 static grove_status underflow(machine *m, uint8_t op) {
-  return grove_err_set(m->err, GROVE_E_FORMAT, "%s: %s at byte %zu finds too few values on the stack",
-                       m->name, opcode_name(op), at(m) - 1);
+  return grove_err_set(m->err, GROVE_E_FORMAT,
+                       "%s: %s at byte %zu finds too few values on the stack", m->name,
+                       opcode_name(op), at(m) - 1);
 }
 
 static grove_status pop(machine *m, uint8_t op, grove__pk **out) {
@@ -533,8 +556,9 @@ static grove_status memo_put(machine *m, uint64_t idx, uint8_t op) {
 
 static grove_status memo_get(machine *m, uint64_t idx, uint8_t op) {
   if (idx >= m->memo_cap || !m->memo[idx])
-    return grove_err_set(m->err, GROVE_E_FORMAT, "%s: %s at byte %zu: memo index %llu was never set",
-                         m->name, opcode_name(op), at(m), (unsigned long long)idx);
+    return grove_err_set(m->err, GROVE_E_FORMAT,
+                         "%s: %s at byte %zu: memo index %llu was never set", m->name,
+                         opcode_name(op), at(m), (unsigned long long)idx);
   return push(m, m->memo[idx]);
 }
 
@@ -676,7 +700,8 @@ static grove_status op_call(machine *m, uint8_t op, bool newobj) {
       return push(m, set);
     }
     case GROVE__TAG_SIZE:
-      if (n != 1 || a[0]->kind != GROVE__PK_TUPLE) return wrong_type(m, op, "torch.Size(tuple)", args);
+      if (n != 1 || a[0]->kind != GROVE__PK_TUPLE)
+        return wrong_type(m, op, "torch.Size(tuple)", args);
       return push(m, a[0]);
     case GROVE__TAG_CODECS_ENCODE: {
       /* Protocol 2 pickles bytes as _codecs.encode(text, 'latin1'): the
@@ -713,8 +738,8 @@ static grove_status op_call(machine *m, uint8_t op, bool newobj) {
       /* Calling a storage class would allocate one; a dtype or scheme is
        * not callable.  torch.save never writes these calls. */
       return grove_err_set(m->err, GROVE_E_REFUSED,
-                           "%s: %s at byte %zu calls '%s', which a state_dict never does",
-                           m->name, opcode_name(op), at(m) - 1, func->u.global.name);
+                           "%s: %s at byte %zu calls '%s', which a state_dict never does", m->name,
+                           opcode_name(op), at(m) - 1, func->u.global.name);
     default: {
       grove__pk *c = new_value(m, GROVE__PK_CALL);
       if (!c) return m->err ? m->err->code : GROVE_E_NOMEM;
@@ -746,8 +771,9 @@ static grove_status run(machine *m, const grove__pk **root) {
   grove_status st = GROVE_OK;
   while (st == GROVE_OK) {
     if (m->p >= m->end)
-      return grove_err_set(m->err, GROVE_E_TRUNCATED, "%s: the pickle ends without STOP (%zu bytes)",
-                           m->name, (size_t)(m->end - m->start));
+      return grove_err_set(m->err, GROVE_E_TRUNCATED,
+                           "%s: the pickle ends without STOP (%zu bytes)", m->name,
+                           (size_t)(m->end - m->start));
     uint8_t op = *m->p++;
     grove__pk *a = NULL, *b = NULL, *c = NULL, **items = NULL;
     size_t n;
@@ -782,7 +808,9 @@ static grove_status run(machine *m, const grove__pk **root) {
         }
         m->marks[m->nmarks++] = m->sp;
         break;
-      case 'N': st = push(m, new_value(m, GROVE__PK_NONE)); break;
+      case 'N':
+        st = push(m, new_value(m, GROVE__PK_NONE));
+        break;
       case 0x88: /* NEWTRUE */
       case 0x89: /* NEWFALSE */
         a = new_value(m, GROVE__PK_BOOL);
@@ -803,15 +831,15 @@ static grove_status run(machine *m, const grove__pk **root) {
         st = push_int(m, (int64_t)le(m->p, 2));
         m->p += 2;
         break;
-      case 0x8a: /* LONG1 */
+      case 0x8a:   /* LONG1 */
       case 0x8b: { /* LONG4 */
         size_t w = op == 0x8a ? 1 : 4;
         if ((st = need(m, w, opcode_name(op))) != GROVE_OK) break;
         uint64_t len = le(m->p, w);
         m->p += w;
         if (op == 0x8b && (len & 0x80000000u))
-          return grove_err_set(m->err, GROVE_E_FORMAT, "%s: LONG4 at byte %zu has a negative length",
-                               m->name, at(m) - 5);
+          return grove_err_set(m->err, GROVE_E_FORMAT,
+                               "%s: LONG4 at byte %zu has a negative length", m->name, at(m) - 5);
         if (len > GROVE_PKL_MAX_STR)
           return grove_err_set(m->err, GROVE_E_LIMIT, "%s: an integer of %llu bytes at byte %zu",
                                m->name, (unsigned long long)len, at(m));
@@ -871,10 +899,18 @@ static grove_status run(machine *m, const grove__pk **root) {
         st = read_str(m, len, GROVE__PK_BYTES, "BINBYTES8 data");
         break;
       }
-      case ')': st = push(m, new_value(m, GROVE__PK_TUPLE)); break;
-      case ']': st = push(m, new_value(m, GROVE__PK_LIST)); break;
-      case '}': st = push(m, new_value(m, GROVE__PK_DICT)); break;
-      case 0x8f: st = push(m, new_value(m, GROVE__PK_SET)); break;
+      case ')':
+        st = push(m, new_value(m, GROVE__PK_TUPLE));
+        break;
+      case ']':
+        st = push(m, new_value(m, GROVE__PK_LIST));
+        break;
+      case '}':
+        st = push(m, new_value(m, GROVE__PK_DICT));
+        break;
+      case 0x8f:
+        st = push(m, new_value(m, GROVE__PK_SET));
+        break;
       case 't': /* TUPLE */
         if ((st = pop_mark(m, op, &items, &n)) != GROVE_OK) break;
         a = new_value(m, GROVE__PK_TUPLE);
@@ -884,14 +920,15 @@ static grove_status run(machine *m, const grove__pk **root) {
         for (size_t i = 0; i < n && st == GROVE_OK; i++) st = seq_push(m, a, items[i]);
         if (st == GROVE_OK) st = push(m, a);
         break;
-      case 0x85: /* TUPLE1 */
-      case 0x86: /* TUPLE2 */
+      case 0x85:   /* TUPLE1 */
+      case 0x86:   /* TUPLE2 */
       case 0x87: { /* TUPLE3 */
         size_t k = (size_t)(op - 0x84);
         if (m->sp - frame_base(m) < k) return underflow(m, op);
         a = new_value(m, GROVE__PK_TUPLE);
         if (!a) return m->err ? m->err->code : GROVE_E_NOMEM;
-        for (size_t i = m->sp - k; i < m->sp && st == GROVE_OK; i++) st = seq_push(m, a, m->stack[i]);
+        for (size_t i = m->sp - k; i < m->sp && st == GROVE_OK; i++)
+          st = seq_push(m, a, m->stack[i]);
         m->sp -= k;
         if (st == GROVE_OK) st = push(m, a);
         break;
@@ -948,11 +985,21 @@ static grove_status run(machine *m, const grove__pk **root) {
       case 0x94: /* MEMOIZE */
         st = memo_put(m, m->memo_len, op);
         break;
-      case 'c': st = op_global(m); break;
-      case 0x93: st = op_stack_global(m, op); break;
-      case 'R': st = op_call(m, op, false); break;
-      case 0x81: st = op_call(m, op, true); break;
-      case 'b': st = op_build(m, op); break;
+      case 'c':
+        st = op_global(m);
+        break;
+      case 0x93:
+        st = op_stack_global(m, op);
+        break;
+      case 'R':
+        st = op_call(m, op, false);
+        break;
+      case 0x81:
+        st = op_call(m, op, true);
+        break;
+      case 'b':
+        st = op_build(m, op);
+        break;
       case 'Q': /* BINPERSID */
         if ((st = pop(m, op, &a)) != GROVE_OK) break;
         b = new_value(m, GROVE__PK_PERSID);

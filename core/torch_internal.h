@@ -48,21 +48,21 @@
 /* ================================================================ zip reader */
 
 typedef struct grove__zip_entry {
-  char *name;            /* NUL-terminated copy of the record's name */
-  uint64_t data_offset;  /* first byte of the record's data in the archive */
-  uint64_t comp_size;    /* bytes in the archive */
-  uint64_t size;         /* bytes once inflated */
-  uint32_t crc;          /* CRC-32 from the central directory; 0 = not checked */
-  uint16_t method;       /* 0 stored, 8 deflated */
+  char *name;           /* NUL-terminated copy of the record's name */
+  uint64_t data_offset; /* first byte of the record's data in the archive */
+  uint64_t comp_size;   /* bytes in the archive */
+  uint64_t size;        /* bytes once inflated */
+  uint32_t crc;         /* CRC-32 from the central directory; 0 = not checked */
+  uint16_t method;      /* 0 stored, 8 deflated */
 } grove__zip_entry;
 
 typedef struct grove__zip {
   const uint8_t *buf; /* the whole archive (borrowed) */
   size_t len;
-  const char *name;   /* for messages (borrowed) */
+  const char *name;          /* for messages (borrowed) */
   grove__zip_entry *entries; /* central directory order */
   size_t count;
-  size_t *by_name;    /* entry indexes sorted by name, for lookups */
+  size_t *by_name; /* entry indexes sorted by name, for lookups */
 } grove__zip;
 
 /* Parses the central directory of the archive in buf[0, len) and locates
@@ -79,8 +79,8 @@ grove_status grove__zip_extract(const grove__zip *z, const grove__zip_entry *e, 
                                 grove_err *err);
 /* A stored record's bytes in place (after checking the CRC-32).  Refuses a
  * deflated record with GROVE_E_INTERNAL: callers check e->method. */
-grove_status grove__zip_stored(const grove__zip *z, const grove__zip_entry *e,
-                               const uint8_t **data, grove_err *err);
+grove_status grove__zip_stored(const grove__zip *z, const grove__zip_entry *e, const uint8_t **data,
+                               grove_err *err);
 
 /* ================================================================ zip writer */
 
@@ -115,7 +115,7 @@ typedef enum grove__pk_kind {
   GROVE__PK_INT,    /* fits int64 */
   GROVE__PK_BIGINT, /* a LONG that does not: kept as a tag, value unknown */
   GROVE__PK_FLOAT,
-  GROVE__PK_STR,    /* UTF-8, NUL-terminated (may hold NULs: use len) */
+  GROVE__PK_STR, /* UTF-8, NUL-terminated (may hold NULs: use len) */
   GROVE__PK_BYTES,
   GROVE__PK_TUPLE,
   GROVE__PK_LIST,
@@ -129,7 +129,7 @@ typedef enum grove__pk_kind {
 /* The globals Grove recognises.  Anything else is refused. */
 typedef enum grove__pk_tag {
   GROVE__TAG_ORDERED_DICT,
-  GROVE__TAG_REBUILD_TENSOR,    /* torch._utils._rebuild_tensor */
+  GROVE__TAG_REBUILD_TENSOR, /* torch._utils._rebuild_tensor */
   GROVE__TAG_REBUILD_TENSOR_V2,
   GROVE__TAG_REBUILD_TENSOR_V3,
   GROVE__TAG_REBUILD_PARAMETER,

@@ -97,7 +97,7 @@ void grove__tensor_gather(const grove_tensor *t, void *dst) {
 /* ================================================================ loader */
 
 typedef struct slot {
-  const char *key;  /* storage key (borrowed from the pickle) */
+  const char *key; /* storage key (borrowed from the pickle) */
   grove_storage *s;
   grove_dtype dtype; /* the storage's element type */
   bool untyped;
@@ -107,11 +107,11 @@ typedef struct slot {
 typedef struct loader {
   const char *name; /* the file, for messages */
   grove__zip zip;
-  char *prefix;     /* "archive/" */
+  char *prefix; /* "archive/" */
   bool big_endian;
   grove_storage *map; /* the mapped file, or NULL */
   grove_err *err;
-  slot *slots;      /* storages read so far, hashed by key */
+  slot *slots;        /* storages read so far, hashed by key */
   size_t nslots, cap; /* cap is a power of two (or 0) */
 } loader;
 
@@ -172,8 +172,8 @@ static const grove__zip_entry *find_record(loader *ld, const char *rest, char *b
 
 /* The legacy magic number torch.save pickled first (before 1.6):
  * LONG1 0x1950a86a20f9469cfc6c, after PROTO 2. */
-static const uint8_t legacy_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
-                                       0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+static const uint8_t legacy_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c,
+                                       0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
 
 static grove_status check_kind(const uint8_t *b, size_t len, const char *name, grove_err *err) {
   if (len >= sizeof legacy_magic && memcmp(b, legacy_magic, sizeof legacy_magic) == 0)
@@ -268,7 +268,9 @@ static grove_status read_layout(loader *ld) {
 
 /* ================================================================ tensors */
 
-static void release_map(void *ctx) { grove_storage_release(ctx); }
+static void release_map(void *ctx) {
+  grove_storage_release(ctx);
+}
 
 static void byteswap(uint8_t *p, size_t nbytes, size_t es) {
   for (size_t i = 0; i + es <= nbytes; i += es)
@@ -312,8 +314,8 @@ static grove_status get_storage(loader *ld, const char *tkey, const char *skey, 
   }
   if (!e)
     return grove_err_set(ld->err, GROVE_E_FORMAT,
-                         "%s: key '%s': its storage record '%sdata/%s' is missing", ld->name,
-                         tkey, ld->prefix, skey_short);
+                         "%s: key '%s': its storage record '%sdata/%s' is missing", ld->name, tkey,
+                         ld->prefix, skey_short);
   if (e->size != nbytes)
     return grove_err_set(ld->err, GROVE_E_BAD_SIZE,
                          "%s: key '%s': storage record '%s' holds %llu bytes, but the pickle "
@@ -425,9 +427,8 @@ static grove_status rebuild(loader *ld, const char *key, const grove__pk *storag
                            ld->name, key, dtype_v->u.global.name);
     dt = dtype_v->u.global.dtype;
     if (!untyped && dt != sdt)
-      return grove_err_set(ld->err, GROVE_E_FORMAT,
-                           "%s: key '%s': a %s tensor on a %s storage", ld->name, key,
-                           grove_dtype_name(dt), type->u.global.name);
+      return grove_err_set(ld->err, GROVE_E_FORMAT, "%s: key '%s': a %s tensor on a %s storage",
+                           ld->name, key, grove_dtype_name(dt), type->u.global.name);
   }
 
   int64_t offset, shape[GROVE_MAX_DIMS], strides[GROVE_MAX_DIMS];
@@ -437,8 +438,9 @@ static grove_status rebuild(loader *ld, const char *key, const grove__pk *storag
   int nd = read_dims(size_v, shape, &too_many);
   int nd2 = read_dims(stride_v, strides, &too_many2);
   if (too_many || too_many2)
-    return grove_err_set(ld->err, GROVE_E_LIMIT, "%s: key '%s': %zu dimensions, Grove supports at most %d",
-                         ld->name, key, (too_many ? size_v : stride_v)->u.seq.n, GROVE_MAX_DIMS);
+    return grove_err_set(ld->err, GROVE_E_LIMIT,
+                         "%s: key '%s': %zu dimensions, Grove supports at most %d", ld->name, key,
+                         (too_many ? size_v : stride_v)->u.seq.n, GROVE_MAX_DIMS);
   if (nd < 0) return bad(ld, key, "a tensor's size must be a tuple of non-negative ints", size_v);
   if (nd2 != nd)
     return bad(ld, key, "a tensor's stride must be a tuple of non-negative ints, one per dimension",
@@ -450,8 +452,10 @@ static grove_status rebuild(loader *ld, const char *key, const grove__pk *storag
   uint64_t numel_t = 1, last = (uint64_t)offset;
   bool empty = false, overflow = false;
   for (int i = 0; i < nd; i++) {
-    if (shape[i] == 0) empty = true;
-    else overflow |= grove__mul_overflow_u64(numel_t, (uint64_t)shape[i], &numel_t);
+    if (shape[i] == 0)
+      empty = true;
+    else
+      overflow |= grove__mul_overflow_u64(numel_t, (uint64_t)shape[i], &numel_t);
   }
   overflow |= numel_t > (uint64_t)INT64_MAX / 8;
   char sbuf[200];

@@ -70,7 +70,9 @@ static void put(pkbuf *b, const void *data, size_t n) {
   b->n += n;
 }
 
-static void op(pkbuf *b, uint8_t o) { put(b, &o, 1); }
+static void op(pkbuf *b, uint8_t o) {
+  put(b, &o, 1);
+}
 
 static void op_u32(pkbuf *b, uint8_t o, uint32_t v) {
   uint8_t x[5] = {o, (uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
@@ -148,17 +150,28 @@ static void global(pkbuf *b, const char *module, const char *name) {
 
 static const char *storage_class(grove_dtype dt) {
   switch (dt) {
-    case GROVE_F32: return "FloatStorage";
-    case GROVE_F16: return "HalfStorage";
-    case GROVE_BF16: return "BFloat16Storage";
-    case GROVE_F64: return "DoubleStorage";
-    case GROVE_I64: return "LongStorage";
-    case GROVE_I32: return "IntStorage";
-    case GROVE_I16: return "ShortStorage";
-    case GROVE_I8: return "CharStorage";
-    case GROVE_U8: return "ByteStorage";
-    case GROVE_BOOL: return "BoolStorage";
-    default: return NULL;
+    case GROVE_F32:
+      return "FloatStorage";
+    case GROVE_F16:
+      return "HalfStorage";
+    case GROVE_BF16:
+      return "BFloat16Storage";
+    case GROVE_F64:
+      return "DoubleStorage";
+    case GROVE_I64:
+      return "LongStorage";
+    case GROVE_I32:
+      return "IntStorage";
+    case GROVE_I16:
+      return "ShortStorage";
+    case GROVE_I8:
+      return "CharStorage";
+    case GROVE_U8:
+      return "ByteStorage";
+    case GROVE_BOOL:
+      return "BoolStorage";
+    default:
+      return NULL;
   }
 }
 
@@ -207,8 +220,8 @@ static grove_status check_writable(const grove_state_dict *sd, const char *name,
   for (size_t i = 0, n = grove_sd_meta_count(sd); i < n; i++) {
     const char *p = grove_sd_meta_prefix(sd, i);
     if (!utf8_ok(p, strlen(p)))
-      return grove_err_set(err, GROVE_E_BAD_UTF8, "%s: module prefix '%s' is not valid UTF-8",
-                           name, p);
+      return grove_err_set(err, GROVE_E_BAD_UTF8, "%s: module prefix '%s' is not valid UTF-8", name,
+                           p);
   }
   return GROVE_OK;
 }

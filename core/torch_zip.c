@@ -55,11 +55,15 @@
 #define CENTRAL_LEN 46u
 #define LOCAL_LEN 30u
 
-static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint16_t rd16(const uint8_t *p) {
+  return (uint16_t)(p[0] | p[1] << 8);
+}
 static uint32_t rd32(const uint8_t *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
-static uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32; }
+static uint64_t rd64(const uint8_t *p) {
+  return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32;
+}
 
 uint32_t grove__crc32(uint32_t crc, const void *data, size_t len) {
   const uint8_t *p = data;
@@ -196,9 +200,8 @@ static void sort_by_name(const grove__zip *z, size_t *idx, size_t *tmp, size_t n
 static grove_status read_entry(const grove__zip *z, uint64_t *p, uint64_t cd_end,
                                grove__zip_entry *e, grove_err *err) {
   if (cd_end - *p < CENTRAL_LEN || rd32(z->buf + *p) != SIG_CENTRAL)
-    return grove_err_set(err, GROVE_E_FORMAT,
-                         "%s: no central directory entry at offset %llu", z->name,
-                         (unsigned long long)*p);
+    return grove_err_set(err, GROVE_E_FORMAT, "%s: no central directory entry at offset %llu",
+                         z->name, (unsigned long long)*p);
   const uint8_t *c = z->buf + *p;
   uint16_t flags = rd16(c + 8), method = rd16(c + 10);
   uint32_t crc = rd32(c + 16);
@@ -219,8 +222,8 @@ static grove_status read_entry(const grove__zip *z, uint64_t *p, uint64_t cd_end
   e->name[name_len] = '\0';
   *p += CENTRAL_LEN + name_len + extra_len + comment_len;
 
-  grove_status st = read_zip64_extra(z, e->name, name + name_len, extra_len, &size, &comp,
-                                     &lho, err);
+  grove_status st =
+      read_zip64_extra(z, e->name, name + name_len, extra_len, &size, &comp, &lho, err);
   if (st != GROVE_OK) return st;
   if (disk != 0 && disk != 0xFFFF)
     return grove_err_set(err, GROVE_E_UNSUPPORTED,
@@ -246,16 +249,15 @@ static grove_status read_entry(const grove__zip *z, uint64_t *p, uint64_t cd_end
 
   /* The local header: its own name and extra lengths decide where data is. */
   if (lho > z->len || z->len - lho < LOCAL_LEN || rd32(z->buf + lho) != SIG_LOCAL)
-    return grove_err_set(err, GROVE_E_FORMAT,
-                         "%s: record '%s': no local header at offset %llu", z->name, e->name,
-                         (unsigned long long)lho);
+    return grove_err_set(err, GROVE_E_FORMAT, "%s: record '%s': no local header at offset %llu",
+                         z->name, e->name, (unsigned long long)lho);
   const uint8_t *l = z->buf + lho;
   size_t lname = rd16(l + 26), lextra = rd16(l + 28);
   uint64_t data = lho + LOCAL_LEN + lname + lextra;
   if (data > z->len)
     return grove_err_set(err, GROVE_E_TRUNCATED,
-                         "%s: record '%s': its local header runs past the end of the file",
-                         z->name, e->name);
+                         "%s: record '%s': its local header runs past the end of the file", z->name,
+                         e->name);
   if (lname != name_len || memcmp(l + LOCAL_LEN, name, name_len) != 0)
     return grove_err_set(err, GROVE_E_FORMAT,
                          "%s: record '%s': the local header names another record", z->name,
@@ -286,7 +288,8 @@ grove_status grove__zip_open(grove__zip *z, const void *buf, size_t len, const c
   size_t eocd = 0;
   uint64_t count = 0, cd_off = 0, cd_size = 0, cd_limit = 0;
   grove_status st = find_eocd(z, &eocd, err);
-  if (st == GROVE_OK) st = read_directory_bounds(z, eocd, &count, &cd_off, &cd_size, &cd_limit, err);
+  if (st == GROVE_OK)
+    st = read_directory_bounds(z, eocd, &count, &cd_off, &cd_size, &cd_limit, err);
   if (st != GROVE_OK) return st;
 
   z->entries = calloc(count ? count : 1, sizeof *z->entries);
@@ -308,8 +311,8 @@ grove_status grove__zip_open(grove__zip *z, const void *buf, size_t len, const c
     sort_by_name(z, z->by_name, tmp, (size_t)count);
     for (size_t i = 1; i < count && st == GROVE_OK; i++)
       if (strcmp(z->entries[z->by_name[i - 1]].name, z->entries[z->by_name[i]].name) == 0)
-        st = grove_err_set(err, GROVE_E_DUPLICATE_KEY, "%s: two records are named '%s'",
-                           z->name, z->entries[z->by_name[i]].name);
+        st = grove_err_set(err, GROVE_E_DUPLICATE_KEY, "%s: two records are named '%s'", z->name,
+                           z->entries[z->by_name[i]].name);
   }
   free(tmp);
   if (st != GROVE_OK) grove__zip_close(z);
@@ -358,8 +361,8 @@ static grove_status check_crc(const grove__zip *z, const grove__zip_entry *e, co
   return GROVE_OK;
 }
 
-grove_status grove__zip_stored(const grove__zip *z, const grove__zip_entry *e,
-                               const uint8_t **data, grove_err *err) {
+grove_status grove__zip_stored(const grove__zip *z, const grove__zip_entry *e, const uint8_t **data,
+                               grove_err *err) {
   *data = NULL;
   if (e->method != 0)
     return grove_err_set(err, GROVE_E_INTERNAL, "%s: record '%s' is not stored", z->name, e->name);
@@ -444,8 +447,8 @@ struct grove__zipw {
   int fd;
   const char *name;
   grove__zipw_opts opts;
-  uint64_t pos;       /* bytes written so far */
-  uint8_t *mem;       /* memory sink (fd < 0) */
+  uint64_t pos; /* bytes written so far */
+  uint8_t *mem; /* memory sink (fd < 0) */
   size_t mem_cap;
   zipw_rec *recs;
   size_t n, cap;
@@ -526,14 +529,17 @@ static void wr64(uint8_t *p, uint64_t v) {
   wr32(p + 4, (uint32_t)(v >> 32));
 }
 
-static uint32_t sat32(uint64_t v, bool force) { return force || v >= 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)v; }
+static uint32_t sat32(uint64_t v, bool force) {
+  return force || v >= 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)v;
+}
 
 /* Deflates data into a malloc'd buffer (tests only: torch writes stored). */
 static grove_status deflate_buf(grove__zipw *w, const void *data, size_t len, uint8_t **out,
                                 size_t *out_len, grove_err *err) {
   z_stream s;
   memset(&s, 0, sizeof s);
-  if (len > (1u << 30) || deflateInit2(&s, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+  if (len > (1u << 30) ||
+      deflateInit2(&s, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
     return grove_err_set(err, GROVE_E_NOMEM, "%s: cannot deflate a record", w->name);
   uLong bound = deflateBound(&s, (uLong)len);
   uint8_t *buf = malloc(bound ? bound : 1);
@@ -597,11 +603,11 @@ grove_status grove__zipw_add(grove__zipw *w, const char *record, const void *dat
   size_t pad = (size_t)((64 - start % 64) % 64);
   uint8_t hdr[LOCAL_LEN + 20 + 4 + 64];
   wr32(hdr, SIG_LOCAL);
-  wr16(hdr + 4, zip64 ? 45 : 20);                 /* version needed */
-  wr16(hdr + 6, 0x0800);                          /* names are UTF-8 */
+  wr16(hdr + 4, zip64 ? 45 : 20); /* version needed */
+  wr16(hdr + 6, 0x0800);          /* names are UTF-8 */
   wr16(hdr + 8, rec->method);
-  wr16(hdr + 10, 0);                              /* time */
-  wr16(hdr + 12, 0x21);                           /* date: 1980-01-01 */
+  wr16(hdr + 10, 0);    /* time */
+  wr16(hdr + 12, 0x21); /* date: 1980-01-01 */
   wr32(hdr + 14, rec->crc);
   wr32(hdr + 18, zip64 ? 0xFFFFFFFFu : (uint32_t)rec->comp_size);
   wr32(hdr + 22, zip64 ? 0xFFFFFFFFu : (uint32_t)rec->size);
@@ -636,7 +642,8 @@ grove_status grove__zipw_finish(grove__zipw *w, grove_err *err) {
   grove_status st = GROVE_OK;
   for (size_t i = 0; i < w->n && st == GROVE_OK; i++) {
     const zipw_rec *r = &w->recs[i];
-    bool big_size = force || r->size >= 0xFFFFFFFFu, big_comp = force || r->comp_size >= 0xFFFFFFFFu,
+    bool big_size = force || r->size >= 0xFFFFFFFFu,
+         big_comp = force || r->comp_size >= 0xFFFFFFFFu,
          big_off = force || r->offset >= 0xFFFFFFFFu;
     size_t name_len = strlen(r->name);
     size_t x = 8u * (big_size + big_comp + big_off);

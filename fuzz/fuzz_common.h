@@ -12,8 +12,8 @@
 #include "grove/grove.h"
 #include "torch_internal.h"
 
-#define FUZZ_CHECK(cond) \
-  do {                   \
+#define FUZZ_CHECK(cond)           \
+  do {                             \
     if (!(cond)) __builtin_trap(); \
   } while (0)
 

@@ -60,7 +60,9 @@ static void setup_tmp(void) {
   snprintf(tmpdir, sizeof tmpdir, "%s", d);
 }
 
-static void teardown_tmp(void) { rm_tree(tmpdir); }
+static void teardown_tmp(void) {
+  rm_tree(tmpdir);
+}
 
 /* A heap tensor filled with distinctive bytes; floats stay finite so that
  * no conversion could quieten a NaN. */
@@ -133,7 +135,9 @@ static void b_put(bytes *b, const void *d, size_t n) {
   memcpy(b->p + b->n, d, n);
   b->n += n;
 }
-static void b_op(bytes *b, uint8_t o) { b_put(b, &o, 1); }
+static void b_op(bytes *b, uint8_t o) {
+  b_put(b, &o, 1);
+}
 static void b_u32(bytes *b, uint32_t v) {
   uint8_t x[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
   b_put(b, x, 4);
@@ -165,7 +169,9 @@ static void b_tuple(bytes *b, int n, const int64_t *v) {
   for (int i = 0; i < n; i++) b_int(b, v[i]);
   b_op(b, 't');
 }
-static void b_free(bytes *b) { free(b->p); }
+static void b_free(bytes *b) {
+  free(b->p);
+}
 
 /* Emits _rebuild_tensor_v2(('storage', torch.<cls>, key, 'cpu', numel),
  * offset, size, stride, False, OrderedDict()). */
@@ -398,7 +404,8 @@ START_TEST(test_torch_fixtures_refused) {
     ck_assert_ptr_null(sd);
     size_t i;
     json_t *m;
-    json_array_foreach(json_object_get(exp, "mentions"), i, m) assert_mentions(&err, json_string_value(m));
+    json_array_foreach(json_object_get(exp, "mentions"), i, m)
+        assert_mentions(&err, json_string_value(m));
     assert_mentions(&err, file);
   }
   struct stat sb;
@@ -468,7 +475,8 @@ static const char *pt_out_dir(void) {
 
 /* Writes sd to path, reads it back and compares; when GROVE_PT_OUT is set,
  * also leaves NAME.pt and NAME.safetensors there for the Python test. */
-static void round_trip(grove_state_dict *sd, const char *name, const grove__torch_write_opts *opts) {
+static void round_trip(grove_state_dict *sd, const char *name,
+                       const grove__torch_write_opts *opts) {
   grove_err err = {0};
   char path[600];
   snprintf(path, sizeof path, "%s/%s.pt", tmpdir, name);
@@ -743,9 +751,9 @@ END_TEST
 
 /* A one-tensor state_dict with the given storage class, offset, shape and
  * stride over a storage of numel floats whose record holds rec_numel. */
-static grove_status one_tensor_nd(const char *cls, int64_t numel, int64_t rec_numel,
-                                  int64_t offset, int nd, const int64_t *shape, int nds,
-                                  const int64_t *stride, grove_err *err) {
+static grove_status one_tensor_nd(const char *cls, int64_t numel, int64_t rec_numel, int64_t offset,
+                                  int nd, const int64_t *shape, int nds, const int64_t *stride,
+                                  grove_err *err) {
   bytes b = {0};
   b_begin_sd(&b);
   b_str(&b, "w");
@@ -905,14 +913,22 @@ END_TEST
 START_TEST(test_pickle_refusals) {
   grove_err err = {0};
   /* GLOBAL and STACK_GLOBAL of os.system. */
-  static const uint8_t os_system[] = "\x80\x02" "cos\nsystem\n" "X\x04\x00\x00\x00true" "\x85R.";
+  static const uint8_t os_system[] =
+      "\x80\x02"
+      "cos\nsystem\n"
+      "X\x04\x00\x00\x00true"
+      "\x85R.";
   ck_assert_status(unpickle(os_system, sizeof os_system - 1, &err), GROVE_E_REFUSED);
   assert_mentions(&err, "'os.system'");
   static const uint8_t stack_global[] =
-      "\x80\x04\x8c\x02os\x8c\x06system\x93" "\x8c\x04true\x85R.";
+      "\x80\x04\x8c\x02os\x8c\x06system\x93"
+      "\x8c\x04true\x85R.";
   ck_assert_status(unpickle(stack_global, sizeof stack_global - 1, &err), GROVE_E_REFUSED);
   assert_mentions(&err, "'os.system'");
-  static const uint8_t builtins_eval[] = "\x80\x02" "c__builtin__\neval\n" "X\x01\x00\x00\x001\x85R.";
+  static const uint8_t builtins_eval[] =
+      "\x80\x02"
+      "c__builtin__\neval\n"
+      "X\x01\x00\x00\x001\x85R.";
   ck_assert_status(unpickle(builtins_eval, sizeof builtins_eval - 1, &err), GROVE_E_REFUSED);
 
   /* Opcodes outside the allow-list, each by name. */
@@ -938,11 +954,17 @@ START_TEST(test_pickle_refusals) {
     assert_mentions(&err, ops[i].name);
   }
   /* NEWOBJ of anything but Parameter; BUILD on a list; calling a storage. */
-  static const uint8_t newobj[] = "\x80\x02" "ccollections\nOrderedDict\n" ")\x81.";
+  static const uint8_t newobj[] =
+      "\x80\x02"
+      "ccollections\nOrderedDict\n"
+      ")\x81.";
   ck_assert_status(unpickle(newobj, sizeof newobj - 1, &err), GROVE_E_REFUSED);
   static const uint8_t build[] = "\x80\x02]}b.";
   ck_assert_status(unpickle(build, sizeof build - 1, &err), GROVE_E_REFUSED);
-  static const uint8_t call_storage[] = "\x80\x02" "ctorch\nFloatStorage\n" "K\x05\x85R.";
+  static const uint8_t call_storage[] =
+      "\x80\x02"
+      "ctorch\nFloatStorage\n"
+      "K\x05\x85R.";
   ck_assert_status(unpickle(call_storage, sizeof call_storage - 1, &err), GROVE_E_REFUSED);
 
   /* Malformed: stack underflow, TUPLE without MARK, SETITEM on a list, a
@@ -951,9 +973,9 @@ START_TEST(test_pickle_refusals) {
     const char *bytes;
     size_t n;
   } bad[] = {
-      {LIT("\x80\x02R.")},        {LIT("\x80\x02t.")},   {LIT("\x80\x02]K\x01K\x02s.")},
-      {LIT("\x80\x02h\x07.")},    {LIT("\x80\x02}Na.")}, {LIT("\x80\x02}(Nu.")},
-      {LIT("\x80\x02\xff.")},     {LIT("\x80\x02.")},    {LIT("\x80\x02(N\x86.")},
+      {LIT("\x80\x02R.")},       {LIT("\x80\x02t.")},   {LIT("\x80\x02]K\x01K\x02s.")},
+      {LIT("\x80\x02h\x07.")},   {LIT("\x80\x02}Na.")}, {LIT("\x80\x02}(Nu.")},
+      {LIT("\x80\x02\xff.")},    {LIT("\x80\x02.")},    {LIT("\x80\x02(N\x86.")},
       {LIT("\x80\x02K\x01)R.")},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -1001,8 +1023,13 @@ END_TEST
 START_TEST(test_pickle_values) {
   /* Integers of every width, LONG1 sign handling, memo sharing. */
   static const uint8_t p[] =
-      "\x80\x02(J\xff\xff\xff\xff" "M\xff\xff" "\x8a\x01\x80" "\x8a\x02\x00\x80" "\x8a\x00"
-      "\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00" "\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\xff"
+      "\x80\x02(J\xff\xff\xff\xff"
+      "M\xff\xff"
+      "\x8a\x01\x80"
+      "\x8a\x02\x00\x80"
+      "\x8a\x00"
+      "\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00"
+      "\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\xff"
       "]q\x00h\x00t.";
   grove__pickle *pk = NULL;
   const grove__pk *root = NULL;
@@ -1157,15 +1184,21 @@ START_TEST(test_layout_refusals) {
   } cases[] = {
       {{{"data.pkl", b.p, b.n}}, 1, GROVE_E_FORMAT, "folder"},
       {{{"a/data.pkl", b.p, b.n}, {"b/version", "3", 1}}, 2, GROVE_E_FORMAT, "outside"},
-      {{{"a/data.pkl", b.p, b.n}, {"a/data.pkl", b.p, b.n}}, 2, GROVE_E_DUPLICATE_KEY,
+      {{{"a/data.pkl", b.p, b.n}, {"a/data.pkl", b.p, b.n}},
+       2,
+       GROVE_E_DUPLICATE_KEY,
        "two records"},
       {{{"a/version", "3", 1}}, 1, GROVE_E_FORMAT, "data.pkl"},
-      {{{"a/data.pkl", b.p, b.n}, {"a/constants.pkl", b.p, b.n}}, 2, GROVE_E_UNSUPPORTED,
+      {{{"a/data.pkl", b.p, b.n}, {"a/constants.pkl", b.p, b.n}},
+       2,
+       GROVE_E_UNSUPPORTED,
        "TorchScript"},
       {{{"a/data.pkl", b.p, b.n}, {"a/byteorder", "middle", 6}}, 2, GROVE_E_FORMAT, "byteorder"},
       {{{"a/data.pkl", b.p, b.n}, {"a/version", "x3", 2}}, 2, GROVE_E_FORMAT, "version"},
       {{{"a/data.pkl", b.p, b.n}, {"a/byteorder", "big", 3}, {"a/.data/version", "3\n", 2}},
-       3, GROVE_OK, NULL},
+       3,
+       GROVE_OK,
+       NULL},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     zip = make_zip(cases[i].r, cases[i].n, NULL, &len);
@@ -1205,7 +1238,7 @@ START_TEST(test_big_endian_crafted) {
   static const uint8_t f16be[4] = {0x3c, 0x00, 0xc0, 0x00};
   static const uint8_t f32be[8] = {0x3f, 0x80, 0, 0, 0x40, 0x49, 0x0f, 0xdb};
   rec recs[] = {{"a/data.pkl", b.p, b.n}, {"a/byteorder", "big", 3}, {"a/data/0", i32be, 8},
-                {"a/data/1", f16be, 4},   {"a/data/2", f32be, 8},   {"a/version", "3\n", 2}};
+                {"a/data/1", f16be, 4},   {"a/data/2", f32be, 8},    {"a/version", "3\n", 2}};
   size_t len;
   uint8_t *zip = make_zip(recs, 6, NULL, &len);
   /* Through a file, so that the zero-copy path is offered and refused. */
