@@ -257,6 +257,7 @@ typedef struct machine {
   size_t memo_cap; /* slots allocated */
   size_t memo_len; /* distinct indexes set (MEMOIZE uses it) */
   size_t memo_limit;
+  grove__pkl_limits lim;
 } machine;
 
 static size_t at(const machine *m) {
@@ -268,9 +269,9 @@ static grove_status nomem(machine *m) {
 }
 
 static grove__pk *new_value(machine *m, grove__pk_kind kind) {
-  if (m->pk->nvalues >= GROVE_PKL_MAX_VALUES) {
-    grove_err_set(m->err, GROVE_E_LIMIT, "%s: more than %u values (byte %zu)", m->name,
-                  GROVE_PKL_MAX_VALUES, at(m));
+  if (m->pk->nvalues >= m->lim.max_values) {
+    grove_err_set(m->err, GROVE_E_LIMIT, "%s: more than %zu values (byte %zu)", m->name,
+                  m->lim.max_values, at(m));
     return NULL;
   }
   slab *s = m->pk->slabs;
@@ -326,9 +327,9 @@ static bool is_seq(const grove__pk *v) {
 
 static grove_status seq_push(machine *m, grove__pk *c, grove__pk *item) {
   assert(is_seq(c));
-  if (c->u.seq.n >= GROVE_PKL_MAX_CONTAINER)
-    return grove_err_set(m->err, GROVE_E_LIMIT, "%s: a container of more than %u items (byte %zu)",
-                         m->name, GROVE_PKL_MAX_CONTAINER, at(m));
+  if (c->u.seq.n >= m->lim.max_container)
+    return grove_err_set(m->err, GROVE_E_LIMIT, "%s: a container of more than %zu items (byte %zu)",
+                         m->name, m->lim.max_container, at(m));
   if (c->u.seq.n == c->u.seq.cap) {
     size_t cap = c->u.seq.cap ? c->u.seq.cap * 2 : 4;
     grove__pk **items = realloc(c->u.seq.items, cap * sizeof *items);
@@ -424,9 +425,9 @@ static uint64_t le(const uint8_t *p, size_t n) {
 
 static grove_status push(machine *m, grove__pk *v) {
   if (!v) return m->err ? m->err->code : GROVE_E_NOMEM;
-  if (m->sp >= GROVE_PKL_MAX_STACK)
-    return grove_err_set(m->err, GROVE_E_LIMIT, "%s: more than %u values on the stack (byte %zu)",
-                         m->name, GROVE_PKL_MAX_STACK, at(m));
+  if (m->sp >= m->lim.max_stack)
+    return grove_err_set(m->err, GROVE_E_LIMIT, "%s: more than %zu values on the stack (byte %zu)",
+                         m->name, m->lim.max_stack, at(m));
   if (m->sp == m->stack_cap) {
     size_t cap = m->stack_cap ? m->stack_cap * 2 : 64;
     grove__pk **s = realloc(m->stack, cap * sizeof *s);
@@ -513,10 +514,10 @@ static bool utf8_ok(const uint8_t *s, size_t len) {
 
 /* Reads a string of n bytes from the input into a new STR or BYTES. */
 static grove_status read_str(machine *m, uint64_t n, grove__pk_kind kind, const char *what) {
-  if (n > GROVE_PKL_MAX_STR)
+  if (n > m->lim.max_str)
     return grove_err_set(m->err, GROVE_E_LIMIT,
                          "%s: a string of %llu bytes at byte %zu (the limit is %zu)", m->name,
-                         (unsigned long long)n, at(m), GROVE_PKL_MAX_STR);
+                         (unsigned long long)n, at(m), m->lim.max_str);
   grove_status st = need(m, (size_t)n, what);
   if (st != GROVE_OK) return st;
   if (kind == GROVE__PK_STR && !utf8_ok(m->p, (size_t)n))
@@ -796,9 +797,9 @@ static grove_status run(machine *m, const grove__pk **root) {
         *root = a;
         return GROVE_OK;
       case '(': /* MARK */
-        if (m->nmarks >= GROVE_PKL_MAX_MARKS)
-          return grove_err_set(m->err, GROVE_E_LIMIT, "%s: more than %u nested MARKs (byte %zu)",
-                               m->name, GROVE_PKL_MAX_MARKS, at(m) - 1);
+        if (m->nmarks >= m->lim.max_marks)
+          return grove_err_set(m->err, GROVE_E_LIMIT, "%s: more than %zu nested MARKs (byte %zu)",
+                               m->name, m->lim.max_marks, at(m) - 1);
         if (m->nmarks == m->marks_cap) {
           size_t cap = m->marks_cap ? m->marks_cap * 2 : 16;
           size_t *mk = realloc(m->marks, cap * sizeof *mk);
@@ -840,7 +841,7 @@ static grove_status run(machine *m, const grove__pk **root) {
         if (op == 0x8b && (len & 0x80000000u))
           return grove_err_set(m->err, GROVE_E_FORMAT,
                                "%s: LONG4 at byte %zu has a negative length", m->name, at(m) - 5);
-        if (len > GROVE_PKL_MAX_STR)
+        if (len > m->lim.max_str)
           return grove_err_set(m->err, GROVE_E_LIMIT, "%s: an integer of %llu bytes at byte %zu",
                                m->name, (unsigned long long)len, at(m));
         if ((st = need(m, (size_t)len, opcode_name(op))) != GROVE_OK) break;
@@ -1021,14 +1022,26 @@ static grove_status run(machine *m, const grove__pk **root) {
   return st;
 }
 
-grove_status grove__pickle_load(const void *buf, size_t len, const char *name, grove__pickle **pk,
-                                const grove__pk **root, grove_err *err) {
+const grove__pkl_limits grove__pkl_default_limits = {
+    .max_bytes = GROVE_PKL_MAX_BYTES,
+    .max_stack = GROVE_PKL_MAX_STACK,
+    .max_marks = GROVE_PKL_MAX_MARKS,
+    .max_memo = GROVE_PKL_MAX_MEMO,
+    .max_str = GROVE_PKL_MAX_STR,
+    .max_container = GROVE_PKL_MAX_CONTAINER,
+    .max_values = GROVE_PKL_MAX_VALUES,
+};
+
+grove_status grove__pickle_load_limited(const void *buf, size_t len, const char *name,
+                                        const grove__pkl_limits *lim, grove__pickle **pk,
+                                        const grove__pk **root, grove_err *err) {
   *pk = NULL;
   *root = NULL;
   if (!name) name = "<pickle>";
-  if (len > GROVE_PKL_MAX_BYTES)
+  if (!lim) lim = &grove__pkl_default_limits;
+  if (len > lim->max_bytes)
     return grove_err_set(err, GROVE_E_LIMIT, "%s: %zu bytes of pickle (the limit is %zu)", name,
-                         len, GROVE_PKL_MAX_BYTES);
+                         len, lim->max_bytes);
   grove_err local = {0};
   machine m = {0};
   m.pk = calloc(1, sizeof *m.pk);
@@ -1037,10 +1050,11 @@ grove_status grove__pickle_load(const void *buf, size_t len, const char *name, g
   m.end = m.start + len;
   m.name = name;
   m.err = err ? err : &local;
+  m.lim = *lim;
   /* A put costs at least two bytes, so the memo of an honest pickle holds
    * fewer entries than it has bytes; the slack admits sparse 1-byte
    * indexes in small pickles. */
-  m.memo_limit = len + 256 < GROVE_PKL_MAX_MEMO ? len + 256 : GROVE_PKL_MAX_MEMO;
+  m.memo_limit = len + 256 < lim->max_memo ? len + 256 : lim->max_memo;
   grove_status st = run(&m, root);
   free(m.stack);
   free(m.marks);
@@ -1052,4 +1066,9 @@ grove_status grove__pickle_load(const void *buf, size_t len, const char *name, g
   }
   *pk = m.pk;
   return GROVE_OK;
+}
+
+grove_status grove__pickle_load(const void *buf, size_t len, const char *name, grove__pickle **pk,
+                                const grove__pk **root, grove_err *err) {
+  return grove__pickle_load_limited(buf, len, name, NULL, pk, root, err);
 }

@@ -195,6 +195,17 @@ grove_status grove__pickle_load(const void *buf, size_t len, const char *name, g
                                 const grove__pk **root, grove_err *err);
 void grove__pickle_free(grove__pickle *pk);
 
+/* The unpickler's limits; grove__pickle_load uses the defaults (the
+ * GROVE_PKL_* values above).  Tests lower them to reach every limit. */
+typedef struct grove__pkl_limits {
+  size_t max_bytes, max_stack, max_marks, max_memo, max_str, max_container, max_values;
+} grove__pkl_limits;
+extern const grove__pkl_limits grove__pkl_default_limits;
+/* grove__pickle_load with other limits (NULL: the defaults). */
+grove_status grove__pickle_load_limited(const void *buf, size_t len, const char *name,
+                                        const grove__pkl_limits *lim, grove__pickle **pk,
+                                        const grove__pk **root, grove_err *err);
+
 /* A value's kind in words ("a tuple", "the global 'torch.Size'"), for
  * messages.  Static or in buf. */
 const char *grove__pk_describe(const grove__pk *v, char *buf, size_t n);

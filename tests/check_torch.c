@@ -119,6 +119,9 @@ static void assert_same_meta(const grove_state_dict *a, const grove_state_dict *
   }
 }
 
+/* A string literal and its length without the NUL. */
+#define LIT(s) s, sizeof(s) - 1
+
 /* ------------------------------------------------------------ pickle bytes */
 
 typedef struct bytes {
@@ -932,7 +935,6 @@ START_TEST(test_pickle_refusals) {
   ck_assert_status(unpickle(builtins_eval, sizeof builtins_eval - 1, &err), GROVE_E_REFUSED);
 
   /* Opcodes outside the allow-list, each by name. */
-#define LIT(s) s, sizeof(s) - 1
   static const struct {
     const char *bytes;
     size_t n;
@@ -1002,6 +1004,60 @@ START_TEST(test_pickle_refusals) {
 }
 END_TEST
 
+static grove_status unpickle_lim(const char *p, size_t n, const grove__pkl_limits *lim,
+                                 grove_err *err) {
+  grove__pickle *pk = NULL;
+  const grove__pk *root = NULL;
+  grove_status st = grove__pickle_load_limited(p, n, "test.pkl", lim, &pk, &root, err);
+  grove__pickle_free(pk);
+  return st;
+}
+
+START_TEST(test_pickle_limits) {
+  /* Each limit, lowered so that a small pickle reaches it; the same pickle
+   * passes with the limit one higher. */
+  grove_err err = {0};
+  grove__pkl_limits lim = grove__pkl_default_limits;
+  static const char stack[] = "\x80\x02(NNNNt."; /* at most 4 values on the stack */
+  lim.max_stack = 3;
+  ck_assert_status(unpickle_lim(LIT(stack), &lim, &err), GROVE_E_LIMIT);
+  lim.max_stack = 4;
+  ck_assert_ok(unpickle_lim(LIT(stack), &lim, &err), &err);
+  lim = grove__pkl_default_limits;
+  lim.max_container = 3;
+  ck_assert_status(unpickle_lim(LIT(stack), &lim, &err), GROVE_E_LIMIT);
+  assert_mentions(&err, "container");
+  lim.max_container = 4;
+  ck_assert_ok(unpickle_lim(LIT(stack), &lim, &err), &err);
+  lim = grove__pkl_default_limits;
+  lim.max_values = 4; /* four Nones and the tuple */
+  ck_assert_status(unpickle_lim(LIT(stack), &lim, &err), GROVE_E_LIMIT);
+  lim.max_values = 5;
+  ck_assert_ok(unpickle_lim(LIT(stack), &lim, &err), &err);
+  lim = grove__pkl_default_limits;
+  static const char marks[] = "\x80\x02(((Nttt.";
+  lim.max_marks = 2;
+  ck_assert_status(unpickle_lim(LIT(marks), &lim, &err), GROVE_E_LIMIT);
+  lim.max_marks = 3;
+  ck_assert_ok(unpickle_lim(LIT(marks), &lim, &err), &err);
+  lim = grove__pkl_default_limits;
+  static const char str[] = "\x80\x02X\x05\x00\x00\x00hello.";
+  lim.max_str = 4;
+  ck_assert_status(unpickle_lim(LIT(str), &lim, &err), GROVE_E_LIMIT);
+  lim.max_str = 5;
+  ck_assert_ok(unpickle_lim(LIT(str), &lim, &err), &err);
+  lim = grove__pkl_default_limits;
+  static const char memo[] = "\x80\x02Nq\x09.";
+  lim.max_memo = 9;
+  ck_assert_status(unpickle_lim(LIT(memo), &lim, &err), GROVE_E_LIMIT);
+  lim.max_memo = 10;
+  ck_assert_ok(unpickle_lim(LIT(memo), &lim, &err), &err);
+  lim = grove__pkl_default_limits;
+  lim.max_bytes = sizeof str - 2;
+  ck_assert_status(unpickle_lim(LIT(str), &lim, &err), GROVE_E_LIMIT);
+}
+END_TEST
+
 START_TEST(test_pickle_truncations) {
   /* Every strict prefix of a valid pickle is GROVE_E_TRUNCATED. */
   bytes b = {0};
@@ -1047,6 +1103,63 @@ START_TEST(test_pickle_values) {
   ck_assert(it[6]->kind == GROVE__PK_INT && it[6]->u.i == INT64_MIN);
   ck_assert(it[7] == it[8] && it[7]->kind == GROVE__PK_LIST);
   grove__pickle_free(pk);
+}
+END_TEST
+
+/* An OrderedDict with no items whose _metadata lists n modules "m0".. at
+ * version 2, plus the entries torch tolerates and Grove skips. */
+static void b_metadata_sd(bytes *b, int n) {
+  b_begin_sd(b);
+  b_op(b, 'u');
+  b_op(b, '}');
+  b_str(b, "_metadata");
+  b_global(b, "collections", "OrderedDict");
+  b_op(b, ')');
+  b_op(b, 'R');
+  b_op(b, '(');
+  for (int i = 0; i < n; i++) {
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "m%d", i);
+    b_str(b, prefix);
+    b_op(b, '}');
+    b_str(b, "version");
+    b_int(b, 2);
+    b_op(b, 's');
+  }
+  b_str(b, "no_version"); /* skipped: no "version" */
+  b_op(b, '}');
+  b_str(b, "huge"); /* skipped: a version that is no int */
+  b_op(b, '}');
+  b_str(b, "version");
+  b_int(b, INT64_C(1) << 40);
+  b_op(b, 's');
+  b_int(b, 7); /* skipped: not a prefix */
+  b_op(b, '}');
+  b_op(b, 'u');
+  b_op(b, 's');
+  b_op(b, 'b');
+  b_op(b, '.');
+}
+
+START_TEST(test_metadata) {
+  grove_err err = {0};
+  grove_state_dict *sd = NULL;
+  int64_t none = 0;
+  bytes b = {0};
+  b_metadata_sd(&b, 3);
+  ck_assert_ok(read_crafted(&b, &none, 0, &sd, &err), &err);
+  ck_assert_uint_eq(grove_sd_count(sd), 0);
+  ck_assert_uint_eq(grove_sd_meta_count(sd), 3);
+  int v = 0;
+  ck_assert(grove_sd_get_version(sd, "m2", &v) && v == 2);
+  ck_assert(!grove_sd_get_version(sd, "huge", &v));
+  grove_sd_free(sd);
+  b_free(&b);
+  memset(&b, 0, sizeof b);
+  b_metadata_sd(&b, (int)GROVE_TORCH_MAX_META + 1);
+  ck_assert_status(read_crafted(&b, &none, 0, &sd, &err), GROVE_E_LIMIT);
+  assert_mentions(&err, "_metadata");
+  b_free(&b);
 }
 END_TEST
 
@@ -1294,8 +1407,10 @@ Suite *torch_suite(void) {
   tcase_add_test(tc, test_crafted_variants_ok);
   tcase_add_test(tc, test_tensor_refusals);
   tcase_add_test(tc, test_pickle_refusals);
+  tcase_add_test(tc, test_pickle_limits);
   tcase_add_test(tc, test_pickle_truncations);
   tcase_add_test(tc, test_pickle_values);
+  tcase_add_test(tc, test_metadata);
   tcase_add_test(tc, test_archive_refusals);
   tcase_add_test(tc, test_layout_refusals);
   tcase_add_test(tc, test_big_endian_crafted);
