@@ -3,7 +3,13 @@
  * One main block serves every pass that fits.  A pass that does not fit
  * takes overflow chunks from the heap; reset() then frees them and replaces
  * the main block with one of the high-water size.  So the heap is touched
- * only while a model warms up or meets a larger input than ever before. */
+ * only while a model warms up or meets a larger input than ever before.
+ *
+ * Marks and rewinds make the pass a stack: rewinding restores the main
+ * block's fill and the chunk list head of the mark, and counts the pass's
+ * bytes back down, so the high water is the peak of what was live.  Chunks
+ * taken after the mark move to a retired list (their bytes must stay readable
+ * for a caller that moves a block down) and are freed at the next reset. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +28,8 @@ struct grove_arena {
   unsigned char *block; /* main block, ALIGN-aligned */
   size_t capacity;
   size_t used;          /* in the main block */
-  chunk *overflow;      /* chunks taken in this pass */
+  chunk *overflow;      /* chunks taken in this pass, newest first */
+  chunk *retired;       /* chunks forgotten by a rewind, freed at reset */
   size_t pass_bytes;    /* bytes handed out in this pass (block + chunks) */
   size_t high_water;
   size_t grow_count;
@@ -45,14 +52,19 @@ grove_arena *grove_arena_new(size_t capacity) {
   return a;
 }
 
-static void free_overflow(grove_arena *a) {
-  chunk *c = a->overflow;
+static void free_chunks(chunk *c) {
   while (c) {
     chunk *next = c->next;
     free(c);
     c = next;
   }
+}
+
+static void free_overflow(grove_arena *a) {
+  free_chunks(a->overflow);
+  free_chunks(a->retired);
   a->overflow = NULL;
+  a->retired = NULL;
 }
 
 void grove_arena_free(grove_arena *a) {
@@ -85,7 +97,7 @@ void *grove_arena_alloc(grove_arena *a, size_t nbytes) {
 }
 
 void grove_arena_reset(grove_arena *a) {
-  if (a->overflow) {
+  if (a->overflow || a->retired) {
     free_overflow(a);
     size_t want = round_up(a->high_water);
     unsigned char *b = aligned_alloc(ALIGN, want);
@@ -102,3 +114,19 @@ void grove_arena_reset(grove_arena *a) {
 size_t grove_arena_capacity(const grove_arena *a) { return a->capacity; }
 size_t grove_arena_high_water(const grove_arena *a) { return a->high_water; }
 size_t grove_arena_grow_count(const grove_arena *a) { return a->grow_count; }
+
+grove_arena_mark grove_arena_mark_get(const grove_arena *a) {
+  return (grove_arena_mark){a->used, a->pass_bytes, a->overflow};
+}
+
+void grove_arena_rewind(grove_arena *a, grove_arena_mark m) {
+  /* Chunks are pushed on the front: everything before m's head is newer. */
+  while (a->overflow && a->overflow != (chunk *)m.overflow) {
+    chunk *c = a->overflow;
+    a->overflow = c->next;
+    c->next = a->retired;
+    a->retired = c;
+  }
+  a->used = m.used;
+  a->pass_bytes = m.pass_bytes;
+}

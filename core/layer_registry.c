@@ -38,6 +38,15 @@ static const grove__layer_def defs[] = {
     {"BatchNorm1d", grove__batch_norm1d_from_json, false},
     {"LayerNorm", grove__layer_norm_from_json, false},
     {"Embedding", grove__embedding_from_json, false},
+    {"Conv1d", grove__conv1d_from_json, false},
+    {"Conv2d", grove__conv2d_from_json, false},
+    {"BatchNorm2d", grove__batch_norm2d_from_json, false},
+    {"MaxPool2d", grove__max_pool2d_from_json, false},
+    {"AvgPool2d", grove__avg_pool2d_from_json, false},
+    {"AdaptiveAvgPool2d", grove__adaptive_avg_pool2d_from_json, false},
+    {"MultiheadAttention", grove__multihead_attention_from_json, false},
+    {"TransformerEncoderLayer", grove__transformer_encoder_layer_from_json, false},
+    {"TransformerEncoder", grove__transformer_encoder_from_json, false},
 };
 
 const grove__layer_def *grove__layer_find(const char *type) {

@@ -39,6 +39,15 @@ extern const grove_module_type grove__log_softmax_type;
 extern const grove_module_type grove__batch_norm1d_type;
 extern const grove_module_type grove__layer_norm_type;
 extern const grove_module_type grove__embedding_type;
+extern const grove_module_type grove__conv1d_type;
+extern const grove_module_type grove__conv2d_type;
+extern const grove_module_type grove__batch_norm2d_type;
+extern const grove_module_type grove__max_pool2d_type;
+extern const grove_module_type grove__avg_pool2d_type;
+extern const grove_module_type grove__adaptive_avg_pool2d_type;
+extern const grove_module_type grove__mha_type;
+extern const grove_module_type grove__tel_type;
+extern const grove_module_type grove__te_type;
 
 /* Linear's forward with an activation applied in the same pass over the
  * output.  Sequential calls it with GROVE__ACT_RELU for a Linear followed by
@@ -50,6 +59,27 @@ grove_status grove__linear_forward_act(const grove_module *m, grove_fwd *f, cons
 /* Embedding's padding_idx (-1 for None), for tests and for the exporter's
  * round trip. */
 int64_t grove__embedding_padding_idx(const grove_module *m);
+
+/* Convolution with a per-output-channel epilogue: y = act(conv(x) * scale +
+ * shift).  scale NULL means 1 and shift NULL the conv's bias, which is the
+ * plain forward; a graph that fuses a following BatchNorm2d passes the
+ * folded scale and (bias * scale + bn shift).  relu clamps at zero. */
+grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                    grove_values *out, const float *scale, const float *shift,
+                                    bool relu);
+int64_t grove__conv_out_channels(const grove_module *m);
+/* The conv's bias as float32 (zeros when it has none); out_channels floats. */
+const float *grove__conv_bias(const grove_module *m);
+/* BatchNorm2d's folded eval scale and shift (per channel), when it has
+ * running statistics and is in eval mode; false otherwise. */
+bool grove__bn2d_affine(const grove_module *m, const float **scale, const float **shift);
+int64_t grove__bn2d_channels(const grove_module *m);
+
+/* Sets, for the calling thread, the need_weights / average_attn_weights of
+ * the next forward of the MultiheadAttention m (consumed by it; any other
+ * forward ignores it).  Module forwards take tensors only, so a graph passes
+ * the call's keyword arguments this way. */
+void grove__mha_next_call(const grove_module *m, bool need_weights, bool average);
 
 /* ------------------------------------------------------------ forward helpers */
 
@@ -165,5 +195,24 @@ grove_status grove__layer_norm_from_json(const struct json_t *obj, const char *p
                                          grove_module **out, grove_err *err);
 grove_status grove__embedding_from_json(const struct json_t *obj, const char *path,
                                         grove_module **out, grove_err *err);
+grove_status grove__conv1d_from_json(const struct json_t *obj, const char *path,
+                                     grove_module **out, grove_err *err);
+grove_status grove__conv2d_from_json(const struct json_t *obj, const char *path,
+                                     grove_module **out, grove_err *err);
+grove_status grove__batch_norm2d_from_json(const struct json_t *obj, const char *path,
+                                           grove_module **out, grove_err *err);
+grove_status grove__max_pool2d_from_json(const struct json_t *obj, const char *path,
+                                         grove_module **out, grove_err *err);
+grove_status grove__avg_pool2d_from_json(const struct json_t *obj, const char *path,
+                                         grove_module **out, grove_err *err);
+grove_status grove__adaptive_avg_pool2d_from_json(const struct json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err);
+grove_status grove__multihead_attention_from_json(const struct json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err);
+grove_status grove__transformer_encoder_layer_from_json(const struct json_t *obj,
+                                                        const char *path, grove_module **out,
+                                                        grove_err *err);
+grove_status grove__transformer_encoder_from_json(const struct json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err);
 
 #endif

@@ -13,9 +13,13 @@
  * `decoder.weight = embed.weight`).  Traversals then de-duplicate exactly as
  * torch's named_parameters() and state_dict() do.
  *
- * Every error is GROVE_E_SPEC (a "graph" is GROVE_E_UNSUPPORTED) with a
- * message "ORIGIN: $.json.path: what is wrong".  The format is described in
- * docs/model-spec.md.
+ * A module with a custom forward carries "graph" (graph.c): it is built
+ * with its own parameters and buffers, then its children, and its graph is
+ * compiled last, against the finished subtree.
+ *
+ * Every error is GROVE_E_SPEC (an argument or graph operation Grove knows but
+ * does not run is GROVE_E_UNSUPPORTED) with a message "ORIGIN: $.json.path:
+ * what is wrong".  The format is described in docs/model-spec.md.
  */
 #include <ctype.h>
 #include <inttypes.h>
@@ -24,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph.h"
 #include "grove/grove.h"
 #include "internal.h"
 
@@ -348,6 +353,32 @@ static grove_status build_children(ctx *c, const json_t *kids, const char *type,
   return s;
 }
 
+/* A module with a custom forward: its own tensors, its children, then its
+ * graph, which names them. */
+static grove_status build_graph(ctx *c, const json_t *v, const char *jp, const char *mp, int depth,
+                                grove_module **out) {
+  grove_module *m = NULL;
+  grove_status s = grove__graph_from_json(v, jp, &m, c->err);
+  if (s) return s;
+  const json_t *tied = json_object_get(v, "tied");
+  const json_t *kids = json_object_get(v, "children");
+  if (tied) s = record_ties(c, tied, jp, m);
+  if (!s && kids) s = build_children(c, kids, grove_module_type_name(m), jp, mp, depth, m);
+  if (!s) {
+    char *where = mp[0] ? xprintf("'%s' (%s)", mp, grove_module_type_name(m))
+                        : xprintf("the root module (%s)", grove_module_type_name(m));
+    s = where ? grove__graph_compile(m, v, jp, where, c->err) : nomem(c->err);
+    free(where);
+  }
+  if (!s) s = remember(c, mp, m);
+  if (s) {
+    grove_module_release(m);
+    return s;
+  }
+  *out = m;
+  return GROVE_OK;
+}
+
 /* Builds the module described at JSON path jp, to live at dotted path mp.
  * *out is a new reference (or NULL for a JSON null child, torch's None). */
 static grove_status build(ctx *c, const json_t *v, const char *jp, const char *mp, int depth,
@@ -361,11 +392,7 @@ static grove_status build(ctx *c, const json_t *v, const char *jp, const char *m
     return expected(c->err, jp, "an object describing a module ({\"type\": ...} or {\"ref\": ...})",
                     v);
   if (json_object_get(v, "ref")) return build_ref(c, v, jp, mp, out);
-  if (json_object_get(v, "graph"))
-    return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
-                         "%s.graph: modules with a custom forward (a torch.fx graph) are not "
-                         "supported yet",
-                         jp);
+  if (json_object_get(v, "graph")) return build_graph(c, v, jp, mp, depth, out);
   const json_t *tv = json_object_get(v, "type");
   if (!tv)
     return grove_err_set(c->err, GROVE_E_SPEC,

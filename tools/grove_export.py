@@ -105,10 +105,13 @@ class _Kind:
     type name, how to read its constructor arguments back from a live
     instance, and which parameter and buffer slots torch gives it (a module
     with other slots was changed after construction, e.g. by weight_norm, and
-    Grove would not run it the way torch does)."""
+    Grove would not run it the way torch does).  A composite (attention and
+    transformer layers) is built by Grove's constructor with its submodules:
+    they are not written, and the exporter checks instead that torch's own
+    constructor, given the same arguments, makes the same state_dict."""
 
     def __init__(self, cls, args, params=(), buffers=(), container=False, callable_=True,
-                 shape_preserving=False):
+                 shape_preserving=False, composite=False):
         self.cls = cls
         self.name = cls.__name__
         self.args = args
@@ -117,6 +120,7 @@ class _Kind:
         self.container = container
         self.callable = callable_
         self.shape_preserving = shape_preserving
+        self.composite = composite
 
 
 def _embedding_args(m, path):
@@ -141,10 +145,133 @@ def _layer_norm_args(m, path):
     return args
 
 
+def _ints(v):
+    """torch's `int or tuple` as written: an int stays, a tuple becomes a list."""
+    return [None if x is None else int(x) for x in v] if isinstance(v, (tuple, list)) else v
+
+
+def _bn_args(m, path):
+    return {"num_features": m.num_features, "eps": float(m.eps),
+            "momentum": None if m.momentum is None else float(m.momentum),
+            "affine": bool(m.affine), "track_running_stats": bool(m.track_running_stats)}
+
+
+def _conv_args(m, path):
+    if m.padding_mode != "zeros":
+        raise ExportError(f"cannot export {_where(path, m)}: padding_mode={m.padding_mode!r}; "
+                          "Grove pads with zeros only")
+    return {"in_channels": m.in_channels, "out_channels": m.out_channels,
+            "kernel_size": _ints(m.kernel_size), "stride": _ints(m.stride),
+            "padding": m.padding if isinstance(m.padding, str) else _ints(m.padding),
+            "dilation": _ints(m.dilation), "groups": m.groups, "bias": m.bias is not None,
+            "padding_mode": "zeros"}
+
+
+def _max_pool_args(m, path):
+    if m.return_indices:
+        raise ExportError(f"cannot export {_where(path, m)}: return_indices=True returns "
+                          "(values, indices); Grove serves the values only")
+    return {"kernel_size": _ints(m.kernel_size), "stride": _ints(m.stride),
+            "padding": _ints(m.padding), "dilation": _ints(m.dilation),
+            "return_indices": False, "ceil_mode": bool(m.ceil_mode)}
+
+
+def _avg_pool_args(m, path):
+    return {"kernel_size": _ints(m.kernel_size), "stride": _ints(m.stride),
+            "padding": _ints(m.padding), "ceil_mode": bool(m.ceil_mode),
+            "count_include_pad": bool(m.count_include_pad),
+            "divisor_override": m.divisor_override}
+
+
+def _mha_args(m, path):
+    why = None
+    if not m._qkv_same_embed_dim:
+        why = f"kdim={m.kdim} / vdim={m.vdim} differ from embed_dim={m.embed_dim}"
+    elif m.bias_k is not None:
+        why = "add_bias_kv=True"
+    elif m.add_zero_attn:
+        why = "add_zero_attn=True"
+    if why:
+        raise ExportError(f"cannot export {_where(path, m)}: {why} is not supported by Grove")
+    return {"embed_dim": m.embed_dim, "num_heads": m.num_heads, "dropout": float(m.dropout),
+            "bias": m.in_proj_bias is not None, "add_bias_kv": False, "add_zero_attn": False,
+            "kdim": m.kdim, "vdim": m.vdim, "batch_first": bool(m.batch_first)}
+
+
+def _activation_name(act):
+    import torch.nn as nn
+    import torch.nn.functional as F
+    if act is F.relu or type(act) is nn.ReLU:
+        return "relu"
+    if act is F.gelu or (type(act) is nn.GELU and getattr(act, "approximate", "none") == "none"):
+        return "gelu"
+    return None
+
+
+def _tel_args(m, path):
+    act = _activation_name(m.activation)
+    if act is None:
+        raise ExportError(f"cannot export {_where(path, m)}: activation {m.activation!r} is not "
+                          "supported (Grove runs relu and gelu)")
+    if m.norm1.eps != m.norm2.eps:
+        raise ExportError(f"cannot export {_where(path, m)}: norm1 and norm2 have different eps")
+    _mha_args(m.self_attn, _join(path, "self_attn"))
+    return {"d_model": m.self_attn.embed_dim, "nhead": m.self_attn.num_heads,
+            "dim_feedforward": m.linear1.out_features, "dropout": float(m.dropout.p),
+            "activation": act, "layer_norm_eps": float(m.norm1.eps),
+            "batch_first": bool(m.self_attn.batch_first), "norm_first": bool(m.norm_first)}
+
+
+def _te_args(m, path):
+    import torch.nn as nn
+    layers = list(m.layers)
+    if not layers:
+        raise ExportError(f"cannot export {_where(path, m)}: it has no layers")
+    for i, layer in enumerate(layers):
+        if type(layer) is not nn.TransformerEncoderLayer:
+            raise ExportError(f"cannot export {_where(_join(path, f'layers.{i}'), layer)}: Grove "
+                              "runs encoders of torch.nn.TransformerEncoderLayer only")
+    first = _tel_args(layers[0], _join(path, "layers.0"))
+    for i, layer in enumerate(layers[1:], 1):
+        if _tel_args(layer, _join(path, f"layers.{i}")) != first:
+            raise ExportError(f"cannot export {_where(path, m)}: layer {i} is configured "
+                              "differently from layer 0 (Grove builds num_layers copies of one)")
+    norm = getattr(m, "norm", None)
+    if norm is not None and type(norm) is not nn.LayerNorm:
+        raise ExportError(f"cannot export {_where(path, m)}: its norm is a "
+                          f"{type(norm).__name__}; Grove runs a LayerNorm or none")
+    return {"encoder_layer": dict({"type": "TransformerEncoderLayer"}, **first),
+            "num_layers": len(layers),
+            "norm": None if norm is None else dict({"type": "LayerNorm"},
+                                                   **_layer_norm_args(norm, _join(path, "norm"))),
+            "enable_nested_tensor": bool(getattr(m, "enable_nested_tensor", True)),
+            "mask_check": bool(getattr(m, "mask_check", True))}
+
+
+def _rebuild(kind, args):
+    """torch's own module for a composite's arguments, to compare layouts."""
+    import torch.nn as nn
+    a = {k: v for k, v in args.items()}
+    if kind.cls is nn.TransformerEncoder:
+        layer = nn.TransformerEncoderLayer(**{k: v for k, v in a["encoder_layer"].items()
+                                              if k != "type"})
+        norm = a["norm"]
+        norm = None if norm is None else nn.LayerNorm(norm["normalized_shape"], eps=norm["eps"],
+                                                      elementwise_affine=norm["elementwise_affine"])
+        return nn.TransformerEncoder(layer, a["num_layers"], norm=norm,
+                                     enable_nested_tensor=False)
+    if kind.cls is nn.MultiheadAttention:
+        a.pop("kdim"), a.pop("vdim")
+    return kind.cls(**a)
+
+
 def _kinds():
     import torch.nn as nn
     none = lambda m, path: {}  # noqa: E731
     inplace = lambda m, path: {"inplace": bool(m.inplace)}  # noqa: E731
+    bn_slots = dict(params=("weight", "bias"),
+                    buffers=("running_mean", "running_var", "num_batches_tracked"),
+                    shape_preserving=True)
     ks = [
         _Kind(nn.Linear, lambda m, path: {"in_features": m.in_features,
                                           "out_features": m.out_features,
@@ -165,16 +292,21 @@ def _kinds():
         _Kind(nn.Tanh, none, shape_preserving=True),
         _Kind(nn.Softmax, lambda m, path: {"dim": m.dim}, shape_preserving=True),
         _Kind(nn.LogSoftmax, lambda m, path: {"dim": m.dim}, shape_preserving=True),
-        _Kind(nn.BatchNorm1d, lambda m, path: {
-            "num_features": m.num_features, "eps": float(m.eps),
-            "momentum": None if m.momentum is None else float(m.momentum),
-            "affine": bool(m.affine), "track_running_stats": bool(m.track_running_stats)},
-              params=("weight", "bias"),
-              buffers=("running_mean", "running_var", "num_batches_tracked"),
-              shape_preserving=True),
+        _Kind(nn.BatchNorm1d, _bn_args, **bn_slots),
         _Kind(nn.LayerNorm, _layer_norm_args,
               params=("weight", "bias"), shape_preserving=True),
         _Kind(nn.Embedding, _embedding_args, params=("weight",)),
+        _Kind(nn.Conv1d, _conv_args, params=("weight", "bias")),
+        _Kind(nn.Conv2d, _conv_args, params=("weight", "bias")),
+        _Kind(nn.BatchNorm2d, _bn_args, **bn_slots),
+        _Kind(nn.MaxPool2d, _max_pool_args),
+        _Kind(nn.AvgPool2d, _avg_pool_args),
+        _Kind(nn.AdaptiveAvgPool2d, lambda m, path: {"output_size": _ints(m.output_size)}),
+        _Kind(nn.MultiheadAttention, _mha_args,
+              params=("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
+                      "in_proj_bias"), composite=True),
+        _Kind(nn.TransformerEncoderLayer, _tel_args, composite=True),
+        _Kind(nn.TransformerEncoder, _te_args, composite=True),
         _Kind(nn.Sequential, none, container=True),
         _Kind(nn.ModuleList, none, container=True, callable_=False),
         _Kind(nn.ModuleDict, none, container=True, callable_=False),
@@ -185,31 +317,33 @@ def _kinds():
 _KINDS = None
 
 
+def _supported_names():
+    return ", ".join(sorted(k.name for k in _KINDS.values()))
+
+
 def _kind_of(m, path):
-    """The _Kind of m, or ExportError.  An exact supported class is accepted;
-    so is a subclass that keeps the base class's forward (the common
-    `class MLP(nn.Sequential)` that only has an __init__), since it computes
-    exactly what the base class does.  A subclass with its own forward, or any
-    other class, needs a graph (issue #4)."""
+    """The _Kind of m; None for a custom module (its forward is exported as a
+    torch.fx graph); ExportError for a torch.nn type Grove does not run.  An
+    exact supported class is a kind, and so is a subclass that keeps the base
+    class's forward (the common `class MLP(nn.Sequential)` with only an
+    __init__); a subclass with its own forward is custom."""
     global _KINDS
     if _KINDS is None:
         _KINDS = _kinds()
+    import torch.fx
     cls = type(m)
     if cls in _KINDS:
         return _KINDS[cls]
+    if isinstance(m, torch.fx.GraphModule):
+        return None
     for base in cls.__mro__[1:]:
         if base in _KINDS:
-            if cls.forward is base.forward:
-                return _KINDS[base]
-            raise ExportError(
-                f"cannot export {_where(path, m)}: it subclasses torch.nn.{base.__name__} "
-                "but overrides forward(); Grove runs only the forward of the torch.nn "
-                "classes it knows (custom forwards, as torch.fx graphs, are issue #4)")
-    supported = ", ".join(sorted(k.name for k in _KINDS.values()))
-    raise ExportError(
-        f"cannot export {_where(path, m)}: {cls.__module__}.{cls.__qualname__} is not a "
-        f"torch.nn type Grove runs, and custom modules with their own forward need a "
-        f"graph (torch.fx, issue #4). Supported: {supported}")
+            return _KINDS[base] if cls.forward is base.forward else None
+    if cls.__module__.split(".")[0] == "torch":
+        raise ExportError(
+            f"cannot export {_where(path, m)}: torch.nn.{cls.__name__} is not a type Grove "
+            f"runs. Supported: {_supported_names()}")
+    return None
 
 
 def _join(prefix, name):
@@ -217,6 +351,14 @@ def _join(prefix, name):
 
 
 # ---------------------------------------------------------------- the walk
+
+
+def _check_hooks(m, path):
+    if m._forward_hooks or m._forward_pre_hooks:
+        raise ExportError(
+            f"cannot export {_where(path, m)}: it has forward hooks or pre-hooks, which "
+            "change what it computes and are not part of the model directory; remove them "
+            "(handle.remove()) before exporting")
 
 
 def _check_slots(m, path, kind):
@@ -239,50 +381,58 @@ def _check_slots(m, path, kind):
     if non_persistent:
         raise ExportError(f"cannot export {_where(path, m)}: non-persistent buffer(s) "
                           f"{sorted(non_persistent)} are not part of torch.nn.{kind.name}")
-    if not kind.container and len(m._modules) > 0:
+    if not kind.container and not kind.composite and len(m._modules) > 0:
         names = ", ".join(repr(n) for n in m._modules)
         raise ExportError(f"cannot export {_where(path, m)}: it has child module(s) {names}, "
                           f"which torch.nn.{kind.name} does not have and would not call")
-    if m._forward_hooks or m._forward_pre_hooks:
+    _check_hooks(m, path)
+
+
+def _check_composite(m, path, kind, args):
+    """A composite's submodules are Grove's own: torch's constructor with the
+    same arguments must give the same state_dict keys and shapes, and nothing
+    inside may carry hooks."""
+    for sub_path, sub in m.named_modules(prefix=path):
+        if sub is not m:
+            _check_hooks(sub, sub_path)
+    got = [(k, tuple(v.shape)) for k, v in m.state_dict().items()]
+    want = [(k, tuple(v.shape)) for k, v in _rebuild(kind, args).state_dict().items()]
+    if got != want:
+        diff = [g for g in got if g not in want] + [w for w in want if w not in got]
         raise ExportError(
-            f"cannot export {_where(path, m)}: it has forward hooks or pre-hooks, which "
-            "change what it computes and are not part of the model directory; remove them "
-            "(handle.remove()) before exporting")
+            f"cannot export {_where(path, m)}: its parameters differ from those torch.nn."
+            f"{kind.name} makes for the same arguments ({diff[:4]}); it was changed after "
+            "construction")
+
+
+class _CustomParent:
+    """The parent kind of a custom module's children: it calls what its
+    graph calls, so a ModuleList child is fine."""
+    name = "a custom module"
+    callable = False
+    composite = False
+
+
+_CUSTOM_PARENT = _CustomParent()
 
 
 def module_spec(model, require_callable=True):
     """The "module" value of model.json for model: a dict as described in
-    docs/model-spec.md.  Raises ExportError naming the dotted path and class
-    of the first module Grove cannot run.  With require_callable (the
-    default), a tree whose forward torch itself could not run (a ModuleList
-    or ModuleDict as the root or as a Sequential's child) is refused too."""
+    docs/model-spec.md.  torch.nn modules Grove runs are written with their
+    constructor arguments; a module with its own forward is written with its
+    torch.fx graph (see _graph), its own parameters and buffers, and its
+    children.  Raises ExportError naming the dotted path and class of the first
+    module Grove cannot run (and, for a graph, the operation and the line of
+    forward).  With require_callable (the default), a tree whose forward torch
+    itself could not run (a ModuleList or ModuleDict as the root or as a
+    Sequential's child) is refused too."""
     seen = {}        # id(module) -> dotted path of its first occurrence
+    inside = {}      # id(module) -> path, for the submodules of composites
     first_param = {}  # id(parameter) -> dotted path of its first occurrence
     on_stack = set()
+    called = set()   # ids of modules a graph or a called Sequential calls
 
-    def walk(m, path, parent_kind):
-        if m is None:
-            return None
-        if id(m) in on_stack:
-            raise ExportError(f"cannot export {_where(path, m)}: the module contains itself "
-                              f"(it is also '{seen[id(m)]}', an ancestor)")
-        if id(m) in seen:
-            kind = _kind_of(m, path)
-            if require_callable and parent_kind is not None and parent_kind.callable \
-                    and not kind.callable:
-                raise _not_callable(m, path, parent_kind)
-            return {"ref": seen[id(m)]}
-        kind = _kind_of(m, path)
-        _check_slots(m, path, kind)
-        if require_callable:
-            if parent_kind is None and not kind.callable:
-                raise ExportError(f"cannot export {_where(path, m)}: torch.nn.{kind.name} has "
-                                  "no forward, so there is nothing to serve")
-            if parent_kind is not None and parent_kind.callable and not kind.callable:
-                raise _not_callable(m, path, parent_kind)
-        seen[id(m)] = path
-        spec = {"type": kind.name}
-        spec.update(kind.args(m, path))
+    def params_and_ties(m, path, spec):
         tied = {}
         for pname, p in m._parameters.items():
             if p is None:
@@ -293,10 +443,51 @@ def module_spec(model, require_callable=True):
                 first_param[id(p)] = _join(path, pname)
         if tied:
             spec["tied"] = tied
+
+    def walk(m, path, parent_kind, is_called):
+        if m is None:
+            return None
+        if id(m) in on_stack:
+            raise ExportError(f"cannot export {_where(path, m)}: the module contains itself "
+                              f"(it is also '{seen[id(m)]}', an ancestor)")
+        if id(m) in inside:
+            raise ExportError(f"cannot export {_where(path, m)}: it is also '{inside[id(m)]}', "
+                              "inside a layer Grove builds itself; share it the other way round")
+        if id(m) in seen:
+            kind = _kind_of(m, path)
+            if require_callable and parent_kind is not None and parent_kind.callable \
+                    and kind is not None and not kind.callable:
+                raise _not_callable(m, path, parent_kind)
+            return {"ref": seen[id(m)]}
+        kind = _kind_of(m, path)
+        if kind is None:
+            return walk_custom(m, path, is_called)
+        args = kind.args(m, path)
+        _check_slots(m, path, kind)
+        if kind.composite:
+            _check_composite(m, path, kind, args)
+        if require_callable:
+            if parent_kind is None and not kind.callable:
+                raise ExportError(f"cannot export {_where(path, m)}: torch.nn.{kind.name} has "
+                                  "no forward, so there is nothing to serve")
+            if parent_kind is not None and parent_kind.callable and not kind.callable:
+                raise _not_callable(m, path, parent_kind)
+        seen[id(m)] = path
+        spec = {"type": kind.name}
+        spec.update(args)
+        params_and_ties(m, path, spec)
+        if kind.composite:
+            for sub_path, sub in m.named_modules(prefix=path):
+                if sub is not m:
+                    inside[id(sub)] = sub_path
+            for sub_path, p in m.named_parameters(prefix=path):
+                first_param.setdefault(id(p), sub_path)
         if kind.container:
             on_stack.add(id(m))
             names = list(m._modules.keys())
-            kids = [walk(c, _join(path, n), kind) for n, c in m._modules.items()]
+            kids_called = is_called and kind.name == "Sequential"
+            kids = [walk(c, _join(path, n), kind, kids_called or id(c) in called)
+                    for n, c in m._modules.items()]
             on_stack.discard(id(m))
             positional = names == [str(i) for i in range(len(names))]
             if kind.name == "ModuleDict" or not positional:
@@ -305,7 +496,60 @@ def module_spec(model, require_callable=True):
                 spec["children"] = kids
         return spec
 
-    return walk(model, "", None)
+    def walk_custom(m, path, is_called):
+        _check_hooks(m, path)
+        seen[id(m)] = path
+        spec = {"type": type(m).__name__}
+        graph = None
+        if is_called:
+            graph = _graph(m, path)
+            for node in graph:
+                if node["op"] == "call_module":
+                    called.add(id(m.get_submodule(node["target"])))
+        params = {}
+        for pname, p in m._parameters.items():
+            params[pname] = None if p is None else \
+                {"shape": list(p.shape), "dtype": _dtype_name(p.dtype)}
+        if params:
+            spec["parameters"] = params
+        non_persistent = getattr(m, "_non_persistent_buffers_set", set())
+        bufs = {}
+        for bname, b in m._buffers.items():
+            if bname in non_persistent:
+                continue  # not in the state_dict; a graph that reads one was refused
+            bufs[bname] = None if b is None else \
+                {"shape": list(b.shape), "dtype": _dtype_name(b.dtype)}
+        if bufs:
+            spec["buffers"] = bufs
+        params_and_ties(m, path, spec)
+        on_stack.add(id(m))
+        kids = {n: walk(c, _join(path, n), _CUSTOM_PARENT, id(c) in called)
+                for n, c in m._modules.items()}
+        on_stack.discard(id(m))
+        if kids:
+            spec["children"] = kids
+        spec["graph"] = graph
+        return spec
+
+    return walk(model, "", None, True)
+
+
+def _check_cycles(model):
+    on_stack, first = set(), {}
+
+    def walk(m, path):
+        if m is None:
+            return
+        if id(m) in on_stack:
+            raise ExportError(f"cannot export {_where(path, m)}: the module contains itself "
+                              f"(it is also '{first[id(m)]}', an ancestor)")
+        first.setdefault(id(m), path)
+        on_stack.add(id(m))
+        for n, c in m._modules.items():
+            walk(c, _join(path, n))
+        on_stack.discard(id(m))
+
+    walk(model, "")
 
 
 def _not_callable(m, path, parent_kind):
@@ -336,6 +580,365 @@ def _expected_keys(model):
     return keys
 
 
+# ---------------------------------------------------------------- graphs (torch.fx)
+
+# Operations a graph may call, by the callable fx records: the canonical name
+# Grove knows it by (core/graph.c's table) and the callable's own positional
+# parameters, which the exporter binds to names.  Methods of Tensor are keyed
+# by name.  Keep in step with opdefs in core/graph.c and docs/model-spec.md.
+_OPS = None
+_METHODS = {
+    "add": ("input", "other"), "sub": ("input", "other"), "mul": ("input", "other"),
+    "div": ("input", "other", "rounding_mode"), "matmul": ("input", "other"),
+    "relu": ("input",), "sigmoid": ("input",), "tanh": ("input",),
+    "softmax": ("input", "dim", "dtype"), "log_softmax": ("input", "dim", "dtype"),
+    "flatten": ("input", "start_dim", "end_dim"), "reshape": None, "view": None,
+    "permute": None, "transpose": ("input", "dim0", "dim1"),
+    "mean": ("input", "dim", "keepdim", "dtype"), "sum": ("input", "dim", "keepdim", "dtype"),
+    "size": ("input", "dim"), "contiguous": ("input", "memory_format"),
+}
+# Canonical parameter order (core/graph.c), for writing args positionally.
+_CANON = {
+    "add": ("input", "other", "alpha"), "sub": ("input", "other", "alpha"),
+    "mul": ("input", "other"), "div": ("input", "other", "rounding_mode"),
+    "floordiv": ("input", "other"), "matmul": ("input", "other"),
+    "relu": ("input",), "gelu": ("input", "approximate"), "sigmoid": ("input",),
+    "tanh": ("input",), "softmax": ("input", "dim", "dtype"),
+    "log_softmax": ("input", "dim", "dtype"),
+    "dropout": ("input", "p", "training"), "flatten": ("input", "start_dim", "end_dim"),
+    "reshape": ("input", "shape"), "view": ("input", "shape"), "permute": ("input", "dims"),
+    "transpose": ("input", "dim0", "dim1"), "cat": ("tensors", "dim"),
+    "mean": ("input", "dim", "keepdim", "dtype"), "sum": ("input", "dim", "keepdim", "dtype"),
+    "getitem": ("a", "b"), "size": ("input", "dim"), "getattr": ("input", "name"),
+    "contiguous": ("input",),
+}
+# Arguments that change nothing in eval mode, dropped from the file.
+_DROP = {"inplace", "_stacklevel", "memory_format"}
+
+
+def _ops():
+    global _OPS
+    if _OPS is None:
+        import builtins
+        import operator
+        import torch
+        import torch.nn.functional as F
+        two = ("input", "other")
+        table = [
+            (operator.add, "add", two), (torch.add, "add", two),
+            (operator.sub, "sub", two), (torch.sub, "sub", two),
+            (operator.mul, "mul", two), (torch.mul, "mul", two),
+            (operator.truediv, "div", two), (torch.div, "div", two),
+            (operator.floordiv, "floordiv", two),
+            (operator.matmul, "matmul", two), (torch.matmul, "matmul", two),
+            (F.relu, "relu", ("input", "inplace")), (torch.relu, "relu", ("input",)),
+            (F.gelu, "gelu", ("input", "approximate")),
+            (torch.sigmoid, "sigmoid", ("input",)), (torch.tanh, "tanh", ("input",)),
+            (F.softmax, "softmax", ("input", "dim", "_stacklevel", "dtype")),
+            (torch.softmax, "softmax", ("input", "dim", "dtype")),
+            (F.log_softmax, "log_softmax", ("input", "dim", "_stacklevel", "dtype")),
+            (torch.log_softmax, "log_softmax", ("input", "dim", "dtype")),
+            (F.dropout, "dropout", ("input", "p", "training", "inplace")),
+            (torch.flatten, "flatten", ("input", "start_dim", "end_dim")),
+            (torch.reshape, "reshape", ("input", "shape")),
+            (torch.permute, "permute", ("input", "dims")),
+            (torch.transpose, "transpose", ("input", "dim0", "dim1")),
+            (torch.cat, "cat", ("tensors", "dim")),
+            (torch.mean, "mean", ("input", "dim", "keepdim", "dtype")),
+            (torch.sum, "sum", ("input", "dim", "keepdim", "dtype")),
+            (operator.getitem, "getitem", ("a", "b")),
+            (builtins.getattr, "getattr", ("input", "name")),
+        ]
+        if hasattr(torch, "concat"):
+            table.append((torch.concat, "cat", ("tensors", "dim")))
+        _OPS = {}
+        for fn, name, params in table:
+            _OPS[fn] = (name, params)
+    return _OPS
+
+
+def _fn_name(fn):
+    """A readable name for a callable fx recorded: torch.sin, operator.neg,
+    torch.nn.functional.linear."""
+    mod = getattr(fn, "__module__", None) or ""
+    if mod in ("_operator", "operator"):
+        mod = "operator"
+    elif mod.startswith("torch._C._nn") or mod.startswith("torch.nn.functional"):
+        mod = "torch.nn.functional"
+    elif mod.startswith("torch"):
+        mod = "torch"
+    name = getattr(fn, "__name__", repr(fn))
+    return f"{mod}.{name}" if mod else name
+
+
+def _source(node):
+    """'file.py:42: code' for the line of forward a node came from (the first
+    frame of its recorded stack outside torch), or None."""
+    import os
+    import re
+    import torch
+    trace = node.stack_trace or ""
+    torch_dir = os.path.dirname(torch.__file__)
+    lines = trace.splitlines()
+    for i, line in enumerate(lines):
+        mt = re.match(r'\s*File "(.*)", line (\d+), in (.*)', line)
+        if not mt:
+            continue
+        fname = mt.group(1)
+        if fname.startswith(torch_dir) or fname == __file__:
+            continue
+        code = lines[i + 1].strip() if i + 1 < len(lines) and \
+            not lines[i + 1].lstrip().startswith("File ") else ""
+        return f"{os.path.basename(fname)}:{mt.group(2)}: {code}" if code else \
+            f"{os.path.basename(fname)}:{mt.group(2)}"
+    return None
+
+
+class _Patch:
+    """torch 1.13's fx unpacks a traced tuple (`a, b = self.attn(...)`) by
+    reading the caller's bytecode at f_lasti // 2, which is wrong from Python
+    3.11 on (f_lasti counts bytes and instructions have inline caches).  For
+    the duration of a trace, Proxy.__iter__ finds the instruction by its
+    offset instead."""
+
+    def __enter__(self):
+        import dis
+        import inspect
+        import torch.fx as fx
+        self.orig = fx.Proxy.__iter__
+
+        def proxy_iter(proxy):
+            frame = inspect.currentframe().f_back
+            for inst in dis.get_instructions(frame.f_code):
+                if inst.offset == frame.f_lasti:
+                    if inst.opname == "UNPACK_SEQUENCE":
+                        return (proxy[i] for i in range(inst.argval))
+                    break
+            return proxy.tracer.iter(proxy)
+
+        fx.Proxy.__iter__ = proxy_iter
+        return self
+
+    def __exit__(self, *exc):
+        import torch.fx as fx
+        fx.Proxy.__iter__ = self.orig
+        return False
+
+
+def _trace(m, path):
+    """torch.fx graph of m.forward, every submodule call kept as a
+    call_module (Grove runs each submodule itself: torch.nn layers, and
+    custom modules through their own graphs)."""
+    import torch.fx as fx
+
+    class Tracer(fx.Tracer):
+        def __init__(self):
+            super().__init__()
+            self.record_stack_traces = True
+
+        def is_leaf_module(self, mod, qualname):
+            return True
+
+    before = set(vars(m))
+    try:
+        with _Patch():
+            return Tracer().trace(m)
+    except ExportError:
+        raise
+    except Exception as e:  # fx says what it could not follow (control flow on values, ...)
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ExportError(f"cannot export {_where(path, m)}: torch.fx cannot trace its forward: "
+                          f"{type(e).__name__}: {msg}") from e
+    finally:
+        # fx stores tensor constants created in forward on the module.
+        for k in set(vars(m)) - before:
+            delattr(m, k)
+
+
+def _graph(m, path):
+    """The "graph" of a custom module: its fx nodes in the format of
+    docs/model-spec.md.  Refuses, naming the operation and the line of
+    forward, what Grove cannot run."""
+    import math
+    import torch
+    import torch.fx as fx
+    graph = _trace(m, path)
+    ops = _ops()
+    out = []
+
+    def refuse(node, why):
+        src = _source(node)
+        where = f"forward line {src}" if src else f"node '{node.name}' of its forward"
+        raise ExportError(f"cannot export {_where(path, m)}: {where}: {why}")
+
+    def enc(node, a):
+        if isinstance(a, fx.Node):
+            return {"node": a.name}
+        if a is None or isinstance(a, (bool, int, str)):
+            return a
+        if isinstance(a, float):
+            if not math.isfinite(a):
+                refuse(node, f"the constant {a} cannot be written to model.json")
+            return a
+        if isinstance(a, (list, tuple)):
+            return [enc(node, x) for x in a]
+        if isinstance(a, slice):
+            return {"slice": [enc(node, a.start), enc(node, a.stop), enc(node, a.step)]}
+        if a is Ellipsis:
+            return {"ellipsis": True}
+        if isinstance(a, torch.Tensor):
+            refuse(node, "a tensor constant in an argument is not supported (register it as a "
+                         "buffer)")
+        refuse(node, f"an argument of type {type(a).__name__} ({a!r}) is not supported")
+
+    def bind(node, name, params, args, kwargs):
+        """names -> values for the callable's parameters."""
+        if params is None:  # view(*shape), reshape(*shape), permute(*dims)
+            key = "dims" if name == "permute" else "shape"
+            rest = list(args[1:])
+            if len(rest) == 1:
+                rest = rest[0]
+            bound = {"input": args[0], key: rest}
+            bound.update(kwargs)
+            return bound
+        if len(args) > len(params):
+            refuse(node, f"{name} called with {len(args)} positional arguments")
+        bound = dict(zip(params, args))
+        bound.update(kwargs)
+        return bound
+
+    def check(node, name, b):
+        const = lambda v: not isinstance(v, fx.Node)  # noqa: E731
+        if name == "div" and b.get("rounding_mode") is not None:
+            refuse(node, f"div with rounding_mode={b['rounding_mode']!r} is not supported")
+        if name == "dropout" and b.get("training", True) is not False:
+            refuse(node, "F.dropout with training=True drops activations at random even in "
+                         "eval mode; pass training=self.training")
+        if name in ("softmax", "log_softmax", "mean", "sum") and b.get("dtype") is not None:
+            refuse(node, f"{name} with a dtype is not supported")
+        if name in ("softmax", "log_softmax") and not (b.get("dim") is None or
+                                                      (const(b["dim"]) and
+                                                       isinstance(b["dim"], int))):
+            refuse(node, f"{name} needs a constant integer dim")
+        if name == "gelu" and b.get("approximate", "none") not in ("none", "tanh"):
+            refuse(node, f"gelu approximate={b['approximate']!r} is not supported")
+        if name == "flatten" and not all(isinstance(b.get(k, 0), int) and const(b.get(k, 0))
+                                         for k in ("start_dim", "end_dim")):
+            refuse(node, "flatten needs constant integer dims")
+        if name == "getattr" and b.get("name") not in ("shape", "ndim"):
+            refuse(node, f"getattr of {b.get('name')!r} is not supported (only .shape, .ndim)")
+        if name in ("mean", "sum") and not isinstance(b.get("keepdim", False), bool):
+            refuse(node, f"{name} needs a constant keepdim")
+
+    def emit_call(node, name, b):
+        check(node, name, b)
+        canon = _CANON[name]
+        b = {k: v for k, v in b.items() if k not in _DROP and not (k == "dtype" and v is None)}
+        args, kwargs = [], {}
+        for p in canon:
+            if p in b and len(args) == canon.index(p):
+                args.append(enc(node, b.pop(p)))
+        for k, v in b.items():
+            if k not in canon:
+                refuse(node, f"{name} has no argument {k!r} Grove knows")
+            kwargs[k] = enc(node, v)
+        spec = {"op": node.op, "name": node.name, "target": name, "args": args}
+        if kwargs:
+            spec["kwargs"] = kwargs
+        return spec
+
+    for node in graph.nodes:
+        src = _source(node)
+        if node.op == "placeholder":
+            if str(node.target).startswith("*"):
+                refuse(node, "a forward with *args or **kwargs is not supported")
+            spec = {"op": "placeholder", "name": node.name}
+            if node.args:
+                spec["default"] = enc(node, node.args[0])
+                if isinstance(spec["default"], (list, dict)):
+                    refuse(node, f"the default of '{node.target}' is not a number or None")
+        elif node.op == "get_attr":
+            target = node.target
+            owner_path, _, slot = target.rpartition(".")
+            try:
+                owner = m.get_submodule(owner_path)
+            except AttributeError:
+                owner = None
+            persistent = owner is not None and (
+                slot in owner._parameters or
+                (slot in owner._buffers and
+                 slot not in getattr(owner, "_non_persistent_buffers_set", set())))
+            if not persistent:
+                refuse(node, f"self.{target} is not a parameter or persistent buffer, so its "
+                             "value is not in the state_dict (a tensor made in forward, or "
+                             "stored as a plain attribute); register it with "
+                             "register_buffer(name, tensor) or as an nn.Parameter")
+            spec = {"op": "get_attr", "name": node.name, "target": target}
+        elif node.op == "call_module":
+            sub = m.get_submodule(node.target)
+            spec = {"op": "call_module", "name": node.name, "target": node.target,
+                    "args": [enc(node, a) for a in node.args]}
+            if node.kwargs:
+                spec["kwargs"] = {k: enc(node, v) for k, v in node.kwargs.items()}
+            _check_module_call(node, sub, refuse)
+        elif node.op == "call_function":
+            if node.target not in ops:
+                refuse(node, f"operation {_fn_name(node.target)} is not supported by Grove "
+                             f"(supported: {', '.join(sorted(set(n for n, _ in ops.values())))})")
+            name, params = ops[node.target]
+            spec = emit_call(node, name, bind(node, name, params, node.args, dict(node.kwargs)))
+        elif node.op == "call_method":
+            if node.target not in _METHODS:
+                refuse(node, f"method Tensor.{node.target} is not supported by Grove "
+                             f"(supported: {', '.join(sorted(_METHODS))})")
+            name = node.target
+            spec = emit_call(node, name, bind(node, name, _METHODS[name], node.args,
+                                              dict(node.kwargs)))
+        elif node.op == "output":
+            res = node.args[0]
+            items = list(res) if isinstance(res, (list, tuple)) else [res]
+            if not items or not all(isinstance(x, fx.Node) for x in items) or len(items) > 4:
+                refuse(node, "forward must return a tensor or a tuple of 1 to 4 tensors")
+            spec = {"op": "output", "name": node.name, "args": [enc(node, res)]}
+        else:
+            refuse(node, f"fx node kind {node.op!r} is not supported")
+        if src and node.op not in ("placeholder", "output"):
+            spec["source"] = src
+        out.append(spec)
+    return out
+
+
+def _check_module_call(node, sub, refuse):
+    """What graph.c accepts for a call_module: tensors in, no masks."""
+    import inspect
+    import torch.fx as fx
+    import torch.nn as nn
+    mask_types = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder)
+    if type(sub) in mask_types:
+        try:
+            b = inspect.signature(type(sub).forward).bind(sub, *node.args, **node.kwargs)
+        except TypeError as e:
+            refuse(node, f"{type(sub).__name__} call: {e}")
+        for k, v in list(b.arguments.items())[1:]:
+            if "mask" in k and v is not None:
+                refuse(node, f"argument {k} of {type(sub).__name__}: masks are not supported "
+                             "(attention runs over every position)")
+            if k == "is_causal" and v:
+                refuse(node, "is_causal=True is not supported")
+            if k in ("need_weights", "average_attn_weights") and not isinstance(v, bool):
+                refuse(node, f"argument {k} must be a constant True or False")
+        return
+    if node.kwargs:
+        refuse(node, f"keyword arguments to a {type(sub).__name__} are not supported (Grove "
+                     "passes tensors positionally)")
+    args = list(node.args)
+    while args and args[-1] is None:
+        args.pop()
+    if len(args) > 4 or not all(isinstance(a, fx.Node) for a in args):
+        refuse(node, f"a {type(sub).__name__} called with a constant argument: Grove passes "
+                     "only tensors (1 to 4) between modules")
+
+
 # ---------------------------------------------------------------- io specs
 
 
@@ -362,6 +965,8 @@ def _infer_input(model):
 
     def first(m):
         kind = _kind_of(m, "")
+        if kind is None:
+            return None
         if kind.name == "Linear":
             return {"dtype": torch.float32, "shape": [-1, m.in_features]}
         if kind.name == "Embedding":
@@ -387,57 +992,111 @@ def _zeros(dtype, shape):
     return torch.zeros(shape, dtype=dtype)
 
 
-def _io(model, example_input):
-    """(inputs, outputs) for model.json.  The input comes from example_input
-    (dtype, shape with dim 0 = -1) or from the first layer; dims the first
-    layer leaves free (an Embedding's sequence length) are -1 either way.
-    Outputs come from running the model; a dim is -1 when it changes with the
-    input's free dims (two runs with different sizes tell)."""
+def _input_names(model, n):
+    """The forward's parameter names for a custom root, else x (x0, x1, ...)."""
+    import inspect
+    if _kind_of(model, "") is None:
+        try:
+            params = [p for p in inspect.signature(model.forward).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            if len(params) >= n:
+                return [p.name for p in params[:n]]
+        except (TypeError, ValueError):
+            pass
+    return ["x"] if n == 1 else [f"x{i}" for i in range(n)]
+
+
+def _outputs(y, what):
     import torch
+    ys = list(y) if isinstance(y, (tuple, list)) else [y]
+    if not ys or len(ys) > 4 or not all(isinstance(t, torch.Tensor) for t in ys):
+        got = type(y).__name__ if not isinstance(y, (tuple, list)) else \
+            f"a {type(y).__name__} of {[type(t).__name__ for t in ys]}"
+        raise ExportError(f"the model returned {got} on {what}; Grove serves models that "
+                          "return a tensor or a tuple of 1 to 4 tensors")
+    return ys
+
+
+def _io(model, example_input):
+    """(inputs, outputs) for model.json.  The inputs come from example_input
+    (dtype, shape with dim 0 = -1) or from the first layer; dims the first
+    layer leaves free (an Embedding's sequence length) are -1 either way, and
+    so is every dim of an integer input (token ids) the model also runs with
+    at another size.  Outputs come from running the model; a dim is -1 when it
+    changes with the inputs' free dims (two runs with different sizes tell)."""
+    import torch
+    custom = _kind_of(model, "") is None
     inferred = _infer_input(model)
     if example_input is not None:
-        if isinstance(example_input, (tuple, list)):
-            if len(example_input) != 1:
-                raise ExportError(f"example_input has {len(example_input)} tensors; the "
-                                  "torch.nn containers Grove runs take exactly one input")
-            example_input = example_input[0]
-        if not isinstance(example_input, torch.Tensor):
-            raise ExportError(f"example_input must be a torch.Tensor, not "
-                              f"{type(example_input).__name__}")
-        if example_input.dim() < 1:
-            raise ExportError("example_input must have a batch dimension (dim 0)")
-        dtype = example_input.dtype
-        shape = [-1] + list(example_input.shape[1:])
-        if inferred and len(inferred["shape"]) == len(shape):
-            shape = [-1 if d == -1 else s for d, s in zip(inferred["shape"], shape)]
-        x1 = example_input
+        xs = list(example_input) if isinstance(example_input, (tuple, list)) else [example_input]
+        if not custom and len(xs) != 1:
+            raise ExportError(f"example_input has {len(xs)} tensors; the torch.nn containers "
+                              "Grove runs take exactly one input")
+        if not 1 <= len(xs) <= 4:
+            raise ExportError(f"example_input has {len(xs)} tensors; Grove takes 1 to 4 inputs")
+        for x in xs:
+            if not isinstance(x, torch.Tensor):
+                raise ExportError(f"example_input must be a torch.Tensor, not {type(x).__name__}")
+            if x.dim() < 1:
+                raise ExportError("example_input must have a batch dimension (dim 0)")
+        shapes = [[-1] + list(x.shape[1:]) for x in xs]
+        if inferred and len(xs) == 1 and len(inferred["shape"]) == len(shapes[0]):
+            shapes[0] = [-1 if d == -1 else s for d, s in zip(inferred["shape"], shapes[0])]
+        dtypes = [x.dtype for x in xs]
+        x1 = xs
     elif inferred is None:
         raise ExportError(
             f"cannot tell the input of {_where('', model)} from its first layer (only a "
             "leading Linear or Embedding says it); pass example_input")
     else:
-        dtype, shape = inferred["dtype"], inferred["shape"]
-        x1 = _zeros(dtype, [2] + [3 if d == -1 else d for d in shape[1:]])
-    x2 = _zeros(x1.dtype, [x1.shape[0] + 1] + [x1.shape[i] + 1 if shape[i] == -1 else shape[i]
-                                               for i in range(1, len(shape))])
-    with torch.no_grad():
-        try:
-            y1 = model(x1)
-            y2 = model(x2)
-        except Exception as e:  # torch's own message says what did not fit
-            what = "example_input" if example_input is not None else \
-                f"an input of the inferred shape {shape} ({dtype})"
-            raise ExportError(f"running the model on {what} failed: "
-                              f"{type(e).__name__}: {e}") from e
-    if not isinstance(y1, torch.Tensor):
-        raise ExportError(f"the model returned {type(y1).__name__}, not a tensor")
-    oshape = list(y1.shape)
-    if y2.dim() == y1.dim():
-        oshape = [-1 if a != b else a for a, b in zip(y1.shape, y2.shape)]
-    if oshape and y1.shape[0] == x1.shape[0]:
-        oshape[0] = -1
-    inputs = [{"name": "x", "dtype": _dtype_name(dtype), "shape": shape}]
-    outputs = [{"name": "y", "dtype": _dtype_name(y1.dtype), "shape": oshape}]
+        dtypes, shapes = [inferred["dtype"]], [inferred["shape"]]
+        x1 = [_zeros(dtypes[0], [2] + [3 if d == -1 else d for d in shapes[0][1:]])]
+
+    def run(xs, what):
+        with torch.no_grad():
+            try:
+                return model(*xs)
+            except Exception as e:  # torch's own message says what did not fit
+                raise ExportError(f"running the model on {what} failed: "
+                                  f"{type(e).__name__}: {e}") from e
+
+    what = "example_input" if example_input is not None else \
+        f"an input of the inferred shape {shapes[0]} ({dtypes[0]})"
+    y1 = _outputs(run(x1, what), what)
+    # An integer input (token ids) whose other dims the model also takes at
+    # another size gets those dims free.
+    if custom:
+        for i, x in enumerate(x1):
+            if x.dtype.is_floating_point:
+                continue
+            for d in range(1, x.dim()):
+                if shapes[i][d] == -1:
+                    continue
+                probe = list(x1)
+                sh = list(x.shape)
+                sh[d] += 1
+                probe[i] = _zeros(x.dtype, sh)
+                try:
+                    with torch.no_grad():
+                        _outputs(model(*probe), "a probe")
+                    shapes[i][d] = -1
+                except Exception:
+                    pass
+    x2 = [_zeros(x.dtype, [x.shape[0] + 1] + [x.shape[k] + 1 if shapes[i][k] == -1 else x.shape[k]
+                                               for k in range(1, x.dim())])
+          for i, x in enumerate(x1)]
+    y2 = _outputs(run(x2, what + " (with every free dimension one larger)"), what)
+    outputs = []
+    names = ["y"] if len(y1) == 1 else [f"y{i}" for i in range(len(y1))]
+    for name, a, b in zip(names, y1, y2):
+        oshape = list(a.shape)
+        if b.dim() == a.dim():
+            oshape = [-1 if p != q else p for p, q in zip(a.shape, b.shape)]
+        if oshape and a.shape[0] == x1[0].shape[0]:
+            oshape[0] = -1
+        outputs.append({"name": name, "dtype": _dtype_name(a.dtype), "shape": oshape})
+    inputs = [{"name": n, "dtype": _dtype_name(dt), "shape": sh}
+              for n, dt, sh in zip(_input_names(model, len(x1)), dtypes, shapes)]
     return inputs, outputs
 
 
@@ -574,11 +1233,18 @@ def export(model, out_dir, example_input=None, weights="safetensors", name=None,
     weights.safetensors (weights="safetensors") or weights.pt (weights="pt",
     torch.save(model.state_dict())).
 
-    example_input: a tensor with a batch dimension first (or a 1-tuple of
-    one); it fixes the input's dtype and shape (dim 0 becomes -1, "any").
-    Without it the input is read off the first layer (Linear -> float32
-    [-1, in_features], Embedding -> int64 [-1, -1]).  The model is run (on
-    example_input, or zeros) to record the output's shape.
+    example_input: a tensor with a batch dimension first (or a tuple of 1
+    to 4 of them for a custom forward that takes several); it fixes the
+    inputs' dtypes and shapes (dim 0 becomes -1, "any").  Without it the input
+    is read off the first layer (Linear -> float32 [-1, in_features],
+    Embedding -> int64 [-1, -1]); a module with a custom forward needs it.
+    The model is run (on example_input, or zeros) to record the outputs'
+    shapes.
+
+    A module whose forward is not a torch.nn layer's or a plain Sequential
+    chain is traced with torch.fx and written with its graph (docs/
+    model-spec.md, "Graphs"); an operation Grove does not run is refused,
+    naming it and the line of forward it came from.
 
     name: model.json "name" (default: Grove uses the directory's name).
     batching: dict with any of max_batch_size, max_queue_delay_us,
@@ -598,9 +1264,9 @@ def export(model, out_dir, example_input=None, weights="safetensors", name=None,
     if weights not in ("safetensors", "pt"):
         raise ExportError(f"weights must be 'safetensors' or 'pt', not {weights!r}")
     wname = "weights.safetensors" if weights == "safetensors" else "weights.pt"
-    # Refuse what cannot be exported before touching the model: torch's own
-    # eval() would recurse forever on a module that contains itself.
-    module_spec(model, require_callable=require_callable)
+    # Refuse a module that contains itself before touching the model: torch's
+    # own eval() would recurse forever.
+    _check_cycles(model)
     flags = [(m, m.training) for m in model.modules()]
     model.eval()
     try:

@@ -36,6 +36,27 @@ size_t grove_arena_capacity(const grove_arena *a);
 size_t grove_arena_high_water(const grove_arena *a);
 size_t grove_arena_grow_count(const grove_arena *a);
 
+/* A position in the current pass, for grove_arena_rewind.  The fields are
+ * the arena's own; callers only keep and pass the value. */
+typedef struct grove_arena_mark {
+  size_t used;       /* main block bytes in use */
+  size_t pass_bytes; /* bytes handed out in the pass */
+  void *overflow;    /* the newest overflow chunk */
+} grove_arena_mark;
+
+/* The current position.  Valid until the next reset. */
+grove_arena_mark grove_arena_mark_get(const grove_arena *a);
+/* Forgets every allocation made after m (a stack pop): the next alloc hands
+ * out the memory above m again, and the high-water count only sees what is
+ * live, so a pass that rewinds needs less scratch.  The bytes of the
+ * forgotten allocations stay readable, unchanged, until an alloc hands them
+ * out again; so a caller may keep one forgotten block by rewinding,
+ * allocating its new place and memmove-ing it down (the new place never lies
+ * above the old one in the same block).  Never touches the heap: overflow
+ * chunks of forgotten allocations are kept until the next reset.  m must come
+ * from this pass, and allocations made before m are untouched. */
+void grove_arena_rewind(grove_arena *a, grove_arena_mark m);
+
 #ifdef __cplusplus
 }
 #endif

@@ -53,6 +53,76 @@ grove_status grove_layer_norm_new(int ndim, const int64_t *normalized_shape, dou
 grove_status grove_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
                                  int64_t padding_idx, grove_module **out, grove_err *err);
 
+/* ---------------------------------------------------------- convolution */
+
+/* Conv1d / Conv2d options, torch's constructor arguments per spatial dim
+ * (Conv2d: [0] = H, [1] = W; Conv1d uses [0] only).  A zero stride,
+ * dilation or groups means torch's default 1, so a designated initializer
+ * need only name what differs: (grove_conv_opts){.kernel_size = {3, 3},
+ * .padding = {1, 1}, .bias = true}. */
+typedef struct grove_conv_opts {
+  int64_t kernel_size[2];
+  int64_t stride[2];
+  int64_t padding[2]; /* zeros on both sides */
+  int64_t dilation[2];
+  int64_t groups;
+  bool padding_same;  /* torch's padding="same" (stride 1 only; an odd total pads right) */
+  bool padding_valid; /* torch's padding="valid": no padding */
+  bool bias;
+} grove_conv_opts;
+
+/* weight [out, in/groups, (kh,) kw], bias [out] or None.  Only torch's
+ * padding_mode="zeros" exists here. */
+grove_status grove_conv1d_new(int64_t in_channels, int64_t out_channels, const grove_conv_opts *o,
+                              grove_module **out, grove_err *err);
+grove_status grove_conv2d_new(int64_t in_channels, int64_t out_channels, const grove_conv_opts *o,
+                              grove_module **out, grove_err *err);
+/* As grove_batch_norm1d_new, for [N, C, H, W] input. */
+grove_status grove_batch_norm2d_new(int64_t num_features, double eps, double momentum, bool affine,
+                                    bool track_running_stats, grove_module **out, grove_err *err);
+/* Pools take [N, C, H, W] or [C, H, W].  stride NULL means the kernel size
+ * (torch's stride=None); padding NULL means 0, dilation NULL means 1. */
+grove_status grove_max_pool2d_new(const int64_t kernel_size[2], const int64_t stride[2],
+                                  const int64_t padding[2], const int64_t dilation[2],
+                                  bool ceil_mode, grove_module **out, grove_err *err);
+/* divisor_override 0 means None. */
+grove_status grove_avg_pool2d_new(const int64_t kernel_size[2], const int64_t stride[2],
+                                  const int64_t padding[2], bool ceil_mode, bool count_include_pad,
+                                  int64_t divisor_override, grove_module **out, grove_err *err);
+/* output_size[i] == -1 is torch's None: that dim keeps the input's size. */
+grove_status grove_adaptive_avg_pool2d_new(const int64_t output_size[2], grove_module **out,
+                                           grove_err *err);
+
+/* ---------------------------------------------------------- attention */
+
+/* in_proj_weight [3E, E], in_proj_bias [3E] (or None), out_proj (a Linear).
+ * kdim = vdim = embed_dim, no bias_k/bias_v, no zero attention; eval-mode
+ * dropout does nothing and is not an argument.  forward takes query, key and
+ * value (or one tensor for all three) and returns the attention output and
+ * the attention weights averaged over heads. */
+grove_status grove_multihead_attention_new(int64_t embed_dim, int64_t num_heads, bool bias,
+                                           bool batch_first, grove_module **out, grove_err *err);
+
+/* TransformerEncoderLayer's constructor arguments (torch's names).
+ * activation: "relu" (NULL) or "gelu". */
+typedef struct grove_encoder_layer_opts {
+  int64_t d_model, nhead, dim_feedforward;
+  double dropout;
+  const char *activation;
+  double layer_norm_eps;
+  bool batch_first, norm_first;
+} grove_encoder_layer_opts;
+
+/* Children self_attn, linear1, dropout, linear2, norm1, norm2, dropout1,
+ * dropout2, as torch registers them.  o is copied. */
+grove_status grove_transformer_encoder_layer_new(const grove_encoder_layer_opts *o,
+                                                 grove_module **out, grove_err *err);
+/* layers (a ModuleList of num_layers layers built from layer) and, when norm
+ * is not NULL, norm (retained: the caller keeps its own reference). */
+grove_status grove_transformer_encoder_new(const grove_encoder_layer_opts *layer,
+                                           int64_t num_layers, grove_module *norm,
+                                           grove_module **out, grove_err *err);
+
 /* The type of m by torch class name ("Linear"). */
 const char *grove_module_type_name(const grove_module *m);
 

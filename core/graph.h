@@ -1,0 +1,117 @@
+/* graph.h: modules with a custom forward, run from their torch.fx graph
+ * (graph.c), and the arena compaction that graph and the transformer layers
+ * share.  Internal to libgrove (tests may include it).
+ *
+ * A graph module is built from its model.json object in two steps, because
+ * its graph names its children: grove__graph_from_json makes the module with
+ * its own parameters and buffers, spec.c adds the children, and
+ * grove__graph_compile then reads "graph" and resolves every target against
+ * the finished subtree.  A module whose "graph" is null is a holder: it has
+ * state and children but no forward of its own (its forward was traced into
+ * its parent's graph), and calling it is GROVE_E_NOT_CALLABLE. */
+#ifndef GROVE_CORE_GRAPH_H
+#define GROVE_CORE_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "grove/grove.h"
+#include "internal.h"
+
+struct json_t;
+
+/* Builds a graph (or holder) module from obj: "type" is the Python class
+ * name (any identifier; it is the module's type name in messages and in
+ * load_state_dict's "Error(s) in loading state_dict for T"), "parameters" and
+ * "buffers" declare its own tensors.  Keys other than type, graph, children,
+ * parameters, buffers and tied are GROVE_E_SPEC at path.  *out is new. */
+grove_status grove__graph_from_json(const struct json_t *obj, const char *path, grove_module **out,
+                                    grove_err *err);
+
+/* Compiles obj's "graph" into m (made by grove__graph_from_json, children
+ * already added).  path is obj's JSON path and where names the module in
+ * runtime messages ("'blocks.0' (Block)").  GROVE_E_SPEC naming the JSON path
+ * of the node, argument or target that is wrong; GROVE_E_UNSUPPORTED for an
+ * operation or argument Grove knows but does not run (a mask). */
+grove_status grove__graph_compile(grove_module *m, const struct json_t *obj, const char *path,
+                                  const char *where, grove_err *err);
+
+/* Whether m is a graph or holder module. */
+bool grove__is_graph(const grove_module *m);
+
+/* ------------------------------------------------------------ compaction */
+
+/* One block of arena memory a caller wants to keep: [start, start + bytes). */
+typedef struct grove__keep {
+  void *start;
+  size_t bytes;
+  void *moved;          /* set by grove__arena_keep: where the block now starts */
+  grove_arena_mark end; /* set by grove__arena_keep: the arena's top right after it */
+} grove__keep;
+
+/* Forgets every arena allocation made after m except the n blocks in keep,
+ * which are moved down to sit, in order, right above m (their bytes are
+ * copied; keep[i].moved receives the new start, and callers shift their
+ * pointers by moved - start).  The blocks must lie in memory allocated after
+ * m and must not overlap one another.  Used after a node (or a layer) ran:
+ * its scratch and the intermediates that died are given back, so the next
+ * node reuses that memory and the high water is the peak of what is live.
+ * GROVE_E_NOMEM when the arena cannot grow (only for several blocks, which
+ * are staged above the arena's top first). */
+grove_status grove__arena_keep(grove_arena *a, grove_arena_mark m, grove__keep *keep, int n,
+                               grove_err *err);
+
+/* Bytes a (non-negative strided) tensor's elements span from its data
+ * pointer; 0 for an empty tensor. */
+size_t grove__tensor_extent(const grove_tensor *t);
+
+/* ------------------------------------------------------------ operations */
+
+/* graph_ops.c: torch's semantics on float32 tensors of any strides.  Results
+ * are new arena tensors, except the views (reshape of a contiguous input,
+ * permute, transpose, index), which share x's memory.  Errors set f->err
+ * without naming the node (the caller prefixes it). */
+
+enum { GROVE__BIN_ADD, GROVE__BIN_SUB, GROVE__BIN_MUL, GROVE__BIN_DIV };
+
+/* out = a OP b with broadcasting (add, sub: a OP alpha * b).  into, when
+ * not NULL and of the result's shape, receives the result in place (it may be
+ * a itself when nothing else reads a). */
+grove_status grove__op_binary(grove_fwd *f, int op, const grove_tensor *a, const grove_tensor *b,
+                              double alpha, grove_tensor *out, const grove_tensor *into);
+/* torch.matmul, 1-d operands and batch broadcasting included. */
+grove_status grove__op_matmul(grove_fwd *f, const grove_tensor *a, const grove_tensor *b,
+                              grove_tensor *out);
+/* mean or sum over dims (ndims < 0: every dim), keepdim as torch. */
+grove_status grove__op_reduce(grove_fwd *f, bool mean, const grove_tensor *x, const int64_t *dims,
+                              int ndims, bool keepdim, grove_tensor *out);
+/* torch.cat along dim. */
+grove_status grove__op_cat(grove_fwd *f, const grove_tensor *ts, int n, int64_t dim,
+                           grove_tensor *out);
+/* reshape/view with one -1: a view of x when it is contiguous, else of a
+ * contiguous copy. */
+grove_status grove__op_reshape(grove_fwd *f, const grove_tensor *x, const int64_t *shape, int nd,
+                               grove_tensor *out);
+grove_status grove__op_permute(grove_fwd *f, const grove_tensor *x, const int64_t *dims, int nd,
+                               grove_tensor *out);
+grove_status grove__op_transpose(grove_fwd *f, const grove_tensor *x, int64_t d0, int64_t d1,
+                                 grove_tensor *out);
+
+/* One element of a tensor index (x[0, 1:3, None, ...]). */
+enum { GROVE__IX_INT, GROVE__IX_SLICE, GROVE__IX_NONE, GROVE__IX_ELLIPSIS };
+typedef struct grove__index {
+  int kind;
+  int64_t start, stop, step; /* IX_INT: start is the index; IX_SLICE: step >= 1 */
+  bool has_start, has_stop;  /* IX_SLICE: false for a None bound */
+} grove__index;
+
+/* Python's slice.indices(len) for a positive step: first element and count. */
+void grove__slice_indices(int64_t len, const grove__index *ix, int64_t *first, int64_t *count);
+/* x[ix...] (basic indexing: a view). */
+grove_status grove__op_index(grove_fwd *f, const grove_tensor *x, const grove__index *ix, int n,
+                             grove_tensor *out);
+/* Contiguous (float32) copies in the arena; t itself when it already is. */
+grove_status grove__contig(grove_fwd *f, const grove_tensor *t, grove_tensor *out);
+grove_status grove__contig_f32(grove_fwd *f, const grove_tensor *t, grove_tensor *out);
+
+#endif

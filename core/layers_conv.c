@@ -1,0 +1,1052 @@
+/* layers_conv.c: the convolutional layers, eval mode: torch.nn.Conv1d,
+ * Conv2d, BatchNorm2d, MaxPool2d, AvgPool2d and AdaptiveAvgPool2d, with their
+ * constructors and model.json builders.
+ *
+ * Convolution is lowered onto sgemm.  For each group, the input patches are
+ * unrolled into a column matrix (im2col, [K = Cin/groups * kh * kw] rows by
+ * one column per output position, the layout in which a row of the
+ * convolution's weight.view(out, -1) meets its patch) in arena scratch, and
+ * one cblas_sgemm computes W_g [Cout_g, K] x col [K, P] for a run of images
+ * at once, so that late layers with few output positions still make one
+ * product wide enough to keep OpenBLAS busy.  A 1x1 convolution with stride 1
+ * and no padding needs no unrolling: an image is already its column matrix.
+ * The bias (and, when a graph fuses a following BatchNorm2d and ReLU into the
+ * convolution, their per-channel scale, shift and clamp) is applied in the
+ * one pass that moves the product into the NCHW output.  The column scratch
+ * is bounded (COL_BUDGET): images are processed in chunks that fit it.
+ *
+ * Why cblas_sgemm and not the Linear kernel (grove__linear_run): that kernel
+ * wants the patches as rows ([P, K]) and writes [P, Cout], which is NHWC and
+ * costs a transpose on the way in (patch rows gather kw floats at a time) and
+ * one on the way out; measured on bench/models_extra.py's CNN the column
+ * layout through OpenBLAS was faster (see docs/model-spec.md, "Performance
+ * notes").
+ *
+ * Padding is zeros (torch's padding_mode="zeros"; the other modes are refused
+ * by the builders) and may be asymmetric: padding="same" with an even
+ * effective kernel pads one more on the right/bottom, as torch does.
+ *
+ * Every layer here accepts torch's unbatched input too ([C, L] for Conv1d,
+ * [C, H, W] for the 2-d layers, except BatchNorm2d, which torch requires to
+ * be 4-d). */
+#include <cblas.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers_internal.h"
+
+/* Bytes of im2col scratch a convolution takes at most per chunk of images
+ * (at least one image's worth, whatever its size). */
+#define COL_BUDGET ((size_t)4 << 20)
+
+static grove_status make(const grove_module_type *type, void *impl, grove_module **out,
+                         grove_err *err) {
+  grove_module *m = grove_module_new(type, impl, err);
+  if (!m) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
+  *out = m;
+  return GROVE_OK;
+}
+
+static grove_status new_param(grove_module *m, const char *name, bool buffer, int ndim,
+                              const int64_t *shape, grove_dtype dt, float fill, grove_err *err) {
+  grove_tensor *t = grove_tensor_new(dt, ndim, shape, err);
+  if (!t) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
+  if (fill != 0.0f) {
+    float *d = t->data;
+    for (int64_t i = 0, n = grove_tensor_numel(t); i < n; i++) d[i] = fill;
+  }
+  grove_status s = buffer ? grove_module_register_buffer(m, name, t, true, err)
+                          : grove_module_register_parameter(m, name, t, err);
+  grove_tensor_release(t);
+  return s;
+}
+
+static grove_status shape_error(grove_fwd *f, const char *layer, const char *want,
+                                const grove_tensor *x) {
+  char got[128];
+  grove_shape_str(x->ndim, x->shape, got, sizeof got);
+  return grove_err_set(f->err, GROVE_E_SHAPE, "%s: expected %s, got input of shape %s", layer,
+                       want, got);
+}
+
+static grove_status scratch_error(grove_fwd *f, const char *layer) {
+  return grove_err_set(f->err, GROVE_E_NOMEM, "%s: scratch arena is exhausted", layer);
+}
+
+/* ============================================================ convolution */
+
+typedef struct conv_impl {
+  int nd; /* spatial dims: 1 (Conv1d) or 2 (Conv2d) */
+  int64_t cin, cout, groups;
+  /* Per spatial dim, index 0 = H (1-d: unused, kernel 1) and 1 = W. */
+  int64_t k[2], stride[2], dil[2], pad_lo[2], pad_hi[2];
+  int64_t padding[2]; /* as given (for the exporter's round trip) */
+  int pad_kind;       /* 0 numbers, 1 "same", 2 "valid" */
+  bool use_bias;
+  int64_t K; /* cin/groups * kh * kw: one row of weight.view(out, -1) */
+  float *w;  /* [cout, K] float32, copied from the weight in refresh */
+  float *bias;
+  float *ones; /* cout ones: the scale of a plain convolution */
+  float data[];
+} conv_impl;
+
+static grove_status conv_refresh(grove_module *m, grove_err *err) {
+  conv_impl *p = m->impl;
+  const char *T = m->type->name;
+  const grove_tensor *w = grove_module_param(m, "weight");
+  const grove_tensor *b = grove_module_param(m, "bias");
+  if (!w) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: weight is None", T);
+  int64_t want[3] = {p->cout, p->cin / p->groups, p->k[1]};
+  int wnd = 3;
+  if (p->nd == 2) {
+    want[2] = p->k[0];
+    wnd = 4;
+  }
+  bool ok = w->ndim == wnd && w->shape[0] == want[0] && w->shape[1] == want[1] &&
+            w->shape[2] == want[2] && (wnd == 3 || w->shape[3] == p->k[1]);
+  if (!ok) {
+    char got[128], exp[128];
+    int64_t e[4] = {want[0], want[1], p->k[0], p->k[1]};
+    if (p->nd == 1) e[2] = p->k[1];
+    grove_shape_str(w->ndim, w->shape, got, sizeof got);
+    grove_shape_str(wnd, e, exp, sizeof exp);
+    return grove_err_set(err, GROVE_E_SHAPE, "%s: weight has shape %s, expected %s", T, got, exp);
+  }
+  if (b && (b->ndim != 1 || b->shape[0] != p->cout)) {
+    char got[128];
+    grove_shape_str(b->ndim, b->shape, got, sizeof got);
+    return grove_err_set(err, GROVE_E_SHAPE, "%s: bias has shape %s, expected [%lld]", T, got,
+                         (long long)p->cout);
+  }
+  if (!grove_dtype_is_float(w->dtype) || (b && !grove_dtype_is_float(b->dtype)))
+    return grove_err_set(err, GROVE_E_DTYPE, "%s: weight and bias must be floating point", T);
+  grove_status s = grove__copy_f32(p->w, p->cout * p->K, w, T, "weight", err);
+  if (!s && b) s = grove__copy_f32(p->bias, p->cout, b, T, "bias", err);
+  if (s) return s;
+  if (!b) memset(p->bias, 0, (size_t)p->cout * sizeof(float));
+  p->use_bias = b != NULL;
+  return GROVE_OK;
+}
+
+/* Output length of one spatial dim, torch's formula. */
+static int64_t conv_out_len(const conv_impl *p, int d, int64_t in) {
+  int64_t eff = p->dil[d] * (p->k[d] - 1) + 1;
+  int64_t span = in + p->pad_lo[d] + p->pad_hi[d] - eff;
+  return span < 0 ? -1 : span / p->stride[d] + 1;
+}
+
+/* Unrolls the patches of one image's group of channels (x: cin_g planes of
+ * H x W) into col rows ((c, ki, kj) major, matching the weight's layout), one
+ * column per output position, at column offset col0 of rows ldc long. */
+static void im2col(const conv_impl *p, const float *restrict x, int64_t cin_g, int64_t H,
+                   int64_t W, int64_t OH, int64_t OW, float *restrict col, int64_t ldc) {
+  const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
+  const int64_t dh = p->dil[0], dw = p->dil[1], ph = p->pad_lo[0], pw = p->pad_lo[1];
+  for (int64_t c = 0; c < cin_g; c++) {
+    const float *xc = x + c * H * W;
+    for (int64_t ki = 0; ki < kh; ki++) {
+      for (int64_t kj = 0; kj < kw; kj++) {
+        float *row = col + ((c * kh + ki) * kw + kj) * ldc;
+        /* Output columns ow whose input column iw = ow*sw - pw + kj*dw lies
+         * in [0, W): ow in [lo, hi). */
+        const int64_t off = kj * dw - pw;
+        int64_t lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        int64_t hi = W - off <= 0 ? 0 : (W - off + sw - 1) / sw;
+        if (hi > OW) hi = OW;
+        if (lo > hi) lo = hi;
+        for (int64_t oh = 0; oh < OH; oh++) {
+          float *r = row + oh * OW;
+          const int64_t ih = oh * sh - ph + ki * dh;
+          if (ih < 0 || ih >= H) {
+            memset(r, 0, (size_t)OW * sizeof(float));
+            continue;
+          }
+          const float *xr = xc + ih * W + off;
+          for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0.0f;
+          if (sw == 1) {
+            memcpy(r + lo, xr + lo, (size_t)(hi - lo) * sizeof(float));
+          } else {
+            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * sw];
+          }
+          for (int64_t ow = hi; ow < OW; ow++) r[ow] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+/* dst[c][j] = act(src[c][j] * scale[c] + shift[c]) for rows of n floats. */
+static void epilogue(float *dst, int64_t ldd, const float *src, int64_t lds,
+                     int64_t rows, int64_t n, const float *restrict scale,
+                     const float *restrict shift, bool relu) {
+  for (int64_t c = 0; c < rows; c++) {
+    const float a = scale[c], b = shift[c];
+    const float *s = src + c * lds;
+    float *d = dst + c * ldd;
+    if (relu) {
+      for (int64_t j = 0; j < n; j++) {
+        float v = s[j] * a + b;
+        d[j] = v < 0.0f ? 0.0f : v;
+      }
+    } else {
+      for (int64_t j = 0; j < n; j++) d[j] = s[j] * a + b;
+    }
+  }
+}
+
+grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                    grove_values *out, const float *scale, const float *shift,
+                                    bool relu) {
+  const conv_impl *p = m->impl;
+  const char *T = m->type->name;
+  grove_tensor x;
+  grove_status s = grove__layer_input(T, f, in, GROVE_F32, &x);
+  if (s != GROVE_OK) return s;
+  /* Batched [N, C, (H,) W] or unbatched [C, (H,) W]. */
+  const int full = p->nd + 2;
+  bool batched = x.ndim == full;
+  if ((x.ndim != full && x.ndim != full - 1) || x.shape[batched ? 1 : 0] != p->cin) {
+    char want[128];
+    snprintf(want, sizeof want, "a %d-d or %d-d input with %lld channels (%s)", full - 1, full,
+             (long long)p->cin, p->nd == 1 ? "[N, C, L] or [C, L]" : "[N, C, H, W] or [C, H, W]");
+    return shape_error(f, T, want, &x);
+  }
+  const int64_t N = batched ? x.shape[0] : 1;
+  const int64_t H = p->nd == 2 ? x.shape[x.ndim - 2] : 1, W = x.shape[x.ndim - 1];
+  const int64_t OH = conv_out_len(p, 0, H), OW = conv_out_len(p, 1, W);
+  if (OH <= 0 || OW <= 0) {
+    char want[160];
+    snprintf(want, sizeof want,
+             "an input at least as large as the dilated kernel after padding (kernel %lld x "
+             "%lld, dilation %lld x %lld)",
+             (long long)p->k[0], (long long)p->k[1], (long long)p->dil[0], (long long)p->dil[1]);
+    return shape_error(f, T, want, &x);
+  }
+  int64_t oshape[GROVE_MAX_DIMS];
+  int nd = 0;
+  if (batched) oshape[nd++] = N;
+  oshape[nd++] = p->cout;
+  if (p->nd == 2) oshape[nd++] = OH;
+  oshape[nd++] = OW;
+  s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, nd, oshape);
+  if (s != GROVE_OK) return s;
+  out->n = 1;
+  if (N == 0) return GROVE_OK;
+  if (!scale) scale = p->ones;
+  if (!shift) shift = p->bias;
+
+  const int64_t G = p->groups, cin_g = p->cin / G, cout_g = p->cout / G, K = p->K;
+  const int64_t P = OH * OW, HW = H * W;
+  const float *xd = x.data;
+  float *yd = out->v[0].data;
+  const bool direct = p->k[0] == 1 && p->k[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
+                      p->pad_lo[0] == 0 && p->pad_lo[1] == 0 && p->pad_hi[0] == 0 &&
+                      p->pad_hi[1] == 0;
+  if (direct) {
+    /* A 1x1 convolution: each image's group is already [cin_g, P]. */
+    for (int64_t n = 0; n < N; n++) {
+      for (int64_t g = 0; g < G; g++) {
+        float *y = yd + (n * p->cout + g * cout_g) * P;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)cout_g, (blasint)P,
+                    (blasint)K, 1.0f, p->w + g * cout_g * K, (blasint)K,
+                    xd + (n * p->cin + g * cin_g) * HW, (blasint)P, 0.0f, y, (blasint)P);
+        epilogue(y, P, y, P, cout_g, P, scale + g * cout_g, shift + g * cout_g, relu);
+      }
+    }
+    return GROVE_OK;
+  }
+  /* Images per chunk: as many as fit the column budget, at least one. */
+  const size_t per_image = (size_t)K * (size_t)P * sizeof(float);
+  int64_t nb = (int64_t)(COL_BUDGET / (per_image ? per_image : 1));
+  if (nb < 1) nb = 1;
+  if (nb > N) nb = N;
+  float *col = grove_arena_alloc(f->arena, (size_t)nb * per_image);
+  float *tmp = nb > 1 ? grove_arena_alloc(f->arena, (size_t)nb * (size_t)cout_g * (size_t)P *
+                                                        sizeof(float))
+                      : NULL;
+  if (!col || (nb > 1 && !tmp)) return scratch_error(f, T);
+  for (int64_t n0 = 0; n0 < N; n0 += nb) {
+    const int64_t cnt = N - n0 < nb ? N - n0 : nb;
+    const int64_t ldc = cnt * P;
+    for (int64_t g = 0; g < G; g++) {
+      for (int64_t i = 0; i < cnt; i++)
+        im2col(p, xd + ((n0 + i) * p->cin + g * cin_g) * HW, cin_g, H, W, OH, OW, col + i * P,
+               ldc);
+      if (cnt == 1) {
+        float *y = yd + (n0 * p->cout + g * cout_g) * P;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)cout_g, (blasint)P,
+                    (blasint)K, 1.0f, p->w + g * cout_g * K, (blasint)K, col, (blasint)P, 0.0f,
+                    y, (blasint)P);
+        epilogue(y, P, y, P, cout_g, P, scale + g * cout_g, shift + g * cout_g, relu);
+        continue;
+      }
+      /* tmp [cout_g, cnt * P]: image i's block sits at column i * P. */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)cout_g, (blasint)ldc,
+                  (blasint)K, 1.0f, p->w + g * cout_g * K, (blasint)K, col, (blasint)ldc, 0.0f,
+                  tmp, (blasint)ldc);
+      for (int64_t i = 0; i < cnt; i++)
+        epilogue(yd + ((n0 + i) * p->cout + g * cout_g) * P, P, tmp + i * P, ldc, cout_g, P,
+                 scale + g * cout_g, shift + g * cout_g, relu);
+    }
+  }
+  return GROVE_OK;
+}
+
+static grove_status conv_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                 grove_values *out) {
+  return grove__conv_forward_ex(m, f, in, out, NULL, NULL, false);
+}
+
+const grove_module_type grove__conv1d_type = {
+    .name = "Conv1d",
+    .forward = conv_forward,
+    .refresh = conv_refresh,
+};
+const grove_module_type grove__conv2d_type = {
+    .name = "Conv2d",
+    .forward = conv_forward,
+    .refresh = conv_refresh,
+};
+
+int64_t grove__conv_out_channels(const grove_module *m) {
+  return ((const conv_impl *)m->impl)->cout;
+}
+
+const float *grove__conv_bias(const grove_module *m) { return ((const conv_impl *)m->impl)->bias; }
+
+static grove_status conv_new(int nd, int64_t cin, int64_t cout, const grove_conv_opts *o,
+                             grove_module **out, grove_err *err) {
+  *out = NULL;
+  const char *T = nd == 1 ? "Conv1d" : "Conv2d";
+  if (!o) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: no options", T);
+  int64_t groups = o->groups ? o->groups : 1;
+  if (cin <= 0 || cout <= 0 || groups <= 0)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: in_channels, out_channels and groups must be positive, got %lld, "
+                         "%lld and %lld",
+                         T, (long long)cin, (long long)cout, (long long)groups);
+  if (cin % groups) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: in_channels must be divisible by groups", T);
+  if (cout % groups)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: out_channels must be divisible by groups", T);
+  int64_t k[2], st[2], dl[2], pd[2];
+  for (int d = 0; d < 2; d++) {
+    /* 1-d layers use index 0 of the options for their one dim (W). */
+    int src = nd == 1 ? 0 : d;
+    bool used = nd == 2 || d == 1;
+    k[d] = used ? o->kernel_size[src] : 1;
+    st[d] = used ? (o->stride[src] ? o->stride[src] : 1) : 1;
+    dl[d] = used ? (o->dilation[src] ? o->dilation[src] : 1) : 1;
+    pd[d] = used ? o->padding[src] : 0;
+    if (k[d] <= 0 || st[d] <= 0 || dl[d] <= 0 || pd[d] < 0 || k[d] > (1 << 20) ||
+        st[d] > (1 << 20) || dl[d] > (1 << 20) || pd[d] > (1 << 20))
+      return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                           "%s: kernel_size, stride and dilation must be positive and padding "
+                           "non-negative (and each at most 2^20)",
+                           T);
+  }
+  if (o->padding_same && (st[0] != 1 || st[1] != 1))
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: padding='same' is not supported for strided convolutions", T);
+  uint64_t K, nw;
+  if (grove__mul_overflow_u64((uint64_t)(cin / groups), (uint64_t)(k[0] * k[1]), &K) ||
+      grove__mul_overflow_u64(K, (uint64_t)cout, &nw) || nw > ((uint64_t)1 << 40))
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: the weight is too large", T);
+  conv_impl *p = calloc(1, sizeof *p + ((size_t)nw + 3 * (size_t)cout) * sizeof(float));
+  if (!p) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+  p->nd = nd;
+  p->cin = cin;
+  p->cout = cout;
+  p->groups = groups;
+  p->K = (int64_t)K;
+  p->pad_kind = o->padding_same ? 1 : o->padding_valid ? 2 : 0;
+  for (int d = 0; d < 2; d++) {
+    p->k[d] = k[d];
+    p->stride[d] = st[d];
+    p->dil[d] = dl[d];
+    p->padding[d] = pd[d];
+    if (o->padding_same) {
+      /* torch's _conv_forward: total = dilation * (kernel - 1), the odd one
+       * out on the right. */
+      int64_t total = dl[d] * (k[d] - 1);
+      p->pad_lo[d] = total / 2;
+      p->pad_hi[d] = total - total / 2;
+    } else if (o->padding_valid) {
+      p->pad_lo[d] = p->pad_hi[d] = 0;
+    } else {
+      p->pad_lo[d] = p->pad_hi[d] = pd[d];
+    }
+  }
+  p->w = p->data;
+  p->bias = p->w + nw;
+  p->ones = p->bias + cout;
+  for (int64_t c = 0; c < cout; c++) p->ones[c] = 1.0f;
+  grove_module *m = NULL;
+  grove_status s = make(nd == 1 ? &grove__conv1d_type : &grove__conv2d_type, p, &m, err);
+  if (s) return s;
+  int64_t wshape[4] = {cout, cin / groups, k[0], k[1]};
+  if (nd == 1) wshape[2] = k[1];
+  s = new_param(m, "weight", false, nd + 2, wshape, GROVE_F32, 0.0f, err);
+  if (!s) {
+    if (o->bias)
+      s = new_param(m, "bias", false, 1, &cout, GROVE_F32, 0.0f, err);
+    else
+      s = grove_module_register_parameter(m, "bias", NULL, err);
+  }
+  if (!s) s = conv_refresh(m, err);
+  if (s) {
+    grove_module_release(m);
+    return s;
+  }
+  *out = m;
+  return GROVE_OK;
+}
+
+grove_status grove_conv1d_new(int64_t in_channels, int64_t out_channels, const grove_conv_opts *o,
+                              grove_module **out, grove_err *err) {
+  return conv_new(1, in_channels, out_channels, o, out, err);
+}
+grove_status grove_conv2d_new(int64_t in_channels, int64_t out_channels, const grove_conv_opts *o,
+                              grove_module **out, grove_err *err) {
+  return conv_new(2, in_channels, out_channels, o, out, err);
+}
+
+/* ------------------------------------------------------------ model.json */
+
+/* torch's `int or tuple`: one integer in [min, max] for every dim, or an
+ * array of exactly nd of them.  Absent: dflt for every dim (dflt < min
+ * means required). */
+static grove_status json_ints(const json_t *obj, const char *path, const char *type,
+                              const char *key, int nd, int64_t dflt, int64_t min, int64_t max,
+                              int64_t *out, grove_err *err) {
+  const json_t *v = json_object_get(obj, key);
+  if (!v) {
+    if (dflt < min)
+      return grove_err_set(err, GROVE_E_SPEC, "%s.%s: missing required argument of %s", path, key,
+                           type);
+    for (int d = 0; d < nd; d++) out[d] = dflt;
+    return GROVE_OK;
+  }
+  if (json_is_integer(v)) {
+    int64_t x;
+    grove_status s = grove__json_int(obj, path, type, key, true, 0, min, max, &x, err);
+    for (int d = 0; d < nd; d++) out[d] = x;
+    return s;
+  }
+  if (!json_is_array(v) || json_array_size(v) != (size_t)nd ||
+      !json_is_integer(json_array_get(v, 0)) ||
+      (nd == 2 && !json_is_integer(json_array_get(v, 1))) ||
+      json_integer_value(json_array_get(v, 0)) < min ||
+      json_integer_value(json_array_get(v, 0)) > max ||
+      (nd == 2 && (json_integer_value(json_array_get(v, 1)) < min ||
+                   json_integer_value(json_array_get(v, 1)) > max)))
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%s.%s: expected an integer in [%lld, %lld] or a list of %d of them", path,
+                         key, (long long)min, (long long)max, nd);
+  for (int d = 0; d < nd; d++) out[d] = (int64_t)json_integer_value(json_array_get(v, (size_t)d));
+  return GROVE_OK;
+}
+
+#define BIG (1 << 20)
+
+static grove_status conv_from_json(int nd, const json_t *obj, const char *path, grove_module **out,
+                                   grove_err *err) {
+  static const char *const keys[] = {"in_channels", "out_channels", "kernel_size", "stride",
+                                     "padding",     "dilation",     "groups",      "bias",
+                                     "padding_mode", NULL};
+  static const char *const modes[] = {"zeros", "reflect", "replicate", "circular", NULL};
+  const char *T = nd == 1 ? "Conv1d" : "Conv2d";
+  int64_t cin, cout, groups;
+  grove_conv_opts o = {0};
+  int mode = 0;
+  grove_status s = grove__json_check_keys(obj, path, T, keys, err);
+  if (!s) s = grove__json_int(obj, path, T, "in_channels", true, 0, 1, INT32_MAX, &cin, err);
+  if (!s) s = grove__json_int(obj, path, T, "out_channels", true, 0, 1, INT32_MAX, &cout, err);
+  if (!s) s = json_ints(obj, path, T, "kernel_size", nd, 0, 1, BIG, o.kernel_size, err);
+  if (!s) s = json_ints(obj, path, T, "stride", nd, 1, 1, BIG, o.stride, err);
+  if (!s) s = json_ints(obj, path, T, "dilation", nd, 1, 1, BIG, o.dilation, err);
+  if (!s) s = grove__json_int(obj, path, T, "groups", false, 1, 1, INT32_MAX, &groups, err);
+  if (!s) s = grove__json_bool(obj, path, T, "bias", true, &o.bias, err);
+  if (!s) s = grove__json_choice(obj, path, T, "padding_mode", 0, modes, &mode, err);
+  if (s) return s;
+  const json_t *pad = json_object_get(obj, "padding");
+  if (json_is_string(pad)) {
+    static const char *const pads[] = {"same", "valid", NULL};
+    int which;
+    s = grove__json_choice(obj, path, T, "padding", 0, pads, &which, err);
+    if (s) return s;
+    o.padding_same = which == 0;
+    o.padding_valid = which == 1;
+  } else {
+    s = json_ints(obj, path, T, "padding", nd, 0, 0, BIG, o.padding, err);
+    if (s) return s;
+  }
+  if (mode != 0)
+    return grove__json_unsupported(path, "padding_mode",
+                                   "only padding_mode=\"zeros\" is supported", err);
+  o.groups = groups;
+  if (cin % groups || cout % groups)
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%s.groups: in_channels (%lld) and out_channels (%lld) must both be "
+                         "divisible by groups (%lld)",
+                         path, (long long)cin, (long long)cout, (long long)groups);
+  return grove__json_built(path,
+                           nd == 1 ? grove_conv1d_new(cin, cout, &o, out, err)
+                                   : grove_conv2d_new(cin, cout, &o, out, err),
+                           err);
+}
+
+grove_status grove__conv1d_from_json(const json_t *obj, const char *path, grove_module **out,
+                                     grove_err *err) {
+  return conv_from_json(1, obj, path, out, err);
+}
+grove_status grove__conv2d_from_json(const json_t *obj, const char *path, grove_module **out,
+                                     grove_err *err) {
+  return conv_from_json(2, obj, path, out, err);
+}
+
+/* ============================================================ BatchNorm2d */
+
+typedef struct bn2d_impl {
+  int64_t C;
+  double eps, momentum;
+  bool affine, track_running_stats;
+  bool use_running;
+  float *scale, *shift; /* folded running statistics */
+  float *weight, *bias; /* 1 and 0 when None */
+  float data[];
+} bn2d_impl;
+
+static grove_status bn2d_refresh(grove_module *m, grove_err *err) {
+  bn2d_impl *p = m->impl;
+  const int64_t C = p->C;
+  const grove_tensor *all[4] = {grove_module_param(m, "weight"), grove_module_param(m, "bias"),
+                                grove_module_buffer(m, "running_mean"),
+                                grove_module_buffer(m, "running_var")};
+  static const char *const names[4] = {"weight", "bias", "running_mean", "running_var"};
+  if (!all[2] != !all[3])
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "BatchNorm2d: running_mean and running_var must both be tensors or both "
+                         "be None");
+  for (int i = 0; i < 4; i++) {
+    if (!all[i]) continue;
+    if (all[i]->ndim != 1 || all[i]->shape[0] != C) {
+      char got[128];
+      grove_shape_str(all[i]->ndim, all[i]->shape, got, sizeof got);
+      return grove_err_set(err, GROVE_E_SHAPE, "BatchNorm2d: %s has shape %s, expected [%lld]",
+                           names[i], got, (long long)C);
+    }
+    if (!grove_dtype_is_float(all[i]->dtype))
+      return grove_err_set(err, GROVE_E_DTYPE, "BatchNorm2d: %s is %s, expected floating point",
+                           names[i], grove_dtype_name(all[i]->dtype));
+  }
+  grove_status s = GROVE_OK;
+  if (all[0])
+    s = grove__copy_f32(p->weight, C, all[0], "BatchNorm2d", "weight", err);
+  else
+    for (int64_t c = 0; c < C; c++) p->weight[c] = 1.0f;
+  if (!s && all[1])
+    s = grove__copy_f32(p->bias, C, all[1], "BatchNorm2d", "bias", err);
+  else if (!s)
+    memset(p->bias, 0, (size_t)C * sizeof(float));
+  if (s) return s;
+  p->use_running = all[2] != NULL;
+  if (!p->use_running) return GROVE_OK;
+  s = grove__copy_f32(p->scale, C, all[2], "BatchNorm2d", "running_mean", err);
+  if (!s) s = grove__copy_f32(p->shift, C, all[3], "BatchNorm2d", "running_var", err);
+  if (s) return s;
+  for (int64_t c = 0; c < C; c++) {
+    double mean = p->scale[c], var = p->shift[c];
+    double a = (double)p->weight[c] / sqrt(var + p->eps);
+    p->scale[c] = (float)a;
+    p->shift[c] = (float)((double)p->bias[c] - mean * a);
+  }
+  return GROVE_OK;
+}
+
+bool grove__bn2d_affine(const grove_module *m, const float **scale, const float **shift) {
+  const bn2d_impl *p = m->impl;
+  if (m->type != &grove__batch_norm2d_type || !p->use_running || m->training) return false;
+  *scale = p->scale;
+  *shift = p->shift;
+  return true;
+}
+
+int64_t grove__bn2d_channels(const grove_module *m) { return ((const bn2d_impl *)m->impl)->C; }
+
+static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                 grove_values *out) {
+  const bn2d_impl *p = m->impl;
+  if (m->training)
+    return grove_err_set(f->err, GROVE_E_UNSUPPORTED,
+                         "BatchNorm2d: training-mode forward is not available on a serving tree");
+  grove_tensor x;
+  grove_status s = grove__layer_input("BatchNorm2d", f, in, GROVE_F32, &x);
+  if (s != GROVE_OK) return s;
+  const int64_t C = p->C;
+  if (x.ndim != 4 || x.shape[1] != C) {
+    char want[96];
+    snprintf(want, sizeof want, "a 4-d input [N, %lld, H, W] (num_features = %lld)", (long long)C,
+             (long long)C);
+    return shape_error(f, "BatchNorm2d", want, &x);
+  }
+  const int64_t N = x.shape[0], L = x.shape[2] * x.shape[3];
+  s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, 4, x.shape);
+  if (s != GROVE_OK) return s;
+  out->n = 1;
+  if (N * L == 0) return GROVE_OK;
+  const float *a = p->scale, *b = p->shift;
+  if (!p->use_running) {
+    /* Batch statistics, as torch does in eval without running stats. */
+    if (N * L == 1)
+      return shape_error(f, "BatchNorm2d",
+                         "more than 1 value per channel to compute batch statistics "
+                         "(track_running_stats=False)",
+                         &x);
+    double *st = grove_arena_alloc(f->arena, (size_t)C * 2 * sizeof(double));
+    float *ab = grove_arena_alloc(f->arena, (size_t)C * 2 * sizeof(float));
+    if (!st || !ab) return scratch_error(f, "BatchNorm2d");
+    const float *xd = x.data;
+    for (int64_t c = 0; c < C; c++) {
+      double sum = 0, sq = 0;
+      for (int64_t n = 0; n < N; n++) {
+        const float *r = xd + (n * C + c) * L;
+        for (int64_t l = 0; l < L; l++) sum += r[l];
+      }
+      const double mean = sum / (double)(N * L);
+      for (int64_t n = 0; n < N; n++) {
+        const float *r = xd + (n * C + c) * L;
+        for (int64_t l = 0; l < L; l++) {
+          double d = r[l] - mean;
+          sq += d * d;
+        }
+      }
+      double ac = p->weight[c] / sqrt(sq / (double)(N * L) + p->eps);
+      ab[c] = (float)ac;
+      ab[C + c] = (float)(p->bias[c] - mean * ac);
+    }
+    a = ab;
+    b = ab + C;
+  }
+  const float *xd = x.data;
+  float *yd = out->v[0].data;
+  for (int64_t n = 0; n < N; n++)
+    epilogue(yd + n * C * L, L, xd + n * C * L, L, C, L, a, b, false);
+  return GROVE_OK;
+}
+
+/* torch's _NormBase._load_from_state_dict: a checkpoint from before version
+ * 2 (every safetensors file: no metadata) may lack num_batches_tracked. */
+static grove_status bn2d_load_fixup(grove_module *m, grove_state_dict *sd, const char *prefix,
+                                    int version, grove_err *err) {
+  const bn2d_impl *p = m->impl;
+  if (version >= 2 || !p->track_running_stats) return GROVE_OK;
+  char key[4096];
+  snprintf(key, sizeof key, "%snum_batches_tracked", prefix ? prefix : "");
+  if (grove_sd_contains(sd, key)) return GROVE_OK;
+  grove_tensor *t = grove_tensor_new(GROVE_I64, 0, NULL, err);
+  if (!t) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
+  grove_status s = grove_sd_set(sd, key, t, err);
+  grove_tensor_release(t);
+  return s;
+}
+
+const grove_module_type grove__batch_norm2d_type = {
+    .name = "BatchNorm2d",
+    .forward = bn2d_forward,
+    .refresh = bn2d_refresh,
+    .load_fixup = bn2d_load_fixup,
+    .version = 2,
+};
+
+grove_status grove_batch_norm2d_new(int64_t num_features, double eps, double momentum, bool affine,
+                                    bool track_running_stats, grove_module **out, grove_err *err) {
+  *out = NULL;
+  if (num_features <= 0 || num_features > INT32_MAX)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "BatchNorm2d: num_features %lld is %s",
+                         (long long)num_features, num_features <= 0 ? "not positive" : "too large");
+  if (!(eps >= 0.0) || isinf(eps))
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "BatchNorm2d: eps must be a finite non-negative number, got %g", eps);
+  const int64_t C = num_features;
+  bn2d_impl *p = calloc(1, sizeof *p + 4 * (size_t)C * sizeof(float));
+  if (!p) return grove_err_set(err, GROVE_E_NOMEM, "BatchNorm2d: out of memory");
+  p->C = C;
+  p->eps = eps;
+  p->momentum = momentum;
+  p->affine = affine;
+  p->track_running_stats = track_running_stats;
+  p->scale = p->data;
+  p->shift = p->data + C;
+  p->weight = p->data + 2 * C;
+  p->bias = p->data + 3 * C;
+  grove_module *m = NULL;
+  grove_status s = make(&grove__batch_norm2d_type, p, &m, err);
+  if (s) return s;
+  if (affine) {
+    s = new_param(m, "weight", false, 1, &C, GROVE_F32, 1.0f, err);
+    if (!s) s = new_param(m, "bias", false, 1, &C, GROVE_F32, 0.0f, err);
+  } else {
+    s = grove_module_register_parameter(m, "weight", NULL, err);
+    if (!s) s = grove_module_register_parameter(m, "bias", NULL, err);
+  }
+  if (!s && track_running_stats) {
+    s = new_param(m, "running_mean", true, 1, &C, GROVE_F32, 0.0f, err);
+    if (!s) s = new_param(m, "running_var", true, 1, &C, GROVE_F32, 1.0f, err);
+    if (!s) s = new_param(m, "num_batches_tracked", true, 0, NULL, GROVE_I64, 0.0f, err);
+  } else if (!s) {
+    s = grove_module_register_buffer(m, "running_mean", NULL, true, err);
+    if (!s) s = grove_module_register_buffer(m, "running_var", NULL, true, err);
+    if (!s) s = grove_module_register_buffer(m, "num_batches_tracked", NULL, true, err);
+  }
+  if (!s) s = bn2d_refresh(m, err);
+  if (s) {
+    grove_module_release(m);
+    return s;
+  }
+  *out = m;
+  return GROVE_OK;
+}
+
+grove_status grove__batch_norm2d_from_json(const json_t *obj, const char *path, grove_module **out,
+                                           grove_err *err) {
+  static const char *const keys[] = {"num_features",        "eps", "momentum", "affine",
+                                     "track_running_stats", NULL};
+  const char *T = "BatchNorm2d";
+  int64_t C;
+  double eps, momentum;
+  bool momentum_null, affine, track;
+  grove_status s = grove__json_check_keys(obj, path, T, keys, err);
+  if (!s) s = grove__json_int(obj, path, T, "num_features", true, 0, 1, INT32_MAX, &C, err);
+  if (!s) s = grove__json_number(obj, path, T, "eps", 1e-5, 0.0, INFINITY, &eps, err);
+  if (!s)
+    s = grove__json_number_or_null(obj, path, T, "momentum", false, 0.1, -INFINITY, INFINITY,
+                                   &momentum, &momentum_null, err);
+  if (!s) s = grove__json_bool(obj, path, T, "affine", true, &affine, err);
+  if (!s) s = grove__json_bool(obj, path, T, "track_running_stats", true, &track, err);
+  if (s) return s;
+  return grove__json_built(
+      path, grove_batch_norm2d_new(C, eps, momentum_null ? NAN : momentum, affine, track, out, err),
+      err);
+}
+
+/* ============================================================ pooling */
+
+enum { POOL_MAX, POOL_AVG, POOL_ADAPTIVE };
+
+typedef struct pool_impl {
+  int kind;
+  int64_t k[2], stride[2], pad[2], dil[2];
+  bool ceil_mode, count_include_pad;
+  int64_t divisor; /* 0: None */
+  int64_t osize[2]; /* adaptive: -1 = the input's size */
+} pool_impl;
+
+/* torch's pooling_output_shape. */
+static int64_t pool_out_len(const pool_impl *p, int d, int64_t in) {
+  int64_t eff = p->dil[d] * (p->k[d] - 1) + 1;
+  int64_t num = in + 2 * p->pad[d] - eff + (p->ceil_mode ? p->stride[d] - 1 : 0);
+  if (num < 0) return 0;
+  int64_t o = num / p->stride[d] + 1;
+  if (p->ceil_mode && (o - 1) * p->stride[d] >= in + p->pad[d]) o--;
+  return o;
+}
+
+static void max_plane(const pool_impl *p, const float *restrict x, int64_t H, int64_t W,
+                      float *restrict y, int64_t OH, int64_t OW) {
+  for (int64_t oh = 0; oh < OH; oh++) {
+    const int64_t h0 = oh * p->stride[0] - p->pad[0];
+    for (int64_t ow = 0; ow < OW; ow++) {
+      const int64_t w0 = ow * p->stride[1] - p->pad[1];
+      float best = -INFINITY;
+      for (int64_t i = 0; i < p->k[0]; i++) {
+        const int64_t ih = h0 + i * p->dil[0];
+        if (ih < 0 || ih >= H) continue;
+        const float *r = x + ih * W;
+        for (int64_t j = 0; j < p->k[1]; j++) {
+          const int64_t iw = w0 + j * p->dil[1];
+          if (iw < 0 || iw >= W) continue;
+          const float v = r[iw];
+          /* NaN wins, as in torch. */
+          if (v > best || isnan(v)) best = v;
+        }
+      }
+      y[oh * OW + ow] = best;
+    }
+  }
+}
+
+/* torch's avg_pool2d: the divisor counts the padded window (clipped to the
+ * padded input) unless count_include_pad is false. */
+static void avg_plane(const pool_impl *p, const float *restrict x, int64_t H, int64_t W,
+                      float *restrict y, int64_t OH, int64_t OW) {
+  for (int64_t oh = 0; oh < OH; oh++) {
+    int64_t hs = oh * p->stride[0] - p->pad[0];
+    int64_t he = hs + p->k[0] < H + p->pad[0] ? hs + p->k[0] : H + p->pad[0];
+    const int64_t hpool = he - hs;
+    if (hs < 0) hs = 0;
+    if (he > H) he = H;
+    for (int64_t ow = 0; ow < OW; ow++) {
+      int64_t ws = ow * p->stride[1] - p->pad[1];
+      int64_t we = ws + p->k[1] < W + p->pad[1] ? ws + p->k[1] : W + p->pad[1];
+      const int64_t pool = hpool * (we - ws);
+      if (ws < 0) ws = 0;
+      if (we > W) we = W;
+      if (hs >= he || ws >= we) {
+        y[oh * OW + ow] = 0.0f;
+        continue;
+      }
+      double sum = 0;
+      for (int64_t ih = hs; ih < he; ih++)
+        for (int64_t iw = ws; iw < we; iw++) sum += x[ih * W + iw];
+      const int64_t div = p->divisor ? p->divisor
+                          : p->count_include_pad ? pool
+                                                 : (he - hs) * (we - ws);
+      y[oh * OW + ow] = (float)(sum / (double)div);
+    }
+  }
+}
+
+static void adaptive_plane(const float *restrict x, int64_t H, int64_t W, float *restrict y,
+                           int64_t OH, int64_t OW) {
+  for (int64_t oh = 0; oh < OH; oh++) {
+    const int64_t hs = oh * H / OH, he = ((oh + 1) * H + OH - 1) / OH;
+    for (int64_t ow = 0; ow < OW; ow++) {
+      const int64_t ws = ow * W / OW, we = ((ow + 1) * W + OW - 1) / OW;
+      double sum = 0;
+      for (int64_t ih = hs; ih < he; ih++)
+        for (int64_t iw = ws; iw < we; iw++) sum += x[ih * W + iw];
+      y[oh * OW + ow] = (float)(sum / (double)((he - hs) * (we - ws)));
+    }
+  }
+}
+
+static grove_status pool_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                 grove_values *out) {
+  const pool_impl *p = m->impl;
+  const char *T = m->type->name;
+  grove_tensor x;
+  grove_status s = grove__layer_input(T, f, in, GROVE_F32, &x);
+  if (s != GROVE_OK) return s;
+  if (x.ndim != 3 && x.ndim != 4) return shape_error(f, T, "a 3-d or 4-d input ([C, H, W] or [N, C, H, W])", &x);
+  const int64_t H = x.shape[x.ndim - 2], W = x.shape[x.ndim - 1];
+  const int64_t planes = H * W > 0 ? grove_tensor_numel(&x) / (H * W) : 0;
+  int64_t OH, OW;
+  if (p->kind == POOL_ADAPTIVE) {
+    OH = p->osize[0] < 0 ? H : p->osize[0];
+    OW = p->osize[1] < 0 ? W : p->osize[1];
+    if ((H == 0 || W == 0) && OH * OW > 0)
+      return shape_error(f, T, "non-empty spatial dimensions", &x);
+  } else {
+    OH = pool_out_len(p, 0, H);
+    OW = pool_out_len(p, 1, W);
+    if (OH <= 0 || OW <= 0) {
+      char want[128];
+      snprintf(want, sizeof want, "an input whose pooled size is positive (kernel %lld x %lld)",
+               (long long)p->k[0], (long long)p->k[1]);
+      return shape_error(f, T, want, &x);
+    }
+  }
+  int64_t oshape[4];
+  memcpy(oshape, x.shape, sizeof oshape);
+  oshape[x.ndim - 2] = OH;
+  oshape[x.ndim - 1] = OW;
+  s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, x.ndim, oshape);
+  if (s != GROVE_OK) return s;
+  out->n = 1;
+  if (H * W == 0) return GROVE_OK;
+  const float *xd = x.data;
+  float *yd = out->v[0].data;
+  for (int64_t c = 0; c < planes; c++) {
+    const float *xp = xd + c * H * W;
+    float *yp = yd + c * OH * OW;
+    if (p->kind == POOL_MAX)
+      max_plane(p, xp, H, W, yp, OH, OW);
+    else if (p->kind == POOL_AVG)
+      avg_plane(p, xp, H, W, yp, OH, OW);
+    else
+      adaptive_plane(xp, H, W, yp, OH, OW);
+  }
+  return GROVE_OK;
+}
+
+const grove_module_type grove__max_pool2d_type = {.name = "MaxPool2d", .forward = pool_forward};
+const grove_module_type grove__avg_pool2d_type = {.name = "AvgPool2d", .forward = pool_forward};
+const grove_module_type grove__adaptive_avg_pool2d_type = {.name = "AdaptiveAvgPool2d",
+                                                           .forward = pool_forward};
+
+static grove_status pool_check(const char *T, const pool_impl *p, grove_err *err) {
+  for (int d = 0; d < 2; d++) {
+    if (p->k[d] <= 0 || p->stride[d] <= 0 || p->dil[d] <= 0 || p->pad[d] < 0 ||
+        p->k[d] > BIG || p->stride[d] > BIG || p->dil[d] > BIG)
+      return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                           "%s: kernel_size, stride and dilation must be positive and padding "
+                           "non-negative",
+                           T);
+    /* torch: "pad should be at most half of effective kernel size". */
+    if (p->pad[d] > (p->dil[d] * (p->k[d] - 1) + 1) / 2)
+      return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                           "%s: pad should be at most half of effective kernel size, but got "
+                           "pad=%lld and kernel_size=%lld",
+                           T, (long long)p->pad[d], (long long)p->k[d]);
+  }
+  return GROVE_OK;
+}
+
+grove_status grove_max_pool2d_new(const int64_t kernel_size[2], const int64_t stride[2],
+                                  const int64_t padding[2], const int64_t dilation[2],
+                                  bool ceil_mode, grove_module **out, grove_err *err) {
+  *out = NULL;
+  pool_impl *p = calloc(1, sizeof *p);
+  if (!p) return grove_err_set(err, GROVE_E_NOMEM, "MaxPool2d: out of memory");
+  p->kind = POOL_MAX;
+  for (int d = 0; d < 2; d++) {
+    p->k[d] = kernel_size[d];
+    p->stride[d] = stride ? stride[d] : kernel_size[d];
+    p->pad[d] = padding ? padding[d] : 0;
+    p->dil[d] = dilation ? dilation[d] : 1;
+  }
+  p->ceil_mode = ceil_mode;
+  grove_status s = pool_check("MaxPool2d", p, err);
+  if (s) {
+    free(p);
+    return s;
+  }
+  return make(&grove__max_pool2d_type, p, out, err);
+}
+
+grove_status grove_avg_pool2d_new(const int64_t kernel_size[2], const int64_t stride[2],
+                                  const int64_t padding[2], bool ceil_mode, bool count_include_pad,
+                                  int64_t divisor_override, grove_module **out, grove_err *err) {
+  *out = NULL;
+  if (divisor_override < 0 || divisor_override > INT32_MAX)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "AvgPool2d: divisor_override must be positive or None");
+  pool_impl *p = calloc(1, sizeof *p);
+  if (!p) return grove_err_set(err, GROVE_E_NOMEM, "AvgPool2d: out of memory");
+  p->kind = POOL_AVG;
+  for (int d = 0; d < 2; d++) {
+    p->k[d] = kernel_size[d];
+    p->stride[d] = stride ? stride[d] : kernel_size[d];
+    p->pad[d] = padding ? padding[d] : 0;
+    p->dil[d] = 1;
+  }
+  p->ceil_mode = ceil_mode;
+  p->count_include_pad = count_include_pad;
+  p->divisor = divisor_override;
+  grove_status s = pool_check("AvgPool2d", p, err);
+  if (s) {
+    free(p);
+    return s;
+  }
+  return make(&grove__avg_pool2d_type, p, out, err);
+}
+
+grove_status grove_adaptive_avg_pool2d_new(const int64_t output_size[2], grove_module **out,
+                                           grove_err *err) {
+  *out = NULL;
+  for (int d = 0; d < 2; d++)
+    if (output_size[d] < -1 || output_size[d] == 0 || output_size[d] > BIG)
+      return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                           "AdaptiveAvgPool2d: output_size must be positive or None");
+  pool_impl *p = calloc(1, sizeof *p);
+  if (!p) return grove_err_set(err, GROVE_E_NOMEM, "AdaptiveAvgPool2d: out of memory");
+  p->kind = POOL_ADAPTIVE;
+  p->osize[0] = output_size[0];
+  p->osize[1] = output_size[1];
+  p->k[0] = p->k[1] = p->stride[0] = p->stride[1] = p->dil[0] = p->dil[1] = 1;
+  return make(&grove__adaptive_avg_pool2d_type, p, out, err);
+}
+
+/* torch's stride=None (or absent): the kernel size. */
+static grove_status pool_stride(const json_t *obj, const char *path, const char *T,
+                                const int64_t k[2], int64_t st[2], grove_err *err) {
+  const json_t *v = json_object_get(obj, "stride");
+  if (!v || json_is_null(v)) {
+    st[0] = k[0];
+    st[1] = k[1];
+    return GROVE_OK;
+  }
+  return json_ints(obj, path, T, "stride", 2, 0, 1, BIG, st, err);
+}
+
+grove_status grove__max_pool2d_from_json(const json_t *obj, const char *path, grove_module **out,
+                                         grove_err *err) {
+  static const char *const keys[] = {"kernel_size", "stride",         "padding", "dilation",
+                                     "return_indices", "ceil_mode", NULL};
+  const char *T = "MaxPool2d";
+  int64_t k[2], st[2], pd[2], dl[2];
+  bool ri, ceil;
+  grove_status s = grove__json_check_keys(obj, path, T, keys, err);
+  if (!s) s = json_ints(obj, path, T, "kernel_size", 2, 0, 1, BIG, k, err);
+  if (!s) s = pool_stride(obj, path, T, k, st, err);
+  if (!s) s = json_ints(obj, path, T, "padding", 2, 0, 0, BIG, pd, err);
+  if (!s) s = json_ints(obj, path, T, "dilation", 2, 1, 1, BIG, dl, err);
+  if (!s) s = grove__json_bool(obj, path, T, "return_indices", false, &ri, err);
+  if (!s) s = grove__json_bool(obj, path, T, "ceil_mode", false, &ceil, err);
+  if (s) return s;
+  if (ri)
+    return grove__json_unsupported(path, "return_indices",
+                                   "MaxPool2d(return_indices=True) returns a tuple of values and "
+                                   "indices; Grove serves the values only",
+                                   err);
+  return grove__json_built(path, grove_max_pool2d_new(k, st, pd, dl, ceil, out, err), err);
+}
+
+grove_status grove__avg_pool2d_from_json(const json_t *obj, const char *path, grove_module **out,
+                                         grove_err *err) {
+  static const char *const keys[] = {"kernel_size",       "stride",           "padding",
+                                     "ceil_mode",         "count_include_pad", "divisor_override",
+                                     NULL};
+  const char *T = "AvgPool2d";
+  int64_t k[2], st[2], pd[2], div;
+  bool ceil, cip, div_null;
+  grove_status s = grove__json_check_keys(obj, path, T, keys, err);
+  if (!s) s = json_ints(obj, path, T, "kernel_size", 2, 0, 1, BIG, k, err);
+  if (!s) s = pool_stride(obj, path, T, k, st, err);
+  if (!s) s = json_ints(obj, path, T, "padding", 2, 0, 0, BIG, pd, err);
+  if (!s) s = grove__json_bool(obj, path, T, "ceil_mode", false, &ceil, err);
+  if (!s) s = grove__json_bool(obj, path, T, "count_include_pad", true, &cip, err);
+  if (!s)
+    s = grove__json_int_or_null(obj, path, T, "divisor_override", true, 0, 1, INT32_MAX, &div,
+                                &div_null, err);
+  if (s) return s;
+  return grove__json_built(
+      path, grove_avg_pool2d_new(k, st, pd, ceil, cip, div_null ? 0 : div, out, err), err);
+}
+
+grove_status grove__adaptive_avg_pool2d_from_json(const json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err) {
+  static const char *const keys[] = {"output_size", NULL};
+  const char *T = "AdaptiveAvgPool2d";
+  grove_status s = grove__json_check_keys(obj, path, T, keys, err);
+  if (s) return s;
+  const json_t *v = json_object_get(obj, "output_size");
+  int64_t os[2];
+  if (!v)
+    return grove_err_set(err, GROVE_E_SPEC, "%s.output_size: missing required argument of %s",
+                         path, T);
+  if (json_is_integer(v)) {
+    s = json_ints(obj, path, T, "output_size", 2, 0, 1, BIG, os, err);
+    if (s) return s;
+  } else {
+    bool ok = json_is_array(v) && json_array_size(v) == 2;
+    for (size_t i = 0; ok && i < 2; i++) {
+      const json_t *e = json_array_get(v, i);
+      if (json_is_null(e))
+        os[i] = -1;
+      else if (json_is_integer(e) && json_integer_value(e) >= 1 && json_integer_value(e) <= BIG)
+        os[i] = (int64_t)json_integer_value(e);
+      else
+        ok = false;
+    }
+    if (!ok)
+      return grove_err_set(err, GROVE_E_SPEC,
+                           "%s.output_size: expected a positive integer or a list of 2 positive "
+                           "integers or nulls",
+                           path);
+  }
+  return grove__json_built(path, grove_adaptive_avg_pool2d_new(os, out, err), err);
+}
