@@ -72,7 +72,7 @@ def main():
         "dtypes.pkl": data_pkl(dtypes),
         "dtypes_p4.pkl": data_pkl(dtypes, protocol=4),
         "tied.pkl": data_pkl(tied.state_dict()),
-        "nested.pkl": data_pkl({"state_dict": views, "epoch": 3, "lr": 0.5, "tags": {"x", "y"},
+        "nested.pkl": data_pkl({"state_dict": views, "epoch": 3, "lr": 0.5, "tags": {1, 2},
                                 "blob": b"\x00\xff", "big": 2 ** 70, "none": None}),
         "model.pkl": data_pkl({"model": {"w": base}}),
         "module.pkl": data_pkl({"module": {"w": base, "n": "text"}}),
