@@ -175,6 +175,9 @@ static const char *storage_class(grove_dtype dt) {
   }
 }
 
+/* UTF-8 as Python's pickle writes it: strict, except that lone surrogates
+ * pass (pickle encodes str with "surrogatepass", and the reader accepts
+ * them), so that every key Grove reads can be written back. */
 static bool utf8_ok(const char *str_, size_t len) {
   const uint8_t *s = (const uint8_t *)str_;
   size_t i = 0;
@@ -191,7 +194,6 @@ static bool utf8_ok(const char *str_, size_t len) {
     else if (c >= 0xE0 && c <= 0xEF) {
       n = 3;
       if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
     } else if (c >= 0xF0 && c <= 0xF4) {
       n = 4;
       if (c == 0xF0) lo = 0x90;
