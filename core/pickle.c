@@ -16,10 +16,10 @@
  *                          _codecs.encode(s, 'latin1') (BYTES).
  *                          NEWOBJ is only allowed on torch.nn.Parameter, as
  *                          in torch.
- *   BUILD                  records the state on a DICT (OrderedDict
- *                          attributes: a state_dict's _metadata) or a CALL
- *                          (a tensor's attributes); on anything else it is
- *                          refused, as in torch.
+ *   BUILD                  records the state on an OrderedDict (its
+ *                          attributes: a state_dict's _metadata) or a
+ *                          tensor-building CALL (a tensor's attributes); on
+ *                          anything else it is refused, as in torch.
  *   BINPERSID              pushes a PERSID value: torch_load.c resolves it
  *                          to a storage record.
  *
@@ -673,6 +673,7 @@ static grove_status op_call(machine *m, uint8_t op, bool newobj) {
       /* OrderedDict() or OrderedDict([(k, v), ...]). */
       grove__pk *d = new_value(m, GROVE__PK_DICT);
       if (!d) return m->err ? m->err->code : GROVE_E_NOMEM;
+      d->ordered = true;
       if (n == 1 && a[0]->kind == GROVE__PK_LIST) {
         for (size_t i = 0; i < a[0]->u.seq.n && st == GROVE_OK; i++) {
           grove__pk *pair = a[0]->u.seq.items[i];
@@ -752,16 +753,37 @@ static grove_status op_call(machine *m, uint8_t op, bool newobj) {
   }
 }
 
+static bool makes_tensor(grove__pk_tag tag) {
+  switch (tag) {
+    case GROVE__TAG_REBUILD_TENSOR:
+    case GROVE__TAG_REBUILD_TENSOR_V2:
+    case GROVE__TAG_REBUILD_TENSOR_V3:
+    case GROVE__TAG_REBUILD_PARAMETER:
+    case GROVE__TAG_REBUILD_PARAMETER_WITH_STATE:
+    case GROVE__TAG_REBUILD_FROM_TYPE_V2:
+    case GROVE__TAG_REBUILD_UNSUPPORTED:
+    case GROVE__TAG_PARAMETER:
+      return true;
+    default:
+      return false;
+  }
+}
+
 static grove_status op_build(machine *m, uint8_t op) {
   grove__pk *state = NULL, *inst = NULL;
   grove_status st = pop(m, op, &state);
   if (st == GROVE_OK) st = top(m, op, &inst);
   if (st != GROVE_OK) return st;
-  if (inst->kind != GROVE__PK_DICT && inst->kind != GROVE__PK_CALL) {
+  /* torch's weights_only unpickler builds OrderedDicts, Tensors and
+   * Parameters only: here, dicts from OrderedDict() and the results of the
+   * tensor-building calls. */
+  bool ok = (inst->kind == GROVE__PK_DICT && inst->ordered) ||
+            (inst->kind == GROVE__PK_CALL && makes_tensor(inst->u.call.func->u.global.tag));
+  if (!ok) {
     char d[160];
     return grove_err_set(m->err, GROVE_E_REFUSED,
-                         "%s: BUILD at byte %zu sets the state of %s; only dicts and tensors may "
-                         "have state (as in torch.load(weights_only=True))",
+                         "%s: BUILD at byte %zu sets the state of %s; only OrderedDicts and "
+                         "tensors may have state (as in torch.load(weights_only=True))",
                          m->name, at(m) - 1, grove__pk_describe(inst, d, sizeof d));
   }
   inst->state = state;

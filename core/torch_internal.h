@@ -181,6 +181,9 @@ struct grove__pk {
   /* BUILD state set on a DICT (OrderedDict attributes such as _metadata)
    * or a CALL (a tensor's Python attributes); NULL when none. */
   grove__pk *state;
+  /* DICT: made by OrderedDict() rather than EMPTY_DICT (only those take
+   * BUILD, as in torch). */
+  bool ordered;
 };
 
 typedef struct grove__pickle grove__pickle;

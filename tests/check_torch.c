@@ -949,7 +949,8 @@ START_TEST(test_pickle_refusals) {
   static const uint8_t builtins_eval[] =
       "\x80\x02"
       "c__builtin__\neval\n"
-      "X\x01\x00\x00\x001\x85R.";
+      "X\x01\x00\x00\x00"
+      "1\x85R.";
   ck_assert_status(unpickle(builtins_eval, sizeof builtins_eval - 1, &err), GROVE_E_REFUSED);
 
   /* Opcodes outside the allow-list, each by name. */
@@ -981,6 +982,21 @@ START_TEST(test_pickle_refusals) {
   ck_assert_status(unpickle(newobj, sizeof newobj - 1, &err), GROVE_E_REFUSED);
   static const uint8_t build[] = "\x80\x02]}b.";
   ck_assert_status(unpickle(build, sizeof build - 1, &err), GROVE_E_REFUSED);
+  /* BUILD on a plain dict (torch builds OrderedDicts only) and on a call
+   * that makes no tensor. */
+  static const uint8_t build_dict[] = "\x80\x02}}b.";
+  ck_assert_status(unpickle(build_dict, sizeof build_dict - 1, &err), GROVE_E_REFUSED);
+  static const uint8_t build_od[] =
+      "\x80\x02"
+      "ccollections\nOrderedDict\n"
+      ")R}b.";
+  ck_assert_ok(unpickle(build_od, sizeof build_od - 1, &err), &err);
+  static const uint8_t build_dev[] =
+      "\x80\x02"
+      "ctorch\ndevice\n"
+      "X\x03\x00\x00\x00"
+      "cpu\x85R}b.";
+  ck_assert_status(unpickle(build_dev, sizeof build_dev - 1, &err), GROVE_E_REFUSED);
   static const uint8_t call_storage[] =
       "\x80\x02"
       "ctorch\nFloatStorage\n"
