@@ -29,12 +29,14 @@
 #define MAX_INPUTS 64
 
 typedef struct acall acall;
+typedef struct sslot sslot;
 
 struct grove_client {
   nng_socket sock;
   pthread_mutex_t mu;      /* guards the async calls below */
   pthread_cond_t idle_cv;
   acall *free_calls, *all_calls;
+  sslot *free_slots, *all_slots; /* contexts for synchronous calls */
   long outstanding;
   int default_timeout_ms;
   atomic_int pipes;            /* connected right now */
@@ -56,6 +58,16 @@ struct acall {
   void *arg;
   struct acall *next;     /* free list */
   struct acall *all_next; /* every call, for close */
+};
+
+/* A context and an aio (no callback) for synchronous calls, pooled like the
+ * asynchronous ones: opening a context takes the socket's lock and
+ * allocating an aio the heap, on every call otherwise. */
+struct sslot {
+  nng_ctx ctx;
+  nng_aio *aio;
+  struct sslot *next;     /* free list */
+  struct sslot *all_next; /* every slot, for close */
 };
 
 static grove_status nomem(grove_err *err) {
@@ -152,6 +164,11 @@ void grove_client_close(grove_client *c) {
     nng_aio_free(a->aio);
     free(a);
   }
+  for (sslot *sl = c->all_slots, *next; sl; sl = next) {
+    next = sl->all_next;
+    nng_aio_free(sl->aio);
+    free(sl);
+  }
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->idle_cv);
   free(c);
@@ -216,41 +233,70 @@ static grove_status decode(grove_client *c, nng_msg *rep, Grove__Reply **out, gr
 }
 
 /* Sends m (taken) and waits at most timeout_ms for the reply, decoded. */
+
+static sslot *sslot_get(grove_client *c, grove_err *err) {
+  pthread_mutex_lock(&c->mu);
+  sslot *sl = c->free_slots;
+  if (sl) c->free_slots = sl->next;
+  pthread_mutex_unlock(&c->mu);
+  if (sl) return sl;
+  if (!(sl = calloc(1, sizeof *sl))) {
+    nomem(err);
+    return NULL;
+  }
+  int rv = nng_aio_alloc(&sl->aio, NULL, NULL);
+  if (rv == 0 && (rv = nng_ctx_open(&sl->ctx, c->sock)) != 0) nng_aio_free(sl->aio);
+  if (rv) {
+    free(sl);
+    grove_err_set(err, GROVE_E_INTERNAL, LOCAL_PREFIX "cannot open a context: %s",
+                  nng_strerror(rv));
+    return NULL;
+  }
+  pthread_mutex_lock(&c->mu);
+  sl->all_next = c->all_slots;
+  c->all_slots = sl;
+  pthread_mutex_unlock(&c->mu);
+  return sl;
+}
+
+static void sslot_put(grove_client *c, sslot *sl) {
+  pthread_mutex_lock(&c->mu);
+  sl->next = c->free_slots;
+  c->free_slots = sl;
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Sends m (taken) and waits at most timeout_ms for the reply, decoded. */
 static grove_status roundtrip(grove_client *c, nng_msg *m, int timeout_ms, Grove__Reply **out,
                               grove_err *err) {
   *out = NULL;
-  nng_ctx ctx;
-  nng_aio *aio = NULL;
-  int rv = nng_aio_alloc(&aio, NULL, NULL);
-  if (rv) {
+  sslot *sl = sslot_get(c, err);
+  if (!sl) {
     nng_msg_free(m);
-    return nomem(err);
+    return err ? err->code : GROVE_E_NOMEM;
   }
-  if ((rv = nng_ctx_open(&ctx, c->sock))) {
-    nng_msg_free(m);
-    nng_aio_free(aio);
-    return grove_err_set(err, GROVE_E_INTERNAL, LOCAL_PREFIX "cannot open a context: %s",
-                         nng_strerror(rv));
-  }
-  /* NNG 1.5 has no nng_ctx_sendmsg: an aio waited on does the same. */
+  /* NNG 1.5 has no nng_ctx_sendmsg: an aio waited on does the same.  A
+   * send on a req context also abandons whatever request the context sent
+   * before (a call that timed out), so a reused context is clean. */
   nng_msg *rep = NULL;
   int64_t t0 = now_ms();
-  nng_aio_set_timeout(aio, timeout_ms);
-  nng_aio_set_msg(aio, m);
-  nng_ctx_send(ctx, aio);
-  nng_aio_wait(aio);
-  if ((rv = nng_aio_result(aio))) {
-    nng_msg_free(nng_aio_get_msg(aio)); /* still ours when the send failed */
+  nng_aio_set_timeout(sl->aio, timeout_ms);
+  nng_aio_set_msg(sl->aio, m);
+  nng_ctx_send(sl->ctx, sl->aio);
+  nng_aio_wait(sl->aio);
+  int rv = nng_aio_result(sl->aio);
+  if (rv) {
+    nng_msg_free(nng_aio_get_msg(sl->aio)); /* still ours when the send failed */
   } else {
     /* The timeout covers the whole call: the receive gets what is left. */
     int64_t left = (int64_t)timeout_ms - (now_ms() - t0);
-    nng_aio_set_timeout(aio, left > 0 ? (nng_duration)left : 1);
-    nng_ctx_recv(ctx, aio);
-    nng_aio_wait(aio);
-    if (!(rv = nng_aio_result(aio))) rep = nng_aio_get_msg(aio);
+    nng_aio_set_timeout(sl->aio, left > 0 ? (nng_duration)left : 1);
+    nng_ctx_recv(sl->ctx, sl->aio);
+    nng_aio_wait(sl->aio);
+    if (!(rv = nng_aio_result(sl->aio))) rep = nng_aio_get_msg(sl->aio);
   }
-  nng_ctx_close(ctx);
-  nng_aio_free(aio);
+  nng_aio_set_msg(sl->aio, NULL);
+  sslot_put(c, sl);
   if (rv) return transport_error(c, rv, timeout_ms, err);
   return decode(c, rep, out, err);
 }
