@@ -40,14 +40,16 @@ static const char status_help[] =
     "Prints groved's state and every model it serves: version, readiness (or why a\n"
     "model did not load), inputs, outputs, parameters, batching and queue depth.\n"
     "--server takes one URL or several separated by commas (default $GROVE_SERVER,\n"
-    "else " DEFAULT_SERVER ").  Exit 0 when the server answered (ready or not),\n"
+    "else " DEFAULT_SERVER
+    ").  Exit 0 when the server answered (ready or not),\n"
     "3 when it cannot be reached.\n";
 
 static const char predict_help[] =
     "usage: grove predict MODEL INPUT.npy... [-o OUTPUT.npy]... [--timeout-ms N]\n"
     "       grove predict --local MODEL_DIR INPUT.npy... [-o OUTPUT.npy]... [--threads N]\n"
     "The first form asks groved (grove --server URL predict ...; default $GROVE_SERVER,\n"
-    "else " DEFAULT_SERVER "): one .npy per model input goes to the served MODEL,\n"
+    "else " DEFAULT_SERVER
+    "): one .npy per model input goes to the served MODEL,\n"
     "one -o file per output comes back (in order); without -o an output is printed as\n"
     "`NAME DTYPE SHAPE` and its first rows.  Inputs convert to the model's dtype only\n"
     "when no value changes.  --timeout-ms: how long to wait (default 30000); the\n"
@@ -243,7 +245,9 @@ static num elem(const grove_tensor *t, int64_t k) {
       v.d = f;
       break;
     }
-    case GROVE_F64: memcpy(&v.d, p, 8); break;
+    case GROVE_F64:
+      memcpy(&v.d, p, 8);
+      break;
     case GROVE_F16:
     case GROVE_BF16: {
       uint16_t h;
@@ -251,7 +255,10 @@ static num elem(const grove_tensor *t, int64_t k) {
       v.d = t->dtype == GROVE_F16 ? grove_f16_to_f32(h) : grove_bf16_to_f32(h);
       break;
     }
-    case GROVE_I64: v.is_int = true; memcpy(&v.i, p, 8); break;
+    case GROVE_I64:
+      v.is_int = true;
+      memcpy(&v.i, p, 8);
+      break;
     case GROVE_I32: {
       int32_t x;
       memcpy(&x, p, 4);
@@ -266,10 +273,17 @@ static num elem(const grove_tensor *t, int64_t k) {
       v.i = x;
       break;
     }
-    case GROVE_I8: v.is_int = true; v.i = (int8_t)p[0]; break;
+    case GROVE_I8:
+      v.is_int = true;
+      v.i = (int8_t)p[0];
+      break;
     case GROVE_U8:
-    case GROVE_BOOL: v.is_int = true; v.i = p[0]; break;
-    default: break;
+    case GROVE_BOOL:
+      v.is_int = true;
+      v.i = p[0];
+      break;
+    default:
+      break;
   }
   return v;
 }
@@ -279,8 +293,8 @@ enum { SHOW_ROWS = 8, SHOW_COLS = 10 };
 /* As grove.c prints predict --local's outputs (docs/cli.md). */
 static void print_tensor(const char *name, const grove_tensor *t) {
   char sh[256];
-  printf("%s %s %s\n", name, grove_dtype_name(t->dtype), grove_shape_str(t->ndim, t->shape, sh,
-                                                                         sizeof sh));
+  printf("%s %s %s\n", name, grove_dtype_name(t->dtype),
+         grove_shape_str(t->ndim, t->shape, sh, sizeof sh));
   int64_t numel = grove_tensor_numel(t);
   if (numel == 0) return;
   int64_t rows = t->ndim ? t->shape[0] : 1;
@@ -289,8 +303,10 @@ static void print_tensor(const char *name, const grove_tensor *t) {
     printf("  [%lld]", (long long)r);
     for (int64_t c = 0; c < cols && c < SHOW_COLS; c++) {
       num v = elem(t, r * cols + c);
-      if (v.is_int) printf(" %lld", (long long)v.i);
-      else printf(" %.7g", v.d);
+      if (v.is_int)
+        printf(" %lld", (long long)v.i);
+      else
+        printf(" %.7g", v.d);
     }
     if (cols > SHOW_COLS) printf(" ... (%lld values)", (long long)cols);
     putchar('\n');
@@ -303,8 +319,8 @@ static void print_tensor(const char *name, const grove_tensor *t) {
 static void print_io(const char *title, const grove_io_spec *io, size_t n) {
   char sh[256];
   for (size_t i = 0; i < n; i++)
-    printf("  %s %s %s %s\n", i == 0 ? title : "        ", io[i].name, grove_dtype_name(io[i].dtype),
-           grove_shape_str(io[i].ndim, io[i].shape, sh, sizeof sh));
+    printf("  %s %s %s %s\n", i == 0 ? title : "        ", io[i].name,
+           grove_dtype_name(io[i].dtype), grove_shape_str(io[i].ndim, io[i].shape, sh, sizeof sh));
 }
 
 static int cmd_status(grove_client *c, int timeout_ms) {
@@ -315,7 +331,9 @@ static int cmd_status(grove_client *c, int timeout_ms) {
   printf("server: groved %s (protocol %u), up %.1f s, %u worker%s x %u compute thread%s, %s\n",
          st->server_version, st->protocol, (double)st->uptime_ms / 1000.0, st->workers,
          st->workers == 1 ? "" : "s", st->blas_threads, st->blas_threads == 1 ? "" : "s",
-         st->draining ? "draining" : st->ready ? "ready" : "not ready");
+         st->draining ? "draining"
+         : st->ready  ? "ready"
+                      : "not ready");
   printf("in flight: %" PRIu64 " predict%s\n", st->inflight, st->inflight == 1 ? "" : "s");
   printf("models: %zu\n", st->nmodels);
   for (size_t i = 0; i < st->nmodels; i++) {
@@ -332,8 +350,7 @@ static int cmd_status(grove_client *c, int timeout_ms) {
     printf("  parameters: %" PRId64 " (%" PRIu64 " bytes)\n", m->param_count, m->weight_bytes);
     printf("  batching: max_batch_size=%" PRId64 " max_queue_delay_us=%" PRId64
            " max_queue_size=%" PRId64 "\n",
-           m->batching.max_batch_size, m->batching.max_queue_delay_us,
-           m->batching.max_queue_size);
+           m->batching.max_batch_size, m->batching.max_queue_delay_us, m->batching.max_queue_size);
   }
   grove_server_status_free(st);
   return EXIT_OK;
@@ -354,16 +371,17 @@ static bool same_value(num a, num b) {
 static grove_status convert_lossless(const grove_tensor *src, grove_dtype want, const char *path,
                                      const char *iname, grove_tensor **out, grove_err *err) {
   if (grove_dtype_is_float(src->dtype) && !grove_dtype_is_float(want))
-    return grove_err_set(err, GROVE_E_DTYPE,
-                         "%s holds %s, but input '%s' takes %s (indices): save it as %s", path,
-                         grove_dtype_name(src->dtype), iname, grove_dtype_name(want),
-                         grove_dtype_name(want));
+    return grove_err_set(
+        err, GROVE_E_DTYPE, "%s holds %s, but input '%s' takes %s (indices): save it as %s", path,
+        grove_dtype_name(src->dtype), iname, grove_dtype_name(want), grove_dtype_name(want));
   grove_err cerr = {0};
   grove_tensor *t = grove_tensor_clone(src, want, &cerr);
   if (!t)
-    return grove_err_set(err, GROVE_E_DTYPE, "%s: %s does not convert to %s, which input '%s' "
-                         "takes: %s", path, grove_dtype_name(src->dtype), grove_dtype_name(want),
-                         iname, grove_err_msg(&cerr));
+    return grove_err_set(err, GROVE_E_DTYPE,
+                         "%s: %s does not convert to %s, which input '%s' "
+                         "takes: %s",
+                         path, grove_dtype_name(src->dtype), grove_dtype_name(want), iname,
+                         grove_err_msg(&cerr));
   int64_t n = grove_tensor_numel(src);
   for (int64_t k = 0; k < n; k++) {
     num a = elem(src, k), b = elem(t, k);
@@ -438,8 +456,8 @@ static int cmd_predict(const char *server, int argc, char **argv) {
     goto done;
   }
   if (nin != mi->ninputs) {
-    rc = fail(EXIT_REFUSED, "model %s takes %zu input%s, %zu .npy file%s given", model,
-              mi->ninputs, mi->ninputs == 1 ? "" : "s", nin, nin == 1 ? " was" : "s were");
+    rc = fail(EXIT_REFUSED, "model %s takes %zu input%s, %zu .npy file%s given", model, mi->ninputs,
+              mi->ninputs == 1 ? "" : "s", nin, nin == 1 ? " was" : "s were");
     goto done;
   }
   if (nout > mi->noutputs) {
@@ -504,8 +522,10 @@ static void fill_random(grove_tensor *t, uint64_t *state) {
     *state ^= *state >> 27;
     uint64_t r = *state * 2685821657736338717ull;
     double u = (double)(r >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;
-    if (t->dtype == GROVE_F32) ((float *)t->data)[k] = (float)u;
-    else ((double *)t->data)[k] = u;
+    if (t->dtype == GROVE_F32)
+      ((float *)t->data)[k] = (float)u;
+    else
+      ((double *)t->data)[k] = u;
   }
 }
 
@@ -589,9 +609,12 @@ static double percentile(const double *v, size_t n, double q) {
 enum { B_HELP, B_CONC, B_BATCH, B_SECONDS, B_TIMEOUT, B_LOCAL };
 
 static int cmd_bench(const char *server, int argc, char **argv) {
-  static const opt_def defs[] = {{"help", 'h', false},   {"concurrency", 0, true},
-                                 {"batch", 0, true},     {"seconds", 0, true},
-                                 {"timeout-ms", 0, true}, {"local", 0, true},
+  static const opt_def defs[] = {{"help", 'h', false},
+                                 {"concurrency", 0, true},
+                                 {"batch", 0, true},
+                                 {"seconds", 0, true},
+                                 {"timeout-ms", 0, true},
+                                 {"local", 0, true},
                                  {0}};
   parsed p;
   int rc = parse_args("bench", argc, argv, defs, &p);
@@ -617,8 +640,7 @@ static int cmd_bench(const char *server, int argc, char **argv) {
   if (sv && !parse_seconds(sv, &seconds))
     return usage_error("bench", "--seconds wants a positive number, not '%s'", sv);
   if (tv && !parse_int(tv, 1, 86400000, &timeout))
-    return usage_error("bench", "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'",
-                       tv);
+    return usage_error("bench", "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'", tv);
   const char *model = p.pos[0];
 
   grove_client *c = NULL;
@@ -667,8 +689,12 @@ static int cmd_bench(const char *server, int argc, char **argv) {
   double warm = seconds / 5 < 0.5 ? seconds / 5 : 0.5;
   double start = now_s();
   for (long long i = 0; i < conc; i++) {
-    th[i] = (vclient){.c = c, .model = model, .args = args, .nin = nin,
-                      .timeout_ms = (int)timeout, .warm_end = start + warm,
+    th[i] = (vclient){.c = c,
+                      .model = model,
+                      .args = args,
+                      .nin = nin,
+                      .timeout_ms = (int)timeout,
+                      .warm_end = start + warm,
                       .end = start + warm + seconds};
     vclient_start(&th[i]);
   }
@@ -700,9 +726,10 @@ static int cmd_bench(const char *server, int argc, char **argv) {
               grove_err_msg(&th[i].first_err));
       break;
     }
-  printf("model %s: %lld concurrent client%s, batch %lld, %.3f s measured after %.3f s of "
-         "warm-up\n",
-         model, conc, conc == 1 ? "" : "s", batch, elapsed, warm);
+  printf(
+      "model %s: %lld concurrent client%s, batch %lld, %.3f s measured after %.3f s of "
+      "warm-up\n",
+      model, conc, conc == 1 ? "" : "s", batch, elapsed, warm);
   printf("requests=%ld errors=%ld samples_per_s=%.1f p50_ms=%.3f p99_ms=%.3f\n", ok + errors,
          errors, elapsed > 0 ? (double)ok * (double)batch / elapsed : 0.0,
          all ? percentile(all, k, 0.50) : 0.0, all ? percentile(all, k, 0.99) : 0.0);

@@ -33,15 +33,15 @@ typedef struct sslot sslot;
 
 struct grove_client {
   nng_socket sock;
-  pthread_mutex_t mu;      /* guards the async calls below */
+  pthread_mutex_t mu; /* guards the async calls below */
   pthread_cond_t idle_cv;
   acall *free_calls, *all_calls;
   sslot *free_slots, *all_slots; /* contexts for synchronous calls */
   long outstanding;
   int default_timeout_ms;
-  atomic_int pipes;            /* connected right now */
+  atomic_int pipes; /* connected right now */
   atomic_uint_fast64_t next_id;
-  char urls[512];              /* for messages */
+  char urls[512]; /* for messages */
 };
 
 /* One asynchronous call: a context and an aio of its own, kept on the
@@ -84,8 +84,10 @@ bool grove_client_failed_locally(grove_status s, const grove_err *err) {
 static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg) {
   (void)p;
   grove_client *c = arg;
-  if (ev == NNG_PIPE_EV_ADD_POST) atomic_fetch_add(&c->pipes, 1);
-  else if (ev == NNG_PIPE_EV_REM_POST) atomic_fetch_sub(&c->pipes, 1);
+  if (ev == NNG_PIPE_EV_ADD_POST)
+    atomic_fetch_add(&c->pipes, 1);
+  else if (ev == NNG_PIPE_EV_REM_POST)
+    atomic_fetch_sub(&c->pipes, 1);
 }
 
 grove_status grove_client_open(const char *const *urls, size_t nurls, const grove_client_opts *opts,
@@ -141,7 +143,8 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
     int w = snprintf(why + wused, sizeof why - wused, "%s%s: %s", wused ? "; " : "", urls[i],
                      nng_strerror(rv));
     if (w > 0 && (size_t)w < sizeof why - wused) wused += (size_t)w;
-    if (rv != NNG_EADDRINVAL && rv != NNG_ENOTSUP) nng_dial(c->sock, urls[i], NULL, NNG_FLAG_NONBLOCK);
+    if (rv != NNG_EADDRINVAL && rv != NNG_ENOTSUP)
+      nng_dial(c->sock, urls[i], NULL, NNG_FLAG_NONBLOCK);
   }
   if (connected == 0) {
     nng_close(c->sock);
@@ -337,8 +340,9 @@ static grove_status tensor_from_wire(const Grove__Tensor *t, const char *what, g
   uint64_t bytes;
   if (__builtin_mul_overflow(numel, (uint64_t)grove_dtype_size(t->dtype), &bytes) ||
       bytes != t->data.len)
-    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "%s: %zu bytes of data for %" PRIu64
-                         " elements", what, t->data.len, numel);
+    return grove_err_set(err, GROVE_E_FORMAT,
+                         LOCAL_PREFIX "%s: %zu bytes of data for %" PRIu64 " elements", what,
+                         t->data.len, numel);
   grove_err terr = {0};
   grove_tensor *x = grove_tensor_new((grove_dtype)t->dtype, (int)t->n_shape, t->shape, &terr);
   if (!x) return grove_err_set(err, terr.code, LOCAL_PREFIX "%s: %s", what, grove_err_msg(&terr));
@@ -446,7 +450,6 @@ grove_status grove_client_predict(grove_client *c, const char *model, const grov
 
 /* ------------------------------------------------------------ async predict */
 
-
 /* Back on the free list: the callback about to run may reuse it at once. */
 static void acall_put(acall *a) {
   grove_client *c = a->c;
@@ -552,7 +555,9 @@ void grove_client_wait_idle(grove_client *c) {
 
 /* ------------------------------------------------------------ status */
 
-static char *dup_str(const char *s) { return strdup(s ? s : ""); }
+static char *dup_str(const char *s) {
+  return strdup(s ? s : "");
+}
 
 static void info_fini(grove_model_info *m) {
   free(m->name);
@@ -572,8 +577,8 @@ void grove_model_info_free(grove_model_info *m) {
   free(m);
 }
 
-static grove_status specs_from_wire(Grove__IoSpec **w, size_t n, grove_io_spec **out,
-                                    size_t *nout, grove_err *err) {
+static grove_status specs_from_wire(Grove__IoSpec **w, size_t n, grove_io_spec **out, size_t *nout,
+                                    grove_err *err) {
   *out = calloc(n ? n : 1, sizeof **out);
   if (!*out) return nomem(err);
   for (size_t i = 0; i < n; i++) {
@@ -681,8 +686,10 @@ grove_status grove_client_model_info(grove_client *c, const char *model, int tim
     return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply holds no model metadata");
   }
   grove_model_info *m = calloc(1, sizeof *m);
-  if (!m) s = nomem(err);
-  else s = info_from_wire(rep->model_metadata, m, err);
+  if (!m)
+    s = nomem(err);
+  else
+    s = info_from_wire(rep->model_metadata, m, err);
   grove__reply__free_unpacked(rep, NULL);
   if (s) {
     grove_model_info_free(m);

@@ -36,13 +36,17 @@
 
 /* ------------------------------------------------------------ inbox */
 
-void grove__loop_wake(srv_server *srv) { uv_async_send(&srv->async); }
+void grove__loop_wake(srv_server *srv) {
+  uv_async_send(&srv->async);
+}
 
 void grove__inbox_push_req(srv_server *srv, srv_req *r) {
   r->next = NULL;
   pthread_mutex_lock(&srv->inbox_mu);
-  if (srv->inbox_tail) srv->inbox_tail->next = r;
-  else srv->inbox_head = r;
+  if (srv->inbox_tail)
+    srv->inbox_tail->next = r;
+  else
+    srv->inbox_head = r;
   srv->inbox_tail = r;
   pthread_mutex_unlock(&srv->inbox_mu);
   uv_async_send(&srv->async);
@@ -73,7 +77,9 @@ static void arm_timer(srv_server *srv, int64_t at) {
 
 /* ------------------------------------------------------------ queues */
 
-static void set_depth(srv_model *m) { atomic_store(&m->queue_depth, (uint64_t)m->queued); }
+static void set_depth(srv_model *m) {
+  atomic_store(&m->queue_depth, (uint64_t)m->queued);
+}
 
 static void enqueue(srv_server *srv, srv_req *r) {
   srv_model *m = r->model;
@@ -91,8 +97,10 @@ static void enqueue(srv_server *srv, srv_req *r) {
     return;
   }
   r->next = NULL;
-  if (m->tail) m->tail->next = r;
-  else m->head = r;
+  if (m->tail)
+    m->tail->next = r;
+  else
+    m->head = r;
   m->tail = r;
   m->queued++;
   m->queued_rows += r->rows;
@@ -124,13 +132,15 @@ static bool form_batch(srv_server *srv, srv_model *m, srv_worker *w, int64_t now
     bool fits = !first || (same_tail(first, r) && b->rows + r->rows <= max_rows);
     if (!expired && !fits) {
       if (first && same_tail(first, r)) break; /* full: keep arrival order */
-      prev = r; /* another shape: it waits for a batch of its own */
+      prev = r;                                /* another shape: it waits for a batch of its own */
       r = next;
       continue;
     }
     /* unlink r */
-    if (prev) prev->next = next;
-    else m->head = next;
+    if (prev)
+      prev->next = next;
+    else
+      m->head = next;
     if (m->tail == r) m->tail = prev;
     m->queued--;
     m->queued_rows -= r->rows;
@@ -141,8 +151,10 @@ static bool form_batch(srv_server *srv, srv_model *m, srv_worker *w, int64_t now
                              "timeout; it was not computed",
                              m->name, (double)(now - r->t_recv) / 1e6);
     } else {
-      if (btail) btail->next = r;
-      else b->reqs = r;
+      if (btail)
+        btail->next = r;
+      else
+        b->reqs = r;
       btail = r;
       if (!first) first = r;
       b->nreqs++;
@@ -198,7 +210,9 @@ static void schedule(srv_server *srv) {
 
 /* ------------------------------------------------------------ drain */
 
-static void on_closed(uv_handle_t *h) { (void)h; }
+static void on_closed(uv_handle_t *h) {
+  (void)h;
+}
 
 /* Everything answered and sent: stop NNG, then close the loop's handles so
  * that uv_run returns. */
@@ -234,7 +248,8 @@ static void on_drain_timeout(uv_timer_t *t) {
   if (stopped) return;
   stopped = true;
   grove__slog(GROVE_LOG_ERROR, "server.drain_timeout",
-              "still %" PRId64 " requests unanswered and %" PRId64 " replies unsent after %d ms; "
+              "still %" PRId64 " requests unanswered and %" PRId64
+              " replies unsent after %d ms; "
               "exiting anyway",
               atomic_load(&srv->inflight), atomic_load(&srv->sending), srv->cfg.drain_timeout_ms);
   srv->exit_code = 1;
@@ -300,8 +315,8 @@ static void on_signal(uv_signal_t *h, int signum) {
                 "(issue 6); nothing changed");
     return;
   }
-  grove__slog(GROVE_LOG_INFO, "server.signal", "%s received", signum == SIGTERM ? "SIGTERM"
-                                                                                 : "SIGINT");
+  grove__slog(GROVE_LOG_INFO, "server.signal", "%s received",
+              signum == SIGTERM ? "SIGTERM" : "SIGINT");
   grove__batcher_drain(srv);
 }
 

@@ -63,8 +63,10 @@ static void on_readyz(nng_aio *aio) {
     int w = snprintf(body + used, sizeof body - used, "draining: groved is shutting down\n");
     if (w > 0) used += (size_t)w < sizeof body - used ? (size_t)w : sizeof body - used - 1;
   }
-  if (ready) respond(aio, 200, "text/plain; charset=utf-8", "ready\n", 6);
-  else respond(aio, 503, "text/plain; charset=utf-8", body, used);
+  if (ready)
+    respond(aio, 200, "text/plain; charset=utf-8", "ready\n", 6);
+  else
+    respond(aio, 503, "text/plain; charset=utf-8", body, used);
 }
 
 static void on_metrics(nng_aio *aio) {

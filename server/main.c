@@ -37,8 +37,10 @@ static const char usage_text[] =
     "  --model-repo DIR        serve every subdirectory of DIR holding a model.json, each\n"
     "                          named after its subdirectory\n"
     "  --listen URL            tcp://HOST:PORT or ipc:///PATH (repeatable;\n"
-    "                          default " DEFAULT_LISTEN ")\n"
-    "  --http HOST:PORT|none   /healthz /readyz /metrics (default " DEFAULT_HTTP ")\n"
+    "                          default " DEFAULT_LISTEN
+    ")\n"
+    "  --http HOST:PORT|none   /healthz /readyz /metrics (default " DEFAULT_HTTP
+    ")\n"
     "  --pub URL               telemetry PUB socket (arrives with hooks; default " DEFAULT_PUB
     ")\n"
     "  --workers N             worker threads (default: cores / blas threads)\n"
@@ -130,7 +132,8 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
         char *eq = strchr(optarg, '=');
         srv_model_arg *ma = &cfg->models[cfg->nmodels++];
         if (eq) {
-          if (eq == optarg || !eq[1]) return usage("--model wants NAME=DIR or DIR, not '%s'", optarg);
+          if (eq == optarg || !eq[1])
+            return usage("--model wants NAME=DIR or DIR, not '%s'", optarg);
           ma->name = strndup(optarg, (size_t)(eq - optarg));
           ma->dir = strdup(eq + 1);
         } else {
@@ -174,7 +177,8 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
         for (int i = 0; i < 4; i++)
           if (strcmp(optarg, names[i]) == 0) found = i;
         if (strcmp(optarg, "warning") == 0) found = 2;
-        if (found < 0) return usage("--log-level wants debug, info, warn or error, not '%s'", optarg);
+        if (found < 0)
+          return usage("--log-level wants debug, info, warn or error, not '%s'", optarg);
         cfg->log_level = (grove_log_level)found;
         break;
       }

@@ -11,8 +11,8 @@
 
 /* Latency bucket bounds in ns: 50 us .. 5 s. */
 static const int64_t lat_bounds_ns[SRV_LAT_BUCKETS] = {
-    50000,     100000,    250000,    500000,     1000000,    2500000,    5000000,    10000000,
-    25000000,  50000000,  100000000, 250000000,  500000000,  1000000000, 2500000000, 5000000000};
+    50000,    100000,   250000,    500000,    1000000,   2500000,    5000000,    10000000,
+    25000000, 50000000, 100000000, 250000000, 500000000, 1000000000, 2500000000, 5000000000};
 static const int64_t batch_bounds[SRV_BATCH_BUCKETS] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 
 static void observe(srv_hist *h, const int64_t *bounds, int nb, int64_t v) {
@@ -127,10 +127,14 @@ typedef enum { H_QUEUE, H_COMPUTE, H_TOTAL, H_BATCH } hist_kind;
 
 static const srv_hist *pick(const srv_metrics *m, hist_kind k) {
   switch (k) {
-    case H_QUEUE: return &m->queue_lat;
-    case H_COMPUTE: return &m->compute_lat;
-    case H_TOTAL: return &m->total_lat;
-    case H_BATCH: return &m->batch_size;
+    case H_QUEUE:
+      return &m->queue_lat;
+    case H_COMPUTE:
+      return &m->compute_lat;
+    case H_TOTAL:
+      return &m->total_lat;
+    case H_BATCH:
+      return &m->batch_size;
   }
   return NULL;
 }
@@ -142,28 +146,40 @@ grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len) {
   b.p[0] = 0;
   char lab[512];
 
-  sb_printf(&b, "# HELP grove_build_info groved's version.\n# TYPE grove_build_info gauge\n"
-                "grove_build_info{version=\"%s\"} 1\n", GROVE_VERSION);
-  sb_printf(&b, "# HELP grove_uptime_seconds Seconds since groved started.\n"
-                "# TYPE grove_uptime_seconds gauge\ngrove_uptime_seconds %.3f\n",
+  sb_printf(&b,
+            "# HELP grove_build_info groved's version.\n# TYPE grove_build_info gauge\n"
+            "grove_build_info{version=\"%s\"} 1\n",
+            GROVE_VERSION);
+  sb_printf(&b,
+            "# HELP grove_uptime_seconds Seconds since groved started.\n"
+            "# TYPE grove_uptime_seconds gauge\ngrove_uptime_seconds %.3f\n",
             (double)(grove__now_ns() - srv->t_start) / 1e9);
-  sb_printf(&b, "# HELP grove_ready 1 when every configured model is loaded and groved is not "
-                "draining.\n# TYPE grove_ready gauge\ngrove_ready %d\n",
+  sb_printf(&b,
+            "# HELP grove_ready 1 when every configured model is loaded and groved is not "
+            "draining.\n# TYPE grove_ready gauge\ngrove_ready %d\n",
             grove__registry_ready(srv) && !atomic_load(&srv->draining));
-  sb_printf(&b, "# HELP grove_draining 1 after SIGTERM/SIGINT, while queued requests are "
-                "answered.\n# TYPE grove_draining gauge\ngrove_draining %d\n",
+  sb_printf(&b,
+            "# HELP grove_draining 1 after SIGTERM/SIGINT, while queued requests are "
+            "answered.\n# TYPE grove_draining gauge\ngrove_draining %d\n",
             (int)atomic_load(&srv->draining));
-  sb_printf(&b, "# HELP grove_workers Worker threads.\n# TYPE grove_workers gauge\n"
-                "grove_workers %d\n", srv->workers);
-  sb_printf(&b, "# HELP grove_blas_threads Compute threads per forward.\n"
-                "# TYPE grove_blas_threads gauge\ngrove_blas_threads %d\n", srv->blas_threads);
-  sb_printf(&b, "# HELP grove_inflight_requests Predict requests accepted and not yet "
-                "answered.\n# TYPE grove_inflight_requests gauge\ngrove_inflight_requests %" PRId64
-                "\n", atomic_load(&srv->inflight));
+  sb_printf(&b,
+            "# HELP grove_workers Worker threads.\n# TYPE grove_workers gauge\n"
+            "grove_workers %d\n",
+            srv->workers);
+  sb_printf(&b,
+            "# HELP grove_blas_threads Compute threads per forward.\n"
+            "# TYPE grove_blas_threads gauge\ngrove_blas_threads %d\n",
+            srv->blas_threads);
+  sb_printf(&b,
+            "# HELP grove_inflight_requests Predict requests accepted and not yet "
+            "answered.\n# TYPE grove_inflight_requests gauge\ngrove_inflight_requests %" PRId64
+            "\n",
+            atomic_load(&srv->inflight));
 
-  sb_printf(&b, "# HELP grove_requests_total Requests answered, by model and status (model=\"\": "
-                "the request named no served model or could not be decoded).\n"
-                "# TYPE grove_requests_total counter\n");
+  sb_printf(&b,
+            "# HELP grove_requests_total Requests answered, by model and status (model=\"\": "
+            "the request named no served model or could not be decoded).\n"
+            "# TYPE grove_requests_total counter\n");
   for (size_t i = 0; i < srv->nmodels; i++)
     requests_lines(&b, esc(srv->models[i].name, lab, sizeof lab), &srv->models[i].metrics, true);
   requests_lines(&b, "", &srv->unrouted, false);
@@ -192,23 +208,24 @@ grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len) {
     }
   }
 
-  sb_printf(&b, "# HELP grove_queue_depth Predict requests waiting in the model's queue.\n"
-                "# TYPE grove_queue_depth gauge\n");
+  sb_printf(&b,
+            "# HELP grove_queue_depth Predict requests waiting in the model's queue.\n"
+            "# TYPE grove_queue_depth gauge\n");
   for (size_t i = 0; i < srv->nmodels; i++)
     sb_printf(&b, "grove_queue_depth{model=\"%s\"} %" PRIu64 "\n",
-              esc(srv->models[i].name, lab, sizeof lab),
-              atomic_load(&srv->models[i].queue_depth));
-  sb_printf(&b, "# HELP grove_model_version The version serving (0: not loaded).\n"
-                "# TYPE grove_model_version gauge\n");
+              esc(srv->models[i].name, lab, sizeof lab), atomic_load(&srv->models[i].queue_depth));
+  sb_printf(&b,
+            "# HELP grove_model_version The version serving (0: not loaded).\n"
+            "# TYPE grove_model_version gauge\n");
   for (size_t i = 0; i < srv->nmodels; i++)
     sb_printf(&b, "grove_model_version{model=\"%s\"} %" PRId64 "\n",
               esc(srv->models[i].name, lab, sizeof lab),
               atomic_load(&srv->models[i].version_number));
-  sb_printf(&b, "# HELP grove_model_ready 1 when the model is loaded and serving.\n"
-                "# TYPE grove_model_ready gauge\n");
+  sb_printf(&b,
+            "# HELP grove_model_ready 1 when the model is loaded and serving.\n"
+            "# TYPE grove_model_ready gauge\n");
   for (size_t i = 0; i < srv->nmodels; i++)
-    sb_printf(&b, "grove_model_ready{model=\"%s\"} %d\n",
-              esc(srv->models[i].name, lab, sizeof lab),
+    sb_printf(&b, "grove_model_ready{model=\"%s\"} %d\n", esc(srv->models[i].name, lab, sizeof lab),
               atomic_load(&srv->models[i].version_number) > 0);
 
   if (b.oom) {

@@ -109,8 +109,10 @@ static grove_status scan_repo(const char *repo, pending **list, size_t *n, size_
     if (!s && *n == *cap) {
       *cap = *cap ? 2 * *cap : 16;
       pending *g = realloc(*list, *cap * sizeof **list);
-      if (!g) s = grove_err_set(err, GROVE_E_NOMEM, "out of memory");
-      else *list = g;
+      if (!g)
+        s = grove_err_set(err, GROVE_E_NOMEM, "out of memory");
+      else
+        *list = g;
     }
     if (!s) {
       char path[4096];
@@ -124,8 +126,10 @@ static grove_status scan_repo(const char *repo, pending **list, size_t *n, size_
   }
   free(names);
   if (!s && nn == 0)
-    grove__slog(GROVE_LOG_WARN, "model.repo_empty", "--model-repo %s: no subdirectory holds a "
-                "model.json", repo);
+    grove__slog(GROVE_LOG_WARN, "model.repo_empty",
+                "--model-repo %s: no subdirectory holds a "
+                "model.json",
+                repo);
   return s;
 }
 
@@ -133,18 +137,22 @@ static grove_status scan_repo(const char *repo, pending **list, size_t *n, size_
  * with a batch dimension, and no more of them than a request carries. */
 static grove_status check_servable(const grove_model *m, grove_err *err) {
   if (m->ninputs == 0)
-    return grove_err_set(err, GROVE_E_SPEC, "model.json declares no inputs; groved needs "
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "model.json declares no inputs; groved needs "
                          "\"inputs\" to check requests (tools/grove_export.py writes them)");
   if (m->ninputs > GROVE_MAX_VALUES || m->noutputs > GROVE_MAX_VALUES)
-    return grove_err_set(err, GROVE_E_SPEC, "%zu inputs and %zu outputs: groved serves at most "
-                         "%d of each", m->ninputs, m->noutputs, GROVE_MAX_VALUES);
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%zu inputs and %zu outputs: groved serves at most "
+                         "%d of each",
+                         m->ninputs, m->noutputs, GROVE_MAX_VALUES);
   for (size_t i = 0; i < m->ninputs; i++)
     if (m->inputs[i].ndim < 1)
       return grove_err_set(err, GROVE_E_SPEC, "input '%s' has no batch dimension (dim 0)",
                            m->inputs[i].name);
   if (m->batching.max_batch_size < 1 || m->batching.max_queue_size < 1 ||
       m->batching.max_queue_delay_us < 0)
-    return grove_err_set(err, GROVE_E_SPEC, "batching: max_batch_size and max_queue_size must be "
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "batching: max_batch_size and max_queue_size must be "
                          ">= 1 and max_queue_delay_us >= 0");
   return GROVE_OK;
 }
@@ -187,15 +195,16 @@ static grove_status load_one(srv_model *sm, bool name_given, grove_err *oerr) {
   atomic_store(&sm->version_number, 1);
   char shape[160];
   const grove_io_spec *in = &m->inputs[0];
-  grove__slog(GROVE_LOG_INFO, "model.loaded",
-              "model %s version 1 from %s: input '%s' %s %s, %" PRId64 " parameters, %zu bytes "
-              "of weights, scratch %zu bytes, batching max_batch_size=%" PRId64
-              " max_queue_delay_us=%" PRId64 " max_queue_size=%" PRId64 ", %.1f ms",
-              sm->name, m->weights_path ? m->weights_path : sm->dir, in->name,
-              grove_dtype_name(in->dtype), grove_shape_str(in->ndim, in->shape, shape, sizeof shape),
-              m->param_count, m->weight_bytes, m->arena_bytes, m->batching.max_batch_size,
-              m->batching.max_queue_delay_us, m->batching.max_queue_size,
-              (double)(grove__now_ns() - t0) / 1e6);
+  grove__slog(
+      GROVE_LOG_INFO, "model.loaded",
+      "model %s version 1 from %s: input '%s' %s %s, %" PRId64
+      " parameters, %zu bytes "
+      "of weights, scratch %zu bytes, batching max_batch_size=%" PRId64
+      " max_queue_delay_us=%" PRId64 " max_queue_size=%" PRId64 ", %.1f ms",
+      sm->name, m->weights_path ? m->weights_path : sm->dir, in->name, grove_dtype_name(in->dtype),
+      grove_shape_str(in->ndim, in->shape, shape, sizeof shape), m->param_count, m->weight_bytes,
+      m->arena_bytes, m->batching.max_batch_size, m->batching.max_queue_delay_us,
+      m->batching.max_queue_size, (double)(grove__now_ns() - t0) / 1e6);
   return GROVE_OK;
 }
 

@@ -125,8 +125,10 @@ void grove__rpc_send_chain(srv_req *first) {
     nng_msg *msg = r->reply;
     r->reply = NULL;
     if (!finish(r, msg, r->reply_status)) continue;
-    if (tail) tail->chain = r;
-    else head = r;
+    if (tail)
+      tail->chain = r;
+    else
+      head = r;
     tail = r;
   }
   if (head) start_send(head);
@@ -324,8 +326,8 @@ static grove_status check_predict(srv_req *r, const grove_model *gm, grove_err *
     for (size_t d = 0; d < t->n_shape; d++) {
       if (t->shape[d] < 0)
         return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                             "inputs[%zu] ('%s').shape[%zu] is %" PRId64 "; dimensions are >= 0",
-                             i, sp->name, d, t->shape[d]);
+                             "inputs[%zu] ('%s').shape[%zu] is %" PRId64 "; dimensions are >= 0", i,
+                             sp->name, d, t->shape[d]);
       if (__builtin_mul_overflow(numel, (uint64_t)t->shape[d], &numel))
         return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                              "inputs[%zu] ('%s').shape: the element count overflows", i, sp->name);
@@ -364,7 +366,8 @@ static grove_status check_predict(srv_req *r, const grove_model *gm, grove_err *
                          "inputs[0] ('%s') has 0 rows; send at least one", gm->inputs[0].name);
   if (rows > gm->batching.max_batch_size)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "inputs[0] ('%s') has %" PRId64 " rows, more than model '%s' runs at once "
+                         "inputs[0] ('%s') has %" PRId64
+                         " rows, more than model '%s' runs at once "
                          "(batching.max_batch_size %" PRId64 "); split the request",
                          gm->inputs[0].name, rows, mname, gm->batching.max_batch_size);
   r->rows = rows;
@@ -443,10 +446,9 @@ static void handle(srv_req *r, nng_msg *msg) {
   }
   r->id = r->msg->id;
   if (r->msg->protocol > GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION) {
-    grove__rpc_reply_error(r, GROVE_E_UNSUPPORTED,
-                           "request speaks protocol %u; groved %s speaks protocol %d",
-                           r->msg->protocol, GROVE_VERSION,
-                           GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION);
+    grove__rpc_reply_error(
+        r, GROVE_E_UNSUPPORTED, "request speaks protocol %u; groved %s speaks protocol %d",
+        r->msg->protocol, GROVE_VERSION, GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION);
     return;
   }
   switch (r->msg->body_case) {

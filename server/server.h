@@ -58,13 +58,13 @@ typedef struct srv_model_arg {
 typedef struct srv_config {
   const char *listen[SRV_MAX_URLS];
   size_t nlisten;
-  const char *http;  /* HOST:PORT, or NULL for none */
-  const char *pub;   /* telemetry PUB URL (the hooks issue); recorded only */
+  const char *http; /* HOST:PORT, or NULL for none */
+  const char *pub;  /* telemetry PUB URL (the hooks issue); recorded only */
   const char *model_repo;
   srv_model_arg models[SRV_MAX_MODELS];
   size_t nmodels;
-  int workers;       /* 0 = cores / blas_threads */
-  int blas_threads;  /* 0 = 1 */
+  int workers;      /* 0 = cores / blas_threads */
+  int blas_threads; /* 0 = 1 */
   size_t max_request_bytes;
   int drain_timeout_ms;
   int test_batch_delay_ms; /* testing aid: each batch sleeps this long first */
@@ -135,14 +135,14 @@ typedef struct srv_model {
   char *dir;
   char *error; /* why the load failed, or NULL; set at start, then read-only */
 
-  pthread_mutex_t mu;    /* guards current */
-  srv_version *current;  /* NULL when the load failed; written by the loop only */
+  pthread_mutex_t mu;   /* guards current */
+  srv_version *current; /* NULL when the load failed; written by the loop only */
 
   /* Loop thread only. */
-  srv_req *head, *tail;  /* FIFO of queued requests */
-  size_t queued;         /* requests in the FIFO */
+  srv_req *head, *tail; /* FIFO of queued requests */
+  size_t queued;        /* requests in the FIFO */
   int64_t queued_rows;
-  int running;           /* batches of this model on workers now */
+  int running; /* batches of this model on workers now */
 
   /* Any thread. */
   _Atomic uint64_t queue_depth; /* = queued, for /metrics and status */

@@ -17,7 +17,9 @@
 
 static grove_log_level threshold = GROVE_LOG_INFO;
 
-void grove__slog_init(grove_log_level t) { threshold = t; }
+void grove__slog_init(grove_log_level t) {
+  threshold = t;
+}
 
 int64_t grove__now_ns(void) {
   struct timespec ts;
@@ -32,9 +34,10 @@ static void emit(grove_log_level level, const char *id, const char *msg) {
   struct tm tm;
   gmtime_r(&ts.tv_sec, &tm);
   char line[4096];
-  int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ",
-                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                   tm.tm_sec, ts.tv_nsec / 1000000, grove_log_level_name(level), id);
+  int n =
+      snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ", tm.tm_year + 1900,
+               tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+               grove_log_level_name(level), id);
   if (n < 0) return;
   size_t len = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
   /* A message never spans lines: newlines inside it become spaces. */

@@ -33,8 +33,8 @@ static void fail_batch(srv_batch *b, grove_status s, const char *msg) {
   srv_req *r = b->reqs;
   while (r) {
     srv_req *next = r->next; /* r is NNG's once replied */
-    grove__rpc_reply_error(r, wire_status(s), "model '%s' version %" PRId64 ": %s",
-                           b->model->name, b->version->number, msg);
+    grove__rpc_reply_error(r, wire_status(s), "model '%s' version %" PRId64 ": %s", b->model->name,
+                           b->version->number, msg);
     r = next;
   }
   b->reqs = NULL;
@@ -42,7 +42,7 @@ static void fail_batch(srv_batch *b, grove_status s, const char *msg) {
 
 /* Encodes r's rows of the outputs into r->reply (sent later, in a chain). */
 static void encode_rows(srv_req *r, const srv_batch *b, const grove_values *out, int64_t row0,
-                       int64_t compute_ns) {
+                        int64_t compute_ns) {
   const grove_model *gm = b->version->model;
   Grove__Tensor tens[GROVE_MAX_VALUES];
   Grove__Tensor *ptrs[GROVE_MAX_VALUES];
@@ -231,12 +231,14 @@ grove_status grove__workers_start(srv_server *srv, grove_err *err) {
       if (!v) continue;
       size_t sz = arena_size(v->model);
       if (!(w->arenas[k] = grove_arena_new(sz)))
-        return grove_err_set(err, GROVE_E_NOMEM, "out of memory for %zu bytes of scratch for "
-                             "model %s", sz, srv->models[k].name);
+        return grove_err_set(err, GROVE_E_NOMEM,
+                             "out of memory for %zu bytes of scratch for "
+                             "model %s",
+                             sz, srv->models[k].name);
     }
     int rv = pthread_create(&w->thread, NULL, worker_main, w);
-    if (rv) return grove_err_set(err, GROVE_E_INTERNAL, "cannot start a worker thread: %s",
-                                 strerror(rv));
+    if (rv)
+      return grove_err_set(err, GROVE_E_INTERNAL, "cannot start a worker thread: %s", strerror(rv));
     w->started = true;
     w->next = srv->idle;
     srv->idle = w;

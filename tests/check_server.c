@@ -83,15 +83,16 @@ static int http_try(int port, const char *path, char **body) {
   if (fd < 0) return -1;
   struct timeval tv = {10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
     close(fd);
     return -1;
   }
   char req[256];
-  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
-                   path);
+  int n = snprintf(req, sizeof req,
+                   "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", path);
   if (write(fd, req, (size_t)n) != n) {
     close(fd);
     return -1;
@@ -366,7 +367,9 @@ static void io_load(const char *model, io *o) {
   ck_assert_ptr_nonnull(o->y);
 }
 
-static void io_free(io *o) { grove_sd_free(o->sd); }
+static void io_free(io *o) {
+  grove_sd_free(o->sd);
+}
 
 /* Rows [r0, r0+n) of t, as a plain view. */
 static grove_tensor rows_of(const grove_tensor *t, int64_t r0, int64_t n) {
@@ -383,8 +386,8 @@ static grove_tensor rows_of(const grove_tensor *t, int64_t r0, int64_t n) {
 static bool rows_match(const grove_tensor *out, const grove_tensor *y, int64_t r0, int64_t n) {
   grove_tensor want = rows_of(y, r0, n);
   if (!grove_tensor_same_shape(out, &want) || out->dtype != GROVE_F32) return false;
-  return grove_test_allclose(out->data, want.data, (size_t)grove_tensor_numel(&want), 1e-4,
-                             1e-5) < 0;
+  return grove_test_allclose(out->data, want.data, (size_t)grove_tensor_numel(&want), 1e-4, 1e-5) <
+         0;
 }
 
 /* ============================================================ server A */
@@ -405,8 +408,9 @@ static void a_setup(void) {
   ck_assert_int_eq(grove_test_write_file(path, text, strlen(text)), 0);
   static char argbuf[400];
   snprintf(argbuf, sizeof argbuf, "broken=%s", broken_dir);
-  const char *extra[] = {"--model",  argbuf, "--workers", "2", "--blas-threads", "1",
-                         "--max-request-bytes", "65536", NULL};
+  const char *extra[] = {
+      "--model", argbuf, "--workers", "2", "--blas-threads", "1", "--max-request-bytes",
+      "65536",   NULL};
   server_start(&A, extra);
 }
 
@@ -441,10 +445,14 @@ static void predict_matches(const char *url) {
   io_free(&o);
 }
 
-START_TEST(predict_equals_torch_tcp) { predict_matches(A.tcp); }
+START_TEST(predict_equals_torch_tcp) {
+  predict_matches(A.tcp);
+}
 END_TEST
 
-START_TEST(predict_equals_torch_ipc) { predict_matches(A.ipc); }
+START_TEST(predict_equals_torch_ipc) {
+  predict_matches(A.ipc);
+}
 END_TEST
 
 START_TEST(status_lists_models) {
@@ -629,8 +637,7 @@ START_TEST(garbage_never_hurts) {
    * closes half way through a message: NNG drops those connections. */
   for (int k = 0; k < 3; k++) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     int port = atoi(strrchr(A.tcp, ':') + 1);
     a.sin_port = htons((uint16_t)port);
     ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
@@ -721,8 +728,8 @@ START_TEST(http_endpoints) {
   ck_assert_status(raw_predict(A.ipc, "server_mlp", GROVE_F32, 2, shape, 64, 0, msg, sizeof msg),
                    GROVE_OK);
   ck_assert_int_eq(http_get(A.http_port, "/metrics", &body), 200);
-  ck_assert_msg(metric(body, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}") >= 1,
-                "%s", body);
+  ck_assert_msg(metric(body, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}") >= 1, "%s",
+                body);
   ck_assert(metric(body, "grove_requests_total{model=\"\",status=\"NOT_FOUND\"}") >= 1);
   ck_assert(metric(body, "grove_request_latency_seconds_count{model=\"server_mlp\"}") >= 1);
   ck_assert(metric(body, "grove_queue_latency_seconds_bucket{model=\"server_mlp\",le=\"+Inf\"}") >=
@@ -759,7 +766,9 @@ static void b_setup(void) {
   server_start(&B, extra);
 }
 
-static void b_teardown(void) { server_stop(&B); }
+static void b_teardown(void) {
+  server_stop(&B);
+}
 
 typedef struct async_result {
   atomic_int done;
@@ -772,8 +781,10 @@ typedef struct async_result {
 static void on_result(void *arg, grove_status s, grove_prediction *p, const grove_err *err) {
   async_result *r = arg;
   r->status = s;
-  if (p) r->pred = *p; /* moves the outputs */
-  else snprintf(r->msg, sizeof r->msg, "%s", err ? grove_err_msg(err) : "");
+  if (p)
+    r->pred = *p; /* moves the outputs */
+  else
+    snprintf(r->msg, sizeof r->msg, "%s", err ? grove_err_msg(err) : "");
   r->t_done = now_s();
   atomic_store(&r->done, 1);
 }
@@ -783,9 +794,9 @@ static void send_many(grove_client *c, const io *o, async_result *res, int n, in
   grove_err err = {0};
   for (int k = 0; k < n; k++) {
     grove_tensor in = rows_of(o->x, k % 60, 1 + k % 4);
-    ck_assert_ok(grove_client_predict_async(c, "server_mlp", &in, 1, timeout_ms, on_result,
-                                            &res[k], &err),
-                 &err);
+    ck_assert_ok(
+        grove_client_predict_async(c, "server_mlp", &in, 1, timeout_ms, on_result, &res[k], &err),
+        &err);
   }
 }
 
@@ -872,9 +883,9 @@ START_TEST(embed_lengths_batch_apart) {
       for (int j = 0; j < len; j++) idx[k][r * len + j] = ((int64_t *)o.x->data)[r * 5 + j];
     grove_tensor in;
     grove_tensor_init(&in, GROVE_I64, 2, shape, idx[k]);
-    ck_assert_ok(grove_client_predict_async(c, "server_embed", &in, 1, 30000, on_result, &res[k],
-                                            &err),
-                 &err);
+    ck_assert_ok(
+        grove_client_predict_async(c, "server_embed", &in, 1, 30000, on_result, &res[k], &err),
+        &err);
   }
   wait_all(res, N, 60);
   for (int k = 0; k < N; k++) {
@@ -886,9 +897,8 @@ START_TEST(embed_lengths_batch_apart) {
     ck_assert_int_eq(y->shape[1], len);
     ck_assert_int_eq(y->shape[2], 3);
     for (int r = 0; r < 2; r++)
-      ck_assert(grove_test_allclose((float *)y->data + r * len * 3,
-                                    (float *)o.y->data + r * 5 * 3, (size_t)len * 3, 1e-4,
-                                    1e-5) < 0);
+      ck_assert(grove_test_allclose((float *)y->data + r * len * 3, (float *)o.y->data + r * 5 * 3,
+                                    (size_t)len * 3, 1e-4, 1e-5) < 0);
   }
   fini_all(res, N);
   grove_client_close(c);
@@ -939,23 +949,20 @@ START_TEST(late_requests_are_deadline_exceeded) {
   grove_client *c = connect_url(B.ipc);
   grove_err err = {0};
   grove_tensor in = rows_of(o.x, 0, 1);
-  ck_assert_ok(grove_client_predict_async(c, "server_mlp", &in, 1, 10000, on_result, &res[0],
-                                          &err),
+  ck_assert_ok(grove_client_predict_async(c, "server_mlp", &in, 1, 10000, on_result, &res[0], &err),
                &err);
   sleep_ms(10);
   char msg[512];
   int64_t shape[2] = {1, 16};
-  ck_assert_status(
-      raw_predict(B.ipc, "server_mlp", GROVE_F32, 2, shape, 64, 5000, msg, sizeof msg),
-      GROVE_E_DEADLINE_EXCEEDED);
+  ck_assert_status(raw_predict(B.ipc, "server_mlp", GROVE_F32, 2, shape, 64, 5000, msg, sizeof msg),
+                   GROVE_E_DEADLINE_EXCEEDED);
   ck_assert_msg(strstr(msg, "timeout") && strstr(msg, "not computed"), "%s", msg);
   wait_all(res, 1, 30);
   ck_assert_int_eq(res[0].status, GROVE_OK);
   fini_all(res, 1);
   /* The client library's own timeout: a 20 ms wait behind a 150 ms batch. */
   grove_prediction p;
-  ck_assert_ok(grove_client_predict_async(c, "server_mlp", &in, 1, 10000, on_result, &res[1],
-                                          &err),
+  ck_assert_ok(grove_client_predict_async(c, "server_mlp", &in, 1, 10000, on_result, &res[1], &err),
                &err);
   sleep_ms(5);
   grove_status s = grove_client_predict(c, "server_mlp", &in, 1, 20, &p, &err);
@@ -1191,8 +1198,10 @@ START_TEST(model_repo_serves_subdirectories) {
     dup2(fd, STDERR_FILENO);
     char dup_arg[400];
     snprintf(dup_arg, sizeof dup_arg, "alpha=%s", grove_fixture("server_mlp"));
-    const char *argv[] = {groved_path(), "--model-repo", repo, "--model", dup_arg,
-                          "--http", "none", "--listen", "ipc:///nonexistent-dir/x.sock", NULL};
+    const char *argv[] = {groved_path(), "--model-repo", repo,
+                          "--model",     dup_arg,        "--http",
+                          "none",        "--listen",     "ipc:///nonexistent-dir/x.sock",
+                          NULL};
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }

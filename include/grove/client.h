@@ -56,8 +56,8 @@ typedef struct grove_client_opts {
  * synchronously; requests are spread over the connections, and a request
  * whose connection drops is sent again on another.  A URL that cannot be
  * reached now keeps being retried in the background, as long as at least
- * one could: with none, open fails with GROVE_E_UNAVAILABLE naming them.  opts may be NULL.  *out is the caller's;
- * close it with grove_client_close.  Any thread. */
+ * one could: with none, open fails with GROVE_E_UNAVAILABLE naming them.  opts may be NULL.  *out
+ * is the caller's; close it with grove_client_close.  Any thread. */
 grove_status grove_client_open(const char *const *urls, size_t nurls, const grove_client_opts *opts,
                                grove_client **out, grove_err *err);
 /* Waits for outstanding asynchronous calls, closes the connections and frees
