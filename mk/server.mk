@@ -51,7 +51,10 @@ $(CLIENTLIB): $(CLIENTLIB_OBJ)
 # `make server-test`: only the server's integration suite (it also runs in
 # `make test` with the other Check suites).
 .PHONY: server-test install-server
-server-test: all $(BUILD)/tests/check_server $(FIXTURE_STAMP)
+# (FIXTURE_STAMP is defined after this file is read, so it is made from the
+# recipe.)
+server-test: all $(BUILD)/tests/check_server
+	@if [ -n "$(FIXTURE_STAMP)" ]; then $(MAKE) --no-print-directory $(FIXTURE_STAMP); fi
 	GROVE_FIXTURES=$(FIXTURES) GROVE_BIN=$(GROVE_BIN) CK_DEFAULT_TIMEOUT=120 $(BUILD)/tests/check_server
 
 install: install-server
