@@ -22,12 +22,12 @@
  * grove__rpc_send; after that the request is NNG's until the send completes,
  * and only then does the context receive again.
  *
- * A worker's replies form a chain (grove__rpc_send_chain): the worker sends
- * the first, and each send's completion, on an NNG thread, sends the next.
- * Sending them all from the worker made it fight NNG's threads for the
- * socket's lock once per reply (a futex sleep each time); chained, the
- * replies flow the way an NNG echo server's do, and the worker is free for
- * its next batch at once. */
+ * A worker's replies form one chain per connection (grove__rpc_send_chain):
+ * the worker sends the first reply of each, and each send's completion, on an
+ * NNG thread, sends the next.  Sending them all from the worker made it fight
+ * NNG's threads for the socket's lock once per reply (a futex sleep each
+ * time); chained, the replies flow the way an NNG echo server's do, and the
+ * worker is free for its next batch at once. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -116,22 +116,36 @@ void grove__rpc_send(srv_req *r, nng_msg *msg, grove_status s) {
 }
 
 void grove__rpc_send_chain(srv_req *first) {
-  srv_req *head = NULL, *tail = NULL;
+  /* One chain per connection: a client that stops reading holds up its own
+   * replies (its connection is serialised anyway), never another's.  The
+   * heads are linked through next_head; a batch has few connections, so a
+   * linear search is fine and allocates nothing. */
+  srv_req *heads = NULL;
   while (first) {
     srv_req *r = first;
     first = r->next;
     r->next = NULL;
     r->chain = NULL;
+    r->next_head = NULL;
     nng_msg *msg = r->reply;
     r->reply = NULL;
     if (!finish(r, msg, r->reply_status)) continue;
-    if (tail)
-      tail->chain = r;
-    else
-      head = r;
-    tail = r;
+    srv_req *h = heads;
+    while (h && h->pipe_id != r->pipe_id) h = h->next_head;
+    if (h) {
+      h->chain_tail->chain = r;
+      h->chain_tail = r;
+    } else {
+      r->chain_tail = r;
+      r->next_head = heads;
+      heads = r;
+    }
   }
-  if (head) start_send(head);
+  while (heads) {
+    srv_req *h = heads;
+    heads = h->next_head;
+    start_send(h);
+  }
 }
 
 static void reply_errorv(srv_req *r, grove_status s, const char *fmt, va_list ap) {
@@ -490,6 +504,7 @@ static void req_cb(void *arg) {
     nng_msg *msg = nng_aio_get_msg(r->aio);
     nng_aio_set_msg(r->aio, NULL);
     r->state = REQ_WORK;
+    r->pipe_id = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
     handle(r, msg);
     return;
   }

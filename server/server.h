@@ -197,10 +197,13 @@ struct srv_req {
 
   srv_req *next; /* inbox, model FIFO or batch list */
 
-  /* A worker's encoded reply, waiting its turn in the batch's chain. */
+  /* A worker's encoded reply, waiting its turn in its connection's chain. */
+  uint32_t pipe_id; /* the connection the request came on */
   nng_msg *reply;
   grove_status reply_status;
-  srv_req *chain; /* the reply to send once this one's send completes */
+  srv_req *chain;      /* the reply to send once this one's send completes */
+  srv_req *chain_tail; /* heads only: the last of the chain */
+  srv_req *next_head;  /* heads only: the next connection's chain */
 };
 
 /* ================================================================ workers */
@@ -294,7 +297,7 @@ void grove__rpc_reply_error(srv_req *r, grove_status s, const char *fmt, ...)
 void grove__rpc_send(srv_req *r, nng_msg *msg, grove_status s);
 /* Sends the replies of a list of requests linked by next, each with
  * reply/reply_status set (reply NULL: out of memory, not answered), one after
- * the other from NNG's threads.  The caller (a worker) owns them all before
+ * the other per connection, from NNG's threads.  The caller (a worker) owns them all before
  * and none after. */
 void grove__rpc_send_chain(srv_req *first);
 /* Packs reply into a new nng_msg; NULL when out of memory. */
