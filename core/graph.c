@@ -406,7 +406,8 @@ typedef struct cctx {
   grove_module *m;
   const char *path; /* JSON path of the module object */
   grove_err *err;
-  int cur; /* index of the node being compiled */
+  int cur;             /* index of the node being compiled */
+  const json_t *graph; /* the JSON node list */
 } cctx;
 
 static int node_index(const cctx *c, const char *name) {
@@ -415,10 +416,13 @@ static int node_index(const cctx *c, const char *name) {
   return -1;
 }
 
-static int node_index_any(const cctx *c, const char *name) {
-  for (int i = 0; i < c->g->nnodes; i++)
-    if (c->g->nodes[i].name && strcmp(c->g->nodes[i].name, name) == 0) return i;
-  return -1;
+/* Whether a later node of the JSON graph has this name (for the message). */
+static bool later_node(const cctx *c, const char *name) {
+  for (size_t i = (size_t)c->cur; i < json_array_size(c->graph); i++) {
+    const json_t *nv = json_object_get(json_array_get(c->graph, i), "name");
+    if (json_is_string(nv) && strcmp(json_string_value(nv), name) == 0) return true;
+  }
+  return false;
 }
 
 static grove_status parse_arg(cctx *c, const json_t *v, const char *jp, garg *out, int depth) {
@@ -469,7 +473,7 @@ static grove_status parse_arg(cctx *c, const json_t *v, const char *jp, garg *ou
           return grove_err_set(c->err, GROVE_E_SPEC, "%s.node: expected a node name", jp);
         int k = node_index(c, json_string_value(nv));
         if (k < 0) {
-          bool later = node_index_any(c, json_string_value(nv)) >= 0;
+          bool later = later_node(c, json_string_value(nv));
           return grove_err_set(c->err, GROVE_E_SPEC,
                                "%s.node: \"%s\" %s (arguments refer to earlier nodes by name)", jp,
                                json_string_value(nv),
@@ -1060,7 +1064,7 @@ grove_status grove__graph_compile(grove_module *m, const json_t *obj, const char
   if (!g->nodes) return nomem(err);
   g->nnodes = (int)nn;
   g->output = -1;
-  cctx c = {g, m, path, err, 0};
+  cctx c = {g, m, path, err, 0, gv};
   for (size_t i = 0; i < nn; i++) {
     char jp[480];
     snprintf(jp, sizeof jp, "%s.graph[%zu]", path, i);
@@ -1807,28 +1811,39 @@ static grove_status run_output(run *r, grove_values *out) {
       out->v[out->n++] = v->t[j];
     }
   }
-  /* Move the outputs' regions down to where the pass began: the caller gets
-   * back everything else. */
-  grove__keep keep[GROVE_MAX_VALUES];
-  int which[GROVE_MAX_VALUES], nk = 0;
+  /* Views (x[:, 0], a transpose) leave as contiguous copies: a caller (the
+   * server splitting rows, a .npy writer) gets plain tensors, as from every
+   * layer. */
+  grove__keep keep[2 * GROVE_MAX_VALUES];
+  int owner[2 * GROVE_MAX_VALUES], nk = 0;
+  for (int k = 0; k < out->n; k++) {
+    if (grove_tensor_is_contiguous(&out->v[k])) continue;
+    grove_tensor c;
+    grove_status s = grove__contig(r->f, &out->v[k], &c);
+    if (s) return s;
+    out->v[k] = c;
+    regs[k] = -2; /* its own new block */
+    keep[nk] = (grove__keep){c.data, grove__tensor_extent(&c), NULL, {0}};
+    owner[nk++] = -1 - k;
+  }
+  /* Move the outputs' regions (and the copies) down to where the pass
+   * began: the caller gets back everything else. */
   for (int k = 0; k < out->n; k++) {
     if (regs[k] < 0) continue;
-    int dup = -1;
-    for (int j = 0; j < nk; j++)
-      if (which[j] == regs[k]) dup = j;
-    if (dup >= 0) continue;
-    which[nk] = regs[k];
+    bool dup = false;
+    for (int j = 0; j < nk; j++) dup |= owner[j] == regs[k];
+    if (dup) continue;
+    owner[nk] = regs[k];
     keep[nk++] = (grove__keep){r->regs[regs[k]].start, r->regs[regs[k]].bytes, NULL, {0}};
   }
-  /* Stage only when there are several: keep[] must be in address order for
-   * the single-block path, which it trivially is. */
   grove_status s = grove__arena_keep(r->f->arena, r->base, keep, nk, r->f->err);
   if (s) return s;
   for (int k = 0; k < out->n; k++) {
-    if (regs[k] < 0) continue;
-    for (int j = 0; j < nk; j++)
-      if (which[j] == regs[k])
-        out->v[k].data = (char *)out->v[k].data + ((char *)keep[j].moved - r->regs[regs[k]].start);
+    for (int j = 0; j < nk; j++) {
+      bool mine = regs[k] == -2 ? owner[j] == -1 - k : (regs[k] >= 0 && owner[j] == regs[k]);
+      if (mine)
+        out->v[k].data = (char *)out->v[k].data + ((char *)keep[j].moved - (char *)keep[j].start);
+    }
   }
   return GROVE_OK;
 }

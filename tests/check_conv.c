@@ -1,0 +1,431 @@
+/* check_conv.c: Conv1d, Conv2d, BatchNorm2d and the 2-d pools against
+ * PyTorch, plus their errors.
+ *
+ * Parity: tests/fixtures_gen/conv.py writes conv_<case>.safetensors (the torch
+ * layer's state_dict under "w.", the input "x", torch's output "y") and
+ * conv_<case>.json (the model.json object the exporter writes for it).  Each
+ * case builds the layer twice, with the C constructor (the table below
+ * mirrors CASES in conv.py) and from the JSON through grove_model_from_spec,
+ * loads the weights strictly and compares both outputs with torch (rtol 1e-4,
+ * atol 1e-5); a second forward after an arena reset must not grow the arena
+ * and must give the same bits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers_internal.h"
+#include "testutil.h"
+
+#define RTOL 1e-4
+#define ATOL 1e-5
+
+static const char *const cases[] = {
+    "conv2d_basic",     "conv2d_b1_pad",   "conv2d_stride",     "conv2d_dil",
+    "conv2d_groups",    "conv2d_dw",       "conv2d_1x1",        "conv2d_1x1_stride",
+    "conv2d_same_even", "conv2d_same_dil", "conv2d_valid",      "conv2d_unbatched",
+    "conv2d_many",      "conv2d_chunked",  "conv1d_basic",      "conv1d_stride_pad",
+    "conv1d_groups_dil", "conv1d_same",    "conv1d_unbatched",  "bn2d",
+    "bn2d_b1",          "bn2d_noaffine",   "bn2d_nostats",      "maxpool_2",
+    "maxpool_odd",      "maxpool_ceil",    "maxpool_dil",       "maxpool_unbatched",
+    "avgpool_2",        "avgpool_pad",     "avgpool_pad_excl",  "avgpool_ceil",
+    "avgpool_div",      "adapt_1",         "adapt_odd",         "adapt_none",
+    "adapt_up",
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+static grove_conv_opts co(int64_t k0, int64_t k1, int64_t s0, int64_t s1, int64_t p0, int64_t p1,
+                          int64_t d0, int64_t d1, int64_t groups, bool bias) {
+  return (grove_conv_opts){.kernel_size = {k0, k1}, .stride = {s0, s1}, .padding = {p0, p1},
+                           .dilation = {d0, d1}, .groups = groups, .bias = bias};
+}
+
+static grove_module *build_case(const char *name, grove_err *err) {
+  grove_module *m = NULL;
+  grove_status s = GROVE_E_NOT_FOUND;
+  grove_conv_opts o;
+  const int64_t k2[2] = {2, 2}, k3[2] = {3, 3}, s1[2] = {1, 1}, s2[2] = {2, 2}, p1[2] = {1, 1};
+  const int64_t k23[2] = {2, 3}, d2[2] = {2, 2};
+#define CASE(n, call) else if (strcmp(name, n) == 0) s = (call)
+  if (0) {
+  }
+  CASE("conv2d_basic", (o = co(3, 3, 1, 1, 0, 0, 1, 1, 1, true), grove_conv2d_new(3, 8, &o, &m, err)));
+  CASE("conv2d_b1_pad", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(3, 5, &o, &m, err)));
+  CASE("conv2d_stride", (o = co(3, 5, 2, 1, 1, 2, 1, 1, 1, true), grove_conv2d_new(4, 6, &o, &m, err)));
+  CASE("conv2d_dil", (o = co(3, 3, 1, 1, 2, 2, 2, 2, 1, true), grove_conv2d_new(2, 4, &o, &m, err)));
+  CASE("conv2d_groups", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 3, false), grove_conv2d_new(6, 9, &o, &m, err)));
+  CASE("conv2d_dw", (o = co(3, 3, 2, 2, 0, 0, 1, 1, 4, true), grove_conv2d_new(4, 4, &o, &m, err)));
+  CASE("conv2d_1x1", (o = co(1, 1, 1, 1, 0, 0, 1, 1, 1, true), grove_conv2d_new(8, 5, &o, &m, err)));
+  CASE("conv2d_1x1_stride", (o = co(1, 1, 2, 2, 0, 0, 1, 1, 1, true), grove_conv2d_new(8, 5, &o, &m, err)));
+  CASE("conv2d_same_even", (o = co(4, 4, 0, 0, 0, 0, 0, 0, 0, true), o.padding_same = true,
+                            grove_conv2d_new(3, 4, &o, &m, err)));
+  CASE("conv2d_same_dil", (o = co(3, 3, 1, 1, 0, 0, 2, 2, 1, true), o.padding_same = true,
+                           grove_conv2d_new(3, 4, &o, &m, err)));
+  CASE("conv2d_valid", (o = co(2, 2, 1, 1, 0, 0, 1, 1, 1, true), o.padding_valid = true,
+                        grove_conv2d_new(3, 4, &o, &m, err)));
+  CASE("conv2d_unbatched", (o = co(3, 3, 1, 1, 0, 0, 1, 1, 1, true), grove_conv2d_new(2, 3, &o, &m, err)));
+  CASE("conv2d_many", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(16, 12, &o, &m, err)));
+  CASE("conv2d_chunked", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(32, 4, &o, &m, err)));
+  CASE("conv1d_basic", (o = co(3, 0, 1, 0, 0, 0, 1, 0, 1, true), grove_conv1d_new(4, 6, &o, &m, err)));
+  CASE("conv1d_stride_pad", (o = co(5, 0, 2, 0, 2, 0, 1, 0, 1, true), grove_conv1d_new(3, 5, &o, &m, err)));
+  CASE("conv1d_groups_dil", (o = co(3, 0, 1, 0, 3, 0, 3, 0, 2, true), grove_conv1d_new(4, 8, &o, &m, err)));
+  CASE("conv1d_same", (o = co(4, 0, 1, 0, 0, 0, 1, 0, 1, true), o.padding_same = true,
+                       grove_conv1d_new(2, 3, &o, &m, err)));
+  CASE("conv1d_unbatched", (o = co(1, 0, 1, 0, 0, 0, 1, 0, 1, true), grove_conv1d_new(3, 2, &o, &m, err)));
+  CASE("bn2d", grove_batch_norm2d_new(5, 1e-5, 0.1, true, true, &m, err));
+  CASE("bn2d_b1", grove_batch_norm2d_new(5, 1e-3, 0.1, true, true, &m, err));
+  CASE("bn2d_noaffine", grove_batch_norm2d_new(3, 1e-5, 0.1, false, true, &m, err));
+  CASE("bn2d_nostats", grove_batch_norm2d_new(4, 1e-5, 0.1, true, false, &m, err));
+  CASE("maxpool_2", grove_max_pool2d_new(k2, NULL, NULL, NULL, false, &m, err));
+  CASE("maxpool_odd", grove_max_pool2d_new(k3, s2, p1, NULL, false, &m, err));
+  CASE("maxpool_ceil", grove_max_pool2d_new(k3, s2, NULL, NULL, true, &m, err));
+  CASE("maxpool_dil", grove_max_pool2d_new(k23, s1, NULL, d2, false, &m, err));
+  CASE("maxpool_unbatched", grove_max_pool2d_new(k2, s1, NULL, NULL, false, &m, err));
+  CASE("avgpool_2", grove_avg_pool2d_new(k2, NULL, NULL, false, true, 0, &m, err));
+  CASE("avgpool_pad", grove_avg_pool2d_new(k3, s2, p1, false, true, 0, &m, err));
+  CASE("avgpool_pad_excl", grove_avg_pool2d_new(k3, s2, p1, false, false, 0, &m, err));
+  CASE("avgpool_ceil", grove_avg_pool2d_new(k3, s2, p1, true, true, 0, &m, err));
+  CASE("avgpool_div", grove_avg_pool2d_new(k2, NULL, NULL, false, true, 3, &m, err));
+  CASE("adapt_1", grove_adaptive_avg_pool2d_new((int64_t[2]){1, 1}, &m, err));
+  CASE("adapt_odd", grove_adaptive_avg_pool2d_new((int64_t[2]){3, 2}, &m, err));
+  CASE("adapt_none", grove_adaptive_avg_pool2d_new((int64_t[2]){-1, 3}, &m, err));
+  CASE("adapt_up", grove_adaptive_avg_pool2d_new((int64_t[2]){4, 4}, &m, err));
+#undef CASE
+  ck_assert_msg(s != GROVE_E_NOT_FOUND, "no C constructor for case %s", name);
+  ck_assert_ok(s, err);
+  return m;
+}
+
+/* ------------------------------------------------------------ fixtures */
+
+typedef struct fixture {
+  grove_state_dict *file, *weights;
+  grove_tensor *x, *y;
+  char *json; /* the module object */
+} fixture;
+
+static void fixture_load(fixture *fx, const char *name) {
+  grove_err err = {0};
+  char fname[256];
+  snprintf(fname, sizeof fname, "conv_%s.safetensors", name);
+  ck_assert_ok(grove_safetensors_read(grove_fixture(fname), &fx->file, &err), &err);
+  fx->weights = grove_sd_new();
+  for (size_t i = 0; i < grove_sd_count(fx->file); i++) {
+    const char *k = grove_sd_key(fx->file, i);
+    if (strncmp(k, "w.", 2) == 0)
+      ck_assert_ok(grove_sd_set(fx->weights, k + 2, grove_sd_tensor(fx->file, i), &err), &err);
+  }
+  fx->x = grove_sd_get(fx->file, "x");
+  fx->y = grove_sd_get(fx->file, "y");
+  ck_assert_ptr_nonnull(fx->x);
+  ck_assert_ptr_nonnull(fx->y);
+  snprintf(fname, sizeof fname, "conv_%s.json", name);
+  fx->json = grove_test_read_file(grove_fixture(fname), NULL);
+  ck_assert_ptr_nonnull(fx->json);
+}
+
+static void fixture_fini(fixture *fx) {
+  free(fx->json);
+  grove_sd_free(fx->weights);
+  grove_sd_free(fx->file);
+}
+
+static void assert_close(const char *what, const grove_tensor *got, const grove_tensor *want) {
+  char a[128], b[128];
+  ck_assert_msg(grove_tensor_same_shape(got, want), "%s: shape %s, torch %s", what,
+                grove_shape_str(got->ndim, got->shape, a, sizeof a),
+                grove_shape_str(want->ndim, want->shape, b, sizeof b));
+  ck_assert(grove_tensor_is_contiguous(got));
+  const float *g = got->data, *w = want->data;
+  long bad = grove_test_allclose(g, w, (size_t)grove_tensor_numel(want), RTOL, ATOL);
+  ck_assert_msg(bad < 0, "%s: element %ld is %.9g, torch says %.9g", what, bad,
+                bad >= 0 ? g[bad] : 0.0, bad >= 0 ? w[bad] : 0.0);
+}
+
+/* The model.json document around one module object (the input spec is not
+ * used: the tree is called directly). */
+static grove_model *from_json(const char *module_json, grove_err *err) {
+  size_t n = strlen(module_json) + 256;
+  char *doc = malloc(n);
+  snprintf(doc, n,
+           "{\"format\": \"grove.model/1\", \"inputs\": [{\"name\": \"x\", \"dtype\": "
+           "\"float32\", \"shape\": [-1]}], \"module\": %s}",
+           module_json);
+  grove_model *m = NULL;
+  grove_status s = grove_model_from_spec(doc, "conv.json", &m, err);
+  free(doc);
+  ck_assert_ok(s, err);
+  return m;
+}
+
+static void run_and_compare(const char *what, grove_module *m, fixture *fx) {
+  grove_err err = {0};
+  ck_assert_ok(grove_module_load_state_dict(m, fx->weights, NULL, NULL, &err), &err);
+  grove_arena *arena = grove_arena_new(0);
+  grove_fwd f = {.arena = arena, .err = &err};
+  grove_tensor y;
+  ck_assert_ok(grove_module_call(m, &f, fx->x, &y), &err);
+  assert_close(what, &y, fx->y);
+  size_t n = grove_tensor_nbytes(&y);
+  float *first = malloc(n ? n : 1);
+  memcpy(first, y.data, n);
+  grove_arena_reset(arena);
+  size_t grows = grove_arena_grow_count(arena);
+  ck_assert_ok(grove_module_call(m, &f, fx->x, &y), &err);
+  ck_assert_uint_eq(grove_arena_grow_count(arena), grows);
+  ck_assert(memcmp(first, y.data, n) == 0);
+  free(first);
+  grove_arena_free(arena);
+}
+
+START_TEST(test_parity) {
+  const char *name = cases[_i];
+  fixture fx = {0};
+  grove_err err = {0};
+  fixture_load(&fx, name);
+  grove_module *m = build_case(name, &err);
+  grove_module_eval(m);
+  run_and_compare(name, m, &fx);
+  grove_module_release(m);
+
+  grove_model *model = from_json(fx.json, &err);
+  char what[300];
+  snprintf(what, sizeof what, "%s (from model.json)", name);
+  run_and_compare(what, model->root, &fx);
+  grove_model_free(model);
+  fixture_fini(&fx);
+}
+END_TEST
+
+/* A user's strided (transposed) input gives the contiguous result. */
+START_TEST(test_strided_input) {
+  fixture fx = {0};
+  grove_err err = {0};
+  fixture_load(&fx, "conv2d_basic");
+  grove_module *m = build_case("conv2d_basic", &err);
+  grove_module_eval(m);
+  ck_assert_ok(grove_module_load_state_dict(m, fx.weights, NULL, NULL, &err), &err);
+  /* x [2, 3, 9, 9] stored as [9, 9, 3, 2] and viewed back. */
+  const grove_tensor *x = fx.x;
+  int64_t ts[4] = {9, 9, 3, 2};
+  grove_tensor *t = grove_tensor_new(GROVE_F32, 4, ts, &err);
+  const float *xs = x->data;
+  float *td = t->data;
+  for (int n = 0; n < 2; n++)
+    for (int c = 0; c < 3; c++)
+      for (int h = 0; h < 9; h++)
+        for (int w = 0; w < 9; w++) td[((h * 9 + w) * 3 + c) * 2 + n] = xs[((n * 3 + c) * 9 + h) * 9 + w];
+  int64_t strides[4] = {1, 2, 9 * 3 * 2, 3 * 2};
+  grove_tensor *v = grove_tensor_view_new(t->storage, 0, GROVE_F32, 4, x->shape, strides, &err);
+  ck_assert_ptr_nonnull(v);
+  grove_arena *a = grove_arena_new(0);
+  grove_fwd f = {a, &err};
+  grove_tensor y;
+  ck_assert_ok(grove_module_call(m, &f, v, &y), &err);
+  assert_close("strided conv2d", &y, fx.y);
+  grove_arena_free(a);
+  grove_tensor_release(v);
+  grove_tensor_release(t);
+  grove_module_release(m);
+  fixture_fini(&fx);
+}
+END_TEST
+
+/* The fused epilogue (scale, shift, relu) as a graph uses it equals the
+ * plain convolution followed by the same affine map and clamp. */
+START_TEST(test_epilogue) {
+  fixture fx = {0};
+  grove_err err = {0};
+  fixture_load(&fx, "conv2d_many");
+  grove_module *m = build_case("conv2d_many", &err);
+  grove_module_eval(m);
+  ck_assert_ok(grove_module_load_state_dict(m, fx.weights, NULL, NULL, &err), &err);
+  float scale[12], shift[12];
+  const float *bias = grove__conv_bias(m);
+  for (int c = 0; c < 12; c++) {
+    scale[c] = 0.5f + 0.1f * (float)c;
+    shift[c] = bias[c] * scale[c] - 0.3f;
+  }
+  grove_arena *a = grove_arena_new(0);
+  grove_fwd f = {a, &err};
+  grove_values in = {.n = 1}, out = {0};
+  in.v[0] = *fx.x;
+  ck_assert_ok(grove__conv_forward_ex(m, &f, &in, &out, scale, shift, true), &err);
+  const float *y = out.v[0].data, *ref = fx.y->data;
+  const int64_t P = 36;
+  for (int64_t i = 0; i < grove_tensor_numel(fx.y); i++) {
+    int64_t c = (i / P) % 12;
+    float want = ref[i] * scale[c] - 0.3f;
+    want = want < 0 ? 0 : want;
+    ck_assert_msg(grove_test_allclose(&y[i], &want, 1, RTOL, ATOL) < 0, "element %lld: %g vs %g",
+                  (long long)i, y[i], want);
+  }
+  grove_arena_free(a);
+  grove_module_release(m);
+  fixture_fini(&fx);
+}
+END_TEST
+
+/* ------------------------------------------------------------ errors */
+
+static grove_status call_shape(grove_module *m, int nd, const int64_t *shape) {
+  grove_err err = {0};
+  int64_t n = 1;
+  for (int i = 0; i < nd; i++) n *= shape[i];
+  float *buf = calloc((size_t)(n ? n : 1), sizeof(float));
+  grove_tensor x, y;
+  grove_tensor_init(&x, GROVE_F32, nd, shape, buf);
+  grove_arena *a = grove_arena_new(0);
+  grove_fwd f = {a, &err};
+  grove_status s = grove_module_call(m, &f, &x, &y);
+  grove_arena_free(a);
+  free(buf);
+  return s;
+}
+
+START_TEST(test_shape_errors) {
+  grove_err err = {0};
+  grove_module *m;
+  grove_conv_opts o = co(3, 3, 1, 1, 0, 0, 1, 1, 1, true);
+  ck_assert_ok(grove_conv2d_new(3, 4, &o, &m, &err), &err);
+  grove_module_eval(m);
+  ck_assert_status(call_shape(m, 4, (int64_t[]){1, 2, 5, 5}), GROVE_E_SHAPE);
+  ck_assert_status(call_shape(m, 4, (int64_t[]){1, 3, 2, 5}), GROVE_E_SHAPE);
+  ck_assert_status(call_shape(m, 2, (int64_t[]){3, 5}), GROVE_E_SHAPE);
+  ck_assert_status(call_shape(m, 4, (int64_t[]){0, 3, 5, 5}), GROVE_OK);
+  ck_assert_status(call_shape(m, 3, (int64_t[]){3, 3, 3}), GROVE_OK);
+  grove_module_release(m);
+  ck_assert_ok(grove_batch_norm2d_new(3, 1e-5, 0.1, true, true, &m, &err), &err);
+  ck_assert_status(call_shape(m, 4, (int64_t[]){1, 3, 2, 2}), GROVE_E_UNSUPPORTED); /* training */
+  grove_module_eval(m);
+  ck_assert_status(call_shape(m, 3, (int64_t[]){3, 2, 2}), GROVE_E_SHAPE);
+  ck_assert_status(call_shape(m, 4, (int64_t[]){1, 4, 2, 2}), GROVE_E_SHAPE);
+  grove_module_release(m);
+  ck_assert_ok(grove_max_pool2d_new((int64_t[]){3, 3}, NULL, NULL, NULL, false, &m, &err), &err);
+  ck_assert_status(call_shape(m, 4, (int64_t[]){1, 1, 2, 2}), GROVE_E_SHAPE);
+  ck_assert_status(call_shape(m, 2, (int64_t[]){4, 4}), GROVE_E_SHAPE);
+  grove_module_release(m);
+}
+END_TEST
+
+START_TEST(test_constructor_errors) {
+  grove_err err = {0};
+  grove_module *m = NULL;
+  grove_conv_opts o = co(3, 3, 1, 1, 0, 0, 1, 1, 2, true);
+  ck_assert_status(grove_conv2d_new(3, 4, &o, &m, &err), GROVE_E_INVALID_ARGUMENT);
+  ck_assert_ptr_null(m);
+  o = co(3, 3, 2, 2, 0, 0, 1, 1, 1, true);
+  o.padding_same = true;
+  ck_assert_status(grove_conv2d_new(3, 4, &o, &m, &err), GROVE_E_INVALID_ARGUMENT);
+  ck_assert(strstr(err.msg, "strided"));
+  o = co(0, 3, 1, 1, 0, 0, 1, 1, 1, true);
+  ck_assert_status(grove_conv2d_new(3, 4, &o, &m, &err), GROVE_E_INVALID_ARGUMENT);
+  ck_assert_status(grove_max_pool2d_new((int64_t[]){2, 2}, NULL, (int64_t[]){2, 0}, NULL, false,
+                                        &m, &err),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert(strstr(err.msg, "half of effective kernel size"));
+  ck_assert_status(grove_adaptive_avg_pool2d_new((int64_t[]){0, 1}, &m, &err),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_status(grove_batch_norm2d_new(0, 1e-5, 0.1, true, true, &m, &err),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_ptr_null(m);
+}
+END_TEST
+
+static void json_err(const char *module_json, grove_status code, const char *needle) {
+  grove_err err = {0};
+  char doc[2048];
+  snprintf(doc, sizeof doc,
+           "{\"format\": \"grove.model/1\", \"inputs\": [{\"name\": \"x\", \"dtype\": "
+           "\"float32\", \"shape\": [-1]}], \"module\": %s}",
+           module_json);
+  grove_model *m = NULL;
+  ck_assert_status(grove_model_from_spec(doc, "model.json", &m, &err), code);
+  ck_assert_ptr_null(m);
+  ck_assert_msg(strstr(err.msg, needle), "%s:\n got  \"%s\"\n want \"%s\"", module_json, err.msg,
+                needle);
+}
+
+START_TEST(test_json_errors) {
+  json_err("{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
+           "\"padding_mode\": \"reflect\"}",
+           GROVE_E_UNSUPPORTED, "$.module.padding_mode: only padding_mode=\"zeros\"");
+  json_err("{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4}", GROVE_E_SPEC,
+           "$.module.kernel_size: missing required argument of Conv2d");
+  json_err("{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": [3]}",
+           GROVE_E_SPEC, "$.module.kernel_size: expected an integer in [1, 1048576] or a list of 2");
+  json_err("{\"type\": \"Conv1d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
+           "\"groups\": 2}",
+           GROVE_E_SPEC, "$.module.groups: in_channels (3) and out_channels (4) must both be");
+  json_err("{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
+           "\"padding\": \"full\"}",
+           GROVE_E_SPEC, "$.module.padding: expected one of \"same\", \"valid\"");
+  json_err("{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
+           "\"stride\": 2, \"padding\": \"same\"}",
+           GROVE_E_SPEC, "$.module: Conv2d: padding='same' is not supported for strided");
+  json_err("{\"type\": \"MaxPool2d\", \"kernel_size\": 2, \"return_indices\": true}",
+           GROVE_E_UNSUPPORTED, "$.module.return_indices");
+  json_err("{\"type\": \"MaxPool2d\", \"kernel_size\": 2, \"padding\": 2}", GROVE_E_SPEC,
+           "pad should be at most half");
+  json_err("{\"type\": \"AvgPool2d\", \"kernel_size\": 2, \"divisor_override\": 0}", GROVE_E_SPEC,
+           "$.module.divisor_override: expected an integer in [1, 2147483647] or null, got 0");
+  json_err("{\"type\": \"AdaptiveAvgPool2d\", \"output_size\": [2, 0]}", GROVE_E_SPEC,
+           "$.module.output_size: expected a positive integer or a list of 2");
+  json_err("{\"type\": \"BatchNorm2d\", \"num_features\": 4, \"eps\": -1}", GROVE_E_SPEC,
+           "$.module.eps: expected a non-negative number, got -1");
+  json_err("{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
+           "\"children\": []}",
+           GROVE_E_SPEC, "$.module.children: a Conv2d has no children");
+}
+END_TEST
+
+/* state_dict keys in torch's order; BatchNorm2d loads a checkpoint without
+ * num_batches_tracked (as from old torch or any safetensors file). */
+START_TEST(test_state_dict_layout) {
+  grove_err err = {0};
+  grove_module *m;
+  grove_conv_opts o = co(3, 3, 1, 1, 0, 0, 1, 1, 1, false);
+  ck_assert_ok(grove_conv2d_new(3, 4, &o, &m, &err), &err);
+  grove_state_dict *sd = grove_sd_new();
+  ck_assert_ok(grove_module_state_dict(m, NULL, sd, &err), &err);
+  ck_assert_uint_eq(grove_sd_count(sd), 1);
+  ck_assert_str_eq(grove_sd_key(sd, 0), "weight");
+  ck_assert_int_eq(grove_sd_tensor(sd, 0)->ndim, 4);
+  grove_sd_free(sd);
+  grove_module_release(m);
+
+  ck_assert_ok(grove_batch_norm2d_new(3, 1e-5, 0.1, true, true, &m, &err), &err);
+  sd = grove_sd_new();
+  ck_assert_ok(grove_module_state_dict(m, NULL, sd, &err), &err);
+  static const char *const keys[] = {"weight", "bias", "running_mean", "running_var",
+                                     "num_batches_tracked"};
+  ck_assert_uint_eq(grove_sd_count(sd), 5);
+  for (int i = 0; i < 5; i++) ck_assert_str_eq(grove_sd_key(sd, (size_t)i), keys[i]);
+  /* Without metadata (a safetensors file): version unknown, so the key may
+   * be missing. */
+  grove_state_dict *bare = grove_sd_new();
+  for (size_t i = 0; i + 1 < grove_sd_count(sd); i++)
+    ck_assert_ok(grove_sd_set(bare, grove_sd_key(sd, i), grove_sd_tensor(sd, i), &err), &err);
+  ck_assert_ok(grove_module_load_state_dict(m, bare, NULL, NULL, &err), &err);
+  grove_sd_free(bare);
+  grove_sd_free(sd);
+  grove_module_release(m);
+}
+END_TEST
+
+static Suite *conv_suite(void) {
+  Suite *s = suite_create("conv");
+  TCase *tc = tcase_create("parity");
+  tcase_add_loop_test(tc, test_parity, 0, NCASES);
+  tcase_add_test(tc, test_strided_input);
+  tcase_add_test(tc, test_epilogue);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("errors");
+  tcase_add_test(tc, test_shape_errors);
+  tcase_add_test(tc, test_constructor_errors);
+  tcase_add_test(tc, test_json_errors);
+  tcase_add_test(tc, test_state_dict_layout);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+GROVE_TEST_MAIN(conv_suite)

@@ -1,0 +1,416 @@
+/* check_graph.c: modules with a custom forward (torch.fx graphs, graph.c).
+ *
+ * Parity: tests/fixtures_gen/graphs.py exports small modules (every graph
+ * operation, module calls returning tuples, nested graphs, parameters read by
+ * get_attr, several inputs and outputs, fused conv/BatchNorm/ReLU chains)
+ * with tools/grove_export.py and writes graph_<case>.json (model.json) and
+ * graph_<case>.safetensors (w.* weights, inputs x0.., torch's outputs y0..).
+ * Each case is built from the JSON, loaded strictly and run; every output is
+ * compared with torch (rtol 1e-4, atol 1e-5), again after an arena reset
+ * (no growth, same bits), and with a global forward hook registered (which
+ * turns fusion off and must see every module call).
+ *
+ * Also: the arena's liveness (a long chain needs about two buffers), spec
+ * errors naming the JSON path of the node, runtime errors naming the node and
+ * its line of forward, and holders that cannot be called. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+#include "layers_internal.h"
+#include "testutil.h"
+
+#define RTOL 1e-4
+#define ATOL 1e-5
+
+static const char *const cases[] = {
+    "add_tensor", "add_broadcast", "sub_scalar", "mul_div",     "matmul",
+    "activations", "softmax",      "dropout_flatten", "reshape_view", "permute_transpose",
+    "cat",        "mean_sum",      "getitem",    "sizes",       "attn_tuple",
+    "get_attr",   "multi_io",      "nested",     "resnet_fused", "linear_relu",
+    "holder",     "embed_mean",
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+typedef struct fixture {
+  grove_model *model;
+  grove_state_dict *file;
+  grove_tensor x[GROVE_MAX_VALUES], y[GROVE_MAX_VALUES];
+  int nx, ny;
+} fixture;
+
+static void fixture_load(fixture *fx, const char *name) {
+  grove_err err = {0};
+  char fname[256];
+  snprintf(fname, sizeof fname, "graph_%s.json", name);
+  char *text = grove_test_read_file(grove_fixture(fname), NULL);
+  ck_assert_ptr_nonnull(text);
+  ck_assert_ok(grove_model_from_spec(text, fname, &fx->model, &err), &err);
+  free(text);
+  snprintf(fname, sizeof fname, "graph_%s.safetensors", name);
+  ck_assert_ok(grove_safetensors_read(grove_fixture(fname), &fx->file, &err), &err);
+  grove_state_dict *w = grove_sd_new();
+  for (size_t i = 0; i < grove_sd_count(fx->file); i++) {
+    const char *k = grove_sd_key(fx->file, i);
+    if (strncmp(k, "w.", 2) == 0)
+      ck_assert_ok(grove_sd_set(w, k + 2, grove_sd_tensor(fx->file, i), &err), &err);
+  }
+  ck_assert_ok(grove_module_load_state_dict(fx->model->root, w, NULL, NULL, &err), &err);
+  grove_sd_free(w);
+  for (int i = 0; i < GROVE_MAX_VALUES; i++) {
+    char k[16];
+    snprintf(k, sizeof k, "x%d", i);
+    if (grove_sd_get(fx->file, k)) fx->x[fx->nx++] = *grove_sd_get(fx->file, k);
+    snprintf(k, sizeof k, "y%d", i);
+    if (grove_sd_get(fx->file, k)) fx->y[fx->ny++] = *grove_sd_get(fx->file, k);
+  }
+}
+
+static void fixture_fini(fixture *fx) {
+  grove_model_free(fx->model);
+  grove_sd_free(fx->file);
+}
+
+static void assert_close(const char *what, int k, const grove_tensor *got,
+                         const grove_tensor *want) {
+  char a[128], b[128];
+  ck_assert_msg(grove_tensor_same_shape(got, want), "%s output %d: shape %s, torch %s", what, k,
+                grove_shape_str(got->ndim, got->shape, a, sizeof a),
+                grove_shape_str(want->ndim, want->shape, b, sizeof b));
+  ck_assert_int_eq(got->dtype, GROVE_F32);
+  grove_tensor c = *got;
+  float *tmp = NULL;
+  if (!grove_tensor_is_contiguous(got)) {
+    tmp = malloc(grove_tensor_nbytes(got) + 1);
+    grove_tensor_init(&c, GROVE_F32, got->ndim, got->shape, tmp);
+    grove_err err = {0};
+    ck_assert_ok(grove_tensor_copy(&c, got, &err), &err);
+  }
+  const float *g = c.data, *w = want->data;
+  long bad = grove_test_allclose(g, w, (size_t)grove_tensor_numel(want), RTOL, ATOL);
+  ck_assert_msg(bad < 0, "%s output %d: element %ld is %.9g, torch says %.9g", what, k, bad,
+                bad >= 0 ? g[bad] : 0.0, bad >= 0 ? w[bad] : 0.0);
+  free(tmp);
+}
+
+static int hook_calls;
+static grove_status count_hook(void *user, const grove_module *m, grove_fwd *f,
+                               const grove_values *in, grove_values *out) {
+  hook_calls++;
+  return GROVE_OK;
+}
+
+START_TEST(test_parity) {
+  const char *name = cases[_i];
+  fixture fx = {0};
+  grove_err err = {0};
+  fixture_load(&fx, name);
+  grove_arena *arena = grove_arena_new(0);
+  grove_values out;
+  ck_assert_ok(grove_model_forward(fx.model, arena, fx.x, (size_t)fx.nx, &out, &err), &err);
+  ck_assert_int_eq(out.n, fx.ny);
+  for (int k = 0; k < out.n; k++) assert_close(name, k, &out.v[k], &fx.y[k]);
+  /* Outputs are contiguous copies of arena memory; keep them to compare. */
+  size_t total = 0;
+  for (int k = 0; k < out.n; k++) total += grove_tensor_nbytes(&out.v[k]);
+  char *first = malloc(total + 1), *p = first;
+  for (int k = 0; k < out.n; k++) {
+    ck_assert(grove_tensor_is_contiguous(&out.v[k]));
+    memcpy(p, out.v[k].data, grove_tensor_nbytes(&out.v[k]));
+    p += grove_tensor_nbytes(&out.v[k]);
+  }
+  grove_arena_reset(arena);
+  size_t grows = grove_arena_grow_count(arena);
+  ck_assert_ok(grove_model_forward(fx.model, arena, fx.x, (size_t)fx.nx, &out, &err), &err);
+  ck_assert_uint_eq(grove_arena_grow_count(arena), grows);
+  p = first;
+  for (int k = 0; k < out.n; k++) {
+    ck_assert_msg(memcmp(p, out.v[k].data, grove_tensor_nbytes(&out.v[k])) == 0,
+                  "%s: output %d differs on the second pass", name, k);
+    p += grove_tensor_nbytes(&out.v[k]);
+  }
+  free(first);
+
+  /* With a hook registered anywhere nothing is fused and every module call
+   * (the root included) is seen. */
+  uint64_t id;
+  ck_assert_ok(grove_register_global_forward_hook(count_hook, NULL, &id), &err);
+  hook_calls = 0;
+  grove_arena_reset(arena);
+  ck_assert_ok(grove_model_forward(fx.model, arena, fx.x, (size_t)fx.nx, &out, &err), &err);
+  ck_assert(grove_remove_global_hook(id));
+  ck_assert_int_ge(hook_calls, 1);
+  for (int k = 0; k < out.n; k++) assert_close(name, k, &out.v[k], &fx.y[k]);
+  grove_arena_free(arena);
+  fixture_fini(&fx);
+}
+END_TEST
+
+/* ------------------------------------------------------------ hand-written graphs */
+
+#define DOC_HEAD                                                                         \
+  "{\"format\": \"grove.model/1\", \"inputs\": [{\"name\": \"x\", \"dtype\": \"float32\", " \
+  "\"shape\": [-1, 4]}], \"module\": "
+
+static grove_status from_module(const char *module, grove_model **m, grove_err *err) {
+  size_t n = strlen(module) + 256;
+  char *doc = malloc(n);
+  snprintf(doc, n, DOC_HEAD "%s}", module);
+  grove_status s = grove_model_from_spec(doc, "model.json", m, err);
+  free(doc);
+  return s;
+}
+
+static void spec_err(const char *module, grove_status code, const char *needle) {
+  grove_err err = {0};
+  grove_model *m = NULL;
+  ck_assert_status(from_module(module, &m, &err), code);
+  ck_assert_ptr_null(m);
+  ck_assert_msg(strstr(err.msg, needle), "%s:\n got  \"%s\"\n want \"%s\"", module, err.msg,
+                needle);
+}
+
+#define PH "{\"op\": \"placeholder\", \"name\": \"x\"}"
+#define OUT(n) "{\"op\": \"output\", \"name\": \"output\", \"args\": [{\"node\": \"" n "\"}]}"
+#define FN(name, target, args) \
+  "{\"op\": \"call_function\", \"name\": \"" name "\", \"target\": \"" target "\", \"args\": " args "}"
+#define G(nodes) "{\"type\": \"Net\", \"graph\": [" nodes "]}"
+#define GC(children, nodes) "{\"type\": \"Net\", \"children\": " children ", \"graph\": [" nodes "]}"
+
+START_TEST(test_spec_errors) {
+  spec_err(G(PH "," FN("s", "sin", "[{\"node\": \"x\"}]") "," OUT("s")), GROVE_E_UNSUPPORTED,
+           "$.module.graph[1].target: \"sin\" is not an operation Grove runs (supported: add,");
+  spec_err(G(PH "," FN("a", "add", "[{\"node\": \"y\"}, 1]") "," OUT("a")), GROVE_E_SPEC,
+           "$.module.graph[1].args[0].node: \"y\" names no node of the graph");
+  spec_err(G(PH "," FN("a", "add", "[{\"node\": \"b\"}, 1]") "," FN("b", "relu",
+                                                                    "[{\"node\": \"x\"}]") "," OUT("a")),
+           GROVE_E_SPEC, "$.module.graph[1].args[0].node: \"b\" is defined after this node");
+  spec_err(G(PH "," FN("x", "relu", "[{\"node\": \"x\"}]") "," OUT("x")), GROVE_E_SPEC,
+           "$.module.graph[1].name: \"x\" is the name of an earlier node");
+  spec_err(G(PH "," FN("a", "relu", "[{\"node\": \"x\"}]")), GROVE_E_SPEC,
+           "$.module.graph: no output node");
+  spec_err(G(PH "," OUT("x") "," FN("a", "relu", "[{\"node\": \"x\"}]")), GROVE_E_SPEC,
+           "$.module.graph[1]: the output node must be the last node");
+  spec_err(G(PH ",{\"op\": \"call_module\", \"name\": \"fc\", \"target\": \"fc\", \"args\": "
+                "[{\"node\": \"x\"}]}," OUT("fc")),
+           GROVE_E_SPEC, "$.module.graph[1].target: \"fc\" names no submodule of this module");
+  spec_err(G(PH ",{\"op\": \"get_attr\", \"name\": \"w\", \"target\": \"w\"}," OUT("w")),
+           GROVE_E_SPEC, "$.module.graph[1].target: \"w\": the Net has no parameter or buffer");
+  spec_err(G(PH "," FN("d", "dropout", "[{\"node\": \"x\"}, 0.1, true]") "," OUT("d")),
+           GROVE_E_UNSUPPORTED, "$.module.graph[1]: dropout with training=True");
+  spec_err(G(PH ",{\"op\": \"call_function\", \"name\": \"s\", \"target\": \"softmax\", "
+                "\"args\": [{\"node\": \"x\"}], \"kwargs\": {\"axis\": 1}}," OUT("s")),
+           GROVE_E_SPEC, "$.module.graph[1].kwargs.axis: softmax has no argument \"axis\"");
+  spec_err(G(PH "," FN("a", "add", "[{\"node\": \"x\"}]") "," OUT("a")), GROVE_E_SPEC,
+           "$.module.graph[1]: add is missing its argument \"other\"");
+  spec_err(G(PH "," FN("a", "div", "[{\"node\": \"x\"}, 2, \"floor\"]") "," OUT("a")),
+           GROVE_E_UNSUPPORTED, "$.module.graph[1]: div with rounding_mode");
+  spec_err(G(PH ",{\"op\": \"output\", \"name\": \"output\", \"args\": [3]}"), GROVE_E_UNSUPPORTED,
+           "$.module.graph[1].args[0]: the output must be a tensor");
+  spec_err(G(PH ",{\"op\": \"call_op\", \"name\": \"a\", \"target\": \"relu\"}," OUT("a")),
+           GROVE_E_SPEC, "$.module.graph[1].op: \"call_op\" is not a torch.fx node kind");
+  spec_err(G(PH "," FN("a", "add", "[{\"node\": \"x\"}, {\"tensor\": 1}]") "," OUT("a")),
+           GROVE_E_SPEC, "$.module.graph[1].args[1]: expected a constant, a list, {\"node\": NAME}");
+  spec_err("{\"type\": \"Net\", \"grap\": []}", GROVE_E_SPEC, "$.module.type: \"Net\" is not a module type");
+  spec_err("{\"type\": \"Net\", \"graph\": [], \"bias\": 1}", GROVE_E_SPEC,
+           "$.module.bias: unknown key of a module with a graph");
+  spec_err("{\"type\": \"my-net\", \"graph\": []}", GROVE_E_SPEC, "$.module.type: expected the "
+           "module's Python class name");
+  spec_err("{\"type\": \"Net\", \"graph\": [], \"buffers\": {\"b\": {\"shape\": [2], "
+           "\"persistent\": false}}}",
+           GROVE_E_UNSUPPORTED, "$.module.buffers.b.persistent: a non-persistent buffer");
+  spec_err("{\"type\": \"Net\", \"graph\": [], \"parameters\": {\"p\": {\"shape\": [-2]}}}",
+           GROVE_E_SPEC, "$.module.parameters.p.shape: expected a list of at most 8");
+  /* call_module: masks and constants are refused, naming the node. */
+  spec_err(GC("{\"attn\": {\"type\": \"MultiheadAttention\", \"embed_dim\": 4, \"num_heads\": 2}}",
+              PH ",{\"op\": \"call_module\", \"name\": \"a\", \"target\": \"attn\", \"args\": "
+                 "[{\"node\": \"x\"}, {\"node\": \"x\"}, {\"node\": \"x\"}], \"kwargs\": "
+                 "{\"attn_mask\": {\"node\": \"x\"}}}," OUT("a")),
+           GROVE_E_UNSUPPORTED,
+           "$.module.graph[1]: argument \"attn_mask\" of MultiheadAttention: masks are not "
+           "supported");
+  spec_err(GC("{\"fc\": {\"type\": \"Linear\", \"in_features\": 4, \"out_features\": 2}}",
+              PH ",{\"op\": \"call_module\", \"name\": \"a\", \"target\": \"fc\", \"args\": "
+                 "[{\"node\": \"x\"}, 3]}," OUT("a")),
+           GROVE_E_UNSUPPORTED, "$.module.graph[1].args[1]: a constant argument to a Linear");
+  spec_err(GC("{\"l\": {\"type\": \"ModuleList\", \"children\": []}}",
+              PH ",{\"op\": \"call_module\", \"name\": \"a\", \"target\": \"l\", \"args\": "
+                 "[{\"node\": \"x\"}]}," OUT("a")),
+           GROVE_E_SPEC, "$.module.graph[1].target: \"l\" is a ModuleList, which has no forward");
+}
+END_TEST
+
+/* Runtime errors name the module, the node, its op and its line. */
+START_TEST(test_runtime_errors) {
+  grove_err err = {0};
+  grove_model *m = NULL;
+  ck_assert_ok(from_module(G(PH "," FN("t", "transpose", "[{\"node\": \"x\"}, 0, 1]") ","
+                                "{\"op\": \"call_function\", \"name\": \"bad_add\", \"target\": "
+                                "\"add\", \"args\": [{\"node\": \"x\"}, {\"node\": \"t\"}], "
+                                "\"source\": \"net.py:12: y = x + t\"}," OUT("bad_add")),
+                           &m, &err),
+               &err);
+  float buf[12] = {0};
+  int64_t shape[2] = {3, 4};
+  grove_tensor x;
+  grove_tensor_init(&x, GROVE_F32, 2, shape, buf);
+  grove_arena *a = grove_arena_new(0);
+  grove_values out;
+  ck_assert_status(grove_model_forward(m, a, &x, 1, &out, &err), GROVE_E_SHAPE);
+  ck_assert_msg(strstr(err.msg, "the root module (Net): graph node 'bad_add' (add, net.py:12: y = "
+                                "x + t): the shapes [3, 4] and [4, 3] cannot be broadcast"),
+                "%s", err.msg);
+  grove_arena_free(a);
+  grove_model_free(m);
+}
+END_TEST
+
+/* A graph that returns its input returns it itself (as torch does): no
+ * copy, nothing left in the arena. */
+START_TEST(test_identity_graph) {
+  grove_err err = {0};
+  grove_model *m = NULL;
+  ck_assert_ok(from_module(G(PH "," OUT("x")), &m, &err), &err);
+  float buf[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  int64_t shape[2] = {2, 4};
+  grove_tensor x;
+  grove_tensor_init(&x, GROVE_F32, 2, shape, buf);
+  grove_arena *a = grove_arena_new(0);
+  grove_values out;
+  ck_assert_ok(grove_model_forward(m, a, &x, 1, &out, &err), &err);
+  ck_assert_ptr_eq(out.v[0].data, buf); /* the input itself, as torch returns it */
+  grove_arena_free(a);
+  grove_model_free(m);
+}
+END_TEST
+
+/* A chain of 40 elementwise operations on a 1 MB tensor runs in a few
+ * buffers: liveness gives each one back as soon as its reader ran. */
+START_TEST(test_liveness) {
+  char *nodes = malloc(1 << 16), *p = nodes;
+  p += sprintf(p, "%s", PH);
+  const char *prev = "x";
+  char names[40][8];
+  for (int i = 0; i < 40; i++) {
+    snprintf(names[i], sizeof names[i], "n%d", i & 63);
+    p += sprintf(p, ",{\"op\": \"call_function\", \"name\": \"%s\", \"target\": \"%s\", \"args\": "
+                    "[{\"node\": \"%s\"}%s]}",
+                 names[i], i % 2 ? "tanh" : "mul", prev, i % 2 ? "" : ", 0.5");
+    prev = names[i];
+  }
+  p += sprintf(p, ",{\"op\": \"output\", \"name\": \"output\", \"args\": [{\"node\": \"%s\"}]}",
+               prev);
+  char *module = malloc(1 << 16);
+  snprintf(module, 1 << 16, "{\"type\": \"Chain\", \"graph\": [%s]}", nodes);
+  grove_err err = {0};
+  grove_model *m = NULL;
+  ck_assert_ok(from_module(module, &m, &err), &err);
+  int64_t shape[2] = {65536, 4}; /* 1 MiB */
+  float *buf = calloc(65536 * 4, sizeof(float));
+  for (int i = 0; i < 65536 * 4; i++) buf[i] = (float)(i % 13) - 6.0f;
+  grove_tensor x;
+  grove_tensor_init(&x, GROVE_F32, 2, shape, buf);
+  grove_arena *a = grove_arena_new(0);
+  grove_values out;
+  ck_assert_ok(grove_model_forward(m, a, &x, 1, &out, &err), &err);
+  const size_t mb = 65536 * 4 * sizeof(float);
+  ck_assert_msg(grove_arena_high_water(a) <= 3 * mb + 65536,
+                "40 chained ops took %zu bytes of scratch for a %zu-byte tensor",
+                grove_arena_high_water(a), mb);
+  /* The graph leaves only its output in the arena. */
+  float want = buf[5];
+  for (int i = 0; i < 40; i++) want = i % 2 ? tanhf(want) : want * 0.5f;
+  ck_assert(fabsf(((float *)out.v[0].data)[5] - want) < 1e-6f);
+  grove_arena_free(a);
+  grove_model_free(m);
+  free(buf);
+  free(module);
+  free(nodes);
+}
+END_TEST
+
+/* A module whose forward was traced into its parent's graph has state but
+ * cannot be called itself. */
+START_TEST(test_holder_not_callable) {
+  grove_err err = {0};
+  grove_model *m = NULL;
+  ck_assert_ok(from_module(GC("{\"sub\": {\"type\": \"Inner\", \"graph\": null, \"children\": "
+                              "{\"fc\": {\"type\": \"Linear\", \"in_features\": 4, "
+                              "\"out_features\": 4}}}}",
+                              PH ",{\"op\": \"call_module\", \"name\": \"fc\", \"target\": "
+                                 "\"sub.fc\", \"args\": [{\"node\": \"x\"}]}," OUT("fc")),
+                           &m, &err),
+               &err);
+  grove_module *sub = grove_module_find(m->root, "sub");
+  ck_assert_ptr_nonnull(sub);
+  ck_assert(grove__is_graph(sub));
+  ck_assert_str_eq(grove_module_type_name(sub), "Inner");
+  float buf[4] = {0};
+  int64_t shape[2] = {1, 4};
+  grove_tensor x, y;
+  grove_tensor_init(&x, GROVE_F32, 2, shape, buf);
+  grove_arena *a = grove_arena_new(0);
+  grove_fwd f = {a, &err};
+  ck_assert_status(grove_module_call(sub, &f, &x, &y), GROVE_E_NOT_CALLABLE);
+  ck_assert_status(grove_module_call(m->root, &f, &x, &y), GROVE_OK);
+  grove_arena_free(a);
+  grove_model_free(m);
+  /* Calling a holder from a graph is refused when the graph is built. */
+  spec_err(GC("{\"sub\": {\"type\": \"Inner\", \"graph\": null}}",
+              PH ",{\"op\": \"call_module\", \"name\": \"s\", \"target\": \"sub\", \"args\": "
+                 "[{\"node\": \"x\"}]}," OUT("s")),
+           GROVE_E_SPEC, "$.module.graph[1].target: \"sub\" is a Inner, which has no forward");
+}
+END_TEST
+
+/* The state_dict of a graph module: its own parameters, then buffers, then
+ * its children, as torch; the load error names the Python class. */
+START_TEST(test_state_dict) {
+  grove_err err = {0};
+  grove_model *m = NULL;
+  ck_assert_ok(from_module("{\"type\": \"Net\", \"parameters\": {\"cls\": {\"shape\": [1, 4]}, "
+                           "\"none\": null}, \"buffers\": {\"ids\": {\"shape\": [3], \"dtype\": "
+                           "\"int64\"}}, \"children\": {\"fc\": {\"type\": \"Linear\", "
+                           "\"in_features\": 4, \"out_features\": 2}}, \"graph\": [" PH ","
+                           "{\"op\": \"get_attr\", \"name\": \"c\", \"target\": \"cls\"},"
+                           FN("a", "add", "[{\"node\": \"x\"}, {\"node\": \"c\"}]") ","
+                           "{\"op\": \"call_module\", \"name\": \"fc\", \"target\": \"fc\", "
+                           "\"args\": [{\"node\": \"a\"}]}," OUT("fc") "]}",
+                           &m, &err),
+               &err);
+  grove_state_dict *sd = grove_sd_new();
+  ck_assert_ok(grove_module_state_dict(m->root, NULL, sd, &err), &err);
+  ck_assert_uint_eq(grove_sd_count(sd), 4);
+  ck_assert_str_eq(grove_sd_key(sd, 0), "cls");
+  ck_assert_str_eq(grove_sd_key(sd, 1), "ids");
+  ck_assert_int_eq(grove_sd_tensor(sd, 1)->dtype, GROVE_I64);
+  ck_assert_str_eq(grove_sd_key(sd, 2), "fc.weight");
+  ck_assert(grove_sd_remove(sd, "cls"));
+  ck_assert_status(grove_module_load_state_dict(m->root, sd, NULL, NULL, &err), GROVE_E_STATE_DICT);
+  ck_assert_msg(strstr(err.msg, "Error(s) in loading state_dict for Net:\n\tMissing key(s) in "
+                                "state_dict: \"cls\""),
+                "%s", err.msg);
+  grove_sd_free(sd);
+  grove_model_free(m);
+}
+END_TEST
+
+static Suite *graph_suite(void) {
+  Suite *s = suite_create("graph");
+  TCase *tc = tcase_create("parity");
+  tcase_add_loop_test(tc, test_parity, 0, NCASES);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("graphs");
+  tcase_add_test(tc, test_spec_errors);
+  tcase_add_test(tc, test_runtime_errors);
+  tcase_add_test(tc, test_identity_graph);
+  tcase_add_test(tc, test_liveness);
+  tcase_add_test(tc, test_holder_not_callable);
+  tcase_add_test(tc, test_state_dict);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+GROVE_TEST_MAIN(graph_suite)
