@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "grove/grove.h"
+#include "cli_remote.h"
 #include "npy.h"
 
 enum { EXIT_OK = 0, EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
@@ -86,12 +87,17 @@ static int usage_error(const char *cmd, const char *fmt, ...) {
 
 /* ============================================================ help texts */
 
-static const char main_help[] =
-    "usage: grove [-v] COMMAND [ARGS...]\n"
+static const char main_help_head[] =
+    "usage: grove [-v] [--server URL] COMMAND [ARGS...]\n"
     "\n"
     "The command-line tool of Grove, a model server for PyTorch models.\n"
     "\n"
-    "Commands:\n"
+    "Server commands (groved at --server URL; default $GROVE_SERVER, else\n"
+    "tcp://127.0.0.1:7700; several URLs separated by commas):\n";
+
+static const char main_help[] =
+    "\n"
+    "Local commands:\n"
     "  inspect FILE|MODEL_DIR    keys, dtypes, shapes and sizes of a checkpoint\n"
     "                            (.safetensors, .pt), a .npy file or a model directory\n"
     "  predict --local MODEL_DIR INPUT.npy [-o OUTPUT.npy]\n"
@@ -102,12 +108,20 @@ static const char main_help[] =
     "\n"
     "Options:\n"
     "  -v, --verbose   also print libgrove's info messages (warnings always show)\n"
+    "  --server URL    the groved to talk to (server commands)\n"
     "  --version       print the version and exit\n"
     "  -h, --help      print this help and exit\n"
     "\n"
     "'grove COMMAND --help' describes a command.  Tensors are NumPy .npy files.\n"
-    "Exit status: 0 ok, 1 the file or the model said no (the reason is on stderr),\n"
-    "2 usage error.\n";
+    "Exit status: 0 ok, 1 the server, the file or the model said no (the reason is\n"
+    "on stderr), 2 usage error, 3 cannot reach the server.\n";
+
+/* The whole help: server commands (from cli_remote.c), then the local ones. */
+static void print_main_help(FILE *f) {
+  fputs(main_help_head, f);
+  fputs(grove_cli_remote_usage, f);
+  fputs(main_help, f);
+}
 
 static const char inspect_help[] =
     "usage: grove inspect FILE|MODEL_DIR\n"
@@ -891,11 +905,12 @@ static const command *find_command(const char *name) {
 
 int main(int argc, char **argv) {
   grove_set_log(log_to_stderr, NULL);
+  const char *server_url = NULL;
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      fputs(main_help, stdout);
+      print_main_help(stdout);
       return EXIT_OK;
     }
     if (strcmp(a, "--version") == 0) {
@@ -906,22 +921,34 @@ int main(int argc, char **argv) {
       log_threshold = GROVE_LOG_INFO;
       continue;
     }
+    if (strcmp(a, "--server") == 0) {
+      if (i + 1 == argc) return usage_error(NULL, "--server needs a URL");
+      server_url = argv[++i];
+      continue;
+    }
     return usage_error(NULL, "unknown option '%s'", a);
   }
   if (i == argc) {
-    fputs(main_help, stderr);
+    print_main_help(stderr);
     return EXIT_USAGE;
   }
   const char *name = argv[i];
   if (strcmp(name, "help") == 0) {
     if (i + 1 == argc) {
-      fputs(main_help, stdout);
+      print_main_help(stdout);
       return EXIT_OK;
     }
     const command *c = find_command(argv[i + 1]);
     if (!c) return usage_error(NULL, "no command '%s'", argv[i + 1]);
     fputs(c->help, stdout);
     return EXIT_OK;
+  }
+  /* Server commands first: they answer -1 for what is not theirs, including
+   * `predict --local` and `bench --local`. */
+  int rrc = grove_cli_remote(server_url, name, argc - i - 1, argv + i + 1);
+  if (rrc >= 0) {
+    fflush(stdout);
+    return rrc;
   }
   const command *c = find_command(name);
   if (!c) return usage_error(NULL, "unknown command '%s'", name);

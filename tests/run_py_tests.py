@@ -6,7 +6,7 @@ tests/py/test_*.py, in file order, with plain asserts (no pytest needed).
 
 A FILTER keeps the tests whose "file::name" contains it.  A test may raise
 unittest.SkipTest to say it cannot run here (it is reported, not counted as
-passed).  The last line is always "py-tests: N passed, N failed"; the exit
+passed).  The last line is always "py-tests: N passed, N failed" (", N skipped" may follow); the exit
 status is 1 when any test failed (or a test file did not import), else 0.
 """
 import importlib.util
@@ -67,9 +67,8 @@ def main(argv):
             passed += 1
             print(f"ok   {full} ({time.monotonic() - t0:.1f}s)")
     sys.stdout.flush()
-    if skipped:
-        print(f"py-tests: {skipped} skipped")
-    print(f"py-tests: {passed} passed, {failed} failed")
+    tail = f", {skipped} skipped" if skipped else ""
+    print(f"py-tests: {passed} passed, {failed} failed{tail}")
     return 1 if failed else 0
 
 

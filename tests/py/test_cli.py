@@ -69,9 +69,8 @@ def test_version_and_help():
     assert r.returncode == 0, r
     for cmd in ("inspect", "predict", "bench"):
         assert cmd in r.stdout
-    # Server commands are not offered before groved exists.
-    listed = [l.split()[0] for l in r.stdout.splitlines() if l.startswith("  ") and l.split()]
-    assert "status" not in listed and "reload" not in listed, listed
+    # Server commands are listed with their global option.
+    assert "[--server URL] status" in r.stdout, r.stdout
     for cmd in ("inspect", "predict", "bench"):
         r = grove(cmd, "--help")
         assert r.returncode == 0 and r.stdout.startswith(f"usage: grove {cmd}"), r
@@ -86,13 +85,11 @@ def test_usage_errors():
         np.save(x, np.zeros((2, 8), np.float32))
         cases = [
             [],
-            ["status"],
             ["frobnicate"],
             ["--nope", "inspect", d],
             ["inspect"],
             ["inspect", d, d],
             ["inspect", "--bogus", d],
-            ["predict", d, x],                      # no --local: needs the server
             ["predict", "--local", d],              # no input
             ["predict", "--local"],                 # --local without its value
             ["predict", "--local", d, x, "-o"],     # -o without its value
@@ -104,7 +101,6 @@ def test_usage_errors():
             ["bench", "--local", d, "--batch", "2", "--seconds", "-1"],
             ["bench", "--local", d, "--batch", "2", "--seconds", "nan"],
             ["bench", "--local", d, "--batch", "2", "extra"],
-            ["bench", "--batch", "2", "mlp"],        # the server form
             ["help", "nothing"],
         ]
         for args in cases:
@@ -112,6 +108,17 @@ def test_usage_errors():
             assert r.returncode == 2, (args, r.returncode, r.stderr)
             assert r.stderr.startswith(("grove", "usage: grove")), (args, r.stderr)
             assert r.stdout == "", (args, r.stdout)
+
+
+def test_server_unreachable():
+    # Port 1 on loopback: nothing listens there; server commands exit 3.
+    with tempfile.TemporaryDirectory() as tmp:
+        x = os.path.join(tmp, "x.npy")
+        np.save(x, np.zeros((2, 8), np.float32))
+        for args in (["status"], ["predict", "m", x]):
+            r = grove("--server", "tcp://127.0.0.1:1", *args)
+            assert r.returncode == 3, (args, r.returncode, r.stderr)
+            assert r.stderr, args
 
 
 # ---------------------------------------------------------------- inspect
