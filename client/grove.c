@@ -104,6 +104,7 @@ static const char main_help[] =
     "                            run a model directory on an input, in this process\n"
     "  bench --local MODEL_DIR --batch B [--seconds S] [--threads N]\n"
     "                            measure forward throughput, in this process\n"
+    "  convert IN OUT [--force]  rewrite a checkpoint as .safetensors or .pt\n"
     "  help [COMMAND]            this text, or a command's\n"
     "\n"
     "Options:\n"
@@ -196,7 +197,7 @@ typedef struct parsed {
   int npos;
 } parsed;
 
-enum { OPT_HELP = 1, OPT_LOCAL, OPT_OUTPUT, OPT_BATCH, OPT_SECONDS, OPT_THREADS };
+enum { OPT_HELP = 1, OPT_LOCAL, OPT_OUTPUT, OPT_BATCH, OPT_SECONDS, OPT_THREADS, OPT_FORCE };
 
 /* Parses argv[0..argc) of a command: options anywhere ("--name value",
  * "--name=value", "-x value"), "--" ends them.  Returns 0, or EXIT_USAGE
@@ -882,6 +883,51 @@ done:
   return rc;
 }
 
+/* ============================================================ convert */
+
+static const char convert_help[] =
+    "usage: grove convert IN OUT [--force]\n"
+    "\n"
+    "Rewrites a checkpoint in the other format: the format of OUT comes from its\n"
+    "extension (.safetensors, or .pt/.pth/.bin for torch.save).  Keys keep their\n"
+    "order, tensors their dtype and bits; a .pt written here loads with\n"
+    "torch.load(path, weights_only=True).  OUT is written to a temporary name and\n"
+    "renamed, so a failure leaves no half file; an existing OUT needs --force.\n";
+
+static bool has_suffix(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int cmd_convert(int argc, char **argv) {
+  static const opt_def defs[] = {
+      {"help", 'h', false, OPT_HELP}, {"force", 'f', false, OPT_FORCE}, {0}};
+  parsed p;
+  int rc = parse_args("convert", argc, argv, defs, &p);
+  if (rc) return rc;
+  if (has_opt(&p, OPT_HELP)) {
+    fputs(convert_help, stdout);
+    return EXIT_OK;
+  }
+  if (p.npos != 2) return usage_error("convert", "takes IN and OUT, got %d paths", p.npos);
+  const char *in = p.pos[0], *out = p.pos[1];
+  bool to_pt = has_suffix(out, ".pt") || has_suffix(out, ".pth") || has_suffix(out, ".bin");
+  if (!to_pt && !has_suffix(out, ".safetensors"))
+    return usage_error("convert", "%s: the output's extension must be .safetensors, .pt, .pth or .bin",
+                       out);
+  if (!has_opt(&p, OPT_FORCE) && access(out, F_OK) == 0)
+    return fail("%s exists; pass --force to replace it", out);
+  grove_err err = {0};
+  grove_state_dict *sd = NULL;
+  if (grove_checkpoint_read(in, &sd, &err) != GROVE_OK) return fail("%s", grove_err_msg(&err));
+  grove_status s = to_pt ? grove_torch_write(out, sd, &err) : grove_safetensors_write(out, sd, &err);
+  size_t n = grove_sd_count(sd);
+  grove_sd_free(sd);
+  if (s != GROVE_OK) return fail("%s", grove_err_msg(&err));
+  printf("%s: %zu tensors written\n", out, n);
+  return EXIT_OK;
+}
+
 /* ============================================================ main */
 
 typedef struct command {
@@ -894,6 +940,7 @@ static const command commands[] = {
     {"inspect", cmd_inspect, inspect_help},
     {"predict", cmd_predict, predict_help},
     {"bench", cmd_bench, bench_help},
+    {"convert", cmd_convert, convert_help},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
