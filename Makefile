@@ -22,7 +22,7 @@ SANFLAGS :=
 OPT     := -O2 -ftree-vectorize -g
 endif
 
-PKGS     := jansson openblas check
+PKGS     := jansson openblas check zlib
 DEPSTAMP := build/.deps-ok
 
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wvla
@@ -31,7 +31,7 @@ CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -pthread $(OPT) 
 LDFLAGS += $(SANFLAGS) -pthread
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs jansson openblas 2>/dev/null) -lm
+PKG_LIBS   = $(shell pkg-config --libs jansson openblas zlib 2>/dev/null) -lm
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 
 CORE_SRC   := $(wildcard core/*.c)

@@ -2,12 +2,13 @@
 # Installs what Grove needs to build and test on Debian 12, or, when not root,
 # prints the exact command and fails.  Called by `make` (once: it leaves a
 # stamp in the build folder) and by .ci/run.
-#   scripts/deps.sh          build + test dependencies (C libraries, Check)
+#   scripts/deps.sh          build + test dependencies (C libraries, Check, clang
+#                            for the fuzz targets' short pass)
 #   scripts/deps.sh --torch  also python3-torch and python3-numpy (parity tests,
 #                            the exporter, benchmarks)
 set -euo pipefail
 pkgs=(build-essential pkg-config libuv1-dev libnng-dev libprotobuf-c-dev protobuf-c-compiler
-      libopenblas-dev check libjansson-dev)
+      libopenblas-dev check libjansson-dev zlib1g-dev clang libclang-rt-14-dev)
 if [ "${1:-}" = "--torch" ]; then
   pkgs+=(python3-torch python3-numpy python3-sklearn)
 fi

@@ -44,7 +44,8 @@ grove_status grove_safetensors_read_buffer(const void *buf, size_t len, const ch
  * failure leaves no half file. */
 grove_status grove_safetensors_write(const char *path, const grove_state_dict *sd, grove_err *err);
 
-/* Reads a torch.save zip archive (the .pt issue).  Same contract as
+/* Reads a torch.save zip archive (.pt/.pth/.bin) with a restricted unpickler
+ * that never runs code (docs/checkpoints.md).  Same contract as
  * grove_safetensors_read. */
 grove_status grove_torch_read(const char *path, grove_state_dict **out, grove_err *err);
 /* Writes sd as torch.save(sd, path) would: a zip archive with a protocol-2
