@@ -36,6 +36,27 @@ static inline bool grove__mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out
   return __builtin_mul_overflow(a, b, out);
 }
 
+/* ------------------------------------------------------------ files */
+
+/* Maps path read-only into a new storage over the whole file (munmapped when
+ * the last reference drops; an empty file gives an empty storage).  Only
+ * I/O problems are errors here: the parsers judge the content. */
+grove_status grove__map_file(const char *path, grove_storage **out, grove_err *err);
+
+/* Writes a file atomically: open() creates a unique temporary file beside
+ * path; write to f->fd; finish(st) fsyncs, closes and renames it into place
+ * when st is GROVE_OK (and everything succeeds), else removes it, so that a
+ * failed write leaves nothing.  Returns the final status. */
+typedef struct grove__atomic_file {
+  const char *path; /* borrowed */
+  char *tmp;
+  int fd;
+} grove__atomic_file;
+grove_status grove__atomic_open(grove__atomic_file *f, const char *path, grove_err *err);
+grove_status grove__atomic_finish(grove__atomic_file *f, grove_status st, grove_err *err);
+/* write() until done; -1 with errno on failure. */
+int grove__write_all(int fd, const void *buf, size_t n);
+
 /* ------------------------------------------------------------ linear kernel */
 
 /* The GEMM behind Linear: y[M,N] = act(x[M,K] . W^T + b), W in torch's

@@ -67,8 +67,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "grove/checkpoint.h"
@@ -443,80 +441,20 @@ grove_status grove_safetensors_read_buffer(const void *buf, size_t len, const ch
   return st_parse(buf, len, or_buffer(name), NULL, out, err);
 }
 
-typedef struct st_mapping {
-  void *addr;
-  size_t len;
-} st_mapping;
-
-static void unmap_release(void *ctx) {
-  st_mapping *m = ctx;
-  munmap(m->addr, m->len);
-  free(m);
-}
-
 grove_status grove_safetensors_read(const char *path, grove_state_dict **out, grove_err *err) {
   if (out) *out = NULL;
   if (!path || !out)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "grove_safetensors_read: NULL path or out");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return grove_err_set(err, GROVE_E_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0) {
-    int e = errno;
-    close(fd);
-    return grove_err_set(err, GROVE_E_IO, "%s: cannot stat: %s", path, strerror(e));
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    close(fd);
-    return grove_err_set(err, GROVE_E_IO, "%s: not a regular file", path);
-  }
-  if (sb.st_size < 8) {
-    close(fd);
-    return grove_err_set(err, GROVE_E_TRUNCATED,
-                         "%s: %lld bytes, too short for the 8-byte header length", path,
-                         (long long)sb.st_size);
-  }
-  if ((uint64_t)sb.st_size > SIZE_MAX) {
-    close(fd);
-    return grove_err_set(err, GROVE_E_LIMIT, "%s: too large to map", path);
-  }
-  size_t len = (size_t)sb.st_size;
-  void *addr = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-  int map_errno = errno;
-  close(fd); /* the mapping keeps the file */
-  if (addr == MAP_FAILED)
-    return grove_err_set(err, GROVE_E_IO, "%s: cannot mmap: %s", path, strerror(map_errno));
-
-  st_mapping *m = malloc(sizeof *m);
-  grove_storage *map = m ? grove_storage_wrap(addr, len, unmap_release, m) : NULL;
-  if (!map) {
-    munmap(addr, len);
-    free(m);
-    return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
-  }
-  m->addr = addr;
-  m->len = len;
-  grove_status st = st_parse(addr, len, path, map, out, err);
+  grove_storage *map;
+  grove_status st = grove__map_file(path, &map, err);
+  if (st != GROVE_OK) return st;
+  st = st_parse(grove_storage_data(map), grove_storage_nbytes(map), path, map, out, err);
   /* Views hold their own references; when there are none this unmaps. */
   grove_storage_release(map);
   return st;
 }
 
 /* ------------------------------------------------------------ writer */
-
-static int write_all(int fd, const void *buf, size_t n) {
-  const uint8_t *p = buf;
-  while (n > 0) {
-    ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
 
 /* Refuses what cannot be written: the reserved key, keys that are not UTF-8
  * (JSON must be), and missing tensors or invalid dtypes. */
@@ -611,7 +549,7 @@ static grove_status write_tensor(int fd, const grove_tensor *t, const char *path
   size_t nbytes = grove_tensor_nbytes(t);
   if (nbytes == 0) return GROVE_OK;
   if (grove_tensor_is_contiguous(t)) {
-    if (write_all(fd, t->data, nbytes) != 0)
+    if (grove__write_all(fd, t->data, nbytes) != 0)
       return grove_err_set(err, GROVE_E_IO, "%s: write failed: %s", path, strerror(errno));
     return GROVE_OK;
   }
@@ -621,31 +559,10 @@ static grove_status write_tensor(int fd, const grove_tensor *t, const char *path
     return grove_err_set(err, local.code ? local.code : GROVE_E_NOMEM, "%s: key '%s': %s", path,
                          key, grove_err_msg(&local));
   grove_status st = GROVE_OK;
-  if (write_all(fd, c->data, nbytes) != 0)
+  if (grove__write_all(fd, c->data, nbytes) != 0)
     st = grove_err_set(err, GROVE_E_IO, "%s: write failed: %s", path, strerror(errno));
   grove_tensor_release(c);
   return st;
-}
-
-/* fsyncs the directory holding path so that the rename is durable.  Best
- * effort: some file systems refuse to fsync a directory. */
-static void sync_parent_dir(const char *path) {
-  char *dir = grove__strdup(path);
-  if (!dir) return;
-  char *slash = strrchr(dir, '/');
-  const char *d = ".";
-  if (slash == dir)
-    d = "/";
-  else if (slash) {
-    *slash = '\0';
-    d = dir;
-  }
-  int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)fsync(fd);
-    close(fd);
-  }
-  free(dir);
 }
 
 grove_status grove_safetensors_write(const char *path, const grove_state_dict *sd, grove_err *err) {
@@ -681,34 +598,21 @@ grove_status grove_safetensors_write(const char *path, const grove_state_dict *s
                          GROVE_ST_MAX_HEADER);
   }
 
-  /* A unique temporary name beside the target (same file system, so rename
-   * is atomic); the counter keeps two threads of one process apart. */
-  static atomic_uint counter;
-  unsigned seq = atomic_fetch_add(&counter, 1u);
-  size_t tlen = strlen(path) + 64;
-  char *tmp = malloc(tlen);
-  if (!tmp) {
-    free(hjson);
-    free(order);
-    return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
-  }
-  snprintf(tmp, tlen, "%s.tmp.%ld.%u", path, (long)getpid(), seq);
-
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    st = grove_err_set(err, GROVE_E_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-    free(tmp);
+  grove__atomic_file f;
+  st = grove__atomic_open(&f, path, err);
+  if (st != GROVE_OK) {
     free(hjson);
     free(order);
     return st;
   }
+  int fd = f.fd;
 
   uint8_t lenbuf[8];
   uint64_t n64 = padded;
   memcpy(lenbuf, &n64, 8);
   static const char spaces[8] = "        ";
-  if (write_all(fd, lenbuf, 8) != 0 || write_all(fd, hjson, hlen) != 0 ||
-      write_all(fd, spaces, padded - hlen) != 0)
+  if (grove__write_all(fd, lenbuf, 8) != 0 || grove__write_all(fd, hjson, hlen) != 0 ||
+      grove__write_all(fd, spaces, padded - hlen) != 0)
     st = grove_err_set(err, GROVE_E_IO, "%s: write failed: %s", path, strerror(errno));
   free(hjson);
 
@@ -716,17 +620,5 @@ grove_status grove_safetensors_write(const char *path, const grove_state_dict *s
     st = write_tensor(fd, grove_sd_tensor(sd, order[k]), path, grove_sd_key(sd, order[k]), err);
   free(order);
 
-  if (st == GROVE_OK && fsync(fd) != 0)
-    st = grove_err_set(err, GROVE_E_IO, "%s: fsync failed: %s", path, strerror(errno));
-  if (close(fd) != 0 && st == GROVE_OK)
-    st = grove_err_set(err, GROVE_E_IO, "%s: close failed: %s", path, strerror(errno));
-  if (st == GROVE_OK && rename(tmp, path) != 0)
-    st = grove_err_set(err, GROVE_E_IO, "%s: cannot rename %s into place: %s", path, tmp,
-                       strerror(errno));
-  if (st != GROVE_OK)
-    unlink(tmp);
-  else
-    sync_parent_dir(path);
-  free(tmp);
-  return st;
+  return grove__atomic_finish(&f, st, err);
 }

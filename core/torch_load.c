@@ -51,8 +51,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -731,57 +729,19 @@ grove_status grove__torch_read_buffer(const void *buf, size_t len, const char *n
 
 /* ================================================================ files */
 
-typedef struct mapping {
-  void *addr;
-  size_t len;
-} mapping;
-
-static void unmap_release(void *ctx) {
-  mapping *m = ctx;
-  munmap(m->addr, m->len);
-  free(m);
-}
-
 grove_status grove_torch_read(const char *path, grove_state_dict **out, grove_err *err) {
   if (out) *out = NULL;
   if (!path || !out)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "grove_torch_read: NULL path or out");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return grove_err_set(err, GROVE_E_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0) {
-    int e = errno;
-    close(fd);
-    return grove_err_set(err, GROVE_E_IO, "%s: cannot stat: %s", path, strerror(e));
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    close(fd);
-    return grove_err_set(err, GROVE_E_IO, "%s: not a regular file", path);
-  }
-  if (sb.st_size == 0) {
-    close(fd);
+  grove_storage *map;
+  grove_status st = grove__map_file(path, &map, err);
+  if (st != GROVE_OK) return st;
+  if (grove_storage_nbytes(map) == 0) {
+    grove_storage_release(map);
     return grove_err_set(err, GROVE_E_TRUNCATED, "%s: the file is empty", path);
   }
-  if ((uint64_t)sb.st_size > SIZE_MAX / 2) {
-    close(fd);
-    return grove_err_set(err, GROVE_E_LIMIT, "%s: too large to map", path);
-  }
-  size_t len = (size_t)sb.st_size;
-  void *addr = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-  int map_errno = errno;
-  close(fd); /* the mapping keeps the file */
-  if (addr == MAP_FAILED)
-    return grove_err_set(err, GROVE_E_IO, "%s: cannot mmap: %s", path, strerror(map_errno));
-  mapping *m = malloc(sizeof *m);
-  grove_storage *map = m ? grove_storage_wrap(addr, len, unmap_release, m) : NULL;
-  if (!map) {
-    munmap(addr, len);
-    free(m);
-    return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
-  }
-  m->addr = addr;
-  m->len = len;
-  grove_status st = grove__torch_read_buffer(addr, len, path, map, out, err);
+  st = grove__torch_read_buffer(grove_storage_data(map), grove_storage_nbytes(map), path, map, out,
+                                err);
   /* Zero-copy storages hold their own references; without any, this
    * unmaps the file. */
   grove_storage_release(map);

@@ -468,27 +468,6 @@ grove_status grove__torch_write_buffer(const grove_state_dict *sd, const char *a
   return st;
 }
 
-/* fsyncs the directory holding path so that the rename is durable.  Best
- * effort: some file systems refuse to fsync a directory. */
-static void sync_parent_dir(const char *path) {
-  char *dir = grove__strdup(path);
-  if (!dir) return;
-  char *slash = strrchr(dir, '/');
-  const char *d = ".";
-  if (slash == dir)
-    d = "/";
-  else if (slash) {
-    *slash = '\0';
-    d = dir;
-  }
-  int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)fsync(fd);
-    close(fd);
-  }
-  free(dir);
-}
-
 grove_status grove__torch_write(const char *path, const grove_state_dict *sd,
                                 const grove__torch_write_opts *opts, grove_err *err) {
   if (!path || !sd)
@@ -497,45 +476,22 @@ grove_status grove__torch_write(const char *path, const grove_state_dict *sd,
   grove_status st = check_writable(sd, path, err);
   if (st != GROVE_OK) return st;
   char *archive = archive_name(path);
-  static atomic_uint counter;
-  unsigned seq = atomic_fetch_add(&counter, 1u);
-  size_t tlen = strlen(path) + 64;
-  char *tmp = malloc(tlen);
-  if (!archive || !tmp) {
+  if (!archive) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
+  grove__atomic_file f;
+  st = grove__atomic_open(&f, path, err);
+  if (st != GROVE_OK) {
     free(archive);
-    free(tmp);
-    return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
-  }
-  /* A unique temporary name beside the target (same file system, so the
-   * rename is atomic); the counter keeps two threads of one process apart. */
-  snprintf(tmp, tlen, "%s.tmp.%ld.%u", path, (long)getpid(), seq);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    st = grove_err_set(err, GROVE_E_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-    free(archive);
-    free(tmp);
     return st;
   }
+  int fd = f.fd;
   grove__zipw *w = grove__zipw_new(fd, path, opts ? &opts->zip : NULL);
   if (!w)
     st = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
   else
     st = write_archive(w, sd, archive, path, err);
   grove__zipw_free(w);
-  if (st == GROVE_OK && fsync(fd) != 0)
-    st = grove_err_set(err, GROVE_E_IO, "%s: fsync failed: %s", path, strerror(errno));
-  if (close(fd) != 0 && st == GROVE_OK)
-    st = grove_err_set(err, GROVE_E_IO, "%s: close failed: %s", path, strerror(errno));
-  if (st == GROVE_OK && rename(tmp, path) != 0)
-    st = grove_err_set(err, GROVE_E_IO, "%s: cannot rename %s into place: %s", path, tmp,
-                       strerror(errno));
-  if (st != GROVE_OK)
-    unlink(tmp);
-  else
-    sync_parent_dir(path);
   free(archive);
-  free(tmp);
-  return st;
+  return grove__atomic_finish(&f, st, err);
 }
 
 grove_status grove_torch_write(const char *path, const grove_state_dict *sd, grove_err *err) {
