@@ -36,6 +36,13 @@ static inline bool grove__mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out
   return __builtin_mul_overflow(a, b, out);
 }
 
+/* ------------------------------------------------------------ text */
+
+/* Offset of the first byte of s that does not start a valid UTF-8 sequence,
+ * or len when all of it is valid.  Strict (no overlong forms, nothing past
+ * U+10FFFF); surrogates pass only when allow_surrogates. */
+size_t grove__utf8_invalid_at(const uint8_t *s, size_t len, bool allow_surrogates);
+
 /* ------------------------------------------------------------ files */
 
 /* Maps path read-only into a new storage over the whole file (munmapped when

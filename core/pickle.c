@@ -481,36 +481,6 @@ static grove_status wrong_type(machine *m, uint8_t op, const char *expected, con
                        opcode_name(op), at(m) - 1, expected, grove__pk_describe(got, d, sizeof d));
 }
 
-/* Strict UTF-8 check, allowing surrogates (Python's "surrogatepass", which
- * torch's unpickler uses). */
-static bool utf8_ok(const uint8_t *s, size_t len) {
-  size_t i = 0;
-  while (i < len) {
-    uint8_t c = s[i];
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    size_t n;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-      n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-      n = 3;
-      if (c == 0xE0) lo = 0xA0;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else
-      return false;
-    if (len - i < n || s[i + 1] < lo || s[i + 1] > hi) return false;
-    for (size_t k = 2; k < n; k++)
-      if ((s[i + k] & 0xC0) != 0x80) return false;
-    i += n;
-  }
-  return true;
-}
 
 /* Reads a string of n bytes from the input into a new STR or BYTES. */
 static grove_status read_str(machine *m, uint64_t n, grove__pk_kind kind, const char *what) {
@@ -520,7 +490,7 @@ static grove_status read_str(machine *m, uint64_t n, grove__pk_kind kind, const 
                          (unsigned long long)n, at(m), m->lim.max_str);
   grove_status st = need(m, (size_t)n, what);
   if (st != GROVE_OK) return st;
-  if (kind == GROVE__PK_STR && !utf8_ok(m->p, (size_t)n))
+  if (kind == GROVE__PK_STR && grove__utf8_invalid_at(m->p, (size_t)n, true) != (size_t)n)
     return grove_err_set(m->err, GROVE_E_BAD_UTF8, "%s: a string at byte %zu is not valid UTF-8",
                          m->name, at(m));
   grove__pk *v = new_value(m, kind);

@@ -75,46 +75,6 @@
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian; Grove supports little-endian hosts only");
 
-/* ------------------------------------------------------------ UTF-8 */
-
-/* Returns the offset of the first byte that does not start a valid UTF-8
- * sequence, or len when all is valid.  Strict, like Rust's str::from_utf8:
- * no overlong forms, no surrogates, nothing past U+10FFFF. */
-static size_t utf8_invalid_at(const uint8_t *s, size_t len) {
-  size_t i = 0;
-  while (i < len) {
-    uint8_t c = s[i];
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    size_t n;
-    uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) {
-      n = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 3;
-      if (c == 0xE0)
-        lo = 0xA0; /* overlong */
-      else if (c == 0xED)
-        hi = 0x9F; /* surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 4;
-      if (c == 0xF0)
-        lo = 0x90; /* overlong */
-      else if (c == 0xF4)
-        hi = 0x8F; /* past U+10FFFF */
-    } else {
-      return i;
-    }
-    if (len - i < n) return i;
-    if (s[i + 1] < lo || s[i + 1] > hi) return i;
-    for (size_t k = 2; k < n; k++)
-      if ((s[i + k] & 0xC0) != 0x80) return i;
-    i += n;
-  }
-  return len;
-}
 
 /* ------------------------------------------------------------ header */
 
@@ -351,7 +311,7 @@ static grove_status st_parse(const uint8_t *buf, size_t len, const char *name, g
     return grove_err_set(err, GROVE_E_TRUNCATED, "%s: header length %llu but only %zu bytes follow",
                          name, (unsigned long long)n, len - 8);
   const uint8_t *hdr = buf + 8;
-  size_t bad = utf8_invalid_at(hdr, (size_t)n);
+  size_t bad = grove__utf8_invalid_at(hdr, (size_t)n, false);
   if (bad != n)
     return grove_err_set(err, GROVE_E_BAD_UTF8,
                          "%s: header is not valid UTF-8 (byte %zu of the header, 0x%02x)", name,
@@ -467,7 +427,7 @@ static grove_status check_writable(const grove_state_dict *sd, const char *path,
     if (strcmp(key, "__metadata__") == 0)
       return grove_err_set(err, GROVE_E_KEY,
                            "%s: key '__metadata__' is reserved by safetensors for metadata", path);
-    if (utf8_invalid_at((const uint8_t *)key, klen) != klen)
+    if (grove__utf8_invalid_at((const uint8_t *)key, klen, false) != klen)
       return grove_err_set(err, GROVE_E_BAD_UTF8, "%s: key '%s' is not valid UTF-8", path, key);
     if (!t || grove_dtype_size(t->dtype) == 0)
       return grove_err_set(err, GROVE_E_DTYPE, "%s: key '%s': no tensor or an invalid dtype", path,

@@ -178,34 +178,8 @@ static const char *storage_class(grove_dtype dt) {
 /* UTF-8 as Python's pickle writes it: strict, except that lone surrogates
  * pass (pickle encodes str with "surrogatepass", and the reader accepts
  * them), so that every key Grove reads can be written back. */
-static bool utf8_ok(const char *str_, size_t len) {
-  const uint8_t *s = (const uint8_t *)str_;
-  size_t i = 0;
-  while (i < len) {
-    uint8_t c = s[i];
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    size_t n;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-      n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-      n = 3;
-      if (c == 0xE0) lo = 0xA0;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else
-      return false;
-    if (len - i < n || s[i + 1] < lo || s[i + 1] > hi) return false;
-    for (size_t k = 2; k < n; k++)
-      if ((s[i + k] & 0xC0) != 0x80) return false;
-    i += n;
-  }
-  return true;
+static bool utf8_ok(const char *s, size_t len) {
+  return grove__utf8_invalid_at((const uint8_t *)s, len, true) == len;
 }
 
 static grove_status check_writable(const grove_state_dict *sd, const char *name, grove_err *err) {
