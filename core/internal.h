@@ -31,6 +31,8 @@ static inline bool grove__no_forward_hooks(void) {
 
 /* strdup that returns NULL on NULL. */
 char *grove__strdup(const char *s);
+/* A new malloc'd printf-formatted string; NULL when out of memory. */
+char *grove__asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Overflow-checked a * b; false on overflow. */
 static inline bool grove__mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
   return __builtin_mul_overflow(a, b, out);

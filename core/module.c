@@ -672,21 +672,6 @@ static void strlist_fini(strlist *l) {
   memset(l, 0, sizeof *l);
 }
 
-static char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *xasprintf(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (n < 0) return NULL;
-  char *s = malloc((size_t)n + 1);
-  if (!s) return NULL;
-  va_start(ap, fmt);
-  vsnprintf(s, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  return s;
-}
-
 /* torch prints shapes as torch.Size([3, 4]). */
 static char *torch_size(const grove_tensor *t, char *buf, size_t n) {
   char inner[256];
@@ -748,7 +733,7 @@ static grove_status check_slot(load_ctx *c, const char *prefix, grove_slot *slot
   if (!grove_tensor_same_shape(src, dst)) {
     char a[300], b[300];
     return strlist_push(&c->errors,
-                        xasprintf("size mismatch for %s: copying a param with shape %s from "
+                        grove__asprintf("size mismatch for %s: copying a param with shape %s from "
                                   "checkpoint, the shape in current model is %s.",
                                   key, torch_size(src, a, sizeof a), torch_size(dst, b, sizeof b)),
                         c->err);
@@ -756,7 +741,7 @@ static grove_status check_slot(load_ctx *c, const char *prefix, grove_slot *slot
   if (grove_dtype_is_float(src->dtype) && !grove_dtype_is_float(dst->dtype)) {
     char a[300], b[300];
     return strlist_push(&c->errors,
-                        xasprintf("While copying the parameter named \"%s\", whose dimensions in "
+                        grove__asprintf("While copying the parameter named \"%s\", whose dimensions in "
                                   "the model are %s and whose dimensions in the checkpoint are %s, "
                                   "an exception occurred : ('cannot convert %s to %s').",
                                   key, torch_size(dst, a, sizeof a), torch_size(src, b, sizeof b),
@@ -818,7 +803,7 @@ static grove_status load_rec(load_ctx *c, grove_module *m, const char *prefix) {
   }
   for (size_t i = 0; i < m->nchildren; i++) {
     if (!m->children[i].module) continue;
-    char *sub = xasprintf("%s%s.", prefix, m->children[i].name);
+    char *sub = grove__asprintf("%s%s.", prefix, m->children[i].name);
     if (!sub) return grove_err_set(c->err, GROVE_E_NOMEM, "out of memory");
     s = load_rec(c, m->children[i].module, sub);
     free(sub);
@@ -876,12 +861,12 @@ static char *build_message(const grove_module *m, load_ctx *c) {
   strlist parts = {0};
   if (c->opts->strict && c->missing.n) {
     char *q = quoted_list(&c->missing);
-    strlist_push(&parts, q ? xasprintf("Missing key(s) in state_dict: %s. ", q) : NULL, NULL);
+    strlist_push(&parts, q ? grove__asprintf("Missing key(s) in state_dict: %s. ", q) : NULL, NULL);
     free(q);
   }
   if (c->opts->strict && c->unexpected.n) {
     char *q = quoted_list(&c->unexpected);
-    strlist_push(&parts, q ? xasprintf("Unexpected key(s) in state_dict: %s. ", q) : NULL, NULL);
+    strlist_push(&parts, q ? grove__asprintf("Unexpected key(s) in state_dict: %s. ", q) : NULL, NULL);
     free(q);
   }
   for (size_t i = 0; i < c->errors.n; i++) strlist_push(&parts, grove__strdup(c->errors.items[i]), NULL);
