@@ -1216,6 +1216,18 @@ static void set_tensor(gval *v, const grove_tensor *t) {
   v->t[0] = *t;
 }
 
+/* Whether node n may write its result over its tensor argument a: a dies
+ * here, nothing else reads its memory (its region has this one reader), it
+ * is this pass's arena memory, contiguous float32. */
+static bool can_overwrite(const run *r, const gnode *n, const garg *a) {
+  if (a->kind != A_NODE) return false;
+  const gnode *src = &r->g->nodes[a->node];
+  const gval *v = &r->vals[a->node];
+  return src->uses == 1 && src->last_use == (int)(n - r->g->nodes) && v->kind == V_TENSOR &&
+         v->reg[0] >= 0 && r->regs[v->reg[0]].refs == 1 && v->t[0].dtype == GROVE_F32 &&
+         grove_tensor_is_contiguous(&v->t[0]);
+}
+
 static grove_status run_binary(run *r, const gnode *n, gval *res) {
   const garg *a = &n->args[0], *b = &n->args[1];
   const gval *va = argv_(r, a), *vb = argv_(r, b);
@@ -1304,11 +1316,11 @@ static grove_status run_binary(run *r, const gnode *n, gval *res) {
   /* In place into a when a dies here, owns its region alone, is contiguous
    * and b does not read that memory. */
   const grove_tensor *into = NULL;
-  if (ta && a->kind == A_NODE && r->g->nodes[a->node].last_use == (int)(n - r->g->nodes) &&
-      r->g->nodes[a->node].uses == 1 && va->reg[0] >= 0 && r->regs[va->reg[0]].refs == 1 &&
-      grove_tensor_is_contiguous(&xa) && xa.dtype == GROVE_F32 &&
-      !(tb && vb->reg[0] == va->reg[0]))
+  if (ta && can_overwrite(r, n, a) && !(tb && vb->reg[0] == va->reg[0]))
     into = &xa;
+  else if (tb && n->op != G_SUB && n->op != G_DIV && can_overwrite(r, n, b) &&
+           !(ta && va->reg[0] == vb->reg[0]))
+    into = &xb; /* a + b = b + a: b's memory will do when b has the result's shape */
   grove_tensor y;
   grove_status s = grove__op_binary(r->f, bin[n->op], &xa, &xb, alpha, &y, into);
   if (s) return s;
@@ -1316,11 +1328,30 @@ static grove_status run_binary(run *r, const gnode *n, gval *res) {
   return GROVE_OK;
 }
 
+/* relu, sigmoid and tanh in place (the formulas of layers.c). */
+static bool unary_in_place(run *r, const gnode *n, gval *res) {
+  if ((n->op != G_RELU && n->op != G_SIGMOID && n->op != G_TANH) ||
+      !can_overwrite(r, n, &n->args[0]))
+    return false;
+  const grove_tensor *x = &r->vals[n->args[0].node].t[0];
+  float *restrict d = x->data;
+  const int64_t cnt = grove_tensor_numel(x);
+  if (n->op == G_RELU)
+    for (int64_t i = 0; i < cnt; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i];
+  else if (n->op == G_SIGMOID)
+    for (int64_t i = 0; i < cnt; i++) d[i] = 1.0f / (1.0f + expf(-d[i]));
+  else
+    for (int64_t i = 0; i < cnt; i++) d[i] = tanhf(d[i]);
+  set_tensor(res, x);
+  return true;
+}
+
 /* Calls a hidden layer (relu, softmax, ...) on a tensor argument. */
 static grove_status run_hidden(run *r, const gnode *n, gval *res) {
   const grove_tensor *x;
   grove_status s = arg_tensor(r, &n->args[0], &x);
   if (s) return s;
+  if (unary_in_place(r, n, res)) return GROVE_OK;
   grove_values in = {.n = 1}, out = {0};
   in.v[0] = *x;
   s = n->mod->type->forward(n->mod, r->f, &in, &out);

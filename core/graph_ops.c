@@ -104,8 +104,10 @@ static void bstrides(const grove_tensor *t, int n, const int64_t *shape, int64_t
   }
 
 /* y = a OP b over one inner run, strides sa and sb (0, 1 or any). */
+/* py may be pa or pb (in place): every element is read before it is
+ * written, at the same index. */
 static void binary_run(int op, float alpha, const float *pa, int64_t sa, const float *pb,
-                       int64_t sb, float *restrict py, int64_t inner) {
+                       int64_t sb, float *py, int64_t inner) {
   switch (op) {
     case GROVE__BIN_ADD:
       if (alpha == 1.0f) {

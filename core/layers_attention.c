@@ -135,24 +135,156 @@ void grove__mha_next_call(const grove_module *m, bool need_weights, bool average
   next_call.average = average;
 }
 
+/* ------------------------------------------------------------ attention core */
+
+/* Heads of up to 64 keys and 128 dims (every transformer of this size class)
+ * run an AVX-512 kernel where the CPU has it: a score row and an output row
+ * live in registers over their whole reduction.  The build's baseline is
+ * SSE2, so the portable loops below run 4 floats at a time and spill their
+ * accumulators to memory on every step. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ATT_HAVE_AVX512 1
+#include <immintrin.h>
+#else
+#define ATT_HAVE_AVX512 0
+#endif
+
+static bool att_avx512(void) {
+#if ATT_HAVE_AVX512
+  static int cached = -1;
+  if (cached < 0) {
+    __builtin_cpu_init();
+    cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
+  }
+  return cached == 1;
+#else
+  return false;
+#endif
+}
+
+#if ATT_HAVE_AVX512
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+
+static inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+/* sc[l][s] = scale * q[l] . kt[:, s] for S <= 64 (kt is [d, S]).  Rows go
+ * four at a time so that four independent accumulator chains hide the FMA
+ * latency. */
+static void scores_avx512(const float *q, int64_t rsq, const float *kt, int64_t L, int64_t S,
+                          int64_t d, float scale, float *sc) {
+  const int nv = (int)((S + 15) / 16);
+  __mmask16 m[4];
+  for (int j = 0; j < 4; j++) m[j] = j < nv ? tail_mask(S - 16 * j) : 0;
+  int64_t l = 0;
+  for (; l + 4 <= L; l += 4) {
+    for (int j = 0; j < nv; j++) {
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      const float *q0 = q + l * rsq;
+      for (int64_t t = 0; t < d; t++) {
+        const __m512 kv = _mm512_maskz_loadu_ps(m[j], kt + t * S + 16 * j);
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[t]), kv, a0);
+        a1 = _mm512_fmadd_ps(_mm512_set1_ps(q0[rsq + t]), kv, a1);
+        a2 = _mm512_fmadd_ps(_mm512_set1_ps(q0[2 * rsq + t]), kv, a2);
+        a3 = _mm512_fmadd_ps(_mm512_set1_ps(q0[3 * rsq + t]), kv, a3);
+      }
+      const __m512 sv = _mm512_set1_ps(scale);
+      float *out = sc + l * S + 16 * j;
+      _mm512_mask_storeu_ps(out, m[j], _mm512_mul_ps(a0, sv));
+      _mm512_mask_storeu_ps(out + S, m[j], _mm512_mul_ps(a1, sv));
+      _mm512_mask_storeu_ps(out + 2 * S, m[j], _mm512_mul_ps(a2, sv));
+      _mm512_mask_storeu_ps(out + 3 * S, m[j], _mm512_mul_ps(a3, sv));
+    }
+  }
+  for (; l < L; l++) {
+    for (int j = 0; j < nv; j++) {
+      __m512 a0 = _mm512_setzero_ps();
+      const float *ql = q + l * rsq;
+      for (int64_t t = 0; t < d; t++)
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(ql[t]), _mm512_maskz_loadu_ps(m[j], kt + t * S + 16 * j),
+                             a0);
+      _mm512_mask_storeu_ps(sc + l * S + 16 * j, m[j], _mm512_mul_ps(a0, _mm512_set1_ps(scale)));
+    }
+  }
+}
+
+/* o[l] = sum_s p[l][s] v[s] for d <= 128, four rows at a time. */
+static void mix_avx512(const float *p, const float *v, int64_t rsv, float *o, int64_t rso,
+                       int64_t L, int64_t S, int64_t d) {
+  const int nv = (int)((d + 15) / 16);
+  __mmask16 m[8];
+  for (int j = 0; j < 8; j++) m[j] = j < nv ? tail_mask(d - 16 * j) : 0;
+  int64_t l = 0;
+  for (; l + 4 <= L; l += 4) {
+    for (int j = 0; j < nv; j++) {
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      const float *p0 = p + l * S;
+      for (int64_t s = 0; s < S; s++) {
+        const __m512 vv = _mm512_maskz_loadu_ps(m[j], v + s * rsv + 16 * j);
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[s]), vv, a0);
+        a1 = _mm512_fmadd_ps(_mm512_set1_ps(p0[S + s]), vv, a1);
+        a2 = _mm512_fmadd_ps(_mm512_set1_ps(p0[2 * S + s]), vv, a2);
+        a3 = _mm512_fmadd_ps(_mm512_set1_ps(p0[3 * S + s]), vv, a3);
+      }
+      float *out = o + l * rso + 16 * j;
+      _mm512_mask_storeu_ps(out, m[j], a0);
+      _mm512_mask_storeu_ps(out + rso, m[j], a1);
+      _mm512_mask_storeu_ps(out + 2 * rso, m[j], a2);
+      _mm512_mask_storeu_ps(out + 3 * rso, m[j], a3);
+    }
+  }
+  for (; l < L; l++) {
+    for (int j = 0; j < nv; j++) {
+      __m512 a0 = _mm512_setzero_ps();
+      for (int64_t s = 0; s < S; s++)
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[l * S + s]),
+                             _mm512_maskz_loadu_ps(m[j], v + s * rsv + 16 * j), a0);
+      _mm512_mask_storeu_ps(o + l * rso + 16 * j, m[j], a0);
+    }
+  }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif /* ATT_HAVE_AVX512 */
+
 /* One head of one batch item: o[l] = softmax(scale * q[l] . k^T) . v, rows
  * of q, k, v and o rs* floats apart; sc is [L, S] scratch that ends up
- * holding the probabilities. */
+ * holding the probabilities and kt [d, S] scratch.  Large heads go to
+ * sgemm; small ones (the common case: a few dozen tokens) run loops that
+ * vectorise along S and d: k is transposed once so that every inner loop is
+ * a contiguous multiply-add. */
 static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, const float *v,
                    int64_t rsv, float *o, int64_t rso, int64_t L, int64_t S, int64_t d,
-                   float scale, float *restrict sc) {
-  if (L * S * d >= (1 << 15)) {
+                   float scale, float *restrict sc, float *restrict kt) {
+  const bool big = L * S * d >= (1 << 15);
+  if (big) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)S, (blasint)d, scale,
                 q, (blasint)rsq, k, (blasint)rsk, 0.0f, sc, (blasint)S);
   } else {
+    for (int64_t s = 0; s < S; s++)
+      for (int64_t t = 0; t < d; t++) kt[t * S + s] = k[s * rsk + t];
+#if ATT_HAVE_AVX512
+    if (S <= 64 && att_avx512()) scores_avx512(q, rsq, kt, L, S, d, scale, sc);
+    else
+#endif
     for (int64_t l = 0; l < L; l++) {
       const float *ql = q + l * rsq;
-      float *row = sc + l * S;
-      for (int64_t s = 0; s < S; s++) {
-        const float *ks = k + s * rsk;
-        float acc = 0;
-        for (int64_t t = 0; t < d; t++) acc += ql[t] * ks[t];
-        row[s] = acc * scale;
+      float *restrict row = sc + l * S;
+      for (int64_t s = 0; s < S; s++) row[s] = 0.0f;
+      for (int64_t t = 0; t < d; t++) {
+        const float qv = ql[t] * scale;
+        const float *restrict kr = kt + t * S;
+        for (int64_t s = 0; s < S; s++) row[s] += qv * kr[s];
       }
     }
   }
@@ -168,11 +300,17 @@ static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, con
     const float inv = (float)(1.0 / sum);
     for (int64_t s = 0; s < S; s++) row[s] *= inv;
   }
-  if (L * S * d >= (1 << 15)) {
+  if (big) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)L, (blasint)d, (blasint)S, 1.0f,
                 sc, (blasint)S, v, (blasint)rsv, 0.0f, o, (blasint)rso);
     return;
   }
+#if ATT_HAVE_AVX512
+  if (d <= 128 && att_avx512()) {
+    mix_avx512(sc, v, rsv, o, rso, L, S, d);
+    return;
+  }
+#endif
   for (int64_t l = 0; l < L; l++) {
     float *restrict ol = o + l * rso;
     const float *row = sc + l * S;
@@ -256,7 +394,8 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
   }
   float *ctx = grove_arena_alloc(f->arena, (size_t)(rq * E) * sizeof(float) + 1);
   float *sc = grove_arena_alloc(f->arena, (size_t)(L * S) * sizeof(float) + 1);
-  if (!ctx || !sc) return scratch(f, T);
+  float *kt = grove_arena_alloc(f->arena, (size_t)(d * S) * sizeof(float) + 1);
+  if (!ctx || !sc || !kt) return scratch(f, T);
 
   /* Attention weights: [N, L, S] averaged, [N, H, L, S] per head (unbatched:
    * without N). */
@@ -286,7 +425,7 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
       }
       attend(Q + q0r * ldq + h * d, qstep * ldq, K + k0r * ldk + h * d, kstep * ldk,
              V + k0r * ldv + h * d, kstep * ldv, ctx + q0r * E + h * d, qstep * E, L, S, d,
-             scale, probs);
+             scale, probs, kt);
       if (need_weights && average) {
         float *w = wd + n * L * S;
         for (int64_t i = 0; i < L * S; i++) w[i] += probs[i];

@@ -41,6 +41,9 @@
 /* Bytes of im2col scratch a convolution takes at most per chunk of images
  * (at least one image's worth, whatever its size). */
 #define COL_BUDGET ((size_t)4 << 20)
+/* The same for the rows path, whose transposes and epilogue also touch
+ * every element: a chunk's input, rows and product together (about L2). */
+#define ROWS_BUDGET ((size_t)2 << 20)
 
 static grove_status make(const grove_module_type *type, void *impl, grove_module **out,
                          grove_err *err) {
@@ -90,8 +93,64 @@ typedef struct conv_impl {
   float *w;  /* [cout, K] float32, copied from the weight in refresh */
   float *bias;
   float *ones; /* cout ones: the scale of a plain convolution */
+  /* The rows path (see conv_rows): one pack per group of the weight with K
+   * reordered to (ki, kj, c), or NULL when the column path runs. */
+  grove__linear_pack **packs;
   float data[];
 } conv_impl;
+
+static void conv_free_packs(conv_impl *p) {
+  if (!p->packs) return;
+  for (int64_t g = 0; g < p->groups; g++) grove__linear_pack_free(p->packs[g]);
+  free(p->packs);
+  p->packs = NULL;
+}
+
+static void conv_free_impl(void *impl) {
+  conv_impl *p = impl;
+  if (!p) return;
+  conv_free_packs(p);
+  free(p);
+}
+
+/* Which lowering a convolution takes.  The rows path gathers cin_g floats at
+ * a time from an NHWC copy of the input, so it wants enough input channels
+ * per group; GROVE_CONV=rows|columns overrides (for measurements). */
+static bool want_rows(const conv_impl *p) {
+  const char *force = getenv("GROVE_CONV");
+  if (force && strcmp(force, "rows") == 0) return true;
+  if (force && strcmp(force, "columns") == 0) return false;
+  return p->cin / p->groups >= 8 && p->cout / p->groups >= 8;
+}
+
+/* Packs of the weight for the rows path, K reordered to (ki, kj, c). */
+static grove_status conv_pack(conv_impl *p, grove_err *err, const char *T) {
+  const int64_t G = p->groups, cin_g = p->cin / G, cout_g = p->cout / G, K = p->K;
+  const int64_t kk = p->k[0] * p->k[1];
+  grove__linear_pack **packs = calloc((size_t)G, sizeof *packs);
+  float *tmp = malloc((size_t)(cout_g * K) * sizeof(float) + 1);
+  grove_status s = GROVE_OK;
+  if (!packs || !tmp) s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing the weight", T);
+  for (int64_t g = 0; !s && g < G; g++) {
+    for (int64_t o = 0; o < cout_g; o++) {
+      const float *src = p->w + (g * cout_g + o) * K; /* (c, ki, kj) */
+      float *dst = tmp + o * K;                        /* (ki, kj, c) */
+      for (int64_t c = 0; c < cin_g; c++)
+        for (int64_t q = 0; q < kk; q++) dst[q * cin_g + c] = src[c * kk + q];
+    }
+    packs[g] = grove__linear_pack_new(tmp, cout_g, K);
+    if (!packs[g]) s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing the weight", T);
+  }
+  free(tmp);
+  if (s) {
+    for (int64_t g = 0; packs && g < G; g++) grove__linear_pack_free(packs[g]);
+    free(packs);
+    return s;
+  }
+  conv_free_packs(p);
+  p->packs = packs;
+  return GROVE_OK;
+}
 
 static grove_status conv_refresh(grove_module *m, grove_err *err) {
   conv_impl *p = m->impl;
@@ -123,7 +182,22 @@ static grove_status conv_refresh(grove_module *m, grove_err *err) {
   }
   if (!grove_dtype_is_float(w->dtype) || (b && !grove_dtype_is_float(b->dtype)))
     return grove_err_set(err, GROVE_E_DTYPE, "%s: weight and bias must be floating point", T);
-  grove_status s = grove__copy_f32(p->w, p->cout * p->K, w, T, "weight", err);
+  /* Copies go to scratch first so that a failure leaves impl as it was. */
+  float *wf = malloc((size_t)(p->cout * p->K) * sizeof(float) + 1);
+  if (!wf) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+  grove_status s = grove__copy_f32(wf, p->cout * p->K, w, T, "weight", err);
+  float *old = p->w;
+  if (!s) {
+    p->w = wf;
+    if (want_rows(p)) {
+      s = conv_pack(p, err, T);
+    } else {
+      conv_free_packs(p);
+    }
+    p->w = old;
+  }
+  if (!s) memcpy(p->w, wf, (size_t)(p->cout * p->K) * sizeof(float));
+  free(wf);
   if (!s && b) s = grove__copy_f32(p->bias, p->cout, b, T, "bias", err);
   if (s) return s;
   if (!b) memset(p->bias, 0, (size_t)p->cout * sizeof(float));
@@ -197,6 +271,221 @@ static void epilogue(float *dst, int64_t ldd, const float *src, int64_t lds,
   }
 }
 
+/* ------------------------------------------------------------ transposes */
+
+/* The rows path moves every activation between NCHW and NHWC twice, so
+ * these transposes matter: 16 x 16 blocks go through AVX-512 registers
+ * (16 loads, 64 shuffles, 16 stores) where the CPU has it; edges and other
+ * CPUs take the scalar loops. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define CONV_HAVE_AVX512 1
+#include <immintrin.h>
+#else
+#define CONV_HAVE_AVX512 0
+#endif
+
+static bool have_avx512(void) {
+#if CONV_HAVE_AVX512
+  static int cached = -1;
+  if (cached < 0) {
+    __builtin_cpu_init();
+    cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
+  }
+  return cached == 1;
+#else
+  return false;
+#endif
+}
+
+#if CONV_HAVE_AVX512
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+#endif
+
+/* out[j] = column j of the 16 x 16 block at src (rows lds floats apart). */
+static inline __attribute__((always_inline)) void tr16(const float *src, int64_t lds,
+                                                       __m512 out[16]) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  /* u[4g + k]: columns k, k+4, k+8, k+12 of rows 4g..4g+3, one per lane. */
+  __m512 *u = r;
+  for (int g = 0; g < 4; g++) {
+    __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+    __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int k = 0; k < 4; k++) {
+    __m512 a = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88);
+    __m512 b = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
+    __m512 c = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xdd);
+    __m512 d = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xdd);
+    out[k] = _mm512_shuffle_f32x4(a, b, 0x88);
+    out[k + 8] = _mm512_shuffle_f32x4(a, b, 0xdd);
+    out[k + 4] = _mm512_shuffle_f32x4(c, d, 0x88);
+    out[k + 12] = _mm512_shuffle_f32x4(c, d, 0xdd);
+  }
+}
+
+static void tr16_store(const float *src, int64_t lds, float *dst, int64_t ldd) {
+  __m512 o[16];
+  tr16(src, lds, o);
+  for (int j = 0; j < 16; j++) _mm512_storeu_ps(dst + j * ldd, o[j]);
+}
+
+/* dst row j (16 floats) = act(column j of src * scale[j] + shift[j]). */
+static void tr16_epilogue(const float *src, int64_t lds, float *dst, int64_t ldd,
+                          const float *scale, const float *shift, bool relu) {
+  __m512 o[16];
+  tr16(src, lds, o);
+  const __m512 zero = _mm512_setzero_ps();
+  for (int j = 0; j < 16; j++) {
+    __m512 v = _mm512_fmadd_ps(o[j], _mm512_set1_ps(scale[j]), _mm512_set1_ps(shift[j]));
+    if (relu) v = _mm512_max_ps(v, zero);
+    _mm512_storeu_ps(dst + j * ldd, v);
+  }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+#endif /* CONV_HAVE_AVX512 */
+
+/* dst[i][c] = src[c][i] for a [C, HW] plane block. */
+static void nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t C, int64_t HW) {
+  enum { T = 16 };
+  const bool fast = have_avx512();
+  for (int64_t i0 = 0; i0 < HW; i0 += T) {
+    const int64_t ni = HW - i0 < T ? HW - i0 : T;
+    for (int64_t c0 = 0; c0 < C; c0 += T) {
+      const int64_t nc = C - c0 < T ? C - c0 : T;
+#if CONV_HAVE_AVX512
+      if (fast && ni == T && nc == T) {
+        tr16_store(src + c0 * HW + i0, HW, dst + i0 * C + c0, C);
+        continue;
+      }
+#endif
+      for (int64_t i = 0; i < ni; i++)
+        for (int64_t c = 0; c < nc; c++) dst[(i0 + i) * C + c0 + c] = src[(c0 + c) * HW + i0 + i];
+    }
+  }
+  (void)fast;
+}
+
+/* y[c][p] = act(acc[p][c] * scale[c] + shift[c]) for P positions and n
+ * channels (acc rows lda floats apart, y rows P floats apart). */
+static void nhwc_epilogue(const float *acc, int64_t lda, float *y, int64_t P, int64_t n,
+                          const float *scale, const float *shift, bool relu) {
+  enum { T = 16 };
+  const bool fast = have_avx512();
+  for (int64_t p0 = 0; p0 < P; p0 += T) {
+    const int64_t pn = P - p0 < T ? P - p0 : T;
+    for (int64_t c0 = 0; c0 < n; c0 += T) {
+      const int64_t cn = n - c0 < T ? n - c0 : T;
+#if CONV_HAVE_AVX512
+      if (fast && pn == T && cn == T) {
+        tr16_epilogue(acc + p0 * lda + c0, lda, y + c0 * P + p0, P, scale + c0, shift + c0, relu);
+        continue;
+      }
+#endif
+      for (int64_t c = c0; c < c0 + cn; c++) {
+        const float a = scale[c], b = shift[c];
+        float *yr = y + c * P + p0;
+        const float *ar = acc + p0 * lda + c;
+        for (int64_t q = 0; q < pn; q++) {
+          float v = ar[q * lda] * a + b;
+          yr[q] = relu && v < 0.0f ? 0.0f : v;
+        }
+      }
+    }
+  }
+  (void)fast;
+}
+
+/* The rows path: the input is transposed to NHWC once, each output
+ * position's patch becomes one row of K = kh * kw * cin_g floats (copied
+ * cin_g at a time, zeros for padding), and Grove's packed GEMM kernel
+ * (grove__linear_run: AVX-512 where the CPU has it, and the compute threads)
+ * computes rows . W_g^T = [positions, cout_g], which the epilogue transposes
+ * into the NCHW output.  A 1x1 convolution with stride 1 and no padding uses
+ * the NHWC input itself as its rows. */
+static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd, int64_t N,
+                              int64_t H, int64_t W, int64_t OH, int64_t OW, float *yd,
+                              const float *scale, const float *shift, bool relu, const char *T) {
+  const int64_t G = p->groups, C = p->cin, cin_g = C / G, cout_g = p->cout / G, K = p->K;
+  const int64_t P = OH * OW, HW = H * W;
+  const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
+  const int64_t dh = p->dil[0], dw = p->dil[1], ph = p->pad_lo[0], pw = p->pad_lo[1];
+  const bool direct = G == 1 && kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 &&
+                      p->pad_hi[0] == 0 && p->pad_hi[1] == 0;
+  /* Images go through in chunks whose transposed input, rows and product
+   * all stay in cache: each chunk reads its input once and writes its
+   * output once. */
+  const size_t per_image = (size_t)((direct ? 0 : P * K) + HW * C + P * cout_g) * sizeof(float);
+  int64_t nb = (int64_t)(ROWS_BUDGET / (per_image ? per_image : 1));
+  if (nb < 1) nb = 1;
+  if (nb > N) nb = N;
+  float *xt = grove_arena_alloc(f->arena, (size_t)(nb * HW * C) * sizeof(float) + 1);
+  float *rows = direct ? xt : grove_arena_alloc(f->arena, (size_t)(nb * P * K) * sizeof(float) + 1);
+  float *acc = grove_arena_alloc(f->arena, (size_t)(nb * P * cout_g) * sizeof(float) + 1);
+  if (!xt || !rows || !acc) return scratch_error(f, T);
+  for (int64_t n0 = 0; n0 < N; n0 += nb) {
+    const int64_t cnt = N - n0 < nb ? N - n0 : nb;
+    for (int64_t i = 0; i < cnt; i++) nchw_to_nhwc(xd + (n0 + i) * C * HW, xt + i * HW * C, C, HW);
+    for (int64_t g = 0; g < G; g++) {
+      if (!direct) {
+        for (int64_t i = 0; i < cnt; i++) {
+          const float *xi = xt + i * HW * C + g * cin_g;
+          for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+              float *r = rows + ((i * OH + oh) * OW + ow) * K;
+              const int64_t iw0 = ow * sw - pw;
+              /* With one group and no dilation, a kernel row's kw pixels are
+               * kw * C contiguous floats of the NHWC input. */
+              const bool whole = G == 1 && dw == 1 && iw0 >= 0 && iw0 + kw <= W;
+              for (int64_t ki = 0; ki < kh; ki++) {
+                const int64_t ih = oh * sh - ph + ki * dh;
+                if (whole) {
+                  if (ih < 0 || ih >= H)
+                    memset(r, 0, (size_t)(kw * C) * sizeof(float));
+                  else
+                    memcpy(r, xi + (ih * W + iw0) * C, (size_t)(kw * C) * sizeof(float));
+                  r += kw * C;
+                  continue;
+                }
+                for (int64_t kj = 0; kj < kw; kj++, r += cin_g) {
+                  const int64_t iw = ow * sw - pw + kj * dw;
+                  if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                    memset(r, 0, (size_t)cin_g * sizeof(float));
+                  else
+                    memcpy(r, xi + (ih * W + iw) * C, (size_t)cin_g * sizeof(float));
+                }
+              }
+            }
+        }
+      }
+      const float *x_rows = direct ? xt : rows;
+      grove__linear_run(p->packs[g], x_rows, cnt * P, NULL, acc, GROVE__ACT_NONE);
+      /* acc [cnt * P, cout_g] -> out [n][g * cout_g + c][p]. */
+      for (int64_t i = 0; i < cnt; i++)
+        nhwc_epilogue(acc + i * P * cout_g, cout_g, yd + ((n0 + i) * p->cout + g * cout_g) * P, P,
+                      cout_g, scale + g * cout_g, shift + g * cout_g, relu);
+    }
+  }
+  return GROVE_OK;
+}
+
 grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
                                     grove_values *out, const float *scale, const float *shift,
                                     bool relu) {
@@ -242,6 +531,7 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   const int64_t P = OH * OW, HW = H * W;
   const float *xd = x.data;
   float *yd = out->v[0].data;
+  if (p->packs) return conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, T);
   const bool direct = p->k[0] == 1 && p->k[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
                       p->pad_lo[0] == 0 && p->pad_lo[1] == 0 && p->pad_hi[0] == 0 &&
                       p->pad_hi[1] == 0;
@@ -304,11 +594,13 @@ const grove_module_type grove__conv1d_type = {
     .name = "Conv1d",
     .forward = conv_forward,
     .refresh = conv_refresh,
+    .free_impl = conv_free_impl,
 };
 const grove_module_type grove__conv2d_type = {
     .name = "Conv2d",
     .forward = conv_forward,
     .refresh = conv_refresh,
+    .free_impl = conv_free_impl,
 };
 
 int64_t grove__conv_out_channels(const grove_module *m) {
