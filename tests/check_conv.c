@@ -23,7 +23,9 @@ static const char *const cases[] = {
     "conv2d_basic",     "conv2d_b1_pad",   "conv2d_stride",     "conv2d_dil",
     "conv2d_groups",    "conv2d_dw",       "conv2d_1x1",        "conv2d_1x1_stride",
     "conv2d_same_even", "conv2d_same_dil", "conv2d_valid",      "conv2d_unbatched",
-    "conv2d_many",      "conv2d_chunked",  "conv1d_basic",      "conv1d_stride_pad",
+    "conv2d_many",      "conv2d_chunked",  "conv2d_wide",       "conv2d_groups_rows",
+    "conv2d_1x1_rows",  "conv2d_stride_rows", "conv1d_rows",    "conv1d_basic",
+    "conv1d_stride_pad",
     "conv1d_groups_dil", "conv1d_same",    "conv1d_unbatched",  "bn2d",
     "bn2d_b1",          "bn2d_noaffine",   "bn2d_nostats",      "maxpool_2",
     "maxpool_odd",      "maxpool_ceil",    "maxpool_dil",       "maxpool_unbatched",
@@ -65,6 +67,11 @@ static grove_module *build_case(const char *name, grove_err *err) {
   CASE("conv2d_unbatched", (o = co(3, 3, 1, 1, 0, 0, 1, 1, 1, true), grove_conv2d_new(2, 3, &o, &m, err)));
   CASE("conv2d_many", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(16, 12, &o, &m, err)));
   CASE("conv2d_chunked", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(32, 4, &o, &m, err)));
+  CASE("conv2d_wide", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(16, 32, &o, &m, err)));
+  CASE("conv2d_groups_rows", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 2, false), grove_conv2d_new(16, 16, &o, &m, err)));
+  CASE("conv2d_1x1_rows", (o = co(1, 1, 1, 1, 0, 0, 1, 1, 1, true), grove_conv2d_new(16, 32, &o, &m, err)));
+  CASE("conv2d_stride_rows", (o = co(3, 3, 2, 2, 1, 1, 1, 1, 1, true), grove_conv2d_new(16, 16, &o, &m, err)));
+  CASE("conv1d_rows", (o = co(3, 0, 1, 0, 2, 0, 2, 0, 1, true), grove_conv1d_new(16, 24, &o, &m, err)));
   CASE("conv1d_basic", (o = co(3, 0, 1, 0, 0, 0, 1, 0, 1, true), grove_conv1d_new(4, 6, &o, &m, err)));
   CASE("conv1d_stride_pad", (o = co(5, 0, 2, 0, 2, 0, 1, 0, 1, true), grove_conv1d_new(3, 5, &o, &m, err)));
   CASE("conv1d_groups_dil", (o = co(3, 0, 1, 0, 3, 0, 3, 0, 2, true), grove_conv1d_new(4, 8, &o, &m, err)));
@@ -182,10 +189,22 @@ START_TEST(test_parity) {
   fixture fx = {0};
   grove_err err = {0};
   fixture_load(&fx, name);
-  grove_module *m = build_case(name, &err);
-  grove_module_eval(m);
-  run_and_compare(name, m, &fx);
-  grove_module_release(m);
+  /* Both lowerings of a convolution (chosen when the weight is packed):
+   * Grove's own, and each one forced. */
+  static const char *const modes[] = {NULL, "rows", "columns"};
+  for (int k = 0; k < 3; k++) {
+    if (modes[k])
+      setenv("GROVE_CONV", modes[k], 1);
+    else
+      unsetenv("GROVE_CONV");
+    grove_module *m = build_case(name, &err);
+    grove_module_eval(m);
+    char what[300];
+    snprintf(what, sizeof what, "%s (%s)", name, modes[k] ? modes[k] : "default");
+    run_and_compare(what, m, &fx);
+    grove_module_release(m);
+  }
+  unsetenv("GROVE_CONV");
 
   grove_model *model = from_json(fx.json, &err);
   char what[300];

@@ -61,6 +61,15 @@ CASES = [
     ("conv2d_unbatched", lambda: nn.Conv2d(2, 3, 3), lambda: _x(2, 6, 6)),
     ("conv2d_many", lambda: nn.Conv2d(16, 12, 3, padding=1), lambda: _x(5, 16, 6, 6)),
     ("conv2d_chunked", lambda: nn.Conv2d(32, 4, 3, padding=1), lambda: _x(3, 32, 36, 36)),
+    # Shapes that take the rows path (8+ channels per group) with full 16 x
+    # 16 transpose tiles and ragged edges, groups, 1x1, stride.
+    ("conv2d_wide", lambda: nn.Conv2d(16, 32, 3, padding=1), lambda: _x(2, 16, 10, 10)),
+    ("conv2d_groups_rows", lambda: nn.Conv2d(16, 16, 3, groups=2, padding=1, bias=False),
+     lambda: _x(3, 16, 6, 5)),
+    ("conv2d_1x1_rows", lambda: nn.Conv2d(16, 32, 1), lambda: _x(2, 16, 5, 7)),
+    ("conv2d_stride_rows", lambda: nn.Conv2d(16, 16, 3, stride=2, padding=1),
+     lambda: _x(1, 16, 9, 9)),
+    ("conv1d_rows", lambda: nn.Conv1d(16, 24, 3, padding=2, dilation=2), lambda: _x(2, 16, 20)),
     # Conv1d.
     ("conv1d_basic", lambda: nn.Conv1d(4, 6, 3), lambda: _x(2, 4, 10)),
     ("conv1d_stride_pad", lambda: nn.Conv1d(3, 5, 5, stride=2, padding=2), lambda: _x(1, 3, 17)),
