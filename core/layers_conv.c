@@ -2,25 +2,32 @@
  * Conv2d, BatchNorm2d, MaxPool2d, AvgPool2d and AdaptiveAvgPool2d, with their
  * constructors and model.json builders.
  *
- * Convolution is lowered onto sgemm.  For each group, the input patches are
- * unrolled into a column matrix (im2col, [K = Cin/groups * kh * kw] rows by
- * one column per output position, the layout in which a row of the
- * convolution's weight.view(out, -1) meets its patch) in arena scratch, and
- * one cblas_sgemm computes W_g [Cout_g, K] x col [K, P] for a run of images
- * at once, so that late layers with few output positions still make one
- * product wide enough to keep OpenBLAS busy.  A 1x1 convolution with stride 1
- * and no padding needs no unrolling: an image is already its column matrix.
- * The bias (and, when a graph fuses a following BatchNorm2d and ReLU into the
- * convolution, their per-channel scale, shift and clamp) is applied in the
- * one pass that moves the product into the NCHW output.  The column scratch
- * is bounded (COL_BUDGET): images are processed in chunks that fit it.
+ * Convolution is lowered onto a matrix product, one of two ways, chosen when
+ * the weight is packed (refresh):
  *
- * Why cblas_sgemm and not the Linear kernel (grove__linear_run): that kernel
- * wants the patches as rows ([P, K]) and writes [P, Cout], which is NHWC and
- * costs a transpose on the way in (patch rows gather kw floats at a time) and
- * one on the way out; measured on bench/models_extra.py's CNN the column
- * layout through OpenBLAS was faster (see docs/model-spec.md, "Performance
- * notes").
+ *  - rows (8 or more input and output channels per group, the usual case):
+ *    images go through in chunks that fit in cache (ROWS_BUDGET); a chunk is
+ *    transposed to NHWC, every output position's patch becomes one row of
+ *    K = kh * kw * cin_g floats (whole kernel rows copied kw * C floats at a
+ *    time), and Grove's packed GEMM kernel (grove__linear_run, the kernel
+ *    behind Linear: AVX-512 where the CPU has it) multiplies the rows by the
+ *    weight, packed once with K in the same (ki, kj, c) order.  The product
+ *    is [positions, cout_g]; the epilogue transposes it into the NCHW output.
+ *  - columns (few channels: a 3-channel image stem; also GROVE_CONV=columns):
+ *    im2col into [K, positions] columns and cblas_sgemm W_g [cout_g, K] x
+ *    col, for a run of images at once (COL_BUDGET), so the product is NCHW
+ *    already.  A 1x1 convolution with stride 1 and no padding needs no
+ *    unrolling in either way.
+ *
+ * Measured on bench/models_extra.py's CNN (one thread, batch 64, this 2-vCPU
+ * AMD EPYC): the columns path through OpenBLAS 0.3.21 (which picks its
+ * Haswell kernel here) ran 520 samples/s, the rows path 1070; cache-sized
+ * chunks (instead of whole-batch passes) and AVX-512 16 x 16 transposes
+ * were most of the difference between the first rows version and that.
+ *
+ * The bias, and when a graph fuses a following BatchNorm2d and ReLU into the
+ * convolution their per-channel scale, shift and clamp, are applied in the
+ * one pass that writes the NCHW output (the epilogue).
  *
  * Padding is zeros (torch's padding_mode="zeros"; the other modes are refused
  * by the builders) and may be asymmetric: padding="same" with an even
