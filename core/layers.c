@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "layers_internal.h"
+#include "observe.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -88,8 +89,9 @@ static const char *const no_args[] = {NULL};
 
 /* torch.nn.Sequential.forward: input = module(input) for each child.  A
  * Linear immediately followed by a ReLU runs as one fused pass when no
- * forward hook is registered anywhere (with hooks, the ReLU's hooks must see
- * the Linear's output, so every child runs on its own). */
+ * forward hook is registered anywhere and the forward's observer watches
+ * neither (with hooks, the ReLU's hooks must see the Linear's output, so
+ * every child runs on its own). */
 static grove_status sequential_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                        grove_values *out) {
   grove_values cur = *in, next;
@@ -102,7 +104,8 @@ static grove_status sequential_forward(const grove_module *m, grove_fwd *f, cons
                            m->children[i].name);
     grove_status s;
     const grove_module *after = i + 1 < m->nchildren ? m->children[i + 1].module : NULL;
-    if (fuse && c->type == &grove__linear_type && after && after->type == &grove__relu_type) {
+    if (fuse && c->type == &grove__linear_type && after && after->type == &grove__relu_type &&
+        !grove__observes(f, c) && !grove__observes(f, after)) {
       s = grove__linear_forward_act(c, f, &cur, &next, GROVE__ACT_RELU);
       i++;
     } else {

@@ -969,12 +969,18 @@ static grove_status forward_with_hooks(const grove_module *m, grove_fwd *f, cons
                                        grove_values *out) {
   grove_values args = *in;
   grove_status s;
+  /* The observer (module.h) sees what the module's forward gets and what
+   * its caller finally gets: after the pre-hooks, after the hooks. */
+  const grove_observer *obs = f->observer;
+  long watched = obs ? grove_observer_find(obs, m) : -1;
   const hook_list *pre[2] = {&global_fwd_pre, module_hooks(m, HK_FWD_PRE)};
   for (int k = 0; k < 2; k++)
     for (size_t i = 0; pre[k] && i < pre[k]->n; i++)
       if ((s = ((grove_forward_pre_hook_fn)pre[k]->items[i].fn)(pre[k]->items[i].user, m, f,
                                                                  &args)))
         return s;
+  if (watched >= 0 && (obs->kinds[watched] & GROVE_OBSERVE_PRE))
+    obs->fn(obs->ctx, (size_t)watched, GROVE_OBSERVE_PRE, m, &args);
   if ((s = m->type->forward(m, f, &args, out))) return s;
   const hook_list *post[2] = {&global_fwd, module_hooks(m, HK_FWD)};
   for (int k = 0; k < 2; k++)
@@ -982,13 +988,15 @@ static grove_status forward_with_hooks(const grove_module *m, grove_fwd *f, cons
       if ((s = ((grove_forward_hook_fn)post[k]->items[i].fn)(post[k]->items[i].user, m, f, &args,
                                                               out)))
         return s;
+  if (watched >= 0 && (obs->kinds[watched] & GROVE_OBSERVE_POST))
+    obs->fn(obs->ctx, (size_t)watched, GROVE_OBSERVE_POST, m, out);
   return GROVE_OK;
 }
 
 grove_status grove_module_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                   grove_values *out) {
   if (!m->type->forward) return not_callable(m, f);
-  if (grove__no_forward_hooks()) return m->type->forward(m, f, in, out);
+  if (grove__no_forward_hooks() && !f->observer) return m->type->forward(m, f, in, out);
   return forward_with_hooks(m, f, in, out);
 }
 

@@ -42,12 +42,51 @@ typedef struct grove_values {
   grove_tensor v[GROVE_MAX_VALUES]; /* plain values: memory owned elsewhere */
 } grove_values;
 
+/* A per-call observer of module inputs and outputs: forward hooks that belong
+ * to one forward pass instead of to the tree.  groved's hook telemetry uses it
+ * because the served tree is immutable and shared by every worker, so hooks
+ * cannot be registered on it from a request path.
+ *
+ * modules lists the watched modules (n of them, unique, sorted by address as
+ * uintptr_t), kinds[i] says what is watched on modules[i]
+ * (GROVE_OBSERVE_PRE: its input, as a forward pre-hook sees it, after the
+ * module's own pre-hooks; GROVE_OBSERVE_POST: its output, as a forward hook
+ * sees it, after the module's own hooks).  fn(ctx, i, kind, module, values)
+ * runs on the forward's thread each time a watched module is called; it may
+ * read values (plain tensors, valid only during the call) and must not modify
+ * them, allocate from the forward's arena, or fail: an observer never changes
+ * a prediction.  While an observer watches a Linear or the ReLU after it,
+ * Sequential does not fuse the two, so each is seen on its own.
+ *
+ * The whole struct, and every array it points to, is the caller's and must
+ * stay unchanged until the forward returns. */
+typedef enum grove_observe_kind {
+  GROVE_OBSERVE_PRE = 1,
+  GROVE_OBSERVE_POST = 2,
+} grove_observe_kind;
+
+typedef struct grove_observer {
+  const grove_module *const *modules;
+  const unsigned char *kinds; /* bit set of grove_observe_kind per module */
+  size_t n;
+  void (*fn)(void *ctx, size_t index, grove_observe_kind kind, const grove_module *m,
+             const grove_values *values);
+  void *ctx;
+} grove_observer;
+
 /* One forward pass's context.  The caller owns it and the arena; outputs
- * live in the arena until the caller resets it.  err may be NULL. */
+ * live in the arena until the caller resets it.  err may be NULL.  observer
+ * may be NULL (the usual case: nothing is watched, and forward costs exactly
+ * what it did before observers existed). */
 typedef struct grove_fwd {
   grove_arena *arena;
   grove_err *err;
+  const grove_observer *observer;
 } grove_fwd;
+
+/* The index of m in o->modules, or -1 when o is NULL or does not watch m.
+ * Binary search; any thread. */
+long grove_observer_find(const grove_observer *o, const grove_module *m);
 
 /* Sets *out to a contiguous plain tensor of the given shape in f's arena
  * (uninitialised).  GROVE_E_NOMEM when the arena cannot grow. */
@@ -242,9 +281,10 @@ grove_status grove_module_load_state_dict(grove_module *m, const grove_state_dic
 /* ------------------------------------------------------------ forward */
 
 /* Runs m on in, writing out.  Runs hooks in torch's order (global pre-hooks,
- * m's pre-hooks, forward, global hooks, m's hooks); when no hook is
- * registered anywhere it calls the type's forward directly.  Any thread,
- * concurrently on one tree, each call with its own f. */
+ * m's pre-hooks, forward, global hooks, m's hooks), and f->observer's
+ * callbacks for m after the pre-hooks and after the hooks; when no hook is
+ * registered anywhere and f has no observer it calls the type's forward
+ * directly.  Any thread, concurrently on one tree, each call with its own f. */
 grove_status grove_module_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                   grove_values *out);
 /* One tensor in, the first output out. */
