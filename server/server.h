@@ -11,6 +11,8 @@
  *   metrics.c   counters and histograms, Prometheus text
  *   http.c      /healthz, /readyz, /metrics on NNG's HTTP server
  *   slog.c      one log line per event
+ *   reload.c    hot reload (Reload RPC, SIGHUP, --watch), admin jobs on the loop
+ *   export.c    ExportStateDict: the serving state_dict streamed in byte ranges
  *
  * Threads and who owns what (docs/operations.md has the picture):
  *   - The libuv loop thread owns every model's queue, the idle-worker list,
@@ -68,6 +70,9 @@ typedef struct srv_config {
   size_t max_request_bytes;
   int drain_timeout_ms;
   int test_batch_delay_ms; /* testing aid: each batch sleeps this long first */
+  bool watch;              /* --watch: reload a model when its weights file is replaced */
+  int watch_debounce_ms;   /* quiet time after the last change before reloading */
+  bool reload_in_place;    /* SIGHUP and --watch reload in place */
   grove_log_level log_level;
 } srv_config;
 
@@ -121,6 +126,11 @@ typedef struct srv_version {
   atomic_int refs;
   int64_t number; /* 1 for the first load, +1 per reload */
   grove_model *model;
+  /* An in-place reload (reload.c) loads new weights into the serving tree:
+   * the new version shares model with base (held; base frees the model) and
+   * names its own weights file (owned; NULL = model->weights_path). */
+  struct srv_version *base;
+  char *weights_path;
 } srv_version;
 
 void grove__version_retain(srv_version *v);
@@ -143,6 +153,7 @@ typedef struct srv_model {
   size_t queued;        /* requests in the FIFO */
   int64_t queued_rows;
   int running; /* batches of this model on workers now */
+  bool paused; /* an in-place reload holds this model's batches (reload.c) */
 
   /* Any thread. */
   _Atomic uint64_t queue_depth; /* = queued, for /metrics and status */
@@ -165,6 +176,10 @@ srv_model *grove__registry_find(srv_server *srv, const char *name);
 srv_version *grove__model_acquire(srv_model *m);
 /* Every configured model loaded? */
 bool grove__registry_ready(srv_server *srv);
+/* What groved needs of a model beyond grove_model_open's checks (declared
+ * inputs with a batch dimension, at most GROVE_MAX_VALUES of each, sane
+ * batching); GROVE_E_SPEC with err set otherwise.  Any thread. */
+grove_status grove__model_check_servable(const grove_model *m, grove_err *err);
 
 /* ================================================================ requests */
 
@@ -282,6 +297,9 @@ struct srv_server {
   /* HTTP */
   void *http; /* nng_http_server * */
 
+  struct srv_admin *admin;     /* reload.c: reload jobs, --watch, their metrics */
+  struct srv_exports *exports; /* export.c: open state_dict exports */
+
   int exit_code;
 };
 
@@ -321,6 +339,43 @@ void grove__http_stop(srv_server *srv);
 
 /* metrics.c: Prometheus text exposition of everything; *out malloc'd. */
 grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len);
+
+/* reload.c: hot reload (docs/operations.md, "Hot reload").  start and
+ * close run on the loop thread (start after grove__batcher_init; close from
+ * the shutdown, after grove__rpc_stop); free after the loop has ended. */
+grove_status grove__reload_start(srv_server *srv, grove_err *err);
+void grove__reload_close(srv_server *srv);
+void grove__reload_free(srv_server *srv);
+/* The Reload RPC (the NNG thread that owns r). */
+void grove__reload_handle(srv_req *r);
+/* SIGHUP: reload every model from its directory (loop thread). */
+void grove__reload_all(srv_server *srv, const char *why);
+/* Loop thread, after workers came back: an in-place reload waiting for its
+ * model's batches to finish may go on. */
+void grove__reload_poll(srv_server *srv);
+/* No reload or export job is in progress (loop thread; the drain waits). */
+bool grove__admin_idle(srv_server *srv);
+/* Runs fn(srv, arg) on the loop thread soon (any thread).  The job counts as
+ * in progress until grove__admin_done; if the server shuts down first, fn is
+ * never called and cancel(arg) is (cancel may be NULL). */
+void grove__admin_post(srv_server *srv, void (*fn)(srv_server *, void *),
+                       void (*cancel)(void *), void *arg);
+void grove__admin_done(srv_server *srv);
+/* The loop is shutting down: jobs finishing in libuv's pool must not reply
+ * (their requests are gone).  Any thread. */
+bool grove__admin_closing(srv_server *srv);
+/* An in-place reload is changing m's tree (loop thread): nothing may read
+ * the tree's tensors now. */
+bool grove__reload_in_place_active(srv_server *srv, const srv_model *m);
+/* Prometheus text of the reload metrics; malloc'd, NULL when out of memory. */
+char *grove__reload_metrics_text(srv_server *srv);
+
+/* export.c: the ExportStateDict RPC (the NNG thread that owns r). */
+grove_status grove__export_start(srv_server *srv, grove_err *err);
+void grove__export_close(srv_server *srv); /* loop thread, at shutdown */
+void grove__export_free(srv_server *srv);  /* releases every open export */
+void grove__export_handle(srv_req *r);
+char *grove__export_metrics_text(srv_server *srv);
 
 /* status_text: "INVALID_ARGUMENT" for GROVE_E_INVALID_ARGUMENT, "OK". */
 const char *grove__status_label(grove_status s);
