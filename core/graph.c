@@ -31,10 +31,10 @@
  * stays until the one above dies (a stack, not a free list): simple, never
  * fragmented, and no allocation per node.  The cost is one copy of each
  * node's output when something below it died; fused chains and views skip
- * it.  The graph's outputs are moved down to where the pass started, so a
- * graph inside a graph (or inside a Sequential) leaves only its outputs.  The
- * arena's high water is then the peak of live memory, which is what
- * grove_model_open sizes workers' arenas with. */
+ * it.  When the graph returns, everything above its topmost output is
+ * given back; a parent graph then moves the outputs down onto its own stack
+ * like any node's.  The arena's high water is then the peak of live memory,
+ * which is what grove_model_open sizes workers' arenas with. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -1857,8 +1857,20 @@ static grove_status run_output(run *r, grove_values *out) {
     keep[nk] = (grove__keep){c.data, grove__tensor_extent(&c), NULL, {0}};
     owner[nk++] = -1 - k;
   }
-  /* Move the outputs' regions (and the copies) down to where the pass
-   * began: the caller gets back everything else. */
+  if (nk == 0) {
+    /* Plain tensors: give back everything above the topmost output region
+     * and leave them where they are.  Moving them down to where the pass
+     * began would free the dead regions under them too, but a parent graph
+     * moves a child's outputs down onto its own stack anyway (one copy, not
+     * two), and a root's caller resets the arena after reading them. */
+    int top = -1;
+    for (int k = 0; k < out->n; k++)
+      if (regs[k] > top) top = regs[k];
+    grove_arena_rewind(r->f->arena, top >= 0 ? r->regs[top].end : r->base);
+    return GROVE_OK;
+  }
+  /* Some outputs were copied: move them and the outputs' regions down to
+   * where the pass began. */
   for (int k = 0; k < out->n; k++) {
     if (regs[k] < 0) continue;
     bool dup = false;
