@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "grove/state_dict.h"
 #include "grove/status.h"
@@ -61,6 +62,51 @@ grove_status grove_torch_write(const char *path, const grove_state_dict *sd, gro
 
 /* Reads any supported checkpoint, by content.  Same contract as above. */
 grove_status grove_checkpoint_read(const char *path, grove_state_dict **out, grove_err *err);
+
+/* ------------------------------------------------------------ file plans */
+
+/* A checkpoint file described instead of written (core/export_plan.c): the
+ * exact bytes grove_safetensors_write or grove_torch_write would write for a
+ * state_dict, as a list of segments (headers, pickle and zip records owned by
+ * the plan, the tensors' data referenced in place), so that any byte range of
+ * the file can be produced on demand without building the file in memory.
+ * groved streams the serving state_dict this way (ExportStateDict).
+ *
+ * Ownership: the plan holds a reference to every tensor whose bytes it
+ * refers to (and a contiguous copy of any strided one), so the state_dict may
+ * be freed as soon as the plan is made; the tensors' data must not change
+ * while the plan lives (a served tree's never does).  Threads: making a plan
+ * reads sd (no one may modify it meanwhile); a finished plan is immutable, so
+ * any number of threads may read from it at once; it is freed once, when no
+ * read is running. */
+typedef struct grove_file_plan grove_file_plan;
+
+/* The plan of grove_safetensors_write(path, sd): same header (key order,
+ * offsets, {"format": "pt"} metadata, space padding) and the same data order.
+ * Same refusals as the writer.  *out is new and the caller's. */
+grove_status grove_safetensors_plan(const grove_state_dict *sd, grove_file_plan **out,
+                                    grove_err *err);
+/* The plan of grove_torch_write(path, sd) where archive is the folder inside
+ * the zip: grove_torch_write names it grove_torch_archive_name(path); NULL or
+ * "" means "archive".  Reads every distinct tensor once (the zip headers carry
+ * CRC-32s).  *out is new and the caller's. */
+grove_status grove_torch_plan(const grove_state_dict *sd, const char *archive,
+                              grove_file_plan **out, grove_err *err);
+/* The folder torch.save (and grove_torch_write) names the archive after:
+ * path's base name without its last extension, "archive" when that is
+ * empty.  New malloc'd string, NULL when out of memory. */
+char *grove_torch_archive_name(const char *path);
+
+/* The file's size in bytes, its number of keys, its format. */
+uint64_t grove_file_plan_size(const grove_file_plan *p);
+size_t grove_file_plan_tensors(const grove_file_plan *p);
+grove_ckpt_format grove_file_plan_format(const grove_file_plan *p);
+/* Copies the file's bytes [offset, offset + len) into buf.  GROVE_E_RANGE
+ * when the range reaches past the end. */
+grove_status grove_file_plan_read(const grove_file_plan *p, uint64_t offset, void *buf, size_t len,
+                                  grove_err *err);
+/* NULL is a no-op.  Drops the plan's tensor references. */
+void grove_file_plan_free(grove_file_plan *p);
 
 #ifdef __cplusplus
 }
