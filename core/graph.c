@@ -43,6 +43,7 @@
 
 #include "graph.h"
 #include "layers_internal.h"
+#include "observe.h"
 
 /* ============================================================ compiled form */
 
@@ -125,6 +126,7 @@ typedef struct gnode {
   int fuse_bn;     /* conv: index of the BatchNorm2d node it absorbs, or -1 */
   int fuse_relu;   /* conv/Linear: index of the ReLU node it absorbs, or -1 */
   int fused_into;  /* an absorbed node: the node that computes it, or -1 */
+  int nhwc_to;     /* fused conv: the Conv2d node that alone reads the chain's result, or -1 */
 } gnode;
 
 typedef struct graph_impl {
@@ -867,7 +869,7 @@ static grove_status resolve_attr(cctx *c, gnode *n, const char *target, const ch
 
 static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
   gnode *n = &c->g->nodes[c->cur];
-  n->fuse_bn = n->fuse_relu = n->fused_into = -1;
+  n->fuse_bn = n->fuse_relu = n->fused_into = n->nhwc_to = -1;
   n->last_use = -1;
   if (!json_is_object(v))
     return grove_err_set(c->err, GROVE_E_SPEC, "%s: expected a node object {\"op\", \"name\", ...}",
@@ -1048,6 +1050,22 @@ static void plan_fusion(graph_impl *g) {
       n->fuse_relu = r;
       g->nodes[r].fused_into = i;
     }
+  }
+  /* A fused Conv2d chain whose result only another Conv2d reads hands it
+   * over in NHWC, saving a transpose each way (both on the rows path, checked
+   * at run time). */
+  for (int i = 0; i < g->nnodes; i++) {
+    gnode *n = &g->nodes[i];
+    if (n->op != G_CALL_MODULE || n->mod->type != &grove__conv2d_type ||
+        (n->fuse_bn < 0 && n->fuse_relu < 0))
+      continue;
+    int end = n->fuse_relu >= 0 ? n->fuse_relu : n->fuse_bn;
+    if (g->nodes[end].uses != 1) continue;
+    int j = g->nodes[end].last_use;
+    const gnode *c = &g->nodes[j];
+    if (c->op == G_CALL_MODULE && c->mod->type == &grove__conv2d_type && c->nargs == 1 &&
+        c->args[0].kind == A_NODE && c->args[0].node == end && c->fused_into < 0)
+      n->nhwc_to = j;
   }
 }
 
@@ -1574,14 +1592,21 @@ static grove_status run_op(run *r, int i, gval *res) {
 /* ------------------------------------------------------------ modules */
 
 /* Whether node i runs fused with the nodes it absorbs (decided identically
- * by i and by the absorbed nodes). */
+ * by i and by the absorbed nodes): no forward hook anywhere, and the
+ * forward's observer watches none of the modules involved (each must then
+ * be called on its own, to be seen with its own output). */
 static bool fused(const run *r, int i) {
   const gnode *n = &r->g->nodes[i];
   if (!r->fuse || (n->fuse_bn < 0 && n->fuse_relu < 0)) return false;
+  if (grove__observes(r->f, n->mod)) return false;
   if (n->fuse_bn >= 0) {
     const float *sc, *sh;
-    if (!grove__bn2d_affine(r->g->nodes[n->fuse_bn].mod, &sc, &sh)) return false;
+    const grove_module *bn = r->g->nodes[n->fuse_bn].mod;
+    if (grove__observes(r->f, bn) || !grove__bn2d_affine(bn, &sc, &sh)) return false;
   }
+  if (n->fuse_relu >= 0 && r->g->nodes[n->fuse_relu].op == G_CALL_MODULE &&
+      grove__observes(r->f, r->g->nodes[n->fuse_relu].mod))
+    return false;
   return true;
 }
 
@@ -1618,7 +1643,9 @@ static grove_status run_module(run *r, int i, gval *res) {
         scale = tmp;
         shift = tmp + C;
       }
-      s = grove__conv_forward_ex(mm, r->f, &in, &out, scale, shift, n->fuse_relu >= 0);
+      const bool nhwc = n->nhwc_to >= 0 && grove__conv_rows_path(mm) &&
+                        grove__conv_rows_path(r->g->nodes[n->nhwc_to].mod);
+      s = grove__conv_forward_ex(mm, r->f, &in, &out, scale, shift, n->fuse_relu >= 0, nhwc);
     }
   } else {
     if (n->mod_kind == MK_MHA) grove__mha_next_call(n->mod, n->need_weights, n->average_weights);

@@ -34,6 +34,7 @@
 
 #include "graph.h"
 #include "layers_internal.h"
+#include "observe.h"
 
 static grove_status make(const grove_module_type *type, void *impl, grove_module **out,
                          grove_err *err) {
@@ -604,7 +605,7 @@ static grove_status ff_block(const grove_module *m, grove_fwd *f, const tel_impl
   in.v[0] = *x;
   grove_status s;
   grove_tensor h;
-  if (!p->gelu && grove__no_forward_hooks()) {
+  if (!p->gelu && grove__no_forward_hooks() && !grove__observes(f, l1)) {
     if ((s = grove__linear_forward_act(l1, f, &in, &out, GROVE__ACT_RELU))) return s;
     h = out.v[0];
   } else {

@@ -429,7 +429,8 @@ static void nhwc_epilogue(const float *acc, int64_t lda, float *y, int64_t P, in
  * the NHWC input itself as its rows. */
 static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd, int64_t N,
                               int64_t H, int64_t W, int64_t OH, int64_t OW, float *yd,
-                              const float *scale, const float *shift, bool relu, const char *T) {
+                              const float *scale, const float *shift, bool relu, bool nhwc_in,
+                              bool nhwc_out, const char *T) {
   const int64_t G = p->groups, C = p->cin, cin_g = C / G, cout_g = p->cout / G, K = p->K;
   const int64_t P = OH * OW, HW = H * W;
   const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
@@ -443,13 +444,18 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
   int64_t nb = (int64_t)(ROWS_BUDGET / (per_image ? per_image : 1));
   if (nb < 1) nb = 1;
   if (nb > N) nb = N;
-  float *xt = grove_arena_alloc(f->arena, (size_t)(nb * HW * C) * sizeof(float) + 1);
-  float *rows = direct ? xt : grove_arena_alloc(f->arena, (size_t)(nb * P * K) * sizeof(float) + 1);
+  float *xbuf = nhwc_in ? NULL
+                        : grove_arena_alloc(f->arena, (size_t)(nb * HW * C) * sizeof(float) + 1);
+  float *rows = direct ? NULL : grove_arena_alloc(f->arena, (size_t)(nb * P * K) * sizeof(float) + 1);
   float *acc = grove_arena_alloc(f->arena, (size_t)(nb * P * cout_g) * sizeof(float) + 1);
-  if (!xt || !rows || !acc) return scratch_error(f, T);
+  if ((!nhwc_in && !xbuf) || (!direct && !rows) || !acc) return scratch_error(f, T);
   for (int64_t n0 = 0; n0 < N; n0 += nb) {
     const int64_t cnt = N - n0 < nb ? N - n0 : nb;
-    for (int64_t i = 0; i < cnt; i++) nchw_to_nhwc(xd + (n0 + i) * C * HW, xt + i * HW * C, C, HW);
+    /* xt: the chunk's images in NHWC (the input itself when it already is). */
+    const float *xt = nhwc_in ? xd + n0 * HW * C : xbuf;
+    if (!nhwc_in)
+      for (int64_t i = 0; i < cnt; i++)
+        nchw_to_nhwc(xd + (n0 + i) * C * HW, xbuf + i * HW * C, C, HW);
     for (int64_t g = 0; g < G; g++) {
       if (!direct) {
         for (int64_t i = 0; i < cnt; i++) {
@@ -484,23 +490,62 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
       }
       const float *x_rows = direct ? xt : rows;
       grove__linear_run(p->packs[g], x_rows, cnt * P, NULL, acc, GROVE__ACT_NONE);
+      const float *sc = scale + g * cout_g, *sf = shift + g * cout_g;
+      if (nhwc_out) {
+        /* acc [cnt * P, cout_g] -> out [n][p][g * cout_g + c]: no transpose. */
+        for (int64_t r = 0; r < cnt * P; r++) {
+          const float *ar = acc + r * cout_g;
+          float *yr = yd + (n0 * P + r) * p->cout + g * cout_g;
+          if (relu) {
+            for (int64_t c = 0; c < cout_g; c++) {
+              float v = ar[c] * sc[c] + sf[c];
+              yr[c] = v < 0.0f ? 0.0f : v;
+            }
+          } else {
+            for (int64_t c = 0; c < cout_g; c++) yr[c] = ar[c] * sc[c] + sf[c];
+          }
+        }
+        continue;
+      }
       /* acc [cnt * P, cout_g] -> out [n][g * cout_g + c][p]. */
       for (int64_t i = 0; i < cnt; i++)
         nhwc_epilogue(acc + i * P * cout_g, cout_g, yd + ((n0 + i) * p->cout + g * cout_g) * P, P,
-                      cout_g, scale + g * cout_g, shift + g * cout_g, relu);
+                      cout_g, sc, sf, relu);
     }
   }
   return GROVE_OK;
 }
 
+/* Whether t is a [N, C, H, W] tensor laid out NHWC (strides [HWC, 1, WC, C]),
+ * as the rows path writes for a following convolution. */
+static bool is_nhwc(const grove_tensor *t) {
+  if (t->ndim != 4 || t->dtype != GROVE_F32) return false;
+  const int64_t C = t->shape[1], H = t->shape[2], W = t->shape[3];
+  return t->strides[1] == 1 && t->strides[3] == C && t->strides[2] == W * C &&
+         t->strides[0] == H * W * C;
+}
+
+bool grove__conv_rows_path(const grove_module *m) {
+  const conv_impl *p = m->impl;
+  return p->packs != NULL && p->nd == 2;
+}
+
 grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
                                     grove_values *out, const float *scale, const float *shift,
-                                    bool relu) {
+                                    bool relu, bool out_nhwc) {
   const conv_impl *p = m->impl;
   const char *T = m->type->name;
   grove_tensor x;
-  grove_status s = grove__layer_input(T, f, in, GROVE_F32, &x);
-  if (s != GROVE_OK) return s;
+  grove_status s;
+  /* An NHWC input (from a convolution before this one) is read as it is by
+   * the rows path; anything else strided is made contiguous first. */
+  const bool nhwc_in = in->n == 1 && p->packs && p->nd == 2 && is_nhwc(&in->v[0]) &&
+                       !grove_tensor_is_contiguous(&in->v[0]);
+  if (nhwc_in) {
+    x = in->v[0];
+  } else if ((s = grove__layer_input(T, f, in, GROVE_F32, &x)) != GROVE_OK) {
+    return s;
+  }
   /* Batched [N, C, (H,) W] or unbatched [C, (H,) W]. */
   const int full = p->nd + 2;
   bool batched = x.ndim == full;
@@ -530,6 +575,15 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, nd, oshape);
   if (s != GROVE_OK) return s;
   out->n = 1;
+  out_nhwc = out_nhwc && p->packs && p->nd == 2 && batched;
+  if (out_nhwc) {
+    /* The same [N, Cout, OH, OW] tensor, its memory laid out NHWC. */
+    grove_tensor *y = &out->v[0];
+    y->strides[0] = OH * OW * p->cout;
+    y->strides[1] = 1;
+    y->strides[2] = OW * p->cout;
+    y->strides[3] = p->cout;
+  }
   if (N == 0) return GROVE_OK;
   if (!scale) scale = p->ones;
   if (!shift) shift = p->bias;
@@ -538,7 +592,8 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   const int64_t P = OH * OW, HW = H * W;
   const float *xd = x.data;
   float *yd = out->v[0].data;
-  if (p->packs) return conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, T);
+  if (p->packs)
+    return conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, nhwc_in, out_nhwc, T);
   const bool direct = p->k[0] == 1 && p->k[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
                       p->pad_lo[0] == 0 && p->pad_lo[1] == 0 && p->pad_hi[0] == 0 &&
                       p->pad_hi[1] == 0;
@@ -594,7 +649,7 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
 
 static grove_status conv_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                  grove_values *out) {
-  return grove__conv_forward_ex(m, f, in, out, NULL, NULL, false);
+  return grove__conv_forward_ex(m, f, in, out, NULL, NULL, false, false);
 }
 
 const grove_module_type grove__conv1d_type = {

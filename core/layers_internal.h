@@ -63,10 +63,16 @@ int64_t grove__embedding_padding_idx(const grove_module *m);
 /* Convolution with a per-output-channel epilogue: y = act(conv(x) * scale +
  * shift).  scale NULL means 1 and shift NULL the conv's bias, which is the
  * plain forward; a graph that fuses a following BatchNorm2d passes the
- * folded scale and (bias * scale + bn shift).  relu clamps at zero. */
+ * folded scale and (bias * scale + bn shift).  relu clamps at zero.
+ * out_nhwc (honoured on the rows path, batched Conv2d) lays the output's
+ * memory out NHWC: the same [N, C, H, W] tensor with strides [HWC, 1, WC, C],
+ * which a following convolution reads without transposing (and anything
+ * else reads as the strided tensor it is). */
 grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
                                     grove_values *out, const float *scale, const float *shift,
-                                    bool relu);
+                                    bool relu, bool out_nhwc);
+/* Whether the Conv2d m runs the rows path (and so reads and writes NHWC). */
+bool grove__conv_rows_path(const grove_module *m);
 int64_t grove__conv_out_channels(const grove_module *m);
 /* The conv's bias as float32 (zeros when it has none); out_channels floats. */
 const float *grove__conv_bias(const grove_module *m);

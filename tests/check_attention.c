@@ -190,7 +190,7 @@ START_TEST(test_mha_defaults) {
   grove_module_eval(m);
   ck_assert_ok(grove_module_load_state_dict(m, fx.weights, NULL, NULL, &err), &err);
   grove_arena *a = grove_arena_new(0);
-  grove_fwd f = {a, &err};
+  grove_fwd f = {.arena = a, .err = &err};
   grove_values in = {.n = 3}, out = {0};
   in.v[0] = in.v[1] = in.v[2] = fx.in.v[0];
   ck_assert_ok(grove_module_forward(m, &f, &in, &out), &err);
@@ -233,7 +233,7 @@ START_TEST(test_encoder_hooks) {
   ck_assert_ok(grove_module_register_forward_hook(lin, count_hook, NULL, false, &id1), &err);
   ck_assert_ok(grove_module_register_forward_hook(sa, count_hook, NULL, false, &id2), &err);
   grove_arena *a = grove_arena_new(0);
-  grove_fwd f = {a, &err};
+  grove_fwd f = {.arena = a, .err = &err};
   grove_values out = {0};
   hook_calls = 0;
   ck_assert_ok(grove_module_forward(m, &f, &fx.in, &out), &err);
@@ -266,7 +266,7 @@ START_TEST(test_encoder_scratch) {
   grove_module *ms[2] = {one, deep};
   for (int k = 0; k < 2; k++) {
     grove_arena *a = grove_arena_new(0);
-    grove_fwd f = {a, &err};
+    grove_fwd f = {.arena = a, .err = &err};
     ck_assert_ok(grove_module_call(ms[k], &f, &x, &y), &err);
     hw[k] = grove_arena_high_water(a);
     grove_arena_free(a);
@@ -287,7 +287,7 @@ static grove_status call_mha(grove_module *m, int n, const int64_t *qs, int qnd,
   grove_tensor_init(&in.v[0], GROVE_F32, qnd, qs, buf);
   for (int i = 1; i < n; i++) grove_tensor_init(&in.v[i], GROVE_F32, knd, ks, buf);
   grove_arena *a = grove_arena_new(0);
-  grove_fwd f = {a, &err};
+  grove_fwd f = {.arena = a, .err = &err};
   grove_status s = grove_module_forward(m, &f, &in, &out);
   grove_arena_free(a);
   free(buf);

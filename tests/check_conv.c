@@ -237,7 +237,7 @@ START_TEST(test_strided_input) {
   grove_tensor *v = grove_tensor_view_new(t->storage, 0, GROVE_F32, 4, x->shape, strides, &err);
   ck_assert_ptr_nonnull(v);
   grove_arena *a = grove_arena_new(0);
-  grove_fwd f = {a, &err};
+  grove_fwd f = {.arena = a, .err = &err};
   grove_tensor y;
   ck_assert_ok(grove_module_call(m, &f, v, &y), &err);
   assert_close("strided conv2d", &y, fx.y);
@@ -265,10 +265,10 @@ START_TEST(test_epilogue) {
     shift[c] = bias[c] * scale[c] - 0.3f;
   }
   grove_arena *a = grove_arena_new(0);
-  grove_fwd f = {a, &err};
+  grove_fwd f = {.arena = a, .err = &err};
   grove_values in = {.n = 1}, out = {0};
   in.v[0] = *fx.x;
-  ck_assert_ok(grove__conv_forward_ex(m, &f, &in, &out, scale, shift, true), &err);
+  ck_assert_ok(grove__conv_forward_ex(m, &f, &in, &out, scale, shift, true, false), &err);
   const float *y = out.v[0].data, *ref = fx.y->data;
   const int64_t P = 36;
   for (int64_t i = 0; i < grove_tensor_numel(fx.y); i++) {
@@ -294,7 +294,7 @@ static grove_status call_shape(grove_module *m, int nd, const int64_t *shape) {
   grove_tensor x, y;
   grove_tensor_init(&x, GROVE_F32, nd, shape, buf);
   grove_arena *a = grove_arena_new(0);
-  grove_fwd f = {a, &err};
+  grove_fwd f = {.arena = a, .err = &err};
   grove_status s = grove_module_call(m, &f, &x, &y);
   grove_arena_free(a);
   free(buf);

@@ -29,7 +29,7 @@ static const char *const cases[] = {
     "add_tensor", "add_broadcast", "sub_scalar", "mul_div",     "matmul",
     "activations", "softmax",      "dropout_flatten", "reshape_view", "permute_transpose",
     "cat",        "mean_sum",      "getitem",    "sizes",       "attn_tuple",
-    "get_attr",   "multi_io",      "nested",     "resnet_fused", "linear_relu",
+    "get_attr",   "multi_io",      "nested",     "resnet_fused", "resnet_b1",  "linear_relu",
     "holder",     "embed_mean",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
@@ -143,6 +143,40 @@ START_TEST(test_parity) {
   ck_assert(grove_remove_global_hook(id));
   ck_assert_int_ge(hook_calls, 1);
   for (int k = 0; k < out.n; k++) assert_close(name, k, &out.v[k], &fx.y[k]);
+  grove_arena_free(arena);
+  fixture_fini(&fx);
+}
+END_TEST
+
+/* A forward's observer (module.h) watching modules of a fused chain turns
+ * that fusion off: it sees the BatchNorm's own output, and the result stays
+ * torch's. */
+static int observed;
+static int64_t observed_c;
+static void observe(void *ctx, size_t index, grove_observe_kind kind, const grove_module *m,
+                    const grove_values *values) {
+  observed++;
+  observed_c = values->v[0].shape[1];
+}
+
+START_TEST(test_observer_unfuses) {
+  fixture fx = {0};
+  grove_err err = {0};
+  fixture_load(&fx, "resnet_fused");
+  const grove_module *bn = grove_module_find(fx.model->root, "blocks.1.bn1");
+  ck_assert_ptr_nonnull(bn);
+  const grove_module *mods[1] = {bn};
+  const unsigned char kinds[1] = {GROVE_OBSERVE_POST};
+  grove_observer obs = {.modules = mods, .kinds = kinds, .n = 1, .fn = observe, .ctx = NULL};
+  grove_arena *arena = grove_arena_new(0);
+  grove_fwd f = {.arena = arena, .err = &err, .observer = &obs};
+  grove_values in = {.n = fx.nx}, out = {0};
+  for (int k = 0; k < fx.nx; k++) in.v[k] = fx.x[k];
+  observed = 0;
+  ck_assert_ok(grove_module_forward(fx.model->root, &f, &in, &out), &err);
+  ck_assert_int_eq(observed, 1);
+  ck_assert_int_eq(observed_c, 16);
+  assert_close("observed resnet", 0, &out.v[0], &fx.y[0]);
   grove_arena_free(arena);
   fixture_fini(&fx);
 }
@@ -352,7 +386,7 @@ START_TEST(test_holder_not_callable) {
   grove_tensor x, y;
   grove_tensor_init(&x, GROVE_F32, 2, shape, buf);
   grove_arena *a = grove_arena_new(0);
-  grove_fwd f = {a, &err};
+  grove_fwd f = {.arena = a, .err = &err};
   ck_assert_status(grove_module_call(sub, &f, &x, &y), GROVE_E_NOT_CALLABLE);
   ck_assert_status(grove_module_call(m->root, &f, &x, &y), GROVE_OK);
   grove_arena_free(a);
@@ -401,6 +435,7 @@ static Suite *graph_suite(void) {
   Suite *s = suite_create("graph");
   TCase *tc = tcase_create("parity");
   tcase_add_loop_test(tc, test_parity, 0, NCASES);
+  tcase_add_test(tc, test_observer_unfuses);
   suite_add_tcase(s, tc);
   tc = tcase_create("graphs");
   tcase_add_test(tc, test_spec_errors);

@@ -182,10 +182,10 @@ class ResBlock(nn.Module):
 class ResNetFused(nn.Module):
     def __init__(self):
         super().__init__()
-        self.stem = nn.Conv2d(3, 8, 3, stride=2, padding=1)
-        self.blocks = nn.ModuleList([ResBlock(8), ResBlock(8)])
+        self.stem = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.blocks = nn.ModuleList([ResBlock(16), ResBlock(16)])
         self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(8, 5)
+        self.fc = nn.Linear(16, 5)
 
     def forward(self, x):
         x = F.relu(self.stem(x))
@@ -258,6 +258,7 @@ CASES = [
     ("multi_io", MultiIO, lambda: (_r(2, 3), _r(2, 2)), lambda: (_r(4, 3), _r(4, 2))),
     ("nested", Nested, lambda: (_r(2, 6),), lambda: (_r(5, 6),)),
     ("resnet_fused", ResNetFused, lambda: (_r(1, 3, 12, 12),), lambda: (_r(2, 3, 12, 12),)),
+    ("resnet_b1", ResNetFused, lambda: (_r(1, 3, 10, 10),), lambda: (_r(1, 3, 10, 10),)),
     ("linear_relu", LinearRelu, lambda: (_r(2, 7),), lambda: (_r(3, 7),)),
     ("holder", Holder, lambda: (_r(2, 4),), lambda: (_r(3, 4),)),
     ("embed_mean", EmbedMean, lambda: (torch.zeros(1, 5, dtype=torch.long),),
