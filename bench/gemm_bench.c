@@ -4,7 +4,7 @@
  * the same chain through plain cblas (sgemv at batch 1, sgemm otherwise,
  * then one bias+ReLU pass).
  *
- * Build and run (bench/gemm.mk has the rule; `make -f bench/gemm.mk` or):
+ * Build and run (`make gemm-bench` has the rule, in mk/gemm_bench.mk; or):
  *   cc -O2 -std=c11 -D_DEFAULT_SOURCE -pthread -Iinclude -Icore \
  *      $(pkg-config --cflags openblas) bench/gemm_bench.c core/gemm.c core/log.c \
  *      -o build/gemm_bench $(pkg-config --libs openblas) -lm

@@ -20,7 +20,11 @@ extern "C" {
 
 /* Threads one forward may use for its matrix products (the BLAS threads).
  * Process-wide: set it once, before forwards run, so that workers x threads
- * never exceeds the cores given.  n < 1 means 1.  Default: 1. */
+ * never exceeds the cores given.  n < 1 means 1.  Default: 1.  It also sets
+ * OpenBLAS's thread count, and starts n - 1 helper threads for Grove's own
+ * kernel (joined at exit; a forked child runs on one thread until this is
+ * called again).  Concurrent forwards each take a pool of helpers; the
+ * first time a further one runs concurrently it starts another pool (once). */
 void grove_set_compute_threads(int n);
 int grove_compute_threads(void);
 
