@@ -13,10 +13,12 @@
 #   5. a table of samples/s per model with Grove/ORT and Grove/PyTorch ratios
 #
 # Steps 2-4 alternate for ROUNDS rounds (the 2-vCPU host is shared with other guests) and the
-# table shows each engine's median round.  Every engine gets every core (torch threads, ORT
-# intra-op threads, Grove's compute threads).  Environment: GROVE_BENCH_BATCHES (1,64),
-# GROVE_BENCH_SECONDS (2), GROVE_BENCH_ROUNDS (3), PEER_OUT (onnxruntime-node's folder,
-# default /tmp/grove-peers, shared with ../shared/peers/run.sh).
+# table shows each engine's median round.  Every engine gets the same number of threads
+# (torch threads, ORT intra-op threads, Grove's compute threads): GROVE_BENCH_THREADS, default
+# every core.  On the shared 2-vCPU host each engine ran faster on one thread than on two when
+# this was written, so both are worth a look.  Environment: GROVE_BENCH_BATCHES (1,64),
+# GROVE_BENCH_SECONDS (2), GROVE_BENCH_ROUNDS (3), GROVE_BENCH_THREADS (nproc), PEER_OUT
+# (onnxruntime-node's folder, default /tmp/grove-peers, shared with ../shared/peers/run.sh).
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,7 +33,7 @@ batches=${GROVE_BENCH_BATCHES:-1,64}
 seconds=${GROVE_BENCH_SECONDS:-2}
 rounds=${GROVE_BENCH_ROUNDS:-3}
 peer_out=${PEER_OUT:-/tmp/grove-peers}
-threads=$(nproc)
+threads=${GROVE_BENCH_THREADS:-$(nproc)}
 python=/usr/bin/python3
 [ -x "$python" ] || python=python3
 
@@ -108,7 +110,8 @@ elif [ ! -d "$peer_out/node_modules/onnxruntime-node" ]; then
   fi
 fi
 
-echo "== CNN and transformer (bench/models_extra.py): $(nproc) cores, batches $batches, $rounds rounds"
+echo "== CNN and transformer (bench/models_extra.py): $threads thread(s) per engine on $(nproc) cores," \
+  "batches $batches, $rounds rounds"
 have_grove=1
 [ -x "$grove_bin" ] || { echo "grove: $grove_bin not found (run make first)"; have_grove=0; }
 for model in ${models//,/ }; do
@@ -140,7 +143,7 @@ for r in $(seq 1 "$rounds"); do
     if [ "$have_grove" = 1 ] && [ -f "$work/$model/model.json" ]; then
       for b in ${batches//,/ }; do
         if ! "$grove_bin" bench --local "$work/$model" --batch "$b" --seconds "$seconds" \
-          >"$work/grove.out" 2>&1; then
+          --threads "$threads" >"$work/grove.out" 2>&1; then
           echo "grove: $model bench failed at batch $b:"
           tail -5 "$work/grove.out" | sed 's/^/  /'
           continue
