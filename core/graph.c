@@ -44,8 +44,8 @@ enum { V_NONE, V_TENSOR, V_TUPLE, V_INT, V_FLOAT, V_BOOL, V_INTS };
 
 typedef struct gval {
   int8_t kind;
-  int8_t n;           /* V_TUPLE: tensors; V_INTS: ints */
-  uint8_t none_mask;  /* V_TUPLE: entries that are None */
+  int8_t n;                      /* V_TUPLE: tensors; V_INTS: ints */
+  uint8_t none_mask;             /* V_TUPLE: entries that are None */
   int16_t reg[GROVE_MAX_VALUES]; /* region of each tensor, -1: not arena memory of this pass */
   int64_t i;
   double f;
@@ -107,8 +107,11 @@ static grove_status arg_tensor(const run *r, const garg *a, const grove_tensor *
 /* A Python number from a constant or a node. is_int tells int from float. */
 static bool arg_number(const run *r, const garg *a, double *x, int64_t *ix, bool *is_int) {
   const gval *v = argv_(r, a);
-  int kind = v ? v->kind : a->kind == A_INT ? V_INT : a->kind == A_BOOL ? V_BOOL
-                                                   : a->kind == A_FLOAT ? V_FLOAT : V_NONE;
+  int kind = v                    ? v->kind
+             : a->kind == A_INT   ? V_INT
+             : a->kind == A_BOOL  ? V_BOOL
+             : a->kind == A_FLOAT ? V_FLOAT
+                                  : V_NONE;
   int64_t i = v ? v->i : a->i;
   double f = v ? v->f : a->f;
   if (kind == V_INT || kind == V_BOOL) {
@@ -183,7 +186,8 @@ static grove_status run_binary(run *r, const gnode *n, gval *res) {
   double alpha = 1;
   int64_t ialpha = 1;
   bool alpha_int = true;
-  if ((n->op == G_ADD || n->op == G_SUB) && !arg_number(r, &n->args[2], &alpha, &ialpha, &alpha_int))
+  if ((n->op == G_ADD || n->op == G_SUB) &&
+      !arg_number(r, &n->args[2], &alpha, &ialpha, &alpha_int))
     return want(r, "a number for alpha");
   if (!ta && !tb) {
     /* Python arithmetic on numbers (sizes): ints stay ints. */
@@ -221,7 +225,8 @@ static grove_status run_binary(run *r, const gnode *n, gval *res) {
         res->f = x / y;
         return GROVE_OK;
       default: /* floordiv */
-        if (y == 0) return grove_err_set(r->f->err, GROVE_E_RANGE, "integer division or modulo by zero");
+        if (y == 0)
+          return grove_err_set(r->f->err, GROVE_E_RANGE, "integer division or modulo by zero");
         if (ints) {
           int64_t q = ix / iy;
           if ((ix % iy != 0) && ((ix < 0) != (iy < 0))) q--;
@@ -235,7 +240,8 @@ static grove_status run_binary(run *r, const gnode *n, gval *res) {
     }
   }
   if (n->op == G_FLOORDIV)
-    return grove_err_set(r->f->err, GROVE_E_UNSUPPORTED, "floor division of tensors is not supported");
+    return grove_err_set(r->f->err, GROVE_E_UNSUPPORTED,
+                         "floor division of tensors is not supported");
   /* A number on either side is a 0-d tensor. */
   float sa = 0, sb = 0;
   grove_tensor xa, xb;
@@ -259,8 +265,10 @@ static grove_status run_binary(run *r, const gnode *n, gval *res) {
     sb = (float)y;
     grove_tensor_init(&xb, GROVE_F32, 0, NULL, &sb);
   }
-  static const int bin[] = {[G_ADD] = GROVE__BIN_ADD, [G_SUB] = GROVE__BIN_SUB,
-                            [G_MUL] = GROVE__BIN_MUL, [G_DIV] = GROVE__BIN_DIV};
+  static const int bin[] = {[G_ADD] = GROVE__BIN_ADD,
+                            [G_SUB] = GROVE__BIN_SUB,
+                            [G_MUL] = GROVE__BIN_MUL,
+                            [G_DIV] = GROVE__BIN_DIV};
   /* In place into a when a dies here, owns its region alone, is contiguous
    * and b does not read that memory. */
   const grove_tensor *into = NULL;
@@ -320,7 +328,8 @@ static grove_status run_getitem(run *r, const gnode *n, gval *res) {
       if (ix->items[0].kind != A_NONE && (s = arg_int(r, &ix->items[0], &e.start))) return s;
       if (ix->items[1].kind != A_NONE && (s = arg_int(r, &ix->items[1], &e.stop))) return s;
       if (ix->items[2].kind != A_NONE && (s = arg_int(r, &ix->items[2], &e.step))) return s;
-      if (e.step < 1) return grove_err_set(r->f->err, GROVE_E_UNSUPPORTED, "slice step must be positive");
+      if (e.step < 1)
+        return grove_err_set(r->f->err, GROVE_E_UNSUPPORTED, "slice step must be positive");
       e.has_start = ix->items[0].kind != A_NONE;
       e.has_stop = ix->items[1].kind != A_NONE;
       int64_t first, count;
@@ -582,8 +591,7 @@ static grove_status run_module(run *r, int i, gval *res) {
     s = grove_module_forward(n->mod, r->f, &in, &out);
   }
   if (s) return s;
-  if (out.n < 1)
-    return grove_err_set(r->f->err, GROVE_E_INTERNAL, "the module returned nothing");
+  if (out.n < 1) return grove_err_set(r->f->err, GROVE_E_INTERNAL, "the module returned nothing");
   if (n->mod_kind == MK_MHA) {
     /* (attn_output, attn_weights or None) */
     res->kind = V_TUPLE;
@@ -793,8 +801,8 @@ static grove_status run_output(run *r, grove_values *out) {
                            v->kind == V_TUPLE ? "None inside a tuple" : "a number or None");
     for (int j = 0; j < cnt; j++) {
       if (out->n >= GROVE_MAX_VALUES)
-        return grove_err_set(r->f->err, GROVE_E_UNSUPPORTED, "the graph returns more than %d tensors",
-                             GROVE_MAX_VALUES);
+        return grove_err_set(r->f->err, GROVE_E_UNSUPPORTED,
+                             "the graph returns more than %d tensors", GROVE_MAX_VALUES);
       regs[out->n] = v->reg[j];
       out->v[out->n++] = v->t[j];
     }
@@ -875,8 +883,10 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
           set_tensor(v, &in->v[next_input]);
         } else if (n->has_default) {
           const garg *d = &n->dflt;
-          v->kind = d->kind == A_INT ? V_INT : d->kind == A_FLOAT ? V_FLOAT
-                    : d->kind == A_BOOL ? V_BOOL : V_NONE;
+          v->kind = d->kind == A_INT     ? V_INT
+                    : d->kind == A_FLOAT ? V_FLOAT
+                    : d->kind == A_BOOL  ? V_BOOL
+                                         : V_NONE;
           v->i = d->i;
           v->f = d->f;
         } else {

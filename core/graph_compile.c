@@ -94,8 +94,8 @@ static grove_status declare_tensors(grove_module *m, const json_t *decl, const c
       continue;
     }
     if (!json_is_object(v))
-      return grove_err_set(err, GROVE_E_SPEC, "%s.%s.%s: expected {\"shape\": [...]} or null",
-                           path, key, name);
+      return grove_err_set(err, GROVE_E_SPEC, "%s.%s.%s: expected {\"shape\": [...]} or null", path,
+                           key, name);
     const char *k;
     json_t *kv;
     json_object_foreach(v, k, kv) {
@@ -122,8 +122,10 @@ static grove_status declare_tensors(grove_module *m, const json_t *decl, const c
     grove_dtype dt = GROVE_F32;
     const json_t *dv = json_object_get(v, "dtype");
     if (dv && (!json_is_string(dv) || !grove_dtype_from_name(json_string_value(dv), &dt)))
-      return grove_err_set(err, GROVE_E_SPEC, "%s.%s.%s.dtype: expected a dtype name (float32, "
-                           "int64, ...)", path, key, name);
+      return grove_err_set(err, GROVE_E_SPEC,
+                           "%s.%s.%s.dtype: expected a dtype name (float32, "
+                           "int64, ...)",
+                           path, key, name);
     if (!buffers && !grove_dtype_is_float(dt))
       return grove_err_set(err, GROVE_E_SPEC,
                            "%s.%s.%s.dtype: a parameter is floating point, got %s", path, key, name,
@@ -142,8 +144,9 @@ static grove_status declare_tensors(grove_module *m, const json_t *decl, const c
                            path, key, name);
     grove_err e = {0};
     grove_tensor *t = grove_tensor_new(dt, (int)nd, shape, &e);
-    if (!t) return grove_err_set(err, e.code ? e.code : GROVE_E_NOMEM, "%s.%s.%s: %s", path, key,
-                                 name, grove_err_msg(&e));
+    if (!t)
+      return grove_err_set(err, e.code ? e.code : GROVE_E_NOMEM, "%s.%s.%s: %s", path, key, name,
+                           grove_err_msg(&e));
     grove_status s = buffers ? grove_module_register_buffer(m, name, t, true, &e)
                              : grove_module_register_parameter(m, name, t, &e);
     grove_tensor_release(t);
@@ -156,8 +159,8 @@ static grove_status declare_tensors(grove_module *m, const json_t *decl, const c
 
 grove_status grove__graph_from_json(const json_t *obj, const char *path, grove_module **out,
                                     grove_err *err) {
-  static const char *const keys[] = {"type",   "graph",   "children", "parameters",
-                                     "buffers", "tied", NULL};
+  static const char *const keys[] = {"type",    "graph", "children", "parameters",
+                                     "buffers", "tied",  NULL};
   *out = NULL;
   const char *key;
   json_t *v;
@@ -226,11 +229,16 @@ typedef struct opdef {
   pdef p[5];
 } opdef;
 
-#define REQ(n) {n, D_REQ, 0, NULL}
-#define DNONE(n) {n, D_NONE, 0, NULL}
-#define DINT(n, v) {n, D_INT, v, NULL}
-#define DBOOL(n, v) {n, D_BOOL, v, NULL}
-#define DSTR(n, v) {n, D_STR, 0, v}
+#define REQ(n) \
+  { n, D_REQ, 0, NULL }
+#define DNONE(n) \
+  { n, D_NONE, 0, NULL }
+#define DINT(n, v) \
+  { n, D_INT, v, NULL }
+#define DBOOL(n, v) \
+  { n, D_BOOL, v, NULL }
+#define DSTR(n, v) \
+  { n, D_STR, 0, v }
 
 static const opdef opdefs[] = {
     {"add", G_ADD, -1, {REQ("input"), REQ("other"), DINT("alpha", 1)}},
@@ -243,10 +251,18 @@ static const opdef opdefs[] = {
     {"gelu", G_GELU, -1, {REQ("input"), DSTR("approximate", "none")}},
     {"sigmoid", G_SIGMOID, -1, {REQ("input")}},
     {"tanh", G_TANH, -1, {REQ("input")}},
-    {"softmax", G_SOFTMAX, -1, {REQ("input"), DNONE("dim"), DINT("_stacklevel", 3), DNONE("dtype")}},
-    {"log_softmax", G_LOG_SOFTMAX, -1,
+    {"softmax",
+     G_SOFTMAX,
+     -1,
      {REQ("input"), DNONE("dim"), DINT("_stacklevel", 3), DNONE("dtype")}},
-    {"dropout", G_DROPOUT, -1, {REQ("input"), {"p", D_FLOAT, 0.5, NULL}, DBOOL("training", 1), DBOOL("inplace", 0)}},
+    {"log_softmax",
+     G_LOG_SOFTMAX,
+     -1,
+     {REQ("input"), DNONE("dim"), DINT("_stacklevel", 3), DNONE("dtype")}},
+    {"dropout",
+     G_DROPOUT,
+     -1,
+     {REQ("input"), {"p", D_FLOAT, 0.5, NULL}, DBOOL("training", 1), DBOOL("inplace", 0)}},
     {"flatten", G_FLATTEN, -1, {REQ("input"), DINT("start_dim", 0), DINT("end_dim", -1)}},
     {"reshape", G_RESHAPE, 1, {REQ("input"), REQ("shape")}},
     {"view", G_VIEW, 1, {REQ("input"), REQ("shape")}},
@@ -303,8 +319,7 @@ static bool later_node(const cctx *c, const char *name) {
 
 static grove_status parse_arg(cctx *c, const json_t *v, const char *jp, garg *out, int depth) {
   memset(out, 0, sizeof *out);
-  if (depth > 16)
-    return grove_err_set(c->err, GROVE_E_SPEC, "%s: arguments nested too deeply", jp);
+  if (depth > 16) return grove_err_set(c->err, GROVE_E_SPEC, "%s: arguments nested too deeply", jp);
   switch (json_typeof(v)) {
     case JSON_INTEGER:
       out->kind = A_INT;
@@ -329,7 +344,8 @@ static grove_status parse_arg(cctx *c, const json_t *v, const char *jp, garg *ou
     case JSON_ARRAY: {
       out->kind = A_LIST;
       size_t n = json_array_size(v);
-      if (n > 64) return grove_err_set(c->err, GROVE_E_SPEC, "%s: a list of more than 64 arguments", jp);
+      if (n > 64)
+        return grove_err_set(c->err, GROVE_E_SPEC, "%s: a list of more than 64 arguments", jp);
       out->items = calloc(n ? n : 1, sizeof(garg));
       if (!out->items) return nomem(c->err);
       for (size_t i = 0; i < n; i++) {
@@ -376,8 +392,8 @@ static grove_status parse_arg(cctx *c, const json_t *v, const char *jp, garg *ou
           if (s) return s;
           int k = out->items[i].kind;
           if (k != A_INT && k != A_NONE && k != A_NODE)
-            return grove_err_set(c->err, GROVE_E_SPEC,
-                                 "%s: expected an integer, null or a node", sub);
+            return grove_err_set(c->err, GROVE_E_SPEC, "%s: expected an integer, null or a node",
+                                 sub);
         }
         return GROVE_OK;
       }
@@ -403,8 +419,8 @@ static void count_uses(gnode *nodes, const garg *a, int reader) {
 }
 
 /* Binds positional args and kwargs (JSON) to the op's parameters. */
-static grove_status bind(cctx *c, gnode *n, const opdef *d, const json_t *args, const json_t *kwargs,
-                         const char *jp) {
+static grove_status bind(cctx *c, gnode *n, const opdef *d, const json_t *args,
+                         const json_t *kwargs, const char *jp) {
   const int np = nparams(d);
   n->args = calloc((size_t)np, sizeof(garg));
   if (!n->args) return nomem(c->err);
@@ -451,7 +467,8 @@ static grove_status bind(cctx *c, gnode *n, const opdef *d, const json_t *args, 
       char list[256] = "";
       size_t used = 0;
       for (int i = 0; i < np && used < sizeof list; i++)
-        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", d->p[i].name);
+        used +=
+            (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", d->p[i].name);
       return grove_err_set(c->err, GROVE_E_SPEC, "%s: %s has no argument \"%s\" (it takes: %s)",
                            sub, d->name, k, list);
     }
@@ -492,7 +509,9 @@ static grove_status bind(cctx *c, gnode *n, const opdef *d, const json_t *args, 
   return GROVE_OK;
 }
 
-static bool is_int_const(const garg *a) { return a->kind == A_INT || a->kind == A_BOOL; }
+static bool is_int_const(const garg *a) {
+  return a->kind == A_INT || a->kind == A_BOOL;
+}
 
 static grove_status want_const(cctx *c, const char *jp, const gnode *n, int i, const char *what) {
   return grove_err_set(c->err, GROVE_E_SPEC, "%s: %s's argument %d must be %s", jp, n->what, i,
@@ -515,7 +534,8 @@ static grove_status check_op(cctx *c, gnode *n, const char *jp) {
     case G_DIV:
       if (a[2].kind != A_NONE)
         return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
-                             "%s: div with rounding_mode is not supported (only true division)", jp);
+                             "%s: div with rounding_mode is not supported (only true division)",
+                             jp);
       return GROVE_OK;
     case G_RELU:
       return hidden(c, n, grove_relu_new(&n->mod, c->err), jp);
@@ -699,7 +719,8 @@ static grove_status bind_module(cctx *c, gnode *n, const json_t *args, const jso
       return grove_err_set(c->err, GROVE_E_UNSUPPORTED, "%s: is_causal=True is not supported", jp);
     if ((strcmp(pn, "need_weights") == 0 || strcmp(pn, "average_attn_weights") == 0) &&
         a->kind != A_BOOL)
-      return grove_err_set(c->err, GROVE_E_SPEC, "%s: argument \"%s\" must be true or false", jp, pn);
+      return grove_err_set(c->err, GROVE_E_SPEC, "%s: argument \"%s\" must be true or false", jp,
+                           pn);
   }
   n->mod_kind = md->kind;
   if (md->kind == MK_MHA) {
@@ -726,8 +747,8 @@ static grove_status resolve_attr(cctx *c, gnode *n, const char *target, const ch
   const char *slot = dot ? dot + 1 : target;
   grove_status s = GROVE_OK;
   if (!owner) {
-    s = grove_err_set(c->err, GROVE_E_SPEC, "%s.target: \"%s\": this module has no submodule \"%s\"",
-                      jp, target, mp);
+    s = grove_err_set(c->err, GROVE_E_SPEC,
+                      "%s.target: \"%s\": this module has no submodule \"%s\"", jp, target, mp);
   } else if (!grove_module_param(owner, slot) && !grove_module_buffer(owner, slot)) {
     s = grove_err_set(c->err, GROVE_E_SPEC,
                       "%s.target: \"%s\": the %s has no parameter or buffer \"%s\" (declare the "
@@ -748,7 +769,8 @@ static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
   if (!json_is_object(v))
     return grove_err_set(c->err, GROVE_E_SPEC, "%s: expected a node object {\"op\", \"name\", ...}",
                          jp);
-  static const char *const keys[] = {"op", "name", "target", "args", "kwargs", "default", "source", NULL};
+  static const char *const keys[] = {"op",     "name",    "target", "args",
+                                     "kwargs", "default", "source", NULL};
   const char *key;
   json_t *kv;
   json_object_foreach((json_t *)v, key, kv) {
@@ -766,8 +788,8 @@ static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
   if (!json_is_string(namev) || json_string_length(namev) == 0)
     return grove_err_set(c->err, GROVE_E_SPEC, "%s.name: expected a non-empty string", jp);
   if (node_index(c, json_string_value(namev)) >= 0)
-    return grove_err_set(c->err, GROVE_E_SPEC, "%s.name: \"%s\" is the name of an earlier node",
-                         jp, json_string_value(namev));
+    return grove_err_set(c->err, GROVE_E_SPEC, "%s.name: \"%s\" is the name of an earlier node", jp,
+                         json_string_value(namev));
   if (!(n->name = grove__strdup(json_string_value(namev)))) return nomem(c->err);
   if (srcv && !json_is_string(srcv))
     return grove_err_set(c->err, GROVE_E_SPEC, "%s.source: expected a string", jp);
@@ -792,8 +814,10 @@ static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
     n->op = G_PLACEHOLDER;
     n->what = "placeholder";
     if (args || kwargs)
-      return grove_err_set(c->err, GROVE_E_SPEC, "%s: a placeholder has no args (a default goes in "
-                           "\"default\")", jp);
+      return grove_err_set(c->err, GROVE_E_SPEC,
+                           "%s: a placeholder has no args (a default goes in "
+                           "\"default\")",
+                           jp);
     if (strncmp(n->name, "*", 1) == 0)
       return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
                            "%s: a forward with *args or **kwargs is not supported", jp);
@@ -872,7 +896,8 @@ static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
     char list[600] = "";
     size_t used = 0;
     for (int i = 0; i < NOPDEFS && used < sizeof list; i++)
-      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", opdefs[i].name);
+      used +=
+          (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", opdefs[i].name);
     return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
                          "%s.target: \"%s\" is not an operation Grove runs (supported: %s)", jp,
                          target, list);
@@ -891,8 +916,8 @@ static int sole_reader(const graph_impl *g, int i) {
   if (g->nodes[i].uses != 1) return -1;
   int r = g->nodes[i].last_use;
   const gnode *n = &g->nodes[r];
-  if (n->op == G_CALL_MODULE && n->nargs == 1 && n->args[0].kind == A_NODE && n->args[0].node == i &&
-      n->mod_kind == MK_PLAIN && !n->tuple)
+  if (n->op == G_CALL_MODULE && n->nargs == 1 && n->args[0].kind == A_NODE &&
+      n->args[0].node == i && n->mod_kind == MK_PLAIN && !n->tuple)
     return r;
   if (n->op == G_RELU && n->args[0].kind == A_NODE && n->args[0].node == i) return r;
   return -1;
@@ -972,8 +997,10 @@ grove_status grove__graph_compile(grove_module *m, const json_t *obj, const char
     for (int k = 0; k < n->nargs; k++) count_uses(g->nodes, &n->args[k], (int)i);
   }
   if (g->output < 0)
-    return grove_err_set(err, GROVE_E_SPEC, "%s.graph: no output node (the last node must be "
-                         "{\"op\": \"output\", ...})", path);
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%s.graph: no output node (the last node must be "
+                         "{\"op\": \"output\", ...})",
+                         path);
   /* Regions: at most one per tensor a node produces. */
   g->max_regions = g->nnodes * GROVE_MAX_VALUES + GROVE_MAX_VALUES;
   plan_fusion(g);
@@ -981,4 +1008,3 @@ grove_status grove__graph_compile(grove_module *m, const json_t *obj, const char
   g->type.forward = grove__graph_forward;
   return GROVE_OK;
 }
-

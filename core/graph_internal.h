@@ -23,10 +23,10 @@ enum {
 
 typedef struct garg {
   int kind;
-  int node;  /* A_NODE */
-  int64_t i; /* A_INT, A_BOOL */
-  double f;  /* A_FLOAT */
-  char *s;   /* A_STR */
+  int node;           /* A_NODE */
+  int64_t i;          /* A_INT, A_BOOL */
+  double f;           /* A_FLOAT */
+  char *s;            /* A_STR */
   struct garg *items; /* A_LIST, A_SLICE (3: start, stop, step) */
   int n;
 } garg;
@@ -74,37 +74,36 @@ typedef struct gnode {
   char *source;     /* "model.py:42: x = x + y" from the exporter, or NULL */
   garg *args;       /* bound: one per parameter of the op (call_module: the tensors) */
   int nargs;
-  grove_module *mod;  /* call_module: the target (borrowed); ops: a hidden layer (owned) */
+  grove_module *mod; /* call_module: the target (borrowed); ops: a hidden layer (owned) */
   bool own_mod;
-  char *attr;         /* get_attr: the slot name of mod */
-  int mod_kind;       /* call_module */
-  bool tuple;         /* call_module: the value is a tuple (MHA, a graph returning one) */
+  char *attr;   /* get_attr: the slot name of mod */
+  int mod_kind; /* call_module */
+  bool tuple;   /* call_module: the value is a tuple (MHA, a graph returning one) */
   bool need_weights, average_weights; /* MK_MHA */
-  bool has_default;   /* placeholder */
-  garg dflt;          /* placeholder default */
-  int uses;           /* how many argument slots read this node */
-  int last_use;       /* index of the last node reading it; -1: none */
+  bool has_default;                   /* placeholder */
+  garg dflt;                          /* placeholder default */
+  int uses;                           /* how many argument slots read this node */
+  int last_use;                       /* index of the last node reading it; -1: none */
   /* Fusion (only when no forward hook is registered anywhere). */
-  int fuse_bn;     /* conv: index of the BatchNorm2d node it absorbs, or -1 */
-  int fuse_relu;   /* conv/Linear: index of the ReLU node it absorbs, or -1 */
-  int fused_into;  /* an absorbed node: the node that computes it, or -1 */
-  int nhwc_to;     /* fused conv: the Conv2d node that alone reads the chain's result, or -1 */
+  int fuse_bn;    /* conv: index of the BatchNorm2d node it absorbs, or -1 */
+  int fuse_relu;  /* conv/Linear: index of the ReLU node it absorbs, or -1 */
+  int fused_into; /* an absorbed node: the node that computes it, or -1 */
+  int nhwc_to;    /* fused conv: the Conv2d node that alone reads the chain's result, or -1 */
 } gnode;
 
 typedef struct graph_impl {
   grove_module_type type; /* this module's own vtable: name = the Python class */
   char *type_name;
-  char *where;      /* for messages: "'blocks.0' (Block)" */
-  bool compiled;    /* false: a holder, not callable */
+  char *where;   /* for messages: "'blocks.0' (Block)" */
+  bool compiled; /* false: a holder, not callable */
   gnode *nodes;
   int nnodes;
   int *placeholders;
   int nplaceholders;
-  int output;          /* index of the output node */
-  bool returns_tuple;  /* the output's argument is a list */
+  int output;         /* index of the output node */
+  bool returns_tuple; /* the output's argument is a list */
   int max_regions;
 } graph_impl;
-
 
 /* The vtable slots every graph module's own type points at. */
 grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const grove_values *in,

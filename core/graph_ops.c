@@ -97,10 +97,10 @@ static void bstrides(const grove_tensor *t, int n, const int64_t *shape, int64_t
   }
 }
 
-#define BINARY_LOOP(EXPR)                                                                 \
-  for (int64_t j = 0; j < inner; j++) {                                                   \
-    const float x = pa[j * sa], y = pb[j * sb];                                           \
-    py[j] = (EXPR);                                                                       \
+#define BINARY_LOOP(EXPR)                       \
+  for (int64_t j = 0; j < inner; j++) {         \
+    const float x = pa[j * sa], y = pb[j * sb]; \
+    py[j] = (EXPR);                             \
   }
 
 /* y = a OP b over one inner run, strides sa and sb (0, 1 or any). */
@@ -348,7 +348,8 @@ grove_status grove__op_reduce(grove_fwd *f, bool mean, const grove_tensor *x0, c
       if (!wrap(dims[i], x->ndim, &d)) return dim_range(f, dims[i], x->ndim);
       if (x->ndim == 0) continue;
       if (red[d])
-        return grove_err_set(f->err, GROVE_E_SHAPE, "dim %d appears multiple times in the list of dims", d);
+        return grove_err_set(f->err, GROVE_E_SHAPE,
+                             "dim %d appears multiple times in the list of dims", d);
       red[d] = true;
     }
   }
@@ -415,7 +416,9 @@ grove_status grove__op_reduce(grove_fwd *f, bool mean, const grove_tensor *x0, c
 
 grove_status grove__op_cat(grove_fwd *f, const grove_tensor *ts, int n, int64_t dim,
                            grove_tensor *out) {
-  if (n == 0) return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "cat: expected a non-empty list of tensors");
+  if (n == 0)
+    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
+                         "cat: expected a non-empty list of tensors");
   /* torch skips 1-d empty tensors (legacy behaviour). */
   const grove_tensor *ref = NULL;
   for (int i = 0; i < n && !ref; i++)
@@ -423,7 +426,8 @@ grove_status grove__op_cat(grove_fwd *f, const grove_tensor *ts, int n, int64_t 
   if (!ref) ref = &ts[0];
   int d;
   if (ref->ndim == 0)
-    return grove_err_set(f->err, GROVE_E_SHAPE, "cat: zero-dimensional tensor (at position 0) cannot be concatenated");
+    return grove_err_set(f->err, GROVE_E_SHAPE,
+                         "cat: zero-dimensional tensor (at position 0) cannot be concatenated");
   if (!wrap(dim, ref->ndim, &d)) return dim_range(f, dim, ref->ndim);
   int64_t total = 0;
   for (int i = 0; i < n; i++) {
@@ -472,7 +476,8 @@ grove_status grove__op_reshape(grove_fwd *f, const grove_tensor *x, const int64_
   int infer = -1;
   for (int i = 0; i < nd; i++) {
     if (shape[i] == -1) {
-      if (infer >= 0) return grove_err_set(f->err, GROVE_E_SHAPE, "reshape: only one dimension can be inferred");
+      if (infer >= 0)
+        return grove_err_set(f->err, GROVE_E_SHAPE, "reshape: only one dimension can be inferred");
       infer = i;
     } else if (shape[i] < 0) {
       return grove_err_set(f->err, GROVE_E_SHAPE, "reshape: invalid shape dimension %lld",
@@ -484,8 +489,7 @@ grove_status grove__op_reshape(grove_fwd *f, const grove_tensor *x, const int64_
   }
   const int64_t n = grove_tensor_numel(x);
   if (infer >= 0) {
-    if (known == 0 || n % known)
-      goto bad;
+    if (known == 0 || n % known) goto bad;
     sh[infer] = n / known;
   } else if (known != n) {
     goto bad;
@@ -497,7 +501,8 @@ grove_status grove__op_reshape(grove_fwd *f, const grove_tensor *x, const int64_
   return GROVE_OK;
 bad : {
   char a[128], b[128];
-  return grove_err_set(f->err, GROVE_E_SHAPE, "shape %s is invalid for an input of shape %s (%lld elements)",
+  return grove_err_set(f->err, GROVE_E_SHAPE,
+                       "shape %s is invalid for an input of shape %s (%lld elements)",
                        grove_shape_str(nd, shape, a, sizeof a), shp(x, b, sizeof b), (long long)n);
 }
 }
@@ -506,8 +511,8 @@ grove_status grove__op_permute(grove_fwd *f, const grove_tensor *x, const int64_
                                grove_tensor *out) {
   if (nd != x->ndim)
     return grove_err_set(f->err, GROVE_E_SHAPE,
-                         "permute: number of dims don't match: the input has %d, %d given",
-                         x->ndim, nd);
+                         "permute: number of dims don't match: the input has %d, %d given", x->ndim,
+                         nd);
   bool seen[GROVE_MAX_DIMS] = {false};
   grove_tensor y = *x;
   for (int i = 0; i < nd; i++) {
@@ -561,12 +566,15 @@ grove_status grove__op_index(grove_fwd *f, const grove_tensor *x, const grove__i
   for (int i = 0; i < n; i++) {
     if (ix[i].kind == GROVE__IX_INT || ix[i].kind == GROVE__IX_SLICE) used++;
     if (ix[i].kind == GROVE__IX_ELLIPSIS) {
-      if (ell >= 0) return grove_err_set(f->err, GROVE_E_SHAPE, "an index can only have a single ellipsis ('...')");
+      if (ell >= 0)
+        return grove_err_set(f->err, GROVE_E_SHAPE,
+                             "an index can only have a single ellipsis ('...')");
       ell = i;
     }
   }
   if (used > x->ndim)
-    return grove_err_set(f->err, GROVE_E_SHAPE, "too many indices for a %d-d tensor: %d", x->ndim, used);
+    return grove_err_set(f->err, GROVE_E_SHAPE, "too many indices for a %d-d tensor: %d", x->ndim,
+                         used);
   grove_tensor y = *x;
   y.ndim = 0;
   int src = 0;
@@ -618,5 +626,6 @@ grove_status grove__op_index(grove_fwd *f, const grove_tensor *x, const grove__i
   *out = y;
   return GROVE_OK;
 too_many:
-  return grove_err_set(f->err, GROVE_E_SHAPE, "indexing gives more than %d dimensions", GROVE_MAX_DIMS);
+  return grove_err_set(f->err, GROVE_E_SHAPE, "indexing gives more than %d dimensions",
+                       GROVE_MAX_DIMS);
 }

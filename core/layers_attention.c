@@ -84,7 +84,9 @@ static grove_status mha_refresh(grove_module *m, grove_err *err) {
   const int64_t E = p->E;
   const grove_tensor *w = grove_module_param(m, "in_proj_weight");
   const grove_tensor *b = grove_module_param(m, "in_proj_bias");
-  if (!w) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "MultiheadAttention: in_proj_weight is None");
+  if (!w)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "MultiheadAttention: in_proj_weight is None");
   if (w->ndim != 2 || w->shape[0] != 3 * E || w->shape[1] != E) {
     char got[128];
     grove_shape_str(w->ndim, w->shape, got, sizeof got);
@@ -208,8 +210,8 @@ static void scores_avx512(const float *q, int64_t rsq, const float *kt, int64_t 
       __m512 a0 = _mm512_setzero_ps();
       const float *ql = q + l * rsq;
       for (int64_t t = 0; t < d; t++)
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(ql[t]), _mm512_maskz_loadu_ps(m[j], kt + t * S + 16 * j),
-                             a0);
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(ql[t]),
+                             _mm512_maskz_loadu_ps(m[j], kt + t * S + 16 * j), a0);
       _mm512_mask_storeu_ps(sc + l * S + 16 * j, m[j], _mm512_mul_ps(a0, _mm512_set1_ps(scale)));
     }
   }
@@ -265,8 +267,8 @@ static void mix_avx512(const float *p, const float *v, int64_t rsv, float *o, in
  * vectorise along S and d: k is transposed once so that every inner loop is
  * a contiguous multiply-add. */
 static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, const float *v,
-                   int64_t rsv, float *o, int64_t rso, int64_t L, int64_t S, int64_t d,
-                   float scale, float *restrict sc, float *restrict kt) {
+                   int64_t rsv, float *o, int64_t rso, int64_t L, int64_t S, int64_t d, float scale,
+                   float *restrict sc, float *restrict kt) {
   const bool big = L * S * d >= (1 << 15);
   if (big) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)S, (blasint)d, scale,
@@ -275,19 +277,20 @@ static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, con
     for (int64_t s = 0; s < S; s++)
       for (int64_t t = 0; t < d; t++) kt[t * S + s] = k[s * rsk + t];
 #if ATT_HAVE_AVX512
-    if (S <= 64 && att_avx512()) scores_avx512(q, rsq, kt, L, S, d, scale, sc);
+    if (S <= 64 && att_avx512())
+      scores_avx512(q, rsq, kt, L, S, d, scale, sc);
     else
 #endif
-    for (int64_t l = 0; l < L; l++) {
-      const float *ql = q + l * rsq;
-      float *restrict row = sc + l * S;
-      for (int64_t s = 0; s < S; s++) row[s] = 0.0f;
-      for (int64_t t = 0; t < d; t++) {
-        const float qv = ql[t] * scale;
-        const float *restrict kr = kt + t * S;
-        for (int64_t s = 0; s < S; s++) row[s] += qv * kr[s];
+      for (int64_t l = 0; l < L; l++) {
+        const float *ql = q + l * rsq;
+        float *restrict row = sc + l * S;
+        for (int64_t s = 0; s < S; s++) row[s] = 0.0f;
+        for (int64_t t = 0; t < d; t++) {
+          const float qv = ql[t] * scale;
+          const float *restrict kr = kt + t * S;
+          for (int64_t s = 0; s < S; s++) row[s] += qv * kr[s];
+        }
       }
-    }
   }
   for (int64_t l = 0; l < L; l++) {
     float *row = sc + l * S;
@@ -326,7 +329,8 @@ static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, con
 
 static grove_status contig(grove_fwd *f, const grove_tensor *t, grove_tensor *out) {
   if (t->dtype != GROVE_F32)
-    return grove_err_set(f->err, GROVE_E_DTYPE, "MultiheadAttention: expected float32 inputs, got %s",
+    return grove_err_set(f->err, GROVE_E_DTYPE,
+                         "MultiheadAttention: expected float32 inputs, got %s",
                          grove_dtype_name(t->dtype));
   return grove__contig_f32(f, t, out);
 }
@@ -421,12 +425,13 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
     for (int64_t h = 0; h < H; h++) {
       float *probs = (need_weights && !average) ? wd + ((n * H + h) * L) * S : sc;
       if (S == 0) {
-        for (int64_t l = 0; l < L; l++) memset(ctx + (q0r + l * qstep) * E + h * d, 0, (size_t)d * sizeof(float));
+        for (int64_t l = 0; l < L; l++)
+          memset(ctx + (q0r + l * qstep) * E + h * d, 0, (size_t)d * sizeof(float));
         continue;
       }
       attend(Q + q0r * ldq + h * d, qstep * ldq, K + k0r * ldk + h * d, kstep * ldk,
-             V + k0r * ldv + h * d, kstep * ldv, ctx + q0r * E + h * d, qstep * E, L, S, d,
-             scale, probs, kt);
+             V + k0r * ldv + h * d, kstep * ldv, ctx + q0r * E + h * d, qstep * E, L, S, d, scale,
+             probs, kt);
       if (need_weights && average) {
         float *w = wd + n * L * S;
         for (int64_t i = 0; i < L * S; i++) w[i] += probs[i];
@@ -491,7 +496,8 @@ grove_status grove_multihead_attention_new(int64_t embed_dim, int64_t num_heads,
                          "got %lld and %lld",
                          T, (long long)embed_dim, (long long)num_heads);
   if (embed_dim % num_heads)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: embed_dim must be divisible by num_heads", T);
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: embed_dim must be divisible by num_heads", T);
   const int64_t E = embed_dim;
   mha_impl *p = calloc(1, sizeof *p + (size_t)(3 * E) * sizeof(float));
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
@@ -528,9 +534,9 @@ grove_status grove_multihead_attention_new(int64_t embed_dim, int64_t num_heads,
 
 grove_status grove__multihead_attention_from_json(const json_t *obj, const char *path,
                                                   grove_module **out, grove_err *err) {
-  static const char *const keys[] = {"embed_dim", "num_heads",     "dropout", "bias",
-                                     "add_bias_kv", "add_zero_attn", "kdim",    "vdim",
-                                     "batch_first", NULL};
+  static const char *const keys[] = {
+      "embed_dim",     "num_heads", "dropout", "bias",        "add_bias_kv",
+      "add_zero_attn", "kdim",      "vdim",    "batch_first", NULL};
   const char *T = "MultiheadAttention";
   int64_t E, H, kd, vd;
   bool kd_null, vd_null, bias, bkv, zero, bf;
@@ -631,7 +637,8 @@ static grove_status ff_block(const grove_module *m, grove_fwd *f, const tel_impl
 static grove_status residual(grove_fwd *f, const grove_tensor *a, grove_tensor *b,
                              grove_tensor *r) {
   if (!grove_tensor_same_shape(a, b) || a->dtype != GROVE_F32 || b->dtype != GROVE_F32)
-    return grove_err_set(f->err, GROVE_E_SHAPE, "TransformerEncoderLayer: a sublayer changed the shape");
+    return grove_err_set(f->err, GROVE_E_SHAPE,
+                         "TransformerEncoderLayer: a sublayer changed the shape");
   if (grove_tensor_is_contiguous(b) && b->data != a->data) {
     add_into(b, a);
     *r = *b;
@@ -645,17 +652,17 @@ static grove_status tel_forward(const grove_module *m, grove_fwd *f, const grove
   const tel_impl *p = m->impl;
   const char *T = "TransformerEncoderLayer";
   if (in->n != 1)
-    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "%s: expected 1 input tensor (src), got %d",
-                         T, in->n);
+    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: expected 1 input tensor (src), got %d", T, in->n);
   grove_tensor x;
   grove_status s = grove__layer_input(T, f, in, GROVE_F32, &x);
   if (s) return s;
   if ((x.ndim != 2 && x.ndim != 3) || x.shape[x.ndim - 1] != p->o.d_model) {
     char got[128];
-    return grove_err_set(f->err, GROVE_E_SHAPE,
-                         "%s: expected src of shape %s with d_model %lld, got %s", T,
-                         p->o.batch_first ? "[N, S, E] or [S, E]" : "[S, N, E] or [S, E]",
-                         (long long)p->o.d_model, grove_shape_str(x.ndim, x.shape, got, sizeof got));
+    return grove_err_set(
+        f->err, GROVE_E_SHAPE, "%s: expected src of shape %s with d_model %lld, got %s", T,
+        p->o.batch_first ? "[N, S, E] or [S, E]" : "[S, N, E] or [S, E]", (long long)p->o.d_model,
+        grove_shape_str(x.ndim, x.shape, got, sizeof got));
   }
   grove_tensor t1, t2, x1, y;
   if (p->o.norm_first) {
@@ -687,7 +694,8 @@ grove_status grove_transformer_encoder_layer_new(const grove_encoder_layer_opts 
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          "%s: d_model, nhead and dim_feedforward must be positive", T);
   if (o->d_model % o->nhead)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: d_model must be divisible by nhead", T);
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: d_model must be divisible by nhead",
+                         T);
   bool gelu = false;
   if (o->activation && strcmp(o->activation, "gelu") == 0)
     gelu = true;
@@ -710,11 +718,17 @@ grove_status grove_transformer_encoder_layer_new(const grove_encoder_layer_opts 
   grove_module *c = NULL;
   s = add_child(m, "self_attn",
                 grove_multihead_attention_new(E, o->nhead, true, o->batch_first, &c, err), &c, err);
-  if (!s) s = add_child(m, "linear1", grove_linear_new(E, o->dim_feedforward, true, &c, err), &c, err);
+  if (!s)
+    s = add_child(m, "linear1", grove_linear_new(E, o->dim_feedforward, true, &c, err), &c, err);
   if (!s) s = add_child(m, "dropout", grove_dropout_new(o->dropout, &c, err), &c, err);
-  if (!s) s = add_child(m, "linear2", grove_linear_new(o->dim_feedforward, E, true, &c, err), &c, err);
-  if (!s) s = add_child(m, "norm1", grove_layer_norm_new(1, &E, o->layer_norm_eps, true, &c, err), &c, err);
-  if (!s) s = add_child(m, "norm2", grove_layer_norm_new(1, &E, o->layer_norm_eps, true, &c, err), &c, err);
+  if (!s)
+    s = add_child(m, "linear2", grove_linear_new(o->dim_feedforward, E, true, &c, err), &c, err);
+  if (!s)
+    s = add_child(m, "norm1", grove_layer_norm_new(1, &E, o->layer_norm_eps, true, &c, err), &c,
+                  err);
+  if (!s)
+    s = add_child(m, "norm2", grove_layer_norm_new(1, &E, o->layer_norm_eps, true, &c, err), &c,
+                  err);
   if (!s) s = add_child(m, "dropout1", grove_dropout_new(o->dropout, &c, err), &c, err);
   if (!s) s = add_child(m, "dropout2", grove_dropout_new(o->dropout, &c, err), &c, err);
   if (s) {
@@ -727,9 +741,9 @@ grove_status grove_transformer_encoder_layer_new(const grove_encoder_layer_opts 
 
 static grove_status tel_opts_from_json(const json_t *obj, const char *path,
                                        grove_encoder_layer_opts *o, grove_err *err) {
-  static const char *const keys[] = {"d_model",     "nhead",          "dim_feedforward",
-                                     "dropout",     "activation",     "layer_norm_eps",
-                                     "batch_first", "norm_first",     "bias", NULL};
+  static const char *const keys[] = {
+      "d_model",        "nhead",       "dim_feedforward", "dropout", "activation",
+      "layer_norm_eps", "batch_first", "norm_first",      "bias",    NULL};
   static const char *const acts[] = {"relu", "gelu", NULL};
   const char *T = "TransformerEncoderLayer";
   int act = 0;
@@ -840,7 +854,7 @@ grove_status grove_transformer_encoder_new(const grove_encoder_layer_opts *layer
 
 grove_status grove__transformer_encoder_from_json(const json_t *obj, const char *path,
                                                   grove_module **out, grove_err *err) {
-  static const char *const keys[] = {"encoder_layer", "num_layers", "norm",
+  static const char *const keys[] = {"encoder_layer",        "num_layers", "norm",
                                      "enable_nested_tensor", "mask_check", NULL};
   const char *T = "TransformerEncoder";
   int64_t nl;
@@ -866,7 +880,8 @@ grove_status grove__transformer_encoder_from_json(const json_t *obj, const char 
     snprintf(sub, sizeof sub, "%s.norm", path);
     if (!json_is_object(nv) || !json_is_string(json_object_get(nv, "type")) ||
         strcmp(json_string_value(json_object_get(nv, "type")), "LayerNorm") != 0)
-      return grove_err_set(err, GROVE_E_SPEC, "%s: expected null or a {\"type\": \"LayerNorm\", ...} object", sub);
+      return grove_err_set(err, GROVE_E_SPEC,
+                           "%s: expected null or a {\"type\": \"LayerNorm\", ...} object", sub);
     if ((s = grove__layer_norm_from_json(nv, sub, &norm, err))) return s;
   }
   s = grove__json_built(path, grove_transformer_encoder_new(&o, nl, norm, out, err), err);

@@ -78,8 +78,8 @@ static grove_status shape_error(grove_fwd *f, const char *layer, const char *wan
                                 const grove_tensor *x) {
   char got[128];
   grove_shape_str(x->ndim, x->shape, got, sizeof got);
-  return grove_err_set(f->err, GROVE_E_SHAPE, "%s: expected %s, got input of shape %s", layer,
-                       want, got);
+  return grove_err_set(f->err, GROVE_E_SHAPE, "%s: expected %s, got input of shape %s", layer, want,
+                       got);
 }
 
 static grove_status scratch_error(grove_fwd *f, const char *layer) {
@@ -137,11 +137,12 @@ static grove_status conv_pack(conv_impl *p, grove_err *err, const char *T) {
   grove__linear_pack **packs = calloc((size_t)G, sizeof *packs);
   float *tmp = malloc((size_t)(cout_g * K) * sizeof(float) + 1);
   grove_status s = GROVE_OK;
-  if (!packs || !tmp) s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing the weight", T);
+  if (!packs || !tmp)
+    s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing the weight", T);
   for (int64_t g = 0; !s && g < G; g++) {
     for (int64_t o = 0; o < cout_g; o++) {
       const float *src = p->w + (g * cout_g + o) * K; /* (c, ki, kj) */
-      float *dst = tmp + o * K;                        /* (ki, kj, c) */
+      float *dst = tmp + o * K;                       /* (ki, kj, c) */
       for (int64_t c = 0; c < cin_g; c++)
         for (int64_t q = 0; q < kk; q++) dst[q * cin_g + c] = src[c * kk + q];
     }
@@ -222,8 +223,8 @@ static int64_t conv_out_len(const conv_impl *p, int d, int64_t in) {
 /* Unrolls the patches of one image's group of channels (x: cin_g planes of
  * H x W) into col rows ((c, ki, kj) major, matching the weight's layout), one
  * column per output position, at column offset col0 of rows ldc long. */
-static void im2col(const conv_impl *p, const float *restrict x, int64_t cin_g, int64_t H,
-                   int64_t W, int64_t OH, int64_t OW, float *restrict col, int64_t ldc) {
+static void im2col(const conv_impl *p, const float *restrict x, int64_t cin_g, int64_t H, int64_t W,
+                   int64_t OH, int64_t OW, float *restrict col, int64_t ldc) {
   const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
   const int64_t dh = p->dil[0], dw = p->dil[1], ph = p->pad_lo[0], pw = p->pad_lo[1];
   for (int64_t c = 0; c < cin_g; c++) {
@@ -260,9 +261,9 @@ static void im2col(const conv_impl *p, const float *restrict x, int64_t cin_g, i
 }
 
 /* dst[c][j] = act(src[c][j] * scale[c] + shift[c]) for rows of n floats. */
-static void epilogue(float *dst, int64_t ldd, const float *src, int64_t lds,
-                     int64_t rows, int64_t n, const float *restrict scale,
-                     const float *restrict shift, bool relu) {
+static void epilogue(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                     int64_t n, const float *restrict scale, const float *restrict shift,
+                     bool relu) {
   for (int64_t c = 0; c < rows; c++) {
     const float a = scale[c], b = shift[c];
     const float *s = src + c * lds;
@@ -444,9 +445,10 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
   int64_t nb = (int64_t)(ROWS_BUDGET / (per_image ? per_image : 1));
   if (nb < 1) nb = 1;
   if (nb > N) nb = N;
-  float *xbuf = nhwc_in ? NULL
-                        : grove_arena_alloc(f->arena, (size_t)(nb * HW * C) * sizeof(float) + 1);
-  float *rows = direct ? NULL : grove_arena_alloc(f->arena, (size_t)(nb * P * K) * sizeof(float) + 1);
+  float *xbuf =
+      nhwc_in ? NULL : grove_arena_alloc(f->arena, (size_t)(nb * HW * C) * sizeof(float) + 1);
+  float *rows =
+      direct ? NULL : grove_arena_alloc(f->arena, (size_t)(nb * P * K) * sizeof(float) + 1);
   float *acc = grove_arena_alloc(f->arena, (size_t)(nb * P * cout_g) * sizeof(float) + 1);
   if ((!nhwc_in && !xbuf) || (!direct && !rows) || !acc) return scratch_error(f, T);
   for (int64_t n0 = 0; n0 < N; n0 += nb) {
@@ -616,29 +618,28 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   if (nb < 1) nb = 1;
   if (nb > N) nb = N;
   float *col = grove_arena_alloc(f->arena, (size_t)nb * per_image);
-  float *tmp = nb > 1 ? grove_arena_alloc(f->arena, (size_t)nb * (size_t)cout_g * (size_t)P *
-                                                        sizeof(float))
-                      : NULL;
+  float *tmp =
+      nb > 1 ? grove_arena_alloc(f->arena, (size_t)nb * (size_t)cout_g * (size_t)P * sizeof(float))
+             : NULL;
   if (!col || (nb > 1 && !tmp)) return scratch_error(f, T);
   for (int64_t n0 = 0; n0 < N; n0 += nb) {
     const int64_t cnt = N - n0 < nb ? N - n0 : nb;
     const int64_t ldc = cnt * P;
     for (int64_t g = 0; g < G; g++) {
       for (int64_t i = 0; i < cnt; i++)
-        im2col(p, xd + ((n0 + i) * p->cin + g * cin_g) * HW, cin_g, H, W, OH, OW, col + i * P,
-               ldc);
+        im2col(p, xd + ((n0 + i) * p->cin + g * cin_g) * HW, cin_g, H, W, OH, OW, col + i * P, ldc);
       if (cnt == 1) {
         float *y = yd + (n0 * p->cout + g * cout_g) * P;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)cout_g, (blasint)P,
-                    (blasint)K, 1.0f, p->w + g * cout_g * K, (blasint)K, col, (blasint)P, 0.0f,
-                    y, (blasint)P);
+                    (blasint)K, 1.0f, p->w + g * cout_g * K, (blasint)K, col, (blasint)P, 0.0f, y,
+                    (blasint)P);
         epilogue(y, P, y, P, cout_g, P, scale + g * cout_g, shift + g * cout_g, relu);
         continue;
       }
       /* tmp [cout_g, cnt * P]: image i's block sits at column i * P. */
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)cout_g, (blasint)ldc,
-                  (blasint)K, 1.0f, p->w + g * cout_g * K, (blasint)K, col, (blasint)ldc, 0.0f,
-                  tmp, (blasint)ldc);
+                  (blasint)K, 1.0f, p->w + g * cout_g * K, (blasint)K, col, (blasint)ldc, 0.0f, tmp,
+                  (blasint)ldc);
       for (int64_t i = 0; i < cnt; i++)
         epilogue(yd + ((n0 + i) * p->cout + g * cout_g) * P, P, tmp + i * P, ldc, cout_g, P,
                  scale + g * cout_g, shift + g * cout_g, relu);
@@ -669,7 +670,9 @@ int64_t grove__conv_out_channels(const grove_module *m) {
   return ((const conv_impl *)m->impl)->cout;
 }
 
-const float *grove__conv_bias(const grove_module *m) { return ((const conv_impl *)m->impl)->bias; }
+const float *grove__conv_bias(const grove_module *m) {
+  return ((const conv_impl *)m->impl)->bias;
+}
 
 static grove_status conv_new(int nd, int64_t cin, int64_t cout, const grove_conv_opts *o,
                              grove_module **out, grove_err *err) {
@@ -682,9 +685,12 @@ static grove_status conv_new(int nd, int64_t cin, int64_t cout, const grove_conv
                          "%s: in_channels, out_channels and groups must be positive, got %lld, "
                          "%lld and %lld",
                          T, (long long)cin, (long long)cout, (long long)groups);
-  if (cin % groups) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: in_channels must be divisible by groups", T);
+  if (cin % groups)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: in_channels must be divisible by groups", T);
   if (cout % groups)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: out_channels must be divisible by groups", T);
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: out_channels must be divisible by groups", T);
   int64_t k[2], st[2], dl[2], pd[2];
   for (int d = 0; d < 2; d++) {
     /* 1-d layers use index 0 of the options for their one dim (W). */
@@ -807,9 +813,9 @@ static grove_status json_ints(const json_t *obj, const char *path, const char *t
 
 static grove_status conv_from_json(int nd, const json_t *obj, const char *path, grove_module **out,
                                    grove_err *err) {
-  static const char *const keys[] = {"in_channels", "out_channels", "kernel_size", "stride",
-                                     "padding",     "dilation",     "groups",      "bias",
-                                     "padding_mode", NULL};
+  static const char *const keys[] = {
+      "in_channels", "out_channels", "kernel_size", "stride",       "padding",
+      "dilation",    "groups",       "bias",        "padding_mode", NULL};
   static const char *const modes[] = {"zeros", "reflect", "replicate", "circular", NULL};
   const char *T = nd == 1 ? "Conv1d" : "Conv2d";
   int64_t cin, cout, groups;
@@ -838,8 +844,8 @@ static grove_status conv_from_json(int nd, const json_t *obj, const char *path, 
     if (s) return s;
   }
   if (mode != 0)
-    return grove__json_unsupported(path, "padding_mode",
-                                   "only padding_mode=\"zeros\" is supported", err);
+    return grove__json_unsupported(path, "padding_mode", "only padding_mode=\"zeros\" is supported",
+                                   err);
   o.groups = groups;
   if (cin % groups || cout % groups)
     return grove_err_set(err, GROVE_E_SPEC,
@@ -928,7 +934,9 @@ bool grove__bn2d_affine(const grove_module *m, const float **scale, const float 
   return true;
 }
 
-int64_t grove__bn2d_channels(const grove_module *m) { return ((const bn2d_impl *)m->impl)->C; }
+int64_t grove__bn2d_channels(const grove_module *m) {
+  return ((const bn2d_impl *)m->impl)->C;
+}
 
 static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                  grove_values *out) {
@@ -986,8 +994,7 @@ static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grov
   }
   const float *xd = x.data;
   float *yd = out->v[0].data;
-  for (int64_t n = 0; n < N; n++)
-    epilogue(yd + n * C * L, L, xd + n * C * L, L, C, L, a, b, false);
+  for (int64_t n = 0; n < N; n++) epilogue(yd + n * C * L, L, xd + n * C * L, L, C, L, a, b, false);
   return GROVE_OK;
 }
 
@@ -1094,7 +1101,7 @@ typedef struct pool_impl {
   int kind;
   int64_t k[2], stride[2], pad[2], dil[2];
   bool ceil_mode, count_include_pad;
-  int64_t divisor; /* 0: None */
+  int64_t divisor;  /* 0: None */
   int64_t osize[2]; /* adaptive: -1 = the input's size */
 } pool_impl;
 
@@ -1155,7 +1162,7 @@ static void avg_plane(const pool_impl *p, const float *restrict x, int64_t H, in
       double sum = 0;
       for (int64_t ih = hs; ih < he; ih++)
         for (int64_t iw = ws; iw < we; iw++) sum += x[ih * W + iw];
-      const int64_t div = p->divisor ? p->divisor
+      const int64_t div = p->divisor             ? p->divisor
                           : p->count_include_pad ? pool
                                                  : (he - hs) * (we - ws);
       y[oh * OW + ow] = (float)(sum / (double)div);
@@ -1184,7 +1191,8 @@ static grove_status pool_forward(const grove_module *m, grove_fwd *f, const grov
   grove_tensor x;
   grove_status s = grove__layer_input(T, f, in, GROVE_F32, &x);
   if (s != GROVE_OK) return s;
-  if (x.ndim != 3 && x.ndim != 4) return shape_error(f, T, "a 3-d or 4-d input ([C, H, W] or [N, C, H, W])", &x);
+  if (x.ndim != 3 && x.ndim != 4)
+    return shape_error(f, T, "a 3-d or 4-d input ([C, H, W] or [N, C, H, W])", &x);
   const int64_t H = x.shape[x.ndim - 2], W = x.shape[x.ndim - 1];
   const int64_t planes = H * W > 0 ? grove_tensor_numel(&x) / (H * W) : 0;
   int64_t OH, OW;
@@ -1233,8 +1241,8 @@ const grove_module_type grove__adaptive_avg_pool2d_type = {.name = "AdaptiveAvgP
 
 static grove_status pool_check(const char *T, const pool_impl *p, grove_err *err) {
   for (int d = 0; d < 2; d++) {
-    if (p->k[d] <= 0 || p->stride[d] <= 0 || p->dil[d] <= 0 || p->pad[d] < 0 ||
-        p->k[d] > BIG || p->stride[d] > BIG || p->dil[d] > BIG)
+    if (p->k[d] <= 0 || p->stride[d] <= 0 || p->dil[d] <= 0 || p->pad[d] < 0 || p->k[d] > BIG ||
+        p->stride[d] > BIG || p->dil[d] > BIG)
       return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                            "%s: kernel_size, stride and dilation must be positive and padding "
                            "non-negative",
@@ -1328,7 +1336,7 @@ static grove_status pool_stride(const json_t *obj, const char *path, const char 
 
 grove_status grove__max_pool2d_from_json(const json_t *obj, const char *path, grove_module **out,
                                          grove_err *err) {
-  static const char *const keys[] = {"kernel_size", "stride",         "padding", "dilation",
+  static const char *const keys[] = {"kernel_size",    "stride",    "padding", "dilation",
                                      "return_indices", "ceil_mode", NULL};
   const char *T = "MaxPool2d";
   int64_t k[2], st[2], pd[2], dl[2];
@@ -1351,9 +1359,9 @@ grove_status grove__max_pool2d_from_json(const json_t *obj, const char *path, gr
 
 grove_status grove__avg_pool2d_from_json(const json_t *obj, const char *path, grove_module **out,
                                          grove_err *err) {
-  static const char *const keys[] = {"kernel_size",       "stride",           "padding",
-                                     "ceil_mode",         "count_include_pad", "divisor_override",
-                                     NULL};
+  static const char *const keys[] = {
+      "kernel_size",       "stride",           "padding", "ceil_mode",
+      "count_include_pad", "divisor_override", NULL};
   const char *T = "AvgPool2d";
   int64_t k[2], st[2], pd[2], div;
   bool ceil, cip, div_null;
@@ -1380,8 +1388,8 @@ grove_status grove__adaptive_avg_pool2d_from_json(const json_t *obj, const char 
   const json_t *v = json_object_get(obj, "output_size");
   int64_t os[2];
   if (!v)
-    return grove_err_set(err, GROVE_E_SPEC, "%s.output_size: missing required argument of %s",
-                         path, T);
+    return grove_err_set(err, GROVE_E_SPEC, "%s.output_size: missing required argument of %s", path,
+                         T);
   if (json_is_integer(v)) {
     s = json_ints(obj, path, T, "output_size", 2, 0, 1, BIG, os, err);
     if (s) return s;

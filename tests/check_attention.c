@@ -24,21 +24,24 @@ typedef struct acase {
 } acase;
 
 static const acase cases[] = {
-    {"mha_self_seq", true, true},   {"mha_self_bf", false, true},
-    {"mha_cross_bf", true, false},  {"mha_cross_seq", true, true},
-    {"mha_b1", true, true},         {"mha_nobias", true, true},
-    {"mha_unbatched", true, true},  {"mha_big", true, true},
-    {"tel_relu_bf", 0, 0},          {"tel_gelu_normfirst", 0, 0},
-    {"tel_odd_b1", 0, 0},           {"tel_unbatched", 0, 0},
-    {"te_2_norm", 0, 0},            {"te_3_gelu", 0, 0},
+    {"mha_self_seq", true, true},  {"mha_self_bf", false, true}, {"mha_cross_bf", true, false},
+    {"mha_cross_seq", true, true}, {"mha_b1", true, true},       {"mha_nobias", true, true},
+    {"mha_unbatched", true, true}, {"mha_big", true, true},      {"tel_relu_bf", 0, 0},
+    {"tel_gelu_normfirst", 0, 0},  {"tel_odd_b1", 0, 0},         {"tel_unbatched", 0, 0},
+    {"te_2_norm", 0, 0},           {"te_3_gelu", 0, 0},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
 static grove_encoder_layer_opts lo(int64_t d, int64_t h, int64_t ff, const char *act, bool bf,
                                    bool nf, double eps) {
-  return (grove_encoder_layer_opts){.d_model = d, .nhead = h, .dim_feedforward = ff,
-                                    .dropout = 0.1, .activation = act, .layer_norm_eps = eps,
-                                    .batch_first = bf, .norm_first = nf};
+  return (grove_encoder_layer_opts){.d_model = d,
+                                    .nhead = h,
+                                    .dim_feedforward = ff,
+                                    .dropout = 0.1,
+                                    .activation = act,
+                                    .layer_norm_eps = eps,
+                                    .batch_first = bf,
+                                    .norm_first = nf};
 }
 
 static grove_module *build_case(const char *name, grove_err *err) {
@@ -332,24 +335,29 @@ static void json_err(const char *module_json, grove_status code, const char *nee
 START_TEST(test_json_errors) {
   json_err("{\"type\": \"MultiheadAttention\", \"embed_dim\": 8, \"num_heads\": 2, \"kdim\": 4}",
            GROVE_E_UNSUPPORTED, "$.module.kdim: kdim and vdim other than embed_dim");
-  json_err("{\"type\": \"MultiheadAttention\", \"embed_dim\": 8, \"num_heads\": 2, "
-           "\"add_bias_kv\": true}",
-           GROVE_E_UNSUPPORTED, "$.module.add_bias_kv");
+  json_err(
+      "{\"type\": \"MultiheadAttention\", \"embed_dim\": 8, \"num_heads\": 2, "
+      "\"add_bias_kv\": true}",
+      GROVE_E_UNSUPPORTED, "$.module.add_bias_kv");
   json_err("{\"type\": \"MultiheadAttention\", \"embed_dim\": 8, \"num_heads\": 3}", GROVE_E_SPEC,
            "$.module.num_heads: embed_dim (8) must be divisible by num_heads (3)");
-  json_err("{\"type\": \"TransformerEncoderLayer\", \"d_model\": 8, \"nhead\": 2, "
-           "\"activation\": \"tanh\"}",
-           GROVE_E_SPEC, "$.module.activation: expected one of \"relu\", \"gelu\"");
-  json_err("{\"type\": \"TransformerEncoder\", \"num_layers\": 2, \"encoder_layer\": {\"type\": "
-           "\"Linear\"}}",
-           GROVE_E_SPEC, "$.module.encoder_layer: expected a {\"type\": \"TransformerEncoderLayer\"");
-  json_err("{\"type\": \"TransformerEncoder\", \"num_layers\": 2, \"encoder_layer\": {\"type\": "
-           "\"TransformerEncoderLayer\", \"d_model\": 8}}",
-           GROVE_E_SPEC, "$.module.encoder_layer.nhead: missing required argument");
-  json_err("{\"type\": \"TransformerEncoder\", \"num_layers\": 2, \"norm\": {\"type\": "
-           "\"BatchNorm1d\"}, \"encoder_layer\": {\"type\": \"TransformerEncoderLayer\", "
-           "\"d_model\": 8, \"nhead\": 2}}",
-           GROVE_E_SPEC, "$.module.norm: expected null or a {\"type\": \"LayerNorm\"");
+  json_err(
+      "{\"type\": \"TransformerEncoderLayer\", \"d_model\": 8, \"nhead\": 2, "
+      "\"activation\": \"tanh\"}",
+      GROVE_E_SPEC, "$.module.activation: expected one of \"relu\", \"gelu\"");
+  json_err(
+      "{\"type\": \"TransformerEncoder\", \"num_layers\": 2, \"encoder_layer\": {\"type\": "
+      "\"Linear\"}}",
+      GROVE_E_SPEC, "$.module.encoder_layer: expected a {\"type\": \"TransformerEncoderLayer\"");
+  json_err(
+      "{\"type\": \"TransformerEncoder\", \"num_layers\": 2, \"encoder_layer\": {\"type\": "
+      "\"TransformerEncoderLayer\", \"d_model\": 8}}",
+      GROVE_E_SPEC, "$.module.encoder_layer.nhead: missing required argument");
+  json_err(
+      "{\"type\": \"TransformerEncoder\", \"num_layers\": 2, \"norm\": {\"type\": "
+      "\"BatchNorm1d\"}, \"encoder_layer\": {\"type\": \"TransformerEncoderLayer\", "
+      "\"d_model\": 8, \"nhead\": 2}}",
+      GROVE_E_SPEC, "$.module.norm: expected null or a {\"type\": \"LayerNorm\"");
 }
 END_TEST
 
@@ -361,12 +369,18 @@ START_TEST(test_state_dict_layout) {
   ck_assert_ok(grove_transformer_encoder_new(&o, 2, NULL, &m, &err), &err);
   grove_state_dict *sd = grove_sd_new();
   ck_assert_ok(grove_module_state_dict(m, NULL, sd, &err), &err);
-  static const char *const keys[] = {
-      "layers.0.self_attn.in_proj_weight", "layers.0.self_attn.in_proj_bias",
-      "layers.0.self_attn.out_proj.weight", "layers.0.self_attn.out_proj.bias",
-      "layers.0.linear1.weight", "layers.0.linear1.bias", "layers.0.linear2.weight",
-      "layers.0.linear2.bias", "layers.0.norm1.weight", "layers.0.norm1.bias",
-      "layers.0.norm2.weight", "layers.0.norm2.bias"};
+  static const char *const keys[] = {"layers.0.self_attn.in_proj_weight",
+                                     "layers.0.self_attn.in_proj_bias",
+                                     "layers.0.self_attn.out_proj.weight",
+                                     "layers.0.self_attn.out_proj.bias",
+                                     "layers.0.linear1.weight",
+                                     "layers.0.linear1.bias",
+                                     "layers.0.linear2.weight",
+                                     "layers.0.linear2.bias",
+                                     "layers.0.norm1.weight",
+                                     "layers.0.norm1.bias",
+                                     "layers.0.norm2.weight",
+                                     "layers.0.norm2.bias"};
   ck_assert_uint_eq(grove_sd_count(sd), 24);
   for (size_t i = 0; i < 12; i++) ck_assert_str_eq(grove_sd_key(sd, i), keys[i]);
   ck_assert_str_eq(grove_sd_key(sd, 12), "layers.1.self_attn.in_proj_weight");

@@ -20,25 +20,59 @@
 #define ATOL 1e-5
 
 static const char *const cases[] = {
-    "conv2d_basic",     "conv2d_b1_pad",   "conv2d_stride",     "conv2d_dil",
-    "conv2d_groups",    "conv2d_dw",       "conv2d_1x1",        "conv2d_1x1_stride",
-    "conv2d_same_even", "conv2d_same_dil", "conv2d_valid",      "conv2d_unbatched",
-    "conv2d_many",      "conv2d_chunked",  "conv2d_wide",       "conv2d_groups_rows",
-    "conv2d_1x1_rows",  "conv2d_stride_rows", "conv1d_rows",    "conv1d_basic",
+    "conv2d_basic",
+    "conv2d_b1_pad",
+    "conv2d_stride",
+    "conv2d_dil",
+    "conv2d_groups",
+    "conv2d_dw",
+    "conv2d_1x1",
+    "conv2d_1x1_stride",
+    "conv2d_same_even",
+    "conv2d_same_dil",
+    "conv2d_valid",
+    "conv2d_unbatched",
+    "conv2d_many",
+    "conv2d_chunked",
+    "conv2d_wide",
+    "conv2d_groups_rows",
+    "conv2d_1x1_rows",
+    "conv2d_stride_rows",
+    "conv1d_rows",
+    "conv1d_basic",
     "conv1d_stride_pad",
-    "conv1d_groups_dil", "conv1d_same",    "conv1d_unbatched",  "bn2d",
-    "bn2d_b1",          "bn2d_noaffine",   "bn2d_nostats",      "maxpool_2",
-    "maxpool_odd",      "maxpool_ceil",    "maxpool_dil",       "maxpool_unbatched",
-    "avgpool_2",        "avgpool_pad",     "avgpool_pad_excl",  "avgpool_ceil",
-    "avgpool_div",      "adapt_1",         "adapt_odd",         "adapt_none",
+    "conv1d_groups_dil",
+    "conv1d_same",
+    "conv1d_unbatched",
+    "bn2d",
+    "bn2d_b1",
+    "bn2d_noaffine",
+    "bn2d_nostats",
+    "maxpool_2",
+    "maxpool_odd",
+    "maxpool_ceil",
+    "maxpool_dil",
+    "maxpool_unbatched",
+    "avgpool_2",
+    "avgpool_pad",
+    "avgpool_pad_excl",
+    "avgpool_ceil",
+    "avgpool_div",
+    "adapt_1",
+    "adapt_odd",
+    "adapt_none",
     "adapt_up",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
 static grove_conv_opts co(int64_t k0, int64_t k1, int64_t s0, int64_t s1, int64_t p0, int64_t p1,
                           int64_t d0, int64_t d1, int64_t groups, bool bias) {
-  return (grove_conv_opts){.kernel_size = {k0, k1}, .stride = {s0, s1}, .padding = {p0, p1},
-                           .dilation = {d0, d1}, .groups = groups, .bias = bias};
+  return (grove_conv_opts){.kernel_size = {k0, k1},
+                           .stride = {s0, s1},
+                           .padding = {p0, p1},
+                           .dilation = {d0, d1},
+                           .groups = groups,
+                           .bias = bias};
 }
 
 static grove_module *build_case(const char *name, grove_err *err) {
@@ -50,34 +84,53 @@ static grove_module *build_case(const char *name, grove_err *err) {
 #define CASE(n, call) else if (strcmp(name, n) == 0) s = (call)
   if (0) {
   }
-  CASE("conv2d_basic", (o = co(3, 3, 1, 1, 0, 0, 1, 1, 1, true), grove_conv2d_new(3, 8, &o, &m, err)));
-  CASE("conv2d_b1_pad", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(3, 5, &o, &m, err)));
-  CASE("conv2d_stride", (o = co(3, 5, 2, 1, 1, 2, 1, 1, 1, true), grove_conv2d_new(4, 6, &o, &m, err)));
-  CASE("conv2d_dil", (o = co(3, 3, 1, 1, 2, 2, 2, 2, 1, true), grove_conv2d_new(2, 4, &o, &m, err)));
-  CASE("conv2d_groups", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 3, false), grove_conv2d_new(6, 9, &o, &m, err)));
+  CASE("conv2d_basic",
+       (o = co(3, 3, 1, 1, 0, 0, 1, 1, 1, true), grove_conv2d_new(3, 8, &o, &m, err)));
+  CASE("conv2d_b1_pad",
+       (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(3, 5, &o, &m, err)));
+  CASE("conv2d_stride",
+       (o = co(3, 5, 2, 1, 1, 2, 1, 1, 1, true), grove_conv2d_new(4, 6, &o, &m, err)));
+  CASE("conv2d_dil",
+       (o = co(3, 3, 1, 1, 2, 2, 2, 2, 1, true), grove_conv2d_new(2, 4, &o, &m, err)));
+  CASE("conv2d_groups",
+       (o = co(3, 3, 1, 1, 1, 1, 1, 1, 3, false), grove_conv2d_new(6, 9, &o, &m, err)));
   CASE("conv2d_dw", (o = co(3, 3, 2, 2, 0, 0, 1, 1, 4, true), grove_conv2d_new(4, 4, &o, &m, err)));
-  CASE("conv2d_1x1", (o = co(1, 1, 1, 1, 0, 0, 1, 1, 1, true), grove_conv2d_new(8, 5, &o, &m, err)));
-  CASE("conv2d_1x1_stride", (o = co(1, 1, 2, 2, 0, 0, 1, 1, 1, true), grove_conv2d_new(8, 5, &o, &m, err)));
+  CASE("conv2d_1x1",
+       (o = co(1, 1, 1, 1, 0, 0, 1, 1, 1, true), grove_conv2d_new(8, 5, &o, &m, err)));
+  CASE("conv2d_1x1_stride",
+       (o = co(1, 1, 2, 2, 0, 0, 1, 1, 1, true), grove_conv2d_new(8, 5, &o, &m, err)));
   CASE("conv2d_same_even", (o = co(4, 4, 0, 0, 0, 0, 0, 0, 0, true), o.padding_same = true,
                             grove_conv2d_new(3, 4, &o, &m, err)));
   CASE("conv2d_same_dil", (o = co(3, 3, 1, 1, 0, 0, 2, 2, 1, true), o.padding_same = true,
                            grove_conv2d_new(3, 4, &o, &m, err)));
   CASE("conv2d_valid", (o = co(2, 2, 1, 1, 0, 0, 1, 1, 1, true), o.padding_valid = true,
                         grove_conv2d_new(3, 4, &o, &m, err)));
-  CASE("conv2d_unbatched", (o = co(3, 3, 1, 1, 0, 0, 1, 1, 1, true), grove_conv2d_new(2, 3, &o, &m, err)));
-  CASE("conv2d_many", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(16, 12, &o, &m, err)));
-  CASE("conv2d_chunked", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(32, 4, &o, &m, err)));
-  CASE("conv2d_wide", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(16, 32, &o, &m, err)));
-  CASE("conv2d_groups_rows", (o = co(3, 3, 1, 1, 1, 1, 1, 1, 2, false), grove_conv2d_new(16, 16, &o, &m, err)));
-  CASE("conv2d_1x1_rows", (o = co(1, 1, 1, 1, 0, 0, 1, 1, 1, true), grove_conv2d_new(16, 32, &o, &m, err)));
-  CASE("conv2d_stride_rows", (o = co(3, 3, 2, 2, 1, 1, 1, 1, 1, true), grove_conv2d_new(16, 16, &o, &m, err)));
-  CASE("conv1d_rows", (o = co(3, 0, 1, 0, 2, 0, 2, 0, 1, true), grove_conv1d_new(16, 24, &o, &m, err)));
-  CASE("conv1d_basic", (o = co(3, 0, 1, 0, 0, 0, 1, 0, 1, true), grove_conv1d_new(4, 6, &o, &m, err)));
-  CASE("conv1d_stride_pad", (o = co(5, 0, 2, 0, 2, 0, 1, 0, 1, true), grove_conv1d_new(3, 5, &o, &m, err)));
-  CASE("conv1d_groups_dil", (o = co(3, 0, 1, 0, 3, 0, 3, 0, 2, true), grove_conv1d_new(4, 8, &o, &m, err)));
+  CASE("conv2d_unbatched",
+       (o = co(3, 3, 1, 1, 0, 0, 1, 1, 1, true), grove_conv2d_new(2, 3, &o, &m, err)));
+  CASE("conv2d_many",
+       (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(16, 12, &o, &m, err)));
+  CASE("conv2d_chunked",
+       (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(32, 4, &o, &m, err)));
+  CASE("conv2d_wide",
+       (o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), grove_conv2d_new(16, 32, &o, &m, err)));
+  CASE("conv2d_groups_rows",
+       (o = co(3, 3, 1, 1, 1, 1, 1, 1, 2, false), grove_conv2d_new(16, 16, &o, &m, err)));
+  CASE("conv2d_1x1_rows",
+       (o = co(1, 1, 1, 1, 0, 0, 1, 1, 1, true), grove_conv2d_new(16, 32, &o, &m, err)));
+  CASE("conv2d_stride_rows",
+       (o = co(3, 3, 2, 2, 1, 1, 1, 1, 1, true), grove_conv2d_new(16, 16, &o, &m, err)));
+  CASE("conv1d_rows",
+       (o = co(3, 0, 1, 0, 2, 0, 2, 0, 1, true), grove_conv1d_new(16, 24, &o, &m, err)));
+  CASE("conv1d_basic",
+       (o = co(3, 0, 1, 0, 0, 0, 1, 0, 1, true), grove_conv1d_new(4, 6, &o, &m, err)));
+  CASE("conv1d_stride_pad",
+       (o = co(5, 0, 2, 0, 2, 0, 1, 0, 1, true), grove_conv1d_new(3, 5, &o, &m, err)));
+  CASE("conv1d_groups_dil",
+       (o = co(3, 0, 1, 0, 3, 0, 3, 0, 2, true), grove_conv1d_new(4, 8, &o, &m, err)));
   CASE("conv1d_same", (o = co(4, 0, 1, 0, 0, 0, 1, 0, 1, true), o.padding_same = true,
                        grove_conv1d_new(2, 3, &o, &m, err)));
-  CASE("conv1d_unbatched", (o = co(1, 0, 1, 0, 0, 0, 1, 0, 1, true), grove_conv1d_new(3, 2, &o, &m, err)));
+  CASE("conv1d_unbatched",
+       (o = co(1, 0, 1, 0, 0, 0, 1, 0, 1, true), grove_conv1d_new(3, 2, &o, &m, err)));
   CASE("bn2d", grove_batch_norm2d_new(5, 1e-5, 0.1, true, true, &m, err));
   CASE("bn2d_b1", grove_batch_norm2d_new(5, 1e-3, 0.1, true, true, &m, err));
   CASE("bn2d_noaffine", grove_batch_norm2d_new(3, 1e-5, 0.1, false, true, &m, err));
@@ -232,7 +285,8 @@ START_TEST(test_strided_input) {
   for (int n = 0; n < 2; n++)
     for (int c = 0; c < 3; c++)
       for (int h = 0; h < 9; h++)
-        for (int w = 0; w < 9; w++) td[((h * 9 + w) * 3 + c) * 2 + n] = xs[((n * 3 + c) * 9 + h) * 9 + w];
+        for (int w = 0; w < 9; w++)
+          td[((h * 9 + w) * 3 + c) * 2 + n] = xs[((n * 3 + c) * 9 + h) * 9 + w];
   int64_t strides[4] = {1, 2, 9 * 3 * 2, 3 * 2};
   grove_tensor *v = grove_tensor_view_new(t->storage, 0, GROVE_F32, 4, x->shape, strides, &err);
   ck_assert_ptr_nonnull(v);
@@ -338,9 +392,9 @@ START_TEST(test_constructor_errors) {
   ck_assert(strstr(err.msg, "strided"));
   o = co(0, 3, 1, 1, 0, 0, 1, 1, 1, true);
   ck_assert_status(grove_conv2d_new(3, 4, &o, &m, &err), GROVE_E_INVALID_ARGUMENT);
-  ck_assert_status(grove_max_pool2d_new((int64_t[]){2, 2}, NULL, (int64_t[]){2, 0}, NULL, false,
-                                        &m, &err),
-                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_status(
+      grove_max_pool2d_new((int64_t[]){2, 2}, NULL, (int64_t[]){2, 0}, NULL, false, &m, &err),
+      GROVE_E_INVALID_ARGUMENT);
   ck_assert(strstr(err.msg, "half of effective kernel size"));
   ck_assert_status(grove_adaptive_avg_pool2d_new((int64_t[]){0, 1}, &m, &err),
                    GROVE_E_INVALID_ARGUMENT);
@@ -365,22 +419,27 @@ static void json_err(const char *module_json, grove_status code, const char *nee
 }
 
 START_TEST(test_json_errors) {
-  json_err("{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
-           "\"padding_mode\": \"reflect\"}",
-           GROVE_E_UNSUPPORTED, "$.module.padding_mode: only padding_mode=\"zeros\"");
+  json_err(
+      "{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
+      "\"padding_mode\": \"reflect\"}",
+      GROVE_E_UNSUPPORTED, "$.module.padding_mode: only padding_mode=\"zeros\"");
   json_err("{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4}", GROVE_E_SPEC,
            "$.module.kernel_size: missing required argument of Conv2d");
   json_err("{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": [3]}",
-           GROVE_E_SPEC, "$.module.kernel_size: expected an integer in [1, 1048576] or a list of 2");
-  json_err("{\"type\": \"Conv1d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
-           "\"groups\": 2}",
-           GROVE_E_SPEC, "$.module.groups: in_channels (3) and out_channels (4) must both be");
-  json_err("{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
-           "\"padding\": \"full\"}",
-           GROVE_E_SPEC, "$.module.padding: expected one of \"same\", \"valid\"");
-  json_err("{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
-           "\"stride\": 2, \"padding\": \"same\"}",
-           GROVE_E_SPEC, "$.module: Conv2d: padding='same' is not supported for strided");
+           GROVE_E_SPEC,
+           "$.module.kernel_size: expected an integer in [1, 1048576] or a list of 2");
+  json_err(
+      "{\"type\": \"Conv1d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
+      "\"groups\": 2}",
+      GROVE_E_SPEC, "$.module.groups: in_channels (3) and out_channels (4) must both be");
+  json_err(
+      "{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
+      "\"padding\": \"full\"}",
+      GROVE_E_SPEC, "$.module.padding: expected one of \"same\", \"valid\"");
+  json_err(
+      "{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
+      "\"stride\": 2, \"padding\": \"same\"}",
+      GROVE_E_SPEC, "$.module: Conv2d: padding='same' is not supported for strided");
   json_err("{\"type\": \"MaxPool2d\", \"kernel_size\": 2, \"return_indices\": true}",
            GROVE_E_UNSUPPORTED, "$.module.return_indices");
   json_err("{\"type\": \"MaxPool2d\", \"kernel_size\": 2, \"padding\": 2}", GROVE_E_SPEC,
@@ -391,9 +450,10 @@ START_TEST(test_json_errors) {
            "$.module.output_size: expected a positive integer or a list of 2");
   json_err("{\"type\": \"BatchNorm2d\", \"num_features\": 4, \"eps\": -1}", GROVE_E_SPEC,
            "$.module.eps: expected a non-negative number, got -1");
-  json_err("{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
-           "\"children\": []}",
-           GROVE_E_SPEC, "$.module.children: a Conv2d has no children");
+  json_err(
+      "{\"type\": \"Conv2d\", \"in_channels\": 3, \"out_channels\": 4, \"kernel_size\": 3, "
+      "\"children\": []}",
+      GROVE_E_SPEC, "$.module.children: a Conv2d has no children");
 }
 END_TEST
 

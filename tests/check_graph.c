@@ -26,11 +26,11 @@
 #define ATOL 1e-5
 
 static const char *const cases[] = {
-    "add_tensor", "add_broadcast", "sub_scalar", "mul_div",     "matmul",
-    "activations", "softmax",      "dropout_flatten", "reshape_view", "permute_transpose",
-    "cat",        "mean_sum",      "getitem",    "sizes",       "attn_tuple",
-    "get_attr",   "multi_io",      "nested",     "resnet_fused", "resnet_b1",  "linear_relu",
-    "holder",     "embed_mean",
+    "add_tensor",  "add_broadcast", "sub_scalar",      "mul_div",      "matmul",
+    "activations", "softmax",       "dropout_flatten", "reshape_view", "permute_transpose",
+    "cat",         "mean_sum",      "getitem",         "sizes",        "attn_tuple",
+    "get_attr",    "multi_io",      "nested",          "resnet_fused", "resnet_b1",
+    "linear_relu", "holder",        "embed_mean",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -184,7 +184,7 @@ END_TEST
 
 /* ------------------------------------------------------------ hand-written graphs */
 
-#define DOC_HEAD                                                                         \
+#define DOC_HEAD                                                                            \
   "{\"format\": \"grove.model/1\", \"inputs\": [{\"name\": \"x\", \"dtype\": \"float32\", " \
   "\"shape\": [-1, 4]}], \"module\": "
 
@@ -208,18 +208,20 @@ static void spec_err(const char *module, grove_status code, const char *needle) 
 
 #define PH "{\"op\": \"placeholder\", \"name\": \"x\"}"
 #define OUT(n) "{\"op\": \"output\", \"name\": \"output\", \"args\": [{\"node\": \"" n "\"}]}"
-#define FN(name, target, args) \
-  "{\"op\": \"call_function\", \"name\": \"" name "\", \"target\": \"" target "\", \"args\": " args "}"
+#define FN(name, target, args)                                                \
+  "{\"op\": \"call_function\", \"name\": \"" name "\", \"target\": \"" target \
+  "\", \"args\": " args "}"
 #define G(nodes) "{\"type\": \"Net\", \"graph\": [" nodes "]}"
-#define GC(children, nodes) "{\"type\": \"Net\", \"children\": " children ", \"graph\": [" nodes "]}"
+#define GC(children, nodes) \
+  "{\"type\": \"Net\", \"children\": " children ", \"graph\": [" nodes "]}"
 
 START_TEST(test_spec_errors) {
   spec_err(G(PH "," FN("s", "sin", "[{\"node\": \"x\"}]") "," OUT("s")), GROVE_E_UNSUPPORTED,
            "$.module.graph[1].target: \"sin\" is not an operation Grove runs (supported: add,");
   spec_err(G(PH "," FN("a", "add", "[{\"node\": \"y\"}, 1]") "," OUT("a")), GROVE_E_SPEC,
            "$.module.graph[1].args[0].node: \"y\" names no node of the graph");
-  spec_err(G(PH "," FN("a", "add", "[{\"node\": \"b\"}, 1]") "," FN("b", "relu",
-                                                                    "[{\"node\": \"x\"}]") "," OUT("a")),
+  spec_err(G(PH "," FN("a", "add", "[{\"node\": \"b\"}, 1]") "," FN(
+               "b", "relu", "[{\"node\": \"x\"}]") "," OUT("a")),
            GROVE_E_SPEC, "$.module.graph[1].args[0].node: \"b\" is defined after this node");
   spec_err(G(PH "," FN("x", "relu", "[{\"node\": \"x\"}]") "," OUT("x")), GROVE_E_SPEC,
            "$.module.graph[1].name: \"x\" is the name of an earlier node");
@@ -246,15 +248,19 @@ START_TEST(test_spec_errors) {
   spec_err(G(PH ",{\"op\": \"call_op\", \"name\": \"a\", \"target\": \"relu\"}," OUT("a")),
            GROVE_E_SPEC, "$.module.graph[1].op: \"call_op\" is not a torch.fx node kind");
   spec_err(G(PH "," FN("a", "add", "[{\"node\": \"x\"}, {\"tensor\": 1}]") "," OUT("a")),
-           GROVE_E_SPEC, "$.module.graph[1].args[1]: expected a constant, a list, {\"node\": NAME}");
-  spec_err("{\"type\": \"Net\", \"grap\": []}", GROVE_E_SPEC, "$.module.type: \"Net\" is not a module type");
+           GROVE_E_SPEC,
+           "$.module.graph[1].args[1]: expected a constant, a list, {\"node\": NAME}");
+  spec_err("{\"type\": \"Net\", \"grap\": []}", GROVE_E_SPEC,
+           "$.module.type: \"Net\" is not a module type");
   spec_err("{\"type\": \"Net\", \"graph\": [], \"bias\": 1}", GROVE_E_SPEC,
            "$.module.bias: unknown key of a module with a graph");
-  spec_err("{\"type\": \"my-net\", \"graph\": []}", GROVE_E_SPEC, "$.module.type: expected the "
+  spec_err("{\"type\": \"my-net\", \"graph\": []}", GROVE_E_SPEC,
+           "$.module.type: expected the "
            "module's Python class name");
-  spec_err("{\"type\": \"Net\", \"graph\": [], \"buffers\": {\"b\": {\"shape\": [2], "
-           "\"persistent\": false}}}",
-           GROVE_E_UNSUPPORTED, "$.module.buffers.b.persistent: a non-persistent buffer");
+  spec_err(
+      "{\"type\": \"Net\", \"graph\": [], \"buffers\": {\"b\": {\"shape\": [2], "
+      "\"persistent\": false}}}",
+      GROVE_E_UNSUPPORTED, "$.module.buffers.b.persistent: a non-persistent buffer");
   spec_err("{\"type\": \"Net\", \"graph\": [], \"parameters\": {\"p\": {\"shape\": [-2]}}}",
            GROVE_E_SPEC, "$.module.parameters.p.shape: expected a list of at most 8");
   /* call_module: masks and constants are refused, naming the node. */
@@ -280,12 +286,18 @@ END_TEST
 START_TEST(test_runtime_errors) {
   grove_err err = {0};
   grove_model *m = NULL;
-  ck_assert_ok(from_module(G(PH "," FN("t", "transpose", "[{\"node\": \"x\"}, 0, 1]") ","
-                                "{\"op\": \"call_function\", \"name\": \"bad_add\", \"target\": "
-                                "\"add\", \"args\": [{\"node\": \"x\"}, {\"node\": \"t\"}], "
-                                "\"source\": \"net.py:12: y = x + t\"}," OUT("bad_add")),
-                           &m, &err),
-               &err);
+  ck_assert_ok(
+      from_module(
+          G(PH "," FN(
+              "t", "transpose",
+              "[{\"node\": \"x\"}, 0, 1]") ","
+                                           "{\"op\": \"call_function\", \"name\": \"bad_add\", "
+                                           "\"target\": "
+                                           "\"add\", \"args\": [{\"node\": \"x\"}, {\"node\": "
+                                           "\"t\"}], "
+                                           "\"source\": \"net.py:12: y = x + t\"}," OUT("bad_add")),
+          &m, &err),
+      &err);
   float buf[12] = {0};
   int64_t shape[2] = {3, 4};
   grove_tensor x;
@@ -293,8 +305,9 @@ START_TEST(test_runtime_errors) {
   grove_arena *a = grove_arena_new(0);
   grove_values out;
   ck_assert_status(grove_model_forward(m, a, &x, 1, &out, &err), GROVE_E_SHAPE);
-  ck_assert_msg(strstr(err.msg, "the root module (Net): graph node 'bad_add' (add, net.py:12: y = "
-                                "x + t): the shapes [3, 4] and [4, 3] cannot be broadcast"),
+  ck_assert_msg(strstr(err.msg,
+                       "the root module (Net): graph node 'bad_add' (add, net.py:12: y = "
+                       "x + t): the shapes [3, 4] and [4, 3] cannot be broadcast"),
                 "%s", err.msg);
   grove_arena_free(a);
   grove_model_free(m);
@@ -329,8 +342,9 @@ START_TEST(test_liveness) {
   char names[40][8];
   for (int i = 0; i < 40; i++) {
     snprintf(names[i], sizeof names[i], "n%d", i & 63);
-    p += sprintf(p, ",{\"op\": \"call_function\", \"name\": \"%s\", \"target\": \"%s\", \"args\": "
-                    "[{\"node\": \"%s\"}%s]}",
+    p += sprintf(p,
+                 ",{\"op\": \"call_function\", \"name\": \"%s\", \"target\": \"%s\", \"args\": "
+                 "[{\"node\": \"%s\"}%s]}",
                  names[i], i % 2 ? "tanh" : "mul", prev, i % 2 ? "" : ", 0.5");
     prev = names[i];
   }
@@ -404,16 +418,21 @@ END_TEST
 START_TEST(test_state_dict) {
   grove_err err = {0};
   grove_model *m = NULL;
-  ck_assert_ok(from_module("{\"type\": \"Net\", \"parameters\": {\"cls\": {\"shape\": [1, 4]}, "
-                           "\"none\": null}, \"buffers\": {\"ids\": {\"shape\": [3], \"dtype\": "
-                           "\"int64\"}}, \"children\": {\"fc\": {\"type\": \"Linear\", "
-                           "\"in_features\": 4, \"out_features\": 2}}, \"graph\": [" PH ","
-                           "{\"op\": \"get_attr\", \"name\": \"c\", \"target\": \"cls\"},"
-                           FN("a", "add", "[{\"node\": \"x\"}, {\"node\": \"c\"}]") ","
-                           "{\"op\": \"call_module\", \"name\": \"fc\", \"target\": \"fc\", "
-                           "\"args\": [{\"node\": \"a\"}]}," OUT("fc") "]}",
-                           &m, &err),
-               &err);
+  ck_assert_ok(
+      from_module(
+          "{\"type\": \"Net\", \"parameters\": {\"cls\": {\"shape\": [1, 4]}, "
+          "\"none\": null}, \"buffers\": {\"ids\": {\"shape\": [3], \"dtype\": "
+          "\"int64\"}}, \"children\": {\"fc\": {\"type\": \"Linear\", "
+          "\"in_features\": 4, \"out_features\": 2}}, \"graph\": [" PH ","
+          "{\"op\": \"get_attr\", \"name\": \"c\", \"target\": \"cls\"}," FN(
+              "a", "add",
+              "[{\"node\": \"x\"}, {\"node\": \"c\"}]") ","
+                                                        "{\"op\": \"call_module\", \"name\": "
+                                                        "\"fc\", \"target\": \"fc\", "
+                                                        "\"args\": [{\"node\": \"a\"}]}," OUT(
+                                                            "fc") "]}",
+          &m, &err),
+      &err);
   grove_state_dict *sd = grove_sd_new();
   ck_assert_ok(grove_module_state_dict(m->root, NULL, sd, &err), &err);
   ck_assert_uint_eq(grove_sd_count(sd), 4);
@@ -423,8 +442,9 @@ START_TEST(test_state_dict) {
   ck_assert_str_eq(grove_sd_key(sd, 2), "fc.weight");
   ck_assert(grove_sd_remove(sd, "cls"));
   ck_assert_status(grove_module_load_state_dict(m->root, sd, NULL, NULL, &err), GROVE_E_STATE_DICT);
-  ck_assert_msg(strstr(err.msg, "Error(s) in loading state_dict for Net:\n\tMissing key(s) in "
-                                "state_dict: \"cls\""),
+  ck_assert_msg(strstr(err.msg,
+                       "Error(s) in loading state_dict for Net:\n\tMissing key(s) in "
+                       "state_dict: \"cls\""),
                 "%s", err.msg);
   grove_sd_free(sd);
   grove_model_free(m);
