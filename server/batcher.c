@@ -183,7 +183,7 @@ static void schedule(srv_server *srv) {
     for (size_t k = 0; k < srv->nmodels; k++) {
       size_t i = (srv->rr + k) % srv->nmodels;
       srv_model *m = &srv->models[i];
-      if (!m->head || !m->current) continue;
+      if (!m->head || !m->current || m->paused) continue; /* paused: an in-place reload */
       const grove_batching *bc = &m->current->model->batching;
       int64_t due = m->head->t_recv + bc->max_queue_delay_us * 1000;
       if (draining || m->queued_rows >= bc->max_batch_size || m->running == 0 || now >= due) {
@@ -219,6 +219,8 @@ static void on_closed(uv_handle_t *h) {
 static void shut_down(srv_server *srv) {
   grove__workers_stop(srv);
   grove__rpc_stop(srv);
+  grove__reload_close(srv);
+  grove__export_close(srv);
   uv_close((uv_handle_t *)&srv->async, on_closed);
   uv_close((uv_handle_t *)&srv->sig_term, on_closed);
   uv_close((uv_handle_t *)&srv->sig_int, on_closed);
@@ -231,7 +233,7 @@ static bool quiescent(srv_server *srv) {
   for (size_t i = 0; i < srv->nmodels; i++)
     if (srv->models[i].head || srv->models[i].running) return false;
   return atomic_load(&srv->inflight) == 0 && atomic_load(&srv->sending) == 0 &&
-         srv->nidle == (size_t)srv->workers;
+         srv->nidle == (size_t)srv->workers && grove__admin_idle(srv);
 }
 
 static bool stopped;
@@ -294,6 +296,7 @@ static void on_async(uv_async_t *h) {
     reqs = r->next;
     enqueue(srv, r);
   }
+  if (!stopped) grove__reload_poll(srv); /* an in-place reload waiting for idle workers */
   if (!stopped) schedule(srv);
   if (atomic_load(&srv->draining)) check_drained(srv);
 }
@@ -310,9 +313,7 @@ static void on_timer(uv_poll_t *h, int status, int events) {
 static void on_signal(uv_signal_t *h, int signum) {
   srv_server *srv = h->data;
   if (signum == SIGHUP) {
-    grove__slog(GROVE_LOG_WARN, "reload.unsupported",
-                "SIGHUP: reloading models from their directories arrives with hot reload "
-                "(issue 6); nothing changed");
+    grove__reload_all(srv, "SIGHUP");
     return;
   }
   grove__slog(GROVE_LOG_INFO, "server.signal", "%s received",

@@ -3,6 +3,7 @@
  *   groved [--model-repo DIR] [--model [NAME=]DIR]... [--listen URL]...
  *          [--pub URL] [--http HOST:PORT|none] [--workers N] [--blas-threads N]
  *          [--log-level LEVEL] [--max-request-bytes N] [--drain-timeout SECONDS]
+ *          [--watch] [--watch-debounce-ms N] [--reload-in-place]
  *
  * Start-up order: flags, compute threads (before any model opens: opening
  * runs a trial forward), models, the loop, workers, the NNG socket, HTTP,
@@ -50,10 +51,15 @@ static const char usage_text[] =
     "  --max-request-bytes N   refuse larger requests with INVALID_ARGUMENT (default 64 MiB)\n"
     "  --drain-timeout S       on SIGTERM, answer what is queued for at most S seconds\n"
     "                          (default 30)\n"
+    "  --watch                 reload a model when its weights file (or model.json) is\n"
+    "                          replaced, e.g. written to a temporary name and renamed in\n"
+    "  --watch-debounce-ms N   wait for N ms without changes before reloading (default 500)\n"
+    "  --reload-in-place       SIGHUP and --watch load new weights into the serving tree\n"
+    "                          (the model pauses) instead of building a second one\n"
     "  --version, -h/--help\n"
     "\n"
     "Signals: SIGTERM/SIGINT drain (queued requests are answered, new ones get UNAVAILABLE)\n"
-    "and exit 0; SIGHUP is logged (reload arrives with hot reload).\n"
+    "and exit 0; SIGHUP reloads every model from its directory (docs/operations.md).\n"
     "See docs/operations.md.\n";
 
 static int usage(const char *fmt, const char *arg) {
@@ -96,6 +102,9 @@ enum {
   OPT_DRAIN,
   OPT_TEST_DELAY,
   OPT_VERSION,
+  OPT_WATCH,
+  OPT_WATCH_DEBOUNCE,
+  OPT_RELOAD_IN_PLACE,
 };
 
 static int parse_flags(int argc, char **argv, srv_config *cfg) {
@@ -115,12 +124,16 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
        * without racing the clock.  docs/operations.md says so. */
       {"test-batch-delay-ms", required_argument, NULL, OPT_TEST_DELAY},
       {"version", no_argument, NULL, OPT_VERSION},
+      {"watch", no_argument, NULL, OPT_WATCH},
+      {"watch-debounce-ms", required_argument, NULL, OPT_WATCH_DEBOUNCE},
+      {"reload-in-place", no_argument, NULL, OPT_RELOAD_IN_PLACE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   cfg->http = DEFAULT_HTTP;
   cfg->pub = DEFAULT_PUB;
   cfg->max_request_bytes = DEFAULT_MAX_REQUEST;
   cfg->drain_timeout_ms = 30000;
+  cfg->watch_debounce_ms = 500;
   cfg->log_level = GROVE_LOG_INFO;
   opterr = 0;
   int c;
@@ -196,6 +209,17 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
         if (!parse_long(optarg, 0, 60000, &v))
           return usage("--test-batch-delay-ms wants 0 to 60000, not '%s'", optarg);
         cfg->test_batch_delay_ms = (int)v;
+        break;
+      case OPT_WATCH:
+        cfg->watch = true;
+        break;
+      case OPT_WATCH_DEBOUNCE:
+        if (!parse_long(optarg, 0, 600000, &v))
+          return usage("--watch-debounce-ms wants 0 to 600000, not '%s'", optarg);
+        cfg->watch_debounce_ms = (int)v;
+        break;
+      case OPT_RELOAD_IN_PLACE:
+        cfg->reload_in_place = true;
         break;
       case OPT_VERSION:
         printf("groved %s (protocol %d)\n", GROVE_VERSION,
@@ -277,7 +301,8 @@ int main(int argc, char **argv) {
   if (srv.nmodels == 0)
     grove__slog(GROVE_LOG_WARN, "server.no_models",
                 "no model configured (--model, --model-repo): every predict gets NOT_FOUND");
-  if ((s = grove__batcher_init(&srv, &err)) || (s = grove__workers_start(&srv, &err)) ||
+  if ((s = grove__batcher_init(&srv, &err)) || (s = grove__reload_start(&srv, &err)) ||
+      (s = grove__export_start(&srv, &err)) || (s = grove__workers_start(&srv, &err)) ||
       (s = grove__rpc_start(&srv, &err)) || (s = grove__http_start(&srv, &err))) {
     grove__slog(GROVE_LOG_ERROR, "server.start_failed", "%s", grove_err_msg(&err));
     rc = 1;
@@ -303,6 +328,8 @@ out:
   grove__http_stop(&srv);
   grove__batcher_close(&srv);
   grove__workers_free(&srv);
+  grove__export_free(&srv);
+  grove__reload_free(&srv);
   grove__registry_free(&srv);
   free_flags(&srv.cfg);
   return rc;

@@ -25,7 +25,12 @@ void grove__version_retain(srv_version *v) {
 void grove__version_release(srv_version *v) {
   if (!v) return;
   if (atomic_fetch_sub_explicit(&v->refs, 1, memory_order_acq_rel) == 1) {
-    grove_model_free(v->model);
+    /* A version made by an in-place reload shares its base's tree. */
+    if (v->base)
+      grove__version_release(v->base);
+    else
+      grove_model_free(v->model);
+    free(v->weights_path);
     free(v);
   }
 }
@@ -135,7 +140,7 @@ static grove_status scan_repo(const char *repo, pending **list, size_t *n, size_
 
 /* What groved needs beyond what grove_model_open checks: declared inputs
  * with a batch dimension, and no more of them than a request carries. */
-static grove_status check_servable(const grove_model *m, grove_err *err) {
+grove_status grove__model_check_servable(const grove_model *m, grove_err *err) {
   if (m->ninputs == 0)
     return grove_err_set(err, GROVE_E_SPEC,
                          "model.json declares no inputs; groved needs "
@@ -165,7 +170,7 @@ static grove_status load_one(srv_model *sm, bool name_given, grove_err *oerr) {
   grove_model *m = NULL;
   int64_t t0 = grove__now_ns();
   grove_status s = grove_model_open(sm->dir, NULL, &m, &err);
-  if (!s) s = check_servable(m, &err);
+  if (!s) s = grove__model_check_servable(m, &err);
   if (s) {
     grove_model_free(m);
     sm->error = strdup(grove_err_msg(&err));

@@ -195,7 +195,9 @@ static bool meta_fill(srv_model *m, Grove__ModelMetadata *md, meta_tmp *tmp) {
   md->version = v->number;
   md->param_count = gm->param_count;
   md->weight_bytes = gm->weight_bytes;
-  md->weights_path = gm->weights_path ? gm->weights_path : "";
+  md->dir = gm->dir ? gm->dir : m->dir; /* a reload may serve another directory */
+  /* An in-place reload names its own weights file on the version. */
+  md->weights_path = v->weights_path ? v->weights_path : gm->weights_path ? gm->weights_path : "";
   grove__batching__init(&tmp->batching);
   tmp->batching.max_batch_size = gm->batching.max_batch_size;
   tmp->batching.max_queue_delay_us = gm->batching.max_queue_delay_us;
@@ -476,6 +478,14 @@ static void handle(srv_req *r, nng_msg *msg) {
     case GROVE__REQUEST__BODY_MODEL_METADATA:
       r->counted = false;
       reply_metadata(r);
+      return;
+    case GROVE__REQUEST__BODY_RELOAD: /* reload.c */
+      r->counted = false;
+      grove__reload_handle(r);
+      return;
+    case GROVE__REQUEST__BODY_EXPORT_STATE_DICT: /* export.c */
+      r->counted = false;
+      grove__export_handle(r);
       return;
     default:
       grove__rpc_reply_error(r, GROVE_E_UNSUPPORTED,

@@ -357,9 +357,10 @@ void grove__reload_poll(srv_server *srv);
 bool grove__admin_idle(srv_server *srv);
 /* Runs fn(srv, arg) on the loop thread soon (any thread).  The job counts as
  * in progress until grove__admin_done; if the server shuts down first, fn is
- * never called and cancel(arg) is (cancel may be NULL). */
-void grove__admin_post(srv_server *srv, void (*fn)(srv_server *, void *),
-                       void (*cancel)(void *), void *arg);
+ * never called and cancel(arg) is (cancel may be NULL).  Returns false, and
+ * posts nothing, when out of memory. */
+bool grove__admin_post(srv_server *srv, void (*fn)(srv_server *, void *), void (*cancel)(void *),
+                       void *arg);
 void grove__admin_done(srv_server *srv);
 /* The loop is shutting down: jobs finishing in libuv's pool must not reply
  * (their requests are gone).  Any thread. */
