@@ -10,13 +10,17 @@
  * Messages of failures found on the client side begin with "grove client: "
  * (grove_client_failed_locally reads that); everything else in err is the
  * server's own message. */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -269,9 +273,10 @@ static void sslot_put(grove_client *c, sslot *sl) {
   pthread_mutex_unlock(&c->mu);
 }
 
-/* Sends m (taken) and waits at most timeout_ms for the reply, decoded. */
-static grove_status roundtrip(grove_client *c, nng_msg *m, int timeout_ms, Grove__Reply **out,
-                              grove_err *err) {
+/* Sends m (taken) and waits at most timeout_ms for the reply message
+ * (*out, the caller's). */
+static grove_status exchange(grove_client *c, nng_msg *m, int timeout_ms, nng_msg **out,
+                             grove_err *err) {
   *out = NULL;
   sslot *sl = sslot_get(c, err);
   if (!sl) {
@@ -301,7 +306,17 @@ static grove_status roundtrip(grove_client *c, nng_msg *m, int timeout_ms, Grove
   nng_aio_set_msg(sl->aio, NULL);
   sslot_put(c, sl);
   if (rv) return transport_error(c, rv, timeout_ms, err);
-  return decode(c, rep, out, err);
+  *out = rep;
+  return GROVE_OK;
+}
+
+/* Sends m (taken) and waits at most timeout_ms for the reply, decoded. */
+static grove_status roundtrip(grove_client *c, nng_msg *m, int timeout_ms, Grove__Reply **out,
+                              grove_err *err) {
+  *out = NULL;
+  nng_msg *rep = NULL;
+  grove_status s = exchange(c, m, timeout_ms, &rep, err);
+  return s ? s : decode(c, rep, out, err);
 }
 
 static grove_status call(grove_client *c, Grove__Request *req, int timeout_ms, Grove__Reply **out,
@@ -697,4 +712,295 @@ grove_status grove_client_model_info(grove_client *c, const char *model, int tim
   }
   *out = m;
   return GROVE_OK;
+}
+
+/* ------------------------------------------------------------ reload */
+
+/* Like decode, but a reply with a status other than 0 is returned too (*out,
+ * the caller frees it): a failed Reload carries the lists of what did not
+ * fit. */
+static grove_status decode_keep(grove_client *c, nng_msg *rep, Grove__Reply **out,
+                                grove_err *err) {
+  *out = NULL;
+  size_t len = nng_msg_len(rep);
+  Grove__Reply *r = grove__reply__unpack(NULL, len, nng_msg_body(rep));
+  nng_msg_free(rep);
+  if (!r)
+    return grove_err_set(err, GROVE_E_FORMAT,
+                         LOCAL_PREFIX "%s answered %zu bytes that are not a grove.Reply", c->urls,
+                         len);
+  *out = r;
+  if (r->status == 0) return GROVE_OK;
+  grove_status s = (grove_status)r->status;
+  return grove_err_set(err, s, "%s", r->message && *r->message ? r->message : grove_strerror(s));
+}
+
+static void strv_free(char **v, size_t n) {
+  for (size_t i = 0; v && i < n; i++) free(v[i]);
+  free(v);
+}
+
+static char **strv_dup(char **w, size_t n, bool *oom) {
+  char **v = calloc(n ? n : 1, sizeof *v);
+  if (!v) {
+    *oom = true;
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (!(v[i] = dup_str(w[i]))) *oom = true;
+  return v;
+}
+
+void grove_reload_result_fini(grove_reload_result *r) {
+  if (!r) return;
+  free(r->weights_path);
+  free(r->dir);
+  strv_free(r->missing, r->n_missing);
+  strv_free(r->unexpected, r->n_unexpected);
+  strv_free(r->errors, r->n_errors);
+  memset(r, 0, sizeof *r);
+}
+
+grove_status grove_client_reload(grove_client *c, const char *model, const grove_reload_opts *opts,
+                                 int timeout_ms, grove_reload_result *out, grove_err *err) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!c || !model || !out)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "reload: needs a client, a model and somewhere for the result");
+  Grove__ReloadRequest rq = GROVE__RELOAD_REQUEST__INIT;
+  rq.model = (char *)model;
+  if (opts) {
+    rq.checkpoint = (char *)(opts->checkpoint ? opts->checkpoint : "");
+    rq.model_dir = (char *)(opts->model_dir ? opts->model_dir : "");
+    rq.non_strict = opts->non_strict;
+    rq.in_place = opts->in_place;
+  }
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.body_case = GROVE__REQUEST__BODY_RELOAD;
+  req.reload = &rq;
+  nng_msg *m = encode(c, &req), *rep = NULL;
+  if (!m) return nomem(err);
+  grove_status s = exchange(c, m, timeout_of(c, timeout_ms), &rep, err);
+  if (s) return s;
+  Grove__Reply *r = NULL;
+  s = decode_keep(c, rep, &r, err);
+  if (!r) return s;
+  if (r->body_case == GROVE__REPLY__BODY_RELOAD) {
+    const Grove__ReloadReply *w = r->reload;
+    bool oom = false;
+    out->version = w->version;
+    out->previous_version = w->previous_version;
+    out->duration_us = w->duration_us;
+    out->pause_us = w->pause_us;
+    out->in_place = w->in_place;
+    if (!(out->weights_path = dup_str(w->weights_path)) || !(out->dir = dup_str(w->dir)))
+      oom = true;
+    out->missing = strv_dup(w->missing_keys, w->n_missing_keys, &oom);
+    out->n_missing = out->missing ? w->n_missing_keys : 0;
+    out->unexpected = strv_dup(w->unexpected_keys, w->n_unexpected_keys, &oom);
+    out->n_unexpected = out->unexpected ? w->n_unexpected_keys : 0;
+    out->errors = strv_dup(w->errors, w->n_errors, &oom);
+    out->n_errors = out->errors ? w->n_errors : 0;
+    if (oom && !s) s = nomem(err);
+  } else if (!s) {
+    s = grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to reload holds no result");
+  }
+  grove__reply__free_unpacked(r, NULL);
+  return s;
+}
+
+/* ------------------------------------------------------------ export */
+
+#define EXPORT_CHUNK ((size_t)8 << 20)
+
+/* One ExportStateDict round trip; *out is the caller's. */
+static grove_status export_call(grove_client *c, Grove__ExportStateDictRequest *q, int timeout_ms,
+                                Grove__Reply **out, grove_err *err) {
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.body_case = GROVE__REQUEST__BODY_EXPORT_STATE_DICT;
+  req.export_state_dict = q;
+  grove_status s = call(c, &req, timeout_ms, out, err);
+  if (s) return s;
+  if ((*out)->body_case != GROVE__REPLY__BODY_EXPORT_STATE_DICT) {
+    grove__reply__free_unpacked(*out, NULL);
+    *out = NULL;
+    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to export holds no data");
+  }
+  return GROVE_OK;
+}
+
+/* Releases export id on the server (best effort: an export left open
+ * expires there anyway). */
+static void export_abandon(grove_client *c, uint64_t id, int timeout_ms) {
+  Grove__ExportStateDictRequest q = GROVE__EXPORT_STATE_DICT_REQUEST__INIT;
+  q.export_id = id;
+  q.close = true;
+  Grove__Reply *r = NULL;
+  grove_err ignore = {0};
+  if (!export_call(c, &q, timeout_ms, &r, &ignore)) grove__reply__free_unpacked(r, NULL);
+}
+
+grove_status grove_client_export(grove_client *c, const char *model, grove_ckpt_format format,
+                                 const grove_export_opts *opts, int timeout_ms,
+                                 grove_export_sink sink, void *user, grove_export_info *info,
+                                 grove_err *err) {
+  if (info) memset(info, 0, sizeof *info);
+  if (!c || !model || !sink ||
+      (format != GROVE_CKPT_SAFETENSORS && format != GROVE_CKPT_TORCH_ZIP))
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "export: needs a client, a model, a sink and the format "
+                                      "safetensors or pt");
+  int ms = timeout_of(c, timeout_ms);
+  size_t chunk = opts && opts->chunk_bytes ? opts->chunk_bytes : EXPORT_CHUNK;
+  Grove__ExportStateDictRequest q = GROVE__EXPORT_STATE_DICT_REQUEST__INIT;
+  q.model = (char *)model;
+  q.format = (int32_t)format;
+  q.prefix = (char *)(opts && opts->prefix ? opts->prefix : "");
+  q.archive_name = (char *)(opts && opts->archive_name ? opts->archive_name : "");
+  q.length = chunk;
+  Grove__Reply *r = NULL;
+  grove_status s = export_call(c, &q, ms, &r, err);
+  if (s) return s;
+  const Grove__ExportStateDictReply *e = r->export_state_dict;
+  uint64_t id = e->export_id, total = e->total_size, offset = 0;
+  int64_t version = e->version;
+  if (info) {
+    info->version = version;
+    info->total_size = total;
+    info->tensors = e->tensors;
+  }
+  bool closed = e->closed;
+  for (;;) {
+    const Grove__ExportStateDictReply *x = r->export_state_dict;
+    if (x->export_id != id || x->version != version || x->total_size != total ||
+        x->offset != offset || x->data.len > total - offset || (x->data.len == 0 && offset < total))
+      s = grove_err_set(err, GROVE_E_FORMAT,
+                        LOCAL_PREFIX "export %" PRIu64 ": the server sent bytes [%" PRIu64
+                                     ", +%zu) of version %" PRId64 " where [%" PRIu64
+                                     ", ...) of version %" PRId64 " was due",
+                        id, x->offset, x->data.len, x->version, offset, version);
+    if (!s && x->data.len) s = sink(user, x->data.data, x->data.len, err);
+    if (!s) offset += x->data.len;
+    closed = x->closed;
+    grove__reply__free_unpacked(r, NULL);
+    r = NULL;
+    if (s || offset == total) break;
+    Grove__ExportStateDictRequest f = GROVE__EXPORT_STATE_DICT_REQUEST__INIT;
+    f.model = (char *)model;
+    f.export_id = id;
+    f.offset = offset;
+    f.length = total - offset < chunk ? total - offset : chunk;
+    f.close = offset + f.length >= total;
+    if ((s = export_call(c, &f, ms, &r, err))) break;
+  }
+  if (!closed) export_abandon(c, id, ms);
+  return s;
+}
+
+typedef struct file_sink {
+  int fd;
+  const char *path;
+} file_sink;
+
+static grove_status write_sink(void *user, const void *data, size_t len, grove_err *err) {
+  file_sink *f = user;
+  const uint8_t *p = data;
+  while (len > 0) {
+    ssize_t w = write(f->fd, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0)
+      return grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: write failed: %s", f->path,
+                           strerror(errno));
+    p += w;
+    len -= (size_t)w;
+  }
+  return GROVE_OK;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+grove_status grove_client_export_file(grove_client *c, const char *model, const char *path,
+                                      bool overwrite, const grove_export_opts *opts,
+                                      int timeout_ms, grove_export_info *info, grove_err *err) {
+  if (info) memset(info, 0, sizeof *info);
+  if (!c || !model || !path || !*path)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "export: needs a client, a model and a file name");
+  grove_ckpt_format format;
+  if (ends_with(path, ".safetensors"))
+    format = GROVE_CKPT_SAFETENSORS;
+  else if (ends_with(path, ".pt") || ends_with(path, ".pth") || ends_with(path, ".bin"))
+    format = GROVE_CKPT_TORCH_ZIP;
+  else
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "%s: the name must end in .safetensors, .pt, .pth or .bin "
+                                      "(it says which format to write)",
+                         path);
+  struct stat st;
+  if (!overwrite && lstat(path, &st) == 0)
+    return grove_err_set(err, GROVE_E_ALREADY_EXISTS,
+                         LOCAL_PREFIX "%s exists; --force overwrites it", path);
+  /* A temporary sibling (hidden, so a model repository scan skips it). */
+  const char *slash = strrchr(path, '/');
+  size_t dlen = slash ? (size_t)(slash - path) : 0;
+  const char *base = slash ? slash + 1 : path;
+  size_t tn = dlen + strlen(base) + 32;
+  char *tmp = malloc(tn);
+  char *dir = malloc(dlen + 2);
+  char *archive = grove_torch_archive_name(path);
+  if (!tmp || !dir || !archive) {
+    free(tmp);
+    free(dir);
+    free(archive);
+    return nomem(err);
+  }
+  if (slash) {
+    memcpy(dir, path, dlen ? dlen : 1);
+    dir[dlen ? dlen : 1] = 0;
+  } else {
+    strcpy(dir, ".");
+  }
+  snprintf(tmp, tn, "%.*s%s.%s.tmp-XXXXXX", (int)dlen, path, slash ? "/" : "", base);
+  grove_status s = GROVE_OK;
+  int fd = mkstemp(tmp);
+  if (fd < 0) {
+    s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: cannot create a temporary file: %s", tmp,
+                      strerror(errno));
+  } else {
+    fchmod(fd, 0644);
+    grove_export_opts o = opts ? *opts : (grove_export_opts){0};
+    o.archive_name = archive;
+    file_sink f = {fd, path};
+    s = grove_client_export(c, model, format, &o, timeout_ms, write_sink, &f, info, err);
+    if (!s && fsync(fd) != 0)
+      s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: fsync: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && !s)
+      s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: close: %s", tmp, strerror(errno));
+    if (!s && !overwrite) {
+      /* link() refuses an existing name: a file that appeared meanwhile is
+       * not replaced. */
+      if (link(tmp, path) != 0)
+        s = errno == EEXIST ? grove_err_set(err, GROVE_E_ALREADY_EXISTS,
+                                            LOCAL_PREFIX "%s exists; --force overwrites it", path)
+                            : grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: %s", path,
+                                            strerror(errno));
+    } else if (!s && rename(tmp, path) != 0) {
+      s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: rename: %s", path, strerror(errno));
+    }
+    if (s || !overwrite) unlink(tmp); /* after link(), or after a failure */
+    if (!s) {
+      int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+      if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+      }
+    }
+  }
+  free(tmp);
+  free(dir);
+  free(archive);
+  return s;
 }

@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "grove/checkpoint.h"
 #include "grove/model.h"
 #include "grove/status.h"
 #include "grove/tensor.h"
@@ -150,6 +151,80 @@ void grove_server_status_free(grove_server_status *s);
 grove_status grove_client_model_info(grove_client *c, const char *model, int timeout_ms,
                                      grove_model_info **out, grove_err *err);
 void grove_model_info_free(grove_model_info *m);
+
+/* ------------------------------------------------------------ reload */
+
+typedef struct grove_reload_opts {
+  const char *checkpoint; /* a file on the server's machine; NULL: the directory's weights */
+  const char *model_dir;  /* serve another model directory; NULL: the current one */
+  bool non_strict;        /* load_state_dict(strict=False) */
+  bool in_place;          /* load into the serving tree (the model pauses); not with model_dir */
+} grove_reload_opts;
+
+/* What a reload did.  On success: the new version.  On failure (the call's
+ * status, e.g. GROVE_E_STATE_DICT) the server's lists of what did not fit:
+ * missing and unexpected keys, and errors (size mismatches, dtypes), as
+ * torch words them; version is then the one still serving.  Every pointer is
+ * owned by the struct (grove_reload_result_fini). */
+typedef struct grove_reload_result {
+  int64_t version, previous_version;
+  char *weights_path; /* the file loaded ("" when none) */
+  char *dir;          /* the model directory served */
+  uint64_t duration_us, pause_us; /* request to serving; in place: the pause */
+  bool in_place;
+  size_t n_missing, n_unexpected, n_errors;
+  char **missing, **unexpected, **errors;
+} grove_reload_result;
+
+/* Asks the server to reload model (docs/protocol.md, "Reload") and waits for
+ * the new version to serve (timeout_ms 0: the client's default; a large
+ * model may take seconds).  GROVE_OK with *out filled, or the server's
+ * status and message (UNAVAILABLE: another reload of the model is in
+ * progress, or draining) with *out holding the lists when the server sent
+ * them.  opts may be NULL (the directory's weights, strict).  *out is always
+ * initialised; fini it.  Any thread. */
+grove_status grove_client_reload(grove_client *c, const char *model, const grove_reload_opts *opts,
+                                 int timeout_ms, grove_reload_result *out, grove_err *err);
+void grove_reload_result_fini(grove_reload_result *r);
+
+/* ------------------------------------------------------------ export */
+
+typedef struct grove_export_opts {
+  const char *prefix;       /* only the keys that start with it; NULL: every key */
+  const char *archive_name; /* .pt: the folder inside the zip; NULL: "archive" */
+  size_t chunk_bytes;       /* bytes asked per round trip; 0: 8 MiB (the server caps it) */
+} grove_export_opts;
+
+typedef struct grove_export_info {
+  int64_t version;     /* the one version every byte comes from */
+  uint64_t total_size; /* bytes of the file */
+  uint32_t tensors;    /* keys in it */
+} grove_export_info;
+
+/* Receives the file's bytes in order, chunk after chunk; returns GROVE_OK to
+ * go on, anything else to stop the export (that status is returned). */
+typedef grove_status (*grove_export_sink)(void *user, const void *data, size_t len,
+                                          grove_err *err);
+
+/* Exports the serving version of model's state_dict as a file of format
+ * (GROVE_CKPT_SAFETENSORS or GROVE_CKPT_TORCH_ZIP), handing its bytes to
+ * sink; memory stays bounded by one chunk whatever the model's size.
+ * timeout_ms bounds each round trip.  info (may be NULL) says which version
+ * it was.  On any failure the export is closed on the server too.  Any
+ * thread. */
+grove_status grove_client_export(grove_client *c, const char *model, grove_ckpt_format format,
+                                 const grove_export_opts *opts, int timeout_ms,
+                                 grove_export_sink sink, void *user, grove_export_info *info,
+                                 grove_err *err);
+/* grove_client_export into path, the format from its extension (.safetensors;
+ * .pt, .pth, .bin) and, for .pt, the archive named after the file as
+ * torch.save does.  Written to a temporary file beside path, fsync'd and
+ * renamed, so a failed export leaves no file; an existing path is refused
+ * with GROVE_E_ALREADY_EXISTS unless overwrite.  opts->archive_name is
+ * ignored.  Any thread. */
+grove_status grove_client_export_file(grove_client *c, const char *model, const char *path,
+                                      bool overwrite, const grove_export_opts *opts,
+                                      int timeout_ms, grove_export_info *info, grove_err *err);
 
 /* True when status s, just returned by a call with err, came from the client
  * side (no connection, no reply in time, undecodable reply) rather than from
