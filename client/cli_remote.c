@@ -3,6 +3,8 @@
  *   grove [--server URL] status
  *   grove [--server URL] predict MODEL INPUT.npy... [-o OUTPUT.npy]... [--timeout-ms N]
  *   grove [--server URL] bench MODEL --concurrency C --batch B [--seconds S] [--timeout-ms N]
+ *   grove [--server URL] reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]
+ *   grove [--server URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]
  *
  * Same conventions as client/grove.c (docs/cli.md): options anywhere after
  * the command as `--name value`, `--name=value`, `-o value`, `-ovalue`, `--`
@@ -18,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli_remote.h"
 #include "grove/client.h"
@@ -33,7 +36,9 @@ enum { EXIT_OK = 0, EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
 const char grove_cli_remote_usage[] =
     "  [--server URL] status\n"
     "  [--server URL] predict MODEL INPUT.npy... [-o OUTPUT.npy]... [--timeout-ms N]\n"
-    "  [--server URL] bench MODEL --concurrency C --batch B [--seconds S]\n";
+    "  [--server URL] bench MODEL --concurrency C --batch B [--seconds S]\n"
+    "  [--server URL] reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]\n"
+    "  [--server URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]\n";
 
 static const char status_help[] =
     "usage: grove status [--timeout-ms N]        (global option: grove --server URL status)\n"
@@ -744,6 +749,174 @@ done:
   return rc;
 }
 
+/* ============================================================ reload */
+
+static const char reload_help[] =
+    "usage: grove reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]\n"
+    "                    [--timeout-ms N]\n"
+    "Asks groved to load new weights into MODEL while it serves (grove --server URL reload\n"
+    "...).  CHECKPOINT is a .safetensors/.pt/.pth/.bin file on the server's machine (a\n"
+    "relative name is made absolute with this directory); without it the model directory's\n"
+    "weights file is read again.  --model-dir serves another model directory under the same\n"
+    "name.  --non-strict allows missing and unexpected keys (load_state_dict(strict=False)).\n"
+    "--in-place loads into the serving tree instead of building a second one, for models too\n"
+    "large to hold twice: the model's requests wait during the swap (the pause is printed).\n"
+    "The command returns once the new version serves and prints its number.  A checkpoint\n"
+    "that does not fit changes nothing: the missing keys, unexpected keys and mismatches are\n"
+    "printed and the exit status is 1 (also when another reload of MODEL is in progress).\n"
+    "--timeout-ms: how long to wait (default 120000).  Exit 0 ok, 1 refused, 2 usage,\n"
+    "3 the server cannot be reached.\n";
+
+/* A path for the server: relative ones are made absolute here, since the
+ * server's working directory is not the caller's.  *buf is malloc'd. */
+static const char *server_path(const char *p, char **buf) {
+  *buf = NULL;
+  if (!p || p[0] == '/') return p;
+  char cwd[4096];
+  if (!getcwd(cwd, sizeof cwd)) return p;
+  size_t n = strlen(cwd) + strlen(p) + 2;
+  if (!(*buf = malloc(n))) return p;
+  snprintf(*buf, n, "%s/%s", cwd, p);
+  return *buf;
+}
+
+static void print_list(const char *title, char **v, size_t n) {
+  if (!n) return;
+  fprintf(stderr, "  %s (%zu):", title, n);
+  for (size_t i = 0; i < n; i++) fprintf(stderr, "%s %s", i ? "," : "", v[i]);
+  fputc('\n', stderr);
+}
+
+enum { R_HELP, R_NONSTRICT, R_MODELDIR, R_INPLACE, R_TIMEOUT };
+
+static int cmd_reload(const char *server, int argc, char **argv) {
+  static const opt_def defs[] = {{"help", 'h', false},      {"non-strict", 0, false},
+                                 {"model-dir", 0, true},    {"in-place", 0, false},
+                                 {"timeout-ms", 0, true},   {0}};
+  parsed p;
+  int rc = parse_args("reload", argc, argv, defs, &p);
+  if (rc) return rc;
+  bool dup = false;
+  if (opt_value(&p, R_HELP, &dup)) {
+    fputs(reload_help, stdout);
+    return EXIT_OK;
+  }
+  long long timeout = 120000;
+  const char *tv = opt_value(&p, R_TIMEOUT, &dup);
+  const char *dir = opt_value(&p, R_MODELDIR, &dup);
+  if (dup) return usage_error("reload", "an option given twice");
+  if (tv && !parse_int(tv, 1, 86400000, &timeout))
+    return usage_error("reload", "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'",
+                       tv);
+  if (p.npos < 1) return usage_error("reload", "needs a MODEL");
+  if (p.npos > 2) return usage_error("reload", "unexpected argument '%s'", p.pos[2]);
+  bool in_place = opt_value(&p, R_INPLACE, &dup) != NULL;
+  if (in_place && dir)
+    return usage_error("reload", "--in-place keeps the architecture; it cannot take --model-dir");
+  char *ckbuf = NULL, *dirbuf = NULL;
+  grove_reload_opts o = {.checkpoint = server_path(p.npos > 1 ? p.pos[1] : NULL, &ckbuf),
+                         .model_dir = server_path(dir, &dirbuf),
+                         .non_strict = opt_value(&p, R_NONSTRICT, &dup) != NULL,
+                         .in_place = in_place};
+  grove_client *c = NULL;
+  if ((rc = connect_to(server, (int)timeout, &c))) {
+    free(ckbuf);
+    free(dirbuf);
+    return rc;
+  }
+  grove_err err = {0};
+  grove_reload_result res;
+  grove_status s = grove_client_reload(c, p.pos[0], &o, (int)timeout, &res, &err);
+  if (s) {
+    char what[300];
+    snprintf(what, sizeof what, "reload of model '%s'", p.pos[0]);
+    rc = call_failed(s, &err, what);
+    print_list("missing keys", res.missing, res.n_missing);
+    print_list("unexpected keys", res.unexpected, res.n_unexpected);
+    print_list("errors", res.errors, res.n_errors);
+    if (res.version > 0)
+      fprintf(stderr, "  version %" PRId64 " keeps serving\n", res.version);
+  } else {
+    printf("model %s: version %" PRId64 " serving (was %" PRId64 "), weights %s, %.1f ms",
+           p.pos[0], res.version, res.previous_version,
+           res.weights_path[0] ? res.weights_path : "(none)", (double)res.duration_us / 1000.0);
+    if (res.in_place) printf(", in place (requests paused %.1f ms)", (double)res.pause_us / 1000.0);
+    printf("\n");
+    rc = EXIT_OK;
+  }
+  grove_reload_result_fini(&res);
+  grove_client_close(c);
+  free(ckbuf);
+  free(dirbuf);
+  return rc;
+}
+
+/* ============================================================ export */
+
+static const char export_help[] =
+    "usage: grove export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]\n"
+    "                    [--timeout-ms N]\n"
+    "Writes the state_dict MODEL serves right now (grove --server URL export ...): its\n"
+    "parameters and persistent buffers, dotted keys in PyTorch's order, the dtypes as\n"
+    "loaded, all from one version (printed).  The format follows the extension: .safetensors,\n"
+    "or .pt/.pth/.bin for a torch.save archive that torch.load(weights_only=True) reads.\n"
+    "--prefix keeps only the keys that start with P.  The file is streamed in chunks to a\n"
+    "temporary name beside FILE and renamed when complete, so a failed export leaves no\n"
+    "file; an existing FILE is refused unless --force.  --timeout-ms bounds each round\n"
+    "trip (default 60000).  Exit 0 ok, 1 refused, 2 usage, 3 the server cannot be reached.\n";
+
+enum { E_HELP, E_OUTPUT, E_FORCE, E_PREFIX, E_TIMEOUT, E_CHUNK };
+
+static int cmd_export(const char *server, int argc, char **argv) {
+  static const opt_def defs[] = {{"help", 'h', false}, {"output", 'o', true},
+                                 {"force", 'f', false}, {"prefix", 0, true},
+                                 {"timeout-ms", 0, true}, {"chunk-bytes", 0, true},
+                                 {0}};
+  parsed p;
+  int rc = parse_args("export", argc, argv, defs, &p);
+  if (rc) return rc;
+  bool dup = false;
+  if (opt_value(&p, E_HELP, &dup)) {
+    fputs(export_help, stdout);
+    return EXIT_OK;
+  }
+  long long timeout = 60000, chunk = 0;
+  const char *out = opt_value(&p, E_OUTPUT, &dup);
+  const char *tv = opt_value(&p, E_TIMEOUT, &dup);
+  const char *cv = opt_value(&p, E_CHUNK, &dup);
+  const char *prefix = opt_value(&p, E_PREFIX, &dup);
+  if (dup) return usage_error("export", "an option given twice");
+  if (tv && !parse_int(tv, 1, 86400000, &timeout))
+    return usage_error("export", "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'",
+                       tv);
+  if (cv && !parse_int(cv, 1, (long long)1 << 30, &chunk))
+    return usage_error("export", "--chunk-bytes wants 1 to 2^30, not '%s'", cv);
+  if (p.npos < 1) return usage_error("export", "needs a MODEL");
+  if (p.npos > 1) return usage_error("export", "unexpected argument '%s'", p.pos[1]);
+  if (!out || !*out) return usage_error("export", "needs -o FILE.safetensors or -o FILE.pt");
+  grove_client *c = NULL;
+  if ((rc = connect_to(server, (int)timeout, &c))) return rc;
+  grove_err err = {0};
+  grove_export_info info;
+  grove_export_opts o = {.prefix = prefix, .chunk_bytes = (size_t)chunk};
+  double t0 = now_s();
+  grove_status s = grove_client_export_file(c, p.pos[0], out, opt_value(&p, E_FORCE, &dup) != NULL,
+                                            &o, (int)timeout, &info, &err);
+  if (s) {
+    char what[300];
+    snprintf(what, sizeof what, "export of model '%s'", p.pos[0]);
+    rc = call_failed(s, &err, what);
+  } else {
+    double dt = now_s() - t0;
+    printf("model %s version %" PRId64 ": %u tensors, %" PRIu64 " bytes -> %s (%.1f MB/s)\n",
+           p.pos[0], info.version, info.tensors, info.total_size, out,
+           dt > 0 ? (double)info.total_size / dt / 1e6 : 0.0);
+    rc = EXIT_OK;
+  }
+  grove_client_close(c);
+  return rc;
+}
+
 /* ============================================================ entry */
 
 static bool has_local(int argc, char **argv) {
@@ -786,5 +959,7 @@ int grove_cli_remote(const char *server_url, const char *cmd, int argc, char **a
     if (has_local(argc, argv)) return -1;
     return cmd_bench(server_url, argc, argv);
   }
+  if (strcmp(cmd, "reload") == 0) return cmd_reload(server_url, argc, argv);
+  if (strcmp(cmd, "export") == 0) return cmd_export(server_url, argc, argv);
   return -1;
 }

@@ -3,6 +3,8 @@
  *   grove [--server URL] status
  *   grove [--server URL] predict MODEL INPUT.npy... [-o OUTPUT.npy]... [--timeout-ms N]
  *   grove [--server URL] bench MODEL --concurrency C --batch B [--seconds S]
+ *   grove [--server URL] reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]
+ *   grove [--server URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]
  *
  * client/grove.c parses the global options and calls grove_cli_remote for a
  * command before its own local ones. */
