@@ -168,6 +168,7 @@ static bool form_batch(srv_server *srv, srv_model *m, srv_worker *w, int64_t now
   if (b->nreqs == 0) return false;
   grove__version_retain(v);
   b->version = v;
+  b->hooks = grove__telemetry_acquire(srv, m);
   m->running++;
   (void)srv;
   return true;

@@ -1,7 +1,7 @@
 /* main.c: groved, Grove's model server.
  *
  *   groved [--model-repo DIR] [--model [NAME=]DIR]... [--listen URL]...
- *          [--pub URL] [--http HOST:PORT|none] [--workers N] [--blas-threads N]
+ *          [--pub URL|none] [--http HOST:PORT|none] [--workers N] [--blas-threads N]
  *          [--log-level LEVEL] [--max-request-bytes N] [--drain-timeout SECONDS]
  *          [--watch] [--watch-debounce-ms N] [--reload-in-place]
  *
@@ -42,8 +42,9 @@ static const char usage_text[] =
     ")\n"
     "  --http HOST:PORT|none   /healthz /readyz /metrics (default " DEFAULT_HTTP
     ")\n"
-    "  --pub URL               telemetry PUB socket (arrives with hooks; default " DEFAULT_PUB
-    ")\n"
+    "  --pub URL|none          PUB socket of forward-hook telemetry (default " DEFAULT_PUB
+    ";\n"
+    "                          the default is best effort: taken, telemetry is off)\n"
     "  --workers N             worker threads (default: cores / blas threads)\n"
     "  --blas-threads N        compute threads per forward (default 1);\n"
     "                          workers x blas threads never exceeds the cores\n"
@@ -172,7 +173,10 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
           return usage("--http wants HOST:PORT or none, not '%s'", optarg);
         break;
       case OPT_PUB:
-        cfg->pub = optarg;
+        cfg->pub = (strcmp(optarg, "none") == 0 || !*optarg) ? NULL : optarg;
+        if (cfg->pub && strncmp(optarg, "tcp://", 6) && strncmp(optarg, "ipc://", 6) &&
+            strncmp(optarg, "tcp4://", 7) && strncmp(optarg, "tcp6://", 7))
+          return usage("--pub wants tcp://HOST:PORT, ipc:///PATH or none, not '%s'", optarg);
         break;
       case OPT_WORKERS:
         if (!parse_long(optarg, 1, 1024, &v))
@@ -303,16 +307,14 @@ int main(int argc, char **argv) {
                 "no model configured (--model, --model-repo): every predict gets NOT_FOUND");
   if ((s = grove__batcher_init(&srv, &err)) || (s = grove__reload_start(&srv, &err)) ||
       (s = grove__export_start(&srv, &err)) || (s = grove__workers_start(&srv, &err)) ||
-      (s = grove__rpc_start(&srv, &err)) || (s = grove__http_start(&srv, &err))) {
+      (s = grove__telemetry_start(&srv, &err)) || (s = grove__rpc_start(&srv, &err)) ||
+      (s = grove__http_start(&srv, &err))) {
     grove__slog(GROVE_LOG_ERROR, "server.start_failed", "%s", grove_err_msg(&err));
     rc = 1;
     goto out;
   }
   size_t loaded = 0;
   for (size_t i = 0; i < srv.nmodels; i++) loaded += srv.models[i].current != NULL;
-  if (srv.cfg.pub)
-    grove__slog(GROVE_LOG_DEBUG, "server.pub",
-                "--pub %s: the telemetry publisher arrives with forward hooks", srv.cfg.pub);
   grove__slog(GROVE_LOG_INFO, "server.ready",
               "serving %zu of %zu models with %d worker%s x %d compute thread%s%s", loaded,
               srv.nmodels, srv.workers, srv.workers == 1 ? "" : "s", srv.blas_threads,
@@ -326,8 +328,10 @@ out:
   grove__workers_stop(&srv);
   grove__rpc_stop(&srv);
   grove__http_stop(&srv);
+  grove__telemetry_stop(&srv);
   grove__batcher_close(&srv);
   grove__workers_free(&srv);
+  grove__telemetry_free(&srv);
   grove__export_free(&srv);
   grove__reload_free(&srv);
   grove__registry_free(&srv);

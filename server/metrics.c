@@ -234,6 +234,10 @@ grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len) {
   sb_printf(&b, "%s%s", reload_text ? reload_text : "", export_text ? export_text : "");
   free(reload_text);
   free(export_text);
+  char *hook_text = grove__telemetry_metrics_text(srv); /* telemetry.c */
+  if (!hook_text) b.oom = true;
+  sb_printf(&b, "%s", hook_text ? hook_text : "");
+  free(hook_text);
 
   if (b.oom) {
     free(b.p);

@@ -487,6 +487,12 @@ static void handle(srv_req *r, nng_msg *msg) {
       r->counted = false;
       grove__export_handle(r);
       return;
+    case GROVE__REQUEST__BODY_REGISTER_HOOK: /* telemetry.c */
+    case GROVE__REQUEST__BODY_REMOVE_HOOK:
+    case GROVE__REQUEST__BODY_LIST_HOOKS:
+      r->counted = false;
+      grove__telemetry_handle(r);
+      return;
     default:
       grove__rpc_reply_error(r, GROVE_E_UNSUPPORTED,
                              "the request carries no RPC that groved %s knows (protocol %d)",

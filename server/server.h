@@ -12,6 +12,8 @@
  *   http.c      /healthz, /readyz, /metrics on NNG's HTTP server
  *   slog.c      one log line per event
  *   reload.c    hot reload (Reload RPC, SIGHUP, --watch), admin jobs on the loop
+ *   telemetry.c forward-hook telemetry: hook tables, workers' statistics, the
+ *               PUB socket (with telemetry_stats.c; docs/telemetry.md)
  *   export.c    ExportStateDict: the serving state_dict streamed in byte ranges
  *
  * Threads and who owns what (docs/operations.md has the picture):
@@ -225,7 +227,8 @@ struct srv_req {
 
 typedef struct srv_batch {
   srv_model *model;
-  srv_version *version; /* reference held until the batch is done */
+  srv_version *version;   /* reference held until the batch is done */
+  struct tel_table *hooks; /* the model's hook table, likewise; NULL: none */
   srv_req *reqs;        /* linked by next, in queue order */
   size_t nreqs;
   int64_t rows;
@@ -299,6 +302,7 @@ struct srv_server {
 
   struct srv_admin *admin;     /* reload.c: reload jobs, --watch, their metrics */
   struct srv_exports *exports; /* export.c: open state_dict exports */
+  struct srv_telemetry *telemetry; /* telemetry.c: hooks and the PUB socket */
 
   int exit_code;
 };
@@ -377,6 +381,36 @@ void grove__export_close(srv_server *srv); /* loop thread, at shutdown */
 void grove__export_free(srv_server *srv);  /* releases every open export */
 void grove__export_handle(srv_req *r);
 char *grove__export_metrics_text(srv_server *srv);
+
+/* telemetry.c: forward-hook telemetry (docs/telemetry.md).  start after
+ * the workers exist (main thread), stop after workers and RPCs stopped
+ * (joins the publisher, closes the PUB socket), free after the workers'
+ * batches were released. */
+grove_status grove__telemetry_start(srv_server *srv, grove_err *err);
+void grove__telemetry_stop(srv_server *srv);
+void grove__telemetry_free(srv_server *srv);
+/* RegisterHook, RemoveHook, ListHooks (the NNG thread that owns r). */
+void grove__telemetry_handle(srv_req *r);
+/* Loop thread, at dispatch: a reference to m's hook table for the batch
+ * (NULL: nothing watched).  Installs a table an RPC staged, and rebuilds the
+ * table when m's current version is not the one it was resolved against. */
+struct tel_table *grove__telemetry_acquire(srv_server *srv, srv_model *m);
+/* Any thread; NULL is a no-op. */
+void grove__telemetry_release(struct tel_table *t);
+/* Loop thread, right after m->current was swapped (hot reload): resolves
+ * m's hooks against the new tree now and logs patterns that stopped
+ * matching (telemetry.unmatched).  Optional: acquire does the same at the
+ * model's next dispatch. */
+void grove__telemetry_on_version_swap(srv_server *srv, srv_model *m);
+/* Worker thread: b's forward, with an observer when b's hook table watches
+ * something this batch (statistics go to the worker's accumulators and,
+ * every N batches, to the publisher); otherwise exactly grove_model_forward.
+ * Same contract as grove_model_forward. */
+grove_status grove__telemetry_forward(srv_worker *w, const srv_batch *b, grove_arena *arena,
+                                      const grove_tensor *inputs, size_t n, grove_values *out,
+                                      grove_err *err);
+/* Prometheus text of the hook metrics; malloc'd, NULL when out of memory. */
+char *grove__telemetry_metrics_text(srv_server *srv);
 
 /* status_text: "INVALID_ARGUMENT" for GROVE_E_INVALID_ARGUMENT, "OK". */
 const char *grove__status_label(grove_status s);

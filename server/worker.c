@@ -124,7 +124,7 @@ static void run_batch(srv_worker *w) {
 
   grove_err err = {0};
   grove_values out = {0};
-  grove_status s = grove_model_forward(gm, a, in, first->ninputs, &out, &err);
+  grove_status s = grove__telemetry_forward(w, b, a, in, first->ninputs, &out, &err);
   /* Outputs are split by rows: each must have the batch as dimension 0 and
    * be contiguous (a view is copied once into the arena). */
   for (int k = 0; !s && k < out.n; k++) {
@@ -185,6 +185,8 @@ static void *worker_main(void *arg) {
     srv_version *v = w->batch.version;
     w->batch.version = NULL;
     grove__version_release(v);
+    grove__telemetry_release(w->batch.hooks);
+    w->batch.hooks = NULL;
     pthread_mutex_lock(&w->mu);
     w->assigned = false;
     pthread_mutex_unlock(&w->mu);
@@ -273,6 +275,7 @@ void grove__workers_free(srv_server *srv) {
       for (size_t k = 0; k < srv->nmodels; k++) grove_arena_free(w->arenas[k]);
     free(w->arenas);
     grove__version_release(w->batch.version);
+    grove__telemetry_release(w->batch.hooks);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
   }
