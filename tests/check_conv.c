@@ -242,10 +242,11 @@ START_TEST(test_parity) {
   fixture fx = {0};
   grove_err err = {0};
   fixture_load(&fx, name);
-  /* Both lowerings of a convolution (chosen when the weight is packed):
-   * Grove's own, and each one forced. */
-  static const char *const modes[] = {NULL, "rows", "columns"};
-  for (int k = 0; k < 3; k++) {
+  /* Every lowering of a convolution (chosen when the weight is packed):
+   * Grove's own choice, and each one forced (winograd falls back to rows
+   * where it does not apply). */
+  static const char *const modes[] = {NULL, "rows", "columns", "winograd"};
+  for (int k = 0; k < 4; k++) {
     if (modes[k])
       setenv("GROVE_CONV", modes[k], 1);
     else
