@@ -13,6 +13,9 @@
  *    behind Linear: AVX-512 where the CPU has it) multiplies the rows by the
  *    weight, packed once with K in the same (ki, kj, c) order.  The product
  *    is [positions, cout_g]; the epilogue transposes it into the NCHW output.
+ *    3x3 convolutions with stride 1 (no dilation, one group) take Winograd
+ *    F(2x2, 3x3) instead of patch rows: 16 packed products over 4x4 tiles,
+ *    2.25 times fewer multiply-adds (see conv_winograd).
  *  - columns (few channels: a 3-channel image stem; also GROVE_CONV=columns):
  *    im2col into [K, positions] columns and cblas_sgemm W_g [cout_g, K] x
  *    col, for a run of images at once (COL_BUDGET), so the product is NCHW
@@ -21,9 +24,12 @@
  *
  * Measured on bench/models_extra.py's CNN (one thread, batch 64, this 2-vCPU
  * AMD EPYC): the columns path through OpenBLAS 0.3.21 (which picks its
- * Haswell kernel here) ran 520 samples/s, the rows path 1070; cache-sized
- * chunks (instead of whole-batch passes) and AVX-512 16 x 16 transposes
- * were most of the difference between the first rows version and that.
+ * Haswell kernel here) ran 520 samples/s, the rows path 1070 (cache-sized
+ * chunks instead of whole-batch passes, and AVX-512 16 x 16 transposes, were
+ * most of the difference between the first rows version and that), with
+ * Winograd for the 3x3 layers 1570.  A fused convolution whose result only
+ * another convolution reads hands it over in NHWC (graph.c), skipping a
+ * transpose each way.
  *
  * The bias, and when a graph fuses a following BatchNorm2d and ReLU into the
  * convolution their per-channel scale, shift and clamp, are applied in the
