@@ -1004,3 +1004,155 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
   free(archive);
   return s;
 }
+
+/* ------------------------------------------------------------ hooks */
+
+void grove_hook_infos_free(grove_hook_info *hooks, size_t n) {
+  if (!hooks) return;
+  for (size_t i = 0; i < n; i++) {
+    grove_hook_info *h = &hooks[i];
+    free(h->model);
+    free(h->pattern);
+    free(h->note);
+    for (size_t k = 0; h->modules && k < h->nmodules; k++) free(h->modules[k]);
+    free(h->modules);
+  }
+  free(hooks);
+}
+
+void grove_hook_info_free(grove_hook_info *h) {
+  grove_hook_infos_free(h, h ? 1 : 0);
+}
+
+static grove_status hook_from_wire(const Grove__HookInfo *w, grove_hook_info *h, grove_err *err) {
+  memset(h, 0, sizeof *h);
+  const Grove__HookSpec *sp = w->spec;
+  h->id = w->id;
+  if (!(h->model = dup_str(sp ? sp->model : "")) || !(h->pattern = dup_str(sp ? sp->pattern : "")) ||
+      !(h->note = dup_str(w->note)))
+    return nomem(err);
+  if (sp) {
+    h->kind = sp->kind == GROVE__HOOK_KIND__HOOK_FORWARD_PRE ? GROVE_HOOK_FORWARD_PRE
+                                                             : GROVE_HOOK_FORWARD;
+    h->every = sp->every;
+    h->sample_rate = sp->sample_rate;
+    h->histogram_bins = sp->histogram_bins;
+    h->histogram_min = sp->histogram_min;
+    h->histogram_max = sp->histogram_max;
+    h->per_feature = sp->per_feature;
+  }
+  h->version = w->version;
+  h->events_published = w->events_published;
+  h->events_dropped = w->events_dropped;
+  if (!(h->modules = calloc(w->n_modules ? w->n_modules : 1, sizeof *h->modules))) return nomem(err);
+  for (size_t i = 0; i < w->n_modules; i++) {
+    h->nmodules = i + 1;
+    if (!(h->modules[i] = dup_str(w->modules[i]))) return nomem(err);
+  }
+  return GROVE_OK;
+}
+
+/* One hook of a reply (taken) into a new *out (when out is not NULL). */
+static grove_status hook_reply(Grove__Reply *rep, const Grove__HookInfo *w, uint64_t *id,
+                               grove_hook_info **out, grove_err *err) {
+  grove_status s = GROVE_OK;
+  if (!w) s = grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply holds no hook");
+  if (!s && id) *id = w->id;
+  if (!s && out) {
+    grove_hook_info *h = calloc(1, sizeof *h);
+    if (!h) s = nomem(err);
+    if (!s && (s = hook_from_wire(w, h, err))) grove_hook_info_free(h);
+    if (!s) *out = h;
+  }
+  grove__reply__free_unpacked(rep, NULL);
+  return s;
+}
+
+grove_status grove_client_register_hook(grove_client *c, const grove_hook_spec *spec,
+                                        int timeout_ms, uint64_t *id, grove_hook_info **info,
+                                        grove_err *err) {
+  if (id) *id = 0;
+  if (info) *info = NULL;
+  if (!c || !spec || !spec->model || !spec->pattern)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "register_hook: needs a client, a model and a pattern");
+  Grove__HookSpec sp = GROVE__HOOK_SPEC__INIT;
+  sp.model = (char *)spec->model;
+  sp.pattern = (char *)spec->pattern;
+  sp.kind = spec->kind == GROVE_HOOK_FORWARD_PRE ? GROVE__HOOK_KIND__HOOK_FORWARD_PRE
+                                                 : GROVE__HOOK_KIND__HOOK_FORWARD;
+  sp.every = spec->every;
+  sp.sample_rate = spec->sample_rate;
+  sp.histogram_bins = spec->histogram_bins;
+  sp.histogram_min = spec->histogram_min;
+  sp.histogram_max = spec->histogram_max;
+  sp.per_feature = spec->per_feature;
+  Grove__RegisterHookRequest rr = GROVE__REGISTER_HOOK_REQUEST__INIT;
+  rr.spec = &sp;
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.body_case = GROVE__REQUEST__BODY_REGISTER_HOOK;
+  req.register_hook = &rr;
+  Grove__Reply *rep = NULL;
+  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &rep, err);
+  if (s) return s;
+  const Grove__HookInfo *w =
+      rep->body_case == GROVE__REPLY__BODY_REGISTER_HOOK && rep->register_hook
+          ? rep->register_hook->hook
+          : NULL;
+  return hook_reply(rep, w, id, info, err);
+}
+
+grove_status grove_client_remove_hook(grove_client *c, uint64_t id, int timeout_ms,
+                                      grove_hook_info **removed, grove_err *err) {
+  if (removed) *removed = NULL;
+  if (!c) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "remove_hook: no client");
+  Grove__RemoveHookRequest rr = GROVE__REMOVE_HOOK_REQUEST__INIT;
+  rr.hook_id = id;
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.body_case = GROVE__REQUEST__BODY_REMOVE_HOOK;
+  req.remove_hook = &rr;
+  Grove__Reply *rep = NULL;
+  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &rep, err);
+  if (s) return s;
+  const Grove__HookInfo *w =
+      rep->body_case == GROVE__REPLY__BODY_REMOVE_HOOK && rep->remove_hook ? rep->remove_hook->hook
+                                                                           : NULL;
+  return hook_reply(rep, w, NULL, removed, err);
+}
+
+grove_status grove_client_list_hooks(grove_client *c, const char *model, int timeout_ms,
+                                     grove_hook_info **hooks, size_t *n, grove_err *err) {
+  if (hooks) *hooks = NULL;
+  if (n) *n = 0;
+  if (!c || !hooks || !n)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "list_hooks: no client or nowhere to put the hooks");
+  Grove__ListHooksRequest lr = GROVE__LIST_HOOKS_REQUEST__INIT;
+  lr.model = (char *)(model ? model : "");
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.body_case = GROVE__REQUEST__BODY_LIST_HOOKS;
+  req.list_hooks = &lr;
+  Grove__Reply *rep = NULL;
+  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &rep, err);
+  if (s) return s;
+  if (rep->body_case != GROVE__REPLY__BODY_LIST_HOOKS || !rep->list_hooks) {
+    grove__reply__free_unpacked(rep, NULL);
+    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply holds no hook list");
+  }
+  const Grove__ListHooksReply *w = rep->list_hooks;
+  grove_hook_info *h = calloc(w->n_hooks ? w->n_hooks : 1, sizeof *h);
+  size_t got = 0;
+  if (!h) s = nomem(err);
+  for (size_t i = 0; !s && i < w->n_hooks; i++) {
+    got = i + 1;
+    s = hook_from_wire(w->hooks[i], &h[i], err);
+  }
+  grove__reply__free_unpacked(rep, NULL);
+  if (s) {
+    grove_hook_infos_free(h, got);
+    return s;
+  }
+  *hooks = h;
+  *n = got;
+  return GROVE_OK;
+}

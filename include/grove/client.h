@@ -231,6 +231,115 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
  * the server: the CLI's exit status 3 versus 1. */
 bool grove_client_failed_locally(grove_status s, const grove_err *err);
 
+/* ------------------------------------------------------------ hooks */
+
+/* Forward-hook telemetry (docs/telemetry.md): a hook asks groved for
+ * statistics of what matching modules of a served model compute on live
+ * traffic; they are published on groved's PUB socket (grove_watch_*). */
+
+typedef enum grove_hook_kind {
+  GROVE_HOOK_FORWARD = 0,     /* the module's output (register_forward_hook) */
+  GROVE_HOOK_FORWARD_PRE = 1, /* its input (register_forward_pre_hook) */
+} grove_hook_kind;
+
+typedef struct grove_hook_spec {
+  const char *model;
+  /* An exact dotted path ("1", "encoder.block.0"; "" the model itself) or a
+   * glob ("encoder.layers.*.linear1", "**" every module). */
+  const char *pattern;
+  grove_hook_kind kind;
+  uint32_t every;          /* one event per N observed batches; 0 = 1 */
+  double sample_rate;      /* fraction of batches observed, (0, 1]; 0 = 1 */
+  uint32_t histogram_bins; /* 0 = none */
+  double histogram_min, histogram_max;
+  bool per_feature; /* mean and std per column of 2-D tensors */
+} grove_hook_spec;
+
+/* A registered hook as the server describes it; every pointer is owned by
+ * the struct. */
+typedef struct grove_hook_info {
+  uint64_t id;
+  char *model, *pattern;
+  grove_hook_kind kind;
+  uint32_t every;
+  double sample_rate;
+  uint32_t histogram_bins;
+  double histogram_min, histogram_max;
+  bool per_feature;
+  size_t nmodules;
+  char **modules;  /* what the pattern matches in version */
+  int64_t version; /* the model version it was last resolved against */
+  uint64_t events_published, events_dropped;
+  char *note; /* why it matches nothing; "" when it matches */
+} grove_hook_info;
+
+/* Registers a hook; *id (may be NULL) gets its id, *info (may be NULL) a new
+ * description the caller frees with grove_hook_info_free.  The server
+ * answers GROVE_E_NOT_FOUND for an unknown model or a pattern matching no
+ * module, GROVE_E_INVALID_ARGUMENT for a bad pattern or setting,
+ * GROVE_E_FAILED_PRECONDITION when it publishes no telemetry (--pub none).
+ * Any thread. */
+grove_status grove_client_register_hook(grove_client *c, const grove_hook_spec *spec,
+                                        int timeout_ms, uint64_t *id, grove_hook_info **info,
+                                        grove_err *err);
+/* Removes hook id (GROVE_E_NOT_FOUND when there is none); *removed (may be
+ * NULL) describes it as it was.  Any thread. */
+grove_status grove_client_remove_hook(grove_client *c, uint64_t id, int timeout_ms,
+                                      grove_hook_info **removed, grove_err *err);
+/* The hooks of model (NULL or "": every model), in registration order, as a
+ * new array of *n (free with grove_hook_infos_free).  Any thread. */
+grove_status grove_client_list_hooks(grove_client *c, const char *model, int timeout_ms,
+                                     grove_hook_info **hooks, size_t *n, grove_err *err);
+/* NULL is a no-op. */
+void grove_hook_info_free(grove_hook_info *h);
+void grove_hook_infos_free(grove_hook_info *hooks, size_t n);
+
+/* ------------------------------------------------------------ watching */
+
+/* One hook event: the statistics of one module over one interval.  mean,
+ * std (unbiased), min, max and abs_mean are over finite values; nan_count
+ * and inf_count count the others.  Arrays are owned by the event. */
+typedef struct grove_hook_event {
+  char *model, *module;
+  int64_t version;
+  uint64_t hook_id;
+  grove_hook_kind kind;
+  uint64_t batches, rows, count;
+  double mean, std, min, max, abs_mean, zero_fraction;
+  uint64_t nan_count, inf_count;
+  size_t nbins; /* histogram */
+  uint64_t *histogram;
+  double histogram_min, histogram_max;
+  uint64_t histogram_below, histogram_above;
+  size_t nfeatures; /* per_feature */
+  double *feature_mean, *feature_std;
+  int64_t start_unix_us, end_unix_us;
+  uint64_t sequence; /* per hook and module, from 1; a gap = events lost */
+  uint32_t worker;
+  int ndim;
+  int64_t shape[GROVE_MAX_DIMS]; /* of the last tensor seen */
+} grove_hook_event;
+
+typedef struct grove_watch grove_watch;
+
+/* Subscribes to the PUB socket at url (groved --pub; tcp:// or ipc://):
+ * every event (model NULL), every event of model (module NULL), or one
+ * module's events (model and module, exact).  The socket is dialed once
+ * synchronously (GROVE_E_UNAVAILABLE when nothing listens) and then kept
+ * connected in the background.  *out is the caller's (grove_watch_close).
+ * A watch is used by one thread at a time. */
+grove_status grove_watch_open(const char *url, const char *model, const char *module,
+                              grove_watch **out, grove_err *err);
+/* Waits at most timeout_ms (< 0: forever) for the next event and decodes it
+ * into *ev (grove_hook_event_fini it).  GROVE_E_DEADLINE_EXCEEDED when none
+ * came, GROVE_E_FORMAT for a message that is not a hook event (it is
+ * skipped; call again). */
+grove_status grove_watch_next(grove_watch *w, int timeout_ms, grove_hook_event *ev,
+                              grove_err *err);
+void grove_hook_event_fini(grove_hook_event *ev);
+/* NULL is a no-op. */
+void grove_watch_close(grove_watch *w);
+
 #ifdef __cplusplus
 }
 #endif
