@@ -351,7 +351,7 @@ static grove_status trial_forward(grove_model *m, grove_arena *arena, int64_t ba
   grove_status s = zero_inputs(m, batch, free_dim, &in, bufs, err);
   if (!s) {
     grove_arena_reset(arena);
-    grove_fwd f = {arena, err};
+    grove_fwd f = {.arena = arena, .err = err};
     *out = (grove_values){0};
     s = grove_module_forward(m->root, &f, &in, out);
     if (s)
@@ -564,7 +564,7 @@ grove_status grove_model_forward(const grove_model *m, grove_arena *arena,
   if (s) return s;
   grove_values in = {.n = (int)n};
   for (size_t i = 0; i < n; i++) in.v[i] = inputs[i];
-  grove_fwd f = {arena, err};
+  grove_fwd f = {.arena = arena, .err = err};
   *out = (grove_values){0};
   return grove_module_forward(m->root, &f, &in, out);
 }

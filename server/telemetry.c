@@ -108,7 +108,7 @@ static grove_status build_table(srv_telemetry *tel, size_t mi, srv_version *v, b
     tel_hook *hk = tel->hooks[h];
     if (hk->model != mi) continue;
     size_t cnt = 0;
-    for (size_t i = 0; i < nm.n; i++) cnt += grove__tel_pattern_matches(hk->pattern, nm.items[i].name);
+    for (size_t i = 0; i < nm.n; i++) cnt += grove_module_pattern_match(hk->pattern, nm.items[i].name);
     char **names = cnt ? calloc(cnt, sizeof *names) : NULL;
     if (cnt && !names) {
       s = GROVE_E_NOMEM;
@@ -116,7 +116,7 @@ static grove_status build_table(srv_telemetry *tel, size_t mi, srv_version *v, b
     }
     size_t k = 0;
     for (size_t i = 0; i < nm.n && k < cnt; i++)
-      if (grove__tel_pattern_matches(hk->pattern, nm.items[i].name)) {
+      if (grove_module_pattern_match(hk->pattern, nm.items[i].name)) {
         if (!(names[k++] = strdup(nm.items[i].name))) s = GROVE_E_NOMEM;
       }
     if (s) {

@@ -3,8 +3,8 @@
  * server.h declares what the rest of groved calls (grove__telemetry_*);
  * docs/telemetry.md describes the design.
  *
- *   telemetry_stats.c  module-path patterns and the statistics of a tensor
- *                      (pure functions: no state, no lock, no allocation)
+ *   telemetry_stats.c  the statistics of a tensor (pure functions: no
+ *                      state, no lock, no allocation)
  *   telemetry.c        the immutable hook tables, the workers'
  *                      accumulators, the publisher thread and the PUB socket
  *   telemetry_rpc.c    the hook registry's RPCs and the hook metrics */
@@ -24,25 +24,6 @@
 
 typedef struct tel_table tel_table;
 typedef struct srv_telemetry srv_telemetry;
-
-/* ================================================================ globs */
-
-/* Longest pattern and module path the matcher handles. */
-#define TEL_MAX_PATTERN 512
-#define TEL_MAX_PATH 4096
-
-/* Whether pattern holds a wildcard (*, ?, [, \); one without is an exact
- * dotted path. */
-bool grove__tel_is_glob(const char *pattern);
-/* GROVE_OK, or GROVE_E_INVALID_ARGUMENT naming what is wrong (an unclosed
- * '[', a trailing '\', too long). */
-grove_status grove__tel_glob_check(const char *pattern, grove_err *err);
-/* Whether a checked pattern matches the dotted path name: "*" matches a run
- * of characters without '.', "**" any run (a leading "**." or an inner
- * ".**." also matches no component at all), "?" one character but '.',
- * "[abc]" / "[!a-z]" one of a set (never '.'), "\c" the character c.
- * Linear in pattern length x name length; no recursion, no allocation. */
-bool grove__tel_glob_match(const char *pattern, const char *name);
 
 /* ================================================================ statistics */
 
@@ -284,9 +265,6 @@ static inline const char *grove__tel_kind_name(int kind) {
   return kind == GROVE_OBSERVE_PRE ? "forward_pre" : "forward";
 }
 
-/* pattern against a dotted module path: an exact path when pattern has no
- * wildcard, else a glob, which never names the model itself ("").  */
-bool grove__tel_pattern_matches(const char *pattern, const char *name);
 void grove__tel_free_names(char **names, size_t n);
 
 /* Under tel->mu: builds model mi's table from its hooks against v (which

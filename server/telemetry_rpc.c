@@ -74,7 +74,7 @@ static void send_packed(srv_req *r, nng_msg *msg) {
 }
 
 static grove_status check_spec(const Grove__HookSpec *sp, tel_spec *out, grove_err *err) {
-  grove_status s = grove__tel_glob_check(sp->pattern ? sp->pattern : "", err);
+  grove_status s = grove_module_pattern_check(sp->pattern ? sp->pattern : "", err);
   if (s) return s;
   if (sp->kind != GROVE__HOOK_KIND__HOOK_FORWARD && sp->kind != GROVE__HOOK_KIND__HOOK_FORWARD_PRE)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
@@ -178,7 +178,7 @@ static void handle_register(srv_req *r) {
     s = grove_module_named_modules(v->model->root, "", true, &nm, &err);
     size_t used = 0;
     for (size_t i = 0; !s && i < nm.n; i++) {
-      if (grove__tel_pattern_matches(pattern, nm.items[i].name)) matched++;
+      if (grove_module_pattern_match(pattern, nm.items[i].name)) matched++;
       if (*nm.items[i].name && used + 1 < sizeof names) {
         int w = snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "",
                          nm.items[i].name);

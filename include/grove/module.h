@@ -222,6 +222,19 @@ grove_status grove_module_named_modules(const grove_module *m, const char *prefi
 grove_status grove_module_named_children(const grove_module *m, grove_named_modules *out,
                                          grove_err *err);
 
+/* Module-path patterns, to pick modules out of named_modules: a pattern
+ * without wildcard is an exact dotted path ("encoder.layers.0"; "" is the
+ * root); otherwise it is a glob in which "*" matches a run of characters
+ * without '.', "**" any run (a leading "**." or an inner ".**." also
+ * matches no component at all), "?" one character but '.', "[abc]" /
+ * "[!a-z]" one of a set (never '.') and "\c" the character c.  A glob never
+ * matches the root.  check: GROVE_E_INVALID_ARGUMENT naming the problem (an
+ * unclosed '[', a trailing '\', longer than 512 characters).  match: false
+ * for a pattern that check refuses.  Linear in pattern x path length, no
+ * recursion, no heap; any thread. */
+grove_status grove_module_pattern_check(const char *pattern, grove_err *err);
+bool grove_module_pattern_match(const char *pattern, const char *path);
+
 /* torch's apply(fn): fn on every child's subtree (children() order, each
  * direct child once), then on m itself: post-order. */
 void grove_module_apply(grove_module *m, void (*fn)(grove_module *m, void *user), void *user);
