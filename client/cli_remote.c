@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_hooks.h"
 #include "cli_remote.h"
 #include "grove/client.h"
 #include "grove/grove.h"
@@ -38,7 +39,10 @@ const char grove_cli_remote_usage[] =
     "  [--server URL] predict MODEL INPUT.npy... [-o OUTPUT.npy]... [--timeout-ms N]\n"
     "  [--server URL] bench MODEL --concurrency C --batch B [--seconds S]\n"
     "  [--server URL] reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]\n"
-    "  [--server URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]\n";
+    "  [--server URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]\n"
+    "  [--server URL] hook add MODEL PATTERN [--stats LIST] [--every N] [--kind K]\n"
+    "  [--server URL] hook ls [MODEL] | hook rm ID\n"
+    "  [--pub URL] watch [MODEL[:PATTERN]] [--count N] [--seconds S] [--json]\n";
 
 static const char status_help[] =
     "usage: grove status [--timeout-ms N]        (global option: grove --server URL status)\n"
@@ -961,5 +965,7 @@ int grove_cli_remote(const char *server_url, const char *cmd, int argc, char **a
   }
   if (strcmp(cmd, "reload") == 0) return cmd_reload(server_url, argc, argv);
   if (strcmp(cmd, "export") == 0) return cmd_export(server_url, argc, argv);
+  if (strcmp(cmd, "hook") == 0) return grove__cli_hook(server_url, argc, argv); /* cli_hooks.c */
+  if (strcmp(cmd, "watch") == 0) return grove__cli_watch(argc, argv);
   return -1;
 }

@@ -29,6 +29,11 @@ int grove_cli_remote(const char *server_url, const char *cmd, int argc, char **a
  * two spaces and ending in a newline. */
 extern const char grove_cli_remote_usage[];
 
+/* The global --pub URL (groved's telemetry PUB socket) for `grove watch`;
+ * NULL means $GROVE_PUB, else tcp://127.0.0.1:7702.  The string must stay
+ * valid while commands run (argv).  Defined in cli_hooks.c. */
+void grove_cli_remote_set_pub(const char *url);
+
 #ifdef __cplusplus
 }
 #endif

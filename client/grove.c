@@ -88,7 +88,7 @@ static int usage_error(const char *cmd, const char *fmt, ...) {
 /* ============================================================ help texts */
 
 static const char main_help_head[] =
-    "usage: grove [-v] [--server URL] COMMAND [ARGS...]\n"
+    "usage: grove [-v] [--server URL] [--pub URL] COMMAND [ARGS...]\n"
     "\n"
     "The command-line tool of Grove, a model server for PyTorch models.\n"
     "\n"
@@ -110,6 +110,8 @@ static const char main_help[] =
     "Options:\n"
     "  -v, --verbose   also print libgrove's info messages (warnings always show)\n"
     "  --server URL    the groved to talk to (server commands)\n"
+    "  --pub URL       groved's telemetry PUB socket (watch; default $GROVE_PUB, else\n"
+    "                  tcp://127.0.0.1:7702)\n"
     "  --version       print the version and exit\n"
     "  -h, --help      print this help and exit\n"
     "\n"
@@ -971,6 +973,11 @@ int main(int argc, char **argv) {
     if (strcmp(a, "--server") == 0) {
       if (i + 1 == argc) return usage_error(NULL, "--server needs a URL");
       server_url = argv[++i];
+      continue;
+    }
+    if (strcmp(a, "--pub") == 0) { /* groved's telemetry PUB socket, for watch */
+      if (i + 1 == argc) return usage_error(NULL, "--pub needs a URL");
+      grove_cli_remote_set_pub(argv[++i]);
       continue;
     }
     return usage_error(NULL, "unknown option '%s'", a);
