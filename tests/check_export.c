@@ -12,6 +12,7 @@
  *     tree's state_dict, chunked fetches, prefixes, refusals, one version per
  *     export while the model reloads, and grove_client_export_file's
  *     no-overwrite rule. */
+#define _GNU_SOURCE /* memmem */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,9 +20,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "export_plan.h"
-#include "grove/grove.h"
-#include "testutil.h"
+#include "groved_harness.h"
 #include "torch_internal.h"
 
 /* ============================================================ helpers */
@@ -261,6 +264,362 @@ START_TEST(plan_refusals) {
 }
 END_TEST
 
+/* ============================================================ server */
+
+typedef struct membuf {
+  uint8_t *p;
+  size_t n, cap;
+  size_t calls;
+} membuf;
+
+static grove_status mem_sink(void *user, const void *data, size_t len, grove_err *err) {
+  membuf *b = user;
+  if (b->n + len > b->cap) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->n + len) cap *= 2;
+    uint8_t *g = realloc(b->p, cap);
+    if (!g) return grove_err_set(err, GROVE_E_NOMEM, "test sink: out of memory");
+    b->p = g;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, data, len);
+  b->n += len;
+  b->calls++;
+  return GROVE_OK;
+}
+
+static hserver X;
+static char x_models[2][4200];
+
+static void x_setup(void) {
+  snprintf(x_models[0], sizeof x_models[0], "export_bn=%s", grove_fixture("export_bn"));
+  snprintf(x_models[1], sizeof x_models[1], "reload_mlp=%s", grove_fixture("reload_mlp"));
+  const char *extra[] = {"--model", x_models[0], "--model", x_models[1], "--workers", "2", NULL};
+  h_start(&X, extra);
+}
+
+static void x_teardown(void) {
+  h_stop(&X);
+}
+
+/* The file grove_*_write writes for the state_dict of dir's model as
+ * grove_model_open loads it: what an export of that version must equal. */
+static uint8_t *local_file(const char *dir, grove_ckpt_format f, size_t *len) {
+  grove_model *m = NULL;
+  grove_err err = {0};
+  ck_assert_ok(grove_model_open(dir, NULL, &m, &err), &err);
+  grove_state_dict *sd = grove_sd_new();
+  ck_assert_ok(grove_module_state_dict(m->root, NULL, sd, &err), &err);
+  const char *tmp = grove_test_tmpdir();
+  char path[512];
+  snprintf(path, sizeof path, "%s/weights.%s", tmp, f == GROVE_CKPT_SAFETENSORS ? "safetensors" : "pt");
+  if (f == GROVE_CKPT_SAFETENSORS)
+    ck_assert_ok(grove_safetensors_write(path, sd, &err), &err);
+  else
+    ck_assert_ok(grove_torch_write(path, sd, &err), &err);
+  uint8_t *data = (uint8_t *)grove_test_read_file(path, len);
+  ck_assert_ptr_nonnull(data);
+  unlink(path);
+  rmdir(tmp);
+  grove_sd_free(sd);
+  grove_model_free(m);
+  return data;
+}
+
+static membuf export_mem(grove_client *c, const char *model, grove_ckpt_format f,
+                         const char *prefix, size_t chunk, grove_export_info *info) {
+  membuf b = {0};
+  grove_err err = {0};
+  grove_export_opts o = {.prefix = prefix, .chunk_bytes = chunk, .archive_name = "weights"};
+  ck_assert_ok(grove_client_export(c, model, f, &o, 10000, mem_sink, &b, info, &err), &err);
+  ck_assert_uint_eq(b.n, info->total_size);
+  return b;
+}
+
+START_TEST(export_equals_writer) {
+  grove_client *c = h_connect(X.tcp);
+  const char *models[] = {"export_bn", "reload_mlp"};
+  grove_ckpt_format fmts[] = {GROVE_CKPT_SAFETENSORS, GROVE_CKPT_TORCH_ZIP};
+  size_t chunks[] = {0, 7, 1000};
+  for (int mi = 0; mi < 2; mi++)
+    for (int fi = 0; fi < 2; fi++) {
+      size_t len = 0;
+      uint8_t *want = local_file(grove_fixture(models[mi]), fmts[fi], &len);
+      for (int ci = 0; ci < 3; ci++) {
+        grove_export_info info;
+        membuf b = export_mem(c, models[mi], fmts[fi], NULL, chunks[ci], &info);
+        ck_assert_int_eq(info.version, 1);
+        ck_assert_uint_eq(b.n, len);
+        ck_assert_msg(memcmp(b.p, want, len) == 0, "%s as %d (chunk %zu): bytes differ",
+                      models[mi], fmts[fi], chunks[ci]);
+        if (chunks[ci] == 7) ck_assert_uint_eq(b.calls, (len + 6) / 7);
+        free(b.p);
+      }
+      free(want);
+    }
+  /* What came back: num_batches_tracked stays int64, the keys in torch's
+   * order. */
+  grove_export_info info;
+  membuf b = export_mem(c, "export_bn", GROVE_CKPT_TORCH_ZIP, NULL, 0, &info);
+  grove_state_dict *sd = NULL;
+  grove_err err = {0};
+  ck_assert_ok(grove__torch_read_buffer(b.p, b.n, "export", NULL, &sd, &err), &err);
+  const char *keys[] = {"0.weight",         "0.bias",       "1.weight",
+                        "1.bias",           "1.running_mean", "1.running_var",
+                        "1.num_batches_tracked", "3.weight", "3.bias"};
+  ck_assert_uint_eq(grove_sd_count(sd), 9);
+  ck_assert_uint_eq(info.tensors, 9);
+  for (size_t i = 0; i < 9; i++) ck_assert_str_eq(grove_sd_key(sd, i), keys[i]);
+  ck_assert_int_eq(grove_sd_get(sd, "1.num_batches_tracked")->dtype, GROVE_I64);
+  grove_sd_free(sd);
+  free(b.p);
+  grove_client_close(c);
+  ck_assert(h_metric(&X, "grove_exports_open") == 0);
+}
+END_TEST
+
+START_TEST(export_prefix) {
+  grove_client *c = h_connect(X.ipc);
+  grove_export_info info;
+  membuf b = export_mem(c, "export_bn", GROVE_CKPT_SAFETENSORS, "1.", 0, &info);
+  grove_state_dict *sd = NULL;
+  grove_err err = {0};
+  ck_assert_ok(grove_safetensors_read_buffer(b.p, b.n, "export", &sd, &err), &err);
+  ck_assert_uint_eq(grove_sd_count(sd), 5);
+  for (size_t i = 0; i < 5; i++) ck_assert(strncmp(grove_sd_key(sd, i), "1.", 2) == 0);
+  grove_sd_free(sd);
+  free(b.p);
+  b = (membuf){0};
+  grove_export_opts o = {.prefix = "nope."};
+  ck_assert_status(grove_client_export(c, "export_bn", GROVE_CKPT_TORCH_ZIP, &o, 5000, mem_sink, &b,
+                                       &info, &err),
+                   GROVE_E_NOT_FOUND);
+  ck_assert_msg(strstr(grove_err_msg(&err), "nope."), "%s", grove_err_msg(&err));
+  ck_assert_uint_eq(b.n, 0);
+  grove_client_close(c);
+}
+END_TEST
+
+static bool dir_has_temp(const char *dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "ls -A '%s' | grep -q tmp", dir);
+  return system(cmd) == 0;
+}
+
+START_TEST(export_file_rules) {
+  grove_client *c = h_connect(X.tcp);
+  const char *dir = grove_test_tmpdir();
+  char path[512], bad[512];
+  snprintf(path, sizeof path, "%s/bn.pt", dir);
+  snprintf(bad, sizeof bad, "%s/bn.npy", dir);
+  grove_err err = {0};
+  grove_export_info info;
+  ck_assert_ok(grove_client_export_file(c, "export_bn", path, false, NULL, 10000, &info, &err),
+               &err);
+  grove_state_dict *sd = NULL;
+  ck_assert_ok(grove_torch_read(path, &sd, &err), &err);
+  ck_assert_uint_eq(grove_sd_count(sd), 9);
+  grove_sd_free(sd);
+  /* The archive is named after the file, as torch.save names it. */
+  size_t len = 0;
+  char *data = grove_test_read_file(path, &len);
+  ck_assert(memmem(data, len, "bn/data.pkl", 11) != NULL);
+  free(data);
+  ck_assert_status(grove_client_export_file(c, "export_bn", path, false, NULL, 10000, &info, &err),
+                   GROVE_E_ALREADY_EXISTS);
+  ck_assert(grove_client_failed_locally(GROVE_E_ALREADY_EXISTS, &err));
+  ck_assert_ok(grove_client_export_file(c, "reload_mlp", path, true, NULL, 10000, &info, &err),
+               &err);
+  ck_assert_ok(grove_torch_read(path, &sd, &err), &err);
+  ck_assert_uint_eq(grove_sd_count(sd), 4);
+  grove_sd_free(sd);
+  ck_assert_status(grove_client_export_file(c, "export_bn", bad, false, NULL, 10000, &info, &err),
+                   GROVE_E_INVALID_ARGUMENT);
+  /* A refused export leaves nothing behind. */
+  char none[512];
+  snprintf(none, sizeof none, "%s/none.safetensors", dir);
+  ck_assert_status(grove_client_export_file(c, "nope", none, false, NULL, 10000, &info, &err),
+                   GROVE_E_NOT_FOUND);
+  ck_assert_int_ne(access(none, F_OK), 0);
+  ck_assert(!dir_has_temp(dir));
+  unlink(path);
+  rmdir(dir);
+  grove_client_close(c);
+}
+END_TEST
+
+static Grove__Reply *raw_export(const char *url, const char *model, int format, uint64_t id,
+                                uint64_t offset, uint64_t length, bool close,
+                                const char *archive) {
+  Grove__ExportStateDictRequest q = GROVE__EXPORT_STATE_DICT_REQUEST__INIT;
+  q.model = (char *)model;
+  q.format = format;
+  q.export_id = id;
+  q.offset = offset;
+  q.length = length;
+  q.close = close;
+  if (archive) q.archive_name = (char *)archive;
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.body_case = GROVE__REQUEST__BODY_EXPORT_STATE_DICT;
+  req.export_state_dict = &q;
+  Grove__Reply *rep = h_raw(url, &req);
+  ck_assert_ptr_nonnull(rep);
+  return rep;
+}
+
+static int raw_status(Grove__Reply *rep, const char *needle) {
+  int s = rep->status;
+  if (needle) ck_assert_msg(strstr(rep->message, needle), "%s", rep->message);
+  grove__reply__free_unpacked(rep, NULL);
+  return s;
+}
+
+START_TEST(export_refusals) {
+  const char *u = X.ipc;
+  ck_assert_int_eq(raw_status(raw_export(u, "export_bn", 3, 0, 0, 10, false, NULL), "format 3"),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(raw_status(raw_export(u, "nope", 1, 0, 0, 10, false, NULL), "'nope'"),
+                   GROVE_E_NOT_FOUND);
+  ck_assert_int_eq(raw_status(raw_export(u, "export_bn", 2, 0, 0, 10, false, "a/b"), "a/b"),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(raw_status(raw_export(u, "", 0, 12345, 0, 10, false, NULL), "12345"),
+                   GROVE_E_NOT_FOUND);
+  /* Open 16 exports (the limit) and keep them open. */
+  uint64_t ids[16];
+  uint64_t total = 0;
+  for (int i = 0; i < 16; i++) {
+    Grove__Reply *r = raw_export(u, "export_bn", 1 + i % 2, 0, 0, 10, false, NULL);
+    ck_assert_int_eq(r->status, 0);
+    ck_assert_int_eq(r->body_case, GROVE__REPLY__BODY_EXPORT_STATE_DICT);
+    ids[i] = r->export_state_dict->export_id;
+    if (i == 0) total = r->export_state_dict->total_size;
+    ck_assert_uint_eq(r->export_state_dict->data.len, 10);
+    ck_assert(!r->export_state_dict->closed);
+    grove__reply__free_unpacked(r, NULL);
+  }
+  ck_assert(h_metric(&X, "grove_exports_open") == 16);
+  ck_assert_int_eq(raw_status(raw_export(u, "export_bn", 1, 0, 0, 10, false, NULL), "16 exports"),
+                   GROVE_E_RESOURCE_EXHAUSTED);
+  /* Fetches: past the end, another model's name, the last byte. */
+  ck_assert_int_eq(raw_status(raw_export(u, "", 0, ids[0], total + 1, 10, false, NULL),
+                              "past the end"),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(raw_status(raw_export(u, "reload_mlp", 0, ids[0], 0, 10, false, NULL),
+                              "export_bn"),
+                   GROVE_E_INVALID_ARGUMENT);
+  Grove__Reply *r = raw_export(u, "export_bn", 0, ids[0], total - 1, 100, false, NULL);
+  ck_assert_int_eq(r->status, 0);
+  ck_assert_uint_eq(r->export_state_dict->data.len, 1);
+  ck_assert_uint_eq(r->export_state_dict->offset, total - 1);
+  grove__reply__free_unpacked(r, NULL);
+  /* Close them all: with a fetch, or alone. */
+  for (int i = 0; i < 16; i++) {
+    r = raw_export(u, "", 0, ids[i], 0, i % 2 ? 5 : 0, true, NULL);
+    ck_assert_int_eq(r->status, 0);
+    ck_assert(r->export_state_dict->closed);
+    grove__reply__free_unpacked(r, NULL);
+  }
+  ck_assert(h_metric(&X, "grove_exports_open") == 0);
+  ck_assert_int_eq(raw_status(raw_export(u, "", 0, ids[3], 0, 10, false, NULL), "not open"),
+                   GROVE_E_NOT_FOUND);
+}
+END_TEST
+
+/* ---------------------------------------------------------- during reloads */
+
+typedef struct storm {
+  const char *url;
+  atomic_bool stop;
+  int reloads;
+  grove_status st;
+  char msg[512];
+} storm;
+
+static void *storm_main(void *arg) {
+  storm *s = arg;
+  grove_client *c = h_connect(s->url);
+  char a[4096], b[4096];
+  snprintf(a, sizeof a, "%s/a.safetensors", grove_fixture("reload_ckpt"));
+  snprintf(b, sizeof b, "%s/b.pt", grove_fixture("reload_ckpt"));
+  /* Version v holds A when odd, B when even. */
+  for (int k = 0; k < 200 && !atomic_load(&s->stop); k++) {
+    grove_reload_opts o = {.checkpoint = k % 2 ? a : b};
+    grove_reload_result res;
+    grove_err err = {0};
+    grove_status st = grove_client_reload(c, "reload_mlp", &o, 20000, &res, &err);
+    grove_reload_result_fini(&res);
+    if (st) {
+      s->st = st;
+      snprintf(s->msg, sizeof s->msg, "%s", grove_err_msg(&err));
+      break;
+    }
+    s->reloads++;
+  }
+  grove_client_close(c);
+  return NULL;
+}
+
+/* Every tensor of got equals want's bit for bit, same keys, same order. */
+static void same_sd(const grove_state_dict *got, const grove_state_dict *want) {
+  ck_assert_uint_eq(grove_sd_count(got), grove_sd_count(want));
+  for (size_t i = 0; i < grove_sd_count(want); i++) {
+    ck_assert_str_eq(grove_sd_key(got, i), grove_sd_key(want, i));
+    const grove_tensor *g = grove_sd_tensor(got, i), *w = grove_sd_tensor(want, i);
+    ck_assert(g->dtype == w->dtype && grove_tensor_same_shape(g, w));
+    ck_assert(memcmp(g->data, w->data, grove_tensor_nbytes(w)) == 0);
+  }
+}
+
+START_TEST(export_during_reloads) {
+  /* A server of its own: the storm moves reload_mlp's version. */
+  hserver s;
+  char arg[4200];
+  snprintf(arg, sizeof arg, "reload_mlp=%s", grove_fixture("reload_mlp"));
+  const char *extra[] = {"--model", arg, NULL};
+  h_start(&s, extra);
+  grove_err err = {0};
+  grove_state_dict *A = NULL, *B = NULL;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/a.safetensors", grove_fixture("reload_ckpt"));
+  ck_assert_ok(grove_safetensors_read(path, &A, &err), &err);
+  snprintf(path, sizeof path, "%s/b.safetensors", grove_fixture("reload_ckpt"));
+  ck_assert_ok(grove_safetensors_read(path, &B, &err), &err);
+  storm st = {.url = s.tcp};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, storm_main, &st), 0);
+  grove_client *c = h_connect(s.ipc);
+  int64_t last = 0;
+  int versions_seen = 0;
+  for (int i = 0; i < 24; i++) {
+    grove_ckpt_format f = i % 2 ? GROVE_CKPT_TORCH_ZIP : GROVE_CKPT_SAFETENSORS;
+    grove_export_info info;
+    /* Small chunks: many round trips, during which versions change. */
+    membuf b = export_mem(c, "reload_mlp", f, NULL, 64, &info);
+    grove_state_dict *sd = NULL;
+    if (f == GROVE_CKPT_SAFETENSORS)
+      ck_assert_ok(grove_safetensors_read_buffer(b.p, b.n, "export", &sd, &err), &err);
+    else
+      ck_assert_ok(grove__torch_read_buffer(b.p, b.n, "export", NULL, &sd, &err), &err);
+    same_sd(sd, info.version % 2 ? A : B);
+    if (info.version != last) versions_seen++;
+    ck_assert_int_ge(info.version, last);
+    last = info.version;
+    grove_sd_free(sd);
+    free(b.p);
+  }
+  atomic_store(&st.stop, true);
+  pthread_join(th, NULL);
+  ck_assert_msg(st.st == GROVE_OK, "a reload failed: %s", st.msg);
+  ck_assert_int_gt(st.reloads, 0);
+  fprintf(stderr, "export_during_reloads: %d reloads, %d versions exported\n", st.reloads,
+          versions_seen);
+  grove_client_close(c);
+  grove_sd_free(A);
+  grove_sd_free(B);
+  ck_assert_int_eq(h_stop(&s), 0);
+}
+END_TEST
+
 /* ============================================================ suite */
 
 static Suite *export_suite(void) {
@@ -273,6 +632,15 @@ static Suite *export_suite(void) {
   tcase_add_test(tc, plan_outlives_sd);
   tcase_add_test(tc, plan_refusals);
   suite_add_tcase(s, tc);
+  TCase *sv = tcase_create("server");
+  tcase_add_unchecked_fixture(sv, x_setup, x_teardown);
+  tcase_set_timeout(sv, 120);
+  tcase_add_test(sv, export_equals_writer);
+  tcase_add_test(sv, export_prefix);
+  tcase_add_test(sv, export_file_rules);
+  tcase_add_test(sv, export_refusals);
+  tcase_add_test(sv, export_during_reloads);
+  suite_add_tcase(s, sv);
   return s;
 }
 

@@ -1,0 +1,10 @@
+# mk/server_reload.mk: the test suites of hot reload and state_dict export
+# (tests/check_reload.c, tests/check_export.c).  Both start a real groved and
+# talk to it through libgrove-client and raw NNG requests, so they link the
+# client library and need the generated protobuf header, as check_server does
+# (mk/server.mk).  Read after mk/server.mk (names sort so).
+
+TEST_EXTRA_check_reload := $(CLIENTLIB)
+TEST_EXTRA_check_export := $(CLIENTLIB)
+
+$(BUILD)/tests/check_reload.o $(BUILD)/tests/check_export.o: $(PROTO_H)

@@ -1,0 +1,330 @@
+/* groved_harness.h: starting and talking to a real groved from a Check
+ * suite (tests/check_reload.c, tests/check_export.c).  Static functions in a
+ * header, so each suite gets its own copy; the same helpers as
+ * tests/check_server.c.
+ *
+ * groved runs as a child process on 127.0.0.1 (free ports) and an ipc
+ * socket in a temporary directory; its log goes to a file there.  Readiness
+ * is polled over HTTP, not NNG: an unchecked fixture runs in Check's parent
+ * process, and NNG refuses to run in a child forked after it started.  Every
+ * wait is bounded. */
+#ifndef GROVE_TESTS_GROVED_HARNESS_H
+#define GROVE_TESTS_GROVED_HARNESS_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "grove.pb-c.h"
+#include "grove/client.h"
+#include "grove/grove.h"
+#include "testutil.h"
+
+static inline void h_sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+static inline double h_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline int h_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  socklen_t len = sizeof a;
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+static inline const char *h_groved_path(void) {
+  static char buf[4096];
+  const char *env = getenv("GROVED_BIN");
+  if (env && *env) return env;
+  const char *grove = getenv("GROVE_BIN");
+  if (grove && *grove) {
+    snprintf(buf, sizeof buf, "%s", grove);
+    char *slash = strrchr(buf, '/');
+    if (slash) {
+      snprintf(slash + 1, sizeof buf - (size_t)(slash + 1 - buf), "groved");
+      if (access(buf, X_OK) == 0) return buf;
+    }
+  }
+  return "build/release/groved";
+}
+
+/* GET path; the HTTP status and the body (malloc'd), or -1. */
+static inline int h_http(int port, const char *path, char **body) {
+  *body = NULL;
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct timeval tv = {10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  char req[256];
+  int n = snprintf(req, sizeof req,
+                   "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", path);
+  if (write(fd, req, (size_t)n) != n) {
+    close(fd);
+    return -1;
+  }
+  size_t cap = 65536, len = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (!buf) break;
+    if (len + 1 == cap) {
+      char *g = realloc(buf, cap *= 2);
+      if (!g) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = g;
+    }
+    ssize_t r = read(fd, buf + len, cap - len - 1);
+    if (r <= 0) break;
+    len += (size_t)r;
+  }
+  close(fd);
+  if (!buf) return -1;
+  buf[len] = 0;
+  int code = -1;
+  sscanf(buf, "HTTP/1.%*d %d", &code);
+  char *start = strstr(buf, "\r\n\r\n");
+  *body = strdup(start ? start + 4 : "");
+  free(buf);
+  return code;
+}
+
+typedef struct hserver {
+  pid_t pid;
+  char dir[256];
+  char tcp[128], ipc[384], log[384];
+  int http_port;
+} hserver;
+
+static inline void h_show_log(const hserver *s) {
+  char *text = grove_test_read_file(s->log, NULL);
+  fprintf(stderr, "---- groved log (%s) ----\n%s---- end ----\n", s->log, text ? text : "");
+  free(text);
+}
+
+/* Starts groved with the flags in extra (NULL-terminated) and waits at most
+ * 30 s for its HTTP /healthz. */
+static inline void h_start(hserver *s, const char *const *extra) {
+  memset(s, 0, sizeof *s);
+  const char *tmp = grove_test_tmpdir();
+  ck_assert_ptr_nonnull(tmp);
+  snprintf(s->dir, sizeof s->dir, "%s", tmp);
+  int port = h_free_port(), hport = h_free_port();
+  snprintf(s->tcp, sizeof s->tcp, "tcp://127.0.0.1:%d", port);
+  snprintf(s->ipc, sizeof s->ipc, "ipc://%s/groved.sock", s->dir);
+  char http[64];
+  snprintf(http, sizeof http, "127.0.0.1:%d", hport);
+  s->http_port = hport;
+  snprintf(s->log, sizeof s->log, "%s/groved.log", s->dir);
+  char pub[320];
+  snprintf(pub, sizeof pub, "ipc://%s/pub.sock", s->dir);
+  const char *argv[64];
+  int n = 0;
+  argv[n++] = h_groved_path();
+  argv[n++] = "--listen";
+  argv[n++] = s->tcp;
+  argv[n++] = "--listen";
+  argv[n++] = s->ipc;
+  argv[n++] = "--http";
+  argv[n++] = http;
+  argv[n++] = "--pub";
+  argv[n++] = pub;
+  argv[n++] = "--log-level";
+  argv[n++] = "debug";
+  for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDERR_FILENO);
+      dup2(fd, STDOUT_FILENO);
+      close(fd);
+    }
+    execv(argv[0], (char *const *)argv);
+    fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  s->pid = pid;
+  double deadline = h_now() + 30.0;
+  for (;;) {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) {
+      s->pid = 0;
+      h_show_log(s);
+      ck_abort_msg("groved exited during start (status %d)", st);
+    }
+    char *body = NULL;
+    int code = h_http(s->http_port, "/healthz", &body);
+    free(body);
+    if (code == 200) return;
+    if (h_now() > deadline) {
+      h_show_log(s);
+      ck_abort_msg("groved did not come up within 30 s");
+    }
+    h_sleep_ms(20);
+  }
+}
+
+static inline int h_wait(hserver *s, double timeout_s) {
+  double deadline = h_now() + timeout_s;
+  while (s->pid > 0) {
+    int st;
+    if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+      s->pid = 0;
+      return st;
+    }
+    if (h_now() > deadline) return -1;
+    h_sleep_ms(10);
+  }
+  return -1;
+}
+
+static inline void h_rm_rf(const char *dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* SIGTERM (SIGKILL after 20 s); returns the wait status.  A groved that did
+ * not exit 0 has its log printed. */
+static inline int h_stop(hserver *s) {
+  int st = -1;
+  if (s->pid > 0) {
+    kill(s->pid, SIGTERM);
+    st = h_wait(s, 20.0);
+    if (st == -1 && s->pid > 0) {
+      kill(s->pid, SIGKILL);
+      h_wait(s, 5.0);
+    }
+  }
+  if (!(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+    fprintf(stderr, "groved did not exit 0 (wait status %d)\n", st);
+    h_show_log(s);
+  }
+  if (s->dir[0]) h_rm_rf(s->dir);
+  return st;
+}
+
+static inline bool h_log_contains(const hserver *s, const char *needle) {
+  char *text = grove_test_read_file(s->log, NULL);
+  bool found = text && strstr(text, needle);
+  free(text);
+  return found;
+}
+
+static inline grove_client *h_connect(const char *url) {
+  grove_client *c = NULL;
+  grove_err err = {0};
+  const char *urls[] = {url};
+  ck_assert_ok(grove_client_open(urls, 1, NULL, &c, &err), &err);
+  return c;
+}
+
+/* The value of the metric line that starts with prefix, or -1. */
+static inline double h_metric(const hserver *s, const char *prefix) {
+  char *text = NULL;
+  ck_assert_int_eq(h_http(s->http_port, "/metrics", &text), 200);
+  size_t n = strlen(prefix);
+  double v = -1.0;
+  for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+    if (strncmp(p, prefix, n) == 0 && p[n] == ' ') {
+      v = strtod(p + n + 1, NULL);
+      break;
+    }
+  free(text);
+  return v;
+}
+
+/* Polls metric prefix until it equals want (at most timeout_s); returns the
+ * last value. */
+static inline double h_wait_metric(const hserver *s, const char *prefix, double want, double timeout_s) {
+  double deadline = h_now() + timeout_s, v = -1;
+  while ((v = h_metric(s, prefix)) != want && h_now() < deadline) h_sleep_ms(20);
+  return v;
+}
+
+/* Sends req on a fresh req socket to url; the decoded reply (caller frees)
+ * or NULL when none came within 10 s. */
+static inline Grove__Reply *h_raw(const char *url, Grove__Request *req) {
+  req->protocol = 1;
+  size_t n = grove__request__get_packed_size(req);
+  uint8_t *buf = malloc(n ? n : 1);
+  grove__request__pack(req, buf);
+  nng_socket sock;
+  ck_assert_int_eq(nng_req0_open(&sock), 0);
+  nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, 10000);
+  nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, 10000);
+  int rv = nng_dial(sock, url, NULL, 0);
+  ck_assert_msg(rv == 0, "dial %s: %s", url, nng_strerror(rv));
+  rv = nng_send(sock, buf, n, 0);
+  ck_assert_msg(rv == 0, "send: %s", nng_strerror(rv));
+  free(buf);
+  void *rb = NULL;
+  size_t rn = 0;
+  Grove__Reply *rep = NULL;
+  if (nng_recv(sock, &rb, &rn, NNG_FLAG_ALLOC) == 0) {
+    rep = grove__reply__unpack(NULL, rn, rb);
+    nng_free(rb, rn);
+  }
+  nng_close(sock);
+  return rep;
+}
+
+/* Copies file src to dst (0 on success). */
+static inline int h_copy(const char *src, const char *dst) {
+  size_t len = 0;
+  char *data = grove_test_read_file(src, &len);
+  if (!data) return -1;
+  int rc = grove_test_write_file(dst, data, len);
+  free(data);
+  return rc;
+}
+
+/* Rows [r0, r0 + n) of t as a plain view. */
+static inline grove_tensor h_rows(const grove_tensor *t, int64_t r0, int64_t n) {
+  int64_t shape[GROVE_MAX_DIMS];
+  memcpy(shape, t->shape, sizeof shape);
+  shape[0] = n;
+  size_t row = grove_tensor_nbytes(t) / (size_t)t->shape[0];
+  grove_tensor v;
+  grove_tensor_init(&v, t->dtype, t->ndim, shape, (char *)t->data + row * (size_t)r0);
+  return v;
+}
+
+#endif
