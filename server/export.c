@@ -208,10 +208,13 @@ static void ojob_free(ojob *j) {
 static void open_fail(ojob *j, grove_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void open_fail(ojob *j, grove_status s, const char *fmt, ...) {
+  /* The arguments may point into j->err: format elsewhere first. */
+  grove_err e = {0};
   va_list ap;
   va_start(ap, fmt);
-  grove_err_setv(&j->err, s, fmt, ap);
+  grove_err_setv(&e, s, fmt, ap);
   va_end(ap);
+  j->err = e;
   atomic_fetch_add(&j->srv->exports->counts[j->m->index].failed, 1);
   grove__rpc_reply_error(j->r, s, "%s", grove_err_msg(&j->err));
   j->r = NULL;

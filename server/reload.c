@@ -88,6 +88,7 @@ typedef struct mstate {
   /* Metrics: any thread reads. */
   _Atomic uint64_t ok, failed, refused;
   _Atomic int in_progress;
+  _Atomic int paused; /* m->paused, for /metrics */
   rhist duration, pause;
 } mstate;
 
@@ -537,6 +538,9 @@ static void prep_work(uv_work_t *w) {
                              j->m->name);
   }
   free(ps);
+  if (!j->s && !is_file(j->weights_path))
+    j->s = grove_err_set(&j->err, GROVE_E_NOT_FOUND, "%s: no such checkpoint file",
+                         j->weights_path);
   if (!j->s) j->s = grove_checkpoint_read(j->weights_path, &j->sd, &j->err);
   /* Every tensor that will replace one of the tree's gets the tree's dtype
    * now, so that the load only ever swaps pointers (assign) and never writes
@@ -553,7 +557,9 @@ static void prep_work(uv_work_t *w) {
     grove_tensor_release(c);
   }
   grove_sd_free(live);
-  if (j->s) grove_err_prefix(&j->err, "%s", j->weights_path);
+  /* The readers' messages name the file already. */
+  if (j->s && strncmp(grove_err_msg(&j->err), j->weights_path, strlen(j->weights_path)) != 0)
+    grove_err_prefix(&j->err, "%s", j->weights_path);
 }
 
 /* Pool: the model is paused and no batch runs: change the serving tree. */
@@ -569,6 +575,7 @@ static void load_work(uv_work_t *w) {
 static void resume(rjob *j) {
   srv_model *m = j->m;
   m->paused = false;
+  atomic_store(&j->ms->paused, 0);
   j->ms->mutating = false;
   j->ms->waiting = NULL;
   j->pause_ns = grove__now_ns() - j->t_pause;
@@ -663,6 +670,7 @@ static void prep_done(uv_work_t *w, int status) {
   }
   /* Hold the model's batches; go on once the running ones are done. */
   j->m->paused = true;
+  atomic_store(&j->ms->paused, 1);
   j->t_pause = grove__now_ns();
   j->ms->waiting = j;
   if (j->m->running == 0) mutate(j);
@@ -1073,6 +1081,12 @@ char *grove__reload_metrics_text(srv_server *srv) {
   for (size_t i = 0; i < srv->nmodels; i++)
     tprintf(&b, "grove_reload_in_progress{model=\"%s\"} %d\n",
             label(srv->models[i].name, lab, sizeof lab), atomic_load(&a->ms[i].in_progress));
+  tprintf(&b,
+          "# HELP grove_reload_paused 1 while an in-place reload holds the model's batches.\n"
+          "# TYPE grove_reload_paused gauge\n");
+  for (size_t i = 0; i < srv->nmodels; i++)
+    tprintf(&b, "grove_reload_paused{model=\"%s\"} %d\n",
+            label(srv->models[i].name, lab, sizeof lab), atomic_load(&a->ms[i].paused));
   tprintf(&b,
           "# HELP grove_reload_duration_seconds Time from a successful reload's request to its "
           "new version serving.\n# TYPE grove_reload_duration_seconds histogram\n");

@@ -85,8 +85,9 @@ def generate(out_dir):
     # A torch.save archive whose data.pkl would run os.system under pickle.
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("hostile/data.pkl", b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00true\x85R.")
-        z.writestr("hostile/version", b"3\n")
+        for name, data in (("hostile/data.pkl", b"\x80\x02cos\nsystem\nX\x04\x00\x00\x00true\x85R."),
+                           ("hostile/version", b"3\n")):
+            z.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
     with open(os.path.join(c, "hostile.pt"), "wb") as f:
         f.write(buf.getvalue())
 
