@@ -16,7 +16,8 @@
  *    3x3 convolutions with stride 1 (no dilation, one group) take Winograd
  *    F(2x2, 3x3) instead of patch rows: 16 packed products over 4x4 tiles,
  *    2.25 times fewer multiply-adds (see conv_winograd).
- *  - columns (few channels: a 3-channel image stem; also GROVE_CONV=columns):
+ *  - columns (grouped convolutions with fewer than 8 channels per group,
+ *    depthwise ones; also GROVE_CONV=columns):
  *    im2col into [K, positions] columns and cblas_sgemm W_g [cout_g, K] x
  *    col, for a run of images at once (COL_BUDGET), so the product is NCHW
  *    already.  A 1x1 convolution with stride 1 and no padding needs no
@@ -134,13 +135,17 @@ static void conv_free_impl(void *impl) {
 }
 
 /* Which lowering a convolution takes.  The rows path gathers cin_g floats at
- * a time from an NHWC copy of the input, so it wants enough input channels
- * per group; GROVE_CONV=rows|columns overrides (for measurements). */
+ * a time from an NHWC copy of the input, so a grouped convolution wants
+ * enough channels per group for it; GROVE_CONV=rows|columns|winograd
+ * overrides (for measurements and tests). */
 static bool want_rows(const conv_impl *p) {
   const char *force = getenv("GROVE_CONV");
   if (force && (strcmp(force, "rows") == 0 || strcmp(force, "winograd") == 0)) return true;
   if (force && strcmp(force, "columns") == 0) return false;
-  return p->cin / p->groups >= 8 && p->cout / p->groups >= 8;
+  /* Ungrouped convolutions always: the image stem (3 input channels) too, so
+   * that a model's convolutions never mix OpenBLAS's threads with Grove's
+   * (with both pools spinning, two cores run three threads). */
+  return p->groups == 1 || (p->cin / p->groups >= 8 && p->cout / p->groups >= 8);
 }
 
 /* Winograd F(2x2, 3x3) takes the 3x3, stride 1, undilated, ungrouped
