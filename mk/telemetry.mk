@@ -3,17 +3,16 @@
 # hook and watch commands, their test suite and the hooks benchmark.
 #
 #   client/watch.c, client/cli_hooks.c  need the generated protobuf header
-#   tests/check_telemetry.c             links groved's objects (not main.o)
-#                                       so that it can drive the hook tables
-#                                       directly, plus libgrove-client
+#   tests/check_telemetry.c             links the statistics of
+#                                       server/telemetry_stats.c (pure
+#                                       functions) and libgrove-client; it
+#                                       starts groved for the rest
 #   make bench-hooks                    bench/hooks_bench.sh
 
 $(CLIENTLIB): $(BUILD)/client/watch.o
 $(BUILD)/client/watch.o $(BUILD)/client/cli_hooks.o $(BUILD)/tests/check_telemetry.o: $(PROTO_H)
 
-TEST_EXTRA_check_telemetry := $(filter-out $(BUILD)/server/main.o,$(SERVER_OBJ)) $(PROTO_OBJ) \
-                              $(CLIENTLIB)
-$(BUILD)/tests/check_telemetry: PKG_LIBS += $(UV_LIBS)
+TEST_EXTRA_check_telemetry := $(BUILD)/server/telemetry_stats.o $(CLIENTLIB)
 
 .PHONY: bench-hooks
 bench-hooks: all
