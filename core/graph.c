@@ -589,6 +589,8 @@ static grove_status run_module(run *r, int i, gval *res) {
   } else {
     if (n->mod_kind == MK_MHA) grove__mha_next_call(n->mod, n->need_weights, n->average_weights);
     s = grove_module_forward(n->mod, r->f, &in, &out);
+    /* A pre-hook that failed leaves the call options unread: drop them. */
+    if (n->mod_kind == MK_MHA) grove__mha_next_call(NULL, true, true);
   }
   if (s) return s;
   if (out.n < 1) return grove_err_set(r->f->err, GROVE_E_INTERNAL, "the module returned nothing");

@@ -600,6 +600,7 @@ static grove_status sa_block(const grove_module *m, grove_fwd *f, const grove_te
   in.v[0] = in.v[1] = in.v[2] = *x;
   grove__mha_next_call(sa, false, true);
   grove_status s = grove_module_forward(sa, f, &in, &out);
+  grove__mha_next_call(NULL, true, true);
   if (s) return s;
   return call(m, "dropout1", f, &out.v[0], y);
 }
