@@ -148,6 +148,59 @@ START_TEST(test_parity) {
 }
 END_TEST
 
+/* grove_arena_rewind (arena.h), which the graphs' liveness rests on: a
+ * rewind hands the same memory out again, the high water counts what was
+ * live, forgotten bytes stay readable until reused (also in overflow chunks,
+ * kept until the reset), and grove__arena_keep moves blocks down. */
+START_TEST(test_arena_rewind) {
+  grove_arena *a = grove_arena_new(4096);
+  grove_arena_mark m0 = grove_arena_mark_get(a);
+  char *p1 = grove_arena_alloc(a, 1000);
+  grove_arena_rewind(a, m0);
+  char *p2 = grove_arena_alloc(a, 1000);
+  ck_assert_ptr_eq(p1, p2);
+  grove_arena_rewind(a, m0);
+  for (int i = 0; i < 10; i++) {
+    grove_arena_alloc(a, 1000);
+    grove_arena_rewind(a, m0);
+  }
+  ck_assert_uint_eq(grove_arena_high_water(a), 1024);
+  /* Overflow: a block larger than the arena goes to a chunk; rewinding past
+   * it keeps its bytes readable. */
+  grove_arena_mark m1 = grove_arena_mark_get(a);
+  char *big = grove_arena_alloc(a, 10000);
+  memset(big, 7, 10000);
+  size_t grows = grove_arena_grow_count(a);
+  ck_assert_uint_eq(grows, 1);
+  grove_arena_rewind(a, m1);
+  ck_assert_int_eq(big[9999], 7);
+  /* grove__arena_keep: two blocks made after m0 end up right above it, in
+   * order, with their bytes. */
+  char *x = grove_arena_alloc(a, 64), *scratch = grove_arena_alloc(a, 512),
+       *y = grove_arena_alloc(a, 128);
+  memset(x, 1, 64);
+  memset(scratch, 9, 512);
+  memset(y, 2, 128);
+  grove__keep keep[2] = {{x, 64, NULL, {0}}, {y, 128, NULL, {0}}};
+  grove_err err = {0};
+  ck_assert_ok(grove__arena_keep(a, m0, keep, 2, &err), &err);
+  ck_assert_ptr_eq(keep[0].moved, p1);
+  ck_assert_int_eq(((char *)keep[0].moved)[63], 1);
+  ck_assert_int_eq(((char *)keep[1].moved)[0], 2);
+  ck_assert_int_eq(((char *)keep[1].moved)[127], 2);
+  ck_assert_ptr_eq(grove_arena_alloc(a, 1), (char *)keep[1].moved + 128);
+  /* The reset consolidates into one block of the high water; the same pass
+   * then fits. */
+  grove_arena_reset(a);
+  ck_assert_uint_eq(grove_arena_capacity(a), grove_arena_high_water(a));
+  m0 = grove_arena_mark_get(a);
+  grove_arena_alloc(a, 10000);
+  grove_arena_rewind(a, m0);
+  ck_assert_uint_eq(grove_arena_grow_count(a), grows);
+  grove_arena_free(a);
+}
+END_TEST
+
 /* A forward's observer (module.h) watching modules of a fused chain turns
  * that fusion off: it sees the BatchNorm's own output, and the result stays
  * torch's. */
@@ -458,6 +511,7 @@ static Suite *graph_suite(void) {
   tcase_add_test(tc, test_observer_unfuses);
   suite_add_tcase(s, tc);
   tc = tcase_create("graphs");
+  tcase_add_test(tc, test_arena_rewind);
   tcase_add_test(tc, test_spec_errors);
   tcase_add_test(tc, test_runtime_errors);
   tcase_add_test(tc, test_identity_graph);
