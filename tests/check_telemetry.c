@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1029,18 +1030,37 @@ END_TEST
 
 /* ============================================================ slow */
 
+/* A subscriber stuck for good: it connects to the PUB socket's ipc path,
+ * says "I am an SP sub" (the 8-byte SP header: 0, 'S', 'P', 0, protocol 33
+ * big-endian, 2 reserved bytes) and never reads a byte, so that the socket
+ * buffers fill and groved's side of the connection stalls.  (An NNG SUB
+ * socket whose owner never calls receive still reads the connection and
+ * drops in its own queue, where only the events' sequence numbers show it.) */
+static int stuck_subscriber(const char *pub_url) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  snprintf(a.sun_path, sizeof a.sun_path, "%.100s", pub_url + strlen("ipc://"));
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  static const unsigned char hello[8] = {0, 'S', 'P', 0, 0, 33, 0, 0};
+  ck_assert_int_eq(write(fd, hello, sizeof hello), 8);
+  return fd;
+}
+
 START_TEST(subscriber_that_never_reads) {
   server sv;
   const char *extra[] = {"--workers", "2", NULL};
   server_start(&sv, extra);
-  /* A subscriber that connects, subscribes to everything and never reads. */
+  /* Two subscribers to everything that never read: a stuck connection, and
+   * an NNG SUB socket nobody receives from. */
+  int stuck = stuck_subscriber(sv.pub);
   nng_socket sub;
   ck_assert_int_eq(nng_sub0_open(&sub), 0);
   ck_assert_int_eq(nng_socket_set(sub, NNG_OPT_SUB_SUBSCRIBE, "", 0), 0);
   ck_assert_int_eq(nng_dial(sub, sv.pub, NULL, 0), 0);
-  for (int i = 0; i < 500 && metric(sv.http_port, "grove_hook_subscribers ") < 1; i++)
+  for (int i = 0; i < 500 && metric(sv.http_port, "grove_hook_subscribers ") < 2; i++)
     sleep_ms(10);
-  ck_assert_double_eq(metric(sv.http_port, "grove_hook_subscribers "), 1);
+  ck_assert_double_eq(metric(sv.http_port, "grove_hook_subscribers "), 2);
 
   grove_client *c = connect_rpc(&sv);
   io o;
@@ -1073,6 +1093,7 @@ START_TEST(subscriber_that_never_reads) {
   ck_assert_double_eq(metric(sv.http_port, "grove_requests_total{model=\"net\",status=\"OK\"} "),
                       1000);
   ck_assert(!log_contains(&sv, " error "));
+  close(stuck);
   nng_close(sub);
   grove_client_close(c);
   grove_sd_free(o.sd);
