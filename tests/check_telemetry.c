@@ -251,6 +251,7 @@ static int server_stop(server *s) {
       st = -1;
     }
     s->pid = 0;
+    if (st != 0) show_log(s);
   }
   if (s->dir[0]) rm_rf(s->dir);
   return st;
@@ -595,9 +596,10 @@ static void s_setup(void) {
   server_start(&S, NULL);
 }
 
+/* A non-zero exit (a sanitizer's report) fails the suite: Check stops the
+ * run when an unchecked fixture fails. */
 static void s_teardown(void) {
-  int st = server_stop(&S);
-  if (st != 0) fprintf(stderr, "groved exited with status %d\n", st);
+  ck_assert_int_eq(server_stop(&S), 0);
 }
 
 /* |a - b| <= 1e-4 |b| + atol, with atol for values that are ~0. */
@@ -927,14 +929,6 @@ END_TEST
 
 static server R;
 
-static void r_setup(void) {
-  server_start(&R, NULL);
-}
-
-static void r_teardown(void) {
-  server_stop(&R);
-}
-
 static grove_hook_info *find_hook(grove_hook_info *hs, size_t n, uint64_t id) {
   for (size_t i = 0; i < n; i++)
     if (hs[i].id == id) return &hs[i];
@@ -942,6 +936,7 @@ static grove_hook_info *find_hook(grove_hook_info *hs, size_t n, uint64_t id) {
 }
 
 START_TEST(hooks_survive_reload) {
+  server_start(&R, NULL);
   grove_client *c = connect_rpc(&R);
   io o;
   io_load(&o);
@@ -1025,6 +1020,7 @@ START_TEST(hooks_survive_reload) {
   grove_watch_close(w);
   grove_client_close(c);
   grove_sd_free(o.sd);
+  ck_assert_int_eq(server_stop(&R), 0);
 }
 END_TEST
 
@@ -1149,7 +1145,6 @@ static Suite *telemetry_suite(void) {
   suite_add_tcase(s, serve);
 
   TCase *reload = tcase_create("reload");
-  tcase_add_unchecked_fixture(reload, r_setup, r_teardown);
   tcase_set_timeout(reload, 120);
   tcase_add_test(reload, hooks_survive_reload);
   suite_add_tcase(s, reload);
