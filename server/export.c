@@ -113,6 +113,69 @@ static const char *format_name(int32_t f) {
 
 /* ================================================================ replies */
 
+static size_t varint_len(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = (uint8_t)v;
+  return p;
+}
+
+/* The reply for bytes [offset, offset + n) of s, with the range copied from
+ * the plan straight into the message: protobuf-c would want the bytes in a
+ * buffer of their own first, doubling what a fetch holds.  The fields are
+ * encoded by protobuf-c without the data, and the data field (and then the
+ * body, field 17, around them) is appended by hand: the wire format allows
+ * fields in any order.  NULL when out of memory. */
+static nng_msg *encode_range(srv_req *r, session *s, uint64_t offset, uint64_t n, bool closed,
+                             grove_status *st, grove_err *err) {
+  Grove__ExportStateDictReply er = GROVE__EXPORT_STATE_DICT_REPLY__INIT;
+  er.export_id = s->id;
+  er.version = s->v->number;
+  er.total_size = grove_file_plan_size(s->plan);
+  er.format = s->format;
+  er.offset = offset;
+  er.tensors = (uint32_t)grove_file_plan_tensors(s->plan);
+  er.chunk_limit = CHUNK_LIMIT;
+  er.closed = closed;
+  Grove__Reply rep = GROVE__REPLY__INIT;
+  rep.protocol = GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION;
+  rep.id = r->id;
+  size_t head = grove__reply__get_packed_size(&rep);
+  size_t fields = grove__export_state_dict_reply__get_packed_size(&er);
+  size_t data_field = n ? 1 + varint_len(n) + (size_t)n : 0; /* tag 6, wire type 2 */
+  size_t body = fields + data_field;
+  size_t total = head + 2 + varint_len(body) + body; /* tag 17, wire type 2: 0x8a 0x01 */
+  nng_msg *m;
+  if (nng_msg_alloc(&m, total) != 0) return NULL;
+  uint8_t *p = nng_msg_body(m);
+  p += grove__reply__pack(&rep, p);
+  *p++ = 0x8a;
+  *p++ = 0x01;
+  p = put_varint(p, body);
+  p += grove__export_state_dict_reply__pack(&er, p);
+  if (n) {
+    *p++ = (6 << 3) | 2;
+    p = put_varint(p, n);
+    *st = grove_file_plan_read(s->plan, offset, p, (size_t)n, err);
+    p += n;
+  }
+  if ((size_t)(p - (uint8_t *)nng_msg_body(m)) != total && !*st)
+    *st = grove_err_set(err, GROVE_E_INTERNAL, "export reply: %zu bytes encoded, %zu planned",
+                        (size_t)(p - (uint8_t *)nng_msg_body(m)), total);
+  return m;
+}
+
 /* Answers r with the range [offset, offset + length) of s (length capped),
  * closing s first when asked. */
 static void send_range(srv_server *srv, srv_req *r, session *s, uint64_t offset, uint64_t length,
@@ -128,19 +191,18 @@ static void send_range(srv_server *srv, srv_req *r, session *s, uint64_t offset,
   }
   uint64_t n = length < CHUNK_LIMIT ? length : CHUNK_LIMIT;
   if (n > total - offset) n = total - offset;
-  uint8_t *buf = malloc(n ? (size_t)n : 1);
-  if (!buf) {
+  grove_err err = {0};
+  grove_status st = GROVE_OK;
+  nng_msg *msg = encode_range(r, s, offset, n, close, &st, &err);
+  if (!msg) {
     grove__rpc_reply_error(r, GROVE_E_NOMEM, "out of memory for %" PRIu64 " bytes", n);
     return;
   }
-  grove_err err = {0};
-  grove_status st = grove_file_plan_read(s->plan, offset, buf, (size_t)n, &err);
   if (st) {
-    free(buf);
+    nng_msg_free(msg);
     grove__rpc_reply_error(r, st, "export %" PRIu64 ": %s", s->id, grove_err_msg(&err));
     return;
   }
-  bool closed = false;
   if (close) {
     session *t = take(x, s->id);
     if (t) {
@@ -148,31 +210,8 @@ static void send_range(srv_server *srv, srv_req *r, session *s, uint64_t offset,
                   t->id, t->m->name);
       session_release(t);
     }
-    closed = true;
   }
   atomic_fetch_add(&x->counts[s->m->index].bytes, n);
-  Grove__ExportStateDictReply er = GROVE__EXPORT_STATE_DICT_REPLY__INIT;
-  er.export_id = s->id;
-  er.version = s->v->number;
-  er.total_size = total;
-  er.format = s->format;
-  er.offset = offset;
-  er.data.data = buf;
-  er.data.len = (size_t)n;
-  er.tensors = (uint32_t)grove_file_plan_tensors(s->plan);
-  er.chunk_limit = CHUNK_LIMIT;
-  er.closed = closed;
-  Grove__Reply rep = GROVE__REPLY__INIT;
-  rep.protocol = GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION;
-  rep.id = r->id;
-  rep.body_case = GROVE__REPLY__BODY_EXPORT_STATE_DICT;
-  rep.export_state_dict = &er;
-  nng_msg *msg = grove__rpc_pack(&rep);
-  free(buf);
-  if (!msg) {
-    grove__rpc_reply_error(r, GROVE_E_NOMEM, "out of memory encoding %" PRIu64 " bytes", n);
-    return;
-  }
   grove__rpc_send(r, msg, GROVE_OK);
 }
 
