@@ -255,13 +255,48 @@ static char *dir_weights(const char *dir, grove_err *err) {
   return NULL;
 }
 
+/* Freeing a version means unmapping and freeing all its weights: tens of
+ * milliseconds for a large model, which the loop must not spend while
+ * requests wait for their batches.  The last reference is dropped in the
+ * pool instead (or here when the loop is going away). */
+typedef struct release_req {
+  uv_work_t work;
+  srv_version *v;
+} release_req;
+
+static void release_work(uv_work_t *w) {
+  release_req *q = w->data;
+  grove__version_release(q->v);
+}
+
+static void release_done(uv_work_t *w, int status) {
+  (void)status;
+  free(w->data);
+}
+
+static void release_off_loop(srv_server *srv, srv_version *v) {
+  if (!v) return;
+  if (atomic_load(&v->refs) > 1 || grove__admin_closing(srv)) {
+    grove__version_release(v); /* not the last, or no pool to hand it to */
+    return;
+  }
+  release_req *q = calloc(1, sizeof *q);
+  if (q) {
+    q->v = v;
+    q->work.data = q;
+    if (uv_queue_work(&srv->loop, &q->work, release_work, release_done) == 0) return;
+    free(q);
+  }
+  grove__version_release(v);
+}
+
 static void job_free(rjob *j) {
   if (!j) return;
   free(j->checkpoint);
   free(j->model_dir);
   free(j->dir);
   free(j->weights_path);
-  grove__version_release(j->cur);
+  release_off_loop(j->srv, j->cur);
   grove_model_free(j->model);
   grove_sd_free(j->sd);
   grove_load_report_fini(&j->rep);
@@ -342,7 +377,7 @@ static void install(rjob *j, srv_version *v) {
   pthread_mutex_unlock(&m->mu);
   atomic_store(&m->version_number, v->number);
   j->version = v->number;
-  grove__version_release(old);
+  release_off_loop(j->srv, old);
 }
 
 static void start(rjob *j);
@@ -365,7 +400,7 @@ static void finish(rjob *j) {
       n->m = ms->m;
       n->ms = ms;
       n->trigger = "again";
-      n->in_place = srv->cfg.reload_in_place;
+      n->in_place = srv->cfg.reload_in_place && ms->m->current != NULL;
       n->t0 = grove__now_ns();
       atomic_fetch_add(&srv->admin->jobs, 1);
       start(n);

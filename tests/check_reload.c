@@ -259,7 +259,10 @@ static void refused(grove_client *c, const char *ck, bool in_place, grove_status
 
 START_TEST(reload_refusals) {
   hserver s;
-  start_mlp(&s, NULL, NULL);
+  static char tied[4200];
+  snprintf(tied, sizeof tied, "tied=%s", grove_fixture("models_tied"));
+  const char *more[] = {"--model", tied, NULL};
+  start_mlp(&s, NULL, more);
   expected e;
   expected_load(&e);
   grove_client *c = h_connect(s.tcp);
@@ -315,6 +318,15 @@ START_TEST(reload_refusals) {
   o = (grove_reload_opts){.model_dir = "/nonexistent/dir"};
   ck_assert_status(grove_client_reload(c, "reload_mlp", &o, 5000, &res, &err), GROVE_E_NOT_FOUND);
   ck_assert_msg(strstr(grove_err_msg(&err), "/nonexistent/dir"), "%s", grove_err_msg(&err));
+  grove_reload_result_fini(&res);
+  /* Tied parameters: in place would untie them, so only a full reload. */
+  grove_reload_opts t = {.in_place = true};
+  ck_assert_status(grove_client_reload(c, "tied", &t, 5000, &res, &err), GROVE_E_UNSUPPORTED);
+  ck_assert_msg(strstr(grove_err_msg(&err), "ties parameters"), "%s", grove_err_msg(&err));
+  grove_reload_result_fini(&res);
+  t.in_place = false;
+  ck_assert_ok(grove_client_reload(c, "tied", &t, 5000, &res, &err), &err);
+  ck_assert_int_eq(res.version, 2);
   grove_reload_result_fini(&res);
   /* Version 3 holds all of B (the in-place load filled the bias in). */
   grove_tensor in = h_rows(e.x, 0, 8);
