@@ -1,0 +1,14 @@
+/* backward_conv.c: training forwards of Conv1d/2d and the 2-d pools. */
+#include "backward.h"
+
+static grove_status later(grove__tape *t, const grove_module *m) {
+  return grove_err_set(t->err, GROVE_E_UNSUPPORTED, "%s cannot be trained yet", m->type->name);
+}
+grove_status grove__tf_conv(grove__tape *t, const grove_module *m, const grove__tinfo *info,
+                            const int *in, int nin, int *out, int *nout) {
+  return later(t, m);
+}
+grove_status grove__tf_pool(grove__tape *t, const grove_module *m, const grove__tinfo *info,
+                            const int *in, int nin, int *out, int *nout) {
+  return later(t, m);
+}
