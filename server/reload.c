@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -437,6 +438,42 @@ static void count_result(rjob *j) {
   }
 }
 
+/* ================================================================ priority */
+
+/* A build runs beside the workers.  On a machine whose cores the workers
+ * keep busy it would take its time from their batches (the p99 of a reload
+ * storm); at nice BUILD_NICE it takes their idle time instead, and a busy
+ * model reloads more slowly rather than answering more slowly.  The build
+ * runs on a thread of its own, niced as it starts, because a thread cannot
+ * give itself its priority back (that needs CAP_SYS_NICE), and libuv's pool
+ * threads must keep theirs for in-place loads, which run while the model is
+ * paused.  Only with one compute thread per forward: a niced thread that
+ * started a pool of compute helpers (core/gemm.c) would leave them niced for
+ * the workers that use them later. */
+#define BUILD_NICE 10
+
+typedef struct niced {
+  void (*fn)(void *);
+  void *arg;
+} niced;
+
+static void *niced_main(void *p) {
+  niced *n = p;
+  setpriority(PRIO_PROCESS, (id_t)gettid(), BUILD_NICE);
+  n->fn(n->arg);
+  return NULL;
+}
+
+static void run_niced(srv_server *srv, void (*fn)(void *), void *arg) {
+  niced n = {fn, arg};
+  pthread_t t;
+  if (srv->blas_threads == 1 && pthread_create(&t, NULL, niced_main, &n) == 0) {
+    pthread_join(t, NULL);
+    return;
+  }
+  fn(arg);
+}
+
 /* ================================================================ full */
 
 /* What did not fit, for the reply: the load again, on a fresh tree, this time
@@ -477,8 +514,8 @@ static void explain(rjob *j) {
   grove_model_free(spec);
 }
 
-static void full_work(uv_work_t *w) {
-  rjob *j = w->data;
+static void full_build(void *arg) {
+  rjob *j = arg;
   grove_model_opts o = {.weights = j->checkpoint, .non_strict = j->non_strict};
   j->s = grove_model_open(j->dir, &o, &j->model, &j->err);
   if (!j->s) j->s = grove__model_check_servable(j->model, &j->err);
@@ -495,6 +532,11 @@ static void full_work(uv_work_t *w) {
     j->weights_path = dir_weights(j->dir, &ignore);
   }
   if (j->s == GROVE_E_STATE_DICT) explain(j);
+}
+
+static void full_work(uv_work_t *w) {
+  rjob *j = w->data;
+  run_niced(j->srv, full_build, j);
 }
 
 static void full_done(uv_work_t *w, int status) {
@@ -538,8 +580,8 @@ static int cmp_ptr(const void *a, const void *b) {
 
 /* Pool: reads the checkpoint and prepares it for the serving tree (which
  * keeps serving meanwhile: only read here). */
-static void prep_work(uv_work_t *w) {
-  rjob *j = w->data;
+static void prep_build(void *arg) {
+  rjob *j = arg;
   const grove_module *root = j->cur->model->root;
   if (j->checkpoint)
     j->weights_path = strdup(j->checkpoint);
@@ -595,6 +637,11 @@ static void prep_work(uv_work_t *w) {
   /* The readers' messages name the file already. */
   if (j->s && strncmp(grove_err_msg(&j->err), j->weights_path, strlen(j->weights_path)) != 0)
     grove_err_prefix(&j->err, "%s", j->weights_path);
+}
+
+static void prep_work(uv_work_t *w) {
+  rjob *j = w->data;
+  run_niced(j->srv, prep_build, j);
 }
 
 /* Pool: the model is paused and no batch runs: change the serving tree. */
