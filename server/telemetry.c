@@ -882,16 +882,19 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg) {
         tel->pipes_cap = cap;
       }
     }
-    if (tel->npipes < tel->pipes_cap)
+    if (tel->npipes < tel->pipes_cap) {
       tel->pipes[tel->npipes++] = (tel_pipe){.id = id, .base = atomic_load(&tel->sent)};
-    atomic_fetch_add(&tel->subscribers, 1);
+      atomic_fetch_add(&tel->subscribers, 1);
+    }
   } else if (ev == NNG_PIPE_EV_REM_POST) {
+    /* Only a pipe that was added counts (one refused at its start, such as
+     * a peer that is not a SUB, never was). */
     for (size_t i = 0; i < tel->npipes; i++)
       if (tel->pipes[i].id == id) {
         tel->pipes[i] = tel->pipes[--tel->npipes];
+        atomic_fetch_sub(&tel->subscribers, 1);
         break;
       }
-    atomic_fetch_sub(&tel->subscribers, 1);
   }
   pthread_mutex_unlock(&tel->pipe_mu);
   grove__slog(GROVE_LOG_DEBUG, "telemetry.subscriber", "subscriber %" PRIu32 " %s", id,
