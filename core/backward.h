@@ -235,8 +235,8 @@ grove_status grove__tf_graph(grove__tape *, const grove_module *, const grove__t
 /* ------------------------------------------------------------ functional ops */
 
 /* Differentiable operations on vars, for the composite layers and graphs
- * (backward_ops.c).  Each makes its output var(s) and pushes its node.
- * Errors set t->err. */
+ * (backward_ops.c: activations to reshape; backward_tensor.c: the rest).  Each makes its output
+ * var(s) and pushes its node. Errors set t->err. */
 
 /* Activations by tinfo kind (RELU ... TANH; info carries slope and
  * tanh_approx); a NULL info means ReLU. */
@@ -248,6 +248,9 @@ grove_status grove__top_softmax(grove__tape *t, int x, int dim, bool as_log, int
  * NULL), over x's last dimension. */
 grove_status grove__top_linear(grove__tape *t, int x, const grove_tensor *W, const grove_tensor *b,
                                int *y);
+/* The same with rows [r0, r0 + n) of W and b only (a packed projection). */
+grove_status grove__top_linear_rows(grove__tape *t, int x, const grove_tensor *W,
+                                    const grove_tensor *b, int64_t r0, int64_t n, int *y);
 /* Inverted dropout with probability p (0 <= p <= 1) from the replica's
  * generator; the identity (no node, y = x) when p is 0. */
 grove_status grove__top_dropout(grove__tape *t, int x, double p, int *y);
@@ -271,9 +274,15 @@ grove_status grove__top_cat(grove__tape *t, const int *xs, int n, int dim, int *
 grove_status grove__top_reduce(grove__tape *t, int x, bool mean, uint32_t mask, bool keepdim,
                                int *y);
 /* Basic indexing: y = x[ix...] made contiguous (a copy, so grads scatter
- * back). ix as graph.h's grove__index. */
+ * back).  ix as graph.h's grove__index (slices with step >= 1). */
 struct grove__index;
 grove_status grove__top_index(grove__tape *t, int x, const struct grove__index *ix, int n, int *y);
+
+/* MultiheadAttention m (settings info) on query q, key k, value v
+ * (backward_attention.c): *out the attention output, *weights the weights
+ * (averaged over heads when average) when need_weights, else -1. */
+grove_status grove__mha_run(grove__tape *t, const grove_module *m, const grove__tinfo *info, int q,
+                            int k, int v, bool need_weights, bool average, int *out, int *weights);
 
 /* ------------------------------------------------------------ replica internals */
 

@@ -224,18 +224,21 @@ grove_status grove__top_softmax(grove__tape *t, int x, int dim, bool as_log, int
 
 /* ============================================================ linear */
 
+/* Rows [r0, r0 + N) of W (and of b): MultiheadAttention's packed in_proj
+ * weight is three projections, and each gradient lands in its own rows. */
 static grove_status linear_backward(grove__tape *t, const grove__node *n) {
   const int x = n->in[0], y = n->out[0];
   const grove_tensor *W = n->p[0], *b = n->p[1];
-  const int64_t N = W->shape[0], K = W->shape[1];
+  const int64_t K = W->shape[1], r0 = n->i[0], N = n->i[1];
   const int64_t M = grove_tensor_numel(val(t, x)) / K;
   const float *dy = grove__grad_in(t, y);
   if (M == 0) return GROVE_OK;
+  const float *wd = (const float *)W->data + r0 * K;
   if (grove__wants(t, x)) {
     float *dx = grove__grad(t, x);
     if (!dx) return GROVE_E_NOMEM;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, dy, (int)N,
-                W->data, (int)K, 1.0f, dx, (int)K);
+                wd, (int)K, 1.0f, dx, (int)K);
   }
   float *dW, *db = NULL;
   grove_status s = grove__param_grad(t, W, &dW);
@@ -243,23 +246,23 @@ static grove_status linear_backward(grove__tape *t, const grove__node *n) {
   if (s) return s;
   if (dW)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, dy, (int)N,
-                val(t, x)->data, (int)K, 1.0f, dW, (int)K);
+                val(t, x)->data, (int)K, 1.0f, dW + r0 * K, (int)K);
   if (db) {
     /* Column sums in double: a long batch would otherwise lose digits. */
     double *acc = grove__tscratch(t, (size_t)N * sizeof(double), true);
     if (!acc) return GROVE_E_NOMEM;
     for (int64_t r = 0; r < M; r++)
       for (int64_t j = 0; j < N; j++) acc[j] += dy[r * N + j];
-    for (int64_t j = 0; j < N; j++) db[j] += (float)acc[j];
+    for (int64_t j = 0; j < N; j++) db[r0 + j] += (float)acc[j];
   }
   return GROVE_OK;
 }
 
-grove_status grove__top_linear(grove__tape *t, int x, const grove_tensor *W, const grove_tensor *b,
-                               int *y) {
+grove_status grove__top_linear_rows(grove__tape *t, int x, const grove_tensor *W,
+                                    const grove_tensor *b, int64_t r0, int64_t N, int *y) {
   grove_status s = need_f32(t, x, "Linear");
   if (s) return s;
-  const int64_t N = W->shape[0], K = W->shape[1];
+  const int64_t K = W->shape[1];
   const grove_tensor *xt = val(t, x);
   if (xt->ndim == 0 || xt->shape[xt->ndim - 1] != K) {
     char got[128];
@@ -280,9 +283,9 @@ grove_status grove__top_linear(grove__tape *t, int x, const grove_tensor *W, con
   const int64_t M = grove_tensor_numel(xt) / K;
   if (M > 0) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, xt->data,
-                (int)K, W->data, (int)K, 0.0f, yd, (int)N);
+                (int)K, (const float *)W->data + r0 * K, (int)K, 0.0f, yd, (int)N);
     if (b) {
-      const float *bd = b->data;
+      const float *bd = (const float *)b->data + r0;
       for (int64_t r = 0; r < M; r++)
         for (int64_t j = 0; j < N; j++) yd[r * N + j] += bd[j];
     }
@@ -291,7 +294,14 @@ grove_status grove__top_linear(grove__tape *t, int x, const grove_tensor *W, con
   grove__node n = {.backward = linear_backward, .nin = 1, .nout = 1, .in = {x}, .out = {yv}};
   n.p[0] = W;
   n.p[1] = b;
+  n.i[0] = r0;
+  n.i[1] = N;
   return grove__node_add(t, &n);
+}
+
+grove_status grove__top_linear(grove__tape *t, int x, const grove_tensor *W, const grove_tensor *b,
+                               int *y) {
+  return grove__top_linear_rows(t, x, W, b, 0, W->shape[0], y);
 }
 
 /* ============================================================ dropout */

@@ -399,6 +399,7 @@ typedef struct run_case {
 static const run_case run_cases[] = {
     {"sgd_mlp", GROVE_OPTIM_SGD, false, 5},
     {"adamw_mlp", GROVE_OPTIM_ADAMW, true, 5},
+    {"sgd_cnn", GROVE_OPTIM_SGD, false, 4},
 };
 #define NRUNS ((int)(sizeof run_cases / sizeof run_cases[0]))
 
