@@ -253,6 +253,86 @@ static void mix_avx512(const float *p, const float *v, int64_t rsv, float *o, in
   }
 }
 
+/* kt[t][s] = k[s][t] for S keys of d floats (rows rsk apart), 16 x 16
+ * blocks through registers; ragged edges one by one. */
+static void transpose_k_avx512(const float *k, int64_t rsk, int64_t S, int64_t d, float *kt) {
+  const int64_t S16 = S / 16 * 16, d16 = d / 16 * 16;
+  for (int64_t s0 = 0; s0 < S16; s0 += 16)
+    for (int64_t t0 = 0; t0 < d16; t0 += 16) {
+      __m512 r[16], t[16];
+      for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(k + (s0 + i) * rsk + t0);
+      for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+      }
+      for (int g = 0; g < 4; g++) {
+        __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * g + 2]), e = _mm512_castps_pd(t[4 * g + 3]);
+        r[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+        r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+      }
+      for (int j = 0; j < 4; j++) {
+        __m512 a = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+        __m512 b = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+        __m512 c = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+        __m512 e = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+        _mm512_storeu_ps(kt + (t0 + j) * S + s0, _mm512_shuffle_f32x4(a, b, 0x88));
+        _mm512_storeu_ps(kt + (t0 + j + 8) * S + s0, _mm512_shuffle_f32x4(a, b, 0xdd));
+        _mm512_storeu_ps(kt + (t0 + j + 4) * S + s0, _mm512_shuffle_f32x4(c, e, 0x88));
+        _mm512_storeu_ps(kt + (t0 + j + 12) * S + s0, _mm512_shuffle_f32x4(c, e, 0xdd));
+      }
+    }
+  for (int64_t s = 0; s < S; s++)
+    for (int64_t t = (s < S16 ? d16 : 0); t < d; t++) kt[t * S + s] = k[s * rsk + t];
+}
+
+/* exp(x) for 16 lanes (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2,
+ * exp(r) by a degree-7 polynomial, times 2^n), within 2 ulp. */
+static inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)),
+                    _mm512_set1_ps(-88.3762626647949f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+/* Softmax of L rows of S <= 64 floats in place: max-subtracted, summed in
+ * float over at most 64 terms. */
+static void softmax_rows_avx512(float *sc, int64_t L, int64_t S) {
+  const int nv = (int)((S + 15) / 16);
+  __mmask16 m[4];
+  for (int j = 0; j < 4; j++) m[j] = j < nv ? tail_mask(S - 16 * j) : 0;
+  for (int64_t l = 0; l < L; l++) {
+    float *row = sc + l * S;
+    __m512 v[4];
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < nv; j++) {
+      v[j] = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m[j], row + 16 * j);
+      mx = _mm512_max_ps(mx, v[j]);
+    }
+    const __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < nv; j++) {
+      v[j] = _mm512_maskz_mov_ps(m[j], exp512(_mm512_sub_ps(v[j], mv)));
+      sum = _mm512_add_ps(sum, v[j]);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+    for (int j = 0; j < nv; j++)
+      _mm512_mask_storeu_ps(row + 16 * j, m[j], _mm512_mul_ps(v[j], inv));
+  }
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
@@ -270,51 +350,61 @@ static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, con
                    int64_t rsv, float *o, int64_t rso, int64_t L, int64_t S, int64_t d, float scale,
                    float *restrict sc, float *restrict kt) {
   const bool big = L * S * d >= (1 << 15);
+  bool fast = false; /* the AVX-512 kernels: S <= 64, d <= 128 */
+#if ATT_HAVE_AVX512
+  fast = S <= 64 && d <= 128 && att_avx512();
+#endif
   if (big) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)S, (blasint)d, scale,
                 q, (blasint)rsq, k, (blasint)rsk, 0.0f, sc, (blasint)S);
+  } else if (fast) {
+#if ATT_HAVE_AVX512
+    transpose_k_avx512(k, rsk, S, d, kt);
+    scores_avx512(q, rsq, kt, L, S, d, scale, sc);
+#endif
   } else {
     for (int64_t s = 0; s < S; s++)
       for (int64_t t = 0; t < d; t++) kt[t * S + s] = k[s * rsk + t];
-#if ATT_HAVE_AVX512
-    if (S <= 64 && att_avx512())
-      scores_avx512(q, rsq, kt, L, S, d, scale, sc);
-    else
-#endif
-      for (int64_t l = 0; l < L; l++) {
-        const float *ql = q + l * rsq;
-        float *restrict row = sc + l * S;
-        for (int64_t s = 0; s < S; s++) row[s] = 0.0f;
-        for (int64_t t = 0; t < d; t++) {
-          const float qv = ql[t] * scale;
-          const float *restrict kr = kt + t * S;
-          for (int64_t s = 0; s < S; s++) row[s] += qv * kr[s];
-        }
+    for (int64_t l = 0; l < L; l++) {
+      const float *ql = q + l * rsq;
+      float *restrict row = sc + l * S;
+      for (int64_t s = 0; s < S; s++) row[s] = 0.0f;
+      for (int64_t t = 0; t < d; t++) {
+        const float qv = ql[t] * scale;
+        const float *restrict kr = kt + t * S;
+        for (int64_t s = 0; s < S; s++) row[s] += qv * kr[s];
       }
-  }
-  for (int64_t l = 0; l < L; l++) {
-    float *row = sc + l * S;
-    float mx = -INFINITY;
-    for (int64_t s = 0; s < S; s++) mx = row[s] > mx ? row[s] : mx;
-    double sum = 0;
-    for (int64_t s = 0; s < S; s++) {
-      row[s] = expf(row[s] - mx);
-      sum += row[s];
     }
-    const float inv = (float)(1.0 / sum);
-    for (int64_t s = 0; s < S; s++) row[s] *= inv;
+  }
+  if (fast) {
+#if ATT_HAVE_AVX512
+    softmax_rows_avx512(sc, L, S);
+#endif
+  } else {
+    for (int64_t l = 0; l < L; l++) {
+      float *row = sc + l * S;
+      float mx = -INFINITY;
+      for (int64_t s = 0; s < S; s++) mx = row[s] > mx ? row[s] : mx;
+      double sum = 0;
+      for (int64_t s = 0; s < S; s++) {
+        row[s] = expf(row[s] - mx);
+        sum += row[s];
+      }
+      const float inv = (float)(1.0 / sum);
+      for (int64_t s = 0; s < S; s++) row[s] *= inv;
+    }
   }
   if (big) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)L, (blasint)d, (blasint)S, 1.0f,
                 sc, (blasint)S, v, (blasint)rsv, 0.0f, o, (blasint)rso);
     return;
   }
+  if (fast) {
 #if ATT_HAVE_AVX512
-  if (d <= 128 && att_avx512()) {
     mix_avx512(sc, v, rsv, o, rso, L, S, d);
+#endif
     return;
   }
-#endif
   for (int64_t l = 0; l < L; l++) {
     float *restrict ol = o + l * rso;
     const float *row = sc + l * S;
