@@ -34,6 +34,19 @@ GROVED = os.environ.get("GROVED_BIN") or os.path.join(os.path.dirname(os.path.re
 MB = 1 << 20
 
 
+def _sanitized():
+    """A sanitizer build keeps freed memory in quarantine (ASan): its RSS says
+    nothing about the program's own bounds."""
+    try:
+        with open(GROVE, "rb") as f:
+            return b"AddressSanitizer" in f.read()
+    except OSError:
+        return False
+
+
+SANITIZED = _sanitized()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -275,8 +288,9 @@ def export_big(layers, width):
                 print(f"    export {nbytes / MB:.0f} MB as .{ext}: {dt:.2f} s, client peak RSS "
                       f"{cli_peak / MB:.1f} MB, groved peak growth {server_growth / MB:.1f} MB")
                 # Bounded by a few chunks (8 MiB each), not by the model.
-                assert cli_peak < 96 * MB, cli_peak
-                assert server_growth < 96 * MB, server_growth
+                if not SANITIZED:
+                    assert cli_peak < 96 * MB, cli_peak
+                    assert server_growth < 96 * MB, server_growth
                 got = torch.load(out, weights_only=True) if ext == "pt" else read_safetensors(out)
                 check_state_dict(got, want)
                 del got
