@@ -2,12 +2,13 @@
 layer Grove trains, losses with their gradients, optimizer steps and
 state_dicts, and whole training runs, all from real PyTorch.
 
-Backward cases (tests/check_backward.c), for each NAME in GRAD_CASES:
+Backward cases (tests/check_backward.c), for each NAME in GRAD_CASES and
+graph_NAME for graphs.py's models with a custom forward:
     train_grad_NAME.json          the model.json document (tools/grove_export.py)
     train_grad_NAME.safetensors   w.KEY     the state_dict before the forward
                                   x.I       the inputs (float32, or int64 indices)
-                                  y         torch's train-mode output (the first)
-                                  g         the upstream gradient dL/dy
+                                  y.J       torch's train-mode outputs
+                                  g.J       the upstream gradients dL/dy_J
                                   dx.I      dL/dx (float inputs)
                                   grad.NAME each parameter's .grad (named_parameters)
                                   after.KEY the state_dict after the forward
@@ -171,31 +172,49 @@ GRAD_CASES = [
 ]
 
 
-def _first(y):
-    return y[0] if isinstance(y, tuple) else y
+def _graph_cases():
+    """graphs.py's models with a custom forward (fx graphs), trained: every
+    case but dropout_flatten, whose F.dropout(x, p, self.training) fx traced
+    as training=False (the export runs in eval), so torch in train mode would
+    drop where the graph does not."""
+    import graphs
+    out = []
+    for name, make, _ex, make_x in graphs.CASES:
+        if name == "dropout_flatten":
+            continue
+        out.append(("graph_" + name, make, (lambda mx: lambda: tuple(mx()))(make_x), _ex))
+    return out
 
 
 def _gen_grad(out_dir):
-    for i, (name, make, make_x) in enumerate(GRAD_CASES):
+    cases = [(n, mk, mx, None) for n, mk, mx in GRAD_CASES] + _graph_cases()
+    for i, (name, make, make_x, make_ex) in enumerate(cases):
         torch.manual_seed(500 + i)
         m = make()
         _randomise(m, 500 + i)
         xs = make_x()
         xs = list(xs) if isinstance(xs, tuple) else [xs]
-        spec = _spec(m, tuple(xs) if len(xs) > 1 else xs[0])
+        if make_ex is not None:  # a graph: the exporter's own io inference
+            m.eval()
+            spec = json.dumps(build_spec(m, make_ex()))
+        else:
+            spec = _spec(m, tuple(xs) if len(xs) > 1 else xs[0])
         sd0 = OrderedDict((k, v.clone()) for k, v in m.state_dict().items())
         m.train()
         xx = [x.clone().requires_grad_(x.is_floating_point()) for x in xs]
-        y = _first(m(*xx))
-        g = torch.randn(y.shape)
-        y.backward(g)
+        ys = m(*xx)
+        ys = [y for y in (ys if isinstance(ys, tuple) else (ys,)) if y is not None]
+        gs = [torch.randn(y.shape) for y in ys]
+        torch.autograd.backward([y for y in ys if y.requires_grad],
+                                [g for y, g in zip(ys, gs) if y.requires_grad])
         t = OrderedDict(("w." + k, v) for k, v in sd0.items())
         for j, x in enumerate(xs):
             t[f"x.{j}"] = x
-        t["y"] = y.detach()
-        t["g"] = g
+        for j, (y, g) in enumerate(zip(ys, gs)):
+            t[f"y.{j}"] = y.detach().contiguous()
+            t[f"g.{j}"] = g
         for j, x in enumerate(xx):
-            if x.is_floating_point():
+            if x.is_floating_point() and x.grad is not None:
                 t[f"dx.{j}"] = x.grad
         for pn, p in m.named_parameters():
             if p.grad is not None:
