@@ -39,7 +39,7 @@ def _sanitized():
     nothing about the program's own bounds."""
     try:
         with open(GROVE, "rb") as f:
-            return b"AddressSanitizer" in f.read()
+            return b"__asan_init" in f.read()
     except OSError:
         return False
 
