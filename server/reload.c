@@ -393,20 +393,19 @@ static void finish(rjob *j) {
   bool again = ms->again;
   ms->again = false;
   job_free(j);
-  grove__admin_done(srv);
-  if (again && !atomic_load(&srv->draining) && !grove__admin_closing(srv)) {
-    rjob *n = calloc(1, sizeof *n);
-    if (n) {
-      n->srv = srv;
-      n->m = ms->m;
-      n->ms = ms;
-      n->trigger = "again";
-      n->in_place = srv->cfg.reload_in_place && ms->m->current != NULL;
-      n->t0 = grove__now_ns();
-      atomic_fetch_add(&srv->admin->jobs, 1);
-      start(n);
-    }
+  rjob *n = NULL;
+  if (again && !atomic_load(&srv->draining) && !grove__admin_closing(srv) &&
+      (n = calloc(1, sizeof *n))) {
+    n->srv = srv;
+    n->m = ms->m;
+    n->ms = ms;
+    n->trigger = "again";
+    n->in_place = srv->cfg.reload_in_place && ms->m->current != NULL;
+    n->t0 = grove__now_ns();
+    atomic_fetch_add(&srv->admin->jobs, 1); /* before this job's done: never idle between */
   }
+  grove__admin_done(srv);
+  if (n) start(n);
 }
 
 static void log_result(rjob *j) {

@@ -439,6 +439,30 @@ START_TEST(reload_busy) {
 }
 END_TEST
 
+/* SIGHUP with --reload-in-place while a batch holds the model: the reload
+ * waits (paused); a second SIGHUP meanwhile is not lost but runs after it. */
+START_TEST(reload_sighup_queued) {
+  hserver s;
+  const char *more[] = {"--test-batch-delay-ms", "1000", "--reload-in-place", NULL};
+  start_mlp(&s, NULL, more);
+  grove_client *c = h_connect(s.tcp);
+  pthread_t pt;
+  ck_assert_int_eq(pthread_create(&pt, NULL, bg_predict_main, s.tcp), 0);
+  wait_batch_running(c);
+  kill(s.pid, SIGHUP);
+  ck_assert(h_wait_metric(&s, "grove_reload_paused{model=\"reload_mlp\"}", 1, 10) == 1);
+  kill(s.pid, SIGHUP);
+  ck_assert(h_wait_metric(&s, "grove_model_version{model=\"reload_mlp\"}", 3, 20) == 3);
+  pthread_join(pt, NULL);
+  ck_assert(h_log_contains(&s, "reload.queued: model reload_mlp"));
+  ck_assert(h_log_contains(&s, "in place (paused"));
+  ck_assert(h_log_contains(&s, ", again, "));
+  ck_assert(h_metric(&s, "grove_reload_pause_seconds_count{model=\"reload_mlp\"}") == 2);
+  grove_client_close(c);
+  ck_assert_int_eq(h_stop(&s), 0);
+}
+END_TEST
+
 /* ============================================================ model_dir */
 
 START_TEST(reload_model_dir) {
@@ -571,6 +595,7 @@ static Suite *reload_suite(void) {
   tcase_add_test(tc, reload_storm);
   tcase_add_test(tc, reload_refusals);
   tcase_add_test(tc, reload_busy);
+  tcase_add_test(tc, reload_sighup_queued);
   tcase_add_test(tc, reload_model_dir);
   tcase_add_test(tc, reload_sighup);
   tcase_add_test(tc, reload_watch);
