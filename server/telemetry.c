@@ -458,18 +458,18 @@ static bool has_hook(const tel_table *t, uint64_t id) {
  * goes on keeps its running interval; one whose hook goes on but whose
  * module is gone (a new version) hands its partial interval over; one whose
  * hook was removed is dropped.  Allocates (a table change is rare). */
-static bool switch_table(srv_telemetry *tel, tel_worker *tw, const tel_table *t, size_t model,
-                         handoff *h) {
+static bool switch_table(srv_telemetry *tel, tel_worker *tw, tel_wmodel *wm, const tel_table *t,
+                         size_t model, handoff *h) {
   size_t n = t ? t->ntargets : 0;
   tel_acc *accs = n ? calloc(n, sizeof *accs) : NULL;
   unsigned char *active = n ? calloc(n, 1) : NULL;
-  bool *taken = tw->nacc ? calloc(tw->nacc, sizeof *taken) : NULL;
+  bool *taken = wm->nacc ? calloc(wm->nacc, sizeof *taken) : NULL;
   if (n && (!accs || !active)) goto nomem;
-  if (tw->nacc && !taken) goto nomem;
+  if (wm->nacc && !taken) goto nomem;
   for (size_t j = 0; j < n; j++) {
     const tel_target *tg = &t->targets[j];
-    for (size_t i = 0; i < tw->nacc; i++) {
-      tel_acc *o = &tw->accs[i];
+    for (size_t i = 0; i < wm->nacc; i++) {
+      tel_acc *o = &wm->accs[i];
       if (!taken[i] && o->hook_id == tg->hook_id && strcmp(o->path, tg->path) == 0) {
         accs[j] = *o;
         memset(o, 0, sizeof *o);
@@ -479,18 +479,18 @@ static bool switch_table(srv_telemetry *tel, tel_worker *tw, const tel_table *t,
     }
     if (!accs[j].path && !acc_init(&accs[j], tg)) goto nomem;
   }
-  for (size_t i = 0; i < tw->nacc; i++) {
+  for (size_t i = 0; i < wm->nacc; i++) {
     if (taken && taken[i]) continue;
-    if (has_hook(t, tw->accs[i].hook_id)) finish(tel, tw, model, &tw->accs[i], h);
-    acc_fini(&tw->accs[i]);
+    if (has_hook(t, wm->accs[i].hook_id)) finish(tel, tw, model, &wm->accs[i], h);
+    acc_fini(&wm->accs[i]);
   }
-  free(tw->accs);
-  free(tw->active);
+  free(wm->accs);
+  free(wm->active);
   free(taken);
-  tw->accs = accs;
-  tw->active = active;
-  tw->nacc = n;
-  tw->gen = t ? t->gen : 0;
+  wm->accs = accs;
+  wm->active = active;
+  wm->nacc = n;
+  wm->gen = t ? t->gen : 0;
   return true;
 nomem:
   for (size_t j = 0; accs && j < n; j++) acc_fini(&accs[j]);
@@ -560,14 +560,15 @@ static void observe(void *ctx, size_t index, grove_observe_kind kind, const grov
   (void)m;
   tel_worker *tw = ctx;
   const tel_table *t = tw->cur;
+  tel_wmodel *wm = tw->wm;
   if (v->n < 1 || index >= t->nmods) return;
   const grove_tensor *x = &v->v[0];
   tel_basic bb;
   bool have = false;
   for (uint32_t k = t->first[index], e = k + t->count[index]; k < e; k++) {
     uint32_t i = t->order[k];
-    if (!tw->active[i] || t->targets[i].spec.kind != (int)kind) continue;
-    tel_acc *a = &tw->accs[i];
+    if (!wm->active[i] || t->targets[i].spec.kind != (int)kind) continue;
+    tel_acc *a = &wm->accs[i];
     if (!have) {
       /* The statistics of one call are computed once, whatever the number
        * of hooks watching the module. */
@@ -576,8 +577,8 @@ static void observe(void *ctx, size_t index, grove_observe_kind kind, const grov
       grove__tel_tensor_chunks(x, tw->chunk, TEL_CHUNK, chunk_basic, &c);
       have = true;
     }
-    if (a->last_seq != tw->seq) {
-      a->last_seq = tw->seq;
+    if (a->last_seq != wm->seq) {
+      a->last_seq = wm->seq;
       a->batches++;
       a->rows += (uint64_t)tw->rows;
       if (!a->start_us) a->start_us = tw->t0_us;
@@ -601,9 +602,11 @@ grove_status grove__telemetry_forward(srv_worker *w, const srv_batch *b, grove_a
   const grove_model *gm = b->version->model;
   const tel_table *t = b->hooks;
   tel_worker *tw = tel && w->id < tel->nworkers ? &tel->workers[w->id] : NULL;
+  tel_wmodel *wm = tw && b->model->index < tel->nmodels ? &tw->models[b->model->index] : NULL;
   handoff h = {0};
-  if (tw && tw->gen != (t ? t->gen : 0)) {
-    if (!switch_table(tel, tw, t, b->model->index, &h)) {
+  if (!wm) tw = NULL;
+  if (wm && wm->gen != (t ? t->gen : 0)) {
+    if (!switch_table(tel, tw, wm, t, b->model->index, &h)) {
       grove__slog(GROVE_LOG_ERROR, "telemetry.nomem",
                   "worker %d: no memory for hook accumulators; this batch runs unobserved", w->id);
       t = NULL;
@@ -614,15 +617,15 @@ grove_status grove__telemetry_forward(srv_worker *w, const srv_batch *b, grove_a
   if (t && t->version->model != gm) t = NULL;
   bool any = false;
   if (t && tw) {
-    tw->seq++;
+    wm->seq++;
     for (size_t i = 0; i < t->ntargets; i++) {
       const tel_target *tg = &t->targets[i];
-      tel_acc *a = &tw->accs[i];
-      tw->active[i] = sampled(&tg->spec, tw->seq, tg->hook_id, tw->id);
-      any |= tw->active[i];
+      tel_acc *a = &wm->accs[i];
+      wm->active[i] = sampled(&tg->spec, wm->seq, tg->hook_id, tw->id);
+      any |= wm->active[i];
       /* An in-place reload keeps the tree and changes the version: the
        * interval of the old version ends here. */
-      if (tw->active[i] && a->batches && a->version != b->version->number)
+      if (wm->active[i] && a->batches && a->version != b->version->number)
         finish(tel, tw, b->model->index, a, &h);
     }
   }
@@ -632,6 +635,7 @@ grove_status grove__telemetry_forward(srv_worker *w, const srv_batch *b, grove_a
     return grove_model_forward(gm, arena, inputs, n, out, err);
   }
   tw->cur = t;
+  tw->wm = wm;
   tw->rows = b->rows;
   tw->version = b->version->number;
   tw->t0_us = now_unix_us();
@@ -650,12 +654,13 @@ grove_status grove__telemetry_forward(srv_worker *w, const srv_batch *b, grove_a
   }
   int64_t t1 = now_unix_us();
   for (size_t i = 0; i < t->ntargets; i++) {
-    tel_acc *a = &tw->accs[i];
-    if (!tw->active[i] || a->last_seq != tw->seq) continue;
+    tel_acc *a = &wm->accs[i];
+    if (!wm->active[i] || a->last_seq != wm->seq) continue;
     a->end_us = t1;
     if (a->batches >= a->spec.every) finish(tel, tw, b->model->index, a, &h);
   }
   tw->cur = NULL;
+  tw->wm = NULL;
   handoff_push(tel, tw, &h);
   return s;
 }
@@ -927,7 +932,11 @@ grove_status grove__telemetry_start(srv_server *srv, grove_err *err) {
   if (!tel->pending || !tel->has_pending || !tel->pending_num || !tel->model_hooks ||
       !tel->dirty || !tel->current || !tel->current_num || !tel->published || !tel->workers)
     return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
-  for (int i = 0; i < tel->nworkers; i++) tel->workers[i].id = (uint32_t)i;
+  for (int i = 0; i < tel->nworkers; i++) {
+    tel->workers[i].id = (uint32_t)i;
+    if (!(tel->workers[i].models = calloc(nm, sizeof *tel->workers[i].models)))
+      return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
+  }
   tel->next_id = 1;
 
   const char *url = srv->cfg.pub;
@@ -1004,9 +1013,13 @@ void grove__telemetry_free(srv_server *srv) {
   }
   for (int w = 0; tel->workers && w < tel->nworkers; w++) {
     tel_worker *tw = &tel->workers[w];
-    for (size_t i = 0; i < tw->nacc; i++) acc_fini(&tw->accs[i]);
-    free(tw->accs);
-    free(tw->active);
+    for (size_t k = 0; tw->models && k < tel->nmodels; k++) {
+      tel_wmodel *wm = &tw->models[k];
+      for (size_t i = 0; i < wm->nacc; i++) acc_fini(&wm->accs[i]);
+      free(wm->accs);
+      free(wm->active);
+    }
+    free(tw->models);
     free_items(tw->spare);
   }
   free_items(tel->q_head);

@@ -178,15 +178,21 @@ typedef struct tel_acc {
   int64_t shape[GROVE_MAX_DIMS];
 } tel_acc;
 
-typedef struct tel_worker {
-  uint32_t id;
+/* A worker's accumulators for one model, lined up with one of its tables. */
+typedef struct tel_wmodel {
   uint64_t gen; /* the table generation accs line up with; 0: none */
   tel_acc *accs;
   size_t nacc;
   unsigned char *active; /* per target: observed in this batch */
-  uint64_t seq;          /* batches this worker ran with a table */
+  uint64_t seq;          /* batches of the model this worker ran with a table */
+} tel_wmodel;
+
+typedef struct tel_worker {
+  uint32_t id;
+  tel_wmodel *models; /* one per served model */
   /* During one batch. */
   const tel_table *cur;
+  tel_wmodel *wm;
   int64_t rows, version, t0_us;
   grove_observer obs;
   /* Empty intervals taken from the publisher's free list, so that handing

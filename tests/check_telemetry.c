@@ -925,6 +925,52 @@ START_TEST(every_and_sampling) {
 }
 END_TEST
 
+/* Two models on one worker, batches alternating: each keeps its own
+ * intervals (a worker's accumulators are per model). */
+START_TEST(two_models_keep_their_intervals) {
+  server sv;
+  char second[4200];
+  snprintf(second, sizeof second, "net2=%s", grove_fixture("telemetry_net"));
+  const char *extra[] = {"--model", second, NULL};
+  server_start(&sv, extra);
+  grove_client *c = connect_rpc(&sv);
+  io o;
+  io_load(&o);
+  grove_watch *w = watch_open(&sv, NULL, NULL);
+  watch_ready(w, c, &o);
+  grove_err err = {0};
+  uint64_t ids[2];
+  const char *models[] = {"net", "net2"};
+  for (int k = 0; k < 2; k++) {
+    grove_hook_spec sp = {.model = models[k], .pattern = "4", .every = 2};
+    ck_assert_ok(grove_client_register_hook(c, &sp, 10000, &ids[k], NULL, &err), &err);
+  }
+  for (int i = 0; i < 8; i++) {
+    grove_prediction p;
+    ck_assert_ok(grove_client_predict(c, models[i % 2], o.x, 1, 10000, &p, &err), &err);
+    grove_prediction_fini(&p);
+  }
+  grove_hook_event evs[8];
+  size_t got = collect(w, evs, 8, 4, 10.0);
+  ck_assert_uint_eq(got, 4);
+  int per[2] = {0, 0};
+  for (size_t i = 0; i < got; i++) {
+    int k = strcmp(evs[i].model, "net2") == 0;
+    ck_assert_uint_eq(evs[i].hook_id, ids[k]);
+    ck_assert_uint_eq(evs[i].batches, 2);
+    ck_assert_uint_eq(evs[i].rows, 32);
+    per[k]++;
+  }
+  ck_assert_int_eq(per[0], 2);
+  ck_assert_int_eq(per[1], 2);
+  fini_events(evs, got);
+  grove_watch_close(w);
+  grove_client_close(c);
+  grove_sd_free(o.sd);
+  ck_assert_int_eq(server_stop(&sv), 0);
+}
+END_TEST
+
 /* ============================================================ reload */
 
 static server R;
@@ -1143,6 +1189,11 @@ static Suite *telemetry_suite(void) {
   tcase_add_test(serve, globs_and_removal);
   tcase_add_test(serve, every_and_sampling);
   suite_add_tcase(s, serve);
+
+  TCase *models = tcase_create("models");
+  tcase_set_timeout(models, 60);
+  tcase_add_test(models, two_models_keep_their_intervals);
+  suite_add_tcase(s, models);
 
   TCase *reload = tcase_create("reload");
   tcase_set_timeout(reload, 120);
