@@ -25,15 +25,18 @@ static bool has_ext(const char *path, const char *ext) {
 grove_ckpt_format grove_ckpt_detect(const char *path, const void *head, size_t head_len) {
   const uint8_t *h = head;
   if (h && head_len >= 4 && memcmp(h, "PK\x03\x04", 4) == 0) return GROVE_CKPT_TORCH_ZIP;
-  /* A bare pickle (PROTO 2..5): torch's legacy pre-1.6 format.  The torch
-   * reader refuses it with advice on re-saving, whatever the file's name. */
-  if (h && head_len >= 2 && h[0] == 0x80 && h[1] >= 2 && h[1] <= 5) return GROVE_CKPT_TORCH_ZIP;
   if (h && head_len >= 9 && h[8] == '{') {
     uint64_t n = 0;
     memcpy(&n, h, 8); /* little-endian, as safetensors.c asserts */
     /* The smallest header is "{}". */
     if (n >= 2 && n <= GROVE_ST_MAX_HEADER) return GROVE_CKPT_SAFETENSORS;
   }
+  /* A bare pickle (PROTO 2..5): torch's legacy pre-1.6 format.  The torch
+   * reader refuses it with advice on re-saving, whatever the file's name.
+   * Checked after safetensors: a header length of 0x2??-0x5?? bytes starts
+   * with the same two bytes (legacy files begin with a LONG1 magic number,
+   * so their byte 8 is never '{'). */
+  if (h && head_len >= 2 && h[0] == 0x80 && h[1] >= 2 && h[1] <= 5) return GROVE_CKPT_TORCH_ZIP;
   if (has_ext(path, ".safetensors")) return GROVE_CKPT_SAFETENSORS;
   if (has_ext(path, ".pt") || has_ext(path, ".pth") || has_ext(path, ".bin"))
     return GROVE_CKPT_TORCH_ZIP;

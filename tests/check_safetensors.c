@@ -787,6 +787,12 @@ START_TEST(test_detect) {
   ck_assert_int_eq(grove_ckpt_detect("weights.pt", st, sizeof st), GROVE_CKPT_SAFETENSORS);
   ck_assert_int_eq(grove_ckpt_detect("w.safetensors", "PK\x03\x04rest", 8), GROVE_CKPT_TORCH_ZIP);
   ck_assert_int_eq(grove_ckpt_detect("w", "PK\x03\x04", 4), GROVE_CKPT_TORCH_ZIP);
+  /* A 640-byte header's length begins like a pickle's PROTO 2; '{' at byte 8
+   * settles it.  A legacy torch file (PROTO 2, LONG1 magic) is a pickle. */
+  static const uint8_t st640[9] = {0x80, 0x02, 0, 0, 0, 0, 0, 0, '{'};
+  ck_assert_int_eq(grove_ckpt_detect("w", st640, sizeof st640), GROVE_CKPT_SAFETENSORS);
+  static const uint8_t legacy[9] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9};
+  ck_assert_int_eq(grove_ckpt_detect("w", legacy, sizeof legacy), GROVE_CKPT_TORCH_ZIP);
   ck_assert_int_eq(grove_ckpt_detect("w.safetensors", NULL, 0), GROVE_CKPT_SAFETENSORS);
   ck_assert_int_eq(grove_ckpt_detect("dir/W.SAFETENSORS", "", 0), GROVE_CKPT_SAFETENSORS);
   ck_assert_int_eq(grove_ckpt_detect("w.pt", "\x80\x02", 2), GROVE_CKPT_TORCH_ZIP);

@@ -626,7 +626,7 @@ START_TEST(test_containers) {
     if (strncmp(key, "y:", 2) != 0) continue;
     grove_module *sub = grove_module_find(m->root, key + 2);
     ck_assert_msg(sub != NULL, "%s", key);
-    grove_fwd f = {arena, &err};
+    grove_fwd f = {.arena = arena, .err = &err};
     grove_tensor y;
     ck_assert_ok(grove_module_call(sub, &f, x, &y), &err);
     assert_close_tensor(&y, grove_sd_tensor(io, i), key);
