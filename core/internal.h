@@ -107,6 +107,10 @@ typedef struct grove__layer_def {
   bool container; /* holds "children" (Sequential, ModuleList, ModuleDict) */
 } grove__layer_def;
 
+/* What a JSON value is, for "got ..." in spec messages: the value itself
+ * when it is short (numbers, short strings), else its kind. */
+void grove__json_describe(const struct json_t *v, char *buf, size_t n);
+
 /* The def for a torch.nn type name, or NULL when Grove does not run it. */
 const grove__layer_def *grove__layer_find(const char *type);
 /* All defs, for messages listing what is supported; *n set to the count. */

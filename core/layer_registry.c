@@ -63,9 +63,7 @@ const grove__layer_def *grove__layer_defs(size_t *n) {
 
 /* ------------------------------------------------------------ messages */
 
-/* What a JSON value is, for "got ..." in messages: the value itself when it
- * is short (numbers, short strings), else its kind. */
-static void describe(const json_t *v, char *buf, size_t n) {
+void grove__json_describe(const json_t *v, char *buf, size_t n) {
   switch (json_typeof(v)) {
     case JSON_NULL:
       snprintf(buf, n, "null");
@@ -106,7 +104,7 @@ static void describe(const json_t *v, char *buf, size_t n) {
 static grove_status expected(const char *path, const char *key, const char *what, const json_t *v,
                              grove_err *err) {
   char got[96];
-  describe(v, got, sizeof got);
+  grove__json_describe(v, got, sizeof got);
   return grove_err_set(err, GROVE_E_SPEC, "%s.%s: expected %s, got %s", path, key, what, got);
 }
 

@@ -45,59 +45,10 @@
 
 /* ------------------------------------------------------------ helpers */
 
-/* What a JSON value is, for "got ..." in messages. */
-static void describe(const json_t *v, char *buf, size_t n) {
-  switch (json_typeof(v)) {
-    case JSON_NULL:
-      snprintf(buf, n, "null");
-      return;
-    case JSON_TRUE:
-      snprintf(buf, n, "true");
-      return;
-    case JSON_FALSE:
-      snprintf(buf, n, "false");
-      return;
-    case JSON_INTEGER:
-      snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-      return;
-    case JSON_REAL:
-      snprintf(buf, n, "%.17g", json_real_value(v));
-      return;
-    case JSON_STRING:
-      if (json_string_length(v) <= 40)
-        snprintf(buf, n, "\"%s\"", json_string_value(v));
-      else
-        snprintf(buf, n, "a string of %zu bytes", json_string_length(v));
-      return;
-    case JSON_ARRAY:
-      snprintf(buf, n, "an array of %zu items", json_array_size(v));
-      return;
-    case JSON_OBJECT:
-      snprintf(buf, n, "an object");
-      return;
-  }
-  snprintf(buf, n, "an unknown JSON value");
-}
-
 static grove_status expected(grove_err *err, const char *path, const char *what, const json_t *v) {
   char got[96];
-  describe(v, got, sizeof got);
+  grove__json_describe(v, got, sizeof got);
   return grove_err_set(err, GROVE_E_SPEC, "%s: expected %s, got %s", path, what, got);
-}
-
-static char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *xprintf(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
-  va_end(ap);
-  if (n < 0) return NULL;
-  char *s = malloc((size_t)n + 1);
-  if (!s) return NULL;
-  va_start(ap, fmt);
-  vsnprintf(s, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  return s;
 }
 
 /* JSON path of member key of the object at base: base.key when key is a
@@ -106,7 +57,7 @@ static char *xprintf(const char *fmt, ...) {
 static char *jpath_key(const char *base, const char *key) {
   bool plain = (isalpha((unsigned char)key[0]) || key[0] == '_');
   for (const char *p = key; plain && *p; p++) plain = isalnum((unsigned char)*p) || *p == '_';
-  if (plain) return xprintf("%s.%s", base, key);
+  if (plain) return grove__asprintf("%s.%s", base, key);
   /* Escape quotes and backslashes so that the path stays unambiguous. */
   size_t n = strlen(key);
   char *esc = malloc(2 * n + 1), *q = esc;
@@ -116,14 +67,14 @@ static char *jpath_key(const char *base, const char *key) {
     *q++ = *p;
   }
   *q = '\0';
-  char *s = xprintf("%s[\"%s\"]", base, esc);
+  char *s = grove__asprintf("%s[\"%s\"]", base, esc);
   free(esc);
   return s;
 }
 
 /* Dotted module path: "" + "fc" -> "fc", "enc" + "0" -> "enc.0". */
 static char *mpath_join(const char *base, const char *name) {
-  return base[0] ? xprintf("%s.%s", base, name) : grove__strdup(name);
+  return base[0] ? grove__asprintf("%s.%s", base, name) : grove__strdup(name);
 }
 
 static grove_status nomem(grove_err *err) {
@@ -325,7 +276,7 @@ static grove_status build_children(ctx *c, const json_t *kids, const char *type,
     for (size_t i = 0; !s && i < json_array_size(kids); i++) {
       char name[32];
       snprintf(name, sizeof name, "%zu", i);
-      char *cjp = xprintf("%s[%zu]", kp, i);
+      char *cjp = grove__asprintf("%s[%zu]", kp, i);
       if (!cjp) {
         s = nomem(c->err);
         break;
@@ -365,8 +316,8 @@ static grove_status build_graph(ctx *c, const json_t *v, const char *jp, const c
   if (tied) s = record_ties(c, tied, jp, m);
   if (!s && kids) s = build_children(c, kids, grove_module_type_name(m), jp, mp, depth, m);
   if (!s) {
-    char *where = mp[0] ? xprintf("'%s' (%s)", mp, grove_module_type_name(m))
-                        : xprintf("the root module (%s)", grove_module_type_name(m));
+    char *where = mp[0] ? grove__asprintf("'%s' (%s)", mp, grove_module_type_name(m))
+                        : grove__asprintf("the root module (%s)", grove_module_type_name(m));
     s = where ? grove__graph_compile(m, v, jp, where, c->err) : nomem(c->err);
     free(where);
   }
@@ -414,7 +365,7 @@ static grove_status build(ctx *c, const json_t *v, const char *jp, const char *m
       used +=
           (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", defs[i].type);
     char shown[96];
-    describe(tv, shown, sizeof shown);
+    grove__json_describe(tv, shown, sizeof shown);
     return grove_err_set(c->err, GROVE_E_SPEC,
                          "%s.type: %s is not a module type Grove runs (supported: %s)", jp, shown,
                          list);
@@ -523,7 +474,7 @@ static grove_status parse_dim(grove_err *err, const json_t *d, const char *sp, s
       return GROVE_OK;
     }
   }
-  char *p = xprintf("%s[%zu]", sp, k);
+  char *p = grove__asprintf("%s[%zu]", sp, k);
   grove_status s = expected(err, p ? p : sp, "a positive integer or -1 (any size)", d);
   free(p);
   return s;
@@ -591,7 +542,7 @@ static grove_status parse_io(grove_err *err, const json_t *arr, const char *jp, 
   if (!*out) return nomem(err);
   *n = count; /* names freed by grove_model_free even when we stop half-way */
   for (size_t i = 0; i < count; i++) {
-    char *ep = xprintf("%s[%zu]", jp, i);
+    char *ep = grove__asprintf("%s[%zu]", jp, i);
     if (!ep) return nomem(err);
     grove_status s = parse_io_entry(err, json_array_get(arr, i), ep, input, &(*out)[i]);
     for (size_t j = 0; !s && j < i; j++) {
