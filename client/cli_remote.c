@@ -794,9 +794,9 @@ static void print_list(const char *title, char **v, size_t n) {
 enum { R_HELP, R_NONSTRICT, R_MODELDIR, R_INPLACE, R_TIMEOUT };
 
 static int cmd_reload(const char *server, int argc, char **argv) {
-  static const opt_def defs[] = {{"help", 'h', false},      {"non-strict", 0, false},
-                                 {"model-dir", 0, true},    {"in-place", 0, false},
-                                 {"timeout-ms", 0, true},   {0}};
+  static const opt_def defs[] = {{"help", 'h', false},    {"non-strict", 0, false},
+                                 {"model-dir", 0, true},  {"in-place", 0, false},
+                                 {"timeout-ms", 0, true}, {0}};
   parsed p;
   int rc = parse_args("reload", argc, argv, defs, &p);
   if (rc) return rc;
@@ -838,12 +838,11 @@ static int cmd_reload(const char *server, int argc, char **argv) {
     print_list("missing keys", res.missing, res.n_missing);
     print_list("unexpected keys", res.unexpected, res.n_unexpected);
     print_list("errors", res.errors, res.n_errors);
-    if (res.version > 0)
-      fprintf(stderr, "  version %" PRId64 " keeps serving\n", res.version);
+    if (res.version > 0) fprintf(stderr, "  version %" PRId64 " keeps serving\n", res.version);
   } else {
-    printf("model %s: version %" PRId64 " serving (was %" PRId64 "), weights %s, %.1f ms",
-           p.pos[0], res.version, res.previous_version,
-           res.weights_path[0] ? res.weights_path : "(none)", (double)res.duration_us / 1000.0);
+    printf("model %s: version %" PRId64 " serving (was %" PRId64 "), weights %s, %.1f ms", p.pos[0],
+           res.version, res.previous_version, res.weights_path[0] ? res.weights_path : "(none)",
+           (double)res.duration_us / 1000.0);
     if (res.in_place) printf(", in place (requests paused %.1f ms)", (double)res.pause_us / 1000.0);
     printf("\n");
     rc = EXIT_OK;
@@ -872,9 +871,12 @@ static const char export_help[] =
 enum { E_HELP, E_OUTPUT, E_FORCE, E_PREFIX, E_TIMEOUT, E_CHUNK };
 
 static int cmd_export(const char *server, int argc, char **argv) {
-  static const opt_def defs[] = {{"help", 'h', false}, {"output", 'o', true},
-                                 {"force", 'f', false}, {"prefix", 0, true},
-                                 {"timeout-ms", 0, true}, {"chunk-bytes", 0, true},
+  static const opt_def defs[] = {{"help", 'h', false},
+                                 {"output", 'o', true},
+                                 {"force", 'f', false},
+                                 {"prefix", 0, true},
+                                 {"timeout-ms", 0, true},
+                                 {"chunk-bytes", 0, true},
                                  {0}};
   parsed p;
   int rc = parse_args("export", argc, argv, defs, &p);

@@ -719,8 +719,7 @@ grove_status grove_client_model_info(grove_client *c, const char *model, int tim
 /* Like decode, but a reply with a status other than 0 is returned too (*out,
  * the caller frees it): a failed Reload carries the lists of what did not
  * fit. */
-static grove_status decode_keep(grove_client *c, nng_msg *rep, Grove__Reply **out,
-                                grove_err *err) {
+static grove_status decode_keep(grove_client *c, nng_msg *rep, Grove__Reply **out, grove_err *err) {
   *out = NULL;
   size_t len = nng_msg_len(rep);
   Grove__Reply *r = grove__reply__unpack(NULL, len, nng_msg_body(rep));
@@ -766,7 +765,8 @@ grove_status grove_client_reload(grove_client *c, const char *model, const grove
   if (out) memset(out, 0, sizeof *out);
   if (!c || !model || !out)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         LOCAL_PREFIX "reload: needs a client, a model and somewhere for the result");
+                         LOCAL_PREFIX
+                         "reload: needs a client, a model and somewhere for the result");
   Grove__ReloadRequest rq = GROVE__RELOAD_REQUEST__INIT;
   rq.model = (char *)model;
   if (opts) {
@@ -845,11 +845,11 @@ grove_status grove_client_export(grove_client *c, const char *model, grove_ckpt_
                                  grove_export_sink sink, void *user, grove_export_info *info,
                                  grove_err *err) {
   if (info) memset(info, 0, sizeof *info);
-  if (!c || !model || !sink ||
-      (format != GROVE_CKPT_SAFETENSORS && format != GROVE_CKPT_TORCH_ZIP))
+  if (!c || !model || !sink || (format != GROVE_CKPT_SAFETENSORS && format != GROVE_CKPT_TORCH_ZIP))
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         LOCAL_PREFIX "export: needs a client, a model, a sink and the format "
-                                      "safetensors or pt");
+                         LOCAL_PREFIX
+                         "export: needs a client, a model, a sink and the format "
+                         "safetensors or pt");
   int ms = timeout_of(c, timeout_ms);
   size_t chunk = opts && opts->chunk_bytes ? opts->chunk_bytes : EXPORT_CHUNK;
   Grove__ExportStateDictRequest q = GROVE__EXPORT_STATE_DICT_REQUEST__INIT;
@@ -923,8 +923,8 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 grove_status grove_client_export_file(grove_client *c, const char *model, const char *path,
-                                      bool overwrite, const grove_export_opts *opts,
-                                      int timeout_ms, grove_export_info *info, grove_err *err) {
+                                      bool overwrite, const grove_export_opts *opts, int timeout_ms,
+                                      grove_export_info *info, grove_err *err) {
   if (info) memset(info, 0, sizeof *info);
   if (!c || !model || !path || !*path)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
@@ -936,8 +936,9 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
     format = GROVE_CKPT_TORCH_ZIP;
   else
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         LOCAL_PREFIX "%s: the name must end in .safetensors, .pt, .pth or .bin "
-                                      "(it says which format to write)",
+                         LOCAL_PREFIX
+                         "%s: the name must end in .safetensors, .pt, .pth or .bin "
+                         "(it says which format to write)",
                          path);
   struct stat st;
   if (!overwrite && lstat(path, &st) == 0)
@@ -983,10 +984,10 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
       /* link() refuses an existing name: a file that appeared meanwhile is
        * not replaced. */
       if (link(tmp, path) != 0)
-        s = errno == EEXIST ? grove_err_set(err, GROVE_E_ALREADY_EXISTS,
-                                            LOCAL_PREFIX "%s exists; --force overwrites it", path)
-                            : grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: %s", path,
-                                            strerror(errno));
+        s = errno == EEXIST
+                ? grove_err_set(err, GROVE_E_ALREADY_EXISTS,
+                                LOCAL_PREFIX "%s exists; --force overwrites it", path)
+                : grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: %s", path, strerror(errno));
     } else if (!s && rename(tmp, path) != 0) {
       s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: rename: %s", path, strerror(errno));
     }

@@ -144,10 +144,9 @@ grove_status grove_file_plan_read(const grove_file_plan *p, uint64_t offset, voi
   if (!p || (!buf && len))
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "grove_file_plan_read: no plan or buffer");
   if (offset > p->size || len > p->size - offset)
-    return grove_err_set(err, GROVE_E_RANGE,
-                         "bytes [%llu, %llu) reach past the end of the %llu-byte file",
-                         (unsigned long long)offset, (unsigned long long)offset + len,
-                         (unsigned long long)p->size);
+    return grove_err_set(
+        err, GROVE_E_RANGE, "bytes [%llu, %llu) reach past the end of the %llu-byte file",
+        (unsigned long long)offset, (unsigned long long)offset + len, (unsigned long long)p->size);
   if (len == 0) return GROVE_OK;
   /* The last segment that starts at or before offset. */
   size_t lo = 0, hi = p->nsegs;
@@ -241,7 +240,8 @@ static grove_status st_header(const grove_state_dict *sd, const uint64_t *begin,
          json_array_append_new(offs, json_integer((json_int_t)(offset + nbytes))) == 0 &&
          json_object_set_new(entry, "dtype", json_string(grove_dtype_st_name(t->dtype))) == 0 &&
          json_object_set(entry, "shape", shape) == 0 &&
-         json_object_set(entry, "data_offsets", offs) == 0 && json_object_set(root, key, entry) == 0;
+         json_object_set(entry, "data_offsets", offs) == 0 &&
+         json_object_set(root, key, entry) == 0;
     json_decref(shape);
     json_decref(offs);
     json_decref(entry);
@@ -767,8 +767,8 @@ static grove_status zfinish(zplan *z, grove_err *err) {
   return p->oom ? grove_err_set(err, GROVE_E_NOMEM, "out of memory") : GROVE_OK;
 }
 
-grove_status grove__torch_plan_ex(const grove_state_dict *sd, const char *archive,
-                                  bool force_zip64, grove_file_plan **out, grove_err *err) {
+grove_status grove__torch_plan_ex(const grove_state_dict *sd, const char *archive, bool force_zip64,
+                                  grove_file_plan **out, grove_err *err) {
   if (out) *out = NULL;
   if (!sd || !out)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "grove_torch_plan: NULL argument");

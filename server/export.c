@@ -48,8 +48,8 @@ typedef struct session {
   srv_version *v; /* pinned */
   grove_file_plan *plan;
   int32_t format;
-  atomic_int refs;            /* the table's, plus one per fetch running */
-  _Atomic int64_t last_used;  /* ns */
+  atomic_int refs;           /* the table's, plus one per fetch running */
+  _Atomic int64_t last_used; /* ns */
   struct session *next;
 } session;
 
@@ -206,8 +206,8 @@ static void send_range(srv_server *srv, srv_req *r, session *s, uint64_t offset,
   if (close) {
     session *t = take(x, s->id);
     if (t) {
-      grove__slog(GROVE_LOG_DEBUG, "export.closed", "export %" PRIu64 " of model %s closed",
-                  t->id, t->m->name);
+      grove__slog(GROVE_LOG_DEBUG, "export.closed", "export %" PRIu64 " of model %s closed", t->id,
+                  t->m->name);
       session_release(t);
     }
   }
@@ -355,7 +355,7 @@ static void open_on_loop(srv_server *srv, void *arg) {
   grove_state_dict *all = grove_sd_new();
   j->sd = grove_sd_new();
   grove_status s = all && j->sd ? grove_module_state_dict(j->v->model->root, NULL, all, &j->err)
-                                 : grove_err_set(&j->err, GROVE_E_NOMEM, "out of memory");
+                                : grove_err_set(&j->err, GROVE_E_NOMEM, "out of memory");
   size_t plen = j->prefix ? strlen(j->prefix) : 0;
   for (size_t i = 0; !s && i < grove_sd_count(all); i++)
     if (!plen || strncmp(grove_sd_key(all, i), j->prefix, plen) == 0)
@@ -366,8 +366,8 @@ static void open_on_loop(srv_server *srv, void *arg) {
   size_t nall = grove_sd_count(all);
   grove_sd_free(all);
   if (!s && plen && grove_sd_count(j->sd) == 0)
-    s = grove_err_set(&j->err, GROVE_E_NOT_FOUND, "no key starts with '%s' (the state_dict has %zu)",
-                      j->prefix, nall);
+    s = grove_err_set(&j->err, GROVE_E_NOT_FOUND,
+                      "no key starts with '%s' (the state_dict has %zu)", j->prefix, nall);
   if (s) {
     open_fail(j, s, "model '%s' version %" PRId64 ": %s", m->name, j->v->number,
               grove_err_msg(&j->err));
@@ -484,8 +484,8 @@ static void on_sweep(uv_timer_t *t) {
     expired = s->next;
     atomic_fetch_sub(&x->open, 1);
     grove__slog(GROVE_LOG_INFO, "export.expired",
-                "export %" PRIu64 " of model %s version %" PRId64 " idle for %d s: released",
-                s->id, s->m->name, s->v->number, IDLE_S);
+                "export %" PRIu64 " of model %s version %" PRId64 " idle for %d s: released", s->id,
+                s->m->name, s->v->number, IDLE_S);
     session_release(s);
   }
 }
@@ -540,10 +540,10 @@ char *grove__export_metrics_text(srv_server *srv) {
   size_t len = 0;
   p[0] = 0;
   if (!x) return p;
-#define OUT(...)                                                              \
-  do {                                                                        \
-    int w_ = snprintf(p + len, cap - len, __VA_ARGS__);                       \
-    if (w_ > 0) len += (size_t)w_ < cap - len ? (size_t)w_ : cap - len - 1;   \
+#define OUT(...)                                                            \
+  do {                                                                      \
+    int w_ = snprintf(p + len, cap - len, __VA_ARGS__);                     \
+    if (w_ > 0) len += (size_t)w_ < cap - len ? (size_t)w_ : cap - len - 1; \
   } while (0)
   char(*labs)[256] = calloc(srv->nmodels ? srv->nmodels : 1, sizeof *labs);
   if (!labs) {

@@ -229,7 +229,8 @@ grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len) {
               atomic_load(&srv->models[i].version_number) > 0);
 
   /* Hot reload and export render their own families (reload.c, export.c). */
-  char *reload_text = grove__reload_metrics_text(srv), *export_text = grove__export_metrics_text(srv);
+  char *reload_text = grove__reload_metrics_text(srv),
+       *export_text = grove__export_metrics_text(srv);
   if (!reload_text || !export_text) b.oom = true;
   sb_printf(&b, "%s%s", reload_text ? reload_text : "", export_text ? export_text : "");
   free(reload_text);

@@ -133,11 +133,11 @@ struct rjob {
   /* Filled by the pool work. */
   grove_status s;
   grove_err err;
-  grove_model *model;     /* full: the new model */
-  grove_state_dict *sd;   /* in place: the checkpoint, in the tree's dtypes */
-  char *weights_path;     /* owned: the file the weights come from */
-  grove_load_report rep;  /* what did not fit */
-  int64_t version;        /* the version serving after the job */
+  grove_model *model;    /* full: the new model */
+  grove_state_dict *sd;  /* in place: the checkpoint, in the tree's dtypes */
+  char *weights_path;    /* owned: the file the weights come from */
+  grove_load_report rep; /* what did not fit */
+  int64_t version;       /* the version serving after the job */
 };
 
 /* ================================================================ jobs */
@@ -415,8 +415,8 @@ static void log_result(rjob *j) {
     char pause[64] = "";
     if (j->in_place) snprintf(pause, sizeof pause, " in place (paused %.1f ms)", j->pause_ns / 1e6);
     grove__slog(GROVE_LOG_INFO, "reload.ok",
-                "model %s version %" PRId64 " (was %" PRId64 ") from %s%s, %s, %.1f ms, rss %" PRId64
-                " MiB",
+                "model %s version %" PRId64 " (was %" PRId64
+                ") from %s%s, %s, %.1f ms, rss %" PRId64 " MiB",
                 j->m->name, j->version, j->previous, what, pause, j->trigger, ms, rss_mib());
   } else {
     grove__slog(GROVE_LOG_ERROR, "reload.failed",
@@ -490,7 +490,8 @@ static void explain(rjob *j) {
   if (f) {
     if (fseek(f, 0, SEEK_END) == 0) {
       long n = ftell(f);
-      if (n >= 0 && n < (64l << 20) && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1))) {
+      if (n >= 0 && n < (64l << 20) && fseek(f, 0, SEEK_SET) == 0 &&
+          (text = malloc((size_t)n + 1))) {
         if (fread(text, 1, (size_t)n, f) == (size_t)n)
           text[n] = 0;
         else {
@@ -560,7 +561,7 @@ static void full_done(uv_work_t *w, int status) {
       free(j->dir);
       j->dir = dup_or_null(v->model->dir);
       watch_model(srv, j->ms); /* a new model directory is watched from now on */
-      grove__loop_wake(srv); /* the batcher picks up the new batching settings */
+      grove__loop_wake(srv);   /* the batcher picks up the new batching settings */
     }
   }
   if (j->s) j->version = j->previous;
@@ -615,8 +616,8 @@ static void prep_build(void *arg) {
   }
   free(ps);
   if (!j->s && !is_file(j->weights_path))
-    j->s = grove_err_set(&j->err, GROVE_E_NOT_FOUND, "%s: no such checkpoint file",
-                         j->weights_path);
+    j->s =
+        grove_err_set(&j->err, GROVE_E_NOT_FOUND, "%s: no such checkpoint file", j->weights_path);
   if (!j->s) j->s = grove_checkpoint_read(j->weights_path, &j->sd, &j->err);
   /* Every tensor that will replace one of the tree's gets the tree's dtype
    * now, so that the load only ever swaps pointers (assign) and never writes
@@ -943,8 +944,8 @@ static void on_inotify(uv_poll_t *h, int status, int events) {
         grove__slog(GROVE_LOG_WARN, "reload.watch_overflow",
                     "--watch: inotify dropped events; reloading every model");
         for (size_t i = 0; i < srv->nmodels; i++)
-          uv_timer_start(&a->ms[i].debounce, on_debounce_fire,
-                         (uint64_t)srv->cfg.watch_debounce_ms, 0);
+          uv_timer_start(&a->ms[i].debounce, on_debounce_fire, (uint64_t)srv->cfg.watch_debounce_ms,
+                         0);
         continue;
       }
       if (!ev->len) continue;

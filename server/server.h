@@ -300,8 +300,8 @@ struct srv_server {
   /* HTTP */
   void *http; /* nng_http_server * */
 
-  struct srv_admin *admin;     /* reload.c: reload jobs, --watch, their metrics */
-  struct srv_exports *exports; /* export.c: open state_dict exports */
+  struct srv_admin *admin;         /* reload.c: reload jobs, --watch, their metrics */
+  struct srv_exports *exports;     /* export.c: open state_dict exports */
   struct srv_telemetry *telemetry; /* telemetry.c: hooks and the PUB socket */
 
   int exit_code;

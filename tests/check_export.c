@@ -124,8 +124,8 @@ static void check_plan(const grove_file_plan *p, const uint8_t *want, size_t len
   ck_assert_uint_eq(grove_file_plan_size(p), len);
   uint8_t *got = plan_bytes(p);
   for (size_t i = 0; i < len; i++)
-    if (got[i] != want[i]) ck_abort_msg("byte %zu of %zu differs: %02x, want %02x", i, len,
-                                        got[i], want[i]);
+    if (got[i] != want[i])
+      ck_abort_msg("byte %zu of %zu differs: %02x, want %02x", i, len, got[i], want[i]);
   free(got);
   uint8_t buf[257];
   grove_err err = {0};
@@ -312,7 +312,8 @@ static uint8_t *local_file(const char *dir, grove_ckpt_format f, size_t *len) {
   ck_assert_ok(grove_module_state_dict(m->root, NULL, sd, &err), &err);
   const char *tmp = grove_test_tmpdir();
   char path[512];
-  snprintf(path, sizeof path, "%s/weights.%s", tmp, f == GROVE_CKPT_SAFETENSORS ? "safetensors" : "pt");
+  snprintf(path, sizeof path, "%s/weights.%s", tmp,
+           f == GROVE_CKPT_SAFETENSORS ? "safetensors" : "pt");
   if (f == GROVE_CKPT_SAFETENSORS)
     ck_assert_ok(grove_safetensors_write(path, sd, &err), &err);
   else
@@ -350,8 +351,8 @@ START_TEST(export_equals_writer) {
         membuf b = export_mem(c, models[mi], fmts[fi], NULL, chunks[ci], &info);
         ck_assert_int_eq(info.version, 1);
         ck_assert_uint_eq(b.n, len);
-        ck_assert_msg(memcmp(b.p, want, len) == 0, "%s as %d (chunk %zu): bytes differ",
-                      models[mi], fmts[fi], chunks[ci]);
+        ck_assert_msg(memcmp(b.p, want, len) == 0, "%s as %d (chunk %zu): bytes differ", models[mi],
+                      fmts[fi], chunks[ci]);
         if (chunks[ci] == 7) ck_assert_uint_eq(b.calls, (len + 6) / 7);
         free(b.p);
       }
@@ -364,9 +365,15 @@ START_TEST(export_equals_writer) {
   grove_state_dict *sd = NULL;
   grove_err err = {0};
   ck_assert_ok(grove__torch_read_buffer(b.p, b.n, "export", NULL, &sd, &err), &err);
-  const char *keys[] = {"0.weight",         "0.bias",       "1.weight",
-                        "1.bias",           "1.running_mean", "1.running_var",
-                        "1.num_batches_tracked", "3.weight", "3.bias"};
+  const char *keys[] = {"0.weight",
+                        "0.bias",
+                        "1.weight",
+                        "1.bias",
+                        "1.running_mean",
+                        "1.running_var",
+                        "1.num_batches_tracked",
+                        "3.weight",
+                        "3.bias"};
   ck_assert_uint_eq(grove_sd_count(sd), 9);
   ck_assert_uint_eq(info.tensors, 9);
   for (size_t i = 0; i < 9; i++) ck_assert_str_eq(grove_sd_key(sd, i), keys[i]);
@@ -449,8 +456,7 @@ START_TEST(export_file_rules) {
 END_TEST
 
 static Grove__Reply *raw_export(const char *url, const char *model, int format, uint64_t id,
-                                uint64_t offset, uint64_t length, bool close,
-                                const char *archive) {
+                                uint64_t offset, uint64_t length, bool close, const char *archive) {
   Grove__ExportStateDictRequest q = GROVE__EXPORT_STATE_DICT_REQUEST__INIT;
   q.model = (char *)model;
   q.format = format;
@@ -501,12 +507,12 @@ START_TEST(export_refusals) {
   ck_assert_int_eq(raw_status(raw_export(u, "export_bn", 1, 0, 0, 10, false, NULL), "16 exports"),
                    GROVE_E_RESOURCE_EXHAUSTED);
   /* Fetches: past the end, another model's name, the last byte. */
-  ck_assert_int_eq(raw_status(raw_export(u, "", 0, ids[0], total + 1, 10, false, NULL),
-                              "past the end"),
-                   GROVE_E_INVALID_ARGUMENT);
-  ck_assert_int_eq(raw_status(raw_export(u, "reload_mlp", 0, ids[0], 0, 10, false, NULL),
-                              "export_bn"),
-                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(
+      raw_status(raw_export(u, "", 0, ids[0], total + 1, 10, false, NULL), "past the end"),
+      GROVE_E_INVALID_ARGUMENT);
+  ck_assert_int_eq(
+      raw_status(raw_export(u, "reload_mlp", 0, ids[0], 0, 10, false, NULL), "export_bn"),
+      GROVE_E_INVALID_ARGUMENT);
   Grove__Reply *r = raw_export(u, "export_bn", 0, ids[0], total - 1, 100, false, NULL);
   ck_assert_int_eq(r->status, 0);
   ck_assert_uint_eq(r->export_state_dict->data.len, 1);

@@ -128,8 +128,7 @@ START_TEST(reload_basic) {
   grove_model_info *mi = NULL;
   ck_assert_ok(grove_client_model_info(c, "reload_mlp", 5000, &mi, &err), &err);
   ck_assert_int_eq(mi->version, 7);
-  ck_assert_msg(strstr(mi->weights_path, "reload_mlp/weights.safetensors"), "%s",
-                mi->weights_path);
+  ck_assert_msg(strstr(mi->weights_path, "reload_mlp/weights.safetensors"), "%s", mi->weights_path);
   grove_model_info_free(mi);
   grove_client_close(c);
 
@@ -405,8 +404,7 @@ START_TEST(reload_busy) {
    * whatever its mode, and an export cannot start. */
   grove_reload_result res;
   grove_err err = {0};
-  ck_assert_status(reload(c, ckpt("a.safetensors"), false, false, &res, &err),
-                   GROVE_E_UNAVAILABLE);
+  ck_assert_status(reload(c, ckpt("a.safetensors"), false, false, &res, &err), GROVE_E_UNAVAILABLE);
   ck_assert_msg(strstr(grove_err_msg(&err), "another reload"), "%s", grove_err_msg(&err));
   grove_reload_result_fini(&res);
   ck_assert_status(reload(c, NULL, true, false, &res, &err), GROVE_E_UNAVAILABLE);
@@ -543,8 +541,8 @@ START_TEST(reload_sighup) {
   /* A broken file: SIGHUP changes nothing, and says so. */
   replace_weights(dir, ckpt("shape.safetensors"));
   kill(s.pid, SIGHUP);
-  ck_assert(h_wait_metric(&s, "grove_reloads_total{model=\"reload_mlp\",result=\"failed\"}", 1,
-                          20) == 1);
+  ck_assert(
+      h_wait_metric(&s, "grove_reloads_total{model=\"reload_mlp\",result=\"failed\"}", 1, 20) == 1);
   ck_assert_int_eq(predict_check(c, &e, 0, 8), 2);
   ck_assert(h_log_contains(&s, "reload.signal: SIGHUP"));
   grove_client_close(c);

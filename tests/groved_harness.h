@@ -273,7 +273,8 @@ static inline double h_metric(const hserver *s, const char *prefix) {
 
 /* Polls metric prefix until it equals want (at most timeout_s); returns the
  * last value. */
-static inline double h_wait_metric(const hserver *s, const char *prefix, double want, double timeout_s) {
+static inline double h_wait_metric(const hserver *s, const char *prefix, double want,
+                                   double timeout_s) {
   double deadline = h_now() + timeout_s, v = -1;
   while ((v = h_metric(s, prefix)) != want && h_now() < deadline) h_sleep_ms(20);
   return v;

@@ -168,8 +168,8 @@ typedef struct grove_reload_opts {
  * owned by the struct (grove_reload_result_fini). */
 typedef struct grove_reload_result {
   int64_t version, previous_version;
-  char *weights_path; /* the file loaded ("" when none) */
-  char *dir;          /* the model directory served */
+  char *weights_path;             /* the file loaded ("" when none) */
+  char *dir;                      /* the model directory served */
   uint64_t duration_us, pause_us; /* request to serving; in place: the pause */
   bool in_place;
   size_t n_missing, n_unexpected, n_errors;
@@ -203,8 +203,7 @@ typedef struct grove_export_info {
 
 /* Receives the file's bytes in order, chunk after chunk; returns GROVE_OK to
  * go on, anything else to stop the export (that status is returned). */
-typedef grove_status (*grove_export_sink)(void *user, const void *data, size_t len,
-                                          grove_err *err);
+typedef grove_status (*grove_export_sink)(void *user, const void *data, size_t len, grove_err *err);
 
 /* Exports the serving version of model's state_dict as a file of format
  * (GROVE_CKPT_SAFETENSORS or GROVE_CKPT_TORCH_ZIP), handing its bytes to
@@ -223,8 +222,8 @@ grove_status grove_client_export(grove_client *c, const char *model, grove_ckpt_
  * with GROVE_E_ALREADY_EXISTS unless overwrite.  opts->archive_name is
  * ignored.  Any thread. */
 grove_status grove_client_export_file(grove_client *c, const char *model, const char *path,
-                                      bool overwrite, const grove_export_opts *opts,
-                                      int timeout_ms, grove_export_info *info, grove_err *err);
+                                      bool overwrite, const grove_export_opts *opts, int timeout_ms,
+                                      grove_export_info *info, grove_err *err);
 
 /* True when status s, just returned by a call with err, came from the client
  * side (no connection, no reply in time, undecodable reply) rather than from
