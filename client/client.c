@@ -864,6 +864,9 @@ grove_status grove_client_export(grove_client *c, const char *model, grove_ckpt_
   const Grove__ExportStateDictReply *e = r->export_state_dict;
   uint64_t id = e->export_id, total = e->total_size, offset = 0;
   int64_t version = e->version;
+  /* Ask for no more than the server sends in one reply, so that the range
+   * that carries close is really the last one. */
+  if (e->chunk_limit && chunk > e->chunk_limit) chunk = (size_t)e->chunk_limit;
   if (info) {
     info->version = version;
     info->total_size = total;

@@ -281,7 +281,9 @@ def export_big(layers, width):
                 srv.reset_peak()
                 before = srv.status("VmRSS")
                 t0 = time.monotonic()
-                rc, err, cli_peak = grove_rss("--server", srv.ipc, "export", "big", "-o", out)
+                # The .safetensors asks for more than the server's 16 MiB per reply.
+                more = ["--chunk-bytes", str(64 * MB)] if ext == "safetensors" else []
+                rc, err, cli_peak = grove_rss("--server", srv.ipc, "export", "big", "-o", out, *more)
                 dt = time.monotonic() - t0
                 assert rc == 0, err
                 server_growth = srv.status("VmHWM") - before
