@@ -231,8 +231,8 @@ static const char *kind_name(grove_hook_kind k) {
 
 /* --stats LIST into spec; 0 or EXIT_USAGE. */
 static int parse_stats(const char *list, grove_hook_spec *spec) {
-  static const char *const basic[] = {"basic", "count",         "mean", "std",       "min",
-                                      "max",   "abs_mean",      "nan",  "nan_count", "inf",
+  static const char *const basic[] = {"basic",     "count",         "mean", "std",       "min",
+                                      "max",       "abs_mean",      "nan",  "nan_count", "inf",
                                       "inf_count", "zero_fraction", NULL};
   char buf[1024];
   snprintf(buf, sizeof buf, "%s", list);
@@ -254,8 +254,9 @@ static int parse_stats(const char *list, grove_hook_spec *spec) {
         parts[np++] = t;
       if (np == 2 || np > 3 || (np >= 1 && !parse_u64(parts[0], 1, 1024, &bins)) ||
           (np == 3 && (!parse_double(parts[1], &lo) || !parse_double(parts[2], &hi) || lo >= hi)))
-        return usage_error("hook", "--stats: '%s' is not histogram[:BINS[:MIN:MAX]] (BINS 1 to "
-                                   "1024, MIN < MAX)",
+        return usage_error("hook",
+                           "--stats: '%s' is not histogram[:BINS[:MIN:MAX]] (BINS 1 to "
+                           "1024, MIN < MAX)",
                            list);
       spec->histogram_bins = (uint32_t)bins;
       spec->histogram_min = lo;
@@ -335,8 +336,8 @@ static int hook_add(grove_client *c, const parsed *p, int timeout) {
   if (s) return call_failed(s, &err);
   printf("%" PRIu64 "\n", id);
   fflush(stdout);
-  fprintf(stderr, "hook %" PRIu64 ": %s '%s' on %s version %" PRId64 " matches %zu module%s: ",
-          id, kind_name(info->kind), info->pattern, info->model, info->version, info->nmodules,
+  fprintf(stderr, "hook %" PRIu64 ": %s '%s' on %s version %" PRId64 " matches %zu module%s: ", id,
+          kind_name(info->kind), info->pattern, info->model, info->version, info->nmodules,
           info->nmodules == 1 ? "" : "s");
   print_modules(stderr, info);
   fputc('\n', stderr);
@@ -349,8 +350,8 @@ static int hook_ls(grove_client *c, const parsed *p, int timeout, bool json) {
   grove_hook_info *hooks = NULL;
   size_t n = 0;
   grove_err err = {0};
-  grove_status s = grove_client_list_hooks(c, p->npos == 2 ? p->pos[1] : NULL, timeout, &hooks,
-                                           &n, &err);
+  grove_status s =
+      grove_client_list_hooks(c, p->npos == 2 ? p->pos[1] : NULL, timeout, &hooks, &n, &err);
   if (s) return call_failed(s, &err);
   if (!json && n == 0) printf("no hooks\n");
   for (size_t i = 0; i < n; i++) {
@@ -395,9 +396,9 @@ static int hook_rm(grove_client *c, const parsed *p, int timeout) {
 }
 
 int grove__cli_hook(const char *server_url, int argc, char **argv) {
-  static const opt_def defs[] = {{"help", false},  {"timeout-ms", true}, {"stats", true},
-                                 {"every", true},  {"sample", true},     {"kind", true},
-                                 {"json", false},  {NULL, false}};
+  static const opt_def defs[] = {{"help", false}, {"timeout-ms", true}, {"stats", true},
+                                 {"every", true}, {"sample", true},     {"kind", true},
+                                 {"json", false}, {NULL, false}};
   parsed p;
   int rc = parse_args("hook", argc, argv, defs, &p);
   if (rc) return rc;
@@ -418,9 +419,9 @@ int grove__cli_hook(const char *server_url, int argc, char **argv) {
     return usage_error("hook", "--timeout-ms wants milliseconds, not '%s'", p.val[1]);
   grove_client *c = NULL;
   if ((rc = connect_to(server_url, (int)timeout, &c))) return rc;
-  rc = add ? hook_add(c, &p, (int)timeout)
-           : ls ? hook_ls(c, &p, (int)timeout, p.val[6] != NULL)
-                : hook_rm(c, &p, (int)timeout);
+  rc = add  ? hook_add(c, &p, (int)timeout)
+       : ls ? hook_ls(c, &p, (int)timeout, p.val[6] != NULL)
+            : hook_rm(c, &p, (int)timeout);
   grove_client_close(c);
   return rc;
 }
@@ -487,7 +488,8 @@ static void event_json(const grove_hook_event *e) {
 
 static void event_line(const grove_hook_event *e) {
   printf("%s/%s v%" PRId64 " hook %" PRIu64 " %s #%" PRIu64 " batches=%" PRIu64 " rows=%" PRIu64
-         " count=%" PRIu64 " mean=%.6g std=%.6g min=%.6g max=%.6g abs_mean=%.6g zero=%.4f"
+         " count=%" PRIu64
+         " mean=%.6g std=%.6g min=%.6g max=%.6g abs_mean=%.6g zero=%.4f"
          " nan=%" PRIu64 " inf=%" PRIu64 "\n",
          e->model, *e->module ? e->module : "''", e->version, e->hook_id, kind_name(e->kind),
          e->sequence, e->batches, e->rows, e->count, e->mean, e->std, e->min, e->max, e->abs_mean,

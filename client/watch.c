@@ -108,8 +108,8 @@ static grove_status event_from_wire(const Grove__HookEvent *w, grove_hook_event 
   oom = !ev->model || !ev->module;
   ev->version = w->version;
   ev->hook_id = w->hook_id;
-  ev->kind = w->kind == GROVE__HOOK_KIND__HOOK_FORWARD_PRE ? GROVE_HOOK_FORWARD_PRE
-                                                           : GROVE_HOOK_FORWARD;
+  ev->kind =
+      w->kind == GROVE__HOOK_KIND__HOOK_FORWARD_PRE ? GROVE_HOOK_FORWARD_PRE : GROVE_HOOK_FORWARD;
   ev->batches = w->batches;
   ev->rows = w->rows;
   ev->count = w->count;
@@ -148,22 +148,22 @@ grove_status grove_watch_next(grove_watch *w, int timeout_ms, grove_hook_event *
   if (ev) memset(ev, 0, sizeof *ev);
   if (!w || !ev)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "watch_next: no watch");
-  nng_socket_set_ms(w->sock, NNG_OPT_RECVTIMEO, timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
+  nng_socket_set_ms(w->sock, NNG_OPT_RECVTIMEO,
+                    timeout_ms < 0 ? NNG_DURATION_INFINITE : timeout_ms);
   nng_msg *msg;
   int rv = nng_recvmsg(w->sock, &msg, 0);
   if (rv == NNG_ETIMEDOUT)
     return grove_err_set(err, GROVE_E_DEADLINE_EXCEEDED,
                          LOCAL_PREFIX "no hook event from %s within %d ms", w->url, timeout_ms);
   if (rv)
-    return grove_err_set(err, GROVE_E_UNAVAILABLE, LOCAL_PREFIX "%s: %s", w->url,
-                         nng_strerror(rv));
+    return grove_err_set(err, GROVE_E_UNAVAILABLE, LOCAL_PREFIX "%s: %s", w->url, nng_strerror(rv));
   const unsigned char *p = nng_msg_body(msg);
   size_t len = nng_msg_len(msg);
   const unsigned char *nul = memchr(p, 0, len);
   grove_status s;
   if (!nul) {
-    s = grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "%s sent %zu bytes without a topic",
-                      w->url, len);
+    s = grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "%s sent %zu bytes without a topic", w->url,
+                      len);
   } else {
     size_t off = (size_t)(nul - p) + 1;
     Grove__HookEvent *e = grove__hook_event__unpack(NULL, len - off, p + off);

@@ -165,7 +165,8 @@ static bool glob_match(const char *pattern, const char *name) {
         for (size_t j = 0; j < ns; j++) {
           if (!cur[j]) continue;
           char c = name[j];
-          bool ok = k->type == T_LIT ? c == k->c : c != '.' && (k->type == T_ONE || class_has(k, c));
+          bool ok =
+              k->type == T_LIT ? c == k->c : c != '.' && (k->type == T_ONE || class_has(k, c));
           if (ok) nxt[j + 1] = true;
         }
         break;

@@ -108,7 +108,8 @@ static grove_status build_table(srv_telemetry *tel, size_t mi, srv_version *v, b
     tel_hook *hk = tel->hooks[h];
     if (hk->model != mi) continue;
     size_t cnt = 0;
-    for (size_t i = 0; i < nm.n; i++) cnt += grove_module_pattern_match(hk->pattern, nm.items[i].name);
+    for (size_t i = 0; i < nm.n; i++)
+      cnt += grove_module_pattern_match(hk->pattern, nm.items[i].name);
     char **names = cnt ? calloc(cnt, sizeof *names) : NULL;
     if (cnt && !names) {
       s = GROVE_E_NOMEM;
@@ -132,8 +133,8 @@ static grove_status build_table(srv_telemetry *tel, size_t mi, srv_version *v, b
       grove__slog(GROVE_LOG_INFO, "telemetry.matched",
                   "hook %" PRIu64 " (%s '%s') matches %zu module%s of model %s version %" PRId64
                   " again",
-                  hk->id, grove__tel_kind_name(hk->spec.kind), hk->pattern, cnt, cnt == 1 ? "" : "s", mname,
-                  v->number);
+                  hk->id, grove__tel_kind_name(hk->spec.kind), hk->pattern, cnt,
+                  cnt == 1 ? "" : "s", mname, v->number);
     grove__tel_free_names(hk->modules, hk->nmodules);
     hk->modules = names;
     hk->nmodules = cnt;
@@ -147,8 +148,8 @@ static grove_status build_table(srv_telemetry *tel, size_t mi, srv_version *v, b
     keys = calloc(nt, sizeof *keys);
     if (!t || !keys || !(t->targets = calloc(nt, sizeof *t->targets)) ||
         !(t->mods = calloc(nt, sizeof *t->mods)) || !(t->kinds = calloc(nt, 1)) ||
-        !(t->first = calloc(nt, sizeof *t->first)) ||
-        !(t->count = calloc(nt, sizeof *t->count)) || !(t->order = calloc(nt, sizeof *t->order)))
+        !(t->first = calloc(nt, sizeof *t->first)) || !(t->count = calloc(nt, sizeof *t->count)) ||
+        !(t->order = calloc(nt, sizeof *t->order)))
       s = GROVE_E_NOMEM;
   }
   if (!s && t) {
@@ -639,11 +640,8 @@ grove_status grove__telemetry_forward(srv_worker *w, const srv_batch *b, grove_a
   tw->rows = b->rows;
   tw->version = b->version->number;
   tw->t0_us = now_unix_us();
-  tw->obs = (grove_observer){.modules = t->mods,
-                             .kinds = t->kinds,
-                             .n = t->nmods,
-                             .fn = observe,
-                             .ctx = tw};
+  tw->obs = (grove_observer){
+      .modules = t->mods, .kinds = t->kinds, .n = t->nmods, .fn = observe, .ctx = tw};
   s = grove_model_check_inputs(gm, inputs, n, err);
   if (!s) {
     grove_values in = {.n = (int)n};
@@ -929,8 +927,8 @@ grove_status grove__telemetry_start(srv_server *srv, grove_err *err) {
   tel->published = calloc(nm, sizeof *tel->published);
   tel->nworkers = srv->workers > 0 ? srv->workers : 1;
   tel->workers = calloc((size_t)tel->nworkers, sizeof *tel->workers);
-  if (!tel->pending || !tel->has_pending || !tel->pending_num || !tel->model_hooks ||
-      !tel->dirty || !tel->current || !tel->current_num || !tel->published || !tel->workers)
+  if (!tel->pending || !tel->has_pending || !tel->pending_num || !tel->model_hooks || !tel->dirty ||
+      !tel->current || !tel->current_num || !tel->published || !tel->workers)
     return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
   for (int i = 0; i < tel->nworkers; i++) {
     tel->workers[i].id = (uint32_t)i;
@@ -953,13 +951,12 @@ grove_status grove__telemetry_start(srv_server *srv, grove_err *err) {
   nng_pipe_notify(tel->pub, NNG_PIPE_EV_REM_POST, pipe_cb, tel);
   if ((rv = nng_listen(tel->pub, url, NULL, 0)) != 0) {
     if (strcmp(url, TEL_DEFAULT_PUB) != 0)
-      return grove_err_set(err, GROVE_E_IO, "cannot listen on --pub %s: %s", url,
-                           nng_strerror(rv));
+      return grove_err_set(err, GROVE_E_IO, "cannot listen on --pub %s: %s", url, nng_strerror(rv));
     /* Only the default address is best effort, so that a second groved on
      * one machine (tests, a canary) still serves. */
     snprintf(tel->why_off, sizeof tel->why_off,
-             "groved could not listen on the default PUB address %s (%s); start it with --pub",
-             url, nng_strerror(rv));
+             "groved could not listen on the default PUB address %s (%s); start it with --pub", url,
+             nng_strerror(rv));
     grove__slog(GROVE_LOG_WARN, "telemetry.pub_unavailable",
                 "cannot listen on the default --pub %s: %s; forward-hook telemetry is off", url,
                 nng_strerror(rv));
@@ -1059,4 +1056,3 @@ void grove__telemetry_free(srv_server *srv) {
   free(tel);
   srv->telemetry = NULL;
 }
-

@@ -57,8 +57,8 @@ void grove__tel_hist_add(uint64_t *counts, uint32_t nbins, double lo, double hi,
 typedef struct tel_feat {
   int64_t nfeat;
   uint64_t rows;
-  double *mean, *m2;    /* the merged result */
-  double *s1, *s2, *k;  /* scratch of one batch */
+  double *mean, *m2;   /* the merged result */
+  double *s1, *s2, *k; /* scratch of one batch */
 } tel_feat;
 
 /* Adds rows x nfeat contiguous values (one call, one batch of rows). */
@@ -79,7 +79,6 @@ void grove__tel_tensor_chunks(const grove_tensor *t, float *buf, size_t cap,
                               void (*fn)(void *ctx, const float *x, int64_t n, int64_t flat0),
                               void *ctx);
 
-
 /* ================================================================ state
  *
  * What telemetry.c (tables, workers, publisher) and telemetry_rpc.c (the
@@ -97,8 +96,6 @@ void grove__tel_tensor_chunks(const grove_tensor *t, float *buf, size_t cap,
 #define TEL_POLL_NS 200000000LL
 #define TEL_SWEEP_NS 5000000000LL
 #define TEL_SEQ_BUCKETS 256
-
-
 
 /* A hook's counters.  Tables, accumulators and intervals point at them
  * without a reference: they live until grove__telemetry_free. */

@@ -79,7 +79,8 @@ static grove_status check_spec(const Grove__HookSpec *sp, tel_spec *out, grove_e
   if (sp->kind != GROVE__HOOK_KIND__HOOK_FORWARD && sp->kind != GROVE__HOOK_KIND__HOOK_FORWARD_PRE)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          "spec.kind: %d is not a HookKind (0 forward, 1 forward_pre)", sp->kind);
-  out->kind = sp->kind == GROVE__HOOK_KIND__HOOK_FORWARD_PRE ? GROVE_OBSERVE_PRE : GROVE_OBSERVE_POST;
+  out->kind =
+      sp->kind == GROVE__HOOK_KIND__HOOK_FORWARD_PRE ? GROVE_OBSERVE_PRE : GROVE_OBSERVE_POST;
   out->every = sp->every ? sp->every : 1;
   if (out->every > TEL_MAX_EVERY)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "spec.every: %u is more than %u batches",
@@ -92,8 +93,8 @@ static grove_status check_spec(const Grove__HookSpec *sp, tel_spec *out, grove_e
   out->lo = sp->histogram_min;
   out->hi = sp->histogram_max;
   if (out->bins > TEL_MAX_BINS)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "spec.histogram_bins: %u is more than %u", out->bins, TEL_MAX_BINS);
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "spec.histogram_bins: %u is more than %u",
+                         out->bins, TEL_MAX_BINS);
   if (out->bins && !(isfinite(out->lo) && isfinite(out->hi) && out->lo < out->hi))
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          "spec.histogram_min/max: [%g, %g) is not a finite, non-empty range",
@@ -180,8 +181,8 @@ static void handle_register(srv_req *r) {
     for (size_t i = 0; !s && i < nm.n; i++) {
       if (grove_module_pattern_match(pattern, nm.items[i].name)) matched++;
       if (*nm.items[i].name && used + 1 < sizeof names) {
-        int w = snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "",
-                         nm.items[i].name);
+        int w =
+            snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", nm.items[i].name);
         if (w > 0) used += (size_t)w;
       }
     }
@@ -225,9 +226,10 @@ static void handle_register(srv_req *r) {
     return;
   }
   grove__slog(GROVE_LOG_INFO, "telemetry.hook_added",
-              "hook %" PRIu64 " on model %s: %s '%s' matches %zu module%s, every %u batch%s%s",
-              id, m->name, grove__tel_kind_name(spec.kind), sp->pattern, matched, matched == 1 ? "" : "s",
-              spec.every, spec.every == 1 ? "" : "es", spec.sample_rate < 1 ? " (sampled)" : "");
+              "hook %" PRIu64 " on model %s: %s '%s' matches %zu module%s, every %u batch%s%s", id,
+              m->name, grove__tel_kind_name(spec.kind), sp->pattern, matched,
+              matched == 1 ? "" : "s", spec.every, spec.every == 1 ? "" : "es",
+              spec.sample_rate < 1 ? " (sampled)" : "");
   send_packed(r, msg);
 }
 
@@ -278,8 +280,8 @@ static void handle_remove(srv_req *r) {
   pthread_mutex_unlock(&tel->mu);
   grove__version_release(v);
   if (s)
-    grove__slog(GROVE_LOG_ERROR, "telemetry.table",
-                "model %s: cannot rebuild its hook table (%s)", m->name, grove_status_name(s));
+    grove__slog(GROVE_LOG_ERROR, "telemetry.table", "model %s: cannot rebuild its hook table (%s)",
+                m->name, grove_status_name(s));
   grove__slog(GROVE_LOG_INFO, "telemetry.hook_removed",
               "hook %" PRIu64 " on model %s ('%s') removed", h->id, m->name, h->pattern);
   free(h->pattern);
@@ -291,8 +293,8 @@ static void handle_remove(srv_req *r) {
 static void handle_list(srv_req *r) {
   srv_server *srv = r->srv;
   srv_telemetry *tel = srv->telemetry;
-  const char *model = r->msg->list_hooks && r->msg->list_hooks->model ? r->msg->list_hooks->model
-                                                                      : "";
+  const char *model =
+      r->msg->list_hooks && r->msg->list_hooks->model ? r->msg->list_hooks->model : "";
   srv_model *only = NULL;
   if (*model && !(only = grove__registry_find(srv, model))) {
     char names[512];
@@ -407,13 +409,15 @@ char *grove__telemetry_metrics_text(srv_server *srv) {
   srv_telemetry *tel = srv->telemetry;
   tb b = {0};
   char lab[512];
-  tb_printf(&b, "# HELP grove_hooks Forward hooks registered, by model.\n"
-                "# TYPE grove_hooks gauge\n");
+  tb_printf(&b,
+            "# HELP grove_hooks Forward hooks registered, by model.\n"
+            "# TYPE grove_hooks gauge\n");
   for (size_t i = 0; i < srv->nmodels; i++)
     tb_printf(&b, "grove_hooks{model=\"%s\"} %d\n", label(srv->models[i].name, lab, sizeof lab),
               tel ? atomic_load(&tel->model_hooks[i]) : 0);
-  tb_printf(&b, "# HELP grove_hook_events_published_total Hook events sent on the PUB socket, "
-                "by model.\n# TYPE grove_hook_events_published_total counter\n");
+  tb_printf(&b,
+            "# HELP grove_hook_events_published_total Hook events sent on the PUB socket, "
+            "by model.\n# TYPE grove_hook_events_published_total counter\n");
   for (size_t i = 0; i < srv->nmodels; i++)
     tb_printf(&b, "grove_hook_events_published_total{model=\"%s\"} %" PRIu64 "\n",
               label(srv->models[i].name, lab, sizeof lab),
@@ -427,8 +431,9 @@ char *grove__telemetry_metrics_text(srv_server *srv) {
             tel ? (uint64_t)atomic_load(&tel->dropped_queue) : 0);
   tb_printf(&b, "grove_hook_events_dropped_total{reason=\"subscriber\"} %" PRIu64 "\n",
             tel ? (uint64_t)atomic_load(&tel->dropped_subscriber) : 0);
-  tb_printf(&b, "# HELP grove_hook_subscribers Connections to the PUB socket.\n"
-                "# TYPE grove_hook_subscribers gauge\ngrove_hook_subscribers %" PRId64 "\n",
+  tb_printf(&b,
+            "# HELP grove_hook_subscribers Connections to the PUB socket.\n"
+            "# TYPE grove_hook_subscribers gauge\ngrove_hook_subscribers %" PRId64 "\n",
             tel ? (int64_t)atomic_load(&tel->subscribers) : 0);
   if (b.oom) {
     free(b.p);

@@ -36,9 +36,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <nng/nng.h>
-#include <nng/protocol/pubsub0/sub.h>
-
 #include "../server/telemetry.h"
 #include "grove/client.h"
 #include "grove/grove.h"
@@ -484,10 +481,18 @@ START_TEST(stats_math) {
   /* Per column: rows at once equals a value stream. */
   const float t[] = {1, 10, 2, 20, 3, 30, 4, 40};
   double mem[2][10];
-  tel_feat fa = {.nfeat = 2, .mean = mem[0], .m2 = mem[0] + 2, .s1 = mem[0] + 4,
-                 .s2 = mem[0] + 6, .k = mem[0] + 8};
-  tel_feat fb = {.nfeat = 2, .mean = mem[1], .m2 = mem[1] + 2, .s1 = mem[1] + 4,
-                 .s2 = mem[1] + 6, .k = mem[1] + 8};
+  tel_feat fa = {.nfeat = 2,
+                 .mean = mem[0],
+                 .m2 = mem[0] + 2,
+                 .s1 = mem[0] + 4,
+                 .s2 = mem[0] + 6,
+                 .k = mem[0] + 8};
+  tel_feat fb = {.nfeat = 2,
+                 .mean = mem[1],
+                 .m2 = mem[1] + 2,
+                 .s1 = mem[1] + 4,
+                 .s2 = mem[1] + 6,
+                 .k = mem[1] + 8};
   grove__tel_feat_add_rows(&fa, t, 2);
   grove__tel_feat_add_rows(&fa, t + 4, 2);
   grove__tel_feat_add_stream(&fb, t, 3, 0);
@@ -555,8 +560,7 @@ START_TEST(observer_sees_everything_and_changes_nothing) {
   }
   qsort(mods, names.n, sizeof *mods, cmp_ptr);
   obs_rec rec = {.names = &names};
-  grove_observer obs = {
-      .modules = mods, .kinds = kinds, .n = names.n, .fn = record, .ctx = &rec};
+  grove_observer obs = {.modules = mods, .kinds = kinds, .n = names.n, .fn = record, .ctx = &rec};
   for (size_t i = 0; i < names.n; i++)
     ck_assert_int_eq(grove_observer_find(&obs, names.items[i].module),
                      (long)((const grove_module **)bsearch(&names.items[i].module, mods, names.n,
@@ -635,8 +639,8 @@ static void compare(const grove_hook_event *e, json_t *want) {
     int64_t w = json_integer_value(json_array_get(hist, i));
     want_total += (uint64_t)w;
     total += e->histogram[i];
-    ck_assert_msg(llabs((long long)e->histogram[i] - w) <= 1, "bin %zu of '%s': %" PRIu64 " vs %lld",
-                  i, mod, e->histogram[i], (long long)w);
+    ck_assert_msg(llabs((long long)e->histogram[i] - w) <= 1,
+                  "bin %zu of '%s': %" PRIu64 " vs %lld", i, mod, e->histogram[i], (long long)w);
   }
   want_total += (uint64_t)json_integer_value(json_object_get(want, "histogram_below")) +
                 (uint64_t)json_integer_value(json_object_get(want, "histogram_above"));
@@ -741,8 +745,12 @@ START_TEST(predictions_unchanged) {
   predict(c, &o, &before);
   add_hook(c, "**", GROVE_HOOK_FORWARD, NULL);
   add_hook(c, "**", GROVE_HOOK_FORWARD_PRE, NULL);
-  grove_hook_spec sp = {.model = "net", .pattern = "3.*", .per_feature = true,
-                        .histogram_bins = 64, .histogram_min = -1, .histogram_max = 1};
+  grove_hook_spec sp = {.model = "net",
+                        .pattern = "3.*",
+                        .per_feature = true,
+                        .histogram_bins = 64,
+                        .histogram_min = -1,
+                        .histogram_max = 1};
   grove_err err = {0};
   ck_assert_ok(grove_client_register_hook(c, &sp, 10000, NULL, NULL, &err), &err);
   predict(c, &o, &with);
@@ -775,12 +783,9 @@ START_TEST(globs_and_removal) {
     const char *pat;
     const char *want[6];
   } cases[] = {
-      {"3.*", {"3.0", "3.1", "3.2", "3.3"}},
-      {"**.0", {"0", "3.0", "3.2.0"}},
-      {"3.2.?", {"3.2.0", "3.2.1"}},
-      {"[04]", {"0", "4"}},
-      {"*", {"0", "1", "2", "3", "4", "5"}},
-      {"3.2", {"3.2"}},
+      {"3.*", {"3.0", "3.1", "3.2", "3.3"}}, {"**.0", {"0", "3.0", "3.2.0"}},
+      {"3.2.?", {"3.2.0", "3.2.1"}},         {"[04]", {"0", "4"}},
+      {"*", {"0", "1", "2", "3", "4", "5"}}, {"3.2", {"3.2"}},
   };
   uint64_t ids[6];
   for (size_t i = 0; i < 6; i++) {
@@ -1076,8 +1081,9 @@ END_TEST
  * says "I am an SP sub" (the 8-byte SP header: 0, 'S', 'P', 0, protocol 33
  * big-endian, 2 reserved bytes) and never reads a byte, so that the socket
  * buffers fill and groved's side of the connection stalls.  (An NNG SUB
- * socket whose owner never calls receive still reads the connection and
- * drops in its own queue, where only the events' sequence numbers show it.) */
+ * socket whose owner never calls receive is no such test: it drops in its
+ * own queue, which groved cannot see, and NNG 1.5.2's nng_close can hang on
+ * it, nanomsg/nng#1543.) */
 static int stuck_subscriber(const char *pub_url) {
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   ck_assert_int_ge(fd, 0);
@@ -1093,16 +1099,9 @@ START_TEST(subscriber_that_never_reads) {
   server sv;
   const char *extra[] = {"--workers", "2", NULL};
   server_start(&sv, extra);
-  /* Two subscribers to everything that never read: a stuck connection, and
-   * an NNG SUB socket nobody receives from. */
   int stuck = stuck_subscriber(sv.pub);
-  nng_socket sub;
-  ck_assert_int_eq(nng_sub0_open(&sub), 0);
-  ck_assert_int_eq(nng_socket_set(sub, NNG_OPT_SUB_SUBSCRIBE, "", 0), 0);
-  ck_assert_int_eq(nng_dial(sub, sv.pub, NULL, 0), 0);
-  for (int i = 0; i < 500 && metric(sv.http_port, "grove_hook_subscribers ") < 2; i++)
-    sleep_ms(10);
-  ck_assert_double_eq(metric(sv.http_port, "grove_hook_subscribers "), 2);
+  for (int i = 0; i < 500 && metric(sv.http_port, "grove_hook_subscribers ") < 1; i++) sleep_ms(10);
+  ck_assert_double_eq(metric(sv.http_port, "grove_hook_subscribers "), 1);
 
   grove_client *c = connect_rpc(&sv);
   io o;
@@ -1136,7 +1135,6 @@ START_TEST(subscriber_that_never_reads) {
                       1000);
   ck_assert(!log_contains(&sv, " error "));
   close(stuck);
-  nng_close(sub);
   grove_client_close(c);
   grove_sd_free(o.sd);
   ck_assert_int_eq(server_stop(&sv), 0);

@@ -336,7 +336,9 @@ grove_status grove_watch_open(const char *url, const char *model, const char *mo
 grove_status grove_watch_next(grove_watch *w, int timeout_ms, grove_hook_event *ev,
                               grove_err *err);
 void grove_hook_event_fini(grove_hook_event *ev);
-/* NULL is a no-op. */
+/* NULL is a no-op.  (NNG 1.5.2's nng_close can hang on a SUB socket whose
+ * receive queue is full, nanomsg/nng#1543: a watch that keeps calling
+ * grove_watch_next never has one.) */
 void grove_watch_close(grove_watch *w);
 
 #ifdef __cplusplus
