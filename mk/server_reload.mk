@@ -8,3 +8,9 @@ TEST_EXTRA_check_reload := $(CLIENTLIB)
 TEST_EXTRA_check_export := $(CLIENTLIB)
 
 $(BUILD)/tests/check_reload.o $(BUILD)/tests/check_export.o: $(PROTO_H)
+
+# `make bench-reload`: p50/p99 during reload storms and peak RSS during a
+# reload (docs/performance.md, "Hot reload").
+.PHONY: bench-reload
+bench-reload: all
+	@bash bench/reload_bench.sh $(GROVE_BIN)
