@@ -1,0 +1,126 @@
+"""README.md's five-minute tour, run as written.
+
+The test reads the first ```sh block under "## Five-minute tour" in README.md,
+so a README that drifts from what the tools do fails here.  Its first line
+must be `make run &`; instead of it the test starts groved itself with the
+arguments of the Makefile's run target, on free ports (the defaults may be
+taken by another groved on the machine), and points the commands at them
+with GROVE_SERVER and GROVE_PUB.  `build/grove` becomes $GROVE_BIN (the
+variant under test) and /tmp/ a temporary directory.  Every other line runs
+as written, one `bash -c` each from the repository root (a line ending in
+`&` in the background, as a shell would), and must exit 0 with the output
+the tour promises.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GROVE = os.path.abspath(os.environ.get("GROVE_BIN") or os.path.join(ROOT, "build", "grove"))
+GROVED = os.environ.get("GROVED_BIN") or os.path.join(os.path.dirname(os.path.realpath(GROVE)),
+                                                      "groved")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tour_lines():
+    text = open(os.path.join(ROOT, "README.md")).read()
+    at = text.index("## Five-minute tour")
+    m = re.search(r"```sh\n(.*?)```", text[at:], re.S)
+    assert m, "README.md: no ```sh block in the five-minute tour"
+    lines = []
+    for raw in m.group(1).splitlines():
+        # Comments are "  # ..." after the command (no '#' in the commands).
+        cmd = re.sub(r"\s+#.*$", "", raw).strip()
+        if cmd:
+            lines.append(cmd)
+    return lines
+
+
+def run_target_args():
+    """What `make run` passes to groved (the Makefile's run recipe)."""
+    mk = open(os.path.join(ROOT, "Makefile")).read()
+    m = re.search(r"^run:.*?\n((?:\t.*\n)+)", mk, re.M)
+    assert m, "Makefile: no run target"
+    ex = re.search(r"exec \$\(GROVED_BIN\)(.*)", m.group(1))
+    assert ex, "Makefile: the run target does not exec groved"
+    return ex.group(1).split()
+
+
+def test_tour_runs_as_written():
+    lines = tour_lines()
+    assert lines[0] == "make run &", lines[0]
+    joined = "\n".join(lines)
+    for needed in ("predict digits", "reload digits", "hook add digits", "watch digits",
+                   "export digits"):
+        assert needed in joined, f"the tour lost '{needed}'"
+    with tempfile.TemporaryDirectory() as tmp:
+        port, http, pub = free_port(), free_port(), free_port()
+        env = dict(os.environ, GROVE_SERVER=f"tcp://127.0.0.1:{port}",
+                   GROVE_PUB=f"tcp://127.0.0.1:{pub}")
+        log = open(os.path.join(tmp, "groved.log"), "w+")
+        proc = subprocess.Popen([GROVED, *run_target_args(), "--listen", env["GROVE_SERVER"],
+                                 "--http", f"127.0.0.1:{http}", "--pub", env["GROVE_PUB"],
+                                 "--workers", "1"],
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        seen = {}
+        bg = []
+        try:
+            for line in lines[1:]:
+                cmd = line.replace("build/grove ", GROVE + " ").replace("/tmp/", tmp + "/")
+                if line.endswith("&"):
+                    # In the background, as a shell runs it: not waited for here.
+                    bg.append(subprocess.Popen(["bash", "-c", cmd[:-1]], cwd=ROOT, env=env,
+                                               stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL))
+                    continue
+                r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True,
+                                   text=True, timeout=60)
+                assert r.returncode == 0, f"README tour: `{line}` exited {r.returncode}:\n" \
+                                          f"{r.stdout}\n{r.stderr}"
+                words = line.split()
+                if words[0] == "build/grove":
+                    seen[" ".join(words[1:3])] = r.stdout
+        finally:
+            for b in bg:
+                try:
+                    b.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    b.kill()
+                    b.wait()
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                rc = proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                rc = "timeout"
+            log.seek(0)
+            glog = log.read()
+            log.close()
+        assert rc == 0, f"groved exited {rc}:\n{glog}"
+
+        assert "model digits: version 1, ready" in seen["status"], seen["status"]
+        out = seen["predict digits"]
+        assert out.startswith("y float32 [8, 10]\n"), out
+        assert len(out.splitlines()) == 9, out
+        assert "version 2 serving (was 1)" in seen["reload digits"], seen["reload digits"]
+        assert seen["hook add"].strip() == "1", seen["hook add"]
+        events = [json.loads(x) for x in seen["watch digits"].splitlines()]
+        assert len(events) == 3, seen["watch digits"]
+        for ev in events:
+            assert ev["model"] == "digits" and ev["version"] == 2 and ev["rows"] == 8, ev
+            assert ev["module"] and "." not in ev["module"], ev  # '*': direct children
+        assert "version 2: 13 tensors" in seen["export digits"], seen["export digits"]
+        assert os.path.exists(os.path.join(tmp, "digits.safetensors"))
+        assert "total: 13 tensors" in seen["inspect /tmp/digits.safetensors"]
