@@ -378,6 +378,9 @@ static void install(rjob *j, srv_version *v) {
   pthread_mutex_unlock(&m->mu);
   atomic_store(&m->version_number, v->number);
   j->version = v->number;
+  /* Hooks re-resolve against the new tree now, so that patterns that
+   * stopped matching are logged with the reload, not at the next batch. */
+  grove__telemetry_on_version_swap(j->srv, m);
   release_off_loop(j->srv, old);
 }
 
