@@ -45,6 +45,7 @@ struct grove_client {
   int default_timeout_ms;
   atomic_int pipes; /* connected right now */
   atomic_uint_fast64_t next_id;
+  size_t nurls;   /* > 1: replicas (predict retried on another; one-replica calls refused) */
   char urls[512]; /* for messages */
 };
 
@@ -107,6 +108,7 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->idle_cv, NULL);
   atomic_init(&c->next_id, 1);
+  c->nurls = nurls;
   size_t used = 0;
   for (size_t i = 0; i < nurls && used < sizeof c->urls; i++) {
     int w = snprintf(c->urls + used, sizeof c->urls - used, "%s%s", i ? "," : "",
@@ -191,6 +193,36 @@ static int64_t now_ms(void) {
 
 static int timeout_of(const grove_client *c, int timeout_ms) {
   return timeout_ms > 0 ? timeout_ms : c->default_timeout_ms;
+}
+
+static void sleep_ms(int64_t ms) {
+  if (ms <= 0) return;
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* With several replicas, whether a predict that failed with s may be sent
+ * again: its connection was lost (the replica died: NNG 1.5 fails the
+ * request with "Connection reset", since timed resends are off), or the
+ * replica answered UNAVAILABLE itself (draining, or the model not loaded
+ * there).  A timeout is not retried: its time is spent. */
+static bool retry_predict(const grove_client *c, grove_status s, const grove_err *err) {
+  if (c->nurls < 2 || s != GROVE_E_UNAVAILABLE) return false;
+  if (!grove_client_failed_locally(s, err)) return true;
+  return !strstr(err->msg, "not back within");
+}
+
+/* Reload, export and hooks act on the one server they reach and are not
+ * safe to send again to another; with several URLs, which one a call
+ * reaches is up to the socket, so they are refused (open a client with that
+ * replica's URL alone). */
+static grove_status one_replica_only(const grove_client *c, const char *what, grove_err *err) {
+  if (c->nurls < 2) return GROVE_OK;
+  return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                       LOCAL_PREFIX "%s acts on one replica; this client has %zu URLs (%s): "
+                                    "open one with that replica's URL alone",
+                       what, c->nurls, c->urls);
 }
 
 /* req as a new message; NULL when out of memory. */
@@ -459,8 +491,26 @@ grove_status grove_client_predict(grove_client *c, const char *model, const grov
   grove_status s = encode_predict(c, model, inputs, ninputs, ms, &m, err);
   if (s) return s;
   Grove__Reply *r = NULL;
-  if ((s = roundtrip(c, m, ms, &r, err))) return s;
-  return prediction_from_reply(r, out, err);
+  int64_t t0 = now_ms();
+  for (int attempt = 0;; attempt++) {
+    /* Predict is idempotent, so with several replicas a request that one
+     * of them could not answer goes to another (docs/operations.md,
+     * "Several replicas").  The copy is made before the send takes m. */
+    nng_msg *again = NULL;
+    if (c->nurls > 1 && nng_msg_dup(&again, m) != 0) again = NULL;
+    int64_t left = (int64_t)ms - (now_ms() - t0);
+    s = roundtrip(c, m, left > 0 ? (int)left : 1, &r, err);
+    if (!s || !again || !retry_predict(c, s, err) || now_ms() - t0 >= ms) {
+      nng_msg_free(again);
+      return s ? s : prediction_from_reply(r, out, err);
+    }
+    /* A short pause, growing: a draining replica leaves the rotation when
+     * it exits, a dead one at once. */
+    int64_t pause = attempt < 6 ? (int64_t)1 << attempt : 100;
+    left = (int64_t)ms - (now_ms() - t0);
+    sleep_ms(pause < left ? pause : left);
+    m = again;
+  }
 }
 
 /* ------------------------------------------------------------ async predict */
@@ -767,6 +817,8 @@ grove_status grove_client_reload(grove_client *c, const char *model, const grove
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          LOCAL_PREFIX
                          "reload: needs a client, a model and somewhere for the result");
+  grove_status refused = one_replica_only(c, "reload", err);
+  if (refused) return refused;
   Grove__ReloadRequest rq = GROVE__RELOAD_REQUEST__INIT;
   rq.model = (char *)model;
   if (opts) {
@@ -850,6 +902,8 @@ grove_status grove_client_export(grove_client *c, const char *model, grove_ckpt_
                          LOCAL_PREFIX
                          "export: needs a client, a model, a sink and the format "
                          "safetensors or pt");
+  grove_status refused = one_replica_only(c, "export", err);
+  if (refused) return refused;
   int ms = timeout_of(c, timeout_ms);
   size_t chunk = opts && opts->chunk_bytes ? opts->chunk_bytes : EXPORT_CHUNK;
   Grove__ExportStateDictRequest q = GROVE__EXPORT_STATE_DICT_REQUEST__INIT;
@@ -932,6 +986,8 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
   if (!c || !model || !path || !*path)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          LOCAL_PREFIX "export: needs a client, a model and a file name");
+  grove_status refused = one_replica_only(c, "export", err);
+  if (refused) return refused;
   grove_ckpt_format format;
   if (ends_with(path, ".safetensors"))
     format = GROVE_CKPT_SAFETENSORS;
@@ -1080,6 +1136,8 @@ grove_status grove_client_register_hook(grove_client *c, const grove_hook_spec *
   if (!c || !spec || !spec->model || !spec->pattern)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          LOCAL_PREFIX "register_hook: needs a client, a model and a pattern");
+  grove_status refused = one_replica_only(c, "a hook", err);
+  if (refused) return refused;
   Grove__HookSpec sp = GROVE__HOOK_SPEC__INIT;
   sp.model = (char *)spec->model;
   sp.pattern = (char *)spec->pattern;
@@ -1110,6 +1168,8 @@ grove_status grove_client_remove_hook(grove_client *c, uint64_t id, int timeout_
                                       grove_hook_info **removed, grove_err *err) {
   if (removed) *removed = NULL;
   if (!c) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "remove_hook: no client");
+  grove_status refused = one_replica_only(c, "a hook", err);
+  if (refused) return refused;
   Grove__RemoveHookRequest rr = GROVE__REMOVE_HOOK_REQUEST__INIT;
   rr.hook_id = id;
   Grove__Request req = GROVE__REQUEST__INIT;
@@ -1131,6 +1191,8 @@ grove_status grove_client_list_hooks(grove_client *c, const char *model, int tim
   if (!c || !hooks || !n)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          LOCAL_PREFIX "list_hooks: no client or nowhere to put the hooks");
+  grove_status refused = one_replica_only(c, "a hook", err);
+  if (refused) return refused;
   Grove__ListHooksRequest lr = GROVE__LIST_HOOKS_REQUEST__INIT;
   lr.model = (char *)(model ? model : "");
   Grove__Request req = GROVE__REQUEST__INIT;
