@@ -1,6 +1,6 @@
 /* torch_internal.h: the pieces of Grove's torch.save support, for the files
- * that implement it (torch_zip.c, pickle.c, torch_load.c, torch_save.c), the
- * tests and the fuzz targets.  Never installed.
+ * that implement it (torch_zip.c, pickle.c, torch_load.c, torch_save.c,
+ * export_plan.c), the tests and the fuzz targets.  Never installed.
  *
  * Three layers, each with one job:
  *   - torch_zip.c reads a zip archive held in memory (stored and deflated
@@ -9,8 +9,9 @@
  *   - pickle.c turns pickle bytes into a small tree of values.  Globals are
  *     data tags from an allow-list; REDUCE and NEWOBJ only record "call tag
  *     with these arguments"; nothing from the file is ever executed;
- *   - torch_load.c walks that tree into a grove_state_dict, and torch_save.c
- *     writes one as torch.save does.
+ *   - torch_load.c walks that tree into a grove_state_dict; export_plan.c
+ *     lays one out as torch.save would (pickle, storages, records encoded
+ *     by torch_zip.c's grove__zip_dir), and torch_save.c writes that plan.
  *
  * Every function here may be called from any thread; none keeps state
  * between calls. */
@@ -103,6 +104,32 @@ grove_status grove__zipw_finish(grove__zipw *w, grove_err *err);
 /* The memory archive (fd < 0): borrowed, valid until grove__zipw_free. */
 const uint8_t *grove__zipw_data(const grove__zipw *w, size_t *len);
 void grove__zipw_free(grove__zipw *w);
+
+/* The archive layout itself, shared by grove__zipw (which writes the bytes
+ * as it goes) and the torch file plan (core/export_plan.c, which lays the
+ * same bytes out as segments for grove_torch_write and groved's export): the
+ * records listed so far and the encoding of every header.  Messages are not
+ * prefixed with a file name; callers add theirs. */
+typedef struct grove__zip_dir grove__zip_dir;
+
+/* NULL when out of memory.  force_zip64: as grove__zipw_opts. */
+grove__zip_dir *grove__zip_dir_new(bool force_zip64);
+void grove__zip_dir_free(grove__zip_dir *d);
+/* Lists a record whose local header starts at offset in the archive and
+ * encodes that header: signature, name, then the extra fields (ZIP64 when
+ * needed, padding) that make the data following it start 64-byte aligned.
+ * *hdr is borrowed from d until the next call on d. */
+grove_status grove__zip_dir_add(grove__zip_dir *d, const char *record, uint64_t offset,
+                                uint32_t crc, uint64_t size, uint64_t comp_size, uint16_t method,
+                                const uint8_t **hdr, size_t *hdr_len, grove_err *err);
+/* Encodes the central directory of every record listed, starting at offset
+ * cd_off, and the end records: the rest of the archive.  *out as above. */
+grove_status grove__zip_dir_finish(grove__zip_dir *d, uint64_t cd_off, const uint8_t **out,
+                                   size_t *len, grove_err *err);
+/* Raw deflate of data (at most 1 GiB) into a new malloc'd *out (tests'
+ * deflated archives: torch writes stored records). */
+grove_status grove__zip_deflate(const void *data, size_t len, uint8_t **out, size_t *out_len,
+                                grove_err *err);
 
 /* CRC-32 (zlib's) of any length. */
 uint32_t grove__crc32(uint32_t crc, const void *data, size_t len);

@@ -37,7 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include "internal.h"
@@ -435,6 +434,11 @@ grove_status grove__zip_extract(const grove__zip *z, const grove__zip_entry *e, 
 
 /* =============================================================== writer */
 
+/* The archive layout lives in grove__zip_dir alone: grove__zipw below
+ * writes its bytes as they come, and the torch file plan
+ * (core/export_plan.c, which grove_torch_write streams) lays the same bytes
+ * out as segments. */
+
 typedef struct zipw_rec {
   char *name;
   uint64_t offset; /* of the local header */
@@ -443,77 +447,43 @@ typedef struct zipw_rec {
   uint16_t method;
 } zipw_rec;
 
-struct grove__zipw {
-  int fd;
-  const char *name;
-  grove__zipw_opts opts;
-  uint64_t pos; /* bytes written so far */
-  uint8_t *mem; /* memory sink (fd < 0) */
-  size_t mem_cap;
+struct grove__zip_dir {
+  bool force_zip64;
   zipw_rec *recs;
   size_t n, cap;
-  bool failed;
+  uint8_t *buf; /* the bytes last encoded */
+  size_t len, buf_cap;
 };
 
-grove__zipw *grove__zipw_new(int fd, const char *name, const grove__zipw_opts *opts) {
-  grove__zipw *w = calloc(1, sizeof *w);
-  if (!w) return NULL;
-  w->fd = fd;
-  w->name = name ? name : "<buffer>";
-  if (opts) w->opts = *opts;
-  return w;
+grove__zip_dir *grove__zip_dir_new(bool force_zip64) {
+  grove__zip_dir *d = calloc(1, sizeof *d);
+  if (d) d->force_zip64 = force_zip64;
+  return d;
 }
 
-void grove__zipw_free(grove__zipw *w) {
-  if (!w) return;
-  for (size_t i = 0; i < w->n; i++) free(w->recs[i].name);
-  free(w->recs);
-  free(w->mem);
-  free(w);
+void grove__zip_dir_free(grove__zip_dir *d) {
+  if (!d) return;
+  for (size_t i = 0; i < d->n; i++) free(d->recs[i].name);
+  free(d->recs);
+  free(d->buf);
+  free(d);
 }
 
-const uint8_t *grove__zipw_data(const grove__zipw *w, size_t *len) {
-  if (len) *len = (size_t)w->pos;
-  return w->mem;
-}
-
-static grove_status emit(grove__zipw *w, const void *data, size_t n, grove_err *err) {
-  if (n == 0) return GROVE_OK;
-  if (w->fd >= 0) {
-    const uint8_t *p = data;
-    size_t left = n;
-    while (left > 0) {
-      ssize_t r = write(w->fd, p, left > (1u << 30) ? (1u << 30) : left);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) {
-        w->failed = true;
-        return grove_err_set(err, GROVE_E_IO, "%s: write failed: %s", w->name, strerror(errno));
-      }
-      p += r;
-      left -= (size_t)r;
+static bool dput(grove__zip_dir *d, const void *data, size_t n) {
+  if (n > d->buf_cap - d->len) {
+    size_t cap = d->buf_cap ? d->buf_cap : 256;
+    while (cap - d->len < n) {
+      if (cap > SIZE_MAX / 2) return false;
+      cap *= 2;
     }
-  } else {
-    if (n > w->mem_cap - (size_t)w->pos) {
-      size_t cap = w->mem_cap ? w->mem_cap : 4096;
-      while (cap - (size_t)w->pos < n) {
-        if (cap > SIZE_MAX / 2) {
-          w->failed = true;
-          return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", w->name);
-        }
-        cap *= 2;
-      }
-      uint8_t *m = realloc(w->mem, cap);
-      if (!m) {
-        w->failed = true;
-        return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", w->name);
-      }
-      w->mem = m;
-      w->mem_cap = cap;
-    }
-    memcpy(w->mem + w->pos, data, n);
+    uint8_t *b = realloc(d->buf, cap);
+    if (!b) return false;
+    d->buf = b;
+    d->buf_cap = cap;
   }
-  w->pos += n;
-  return GROVE_OK;
+  if (n) memcpy(d->buf + d->len, data, n);
+  d->len += n;
+  return true;
 }
 
 static void wr16(uint8_t *p, uint16_t v) {
@@ -533,19 +503,18 @@ static uint32_t sat32(uint64_t v, bool force) {
   return force || v >= 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)v;
 }
 
-/* Deflates data into a malloc'd buffer (tests only: torch writes stored). */
-static grove_status deflate_buf(grove__zipw *w, const void *data, size_t len, uint8_t **out,
-                                size_t *out_len, grove_err *err) {
+grove_status grove__zip_deflate(const void *data, size_t len, uint8_t **out, size_t *out_len,
+                                grove_err *err) {
   z_stream s;
   memset(&s, 0, sizeof s);
   if (len > (1u << 30) ||
       deflateInit2(&s, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-    return grove_err_set(err, GROVE_E_NOMEM, "%s: cannot deflate a record", w->name);
+    return grove_err_set(err, GROVE_E_NOMEM, "cannot deflate a record");
   uLong bound = deflateBound(&s, (uLong)len);
   uint8_t *buf = malloc(bound ? bound : 1);
   if (!buf) {
     deflateEnd(&s);
-    return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", w->name);
+    return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
   }
   s.next_in = (Bytef *)data;
   s.avail_in = (uInt)len;
@@ -556,92 +525,79 @@ static grove_status deflate_buf(grove__zipw *w, const void *data, size_t len, ui
   deflateEnd(&s);
   if (r != Z_STREAM_END) {
     free(buf);
-    return grove_err_set(err, GROVE_E_INTERNAL, "%s: deflate failed", w->name);
+    return grove_err_set(err, GROVE_E_INTERNAL, "deflate failed");
   }
   *out = buf;
   return GROVE_OK;
 }
 
-grove_status grove__zipw_add(grove__zipw *w, const char *record, const void *data, size_t len,
-                             grove_err *err) {
-  if (w->failed) return grove_err_set(err, GROVE_E_IO, "%s: an earlier write failed", w->name);
+grove_status grove__zip_dir_add(grove__zip_dir *d, const char *record, uint64_t offset,
+                                uint32_t crc, uint64_t size, uint64_t comp_size, uint16_t method,
+                                const uint8_t **hdr, size_t *hdr_len, grove_err *err) {
   size_t name_len = strlen(record);
-  if (name_len > 0xFFFF)
-    return grove_err_set(err, GROVE_E_LIMIT, "%s: record name too long", w->name);
-  if (w->n == w->cap) {
-    size_t cap = w->cap ? w->cap * 2 : 16;
-    zipw_rec *r = realloc(w->recs, cap * sizeof *r);
-    if (!r) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", w->name);
-    w->recs = r;
-    w->cap = cap;
+  if (name_len > 0xFFFF) return grove_err_set(err, GROVE_E_LIMIT, "record name too long");
+  if (d->n == d->cap) {
+    size_t cap = d->cap ? d->cap * 2 : 16;
+    zipw_rec *r = realloc(d->recs, cap * sizeof *r);
+    if (!r) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
+    d->recs = r;
+    d->cap = cap;
   }
-  zipw_rec *rec = &w->recs[w->n];
-  memset(rec, 0, sizeof *rec);
-  rec->name = grove__strdup(record);
-  if (!rec->name) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", w->name);
-  w->n++;
+  zipw_rec *rec = &d->recs[d->n];
+  *rec = (zipw_rec){.name = grove__strdup(record),
+                    .offset = offset,
+                    .comp_size = comp_size,
+                    .size = size,
+                    .crc = crc,
+                    .method = method};
+  if (!rec->name) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
+  d->n++;
 
-  const uint8_t *payload = data;
-  uint8_t *deflated = NULL;
-  size_t payload_len = len;
-  rec->crc = grove__crc32(0, data, len);
-  rec->size = len;
-  if (w->opts.deflate) {
-    grove_status st = deflate_buf(w, data, len, &deflated, &payload_len, err);
-    if (st != GROVE_OK) return st;
-    payload = deflated;
-    rec->method = 8;
-  }
-  rec->comp_size = payload_len;
-  rec->offset = w->pos;
-
-  bool zip64 = w->opts.force_zip64 || rec->size >= 0xFFFFFFFFu || rec->comp_size >= 0xFFFFFFFFu;
+  bool zip64 = d->force_zip64 || size >= 0xFFFFFFFFu || comp_size >= 0xFFFFFFFFu;
   /* The padding extra field ("FB", length, 'Z'...) makes the data start on a
    * 64-byte boundary, as torch's writer does: tensors can then be mapped and
    * used in place. */
-  uint64_t start = w->pos + LOCAL_LEN + name_len + 4 + (zip64 ? 20 : 0);
+  uint64_t start = offset + LOCAL_LEN + name_len + 4 + (zip64 ? 20 : 0);
   size_t pad = (size_t)((64 - start % 64) % 64);
-  uint8_t hdr[LOCAL_LEN + 20 + 4 + 64];
-  wr32(hdr, SIG_LOCAL);
-  wr16(hdr + 4, zip64 ? 45 : 20); /* version needed */
-  wr16(hdr + 6, 0x0800);          /* names are UTF-8 */
-  wr16(hdr + 8, rec->method);
-  wr16(hdr + 10, 0);    /* time */
-  wr16(hdr + 12, 0x21); /* date: 1980-01-01 */
-  wr32(hdr + 14, rec->crc);
-  wr32(hdr + 18, zip64 ? 0xFFFFFFFFu : (uint32_t)rec->comp_size);
-  wr32(hdr + 22, zip64 ? 0xFFFFFFFFu : (uint32_t)rec->size);
-  wr16(hdr + 26, (uint16_t)name_len);
-  size_t extra = (zip64 ? 20 : 0) + 4 + pad;
-  wr16(hdr + 28, (uint16_t)extra);
-  grove_status st = emit(w, hdr, LOCAL_LEN, err);
-  if (st == GROVE_OK) st = emit(w, record, name_len, err);
+  uint8_t h[LOCAL_LEN], x[20 + 4 + 64];
+  wr32(h, SIG_LOCAL);
+  wr16(h + 4, zip64 ? 45 : 20); /* version needed */
+  wr16(h + 6, 0x0800);          /* names are UTF-8 */
+  wr16(h + 8, method);
+  wr16(h + 10, 0);    /* time */
+  wr16(h + 12, 0x21); /* date: 1980-01-01 */
+  wr32(h + 14, crc);
+  wr32(h + 18, zip64 ? 0xFFFFFFFFu : (uint32_t)comp_size);
+  wr32(h + 22, zip64 ? 0xFFFFFFFFu : (uint32_t)size);
+  wr16(h + 26, (uint16_t)name_len);
+  wr16(h + 28, (uint16_t)((zip64 ? 20 : 0) + 4 + pad));
   size_t k = 0;
   if (zip64) {
-    wr16(hdr + k, 1);
-    wr16(hdr + k + 2, 16);
-    wr64(hdr + k + 4, rec->size);
-    wr64(hdr + k + 12, rec->comp_size);
-    k += 20;
+    wr16(x, 1);
+    wr16(x + 2, 16);
+    wr64(x + 4, size);
+    wr64(x + 12, comp_size);
+    k = 20;
   }
-  wr16(hdr + k, 0x4246); /* "FB" */
-  wr16(hdr + k + 2, (uint16_t)pad);
-  memset(hdr + k + 4, 'Z', pad);
+  wr16(x + k, 0x4246); /* "FB" */
+  wr16(x + k + 2, (uint16_t)pad);
+  memset(x + k + 4, 'Z', pad);
   k += 4 + pad;
-  if (st == GROVE_OK) st = emit(w, hdr, k, err);
-  assert(st != GROVE_OK || w->pos % 64 == 0);
-  if (st == GROVE_OK) st = emit(w, payload, payload_len, err);
-  free(deflated);
-  return st;
+  d->len = 0;
+  if (!dput(d, h, LOCAL_LEN) || !dput(d, record, name_len) || !dput(d, x, k))
+    return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
+  assert((offset + d->len) % 64 == 0);
+  *hdr = d->buf;
+  *hdr_len = d->len;
+  return GROVE_OK;
 }
 
-grove_status grove__zipw_finish(grove__zipw *w, grove_err *err) {
-  if (w->failed) return grove_err_set(err, GROVE_E_IO, "%s: an earlier write failed", w->name);
-  bool force = w->opts.force_zip64;
-  uint64_t cd_off = w->pos;
-  grove_status st = GROVE_OK;
-  for (size_t i = 0; i < w->n && st == GROVE_OK; i++) {
-    const zipw_rec *r = &w->recs[i];
+grove_status grove__zip_dir_finish(grove__zip_dir *d, uint64_t cd_off, const uint8_t **out,
+                                   size_t *len, grove_err *err) {
+  bool force = d->force_zip64, ok = true;
+  d->len = 0;
+  for (size_t i = 0; i < d->n && ok; i++) {
+    const zipw_rec *r = &d->recs[i];
     bool big_size = force || r->size >= 0xFFFFFFFFu,
          big_comp = force || r->comp_size >= 0xFFFFFFFFu,
          big_off = force || r->offset >= 0xFFFFFFFFu;
@@ -672,15 +628,12 @@ grove_status grove__zipw_finish(grove__zipw *w, grove_err *err) {
       if (big_comp) wr64(f, r->comp_size), f += 8;
       if (big_off) wr64(f, r->offset), f += 8;
     }
-    st = emit(w, c, CENTRAL_LEN, err);
-    if (st == GROVE_OK) st = emit(w, r->name, name_len, err);
-    if (st == GROVE_OK && x) st = emit(w, c + CENTRAL_LEN, x + 4, err);
+    ok = dput(d, c, CENTRAL_LEN) && dput(d, r->name, name_len) &&
+         (!x || dput(d, c + CENTRAL_LEN, x + 4));
   }
-  if (st != GROVE_OK) return st;
-  uint64_t cd_size = w->pos - cd_off;
-  bool zip64 = force || w->n >= 0xFFFF || cd_off >= 0xFFFFFFFFu || cd_size >= 0xFFFFFFFFu;
-  if (zip64) {
-    uint64_t e64 = w->pos;
+  uint64_t cd_size = d->len;
+  bool zip64 = force || d->n >= 0xFFFF || cd_off >= 0xFFFFFFFFu || cd_size >= 0xFFFFFFFFu;
+  if (ok && zip64) {
     uint8_t r[EOCD64_LEN + LOC64_LEN];
     wr32(r, SIG_EOCD64);
     wr64(r + 4, EOCD64_LEN - 12);
@@ -688,27 +641,130 @@ grove_status grove__zipw_finish(grove__zipw *w, grove_err *err) {
     wr16(r + 14, 45);
     wr32(r + 16, 0);
     wr32(r + 20, 0);
-    wr64(r + 24, w->n);
-    wr64(r + 32, w->n);
+    wr64(r + 24, d->n);
+    wr64(r + 32, d->n);
     wr64(r + 40, cd_size);
     wr64(r + 48, cd_off);
     uint8_t *l = r + EOCD64_LEN;
     wr32(l, SIG_LOC64);
     wr32(l + 4, 0);
-    wr64(l + 8, e64);
+    wr64(l + 8, cd_off + cd_size); /* where the ZIP64 end record starts */
     wr32(l + 16, 1);
-    st = emit(w, r, sizeof r, err);
-    if (st != GROVE_OK) return st;
+    ok = dput(d, r, sizeof r);
   }
   uint8_t e[EOCD_LEN];
   wr32(e, SIG_EOCD);
   wr16(e + 4, 0);
   wr16(e + 6, 0);
-  uint16_t n16 = zip64 || w->n >= 0xFFFF ? 0xFFFF : (uint16_t)w->n;
+  uint16_t n16 = zip64 || d->n >= 0xFFFF ? 0xFFFF : (uint16_t)d->n;
   wr16(e + 8, n16);
   wr16(e + 10, n16);
   wr32(e + 12, sat32(cd_size, zip64));
   wr32(e + 16, sat32(cd_off, zip64));
   wr16(e + 20, 0);
-  return emit(w, e, sizeof e, err);
+  if (!ok || !dput(d, e, sizeof e)) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
+  *out = d->buf;
+  *len = d->len;
+  return GROVE_OK;
+}
+
+struct grove__zipw {
+  int fd;
+  const char *name;
+  bool deflate;
+  uint64_t pos; /* bytes written so far */
+  uint8_t *mem; /* memory sink (fd < 0) */
+  size_t mem_cap;
+  grove__zip_dir *dir;
+  bool failed;
+};
+
+grove__zipw *grove__zipw_new(int fd, const char *name, const grove__zipw_opts *opts) {
+  grove__zipw *w = calloc(1, sizeof *w);
+  if (!w) return NULL;
+  w->fd = fd;
+  w->name = name ? name : "<buffer>";
+  w->deflate = opts && opts->deflate;
+  if (!(w->dir = grove__zip_dir_new(opts && opts->force_zip64))) {
+    free(w);
+    return NULL;
+  }
+  return w;
+}
+
+void grove__zipw_free(grove__zipw *w) {
+  if (!w) return;
+  grove__zip_dir_free(w->dir);
+  free(w->mem);
+  free(w);
+}
+
+const uint8_t *grove__zipw_data(const grove__zipw *w, size_t *len) {
+  if (len) *len = (size_t)w->pos;
+  return w->mem;
+}
+
+static grove_status emit(grove__zipw *w, const void *data, size_t n, grove_err *err) {
+  if (n == 0) return GROVE_OK;
+  if (w->fd >= 0) {
+    if (grove__write_all(w->fd, data, n) != 0) {
+      w->failed = true;
+      return grove_err_set(err, GROVE_E_IO, "%s: write failed: %s", w->name, strerror(errno));
+    }
+  } else {
+    if (n > w->mem_cap - (size_t)w->pos) {
+      size_t cap = w->mem_cap ? w->mem_cap : 4096;
+      while (cap - (size_t)w->pos < n) {
+        if (cap > SIZE_MAX / 2) {
+          w->failed = true;
+          return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", w->name);
+        }
+        cap *= 2;
+      }
+      uint8_t *m = realloc(w->mem, cap);
+      if (!m) {
+        w->failed = true;
+        return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", w->name);
+      }
+      w->mem = m;
+      w->mem_cap = cap;
+    }
+    memcpy(w->mem + w->pos, data, n);
+  }
+  w->pos += n;
+  return GROVE_OK;
+}
+
+grove_status grove__zipw_add(grove__zipw *w, const char *record, const void *data, size_t len,
+                             grove_err *err) {
+  if (w->failed) return grove_err_set(err, GROVE_E_IO, "%s: an earlier write failed", w->name);
+  const uint8_t *payload = data, *hdr = NULL;
+  uint8_t *deflated = NULL;
+  size_t payload_len = len, hdr_len = 0;
+  grove_status st = GROVE_OK;
+  if (w->deflate && (st = grove__zip_deflate(data, len, &deflated, &payload_len, err)) == GROVE_OK)
+    payload = deflated;
+  if (st == GROVE_OK)
+    st = grove__zip_dir_add(w->dir, record, w->pos, grove__crc32(0, data, len), len, payload_len,
+                            w->deflate ? 8 : 0, &hdr, &hdr_len, err);
+  if (st != GROVE_OK) {
+    grove_err_prefix(err, "%s", w->name);
+  } else {
+    st = emit(w, hdr, hdr_len, err);
+    if (st == GROVE_OK) st = emit(w, payload, payload_len, err);
+  }
+  free(deflated);
+  return st;
+}
+
+grove_status grove__zipw_finish(grove__zipw *w, grove_err *err) {
+  if (w->failed) return grove_err_set(err, GROVE_E_IO, "%s: an earlier write failed", w->name);
+  const uint8_t *tail = NULL;
+  size_t n = 0;
+  grove_status st = grove__zip_dir_finish(w->dir, w->pos, &tail, &n, err);
+  if (st != GROVE_OK) {
+    grove_err_prefix(err, "%s", w->name);
+    return st;
+  }
+  return emit(w, tail, n, err);
 }
