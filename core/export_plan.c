@@ -1,25 +1,32 @@
 /* export_plan.c: checkpoint files described, not written (grove_file_plan).
  *
- * grove_safetensors_plan and grove_torch_plan lay out exactly the bytes that
- * grove_safetensors_write and grove_torch_write would write for a state_dict,
- * as an ordered list of segments: bytes the plan owns (the safetensors
- * header, the pickle, zip headers and directory) and the tensors' own data,
- * referenced in place.  Any byte range of the file is then produced on
- * demand by copying from the segments, so groved can stream a 2 GB live
- * state_dict in bounded memory (server/export.c) without ever building the
- * file.
+ * grove_safetensors_plan and grove_torch_plan lay out the bytes of a
+ * safetensors file or a torch.save archive for a state_dict as an ordered
+ * list of segments: bytes the plan owns (the safetensors header, the pickle,
+ * zip headers and directory) and the tensors' own data, referenced in place.
+ * Any byte range of the file is then produced on demand by copying from the
+ * segments, so groved can stream a 2 GB live state_dict in bounded memory
+ * (server/export.c) without ever building the file.
  *
- * The layouts repeat the writers' (core/safetensors.c, core/torch_save.c,
- * core/torch_zip.c): header JSON with the same jansson flags and padding, the
- * same data order, the same pickle opcodes and memo numbering, the same
- * 64-byte aligned zip records.  tests/check_export.c holds both to it, byte
- * for byte, over state_dicts that reach every branch (tied tensors, views,
- * metadata, more than 256 memo entries and 1000 keys, ZIP64 fields).
+ * This is the one implementation of both layouts: grove_safetensors_write
+ * and grove_torch_write build the plan and stream its segments into the
+ * file (grove__file_plan_write), so a served export and a written file are
+ * the same bytes by construction.  The zip headers themselves are encoded by
+ * core/torch_zip.c's grove__zip_dir, shared with the general zip writer.
+ * tests/check_export.c still compares plans with written files, over
+ * state_dicts that reach every branch (tied tensors, views, metadata, more
+ * than 256 memo entries and 1000 keys, ZIP64 fields).
+ *
+ * Non-contiguous tensors: the plan refers to a contiguous copy of each
+ * (grove_tensor_clone), made while planning and held until the plan is
+ * freed, so writing a state_dict of strided views holds copies of all of
+ * them at once (the data of contiguous tensors is never copied).
  *
  * Costs: the safetensors plan is one pass over the keys.  The torch plan
  * also reads every distinct tensor once, because the zip headers carry each
  * record's CRC-32 before its data. */
 #include <assert.h>
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,6 +179,25 @@ grove_status grove_file_plan_read(const grove_file_plan *p, uint64_t offset, voi
   return GROVE_OK;
 }
 
+grove_status grove__file_plan_write(grove_status planned, grove_file_plan *p, const char *path,
+                                    grove_err *err) {
+  if (planned != GROVE_OK) {
+    grove_err_prefix(err, "%s", path);
+    grove_file_plan_free(p);
+    return planned;
+  }
+  grove__atomic_file f;
+  grove_status st = grove__atomic_open(&f, path, err);
+  if (st == GROVE_OK) {
+    for (size_t i = 0; i < p->nsegs && st == GROVE_OK; i++)
+      if (grove__write_all(f.fd, p->segs[i].src, (size_t)p->segs[i].len) != 0)
+        st = grove_err_set(err, GROVE_E_IO, "%s: write failed: %s", path, strerror(errno));
+    st = grove__atomic_finish(&f, st, err);
+  }
+  grove_file_plan_free(p);
+  return st;
+}
+
 static grove_file_plan *plan_new(grove_ckpt_format f) {
   grove_file_plan *p = calloc(1, sizeof *p);
   if (p) p->format = f;
@@ -195,7 +221,8 @@ static grove_tensor *contiguous_ref(grove_tensor *t, const char *key, grove_err 
 
 /* ================================================================ safetensors */
 
-/* As core/safetensors.c's writer: the reserved key, UTF-8 keys, real dtypes. */
+/* Refuses what cannot be written: the reserved key, keys that are not UTF-8
+ * (JSON must be), missing tensors or invalid dtypes. */
 static grove_status st_check(const grove_state_dict *sd, grove_err *err) {
   for (size_t i = 0, n = grove_sd_count(sd); i < n; i++) {
     const char *key = grove_sd_key(sd, i);
@@ -212,7 +239,8 @@ static grove_status st_check(const grove_state_dict *sd, grove_err *err) {
   return GROVE_OK;
 }
 
-/* The header text grove_safetensors_write builds (same order, same flags). */
+/* The JSON header text (unpadded) with the data offsets of begin; *out is
+ * malloc'd by jansson and freed with free(). */
 static grove_status st_header(const grove_state_dict *sd, const uint64_t *begin, char **out,
                               grove_err *err) {
   *out = NULL;
@@ -269,7 +297,12 @@ grove_status grove_safetensors_plan(const grove_state_dict *sd, grove_file_plan 
     st = grove_err_set(err, GROVE_E_NOMEM, "out of memory");
     goto done;
   }
-  /* Data in order of decreasing element size, sd order within a size. */
+  /* The header lists the keys in sd's order, but the data goes in order of
+   * decreasing element size (8, 4, 2, 1 bytes; sd order within a size), as
+   * the reference writer does.  The data section starts 8-byte aligned and
+   * each group's bytes are a multiple of its element size, so every tensor
+   * is aligned to its element: all f32 tensors are zero-copy when read
+   * back.  order: data position -> sd index; begin: sd index -> offset. */
   size_t k = 0;
   uint64_t offset = 0;
   for (size_t es = 8; es >= 1; es /= 2)
@@ -294,7 +327,7 @@ grove_status grove_safetensors_plan(const grove_state_dict *sd, grove_file_plan 
   for (int b = 0; b < 8; b++) lenbuf[b] = (uint8_t)(n64 >> (8 * b));
   put_own(p, lenbuf, 8);
   put_own(p, hjson, hlen);
-  put_own(p, "        ", padded - hlen);
+  put_own(p, "        ", padded - hlen); /* so that the data starts 8-byte aligned */
   for (size_t j = 0; j < count && !st; j++) {
     grove_tensor *t = grove_sd_tensor(sd, order[j]);
     size_t nbytes = grove_tensor_nbytes(t);
@@ -324,7 +357,7 @@ done:
 
 /* ================================================================ pickle */
 
-/* What follows repeats core/torch_save.c's pickler opcode for opcode. */
+/* The protocol-2 pickle of core/torch_save.c's format comment. */
 
 typedef struct pkbuf {
   uint8_t *p;
@@ -374,7 +407,7 @@ static void memo_get(pkbuf *b, uint32_t i) {
 
 static void str(pkbuf *b, const char *s) {
   size_t n = strlen(s);
-  op_u32(b, 'X', (uint32_t)n);
+  op_u32(b, 'X', (uint32_t)n); /* lengths were checked to fit */
   put(b, s, n);
 }
 
@@ -388,6 +421,7 @@ static void integer(pkbuf *b, int64_t v) {
   } else if (v >= INT32_MIN && v <= INT32_MAX) {
     op_u32(b, 'J', (uint32_t)(int32_t)v);
   } else {
+    /* LONG1: little-endian two's complement, as short as Python writes. */
     uint8_t x[10] = {0x8a, 8};
     uint64_t u = (uint64_t)v;
     for (int i = 0; i < 8; i++) x[2 + i] = (uint8_t)(u >> (8 * i));
@@ -444,6 +478,9 @@ static const char *storage_class(grove_dtype dt) {
   }
 }
 
+/* UTF-8 as Python's pickle writes it: strict, except that lone surrogates
+ * pass (pickle encodes str with "surrogatepass", and the reader accepts
+ * them), so that every key Grove reads can be written back. */
 static bool utf8_ok(const char *s, size_t len) {
   return grove__utf8_invalid_at((const uint8_t *)s, len, true) == len;
 }
@@ -523,6 +560,8 @@ static void build_pickle(pkbuf *b, const grove_state_dict *sd, const size_t *sto
   op(b, ')');
   op(b, 'R');
   memo_put(b);
+
+  /* Items in batches of 1000 per SETITEMS, as Python's pickler does. */
   for (size_t i = 0; i < n; i++) {
     if (i % 1000 == 0) op(b, '(');
     const grove_tensor *t = grove_sd_tensor(sd, i);
@@ -535,6 +574,7 @@ static void build_pickle(pkbuf *b, const grove_state_dict *sd, const size_t *sto
       memo_get(b, m_rebuild);
     }
     op(b, '(');
+    /* The persistent id ('storage', torch.XStorage, key, 'cpu', numel). */
     op(b, '(');
     if (m_storage == UINT32_MAX) {
       str(b, "storage");
@@ -559,20 +599,22 @@ static void build_pickle(pkbuf *b, const grove_state_dict *sd, const size_t *sto
     }
     integer(b, grove_tensor_numel(t));
     op(b, 't');
-    op(b, 'Q');
+    op(b, 'Q'); /* BINPERSID */
     integer(b, 0);
     int64_t strides[GROVE_MAX_DIMS];
     grove_contiguous_strides(t->ndim, t->shape, strides);
     int_tuple(b, t->ndim, t->shape);
     int_tuple(b, t->ndim, strides);
-    op(b, 0x89);
+    op(b, 0x89); /* requires_grad=False */
     memo_get(b, m_od);
     op(b, ')');
-    op(b, 'R');
+    op(b, 'R'); /* backward_hooks=OrderedDict() */
     op(b, 't');
     op(b, 'R');
     if (i % 1000 == 999 || i + 1 == n) op(b, 'u');
   }
+
+  /* BUILD {"_metadata": OrderedDict(prefix -> {"version": v})}. */
   op(b, '}');
   str(b, "_metadata");
   memo_get(b, m_od);
@@ -600,175 +642,55 @@ static void build_pickle(pkbuf *b, const grove_state_dict *sd, const size_t *sto
 
 /* ================================================================ zip */
 
-/* What follows repeats core/torch_zip.c's writer for stored records. */
-
-#define SIG_LOCAL 0x04034b50u
-#define SIG_CENTRAL 0x02014b50u
-#define SIG_EOCD 0x06054b50u
-#define SIG_EOCD64 0x06064b50u
-#define SIG_LOC64 0x07064b50u
-#define EOCD_LEN 22u
-#define EOCD64_LEN 56u
-#define LOC64_LEN 20u
-#define CENTRAL_LEN 46u
-#define LOCAL_LEN 30u
-
-static void wr16(uint8_t *p, uint16_t v) {
-  p[0] = (uint8_t)v;
-  p[1] = (uint8_t)(v >> 8);
-}
-static void wr32(uint8_t *p, uint32_t v) {
-  wr16(p, (uint16_t)v);
-  wr16(p + 2, (uint16_t)(v >> 16));
-}
-static void wr64(uint8_t *p, uint64_t v) {
-  wr32(p, (uint32_t)v);
-  wr32(p + 4, (uint32_t)(v >> 32));
-}
-static uint32_t sat32(uint64_t v, bool force) {
-  return force || v >= 0xFFFFFFFFu ? 0xFFFFFFFFu : (uint32_t)v;
-}
-
-typedef struct zrec {
-  char *name;
-  uint64_t offset, size;
-  uint32_t crc;
-} zrec;
-
+/* The archive's records, laid out by core/torch_zip.c's grove__zip_dir (the
+ * one encoder of zip headers; grove__zipw writes the same bytes). */
 typedef struct zplan {
   grove_file_plan *p;
-  bool force_zip64;
-  zrec *recs;
-  size_t n, cap;
+  grove__zip_dir *dir;
+  bool deflate; /* tests' deflated archives (grove__zipw_opts) */
 } zplan;
 
-/* One stored record: its local header (owned) and its data, owned (copied:
- * the small records) or held (a tensor's bytes: t not NULL). */
+/* One record: its local header (owned) and its data, owned (copied: the
+ * small records, or deflated ones) or held (a tensor's bytes: t not NULL). */
 static grove_status zadd(zplan *z, const char *record, grove_tensor *t, const void *data,
                          size_t len, grove_err *err) {
   grove_file_plan *p = z->p;
-  size_t name_len = strlen(record);
-  if (name_len > 0xFFFF) return grove_err_set(err, GROVE_E_LIMIT, "record name too long");
-  if (!grow((void **)&z->recs, &z->cap, z->n + 1, sizeof *z->recs) ||
-      !(z->recs[z->n].name = grove__strdup(record)))
-    return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
-  zrec *rec = &z->recs[z->n++];
-  rec->crc = grove__crc32(0, data, len);
-  rec->size = len;
-  rec->offset = p->size + p->npend;
-  bool zip64 = z->force_zip64 || rec->size >= 0xFFFFFFFFu;
-  uint64_t start = rec->offset + LOCAL_LEN + name_len + 4 + (zip64 ? 20 : 0);
-  size_t pad = (size_t)((64 - start % 64) % 64);
-  uint8_t hdr[LOCAL_LEN + 20 + 4 + 64];
-  wr32(hdr, SIG_LOCAL);
-  wr16(hdr + 4, zip64 ? 45 : 20);
-  wr16(hdr + 6, 0x0800);
-  wr16(hdr + 8, 0);
-  wr16(hdr + 10, 0);
-  wr16(hdr + 12, 0x21);
-  wr32(hdr + 14, rec->crc);
-  wr32(hdr + 18, zip64 ? 0xFFFFFFFFu : (uint32_t)rec->size);
-  wr32(hdr + 22, zip64 ? 0xFFFFFFFFu : (uint32_t)rec->size);
-  wr16(hdr + 26, (uint16_t)name_len);
-  wr16(hdr + 28, (uint16_t)((zip64 ? 20 : 0) + 4 + pad));
-  put_own(p, hdr, LOCAL_LEN);
-  put_own(p, record, name_len);
-  size_t k = 0;
-  if (zip64) {
-    wr16(hdr + k, 1);
-    wr16(hdr + k + 2, 16);
-    wr64(hdr + k + 4, rec->size);
-    wr64(hdr + k + 12, rec->size);
-    k += 20;
+  const uint8_t *hdr = NULL;
+  uint8_t *deflated = NULL;
+  size_t hdr_len = 0, stored = len;
+  grove_status st = GROVE_OK;
+  if (z->deflate) st = grove__zip_deflate(data, len, &deflated, &stored, err);
+  if (st == GROVE_OK)
+    st = grove__zip_dir_add(z->dir, record, p->size + p->npend, grove__crc32(0, data, len), len,
+                            stored, z->deflate ? 8 : 0, &hdr, &hdr_len, err);
+  if (st == GROVE_OK) {
+    put_own(p, hdr, hdr_len);
+    if (deflated)
+      put_own(p, deflated, stored);
+    else if (t)
+      put_ref(p, t, data, len);
+    else
+      put_own(p, data, len);
+    if (p->oom) st = grove_err_set(err, GROVE_E_NOMEM, "out of memory");
   }
-  wr16(hdr + k, 0x4246); /* "FB" */
-  wr16(hdr + k + 2, (uint16_t)pad);
-  memset(hdr + k + 4, 'Z', pad);
-  k += 4 + pad;
-  put_own(p, hdr, k);
-  if (t)
-    put_ref(p, t, data, len);
-  else
-    put_own(p, data, len);
-  return p->oom ? grove_err_set(err, GROVE_E_NOMEM, "out of memory") : GROVE_OK;
+  free(deflated);
+  return st;
 }
 
 static grove_status zfinish(zplan *z, grove_err *err) {
   grove_file_plan *p = z->p;
-  bool force = z->force_zip64;
-  uint64_t cd_off = p->size + p->npend;
-  for (size_t i = 0; i < z->n; i++) {
-    const zrec *r = &z->recs[i];
-    bool big_size = force || r->size >= 0xFFFFFFFFu, big_off = force || r->offset >= 0xFFFFFFFFu;
-    size_t name_len = strlen(r->name);
-    size_t x = 8u * (big_size + big_size + big_off);
-    uint8_t c[CENTRAL_LEN + 28];
-    memset(c, 0, sizeof c);
-    wr32(c, SIG_CENTRAL);
-    wr16(c + 4, 0x0300 | (x ? 45 : 20));
-    wr16(c + 6, x ? 45 : 20);
-    wr16(c + 8, 0x0800);
-    wr16(c + 10, 0);
-    wr16(c + 12, 0);
-    wr16(c + 14, 0x21);
-    wr32(c + 16, r->crc);
-    wr32(c + 20, sat32(r->size, force));
-    wr32(c + 24, sat32(r->size, force));
-    wr16(c + 28, (uint16_t)name_len);
-    wr16(c + 30, (uint16_t)(x ? x + 4 : 0));
-    wr32(c + 38, 0644u << 16);
-    wr32(c + 42, sat32(r->offset, force));
-    uint8_t *f = c + CENTRAL_LEN;
-    if (x) {
-      wr16(f, 1);
-      wr16(f + 2, (uint16_t)x);
-      f += 4;
-      if (big_size) wr64(f, r->size), f += 8;
-      if (big_size) wr64(f, r->size), f += 8;
-      if (big_off) wr64(f, r->offset), f += 8;
-    }
-    put_own(p, c, CENTRAL_LEN);
-    put_own(p, r->name, name_len);
-    if (x) put_own(p, c + CENTRAL_LEN, x + 4);
-  }
-  uint64_t end = p->size + p->npend, cd_size = end - cd_off;
-  bool zip64 = force || z->n >= 0xFFFF || cd_off >= 0xFFFFFFFFu || cd_size >= 0xFFFFFFFFu;
-  if (zip64) {
-    uint8_t r[EOCD64_LEN + LOC64_LEN];
-    wr32(r, SIG_EOCD64);
-    wr64(r + 4, EOCD64_LEN - 12);
-    wr16(r + 12, 0x0300 | 45);
-    wr16(r + 14, 45);
-    wr32(r + 16, 0);
-    wr32(r + 20, 0);
-    wr64(r + 24, z->n);
-    wr64(r + 32, z->n);
-    wr64(r + 40, cd_size);
-    wr64(r + 48, cd_off);
-    uint8_t *l = r + EOCD64_LEN;
-    wr32(l, SIG_LOC64);
-    wr32(l + 4, 0);
-    wr64(l + 8, end);
-    wr32(l + 16, 1);
-    put_own(p, r, sizeof r);
-  }
-  uint8_t e[EOCD_LEN];
-  wr32(e, SIG_EOCD);
-  wr16(e + 4, 0);
-  wr16(e + 6, 0);
-  uint16_t n16 = zip64 || z->n >= 0xFFFF ? 0xFFFF : (uint16_t)z->n;
-  wr16(e + 8, n16);
-  wr16(e + 10, n16);
-  wr32(e + 12, sat32(cd_size, zip64));
-  wr32(e + 16, sat32(cd_off, zip64));
-  wr16(e + 20, 0);
-  put_own(p, e, sizeof e);
+  const uint8_t *tail = NULL;
+  size_t n = 0;
+  grove_status st = grove__zip_dir_finish(z->dir, p->size + p->npend, &tail, &n, err);
+  if (st != GROVE_OK) return st;
+  put_own(p, tail, n);
   flush_own(p);
   return p->oom ? grove_err_set(err, GROVE_E_NOMEM, "out of memory") : GROVE_OK;
 }
 
-grove_status grove__torch_plan_ex(const grove_state_dict *sd, const char *archive, bool force_zip64,
-                                  grove_file_plan **out, grove_err *err) {
+grove_status grove__torch_plan_ex(const grove_state_dict *sd, const char *archive,
+                                  const grove__zipw_opts *opts, grove_file_plan **out,
+                                  grove_err *err) {
   if (out) *out = NULL;
   if (!sd || !out)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "grove_torch_plan: NULL argument");
@@ -781,8 +703,10 @@ grove_status grove__torch_plan_ex(const grove_state_dict *sd, const char *archiv
   size_t alen = strlen(archive);
   char *rec = malloc(alen + 64);
   pkbuf b = {0};
-  zplan z = {.p = plan_new(GROVE_CKPT_TORCH_ZIP), .force_zip64 = force_zip64};
-  if (!storage_of || !first || !rec || !z.p ||
+  zplan z = {.p = plan_new(GROVE_CKPT_TORCH_ZIP),
+             .dir = grove__zip_dir_new(opts && opts->force_zip64),
+             .deflate = opts && opts->deflate};
+  if (!storage_of || !first || !rec || !z.p || !z.dir ||
       plan_storages(sd, storage_of, first, &nstorages) != GROVE_OK) {
     st = grove_err_set(err, GROVE_E_NOMEM, "out of memory");
     goto done;
@@ -816,8 +740,7 @@ grove_status grove__torch_plan_ex(const grove_state_dict *sd, const char *archiv
   if (!st) st = zadd(&z, rec, NULL, "3\n", 2, err);
   if (!st) st = zfinish(&z, err);
 done:
-  for (size_t i = 0; i < z.n; i++) free(z.recs[i].name);
-  free(z.recs);
+  grove__zip_dir_free(z.dir);
   free(b.p);
   free(rec);
   free(storage_of);
@@ -833,7 +756,7 @@ done:
 
 grove_status grove_torch_plan(const grove_state_dict *sd, const char *archive,
                               grove_file_plan **out, grove_err *err) {
-  return grove__torch_plan_ex(sd, archive, false, out, err);
+  return grove__torch_plan_ex(sd, archive, NULL, out, err);
 }
 
 char *grove_torch_archive_name(const char *path) {

@@ -58,23 +58,18 @@
  * it is released.  (A mapped file that is truncated on disk meanwhile raises
  * SIGBUS on access: operators replace weights by rename, which is safe.)
  */
-#include <assert.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "export_plan.h"
 #include "grove/checkpoint.h"
 #include "internal.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian; Grove supports little-endian hosts only");
-
 
 /* ------------------------------------------------------------ header */
 
@@ -416,169 +411,15 @@ grove_status grove_safetensors_read(const char *path, grove_state_dict **out, gr
 
 /* ------------------------------------------------------------ writer */
 
-/* Refuses what cannot be written: the reserved key, keys that are not UTF-8
- * (JSON must be), and missing tensors or invalid dtypes. */
-static grove_status check_writable(const grove_state_dict *sd, const char *path, grove_err *err) {
-  size_t count = grove_sd_count(sd);
-  for (size_t i = 0; i < count; i++) {
-    const char *key = grove_sd_key(sd, i);
-    const grove_tensor *t = grove_sd_tensor(sd, i);
-    size_t klen = strlen(key);
-    if (strcmp(key, "__metadata__") == 0)
-      return grove_err_set(err, GROVE_E_KEY,
-                           "%s: key '__metadata__' is reserved by safetensors for metadata", path);
-    if (grove__utf8_invalid_at((const uint8_t *)key, klen, false) != klen)
-      return grove_err_set(err, GROVE_E_BAD_UTF8, "%s: key '%s' is not valid UTF-8", path, key);
-    if (!t || grove_dtype_size(t->dtype) == 0)
-      return grove_err_set(err, GROVE_E_DTYPE, "%s: key '%s': no tensor or an invalid dtype", path,
-                           key);
-  }
-  return GROVE_OK;
-}
-
-/* The data layout: the header lists the keys in sd's order, but the data
- * goes in order of decreasing element size (8, 4, 2, 1 bytes; sd order within
- * a size), as the reference writer does.  The data section starts 8-byte
- * aligned and each group's bytes are a multiple of its element size, so every
- * tensor is aligned to its element: all f32 tensors are zero-copy when read
- * back.  Fills order (data position -> sd index) and begin (sd index -> data
- * offset). */
-static void plan_layout(const grove_state_dict *sd, size_t *order, uint64_t *begin) {
-  size_t count = grove_sd_count(sd), k = 0;
-  uint64_t offset = 0;
-  for (size_t es = 8; es >= 1; es /= 2)
-    for (size_t i = 0; i < count; i++) {
-      const grove_tensor *t = grove_sd_tensor(sd, i);
-      if (grove_dtype_size(t->dtype) != es) continue;
-      order[k++] = i;
-      begin[i] = offset;
-      offset += grove_tensor_nbytes(t);
-    }
-  assert(k == count); /* every dtype is 1, 2, 4 or 8 bytes: checked before */
-}
-
-/* Builds the JSON header text (unpadded) with the offsets of begin; *out is
- * malloc'd by jansson and freed with free(). */
-static grove_status build_header(const grove_state_dict *sd, const uint64_t *begin,
-                                 const char *path, char **out, grove_err *err) {
-  *out = NULL;
-  json_t *root = json_object();
-  json_t *meta = json_object();
-  if (!root || !meta || json_object_set_new(meta, "format", json_string("pt")) != 0 ||
-      json_object_set(root, "__metadata__", meta) != 0) {
-    json_decref(meta);
-    json_decref(root);
-    return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
-  }
-  json_decref(meta);
-
-  grove_status st = GROVE_OK;
-  size_t count = grove_sd_count(sd);
-  for (size_t i = 0; i < count && st == GROVE_OK; i++) {
-    const char *key = grove_sd_key(sd, i);
-    const grove_tensor *t = grove_sd_tensor(sd, i);
-    uint64_t offset = begin[i], nbytes = grove_tensor_nbytes(t);
-    json_t *shape = json_array();
-    json_t *offs = json_array();
-    json_t *entry = json_object();
-    bool ok = shape && offs && entry;
-    for (int d = 0; ok && d < t->ndim; d++)
-      ok = json_array_append_new(shape, json_integer((json_int_t)t->shape[d])) == 0;
-    ok = ok && json_array_append_new(offs, json_integer((json_int_t)offset)) == 0 &&
-         json_array_append_new(offs, json_integer((json_int_t)(offset + nbytes))) == 0 &&
-         json_object_set_new(entry, "dtype", json_string(grove_dtype_st_name(t->dtype))) == 0 &&
-         json_object_set(entry, "shape", shape) == 0 &&
-         json_object_set(entry, "data_offsets", offs) == 0 &&
-         json_object_set(root, key, entry) == 0;
-    json_decref(shape);
-    json_decref(offs);
-    json_decref(entry);
-    if (!ok) st = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
-  }
-  if (st == GROVE_OK) {
-    *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (!*out) st = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
-  }
-  json_decref(root);
-  return st;
-}
-
-/* Writes one tensor's elements, contiguous, to fd. */
-static grove_status write_tensor(int fd, const grove_tensor *t, const char *path, const char *key,
-                                 grove_err *err) {
-  size_t nbytes = grove_tensor_nbytes(t);
-  if (nbytes == 0) return GROVE_OK;
-  if (grove_tensor_is_contiguous(t)) {
-    if (grove__write_all(fd, t->data, nbytes) != 0)
-      return grove_err_set(err, GROVE_E_IO, "%s: write failed: %s", path, strerror(errno));
-    return GROVE_OK;
-  }
-  grove_err local = {0};
-  grove_tensor *c = grove_tensor_clone(t, t->dtype, &local);
-  if (!c)
-    return grove_err_set(err, local.code ? local.code : GROVE_E_NOMEM, "%s: key '%s': %s", path,
-                         key, grove_err_msg(&local));
-  grove_status st = GROVE_OK;
-  if (grove__write_all(fd, c->data, nbytes) != 0)
-    st = grove_err_set(err, GROVE_E_IO, "%s: write failed: %s", path, strerror(errno));
-  grove_tensor_release(c);
-  return st;
-}
-
+/* The layout (header, key order, data order and alignment) is
+ * grove_safetensors_plan's (core/export_plan.c), which groved also streams
+ * for ExportStateDict; the writer streams the same segments into the file.
+ * Non-contiguous tensors are copied contiguous while planning. */
 grove_status grove_safetensors_write(const char *path, const grove_state_dict *sd, grove_err *err) {
   if (!path || !sd)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          "grove_safetensors_write: NULL path or state_dict");
-  grove_status st = check_writable(sd, path, err);
-  if (st != GROVE_OK) return st;
-  size_t count = grove_sd_count(sd);
-  size_t *order = malloc((count ? count : 1) * sizeof *order);
-  uint64_t *begin = malloc((count ? count : 1) * sizeof *begin);
-  char *hjson = NULL;
-  if (!order || !begin) {
-    st = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", path);
-  } else {
-    plan_layout(sd, order, begin);
-    st = build_header(sd, begin, path, &hjson, err);
-  }
-  free(begin);
-  if (st != GROVE_OK) {
-    free(order);
-    return st;
-  }
-
-  /* Pad with spaces so the data starts 8-byte aligned (8 + hlen). */
-  size_t hlen = strlen(hjson);
-  size_t padded = (hlen + 7) & ~(size_t)7;
-  if (padded > GROVE_ST_MAX_HEADER) {
-    free(hjson);
-    free(order);
-    return grove_err_set(err, GROVE_E_HEADER_TOO_LARGE,
-                         "%s: the header would be %zu bytes, over the limit of %u", path, padded,
-                         GROVE_ST_MAX_HEADER);
-  }
-
-  grove__atomic_file f;
-  st = grove__atomic_open(&f, path, err);
-  if (st != GROVE_OK) {
-    free(hjson);
-    free(order);
-    return st;
-  }
-  int fd = f.fd;
-
-  uint8_t lenbuf[8];
-  uint64_t n64 = padded;
-  memcpy(lenbuf, &n64, 8);
-  static const char spaces[8] = "        ";
-  if (grove__write_all(fd, lenbuf, 8) != 0 || grove__write_all(fd, hjson, hlen) != 0 ||
-      grove__write_all(fd, spaces, padded - hlen) != 0)
-    st = grove_err_set(err, GROVE_E_IO, "%s: write failed: %s", path, strerror(errno));
-  free(hjson);
-
-  for (size_t k = 0; k < count && st == GROVE_OK; k++)
-    st = write_tensor(fd, grove_sd_tensor(sd, order[k]), path, grove_sd_key(sd, order[k]), err);
-  free(order);
-
-  return grove__atomic_finish(&f, st, err);
+  grove_file_plan *p = NULL;
+  grove_status st = grove_safetensors_plan(sd, &p, err);
+  return grove__file_plan_write(st, p, path, err);
 }

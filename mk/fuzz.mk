@@ -20,6 +20,7 @@ FUZZ_SMOKE_SECONDS ?= 6
 FUZZ_BUILD         := build/fuzz
 FUZZ_NAMES         := safetensors zip pickle
 FUZZ_SRC           := core/safetensors.c core/torch_zip.c core/pickle.c core/torch_load.c \
+                      core/export_plan.c \
                       core/torch_save.c core/checkpoint.c core/tensor.c core/state_dict.c \
                       core/status.c core/log.c core/fileio.c core/utf8.c
 FUZZ_OBJ           := $(FUZZ_SRC:core/%.c=$(FUZZ_BUILD)/core/%.o)

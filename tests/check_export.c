@@ -177,7 +177,7 @@ static void check_both(grove_state_dict *sd, const char *stem) {
   grove__torch_write_opts o = {.zip = {.force_zip64 = true}};
   uint8_t *buf = NULL;
   ck_assert_ok(grove__torch_write_buffer(sd, archive, &o, &buf, &len, &err), &err);
-  ck_assert_ok(grove__torch_plan_ex(sd, archive, true, &p, &err), &err);
+  ck_assert_ok(grove__torch_plan_ex(sd, archive, &o.zip, &p, &err), &err);
   check_plan(p, buf, len);
   grove_file_plan_free(p);
   free(buf);
