@@ -54,11 +54,20 @@ typedef struct grove_client_opts {
 } grove_client_opts;
 
 /* Connects to every URL (tcp://HOST:PORT, ipc:///PATH), each dialed once
- * synchronously; requests are spread over the connections, and a request
- * whose connection drops is sent again on another.  A URL that cannot be
- * reached now keeps being retried in the background, as long as at least
- * one could: with none, open fails with GROVE_E_UNAVAILABLE naming them.  opts may be NULL.  *out
- * is the caller's; close it with grove_client_close.  Any thread. */
+ * synchronously.  A URL that cannot be reached now keeps being retried in
+ * the background, as long as at least one could: with none, open fails with
+ * GROVE_E_UNAVAILABLE naming them.  opts may be NULL.  *out is the caller's;
+ * close it with grove_client_close.  Any thread.
+ *
+ * Several URLs are replicas of one service (docs/operations.md, "Several
+ * replicas"): requests go round robin over the connected ones, and
+ * grove_client_predict sends a request that a replica could not answer (its
+ * connection was lost, or it answered UNAVAILABLE: draining, model not
+ * loaded there) to another, within the same timeout.  The asynchronous
+ * predict does not retry.  Reload, export and the hook calls act on one
+ * replica and are not safe to resend, so a client of several URLs refuses
+ * them (GROVE_E_INVALID_ARGUMENT, from the client side): open one with that
+ * replica's URL alone. */
 grove_status grove_client_open(const char *const *urls, size_t nurls, const grove_client_opts *opts,
                                grove_client **out, grove_err *err);
 /* Waits for outstanding asynchronous calls, closes the connections and frees
