@@ -216,18 +216,25 @@ static bool parse_seconds(const char *s, double *out) {
 
 /* ============================================================ connecting */
 
-static int connect_to(const char *server_url, int timeout_ms, grove_client **out) {
+/* The URLs of --server (else $GROVE_SERVER, else the default), split at
+ * commas into buf; returns how many (at most MAX_URLS). */
+static size_t server_urls(const char *server_url, char *buf, size_t bufn, const char **urls) {
   const char *spec = server_url;
   if (!spec || !*spec) spec = getenv("GROVE_SERVER");
   if (!spec || !*spec) spec = DEFAULT_SERVER;
-  char buf[2048];
-  snprintf(buf, sizeof buf, "%s", spec);
-  const char *urls[MAX_URLS];
+  snprintf(buf, bufn, "%s", spec);
   size_t n = 0;
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n < MAX_URLS;
        tok = strtok_r(NULL, ",", &save))
     if (*tok) urls[n++] = tok;
-  if (n == 0) return fail(EXIT_USAGE, "--server: no URL in '%s'", spec);
+  return n;
+}
+
+static int connect_to(const char *server_url, int timeout_ms, grove_client **out) {
+  char buf[2048];
+  const char *urls[MAX_URLS];
+  size_t n = server_urls(server_url, buf, sizeof buf, urls);
+  if (n == 0) return fail(EXIT_USAGE, "--server: no URL given");
   grove_client_opts o = {.default_timeout_ms = timeout_ms};
   grove_err err = {0};
   grove_status s = grove_client_open(urls, n, &o, out, &err);
@@ -768,8 +775,9 @@ static const char reload_help[] =
     "The command returns once the new version serves and prints its number.  A checkpoint\n"
     "that does not fit changes nothing: the missing keys, unexpected keys and mismatches are\n"
     "printed and the exit status is 1 (also when another reload of MODEL is in progress).\n"
-    "--timeout-ms: how long to wait (default 120000).  Exit 0 ok, 1 refused, 2 usage,\n"
-    "3 the server cannot be reached.\n";
+    "--timeout-ms: how long to wait (default 120000).  With several --server URLs\n"
+    "(replicas) each is reloaded in turn, one line each.  Exit 0 ok, 1 refused, 2 usage,\n"
+    "3 the server cannot be reached (with replicas: the worst of them).\n";
 
 /* A path for the server: relative ones are made absolute here, since the
  * server's working directory is not the caller's.  *buf is malloc'd. */
@@ -792,6 +800,9 @@ static void print_list(const char *title, char **v, size_t n) {
 }
 
 enum { R_HELP, R_NONSTRICT, R_MODELDIR, R_INPLACE, R_TIMEOUT };
+
+static int reload_one(const char *server, const char *model, const grove_reload_opts *o,
+                      int timeout);
 
 static int cmd_reload(const char *server, int argc, char **argv) {
   static const opt_def defs[] = {{"help", 'h', false},    {"non-strict", 0, false},
@@ -822,25 +833,43 @@ static int cmd_reload(const char *server, int argc, char **argv) {
                          .model_dir = server_path(dir, &dirbuf),
                          .non_strict = opt_value(&p, R_NONSTRICT, &dup) != NULL,
                          .in_place = in_place};
-  grove_client *c = NULL;
-  if ((rc = connect_to(server, (int)timeout, &c))) {
-    free(ckbuf);
-    free(dirbuf);
-    return rc;
+  /* Replicas are reloaded one after the other, each by a client of its own
+   * (a client of several URLs refuses a reload: docs/operations.md). */
+  char ubuf[2048];
+  const char *urls[MAX_URLS];
+  size_t nurls = server_urls(server, ubuf, sizeof ubuf, urls);
+  int worst = nurls ? EXIT_OK : fail(EXIT_USAGE, "--server: no URL given");
+  for (size_t u = 0; u < nurls; u++) {
+    if (nurls > 1) printf("%s: ", urls[u]);
+    fflush(stdout);
+    rc = reload_one(nurls > 1 ? urls[u] : server, p.pos[0], &o, (int)timeout);
+    if (nurls > 1 && rc) printf("failed (exit %d)\n", rc);
+    if (rc > worst) worst = rc;
   }
+  free(ckbuf);
+  free(dirbuf);
+  return worst;
+}
+
+/* One replica's reload, reported on stdout (stderr when it fails). */
+static int reload_one(const char *server, const char *model, const grove_reload_opts *o,
+                      int timeout) {
+  grove_client *c = NULL;
+  int rc = connect_to(server, timeout, &c);
+  if (rc) return rc;
   grove_err err = {0};
   grove_reload_result res;
-  grove_status s = grove_client_reload(c, p.pos[0], &o, (int)timeout, &res, &err);
+  grove_status s = grove_client_reload(c, model, o, timeout, &res, &err);
   if (s) {
     char what[300];
-    snprintf(what, sizeof what, "reload of model '%s'", p.pos[0]);
+    snprintf(what, sizeof what, "reload of model '%s'", model);
     rc = call_failed(s, &err, what);
     print_list("missing keys", res.missing, res.n_missing);
     print_list("unexpected keys", res.unexpected, res.n_unexpected);
     print_list("errors", res.errors, res.n_errors);
     if (res.version > 0) fprintf(stderr, "  version %" PRId64 " keeps serving\n", res.version);
   } else {
-    printf("model %s: version %" PRId64 " serving (was %" PRId64 "), weights %s, %.1f ms", p.pos[0],
+    printf("model %s: version %" PRId64 " serving (was %" PRId64 "), weights %s, %.1f ms", model,
            res.version, res.previous_version, res.weights_path[0] ? res.weights_path : "(none)",
            (double)res.duration_us / 1000.0);
     if (res.in_place) printf(", in place (requests paused %.1f ms)", (double)res.pause_us / 1000.0);
@@ -849,8 +878,6 @@ static int cmd_reload(const char *server, int argc, char **argv) {
   }
   grove_reload_result_fini(&res);
   grove_client_close(c);
-  free(ckbuf);
-  free(dirbuf);
   return rc;
 }
 

@@ -1,0 +1,76 @@
+"""The grove command line with several --server URLs (replicas): predict is
+spread and answered, reload reloads each replica in turn (one line each),
+export and hooks are refused (they act on one replica; docs/operations.md,
+"Several replicas").  tests/check_replicas.c covers killing a replica."""
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GROVE = os.path.abspath(os.environ.get("GROVE_BIN") or os.path.join(ROOT, "build", "grove"))
+GROVED = os.environ.get("GROVED_BIN") or os.path.join(os.path.dirname(os.path.realpath(GROVE)),
+                                                      "groved")
+DIGITS = os.path.join(ROOT, "examples", "digits")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def grove(*args):
+    return subprocess.run([GROVE, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_with_two_replicas():
+    with tempfile.TemporaryDirectory() as tmp:
+        urls, procs = [], []
+        try:
+            for i in range(2):
+                url = f"tcp://127.0.0.1:{free_port()}"
+                log = open(os.path.join(tmp, f"groved{i}.log"), "w")
+                procs.append(subprocess.Popen(
+                    [GROVED, "--model", f"digits={DIGITS}", "--listen", url, "--http", "none",
+                     "--pub", "none", "--workers", "1"], stdout=log, stderr=subprocess.STDOUT))
+                urls.append(url)
+            both = ",".join(urls)
+            deadline = time.monotonic() + 30
+            while grove("--server", urls[0], "status").returncode or \
+                    grove("--server", urls[1], "status").returncode:
+                assert time.monotonic() < deadline, "groved did not start"
+                time.sleep(0.05)
+            sample = os.path.join(DIGITS, "sample.npy")
+            for _ in range(4):
+                r = grove("--server", both, "predict", "digits", sample)
+                assert r.returncode == 0, r.stderr
+                assert r.stdout.startswith("y float32 [8, 10]\n"), r.stdout
+            r = grove("--server", both, "reload", "digits")
+            assert r.returncode == 0, r.stderr
+            lines = r.stdout.splitlines()
+            assert len(lines) == 2, r.stdout
+            for url, line in zip(urls, lines):
+                assert line.startswith(f"{url}: model digits: version 2 serving (was 1)"), line
+            out = os.path.join(tmp, "d.safetensors")
+            r = grove("--server", both, "export", "digits", "-o", out)
+            assert r.returncode == 1 and "one replica" in r.stderr, (r.returncode, r.stderr)
+            assert not os.path.exists(out)
+            r = grove("--server", both, "hook", "add", "digits", "*")
+            assert r.returncode != 0 and "one replica" in r.stderr, (r.returncode, r.stderr)
+            # One URL of the two: the replica's own export works.
+            r = grove("--server", urls[1], "export", "digits", "-o", out)
+            assert r.returncode == 0 and "version 2" in r.stdout, r.stderr
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    assert p.wait(timeout=30) == 0
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+                    raise
