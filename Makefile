@@ -78,6 +78,9 @@ $(GROVE_BIN): $(CLIENT_OBJ) $(LIBGROVE)
 # A test of client code names the client objects it needs in TEST_EXTRA_check_X.
 TEST_EXTRA_check_npy := $(BUILD)/client/npy.o
 
+# Test objects are intermediates of the pattern rule below; keep them, so
+# that a rebuild recompiles only what changed.
+.SECONDARY:
 .SECONDEXPANSION:
 $(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TESTUTIL) $$(TEST_EXTRA_check_$$*) $(LIBGROVE)
 	$(CC) $(LDFLAGS) -o $@ $< $(TESTUTIL) $(TEST_EXTRA_check_$*) $(LIBGROVE) $(PKG_LIBS) $(CHECK_LIBS)
