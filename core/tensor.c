@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "internal.h"
 
@@ -136,7 +137,15 @@ struct grove_storage {
   void (*release)(void *ctx); /* NULL and owned: data is ours to free */
   void *ctx;
   bool owned;
+  bool mapped; /* owned and from mmap (BIG_STORAGE and up) */
 };
+
+/* Storages this large come straight from anonymous mappings: the kernel
+ * hands out zero pages that cost no memory until written.  A model built
+ * from its spec allocates every parameter zeroed and then, loading with
+ * assign, replaces most of them by views of the checkpoint: with memset
+ * those zeros were a full extra copy of the weights during every reload. */
+#define BIG_STORAGE ((size_t)1 << 20)
 
 grove_storage *grove_storage_new(size_t nbytes) {
   grove_storage *s = malloc(sizeof *s);
@@ -146,12 +155,18 @@ grove_storage *grove_storage_new(size_t nbytes) {
     free(s);
     return NULL;
   }
-  s->data = aligned_alloc(64, cap ? cap : 64);
+  s->mapped = cap >= BIG_STORAGE;
+  if (s->mapped) {
+    void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    s->data = p == MAP_FAILED ? NULL : p; /* page-aligned and zero */
+  } else {
+    s->data = aligned_alloc(64, cap ? cap : 64);
+    if (s->data) memset(s->data, 0, cap ? cap : 64);
+  }
   if (!s->data) {
     free(s);
     return NULL;
   }
-  memset(s->data, 0, cap ? cap : 64);
   atomic_init(&s->refcount, 1);
   s->nbytes = nbytes;
   s->release = NULL;
@@ -169,6 +184,7 @@ grove_storage *grove_storage_wrap(void *data, size_t nbytes, void (*release)(voi
   s->release = release;
   s->ctx = ctx;
   s->owned = false;
+  s->mapped = false;
   return s;
 }
 
@@ -179,7 +195,9 @@ void grove_storage_retain(grove_storage *s) {
 void grove_storage_release(grove_storage *s) {
   if (!s) return;
   if (atomic_fetch_sub_explicit(&s->refcount, 1, memory_order_acq_rel) != 1) return;
-  if (s->owned)
+  if (s->owned && s->mapped)
+    munmap(s->data, (s->nbytes + 63) & ~(size_t)63);
+  else if (s->owned)
     free(s->data);
   else if (s->release)
     s->release(s->ctx);
