@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1220,5 +1221,320 @@ grove_status grove_client_list_hooks(grove_client *c, const char *model, int tim
   }
   *hooks = h;
   *n = got;
+  return GROVE_OK;
+}
+
+/* ------------------------------------------------------------ training */
+
+void grove_train_info_fini(grove_train_info *info) {
+  if (!info) return;
+  strv_free(info->param_names, info->nparams);
+  free(info->group_sizes);
+  memset(info, 0, sizeof *info);
+}
+
+/* A wire view of t (contiguous: t's data, else a copy kept in *copy, the
+ * caller's to release).  shape must hold GROVE_MAX_DIMS. */
+static grove_status wire_of(const grove_tensor *t, const char *what, Grove__Tensor *w,
+                            int64_t *shape, grove_tensor **copy, grove_err *err) {
+  *copy = NULL;
+  if (t->ndim < 0 || t->ndim > GROVE_MAX_DIMS || grove_dtype_size(t->dtype) == 0)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "%s: bad tensor", what);
+  if (!grove_tensor_is_contiguous(t)) {
+    grove_err cerr = {0};
+    if (!(*copy = grove_tensor_clone(t, t->dtype, &cerr)))
+      return grove_err_set(err, cerr.code, LOCAL_PREFIX "%s: %s", what, grove_err_msg(&cerr));
+    t = *copy;
+  }
+  grove__tensor__init(w);
+  w->dtype = (int32_t)t->dtype;
+  w->n_shape = (size_t)t->ndim;
+  memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  w->shape = shape;
+  w->data.len = grove_tensor_nbytes(t);
+  w->data.data = t->data;
+  return GROVE_OK;
+}
+
+static const char *loss_name(grove_loss_kind k) {
+  switch (k) {
+    case GROVE_LOSS_MSE:
+      return "MSELoss";
+    case GROVE_LOSS_CROSS_ENTROPY:
+      return "CrossEntropyLoss";
+    case GROVE_LOSS_BCE_WITH_LOGITS:
+      return "BCEWithLogitsLoss";
+  }
+  return "";
+}
+
+static const char *optim_name(grove_optim_kind k) {
+  return k == GROVE_OPTIM_ADAM ? "Adam" : k == GROVE_OPTIM_ADAMW ? "AdamW" : "SGD";
+}
+
+grove_status grove_client_start_training(grove_client *c, const char *model,
+                                         const grove_train_opts *o, int timeout_ms,
+                                         grove_train_info *out, grove_err *err) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!c || !model || !o || !out || (o->ngroups && !o->groups) || o->ngroups > 64)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "start_training: needs a client, a model, options and "
+                                      "somewhere for the result (at most 64 groups)");
+  Grove__DoubleValue v[9];
+  for (int i = 0; i < 9; i++) grove__double_value__init(&v[i]);
+  Grove__StartTrainingRequest q = GROVE__START_TRAINING_REQUEST__INIT;
+  q.model = (char *)model;
+  q.optimizer = (char *)optim_name(o->optimizer);
+  v[0].value = o->h.lr, q.lr = &v[0];
+  v[1].value = o->h.momentum, q.momentum = &v[1];
+  v[2].value = o->h.dampening, q.dampening = &v[2];
+  v[3].value = o->h.beta1, q.beta1 = &v[3];
+  v[4].value = o->h.beta2, q.beta2 = &v[4];
+  v[5].value = o->h.eps, q.eps = &v[5];
+  v[6].value = o->h.weight_decay, q.weight_decay = &v[6];
+  q.nesterov = o->h.nesterov;
+  q.amsgrad = o->h.amsgrad;
+  q.maximize = o->h.maximize;
+  Grove__ParamGroup groups[64], *gp[64];
+  Grove__DoubleValue glr[64], gwd[64];
+  for (size_t g = 0; g < o->ngroups; g++) {
+    grove__param_group__init(&groups[g]);
+    groups[g].n_prefixes = o->groups[g].nprefixes;
+    groups[g].prefixes = (char **)o->groups[g].prefixes;
+    if (o->groups[g].has_lr) {
+      grove__double_value__init(&glr[g]);
+      glr[g].value = o->groups[g].lr;
+      groups[g].lr = &glr[g];
+    }
+    if (o->groups[g].has_weight_decay) {
+      grove__double_value__init(&gwd[g]);
+      gwd[g].value = o->groups[g].weight_decay;
+      groups[g].weight_decay = &gwd[g];
+    }
+    gp[g] = &groups[g];
+  }
+  q.n_param_groups = o->ngroups;
+  q.param_groups = gp;
+  q.loss = (char *)loss_name(o->loss.kind);
+  q.reduction = o->loss.reduction == GROVE_REDUCTION_SUM ? "sum" : "mean";
+  Grove__Int64Value ii = GROVE__INT64_VALUE__INIT;
+  ii.value = o->loss.ignore_index;
+  q.ignore_index = &ii;
+  q.label_smoothing = o->loss.label_smoothing;
+  Grove__Tensor pw;
+  int64_t pw_shape[GROVE_MAX_DIMS];
+  grove_tensor *pw_copy = NULL;
+  if (o->loss.pos_weight) {
+    grove_status s = wire_of(o->loss.pos_weight, "pos_weight", &pw, pw_shape, &pw_copy, err);
+    if (s) return s;
+    q.pos_weight = &pw;
+  }
+  q.seed = o->seed;
+  q.optimizer_state = (char *)(o->optimizer_state ? o->optimizer_state : "");
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.body_case = GROVE__REQUEST__BODY_START_TRAINING;
+  req.start_training = &q;
+  Grove__Reply *r = NULL;
+  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &r, err);
+  grove_tensor_release(pw_copy);
+  if (s) return s;
+  if (r->body_case != GROVE__REPLY__BODY_START_TRAINING) {
+    grove__reply__free_unpacked(r, NULL);
+    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to start_training is empty");
+  }
+  const Grove__StartTrainingReply *w = r->start_training;
+  bool oom = false;
+  out->base_version = w->base_version;
+  out->param_count = w->param_count;
+  out->param_names = strv_dup(w->param_names, w->n_param_names, &oom);
+  out->nparams = out->param_names ? w->n_param_names : 0;
+  if (w->n_group_sizes && (out->group_sizes = malloc(w->n_group_sizes * sizeof(uint32_t)))) {
+    memcpy(out->group_sizes, w->group_sizes, w->n_group_sizes * sizeof(uint32_t));
+    out->ngroups = w->n_group_sizes;
+  } else if (w->n_group_sizes) {
+    oom = true;
+  }
+  grove__reply__free_unpacked(r, NULL);
+  if (oom) {
+    grove_train_info_fini(out);
+    return nomem(err);
+  }
+  return GROVE_OK;
+}
+
+/* inputs (and target, may be NULL) as wire tensors in ws[0..n] (target
+ * last), with copies of strided ones in copies (release them). */
+static grove_status wire_batch(const grove_tensor *inputs, size_t n, const grove_tensor *target,
+                               Grove__Tensor *ws, Grove__Tensor **ptrs,
+                               int64_t (*shapes)[GROVE_MAX_DIMS], grove_tensor **copies,
+                               grove_err *err) {
+  if (n > GROVE_MAX_VALUES || (n && !inputs))
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "at most %d inputs",
+                         GROVE_MAX_VALUES);
+  for (size_t i = 0; i <= n; i++) {
+    const grove_tensor *t = i < n ? &inputs[i] : target;
+    if (!t) break;
+    char what[32];
+    snprintf(what, sizeof what, i < n ? "inputs[%zu]" : "target", i);
+    grove_status s = wire_of(t, what, &ws[i], shapes[i], &copies[i], err);
+    if (s) return s;
+    ptrs[i] = &ws[i];
+  }
+  return GROVE_OK;
+}
+
+grove_status grove_client_train_step(grove_client *c, const char *model, const grove_tensor *inputs,
+                                     size_t ninputs, const grove_tensor *target, int timeout_ms,
+                                     grove_train_step_result *out, grove_err *err) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!c || !model || !target || !out)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "train_step: needs a client, a model, a target and "
+                                      "somewhere for the result");
+  Grove__Tensor ws[GROVE_MAX_VALUES + 1], *ptrs[GROVE_MAX_VALUES + 1];
+  int64_t shapes[GROVE_MAX_VALUES + 1][GROVE_MAX_DIMS];
+  grove_tensor *copies[GROVE_MAX_VALUES + 1] = {0};
+  grove_status s = wire_batch(inputs, ninputs, target, ws, ptrs, shapes, copies, err);
+  Grove__Reply *r = NULL;
+  if (!s) {
+    Grove__TrainStepRequest q = GROVE__TRAIN_STEP_REQUEST__INIT;
+    q.model = (char *)model;
+    q.n_inputs = ninputs;
+    q.inputs = ptrs;
+    q.target = ptrs[ninputs];
+    Grove__Request req = GROVE__REQUEST__INIT;
+    req.body_case = GROVE__REQUEST__BODY_TRAIN_STEP;
+    req.train_step = &q;
+    s = call(c, &req, timeout_of(c, timeout_ms), &r, err);
+  }
+  for (size_t i = 0; i <= ninputs && i <= GROVE_MAX_VALUES; i++) grove_tensor_release(copies[i]);
+  if (s) return s;
+  if (r->body_case != GROVE__REPLY__BODY_TRAIN_STEP) {
+    grove__reply__free_unpacked(r, NULL);
+    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to train_step is empty");
+  }
+  out->loss = r->train_step->loss;
+  out->grad_norm = r->train_step->grad_norm;
+  out->step = r->train_step->step;
+  out->compute_us = r->train_step->compute_us;
+  grove__reply__free_unpacked(r, NULL);
+  return GROVE_OK;
+}
+
+grove_status grove_client_evaluate(grove_client *c, const char *model, const grove_tensor *inputs,
+                                   size_t ninputs, const grove_tensor *target, int timeout_ms,
+                                   grove_prediction *out, double *loss, grove_err *err) {
+  if (out) memset(out, 0, sizeof *out);
+  if (loss) *loss = NAN;
+  if (!c || !model || !out)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "evaluate: needs a client, a model and somewhere for the "
+                                      "outputs");
+  Grove__Tensor ws[GROVE_MAX_VALUES + 1], *ptrs[GROVE_MAX_VALUES + 1];
+  int64_t shapes[GROVE_MAX_VALUES + 1][GROVE_MAX_DIMS];
+  grove_tensor *copies[GROVE_MAX_VALUES + 1] = {0};
+  grove_status s = wire_batch(inputs, ninputs, target, ws, ptrs, shapes, copies, err);
+  Grove__Reply *r = NULL;
+  if (!s) {
+    Grove__EvaluateRequest q = GROVE__EVALUATE_REQUEST__INIT;
+    q.model = (char *)model;
+    q.n_inputs = ninputs;
+    q.inputs = ptrs;
+    q.target = target ? ptrs[ninputs] : NULL;
+    Grove__Request req = GROVE__REQUEST__INIT;
+    req.body_case = GROVE__REQUEST__BODY_EVALUATE;
+    req.evaluate = &q;
+    s = call(c, &req, timeout_of(c, timeout_ms), &r, err);
+  }
+  for (size_t i = 0; i <= ninputs && i <= GROVE_MAX_VALUES; i++) grove_tensor_release(copies[i]);
+  if (s) return s;
+  if (r->body_case != GROVE__REPLY__BODY_EVALUATE) {
+    grove__reply__free_unpacked(r, NULL);
+    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to evaluate is empty");
+  }
+  const Grove__EvaluateReply *w = r->evaluate;
+  size_t n = w->n_outputs;
+  out->outputs = calloc(n ? n : 1, sizeof *out->outputs);
+  out->names = calloc(n ? n : 1, sizeof *out->names);
+  if (!out->outputs || !out->names) s = nomem(err);
+  for (size_t i = 0; i < n && !s; i++) {
+    char what[64];
+    snprintf(what, sizeof what, "output %zu", i);
+    s = tensor_from_wire(w->outputs[i], what, &out->outputs[i], err);
+    out->noutputs = i + 1;
+    if (!s && !(out->names[i] = strdup(w->outputs[i]->name ? w->outputs[i]->name : "")))
+      s = nomem(err);
+  }
+  if (loss && w->has_loss) *loss = w->loss;
+  grove__reply__free_unpacked(r, NULL);
+  if (s) grove_prediction_fini(out);
+  return s;
+}
+
+grove_status grove_client_promote(grove_client *c, const char *model, const char *path,
+                                  bool in_place, int timeout_ms, grove_reload_result *out,
+                                  grove_err *err) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!c || !model || !out)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "promote: needs a client, a model and somewhere for the "
+                                      "result");
+  Grove__PromoteRequest q = GROVE__PROMOTE_REQUEST__INIT;
+  q.model = (char *)model;
+  q.path = (char *)(path ? path : "");
+  q.in_place = in_place;
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.body_case = GROVE__REQUEST__BODY_PROMOTE;
+  req.promote = &q;
+  nng_msg *m = encode(c, &req), *rep = NULL;
+  if (!m) return nomem(err);
+  grove_status s = exchange(c, m, timeout_of(c, timeout_ms), &rep, err);
+  if (s) return s;
+  Grove__Reply *r = NULL;
+  s = decode_keep(c, rep, &r, err);
+  if (!r) return s;
+  /* Promote answers with its reload's reply. */
+  if (r->body_case == GROVE__REPLY__BODY_RELOAD) {
+    const Grove__ReloadReply *w = r->reload;
+    bool oom = false;
+    out->version = w->version;
+    out->previous_version = w->previous_version;
+    out->duration_us = w->duration_us;
+    out->pause_us = w->pause_us;
+    out->in_place = w->in_place;
+    if (!(out->weights_path = dup_str(w->weights_path)) || !(out->dir = dup_str(w->dir)))
+      oom = true;
+    out->missing = strv_dup(w->missing_keys, w->n_missing_keys, &oom);
+    out->n_missing = out->missing ? w->n_missing_keys : 0;
+    out->unexpected = strv_dup(w->unexpected_keys, w->n_unexpected_keys, &oom);
+    out->n_unexpected = out->unexpected ? w->n_unexpected_keys : 0;
+    out->errors = strv_dup(w->errors, w->n_errors, &oom);
+    out->n_errors = out->errors ? w->n_errors : 0;
+    if (oom && !s) s = nomem(err);
+  } else if (!s) {
+    s = grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to promote holds no result");
+  }
+  grove__reply__free_unpacked(r, NULL);
+  return s;
+}
+
+grove_status grove_client_stop_training(grove_client *c, const char *model,
+                                        const char *optimizer_state, int timeout_ms,
+                                        uint64_t *steps, grove_err *err) {
+  if (steps) *steps = 0;
+  if (!c || !model)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "stop_training: needs a client and a model");
+  Grove__StopTrainingRequest q = GROVE__STOP_TRAINING_REQUEST__INIT;
+  q.model = (char *)model;
+  q.optimizer_state = (char *)(optimizer_state ? optimizer_state : "");
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.body_case = GROVE__REQUEST__BODY_STOP_TRAINING;
+  req.stop_training = &q;
+  Grove__Reply *r = NULL;
+  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &r, err);
+  if (s) return s;
+  if (steps && r->body_case == GROVE__REPLY__BODY_STOP_TRAINING) *steps = r->stop_training->steps;
+  grove__reply__free_unpacked(r, NULL);
   return GROVE_OK;
 }

@@ -306,7 +306,8 @@ int main(int argc, char **argv) {
     grove__slog(GROVE_LOG_WARN, "server.no_models",
                 "no model configured (--model, --model-repo): every predict gets NOT_FOUND");
   if ((s = grove__batcher_init(&srv, &err)) || (s = grove__reload_start(&srv, &err)) ||
-      (s = grove__export_start(&srv, &err)) || (s = grove__workers_start(&srv, &err)) ||
+      (s = grove__export_start(&srv, &err)) || (s = grove__training_start(&srv, &err)) ||
+      (s = grove__workers_start(&srv, &err)) ||
       (s = grove__telemetry_start(&srv, &err)) || (s = grove__rpc_start(&srv, &err)) ||
       (s = grove__http_start(&srv, &err))) {
     grove__slog(GROVE_LOG_ERROR, "server.start_failed", "%s", grove_err_msg(&err));
@@ -326,6 +327,7 @@ int main(int argc, char **argv) {
 
 out:
   grove__workers_stop(&srv);
+  grove__training_stop(&srv);
   grove__rpc_stop(&srv);
   grove__http_stop(&srv);
   grove__telemetry_stop(&srv);
@@ -333,6 +335,7 @@ out:
   grove__workers_free(&srv);
   grove__telemetry_free(&srv);
   grove__export_free(&srv);
+  grove__training_free(&srv);
   grove__reload_free(&srv);
   grove__registry_free(&srv);
   free_flags(&srv.cfg);

@@ -493,6 +493,14 @@ static void handle(srv_req *r, nng_msg *msg) {
       r->counted = false;
       grove__telemetry_handle(r);
       return;
+    case GROVE__REQUEST__BODY_START_TRAINING: /* train.c */
+    case GROVE__REQUEST__BODY_TRAIN_STEP:
+    case GROVE__REQUEST__BODY_EVALUATE:
+    case GROVE__REQUEST__BODY_PROMOTE:
+    case GROVE__REQUEST__BODY_STOP_TRAINING:
+      r->counted = false;
+      grove__training_handle(r);
+      return;
     default:
       grove__rpc_reply_error(r, GROVE_E_UNSUPPORTED,
                              "the request carries no RPC that groved %s knows (protocol %d)",

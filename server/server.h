@@ -15,6 +15,8 @@
  *   telemetry.c forward-hook telemetry: hook tables, workers' statistics, the
  *               PUB socket (with telemetry_stats.c; docs/telemetry.md)
  *   export.c    ExportStateDict: the serving state_dict streamed in byte ranges
+ *   train.c     training sessions: StartTraining, TrainStep, Evaluate, Promote,
+ *               StopTraining (docs/training.md)
  *
  * Threads and who owns what (docs/operations.md has the picture):
  *   - The libuv loop thread owns every model's queue, the idle-worker list,
@@ -303,6 +305,7 @@ struct srv_server {
   struct srv_admin *admin;         /* reload.c: reload jobs, --watch, their metrics */
   struct srv_exports *exports;     /* export.c: open state_dict exports */
   struct srv_telemetry *telemetry; /* telemetry.c: hooks and the PUB socket */
+  struct srv_training *training;   /* train.c: training sessions */
 
   int exit_code;
 };
@@ -411,6 +414,17 @@ grove_status grove__telemetry_forward(srv_worker *w, const srv_batch *b, grove_a
                                       grove_err *err);
 /* Prometheus text of the hook metrics; malloc'd, NULL when out of memory. */
 char *grove__telemetry_metrics_text(srv_server *srv);
+
+/* train.c: training sessions (docs/training.md, "On the server").  start
+ * with the other parts (main thread); stop after the workers and before
+ * the socket closes (a running step finishes, queued requests are answered
+ * UNAVAILABLE); free at the end. */
+grove_status grove__training_start(srv_server *srv, grove_err *err);
+void grove__training_stop(srv_server *srv);
+void grove__training_free(srv_server *srv);
+/* StartTraining, TrainStep, Evaluate, Promote, StopTraining (the NNG thread
+ * that owns r; the reply comes from the session's thread). */
+void grove__training_handle(srv_req *r);
 
 /* status_text: "INVALID_ARGUMENT" for GROVE_E_INVALID_ARGUMENT, "OK". */
 const char *grove__status_label(grove_status s);

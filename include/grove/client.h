@@ -41,6 +41,7 @@
 #include "grove/model.h"
 #include "grove/status.h"
 #include "grove/tensor.h"
+#include "grove/train.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -349,6 +350,88 @@ void grove_hook_event_fini(grove_hook_event *ev);
  * receive queue is full, nanomsg/nng#1543: a watch that keeps calling
  * grove_watch_next never has one.) */
 void grove_watch_close(grove_watch *w);
+
+/* ------------------------------------------------------------ training */
+
+/* A training session on the server (docs/training.md, "On the server"): a
+ * replica of the model's serving version trained by train_step, checked by
+ * evaluate and made the next serving version by promote.  Serving is not
+ * touched before promote.  One session per model. */
+
+/* A param_group by parameter name: the parameters (named_parameters(), as
+ * "0.weight") that start with one of prefixes (none: every parameter no
+ * earlier group took), with their own lr / weight_decay when has_*. */
+typedef struct grove_param_group_spec {
+  const char *const *prefixes;
+  size_t nprefixes;
+  bool has_lr, has_weight_decay;
+  double lr, weight_decay;
+} grove_param_group_spec;
+
+typedef struct grove_train_opts {
+  grove_optim_kind optimizer;
+  grove_optim_hparams h;                /* every field is sent: start from grove_optim_defaults */
+  const grove_param_group_spec *groups; /* ngroups 0: one group with every parameter */
+  size_t ngroups;
+  grove_loss loss;             /* kind, reduction, ignore_index, label_smoothing, pos_weight */
+  uint64_t seed;               /* the replica's Dropout generator */
+  const char *optimizer_state; /* a torch.save'd optimizer state on the server; NULL: fresh */
+} grove_train_opts;
+
+/* What StartTraining built.  Owned by the struct (grove_train_info_fini). */
+typedef struct grove_train_info {
+  int64_t base_version; /* the serving version the replica copies */
+  size_t nparams;
+  char **param_names; /* torch's model.parameters() order */
+  int64_t param_count;
+  size_t ngroups;
+  uint32_t *group_sizes;
+} grove_train_info;
+void grove_train_info_fini(grove_train_info *info);
+
+/* Starts model's training session.  GROVE_E_ALREADY_EXISTS when it has one,
+ * GROVE_E_UNSUPPORTED when a module cannot be trained (naming it), the
+ * optimizer's or loss's GROVE_E_INVALID_ARGUMENT for a bad value.  *out is
+ * always initialised (fini it).  Any thread. */
+grove_status grove_client_start_training(grove_client *c, const char *model,
+                                         const grove_train_opts *opts, int timeout_ms,
+                                         grove_train_info *out, grove_err *err);
+
+typedef struct grove_train_step_result {
+  double loss, grad_norm; /* the gradients' total L2 norm before the step */
+  uint64_t step;          /* steps the session has taken */
+  uint64_t compute_us;
+} grove_train_step_result;
+
+/* One step (zero_grad, forward, loss, backward, optimizer step) on a batch:
+ * inputs as for predict, target the loss's (int64 class indices for
+ * CrossEntropyLoss, else float32).  Any strides; they stay the caller's. */
+grove_status grove_client_train_step(grove_client *c, const char *model, const grove_tensor *inputs,
+                                     size_t ninputs, const grove_tensor *target, int timeout_ms,
+                                     grove_train_step_result *out, grove_err *err);
+
+/* The replica in eval mode on inputs: *out the outputs (fini it; version is
+ * the session's base version).  With a target (may be NULL), *loss (may be
+ * NULL) gets the loss, else NaN. */
+grove_status grove_client_evaluate(grove_client *c, const char *model, const grove_tensor *inputs,
+                                   size_t ninputs, const grove_tensor *target, int timeout_ms,
+                                   grove_prediction *out, double *loss, grove_err *err);
+
+/* Makes the replica's state_dict model's next serving version, through the
+ * reload path: written to path on the server (NULL: a new file in groved's
+ * temporary directory; it backs the new version: keep it), then loaded as a
+ * Reload with that checkpoint (in_place as for reload).  *out is the
+ * reload's result (fini it). */
+grove_status grove_client_promote(grove_client *c, const char *model, const char *path,
+                                  bool in_place, int timeout_ms, grove_reload_result *out,
+                                  grove_err *err);
+
+/* Ends model's session, first saving the optimizer's state_dict to
+ * optimizer_state on the server when not NULL (if that fails the session
+ * goes on).  *steps (may be NULL) gets the steps it took. */
+grove_status grove_client_stop_training(grove_client *c, const char *model,
+                                        const char *optimizer_state, int timeout_ms,
+                                        uint64_t *steps, grove_err *err);
 
 #ifdef __cplusplus
 }

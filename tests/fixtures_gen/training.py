@@ -45,7 +45,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from grove_export import build_spec, module_spec, save_safetensors
+from grove_export import build_spec, export, module_spec, save_safetensors
 
 
 def _randomise(m, seed):
@@ -407,9 +407,54 @@ def _gen_runs(out_dir):
             f.write(spec)
 
 
+def _gen_server(out_dir):
+    """train_server_mlp/: a model directory groved serves (the exporter's),
+    and train_server_ref.safetensors: x.S, t.S (three batches) and torch's
+    loss.S for SGD (lr 0.05, momentum 0.9) with CrossEntropyLoss; xe, an
+    input, with torch's eval-mode outputs on it before (eval.before) and
+    after (eval.after) the three steps; final.KEY the state_dict after them.
+    tests/check_train_server.c trains, evaluates and promotes through
+    groved and compares."""
+    import shutil
+    torch.manual_seed(1300)
+    m = nn.Sequential(nn.Linear(12, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.0),
+                      nn.Linear(16, 4))
+    _randomise(m, 1300)
+    d = os.path.join(out_dir, "train_server_mlp")
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    xe = _x(5, 12)
+    export(m, d, example_input=xe, batching={"max_batch_size": 16, "max_queue_delay_us": 0})
+    t = OrderedDict()
+    t["xe"] = xe
+    m.eval()
+    with torch.no_grad():
+        t["eval.before"] = m(xe)
+    m.train()
+    opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    for s in range(3):
+        x = _x(8, 12)
+        target = torch.randint(0, 4, (8,))
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(m(x), target)
+        loss.backward()
+        opt.step()
+        t[f"x.{s}"] = x
+        t[f"t.{s}"] = target
+        t[f"loss.{s}"] = loss.detach()
+    m.eval()
+    with torch.no_grad():
+        t["eval.after"] = m(xe)
+    for k, v in m.state_dict().items():
+        t["final." + k] = v.clone()
+    save_safetensors(t, os.path.join(out_dir, "train_server_ref.safetensors"))
+
+
 def generate(out_dir):
     torch.use_deterministic_algorithms(False)
     _gen_grad(out_dir)
     _gen_loss(out_dir)
     _gen_optim(out_dir)
     _gen_runs(out_dir)
+    _gen_server(out_dir)
