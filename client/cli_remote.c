@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cli_hooks.h"
+#include "cli_train.h"
 #include "cli_remote.h"
 #include "grove/client.h"
 #include "grove/grove.h"
@@ -42,7 +43,10 @@ const char grove_cli_remote_usage[] =
     "  [--server URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]\n"
     "  [--server URL] hook add MODEL PATTERN [--stats LIST] [--every N] [--kind K]\n"
     "  [--server URL] hook ls [MODEL] | hook rm ID\n"
-    "  [--pub URL] watch [MODEL[:PATTERN]] [--count N] [--seconds S] [--json]\n";
+    "  [--pub URL] watch [MODEL[:PATTERN]] [--count N] [--seconds S] [--json]\n"
+    "  [--server URL] train start MODEL --optimizer SGD|Adam|AdamW --loss LOSS [...]\n"
+    "  [--server URL] train step|eval MODEL INPUT.npy... [--target T.npy] | promote MODEL\n"
+    "  [--server URL] train stop MODEL [--save-optimizer FILE.pt]\n";
 
 static const char status_help[] =
     "usage: grove status [--timeout-ms N]        (global option: grove --server URL status)\n"
@@ -996,5 +1000,6 @@ int grove_cli_remote(const char *server_url, const char *cmd, int argc, char **a
   if (strcmp(cmd, "export") == 0) return cmd_export(server_url, argc, argv);
   if (strcmp(cmd, "hook") == 0) return grove__cli_hook(server_url, argc, argv); /* cli_hooks.c */
   if (strcmp(cmd, "watch") == 0) return grove__cli_watch(argc, argv);
+  if (strcmp(cmd, "train") == 0) return grove__cli_train(server_url, argc, argv); /* cli_train.c */
   return -1;
 }
