@@ -219,6 +219,9 @@ static void on_closed(uv_handle_t *h) {
  * that uv_run returns. */
 static void shut_down(srv_server *srv) {
   grove__workers_stop(srv);
+  /* Training threads may still be answering through NNG: join them before
+   * the sockets and their contexts go. */
+  grove__training_stop(srv);
   grove__rpc_stop(srv);
   grove__reload_close(srv);
   grove__export_close(srv);

@@ -11,6 +11,7 @@
 #include "grove/state_dict.h"
 #include "grove/status.h"
 #include "grove/tensor.h"
+#include "grove/train.h"
 
 #define GROVE_VERSION "0.1.0"
 
