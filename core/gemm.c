@@ -29,7 +29,9 @@
  * owns a pool; when several worker threads run at once, further pools are
  * started on demand up to cores / n of them (see g_pools), and a run that
  * finds none free computes on its own thread, so concurrent runs are
- * correct and never use more than workers x n threads.  Pools are joined
+ * correct and never use more than workers x n threads.  The same pools
+ * run grove__parallel_for, the convolutions' transforms and patch rows
+ * (layers_conv.c), as chunks of an index range.  Pools are joined
  * at exit (atexit) and when the thread count changes, and dropped in the
  * child of a fork.
  */
@@ -320,6 +322,11 @@ static void blas_run(const grove__linear_pack *p, const float *x, int64_t M, con
  * is a run of panels over all rows, or, for a layer with fewer panels than
  * threads, a group of rows over all panels. */
 typedef struct job {
+  /* grove__parallel_for: chunk c is fn(ctx, c * grain, min(n, (c+1) * grain)).
+   * NULL for a product. */
+  void (*fn)(void *ctx, int64_t begin, int64_t end);
+  void *ctx;
+  int64_t n, grain;
   const grove__linear_pack *p;
   const float *x, *bias;
   float *y;
@@ -395,6 +402,11 @@ static int64_t now_ns(void) {
 }
 
 static void run_chunk(const job *jb, int64_t c) {
+  if (jb->fn) {
+    int64_t b = c * jb->grain;
+    jb->fn(jb->ctx, b, jb->n - b < jb->grain ? jb->n : b + jb->grain);
+    return;
+  }
 #if GEMM_HAVE_AVX512
   const grove__linear_pack *p = jb->p;
   if (jb->by_rows) {
@@ -604,7 +616,6 @@ int grove_compute_threads(void) {
  * microsecond when the helper is spinning). */
 #define MIN_THREADED_MACS (128 * 1024)
 
-#if GEMM_HAVE_AVX512
 /* A pool this run now owns (its busy flag set), or NULL: compute alone. */
 static pool *pool_acquire(int threads) {
   int n = atomic_load_explicit(&g_npools, memory_order_acquire);
@@ -626,6 +637,29 @@ static pool *pool_acquire(int threads) {
   return pl;
 }
 
+/* Posts the job the caller has filled into pl->cur as `chunks` chunks,
+ * computes what it can claim and returns when every chunk is done. */
+static void pool_go(pool *pl, int64_t chunks) {
+  assert(chunks >= 1 && chunks <= MAX_CHUNKS);
+  uint32_t g = post_job(pl, (uint32_t)chunks);
+  claim_chunks(pl, g);
+  int64_t t0 = 0;
+  int spins = 0;
+  while (atomic_load_explicit(&pl->done, memory_order_acquire) < chunks) {
+    /* Only chunks a helper is computing right now are left.  Should its
+     * core have been taken (by another process, or by the hypervisor), give
+     * ours up so that it can finish. */
+    cpu_relax();
+    if (++spins % 256 == 0) {
+      if (!t0)
+        t0 = now_ns();
+      else if (now_ns() - t0 > CALLER_SPIN_NS)
+        sched_yield();
+    }
+  }
+}
+
+#if GEMM_HAVE_AVX512
 /* Runs one product on the pool, which the caller has just taken. */
 static void pool_run(pool *pl, int threads, const grove__linear_pack *p, const float *x, int64_t M,
                      const float *bias, float *y, int relu) {
@@ -644,23 +678,7 @@ static void pool_run(pool *pl, int threads, const grove__linear_pack *p, const f
     jb->rows_per_chunk = per * MR;
     chunks = (blocks + per - 1) / per;
   }
-  assert(chunks >= 1 && chunks <= MAX_CHUNKS);
-  uint32_t g = post_job(pl, (uint32_t)chunks);
-  claim_chunks(pl, g);
-  int64_t t0 = 0;
-  int spins = 0;
-  while (atomic_load_explicit(&pl->done, memory_order_acquire) < chunks) {
-    /* Only chunks a helper is computing right now are left.  Should its
-     * core have been taken (by another process, or by the hypervisor), give
-     * ours up so that it can finish. */
-    cpu_relax();
-    if (++spins % 256 == 0) {
-      if (!t0)
-        t0 = now_ns();
-      else if (now_ns() - t0 > CALLER_SPIN_NS)
-        sched_yield();
-    }
-  }
+  pool_go(pl, chunks);
 }
 #endif
 
@@ -686,4 +704,26 @@ void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, c
   }
   avx512_part(p, x, bias, y, relu, 0, M, 0, p->npanels);
 #endif
+}
+
+/* ================================================================ parallel for */
+
+void grove__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t begin, int64_t end),
+                         void *ctx) {
+  assert(fn);
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  int threads = atomic_load_explicit(&g_threads, memory_order_relaxed);
+  if (threads > 1 && n > grain) {
+    /* The claim word counts at most MAX_CHUNKS chunks. */
+    if ((n + grain - 1) / grain > MAX_CHUNKS) grain = (n + MAX_CHUNKS - 1) / MAX_CHUNKS;
+    pool *pl = pool_acquire(threads);
+    if (pl) {
+      pl->cur = (job){.fn = fn, .ctx = ctx, .n = n, .grain = grain};
+      pool_go(pl, (n + grain - 1) / grain);
+      atomic_flag_clear_explicit(&pl->busy, memory_order_release);
+      return;
+    }
+  }
+  fn(ctx, 0, n);
 }

@@ -87,6 +87,21 @@ void grove__linear_pack_free(grove__linear_pack *p);
 void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, const float *bias,
                        float *y, grove__act act);
 
+/* Runs fn over [0, n) in chunks of grain indices (the last one shorter):
+ * the calling thread and the helpers of a compute-thread pool (gemm.c) each
+ * claim chunks until none is left, and the call returns when every chunk is
+ * done.  With one compute thread, n <= grain, or no free pool (another
+ * worker thread holds it), it is fn(ctx, 0, n) on the caller.  So fn must
+ * give the same result however [0, n) is cut, which it does when every
+ * index writes its own outputs with the same arithmetic; it must not call
+ * grove__parallel_for or grove__linear_run itself (those would compute
+ * alone).  Safe from several threads at once, like grove__linear_run; it
+ * never allocates once the pool is running.  grain: indices per chunk
+ * (raised when n / grain would exceed 65535 chunks), at least a few
+ * microseconds of work, since a hand-off costs about one. */
+void grove__parallel_for(int64_t n, int64_t grain,
+                         void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
+
 
 /* ------------------------------------------------------------ layer registry */
 

@@ -440,11 +440,14 @@ static void tr16_epilogue(const float *src, int64_t lds, float *dst, int64_t ldd
 #endif
 #endif /* CONV_HAVE_AVX512 */
 
-/* dst[i][c] = src[c][i] for a [C, HW] plane block. */
-static void nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t C, int64_t HW) {
+/* dst[i][c] = src[c][i] for a [C, HW] plane block, positions [b0 * 16,
+ * b1 * 16) (clipped to HW). */
+static void nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t C, int64_t HW,
+                         int64_t b0, int64_t b1) {
   enum { T = 16 };
   const bool fast = have_avx512();
-  for (int64_t i0 = 0; i0 < HW; i0 += T) {
+  const int64_t end = b1 * T < HW ? b1 * T : HW;
+  for (int64_t i0 = b0 * T; i0 < end; i0 += T) {
     const int64_t ni = HW - i0 < T ? HW - i0 : T;
     for (int64_t c0 = 0; c0 < C; c0 += T) {
       const int64_t nc = C - c0 < T ? C - c0 : T;
@@ -461,13 +464,15 @@ static void nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t
   (void)fast;
 }
 
-/* y[c][p] = act(acc[p][c] * scale[c] + shift[c]) for P positions and n
- * channels (acc rows lda floats apart, y rows P floats apart). */
+/* y[c][p] = act(acc[p][c] * scale[c] + shift[c]) for positions [b0 * 16,
+ * b1 * 16) of P and n channels (acc rows lda floats apart, y rows P floats apart). */
 static void nhwc_epilogue(const float *acc, int64_t lda, float *y, int64_t P, int64_t n,
-                          const float *scale, const float *shift, bool relu) {
+                          const float *scale, const float *shift, bool relu, int64_t b0,
+                          int64_t b1) {
   enum { T = 16 };
   const bool fast = have_avx512();
-  for (int64_t p0 = 0; p0 < P; p0 += T) {
+  const int64_t end = b1 * T < P ? b1 * T : P;
+  for (int64_t p0 = b0 * T; p0 < end; p0 += T) {
     const int64_t pn = P - p0 < T ? P - p0 : T;
     for (int64_t c0 = 0; c0 < n; c0 += T) {
       const int64_t cn = n - c0 < T ? n - c0 : T;
@@ -620,41 +625,169 @@ static void wino_out(const float *M, int64_t ms, int64_t Co, float *const y[4]) 
   wino_out_scalar(M, ms, 0, Co, y);
 }
 
+/* ------------------------------------------------------------ threads */
+
+/* The work of the rows path around its products (transposes, Winograd
+ * transforms, patch rows, epilogues) is cut by grove__parallel_for over
+ * output elements, each computed by the same arithmetic whichever thread
+ * takes it, so results do not depend on the thread count.  A chunk is at
+ * least PAR_FLOATS floats of work, so that a hand-off (about a
+ * microsecond) stays small beside it. */
+#define PAR_FLOATS 8192
+
+static int64_t par_grain(int64_t floats_per_index) {
+  if (floats_per_index < 1) floats_per_index = 1;
+  return (PAR_FLOATS + floats_per_index - 1) / floats_per_index;
+}
+
+/* Everything one parallel stage of conv_rows reads; each stage uses some. */
+typedef struct conv_par {
+  const conv_impl *p;
+  const float *src;
+  float *dst;
+  int64_t C, H, W, OH, OW, HW, P;
+  int64_t blocks; /* per image: 16-position blocks (transposes) */
+  int64_t TH, TW, T; /* Winograd tiles per column, per row, in the chunk */
+  int64_t g, cin_g, cout_g;
+  const float *zeros, *scale, *shift;
+  bool relu;
+  int64_t ldo; /* nhwc_out: floats per output position */
+} conv_par;
+
+/* Images [i / blocks] of a chunk into NHWC, 16 positions a step. */
+static void par_to_nhwc(void *ctx, int64_t b, int64_t e) {
+  const conv_par *c = ctx;
+  for (int64_t j = b; j < e;) {
+    const int64_t i = j / c->blocks, q0 = j % c->blocks;
+    const int64_t q1 = e - i * c->blocks < c->blocks ? e - i * c->blocks : c->blocks;
+    nchw_to_nhwc(c->src + i * c->C * c->HW, c->dst + i * c->HW * c->C, c->C, c->HW, q0, q1);
+    j = i * c->blocks + q1;
+  }
+}
+
+/* acc [cnt * P, cout_g] -> out [n][g * cout_g + c][p], 16 positions a step
+ * (dst is the chunk's first output image). */
+static void par_epilogue(void *ctx, int64_t b, int64_t e) {
+  const conv_par *c = ctx;
+  const int64_t Co = c->p->cout;
+  for (int64_t j = b; j < e;) {
+    const int64_t i = j / c->blocks, q0 = j % c->blocks;
+    const int64_t q1 = e - i * c->blocks < c->blocks ? e - i * c->blocks : c->blocks;
+    nhwc_epilogue(c->src + i * c->P * c->cout_g, c->cout_g,
+                  c->dst + (i * Co + c->g * c->cout_g) * c->P, c->P, c->cout_g, c->scale,
+                  c->shift, c->relu, q0, q1);
+    j = i * c->blocks + q1;
+  }
+}
+
+/* acc [cnt * P, cout_g] -> out [n][p][g * cout_g + c] for rows [b, e). */
+static void par_epilogue_nhwc(void *ctx, int64_t b, int64_t e) {
+  const conv_par *c = ctx;
+  const int64_t n = c->cout_g;
+  const float *sc = c->scale, *sf = c->shift;
+  for (int64_t r = b; r < e; r++) {
+    const float *ar = c->src + r * n;
+    float *yr = c->dst + r * c->ldo + c->g * n;
+    if (c->relu) {
+      for (int64_t k = 0; k < n; k++) {
+        float v = ar[k] * sc[k] + sf[k];
+        yr[k] = v < 0.0f ? 0.0f : v;
+      }
+    } else {
+      for (int64_t k = 0; k < n; k++) yr[k] = ar[k] * sc[k] + sf[k];
+    }
+  }
+}
+
+/* Winograd input transform of tiles [b, e) of the chunk: src NHWC, dst V. */
+static void par_wino_in(void *ctx, int64_t b, int64_t e) {
+  const conv_par *c = ctx;
+  const int64_t C = c->C, H = c->H, W = c->W, TH = c->TH, TW = c->TW;
+  const int64_t ph = c->p->pad_lo[0], pw = c->p->pad_lo[1];
+  for (int64_t t = b; t < e; t++) {
+    const int64_t i = t / (TH * TW), ty = t / TW % TH, tx = t % TW;
+    const float *d[16];
+    for (int a = 0; a < 4; a++)
+      for (int q = 0; q < 4; q++) {
+        const int64_t iy = 2 * ty - ph + a, ix = 2 * tx - pw + q;
+        d[4 * a + q] = (iy < 0 || iy >= H || ix < 0 || ix >= W)
+                           ? c->zeros
+                           : c->src + i * c->HW * C + (iy * W + ix) * C;
+      }
+    wino_in(d, C, c->dst + t * C, c->T * C);
+  }
+}
+
+/* Winograd output transform of tiles [b, e): src M, dst acc (NHWC). */
+static void par_wino_out(void *ctx, int64_t b, int64_t e) {
+  const conv_par *c = ctx;
+  const int64_t Co = c->p->cout, OH = c->OH, OW = c->OW, TH = c->TH, TW = c->TW;
+  for (int64_t t = b; t < e; t++) {
+    const int64_t i = t / (TH * TW), ty = t / TW % TH, tx = t % TW;
+    float *y[4];
+    for (int a = 0; a < 2; a++)
+      for (int q = 0; q < 2; q++) {
+        const int64_t oy = 2 * ty + a, ox = 2 * tx + q;
+        y[2 * a + q] = (oy < OH && ox < OW) ? c->dst + (i * c->P + oy * OW + ox) * Co : NULL;
+      }
+    wino_out(c->src + t * Co, c->T * Co, Co, y);
+  }
+}
+
+/* Patch rows [b, e) of the chunk (row = (image, oh, ow)), group g, from the
+ * NHWC src into dst rows of K floats. */
+static void par_rows(void *ctx, int64_t b, int64_t e) {
+  const conv_par *c = ctx;
+  const conv_impl *p = c->p;
+  const int64_t C = c->C, H = c->H, W = c->W, OH = c->OH, OW = c->OW, K = p->K;
+  const int64_t cin_g = c->cin_g, G = p->groups;
+  const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
+  const int64_t dh = p->dil[0], dw = p->dil[1], ph = p->pad_lo[0], pw = p->pad_lo[1];
+  for (int64_t row = b; row < e; row++) {
+    const int64_t i = row / (OH * OW), oh = row / OW % OH, ow = row % OW;
+    const float *xi = c->src + i * c->HW * C + c->g * cin_g;
+    float *r = c->dst + row * K;
+    const int64_t iw0 = ow * sw - pw;
+    /* With one group and no dilation, a kernel row's kw pixels are
+     * kw * C contiguous floats of the NHWC input. */
+    const bool whole = G == 1 && dw == 1 && iw0 >= 0 && iw0 + kw <= W;
+    for (int64_t ki = 0; ki < kh; ki++) {
+      const int64_t ih = oh * sh - ph + ki * dh;
+      if (whole) {
+        if (ih < 0 || ih >= H)
+          memset(r, 0, (size_t)(kw * C) * sizeof(float));
+        else
+          memcpy(r, xi + (ih * W + iw0) * C, (size_t)(kw * C) * sizeof(float));
+        r += kw * C;
+        continue;
+      }
+      for (int64_t kj = 0; kj < kw; kj++, r += cin_g) {
+        const int64_t iw = ow * sw - pw + kj * dw;
+        if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+          memset(r, 0, (size_t)cin_g * sizeof(float));
+        else
+          memcpy(r, xi + (ih * W + iw) * C, (size_t)cin_g * sizeof(float));
+      }
+    }
+  }
+}
+
 /* The product stage of the rows path by Winograd: cnt images of xt (NHWC)
  * into acc [cnt * P, cout] (NHWC).  V, M and zeros are scratch of
  * 16 * tiles * cin, 16 * tiles * cout and cin floats. */
 static void conv_winograd(const conv_impl *p, const float *xt, int64_t cnt, int64_t H, int64_t W,
                           int64_t OH, int64_t OW, float *V, float *M, const float *zeros,
                           float *acc) {
-  const int64_t C = p->cin, Co = p->cout, HW = H * W, P = OH * OW;
+  const int64_t C = p->cin, Co = p->cout;
   const int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, T = cnt * TH * TW;
-  const int64_t ph = p->pad_lo[0], pw = p->pad_lo[1];
-  for (int64_t i = 0; i < cnt; i++)
-    for (int64_t ty = 0; ty < TH; ty++)
-      for (int64_t tx = 0; tx < TW; tx++) {
-        const float *d[16];
-        for (int a = 0; a < 4; a++)
-          for (int b = 0; b < 4; b++) {
-            const int64_t iy = 2 * ty - ph + a, ix = 2 * tx - pw + b;
-            d[4 * a + b] = (iy < 0 || iy >= H || ix < 0 || ix >= W)
-                               ? zeros
-                               : xt + i * HW * C + (iy * W + ix) * C;
-          }
-        wino_in(d, C, V + ((i * TH + ty) * TW + tx) * C, T * C);
-      }
+  conv_par c = {.p = p, .src = xt, .dst = V, .C = C, .H = H, .W = W, .OH = OH, .OW = OW,
+                .HW = H * W, .P = OH * OW, .TH = TH, .TW = TW, .T = T, .zeros = zeros};
+  grove__parallel_for(T, par_grain(32 * C), par_wino_in, &c);
   for (int k = 0; k < 16; k++)
     grove__linear_run(p->wino[k], V + k * T * C, T, NULL, M + k * T * Co, GROVE__ACT_NONE);
-  for (int64_t i = 0; i < cnt; i++)
-    for (int64_t ty = 0; ty < TH; ty++)
-      for (int64_t tx = 0; tx < TW; tx++) {
-        float *y[4];
-        for (int a = 0; a < 2; a++)
-          for (int b = 0; b < 2; b++) {
-            const int64_t oy = 2 * ty + a, ox = 2 * tx + b;
-            y[2 * a + b] = (oy < OH && ox < OW) ? acc + (i * P + oy * OW + ox) * Co : NULL;
-          }
-        wino_out(M + ((i * TH + ty) * TW + tx) * Co, T * Co, Co, y);
-      }
+  c.src = M;
+  c.dst = acc;
+  grove__parallel_for(T, par_grain(20 * Co), par_wino_out, &c);
 }
 
 /* The rows path: the input is transposed to NHWC once, each output
@@ -671,7 +804,7 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
   const int64_t G = p->groups, C = p->cin, cin_g = C / G, cout_g = p->cout / G, K = p->K;
   const int64_t P = OH * OW, HW = H * W;
   const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
-  const int64_t dh = p->dil[0], dw = p->dil[1], ph = p->pad_lo[0], pw = p->pad_lo[1];
+  const int64_t ph = p->pad_lo[0], pw = p->pad_lo[1];
   const bool direct = G == 1 && kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 &&
                       p->pad_hi[0] == 0 && p->pad_hi[1] == 0;
   /* Images go through in chunks whose transposed input, rows and product
@@ -697,66 +830,34 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
     const int64_t cnt = N - n0 < nb ? N - n0 : nb;
     /* xt: the chunk's images in NHWC (the input itself when it already is). */
     const float *xt = nhwc_in ? xd + n0 * HW * C : xbuf;
-    if (!nhwc_in)
-      for (int64_t i = 0; i < cnt; i++)
-        nchw_to_nhwc(xd + (n0 + i) * C * HW, xbuf + i * HW * C, C, HW);
+    if (!nhwc_in) {
+      conv_par c = {.src = xd + n0 * C * HW, .dst = xbuf, .C = C, .HW = HW,
+                    .blocks = (HW + 15) / 16};
+      grove__parallel_for(cnt * c.blocks, par_grain(16 * C), par_to_nhwc, &c);
+    }
     for (int64_t g = 0; g < G; g++) {
       if (wino) {
         conv_winograd(p, xt, cnt, H, W, OH, OW, rows, rows + 16 * cnt * tiles * C, zeros, acc);
       } else if (!direct) {
-        for (int64_t i = 0; i < cnt; i++) {
-          const float *xi = xt + i * HW * C + g * cin_g;
-          for (int64_t oh = 0; oh < OH; oh++)
-            for (int64_t ow = 0; ow < OW; ow++) {
-              float *r = rows + ((i * OH + oh) * OW + ow) * K;
-              const int64_t iw0 = ow * sw - pw;
-              /* With one group and no dilation, a kernel row's kw pixels are
-               * kw * C contiguous floats of the NHWC input. */
-              const bool whole = G == 1 && dw == 1 && iw0 >= 0 && iw0 + kw <= W;
-              for (int64_t ki = 0; ki < kh; ki++) {
-                const int64_t ih = oh * sh - ph + ki * dh;
-                if (whole) {
-                  if (ih < 0 || ih >= H)
-                    memset(r, 0, (size_t)(kw * C) * sizeof(float));
-                  else
-                    memcpy(r, xi + (ih * W + iw0) * C, (size_t)(kw * C) * sizeof(float));
-                  r += kw * C;
-                  continue;
-                }
-                for (int64_t kj = 0; kj < kw; kj++, r += cin_g) {
-                  const int64_t iw = ow * sw - pw + kj * dw;
-                  if (ih < 0 || ih >= H || iw < 0 || iw >= W)
-                    memset(r, 0, (size_t)cin_g * sizeof(float));
-                  else
-                    memcpy(r, xi + (ih * W + iw) * C, (size_t)cin_g * sizeof(float));
-                }
-              }
-            }
-        }
+        conv_par c = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W, .OH = OH,
+                      .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g};
+        grove__parallel_for(cnt * P, par_grain(K), par_rows, &c);
       }
       if (!wino)
         grove__linear_run(p->packs[g], direct ? xt : rows, cnt * P, NULL, acc, GROVE__ACT_NONE);
-      const float *sc = scale + g * cout_g, *sf = shift + g * cout_g;
+      conv_par c = {.p = p, .src = acc, .C = C, .HW = HW, .P = P, .g = g, .cout_g = cout_g,
+                    .scale = scale + g * cout_g, .shift = shift + g * cout_g, .relu = relu};
       if (nhwc_out) {
         /* acc [cnt * P, cout_g] -> out [n][p][g * cout_g + c]: no transpose. */
-        for (int64_t r = 0; r < cnt * P; r++) {
-          const float *ar = acc + r * cout_g;
-          float *yr = yd + (n0 * P + r) * p->cout + g * cout_g;
-          if (relu) {
-            for (int64_t c = 0; c < cout_g; c++) {
-              float v = ar[c] * sc[c] + sf[c];
-              yr[c] = v < 0.0f ? 0.0f : v;
-            }
-          } else {
-            for (int64_t c = 0; c < cout_g; c++) yr[c] = ar[c] * sc[c] + sf[c];
-          }
-        }
+        c.dst = yd + n0 * P * p->cout;
+        c.ldo = p->cout;
+        grove__parallel_for(cnt * P, par_grain(2 * cout_g), par_epilogue_nhwc, &c);
         continue;
       }
       /* acc [cnt * P, cout_g] -> out [n][g * cout_g + c][p]. */
-      for (int64_t i = 0; i < cnt; i++)
-        nhwc_epilogue(acc + i * P * cout_g, cout_g, yd + ((n0 + i) * p->cout + g * cout_g) * P, P,
-                      cout_g, sc, sf, relu);
+      c.dst = yd + n0 * p->cout * P;
+      c.blocks = (P + 15) / 16;
+      grove__parallel_for(cnt * c.blocks, par_grain(32 * cout_g), par_epilogue, &c);
     }
   }
   return GROVE_OK;
@@ -1182,6 +1283,22 @@ int64_t grove__bn2d_channels(const grove_module *m) {
   return ((const bn2d_impl *)m->impl)->C;
 }
 
+/* y row r = x row r * a[c] + b[c], c = r % C, for rows [b, e) of L floats. */
+typedef struct bn2d_par {
+  const float *x;
+  float *y;
+  int64_t C, L;
+  const float *a, *b;
+} bn2d_par;
+
+static void bn2d_rows(void *ctx, int64_t b, int64_t e) {
+  const bn2d_par *c = ctx;
+  for (int64_t r = b; r < e; r++) {
+    const int64_t ch = r % c->C;
+    epilogue(c->y + r * c->L, c->L, c->x + r * c->L, c->L, 1, c->L, c->a + ch, c->b + ch, false);
+  }
+}
+
 static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                  grove_values *out) {
   const bn2d_impl *p = m->impl;
@@ -1236,9 +1353,9 @@ static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grov
     a = ab;
     b = ab + C;
   }
-  const float *xd = x.data;
-  float *yd = out->v[0].data;
-  for (int64_t n = 0; n < N; n++) epilogue(yd + n * C * L, L, xd + n * C * L, L, C, L, a, b, false);
+  /* Rows (n, c) of L floats, taken by the compute threads in runs. */
+  bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b};
+  grove__parallel_for(N * C, par_grain(2 * L), bn2d_rows, &c);
   return GROVE_OK;
 }
 
@@ -1428,6 +1545,30 @@ static void adaptive_plane(const float *restrict x, int64_t H, int64_t W, float 
   }
 }
 
+/* Planes [b, e) of one pooling forward (grove__parallel_for). */
+typedef struct pool_par {
+  const pool_impl *p;
+  const float *x;
+  float *y;
+  int64_t H, W, OH, OW;
+} pool_par;
+
+static void pool_planes(void *ctx, int64_t b, int64_t e) {
+  const pool_par *c = ctx;
+  const pool_impl *p = c->p;
+  const int64_t H = c->H, W = c->W, OH = c->OH, OW = c->OW;
+  for (int64_t pl = b; pl < e; pl++) {
+    const float *xp = c->x + pl * H * W;
+    float *yp = c->y + pl * OH * OW;
+    if (p->kind == POOL_MAX)
+      max_plane(p, xp, H, W, yp, OH, OW);
+    else if (p->kind == POOL_AVG)
+      avg_plane(p, xp, H, W, yp, OH, OW);
+    else
+      adaptive_plane(xp, H, W, yp, OH, OW);
+  }
+}
+
 static grove_status pool_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                  grove_values *out) {
   const pool_impl *p = m->impl;
@@ -1463,18 +1604,10 @@ static grove_status pool_forward(const grove_module *m, grove_fwd *f, const grov
   if (s != GROVE_OK) return s;
   out->n = 1;
   if (H * W == 0) return GROVE_OK;
-  const float *xd = x.data;
-  float *yd = out->v[0].data;
-  for (int64_t c = 0; c < planes; c++) {
-    const float *xp = xd + c * H * W;
-    float *yp = yd + c * OH * OW;
-    if (p->kind == POOL_MAX)
-      max_plane(p, xp, H, W, yp, OH, OW);
-    else if (p->kind == POOL_AVG)
-      avg_plane(p, xp, H, W, yp, OH, OW);
-    else
-      adaptive_plane(xp, H, W, yp, OH, OW);
-  }
+  /* Planes are independent: the compute threads take runs of them. */
+  pool_par c = {.p = p, .x = x.data, .y = out->v[0].data, .H = H, .W = W, .OH = OH, .OW = OW};
+  int64_t per = H * W + OH * OW; /* floats touched per plane, about */
+  grove__parallel_for(planes, (4 * PAR_FLOATS + per - 1) / per, pool_planes, &c);
   return GROVE_OK;
 }
 

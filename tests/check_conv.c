@@ -8,7 +8,11 @@
  * mirrors CASES in conv.py) and from the JSON through grove_model_from_spec,
  * loads the weights strictly and compares both outputs with torch (rtol 1e-4,
  * atol 1e-5); a second forward after an arena reset must not grow the arena
- * and must give the same bits. */
+ * and must give the same bits, and a forward on 2 compute threads must give
+ * the same bits again.  test_threads_bitwise runs larger random layers
+ * (enough work for the transforms, patch rows, transposes and pools to be
+ * cut between threads) on 1, 2 and 3 compute threads and wants identical
+ * bits. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +237,16 @@ static void run_and_compare(const char *what, grove_module *m, fixture *fx) {
   ck_assert_ok(grove_module_call(m, &f, fx->x, &y), &err);
   ck_assert_uint_eq(grove_arena_grow_count(arena), grows);
   ck_assert(memcmp(first, y.data, n) == 0);
+  /* Grove's own threads never change the bits; OpenBLAS's (the columns
+   * path) may, so there the result is only compared with torch again. */
+  grove_set_compute_threads(2);
+  grove_arena_reset(arena);
+  ck_assert_ok(grove_module_call(m, &f, fx->x, &y), &err);
+  assert_close(what, &y, fx->y);
+  bool conv = strncmp(m->type->name, "Conv", 4) == 0;
+  if (!conv || grove__conv_rows_path(m))
+    ck_assert_msg(memcmp(first, y.data, n) == 0, "%s: 2 compute threads changed the result", what);
+  grove_set_compute_threads(1);
   free(first);
   grove_arena_free(arena);
 }
@@ -492,12 +506,121 @@ START_TEST(test_state_dict_layout) {
 }
 END_TEST
 
+/* ------------------------------------------------------------ threads */
+
+static float lcg(unsigned *st) {
+  *st = *st * 1664525u + 1013904223u;
+  return (float)((*st >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+static grove_tensor *rand_tensor(int ndim, const int64_t *shape, unsigned seed) {
+  grove_tensor *t = grove_tensor_new(GROVE_F32, ndim, shape, NULL);
+  ck_assert_ptr_nonnull(t);
+  float *d = t->data;
+  for (int64_t i = 0; i < grove_tensor_numel(t); i++) d[i] = lcg(&seed);
+  return t;
+}
+
+/* Output of m on x with `threads` compute threads (malloc'd copy); through
+ * grove__conv_forward_ex with a fused ReLU and out_nhwc when conv. */
+static float *run_threads(grove_module *m, const grove_tensor *x, int threads, bool conv,
+                          bool nhwc, size_t *nbytes) {
+  grove_err err = {0};
+  grove_set_compute_threads(threads);
+  grove_arena *a = grove_arena_new(0);
+  grove_fwd f = {.arena = a, .err = &err};
+  grove_values in = {.n = 1}, out = {0};
+  in.v[0] = *x;
+  if (conv)
+    ck_assert_ok(grove__conv_forward_ex(m, &f, &in, &out, NULL, NULL, true, nhwc), &err);
+  else
+    ck_assert_ok(m->type->forward(m, &f, &in, &out), &err);
+  *nbytes = (size_t)grove_tensor_numel(&out.v[0]) * sizeof(float);
+  float *copy = malloc(*nbytes);
+  memcpy(copy, out.v[0].data, *nbytes);
+  grove_arena_free(a);
+  grove_set_compute_threads(1);
+  return copy;
+}
+
+static void check_threads(const char *what, grove_module *m, const grove_tensor *x, bool conv,
+                          bool nhwc) {
+  size_t n1, n;
+  float *one = run_threads(m, x, 1, conv, nhwc, &n1);
+  for (int t = 2; t <= 3; t++) {
+    float *many = run_threads(m, x, t, conv, nhwc, &n);
+    ck_assert_uint_eq(n, n1);
+    ck_assert_msg(memcmp(one, many, n) == 0, "%s: %d compute threads changed the result", what, t);
+    free(many);
+  }
+  free(one);
+}
+
+START_TEST(test_threads_bitwise) {
+  grove_err err = {0};
+  const int64_t xs[4] = {8, 32, 20, 19};
+  grove_tensor *x = rand_tensor(4, xs, 7);
+  /* Winograd (3x3 stride 1), patch rows (stride 2; grouped 5x5; dilated),
+   * and the direct 1x1, each with NCHW and NHWC output. */
+  const grove_conv_opts opts[] = {co(3, 3, 1, 1, 1, 1, 1, 1, 1, true),
+                                  co(3, 3, 2, 2, 1, 1, 1, 1, 1, true),
+                                  co(5, 5, 1, 1, 2, 2, 1, 1, 2, false),
+                                  co(3, 3, 1, 1, 2, 2, 2, 2, 1, true),
+                                  co(1, 1, 1, 1, 0, 0, 1, 1, 1, true)};
+  for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++) {
+    grove_module *m = NULL;
+    ck_assert_ok(grove_conv2d_new(32, 24, &opts[k], &m, &err), &err);
+    grove_module_eval(m);
+    grove_tensor *w = grove_module_param(m, "weight");
+    grove_tensor *r = rand_tensor(w->ndim, w->shape, 100 + (unsigned)k);
+    memcpy(w->data, r->data, grove_tensor_nbytes(w));
+    grove_tensor_release(r);
+    ck_assert_ok(m->type->refresh(m, &err), &err);
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+      char what[64];
+      snprintf(what, sizeof what, "conv case %zu%s", k, nhwc ? " (nhwc out)" : "");
+      check_threads(what, m, x, true, nhwc);
+    }
+    grove_module_release(m);
+  }
+  const int64_t k3[2] = {3, 3}, s2[2] = {2, 2}, p1[2] = {1, 1}, o5[2] = {5, 3};
+  grove_module *pools[3] = {NULL};
+  ck_assert_ok(grove_max_pool2d_new(k3, s2, p1, NULL, false, &pools[0], &err), &err);
+  ck_assert_ok(grove_avg_pool2d_new(k3, s2, p1, true, false, 0, &pools[1], &err), &err);
+  ck_assert_ok(grove_adaptive_avg_pool2d_new(o5, &pools[2], &err), &err);
+  for (int k = 0; k < 3; k++) {
+    check_threads(pools[k]->type->name, pools[k], x, false, false);
+    grove_module_release(pools[k]);
+  }
+  /* BatchNorm2d on its own (not fused into a convolution), with running
+   * statistics and with batch statistics. */
+  for (int track = 0; track < 2; track++) {
+    grove_module *bn = NULL;
+    ck_assert_ok(grove_batch_norm2d_new(32, 1e-5, 0.1, true, track, &bn, &err), &err);
+    grove_module_eval(bn);
+    const char *names[] = {"weight", "bias"};
+    for (int k = 0; k < 2; k++) {
+      grove_tensor *t = grove_module_param(bn, names[k]);
+      grove_tensor *r = rand_tensor(t->ndim, t->shape, 200 + (unsigned)k);
+      memcpy(t->data, r->data, grove_tensor_nbytes(t));
+      grove_tensor_release(r);
+    }
+    ck_assert_ok(bn->type->refresh(bn, &err), &err);
+    check_threads(track ? "BatchNorm2d (running stats)" : "BatchNorm2d (batch stats)", bn, x,
+                  false, false);
+    grove_module_release(bn);
+  }
+  grove_tensor_release(x);
+}
+END_TEST
+
 static Suite *conv_suite(void) {
   Suite *s = suite_create("conv");
   TCase *tc = tcase_create("parity");
   tcase_add_loop_test(tc, test_parity, 0, NCASES);
   tcase_add_test(tc, test_strided_input);
   tcase_add_test(tc, test_epilogue);
+  tcase_add_test(tc, test_threads_bitwise);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_test(tc, test_shape_errors);

@@ -3,8 +3,11 @@
  * shapes, both activations, with and without bias, with 1 and 2 compute
  * threads, on both kernels (the AVX-512 one where the CPU has it, and the
  * BLAS one forced by GROVE_GEMM=blas), and with two threads running the
- * same pack at once. */
+ * same pack at once.  grove__parallel_for, on the same pools: every index
+ * exactly once, in chunks of the grain, on 1, 2 and 3 compute threads, and
+ * from two threads at once. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,6 +325,106 @@ START_TEST(test_fork_with_pool) {
 }
 END_TEST
 
+/* ---------------------------------------------------------- parallel for */
+
+typedef struct pf_ctx {
+  int64_t n, grain;
+  _Atomic int *hits;      /* per index */
+  atomic_int calls, bad;  /* chunks run; chunks not on the grain */
+} pf_ctx;
+
+static void pf_fn(void *ctxp, int64_t b, int64_t e) {
+  pf_ctx *c = ctxp;
+  atomic_fetch_add(&c->calls, 1);
+  /* A chunk is [k * grain, min(n, (k + 1) * grain)) or, computed alone,
+   * the whole range. */
+  bool whole = b == 0 && e == c->n;
+  bool chunk = b % c->grain == 0 && e == (b + c->grain < c->n ? b + c->grain : c->n);
+  if (!(b < e && (whole || chunk))) atomic_fetch_add(&c->bad, 1);
+  for (int64_t i = b; i < e; i++) atomic_fetch_add_explicit(&c->hits[i], 1, memory_order_relaxed);
+  /* Some work, so that helpers get to claim chunks too. */
+  volatile double sink = 0;
+  for (int64_t i = b; i < e; i++)
+    for (int k = 0; k < 200; k++) sink += (double)k * (double)i;
+}
+
+/* Runs one parallel_for and checks coverage; returns the chunks run. */
+static int pf_check(int64_t n, int64_t grain) {
+  /* The grain parallel_for uses: at least 1, and raised so that there are
+   * at most 0xFFFF chunks. */
+  int64_t g = grain < 1 ? 1 : grain;
+  if ((n + g - 1) / g > 0xFFFF) g = (n + 0xFFFF - 1) / 0xFFFF;
+  pf_ctx c = {.n = n, .grain = g};
+  c.hits = calloc((size_t)(n > 0 ? n : 1), sizeof *c.hits);
+  ck_assert_ptr_nonnull(c.hits);
+  grove__parallel_for(n, grain, pf_fn, &c);
+  for (int64_t i = 0; i < n; i++)
+    ck_assert_msg(atomic_load(&c.hits[i]) == 1, "n %lld grain %lld: index %lld ran %d times",
+                  (long long)n, (long long)grain, (long long)i, atomic_load(&c.hits[i]));
+  ck_assert_int_eq(atomic_load(&c.bad), 0);
+  free(c.hits);
+  return atomic_load(&c.calls);
+}
+
+START_TEST(test_parallel_for) {
+  static const int64_t cases[][2] = {{0, 4},   {1, 1},    {5, 0},      {7, 3},   {64, 1},
+                                     {100, 7}, {1000, 1}, {4096, 100}, {33, 64}, {200000, 1}};
+  for (int threads = 1; threads <= 3; threads++) {
+    grove_set_compute_threads(threads);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      int calls = pf_check(cases[k][0], cases[k][1]);
+      /* One thread, or a range within one grain: a single plain call. */
+      if (cases[k][0] > 0 && (threads == 1 || cases[k][0] <= cases[k][1]))
+        ck_assert_int_eq(calls, 1);
+      if (cases[k][0] == 0) ck_assert_int_eq(calls, 0);
+    }
+  }
+  grove_set_compute_threads(1);
+}
+END_TEST
+
+static void *pf_main(void *arg) {
+  for (int r = 0; r < 30; r++) pf_check(1000 + 37 * r + (int)(intptr_t)arg, 1 + r % 9);
+  return NULL;
+}
+
+/* Two callers at once (with one pool, and with room for two), also mixed
+ * with products on the same pools. */
+START_TEST(test_parallel_for_concurrent) {
+  unsetenv("GROVE_GEMM");
+  for (int pools = 1; pools <= 2; pools++) {
+    setenv("GROVE_GEMM_POOLS", pools == 1 ? "1" : "2", 1);
+    grove_set_compute_threads(1); /* the cap is read when threads change */
+    grove_set_compute_threads(2);
+    pthread_t th[2];
+    for (intptr_t t = 0; t < 2; t++)
+      ck_assert_int_eq(pthread_create(&th[t], NULL, pf_main, (void *)t), 0);
+    for (int t = 0; t < 2; t++) ck_assert_int_eq(pthread_join(th[t], NULL), 0);
+    /* A product beside a parallel_for. */
+    const int64_t M = 64, N = 300, K = 200;
+    float *W = rand_buf(N * K, 31, 4.0f / (float)K), *x = rand_buf(M * K, 32, 1.0f);
+    float *want = malloc((size_t)(M * N) * sizeof(float));
+    float *got = calloc((size_t)(2 * M * N), sizeof(float));
+    reference(W, x, NULL, M, N, K, GROVE__ACT_RELU, want);
+    grove__linear_pack *p = grove__linear_pack_new(W, N, K);
+    ck_assert_ptr_nonnull(p);
+    conc_arg a = {.p = p, .x = x, .M = M, .N = N, .y = got, .rounds = 40};
+    ck_assert_int_eq(pthread_create(&th[0], NULL, pf_main, (void *)0), 0);
+    ck_assert_int_eq(pthread_create(&th[1], NULL, conc_main, &a), 0);
+    for (int t = 0; t < 2; t++) ck_assert_int_eq(pthread_join(th[t], NULL), 0);
+    for (int h = 0; h < 2; h++)
+      ck_assert_int_eq(grove_test_allclose(got + h * M * N, want, (size_t)(M * N), RTOL, ATOL), -1);
+    grove__linear_pack_free(p);
+    free(W);
+    free(x);
+    free(want);
+    free(got);
+  }
+  unsetenv("GROVE_GEMM_POOLS");
+  grove_set_compute_threads(1);
+}
+END_TEST
+
 Suite *gemm_suite(void) {
   Suite *s = suite_create("gemm");
   TCase *tc = tcase_create("shapes");
@@ -335,6 +438,8 @@ Suite *gemm_suite(void) {
   tcase_add_test(tc, test_concurrent_runs_two_pools);
   tcase_add_test(tc, test_concurrent_runs_blas);
   tcase_add_test(tc, test_fork_with_pool);
+  tcase_add_test(tc, test_parallel_for);
+  tcase_add_test(tc, test_parallel_for_concurrent);
   suite_add_tcase(s, tc);
   return s;
 }
