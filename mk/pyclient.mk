@@ -20,3 +20,11 @@ $(BUILD)/libgrove-client.so: $(BUILD)/client/client.o $(BUILD)/client/watch.o \
                              $(BUILD)/gen/grove.pb-c.o $(BUILD)/libgrove.a
 	$(CC) -shared $(LDFLAGS) -Wl,-soname,libgrove-client.so -o $@ $(filter %.o,$^) \
 	  $(BUILD)/libgrove.a $(PKG_LIBS)
+
+# `make install` also installs the shared library (python/grove finds it on
+# the loader's path, or through GROVE_CLIENT_LIB).
+.PHONY: install-pyclient
+install: install-pyclient
+install-pyclient: $(BUILD)/libgrove-client.so
+	install -d $(DESTDIR)$(PREFIX)/lib
+	install -m 755 $(BUILD)/libgrove-client.so $(DESTDIR)$(PREFIX)/lib/libgrove-client.so
