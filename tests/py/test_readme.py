@@ -76,7 +76,8 @@ def test_tour_runs_as_written():
         bg = []
         try:
             for line in lines[1:]:
-                cmd = line.replace("build/grove ", GROVE + " ").replace("/tmp/", tmp + "/")
+                # /tmp first: the checkout itself may live under /tmp (CI's may).
+                cmd = line.replace("/tmp/", tmp + "/").replace("build/grove ", GROVE + " ")
                 if line.endswith("&"):
                     # In the background, as a shell runs it: not waited for here.
                     bg.append(subprocess.Popen(["bash", "-c", cmd[:-1]], cwd=ROOT, env=env,
