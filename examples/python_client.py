@@ -11,7 +11,6 @@ import argparse
 import os
 import sys
 import tempfile
-import threading
 
 import numpy as np
 
@@ -35,14 +34,24 @@ def main():
 
         hook = c.add_hook("digits", "act*")  # the activations after each hidden layer
         print(f"hook {hook['id']} on {', '.join(hook['modules'])}")
-        events = grove.watch(args.pub, "digits", count=len(hook["modules"]), timeout_s=10)
-        # The subscription connects on the first next(); traffic after it.
-        sender = threading.Timer(0.3, lambda: c.predict("digits", x))
-        sender.start()
-        for ev in events:
-            print(f"  {ev['module']}: mean {ev['mean']:.3f} std {ev['std']:.3f} "
+        want = set(hook["modules"])
+        with grove.watch(args.pub, "digits", timeout_s=1) as events:
+            # The subscription reaches groved a moment after it connects here,
+            # so a first predict's events may go out before it: predict until
+            # every hooked module has been seen (at most 10 times).
+            seen = {}
+            for _ in range(10):
+                c.predict("digits", x)
+                for ev in events:  # ends after 1 s without an event
+                    seen.setdefault(ev["module"], ev)
+                    if set(seen) == want:
+                        break
+                if set(seen) == want:
+                    break
+        for name in sorted(seen):
+            ev = seen[name]
+            print(f"  {name}: mean {ev['mean']:.3f} std {ev['std']:.3f} "
                   f"zeros {ev['zero_fraction']:.0%} over {ev['rows']} rows")
-        sender.join()
         c.remove_hook(hook["id"])
 
         r = c.reload("digits")

@@ -6,8 +6,9 @@
         print(out["y"].argmax(1), out.version)
         c.reload("digits")
         hook = c.add_hook("digits", "*")
-        for ev in grove.watch("tcp://127.0.0.1:7702", "digits", count=3):
-            print(ev["module"], ev["mean"])
+        with grove.watch("tcp://127.0.0.1:7702", "digits", count=3) as w:
+            for ev in w:
+                print(ev["module"], ev["mean"])
         c.remove_hook(hook["id"])
         c.export("digits", "/tmp/digits.safetensors", overwrite=True)
 
@@ -28,7 +29,7 @@ import os
 
 import numpy as np
 
-__all__ = ["Client", "GroveError", "watch", "Prediction", "library_path"]
+__all__ = ["Client", "GroveError", "watch", "Watch", "Prediction", "library_path"]
 
 MAX_DIMS = 8
 ERR_MSG_MAX = 2048
@@ -481,35 +482,71 @@ def _event_dict(e):
     return d
 
 
-def watch(url=None, model=None, module=None, count=None, timeout_s=None):
-    """Hook events from groved's PUB socket (default $GROVE_PUB, else
-    tcp://127.0.0.1:7702), as dicts (the fields of `grove watch --json`):
-    every event, model's, or one module's.  Stops after count events, or
-    when none came for timeout_s seconds (None: waits forever); the socket
-    closes when the iterator ends or is dropped."""
-    lib = _load()
-    if url is None:
-        url = os.environ.get("GROVE_PUB") or "tcp://127.0.0.1:7702"
-    w, err = C.c_void_p(), _Err()
-    _check(lib.grove_watch_open(_b(url), _b(model), _b(module), C.byref(w), C.byref(err)), err)
-    ms = -1 if timeout_s is None else max(1, int(timeout_s * 1000))
-    got = 0
-    try:
-        while count is None or got < count:
+class Watch:
+    """A subscription to groved's hook events (see watch()): iterate it for
+    event dicts; close() (or leaving a `with` block) closes the socket.
+
+    Close it once the traffic it observes has quietened if you can: NNG 1.5
+    (Debian 12's) can hang in nng_close on a SUB socket while messages are
+    arriving (nanomsg/nng#1543)."""
+
+    def __init__(self, url=None, model=None, module=None, count=None, timeout_s=None):
+        lib = _load()
+        if url is None:
+            url = os.environ.get("GROVE_PUB") or "tcp://127.0.0.1:7702"
+        self._w, err = C.c_void_p(), _Err()
+        _check(lib.grove_watch_open(_b(url), _b(model), _b(module), C.byref(self._w),
+                                    C.byref(err)), err)
+        self._ms = -1 if timeout_s is None else max(1, int(timeout_s * 1000))
+        self._left = count
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self._w or self._left == 0:
+            raise StopIteration
+        err = _Err()
+        while True:
             ev = _HookEvent()
-            code = lib.grove_watch_next(w, ms, C.byref(ev), C.byref(err))
+            code = _lib.grove_watch_next(self._w, self._ms, C.byref(ev), C.byref(err))
             if code == 0:
                 try:
                     d = _event_dict(ev)
                 finally:
-                    lib.grove_hook_event_fini(C.byref(ev))
-                got += 1
-                yield d
-            elif lib.grove_status_name(code) == b"GROVE_E_DEADLINE_EXCEEDED":
-                return
-            elif lib.grove_status_name(code) == b"GROVE_E_FORMAT":
-                continue  # not a hook event: skipped
-            else:
+                    _lib.grove_hook_event_fini(C.byref(ev))
+                if self._left is not None:
+                    self._left -= 1
+                return d
+            name = _lib.grove_status_name(code)
+            if name == b"GROVE_E_DEADLINE_EXCEEDED":
+                raise StopIteration
+            if name != b"GROVE_E_FORMAT":  # FORMAT: not a hook event, skipped
                 _check(code, err)
-    finally:
-        lib.grove_watch_close(w)
+
+    def close(self):
+        if self._w:
+            _lib.grove_watch_close(self._w)
+            self._w = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def watch(url=None, model=None, module=None, count=None, timeout_s=None):
+    """Subscribes to hook events on groved's PUB socket (default $GROVE_PUB,
+    else tcp://127.0.0.1:7702): every event, model's, or one module's.  The
+    Watch it returns yields dicts (the fields of `grove watch --json`) and
+    stops after count events, or when none came for timeout_s seconds (None:
+    waits forever).  The socket is connected when this returns; close the
+    Watch (or use `with`) when done."""
+    return Watch(url, model, module, count, timeout_s)
