@@ -706,6 +706,23 @@ void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, c
 #endif
 }
 
+void grove__linear_run_alone(const grove__linear_pack *p, const float *x, int64_t M,
+                             const float *bias, float *y, grove__act act) {
+  assert(p && M >= 0);
+  if (M == 0 || p->N == 0) return;
+  if (p->kind == KIND_BLAS) {
+    blas_run(p, x, M, bias, y, act == GROVE__ACT_RELU);
+    return;
+  }
+#if GEMM_HAVE_AVX512
+  avx512_part(p, x, bias, y, act == GROVE__ACT_RELU, 0, M, 0, p->npanels);
+#endif
+}
+
+bool grove__linear_pack_native(const grove__linear_pack *p) {
+  return p && p->kind == KIND_AVX512;
+}
+
 /* ================================================================ parallel for */
 
 void grove__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t begin, int64_t end),

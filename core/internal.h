@@ -87,6 +87,18 @@ void grove__linear_pack_free(grove__linear_pack *p);
 void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, const float *bias,
                        float *y, grove__act act);
 
+/* grove__linear_run on the calling thread alone: for the fn of a
+ * grove__parallel_for, whose chunks are already spread over the compute
+ * threads (a convolution computes each block of its output positions from
+ * patch rows to epilogue in one chunk, in cache).  Call it there only on a
+ * pack for which grove__linear_pack_native is true: a BLAS pack calls
+ * OpenBLAS, whose own threads must not run inside the pool's chunks.  Any
+ * thread; the same results, bit for bit, as grove__linear_run. */
+void grove__linear_run_alone(const grove__linear_pack *p, const float *x, int64_t M,
+                             const float *bias, float *y, grove__act act);
+/* Whether p runs Grove's own kernel (AVX-512), not OpenBLAS. */
+bool grove__linear_pack_native(const grove__linear_pack *p);
+
 /* Runs fn over [0, n) in chunks of grain indices (the last one shorter):
  * the calling thread and the helpers of a compute-thread pool (gemm.c) each
  * claim chunks until none is left, and the call returns when every chunk is
@@ -95,7 +107,7 @@ void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, c
  * give the same result however [0, n) is cut, which it does when every
  * index writes its own outputs with the same arithmetic; it must not call
  * grove__parallel_for or grove__linear_run itself (those would compute
- * alone).  Safe from several threads at once, like grove__linear_run; it
+ * alone; grove__linear_run_alone says so).  Safe from several threads at once, like grove__linear_run; it
  * never allocates once the pool is running.  grain: indices per chunk
  * (raised when n / grain would exceed 65535 chunks), at least a few
  * microseconds of work, since a hand-off costs about one. */

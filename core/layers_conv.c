@@ -531,7 +531,21 @@ static void wino_in_scalar(const float *const d[16], int64_t c0, int64_t c1, flo
 /* y[2a + b][c] = (A^T m A)[a][b] for the 16 products m[k] (rows ms floats
  * apart), A^T = [1 1 1 0; 0 1 -1 -1]; y[i] NULL for an output past the
  * edge. */
-static void wino_out_scalar(const float *M, int64_t ms, int64_t c0, int64_t c1, float *const y[4]) {
+/* An output of the transform, through the epilogue when ep is set (the
+ * NHWC output of a convolution: scale, shift and ReLU per channel). */
+typedef struct wino_ep {
+  const float *scale, *shift;
+  bool relu;
+} wino_ep;
+
+static inline float ep_apply(const wino_ep *ep, int64_t c, float v) {
+  if (!ep) return v;
+  v = fmaf(v, ep->scale[c], ep->shift[c]);
+  return ep->relu && v < 0.0f ? 0.0f : v;
+}
+
+static void wino_out_scalar(const float *M, int64_t ms, int64_t c0, int64_t c1, float *const y[4],
+                            const wino_ep *ep) {
   for (int64_t c = c0; c < c1; c++) {
     float s[2][4];
     for (int q = 0; q < 4; q++) {
@@ -541,8 +555,8 @@ static void wino_out_scalar(const float *M, int64_t ms, int64_t c0, int64_t c1, 
       s[1][q] = m1 - m2 - m3;
     }
     for (int a = 0; a < 2; a++) {
-      if (y[2 * a]) y[2 * a][c] = s[a][0] + s[a][1] + s[a][2];
-      if (y[2 * a + 1]) y[2 * a + 1][c] = s[a][1] - s[a][2] - s[a][3];
+      if (y[2 * a]) y[2 * a][c] = ep_apply(ep, c, s[a][0] + s[a][1] + s[a][2]);
+      if (y[2 * a + 1]) y[2 * a + 1][c] = ep_apply(ep, c, s[a][1] - s[a][2] - s[a][3]);
     }
   }
 }
@@ -577,7 +591,14 @@ static void wino_in_avx512(const float *const d[16], int64_t C, float *V, int64_
   if (c < C) wino_in_scalar(d, c, C, V, vs);
 }
 
-static void wino_out_avx512(const float *M, int64_t ms, int64_t Co, float *const y[4]) {
+static inline __m512 ep_apply16(const wino_ep *ep, int64_t c, __m512 v) {
+  if (!ep) return v;
+  v = _mm512_fmadd_ps(v, _mm512_loadu_ps(ep->scale + c), _mm512_loadu_ps(ep->shift + c));
+  return ep->relu ? _mm512_max_ps(v, _mm512_setzero_ps()) : v;
+}
+
+static void wino_out_avx512(const float *M, int64_t ms, int64_t Co, float *const y[4],
+                            const wino_ep *ep) {
   int64_t c = 0;
   for (; c + 16 <= Co; c += 16) {
     __m512 s[2][4];
@@ -590,12 +611,14 @@ static void wino_out_avx512(const float *M, int64_t ms, int64_t Co, float *const
     }
     for (int a = 0; a < 2; a++) {
       if (y[2 * a])
-        _mm512_storeu_ps(y[2 * a] + c, _mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]));
+        _mm512_storeu_ps(y[2 * a] + c,
+                         ep_apply16(ep, c, _mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2])));
       if (y[2 * a + 1])
-        _mm512_storeu_ps(y[2 * a + 1] + c, _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3]));
+        _mm512_storeu_ps(y[2 * a + 1] + c,
+                         ep_apply16(ep, c, _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3])));
     }
   }
-  if (c < Co) wino_out_scalar(M, ms, c, Co, y);
+  if (c < Co) wino_out_scalar(M, ms, c, Co, y, ep);
 }
 
 #if defined(__clang__)
@@ -615,14 +638,14 @@ static void wino_in(const float *const d[16], int64_t C, float *V, int64_t vs) {
   wino_in_scalar(d, 0, C, V, vs);
 }
 
-static void wino_out(const float *M, int64_t ms, int64_t Co, float *const y[4]) {
+static void wino_out(const float *M, int64_t ms, int64_t Co, float *const y[4], const wino_ep *ep) {
 #if CONV_HAVE_AVX512
   if (have_avx512()) {
-    wino_out_avx512(M, ms, Co, y);
+    wino_out_avx512(M, ms, Co, y, ep);
     return;
   }
 #endif
-  wino_out_scalar(M, ms, 0, Co, y);
+  wino_out_scalar(M, ms, 0, Co, y, ep);
 }
 
 /* ------------------------------------------------------------ threads */
@@ -718,19 +741,23 @@ static void par_wino_in(void *ctx, int64_t b, int64_t e) {
   }
 }
 
-/* Winograd output transform of tiles [b, e): src M, dst acc (NHWC). */
+/* Winograd output transform of tiles [b, e): src M, dst acc (NHWC); with
+ * ldo set, dst is the NHWC output itself (ldo floats per position) and the
+ * epilogue is applied on the way. */
 static void par_wino_out(void *ctx, int64_t b, int64_t e) {
   const conv_par *c = ctx;
   const int64_t Co = c->p->cout, OH = c->OH, OW = c->OW, TH = c->TH, TW = c->TW;
+  const int64_t ld = c->ldo ? c->ldo : Co;
+  const wino_ep ep = {c->scale, c->shift, c->relu};
   for (int64_t t = b; t < e; t++) {
     const int64_t i = t / (TH * TW), ty = t / TW % TH, tx = t % TW;
     float *y[4];
     for (int a = 0; a < 2; a++)
       for (int q = 0; q < 2; q++) {
         const int64_t oy = 2 * ty + a, ox = 2 * tx + q;
-        y[2 * a + q] = (oy < OH && ox < OW) ? c->dst + (i * c->P + oy * OW + ox) * Co : NULL;
+        y[2 * a + q] = (oy < OH && ox < OW) ? c->dst + (i * c->P + oy * OW + ox) * ld : NULL;
       }
-    wino_out(c->src + t * Co, c->T * Co, Co, y);
+    wino_out(c->src + t * Co, c->T * Co, Co, y, c->ldo ? &ep : NULL);
   }
 }
 
@@ -772,22 +799,122 @@ static void par_rows(void *ctx, int64_t b, int64_t e) {
   }
 }
 
+/* ------------------------------------------------------------ fused chunks
+ *
+ * With Grove's own kernel (grove__linear_pack_native), a chunk of output
+ * positions goes from patch rows (or Winograd input transform) through its
+ * products to the epilogue (or output transform) on one thread, in cache:
+ * one parallel region per convolution instead of one per stage and product
+ * (a Winograd convolution made 18, and at batch 1 those hand-offs were what
+ * a second thread lost).  Each stage writes the same slice of the same
+ * buffer as when the stages run one after another, with the same
+ * arithmetic per element, so results do not depend on how the range is
+ * cut or on the thread count. */
+
+/* Multiply-adds a fused chunk is given at least, so that a hand-off (about
+ * a microsecond) stays small beside it. */
+#define FUSED_MIN_MACS ((int64_t)256 << 10)
+/* Floats of V and M (Winograd) or of patch rows one pass of a fused chunk
+ * touches at most: about a quarter of L2. */
+#define FUSED_STEP_FLOATS ((int64_t)64 << 10)
+
+/* Indices per chunk for n indices of macs multiply-adds each: at least
+ * FUSED_MIN_MACS of work, and about four chunks per compute thread, so that
+ * a helper that comes late still finds work. */
+static int64_t fused_grain(int64_t n, int64_t macs) {
+  int64_t lo = (FUSED_MIN_MACS + macs - 1) / (macs > 0 ? macs : 1);
+  int64_t per = (n + 4 * grove_compute_threads() - 1) / (4 * grove_compute_threads());
+  return per > lo ? per : lo;
+}
+
+typedef struct wino_fused {
+  conv_par in, out; /* the input transform's (src xt, dst V) and the output transform's */
+  float *V, *M;     /* [16][T][cin], [16][T][cout] */
+  int64_t step;     /* tiles per pass */
+} wino_fused;
+
+/* Tiles [b, e) of a Winograd chunk: transform, 16 products, transform. */
+static void par_wino_fused(void *ctx, int64_t b, int64_t e) {
+  const wino_fused *w = ctx;
+  const conv_impl *p = w->in.p;
+  const int64_t C = p->cin, Co = p->cout, T = w->in.T;
+  for (int64_t t0 = b; t0 < e; t0 += w->step) {
+    const int64_t t1 = e - t0 < w->step ? e : t0 + w->step;
+    par_wino_in((void *)&w->in, t0, t1);
+    for (int k = 0; k < 16; k++)
+      grove__linear_run_alone(p->wino[k], w->V + (k * T + t0) * C, t1 - t0, NULL,
+                              w->M + (k * T + t0) * Co, GROVE__ACT_NONE);
+    par_wino_out((void *)&w->out, t0, t1);
+  }
+}
+
 /* The product stage of the rows path by Winograd: cnt images of xt (NHWC)
- * into acc [cnt * P, cout] (NHWC).  V, M and zeros are scratch of
- * 16 * tiles * cin, 16 * tiles * cout and cin floats. */
+ * into acc [cnt * P, cout] (NHWC), or, with ldo set, straight into the NHWC
+ * output y (ldo floats per position) through the epilogue (scale, shift,
+ * relu).  V, M and zeros are scratch of 16 * tiles * cin, 16 * tiles * cout
+ * and cin floats. */
 static void conv_winograd(const conv_impl *p, const float *xt, int64_t cnt, int64_t H, int64_t W,
                           int64_t OH, int64_t OW, float *V, float *M, const float *zeros,
-                          float *acc) {
+                          float *acc, int64_t ldo, const float *scale, const float *shift,
+                          bool relu) {
   const int64_t C = p->cin, Co = p->cout;
   const int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, T = cnt * TH * TW;
   conv_par c = {.p = p, .src = xt, .dst = V, .C = C, .H = H, .W = W, .OH = OH, .OW = OW,
                 .HW = H * W, .P = OH * OW, .TH = TH, .TW = TW, .T = T, .zeros = zeros};
+  if (grove__linear_pack_native(p->wino[0])) {
+    wino_fused w = {.in = c, .out = c, .V = V, .M = M};
+    w.out.src = M;
+    w.out.dst = acc;
+    if (ldo) {
+      w.out.ldo = ldo;
+      w.out.scale = scale;
+      w.out.shift = shift;
+      w.out.relu = relu;
+    }
+    w.step = FUSED_STEP_FLOATS / (16 * (C + Co));
+    if (w.step < 1) w.step = 1;
+    grove__parallel_for(T, fused_grain(T, 16 * C * Co), par_wino_fused, &w);
+    return;
+  }
+  /* OpenBLAS products: each runs on OpenBLAS's threads, between stages. */
   grove__parallel_for(T, par_grain(32 * C), par_wino_in, &c);
   for (int k = 0; k < 16; k++)
     grove__linear_run(p->wino[k], V + k * T * C, T, NULL, M + k * T * Co, GROVE__ACT_NONE);
   c.src = M;
   c.dst = acc;
   grove__parallel_for(T, par_grain(20 * Co), par_wino_out, &c);
+}
+
+typedef struct rows_fused {
+  conv_par rows, ep;         /* patch rows (src xt, dst rows) and epilogue (src acc, dst y) */
+  const grove__linear_pack *pack;
+  const float *x;            /* the product's input rows: rows, or xt (direct) */
+  float *acc;
+  bool direct, nhwc_out;
+  int64_t blocks, P, K, step; /* 16-position blocks per image; blocks per pass */
+} rows_fused;
+
+/* The row of the chunk where 16-position block j begins. */
+static int64_t block_row(const rows_fused *w, int64_t j) {
+  const int64_t q = (j % w->blocks) * 16;
+  return j / w->blocks * w->P + (q < w->P ? q : w->P);
+}
+
+/* Blocks [b, e) of a rows chunk: patch rows, product, epilogue. */
+static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
+  rows_fused *w = ctx;
+  const int64_t n = w->ep.cout_g;
+  for (int64_t j0 = b; j0 < e; j0 += w->step) {
+    const int64_t j1 = e - j0 < w->step ? e : j0 + w->step;
+    const int64_t r0 = block_row(w, j0), r1 = block_row(w, j1);
+    if (!w->direct) par_rows(&w->rows, r0, r1);
+    grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, NULL, w->acc + r0 * n,
+                            GROVE__ACT_NONE);
+    if (w->nhwc_out)
+      par_epilogue_nhwc(&w->ep, r0, r1);
+    else
+      par_epilogue(&w->ep, j0, j1);
+  }
 }
 
 /* The rows path: the input is transposed to NHWC once, each output
@@ -836,28 +963,47 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
       grove__parallel_for(cnt * c.blocks, par_grain(16 * C), par_to_nhwc, &c);
     }
     for (int64_t g = 0; g < G; g++) {
-      if (wino) {
-        conv_winograd(p, xt, cnt, H, W, OH, OW, rows, rows + 16 * cnt * tiles * C, zeros, acc);
-      } else if (!direct) {
-        conv_par c = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W, .OH = OH,
-                      .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g};
-        grove__parallel_for(cnt * P, par_grain(K), par_rows, &c);
+      conv_par ep = {.p = p, .src = acc, .C = C, .HW = HW, .P = P, .g = g, .cout_g = cout_g,
+                     .scale = scale + g * cout_g, .shift = shift + g * cout_g, .relu = relu};
+      if (nhwc_out) {
+        ep.dst = yd + n0 * P * p->cout;
+        ep.ldo = p->cout;
+      } else {
+        ep.dst = yd + n0 * p->cout * P;
+        ep.blocks = (P + 15) / 16;
       }
-      if (!wino)
+      if (wino) {
+        /* With an NHWC output, the output transform applies the epilogue. */
+        const bool into_y = nhwc_out && grove__linear_pack_native(p->wino[0]);
+        conv_winograd(p, xt, cnt, H, W, OH, OW, rows, rows + 16 * cnt * tiles * C, zeros,
+                      into_y ? ep.dst : acc, into_y ? ep.ldo : 0, ep.scale, ep.shift, relu);
+        if (into_y) continue;
+      } else if (grove__linear_pack_native(p->packs[g])) {
+        rows_fused w = {.rows = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W,
+                                 .OH = OH, .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g},
+                        .ep = ep, .pack = p->packs[g], .x = direct ? xt : rows, .acc = acc,
+                        .direct = direct, .nhwc_out = nhwc_out, .blocks = (P + 15) / 16,
+                        .P = P, .K = direct ? C : K};
+        w.step = FUSED_STEP_FLOATS / (16 * (K + cout_g));
+        if (w.step < 1) w.step = 1;
+        const int64_t nblk = cnt * w.blocks;
+        grove__parallel_for(nblk, fused_grain(nblk, 16 * K * cout_g), par_rows_fused, &w);
+        continue;
+      } else {
+        if (!direct) {
+          conv_par c = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W, .OH = OH,
+                        .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g};
+          grove__parallel_for(cnt * P, par_grain(K), par_rows, &c);
+        }
         grove__linear_run(p->packs[g], direct ? xt : rows, cnt * P, NULL, acc, GROVE__ACT_NONE);
-      conv_par c = {.p = p, .src = acc, .C = C, .HW = HW, .P = P, .g = g, .cout_g = cout_g,
-                    .scale = scale + g * cout_g, .shift = shift + g * cout_g, .relu = relu};
+      }
       if (nhwc_out) {
         /* acc [cnt * P, cout_g] -> out [n][p][g * cout_g + c]: no transpose. */
-        c.dst = yd + n0 * P * p->cout;
-        c.ldo = p->cout;
-        grove__parallel_for(cnt * P, par_grain(2 * cout_g), par_epilogue_nhwc, &c);
+        grove__parallel_for(cnt * P, par_grain(2 * cout_g), par_epilogue_nhwc, &ep);
         continue;
       }
       /* acc [cnt * P, cout_g] -> out [n][g * cout_g + c][p]. */
-      c.dst = yd + n0 * p->cout * P;
-      c.blocks = (P + 15) / 16;
-      grove__parallel_for(cnt * c.blocks, par_grain(32 * cout_g), par_epilogue, &c);
+      grove__parallel_for(cnt * ep.blocks, par_grain(32 * cout_g), par_epilogue, &ep);
     }
   }
   return GROVE_OK;
