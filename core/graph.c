@@ -69,6 +69,7 @@ typedef struct run {
   grove_arena_mark base;
   const grove_values *in;
   bool fuse;
+  bool channels_last; /* the graph's caller takes channels-last results */
 } run;
 
 static grove_status node_error(const run *r, int i, grove_status s) {
@@ -169,14 +170,15 @@ static void set_tensor(gval *v, const grove_tensor *t) {
 
 /* Whether node n may write its result over its tensor argument a: a dies
  * here, nothing else reads its memory (its region has this one reader), it
- * is this pass's arena memory, contiguous float32. */
+ * is this pass's arena memory, float32, contiguous or channels last (its
+ * elements are then still one dense run; the result keeps the layout). */
 static bool can_overwrite(const run *r, const gnode *n, const garg *a) {
   if (a->kind != A_NODE) return false;
   const gnode *src = &r->g->nodes[a->node];
   const gval *v = &r->vals[a->node];
   return src->uses == 1 && src->last_use == (int)(n - r->g->nodes) && v->kind == V_TENSOR &&
          v->reg[0] >= 0 && r->regs[v->reg[0]].refs == 1 && v->t[0].dtype == GROVE_F32 &&
-         grove_tensor_is_contiguous(&v->t[0]);
+         (grove_tensor_is_contiguous(&v->t[0]) || grove__is_nhwc(&v->t[0]));
 }
 
 static grove_status run_binary(run *r, const gnode *n, gval *res) {
@@ -284,20 +286,32 @@ static grove_status run_binary(run *r, const gnode *n, gval *res) {
   return GROVE_OK;
 }
 
+/* Elements [b, e) of an in-place relu, sigmoid or tanh, on whichever
+ * compute thread takes them. */
+typedef struct unary_par {
+  int op;
+  float *d;
+} unary_par;
+
+static void unary_chunk(void *ctx, int64_t b, int64_t e) {
+  const unary_par *c = ctx;
+  float *restrict d = c->d;
+  if (c->op == G_RELU)
+    for (int64_t i = b; i < e; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i];
+  else if (c->op == G_SIGMOID)
+    for (int64_t i = b; i < e; i++) d[i] = 1.0f / (1.0f + expf(-d[i]));
+  else
+    for (int64_t i = b; i < e; i++) d[i] = tanhf(d[i]);
+}
+
 /* relu, sigmoid and tanh in place (the formulas of layers.c). */
 static bool unary_in_place(run *r, const gnode *n, gval *res) {
   if ((n->op != G_RELU && n->op != G_SIGMOID && n->op != G_TANH) ||
       !can_overwrite(r, n, &n->args[0]))
     return false;
   const grove_tensor *x = &r->vals[n->args[0].node].t[0];
-  float *restrict d = x->data;
-  const int64_t cnt = grove_tensor_numel(x);
-  if (n->op == G_RELU)
-    for (int64_t i = 0; i < cnt; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i];
-  else if (n->op == G_SIGMOID)
-    for (int64_t i = 0; i < cnt; i++) d[i] = 1.0f / (1.0f + expf(-d[i]));
-  else
-    for (int64_t i = 0; i < cnt; i++) d[i] = tanhf(d[i]);
+  unary_par c = {n->op, x->data};
+  grove__parallel_for(grove_tensor_numel(x), (int64_t)16 << 10, unary_chunk, &c);
   set_tensor(res, x);
   return true;
 }
@@ -441,7 +455,7 @@ static grove_status run_op(run *r, int i, gval *res) {
       set_tensor(res, x);
       return GROVE_OK;
     case G_CONTIGUOUS:
-      if ((s = arg_tensor(r, &a[0], &x)) || (s = grove__contig(r->f, x, &y))) return s;
+      if ((s = arg_tensor(r, &a[0], &x)) || (s = grove__fwd_contig(r->f, x, &y))) return s;
       set_tensor(res, &y);
       return GROVE_OK;
     case G_RESHAPE:
@@ -539,9 +553,8 @@ static bool fused(const run *r, int i) {
   if (!r->fuse || (n->fuse_bn < 0 && n->fuse_relu < 0)) return false;
   if (grove__observes(r->f, n->mod)) return false;
   if (n->fuse_bn >= 0) {
-    const float *sc, *sh;
     const grove_module *bn = r->g->nodes[n->fuse_bn].mod;
-    if (grove__observes(r->f, bn) || !grove__bn2d_affine(bn, &sc, &sh)) return false;
+    if (grove__observes(r->f, bn) || !grove__conv_bn_fusable(n->mod, bn)) return false;
   }
   if (n->fuse_relu >= 0 && r->g->nodes[n->fuse_relu].op == G_CALL_MODULE &&
       grove__observes(r->f, r->g->nodes[n->fuse_relu].mod))
@@ -549,9 +562,16 @@ static bool fused(const run *r, int i) {
   return true;
 }
 
+/* Whether node i's result may be channels last: it stays inside the graph,
+ * or the graph's own caller takes channels last. */
+static bool channels_last_for(const run *r, int i) {
+  return r->channels_last || r->g->nodes[i].last_use != r->g->output;
+}
+
 static grove_status run_module(run *r, int i, gval *res) {
   const gnode *n = &r->g->nodes[i];
   grove_values in = {.n = n->nargs}, out = {0};
+  const bool cl = channels_last_for(r, i);
   for (int k = 0; k < n->nargs; k++) {
     const gval *v = argv_(r, &n->args[k]);
     if (!v || v->kind != V_TENSOR)
@@ -562,32 +582,14 @@ static grove_status run_module(run *r, int i, gval *res) {
   grove_status s;
   if (fused(r, i)) {
     const grove_module *mm = n->mod;
-    if (mm->type == &grove__linear_type) {
+    if (mm->type == &grove__linear_type)
       s = grove__linear_forward_act(mm, r->f, &in, &out, GROVE__ACT_RELU);
-    } else {
-      const float *scale = NULL, *shift = NULL;
-      float *tmp = NULL;
-      if (n->fuse_bn >= 0) {
-        const float *bs, *bt;
-        grove__bn2d_affine(r->g->nodes[n->fuse_bn].mod, &bs, &bt);
-        const int64_t C = grove__conv_out_channels(mm);
-        const float *cb = grove__conv_bias(mm);
-        tmp = grove_arena_alloc(r->f->arena, (size_t)C * 2 * sizeof(float));
-        if (!tmp) return grove_err_set(r->f->err, GROVE_E_NOMEM, "out of scratch memory");
-        /* bn(conv(x) + b) = conv(x) * s + (b * s + t). */
-        for (int64_t c = 0; c < C; c++) {
-          tmp[c] = bs[c];
-          tmp[C + c] = cb[c] * bs[c] + bt[c];
-        }
-        scale = tmp;
-        shift = tmp + C;
-      }
-      const bool nhwc = n->nhwc_to >= 0 && grove__conv_rows_path(mm) &&
-                        grove__conv_rows_path(r->g->nodes[n->nhwc_to].mod);
-      s = grove__conv_forward_ex(mm, r->f, &in, &out, scale, shift, n->fuse_relu >= 0, nhwc);
-    }
+    else
+      s = grove__conv_bn_relu_forward(mm, n->fuse_bn >= 0 ? r->g->nodes[n->fuse_bn].mod : NULL,
+                                      n->fuse_relu >= 0, r->f, &in, &out, cl);
   } else {
     if (n->mod_kind == MK_MHA) grove__mha_next_call(n->mod, n->need_weights, n->average_weights);
+    r->f->channels_last_ok = cl;
     s = grove_module_forward(n->mod, r->f, &in, &out);
     /* A pre-hook that failed leaves the call options unread: drop them. */
     if (n->mod_kind == MK_MHA) grove__mha_next_call(NULL, true, true);
@@ -816,8 +818,9 @@ static grove_status run_output(run *r, grove_values *out) {
   int owner[2 * GROVE_MAX_VALUES], nk = 0;
   for (int k = 0; k < out->n; k++) {
     if (grove_tensor_is_contiguous(&out->v[k])) continue;
+    if (r->channels_last && grove__is_nhwc(&out->v[k])) continue;
     grove_tensor c;
-    grove_status s = grove__contig(r->f, &out->v[k], &c);
+    grove_status s = grove__fwd_contig(r->f, &out->v[k], &c);
     if (s) return s;
     out->v[k] = c;
     regs[k] = -2; /* its own new block */
@@ -864,7 +867,8 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
   if (in->n > g->nplaceholders)
     return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "%s: forward takes %d input(s), got %d",
                          g->where, g->nplaceholders, in->n);
-  run r = {.g = g, .f = f, .in = in, .fuse = grove__no_forward_hooks()};
+  run r = {.g = g, .f = f, .in = in, .fuse = grove__no_forward_hooks(),
+           .channels_last = f->channels_last_ok};
   r.vals = grove_arena_alloc(f->arena, (size_t)g->nnodes * sizeof(gval));
   r.regs = grove_arena_alloc(f->arena, (size_t)g->max_regions * sizeof(region));
   if (!r.vals || !r.regs) return grove_err_set(f->err, GROVE_E_NOMEM, "out of scratch memory");

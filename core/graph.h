@@ -110,8 +110,8 @@ void grove__slice_indices(int64_t len, const grove__index *ix, int64_t *first, i
 /* x[ix...] (basic indexing: a view). */
 grove_status grove__op_index(grove_fwd *f, const grove_tensor *x, const grove__index *ix, int n,
                              grove_tensor *out);
-/* Contiguous (float32) copies in the arena; t itself when it already is. */
-grove_status grove__contig(grove_fwd *f, const grove_tensor *t, grove_tensor *out);
+/* A contiguous float32 copy in the arena; t itself when it already is one
+ * (any dtype: grove__fwd_contig, internal.h). */
 grove_status grove__contig_f32(grove_fwd *f, const grove_tensor *t, grove_tensor *out);
 
 #endif

@@ -10,8 +10,8 @@
  * liveness).  Anything Grove cannot run is refused here, naming the JSON
  * path of the node.  Fusion is planned last: a Conv2d -> BatchNorm2d -> ReLU
  * chain (or a part of it, and Linear -> ReLU) whose intermediates have no
- * other reader, and a fused Conv2d chain whose only reader is another Conv2d
- * (handed over in NHWC). */
+ * other reader.  (Which results may be channels last is decided when the
+ * graph runs: graph.c, channels_last_for.) */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -764,7 +764,7 @@ static grove_status resolve_attr(cctx *c, gnode *n, const char *target, const ch
 
 static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
   gnode *n = &c->g->nodes[c->cur];
-  n->fuse_bn = n->fuse_relu = n->fused_into = n->nhwc_to = -1;
+  n->fuse_bn = n->fuse_relu = n->fused_into = -1;
   n->last_use = -1;
   if (!json_is_object(v))
     return grove_err_set(c->err, GROVE_E_SPEC, "%s: expected a node object {\"op\", \"name\", ...}",
@@ -949,22 +949,6 @@ static void plan_fusion(graph_impl *g) {
       n->fuse_relu = r;
       g->nodes[r].fused_into = i;
     }
-  }
-  /* A fused Conv2d chain whose result only another Conv2d reads hands it
-   * over in NHWC, saving a transpose each way (both on the rows path, checked
-   * at run time). */
-  for (int i = 0; i < g->nnodes; i++) {
-    gnode *n = &g->nodes[i];
-    if (n->op != G_CALL_MODULE || n->mod->type != &grove__conv2d_type ||
-        (n->fuse_bn < 0 && n->fuse_relu < 0))
-      continue;
-    int end = n->fuse_relu >= 0 ? n->fuse_relu : n->fuse_bn;
-    if (g->nodes[end].uses != 1) continue;
-    int j = g->nodes[end].last_use;
-    const gnode *c = &g->nodes[j];
-    if (c->op == G_CALL_MODULE && c->mod->type == &grove__conv2d_type && c->nargs == 1 &&
-        c->args[0].kind == A_NODE && c->args[0].node == end && c->fused_into < 0)
-      n->nhwc_to = j;
   }
 }
 

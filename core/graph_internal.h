@@ -88,7 +88,6 @@ typedef struct gnode {
   int fuse_bn;    /* conv: index of the BatchNorm2d node it absorbs, or -1 */
   int fuse_relu;  /* conv/Linear: index of the ReLU node it absorbs, or -1 */
   int fused_into; /* an absorbed node: the node that computes it, or -1 */
-  int nhwc_to;    /* fused conv: the Conv2d node that alone reads the chain's result, or -1 */
 } gnode;
 
 typedef struct graph_impl {

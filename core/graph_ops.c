@@ -46,25 +46,12 @@ static grove_status dim_range(grove_fwd *f, int64_t dim, int ndim) {
 /* A contiguous float32 copy of t in the arena (t itself when it already is
  * contiguous float32). */
 grove_status grove__contig_f32(grove_fwd *f, const grove_tensor *t, grove_tensor *out) {
-  if (t->dtype == GROVE_F32 && grove_tensor_is_contiguous(t)) {
-    *out = *t;
-    return GROVE_OK;
-  }
+  if (t->dtype == GROVE_F32) return grove__fwd_contig(f, t, out);
   grove_status s = grove_fwd_alloc(f, out, GROVE_F32, t->ndim, t->shape);
   if (!s) s = grove_tensor_copy(out, t, f->err);
   return s;
 }
 
-/* A contiguous copy of t, any dtype. */
-grove_status grove__contig(grove_fwd *f, const grove_tensor *t, grove_tensor *out) {
-  if (grove_tensor_is_contiguous(t)) {
-    *out = *t;
-    return GROVE_OK;
-  }
-  grove_status s = grove_fwd_alloc(f, out, t->dtype, t->ndim, t->shape);
-  if (!s) s = grove_tensor_copy(out, t, f->err);
-  return s;
-}
 
 /* ============================================================ elementwise */
 
@@ -146,6 +133,24 @@ static void binary_run(int op, float alpha, const float *pa, int64_t sa, const f
   }
 }
 
+/* One dense run of a binary op, cut between the compute threads: elements
+ * [b, e) (each computed alone, so the cut changes no bit). */
+typedef struct dense_par {
+  int op;
+  float alpha;
+  const float *a, *b;
+  float *y;
+} dense_par;
+
+static void dense_chunk(void *ctx, int64_t b, int64_t e) {
+  const dense_par *c = ctx;
+  binary_run(c->op, c->alpha, c->a + b, 1, c->b + b, 1, c->y + b, e - b);
+}
+
+/* Elements per chunk of a dense elementwise pass: large enough that a
+ * hand-off (about a microsecond) stays small beside it. */
+#define DENSE_GRAIN ((int64_t)16 << 10)
+
 grove_status grove__op_binary(grove_fwd *f, int op, const grove_tensor *a, const grove_tensor *b,
                               double alpha, grove_tensor *out, const grove_tensor *into) {
   if (a->dtype != GROVE_F32 || b->dtype != GROVE_F32)
@@ -154,8 +159,21 @@ grove_status grove__op_binary(grove_fwd *f, int op, const grove_tensor *a, const
                          grove_dtype_name(a->dtype), grove_dtype_name(b->dtype));
   int nd;
   int64_t shape[GROVE_MAX_DIMS];
-  grove_status s = broadcast(f, a, b, &nd, shape);
-  if (s) return s;
+  grove_status s;
+  if (grove__is_nhwc(a) && grove__is_nhwc(b) && grove_tensor_same_shape(a, b)) {
+    /* Two channels-last tensors of one shape (a residual add between
+     * convolutions): one dense run, and the result keeps their layout. */
+    if (into)
+      *out = *into;
+    else if ((s = grove_fwd_alloc(f, out, GROVE_F32, 4, a->shape)))
+      return s;
+    else
+      grove__set_nhwc(out);
+    dense_par c = {op, (float)alpha, a->data, b->data, out->data};
+    grove__parallel_for(grove_tensor_numel(a), DENSE_GRAIN, dense_chunk, &c);
+    return GROVE_OK;
+  }
+  if ((s = broadcast(f, a, b, &nd, shape))) return s;
   if (into && into->ndim == nd && memcmp(into->shape, shape, (size_t)nd * sizeof(int64_t)) == 0)
     *out = *into;
   else if ((s = grove_fwd_alloc(f, out, GROVE_F32, nd, shape)))
@@ -495,7 +513,7 @@ grove_status grove__op_reshape(grove_fwd *f, const grove_tensor *x, const int64_
     goto bad;
   }
   grove_tensor c;
-  grove_status s = grove__contig(f, x, &c);
+  grove_status s = grove__fwd_contig(f, x, &c);
   if (s) return s;
   grove_tensor_init(out, c.dtype, nd, sh, c.data);
   return GROVE_OK;

@@ -115,6 +115,25 @@ void grove__parallel_for(int64_t n, int64_t grain,
                          void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
 
 
+/* ------------------------------------------------------------ channels last */
+
+/* Whether t is a 4-d [N, C, H, W] tensor whose memory is laid out channels
+ * last (NHWC: strides [HWC, 1, WC, C]) and that is not also contiguous (C,
+ * or H * W, larger than 1): what a convolution hands the next layer when
+ * its caller allows (grove_fwd.channels_last_ok). */
+bool grove__is_nhwc(const grove_tensor *t);
+/* Gives the contiguous 4-d tensor t NHWC strides (same shape, same bytes). */
+void grove__set_nhwc(grove_tensor *t);
+/* dst [C][R] = src [R][C] transposed, float32 (16 x 16 blocks through
+ * AVX-512 registers where the CPU has it; layers_conv.c).  Any thread. */
+void grove__transpose_f32(const float *src, float *dst, int64_t R, int64_t C);
+/* t itself when contiguous, else a contiguous copy of it in f's arena (a
+ * channels-last float32 tensor by a transpose per image); layers.c.  The
+ * forward's thread. */
+grove_status grove__fwd_contig(grove_fwd *f, const grove_tensor *t, grove_tensor *out);
+/* The same for every NHWC tensor of v (the others are left as they are). */
+grove_status grove__plain_values(grove_fwd *f, grove_values *v);
+
 /* ------------------------------------------------------------ layer registry */
 
 /* Builds one module from its model.json object (the "type" key already

@@ -25,6 +25,35 @@ const char *grove_module_type_name(const grove_module *m) {
   return m && m->type ? m->type->name : NULL;
 }
 
+grove_status grove__fwd_contig(grove_fwd *f, const grove_tensor *t, grove_tensor *out) {
+  if (grove_tensor_is_contiguous(t)) {
+    *out = *t;
+    return GROVE_OK;
+  }
+  grove_status s = grove_fwd_alloc(f, out, t->dtype, t->ndim, t->shape);
+  if (s != GROVE_OK) return s;
+  if (t->dtype == GROVE_F32 && grove__is_nhwc(t)) {
+    /* Channels last (a convolution's result): a transpose per image. */
+    const int64_t C = t->shape[1], HW = t->shape[2] * t->shape[3];
+    for (int64_t i = 0; i < t->shape[0]; i++)
+      grove__transpose_f32((const float *)t->data + i * HW * C, (float *)out->data + i * C * HW,
+                           HW, C);
+    return GROVE_OK;
+  }
+  return grove_tensor_copy(out, t, f->err);
+}
+
+grove_status grove__plain_values(grove_fwd *f, grove_values *v) {
+  for (int k = 0; k < v->n; k++) {
+    if (!grove__is_nhwc(&v->v[k])) continue;
+    grove_tensor c;
+    grove_status s = grove__fwd_contig(f, &v->v[k], &c);
+    if (s) return s;
+    v->v[k] = c;
+  }
+  return GROVE_OK;
+}
+
 grove_status grove__layer_input(const char *layer, grove_fwd *f, const grove_values *in,
                                 grove_dtype dt, grove_tensor *x) {
   if (in->n != 1)
@@ -34,17 +63,7 @@ grove_status grove__layer_input(const char *layer, grove_fwd *f, const grove_val
   if (dt != GROVE_DTYPE_COUNT && t->dtype != dt)
     return grove_err_set(f->err, GROVE_E_DTYPE, "%s: expected a %s input, got %s", layer,
                          grove_dtype_name(dt), grove_dtype_name(t->dtype));
-  if (grove_tensor_is_contiguous(t)) {
-    *x = *t;
-    return GROVE_OK;
-  }
-  grove_tensor c;
-  grove_status s = grove_fwd_alloc(f, &c, t->dtype, t->ndim, t->shape);
-  if (s != GROVE_OK) return s;
-  s = grove_tensor_copy(&c, t, f->err);
-  if (s != GROVE_OK) return s;
-  *x = c;
-  return GROVE_OK;
+  return grove__fwd_contig(f, t, x);
 }
 
 grove_status grove__copy_f32(float *dst, int64_t n, const grove_tensor *src, const char *layer,
@@ -87,15 +106,24 @@ static const char *const no_args[] = {NULL};
 
 /* ------------------------------------------------------------ containers */
 
+/* The child after child i of Sequential m, or NULL. */
+static const grove_module *seq_next(const grove_module *m, size_t i) {
+  return i + 1 < m->nchildren ? m->children[i + 1].module : NULL;
+}
+
 /* torch.nn.Sequential.forward: input = module(input) for each child.  A
- * Linear immediately followed by a ReLU runs as one fused pass when no
- * forward hook is registered anywhere and the forward's observer watches
- * neither (with hooks, the ReLU's hooks must see the Linear's output, so
- * every child runs on its own). */
+ * Linear immediately followed by a ReLU, and a Conv2d followed by a
+ * BatchNorm2d (with running statistics) and/or a ReLU, run as one fused
+ * pass when no forward hook is registered anywhere and the forward's
+ * observer watches none of them (with hooks, the ReLU's hooks must see the
+ * Linear's output, so every child runs on its own).  Every child but the
+ * last may hand the next a channels-last result; the last may when the
+ * Sequential's own caller allows it. */
 static grove_status sequential_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                        grove_values *out) {
   grove_values cur = *in, next;
   const bool fuse = grove__no_forward_hooks();
+  const bool channels_last = f->channels_last_ok;
   for (size_t i = 0; i < m->nchildren; i++) {
     const grove_module *c = m->children[i].module;
     if (!c)
@@ -103,12 +131,24 @@ static grove_status sequential_forward(const grove_module *m, grove_fwd *f, cons
                            "Sequential: child '%s' is None and cannot be called",
                            m->children[i].name);
     grove_status s;
-    const grove_module *after = i + 1 < m->nchildren ? m->children[i + 1].module : NULL;
-    if (fuse && c->type == &grove__linear_type && after && after->type == &grove__relu_type &&
-        !grove__observes(f, c) && !grove__observes(f, after)) {
+    const grove_module *after = seq_next(m, i);
+    const bool watched = grove__observes(f, c) || (after && grove__observes(f, after));
+    const grove_module *bn = fuse && !watched && after && c->type == &grove__conv2d_type &&
+                                     grove__conv_bn_fusable(c, after)
+                                 ? after
+                                 : NULL;
+    const grove_module *relu = bn ? seq_next(m, i + 1) : after;
+    if (relu && (relu->type != &grove__relu_type || grove__observes(f, relu))) relu = NULL;
+    if (fuse && !watched && c->type == &grove__linear_type && relu) {
       s = grove__linear_forward_act(c, f, &cur, &next, GROVE__ACT_RELU);
       i++;
+    } else if (fuse && !watched && c->type == &grove__conv2d_type && (bn || relu)) {
+      const size_t last = i + (bn != NULL) + (relu != NULL);
+      s = grove__conv_bn_relu_forward(c, bn, relu != NULL, f, &cur, &next,
+                                      channels_last || last + 1 < m->nchildren);
+      i = last;
     } else {
+      f->channels_last_ok = channels_last || i + 1 < m->nchildren;
       s = grove_module_forward(c, f, &cur, &next);
     }
     if (s != GROVE_OK) return s;
@@ -328,14 +368,21 @@ typedef struct act_impl {
 } act_impl;
 
 /* Sets up one elementwise pass: x is the (contiguous) float32 input, y a new
- * arena tensor of its shape. */
+ * arena tensor of its shape.  A channels-last input is one dense run too:
+ * it is read as it is and y gets its layout (grove_module_forward makes y
+ * contiguous for a caller that wants it so). */
 static grove_status act_begin(const char *layer, grove_fwd *f, const grove_values *in,
                               grove_values *out, const float **x, float **y, int64_t *n) {
   grove_tensor xt;
-  grove_status s = grove__layer_input(layer, f, in, GROVE_F32, &xt);
-  if (s != GROVE_OK) return s;
+  grove_status s;
+  const bool nhwc = in->n == 1 && in->v[0].dtype == GROVE_F32 && grove__is_nhwc(&in->v[0]);
+  if (nhwc)
+    xt = in->v[0];
+  else if ((s = grove__layer_input(layer, f, in, GROVE_F32, &xt)) != GROVE_OK)
+    return s;
   s = same_shape_out(f, &xt, out);
   if (s != GROVE_OK) return s;
+  if (nhwc) grove__set_nhwc(&out->v[0]);
   *x = xt.data;
   *y = out->v[0].data;
   *n = grove_tensor_numel(&xt);

@@ -28,9 +28,17 @@
  * Haswell kernel here) ran 520 samples/s, the rows path 1070 (cache-sized
  * chunks instead of whole-batch passes, and AVX-512 16 x 16 transposes, were
  * most of the difference between the first rows version and that), with
- * Winograd for the 3x3 layers 1570.  A fused convolution whose result only
- * another convolution reads hands it over in NHWC (graph.c), skipping a
- * transpose each way.
+ * Winograd for the 3x3 layers 1570.
+ *
+ * Channels last: when its caller allows it (grove_fwd.channels_last_ok: a
+ * graph or Sequential whose next layer reads the result), a batched Conv2d
+ * on the rows path returns its [N, C, H, W] result laid out NHWC, and
+ * reads an NHWC input as it is.  BatchNorm2d, the activations, a residual
+ * add (graph_ops.c) and AdaptiveAvgPool2d to 1 x 1 keep or read that
+ * layout; any other layer gets a contiguous copy (grove_tensor_copy, one
+ * transpose), and grove_module_forward makes the result contiguous for a
+ * caller that did not ask.  So a ResNet's activations stay NHWC from the
+ * stem to the pooling and no convolution transposes its input or output.
  *
  * The bias, and when a graph fuses a following BatchNorm2d and ReLU into the
  * convolution their per-channel scale, shift and clamp, are applied in the
@@ -43,6 +51,7 @@
  * Every layer here accepts torch's unbatched input too ([C, L] for Conv1d,
  * [C, H, W] for the 2-d layers, except BatchNorm2d, which torch requires to
  * be 4-d). */
+#include <assert.h>
 #include <cblas.h>
 #include <jansson.h>
 #include <math.h>
@@ -351,8 +360,8 @@ static void epilogue(float *dst, int64_t ldd, const float *src, int64_t lds, int
 
 /* ------------------------------------------------------------ transposes */
 
-/* The rows path moves every activation between NCHW and NHWC twice, so
- * these transposes matter: 16 x 16 blocks go through AVX-512 registers
+/* The rows path moves an NCHW activation into NHWC and back (when the
+ * layers around it do not take channels last), so these transposes matter: 16 x 16 blocks go through AVX-512 registers
  * (16 loads, 64 shuffles, 16 stores) where the CPU has it; edges and other
  * CPUs take the scalar loops. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -462,6 +471,11 @@ static void nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t
     }
   }
   (void)fast;
+}
+
+void grove__transpose_f32(const float *src, float *dst, int64_t R, int64_t C) {
+  /* nchw_to_nhwc turns [C', HW'] into [HW', C']: here C' = R, HW' = C. */
+  nchw_to_nhwc(src, dst, R, C, 0, (C + 15) / 16);
 }
 
 /* y[c][p] = act(acc[p][c] * scale[c] + shift[c]) for positions [b0 * 16,
@@ -1009,15 +1023,6 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
   return GROVE_OK;
 }
 
-/* Whether t is a [N, C, H, W] tensor laid out NHWC (strides [HWC, 1, WC, C]),
- * as the rows path writes for a following convolution. */
-static bool is_nhwc(const grove_tensor *t) {
-  if (t->ndim != 4 || t->dtype != GROVE_F32) return false;
-  const int64_t C = t->shape[1], H = t->shape[2], W = t->shape[3];
-  return t->strides[1] == 1 && t->strides[3] == C && t->strides[2] == W * C &&
-         t->strides[0] == H * W * C;
-}
-
 bool grove__conv_rows_path(const grove_module *m) {
   const conv_impl *p = m->impl;
   return p->packs != NULL && p->nd == 2;
@@ -1032,8 +1037,8 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   grove_status s;
   /* An NHWC input (from a convolution before this one) is read as it is by
    * the rows path; anything else strided is made contiguous first. */
-  const bool nhwc_in = in->n == 1 && p->packs && p->nd == 2 && is_nhwc(&in->v[0]) &&
-                       !grove_tensor_is_contiguous(&in->v[0]);
+  const bool nhwc_in = in->n == 1 && p->packs && p->nd == 2 && in->v[0].dtype == GROVE_F32 &&
+                       grove__is_nhwc(&in->v[0]);
   if (nhwc_in) {
     x = in->v[0];
   } else if ((s = grove__layer_input(T, f, in, GROVE_F32, &x)) != GROVE_OK) {
@@ -1069,14 +1074,8 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   if (s != GROVE_OK) return s;
   out->n = 1;
   out_nhwc = out_nhwc && p->packs && p->nd == 2 && batched;
-  if (out_nhwc) {
-    /* The same [N, Cout, OH, OW] tensor, its memory laid out NHWC. */
-    grove_tensor *y = &out->v[0];
-    y->strides[0] = OH * OW * p->cout;
-    y->strides[1] = 1;
-    y->strides[2] = OW * p->cout;
-    y->strides[3] = p->cout;
-  }
+  /* The same [N, Cout, OH, OW] tensor, its memory laid out NHWC. */
+  if (out_nhwc) grove__set_nhwc(&out->v[0]);
   if (N == 0) return GROVE_OK;
   if (!scale) scale = p->ones;
   if (!shift) shift = p->bias;
@@ -1141,7 +1140,37 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
 
 static grove_status conv_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                  grove_values *out) {
-  return grove__conv_forward_ex(m, f, in, out, NULL, NULL, false, false);
+  return grove__conv_forward_ex(m, f, in, out, NULL, NULL, false, f->channels_last_ok);
+}
+
+grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_module *bn,
+                                         bool relu, grove_fwd *f, const grove_values *in,
+                                         grove_values *out, bool out_nhwc) {
+  const float *scale = NULL, *shift = NULL;
+  if (bn) {
+    const float *bs, *bt;
+    bool ok = grove__bn2d_affine(bn, &bs, &bt);
+    assert(ok); /* the caller checked grove__conv_bn_fusable */
+    (void)ok;
+    const int64_t C = grove__conv_out_channels(conv);
+    const float *cb = grove__conv_bias(conv);
+    float *tmp = grove_arena_alloc(f->arena, (size_t)C * 2 * sizeof(float));
+    if (!tmp) return scratch_error(f, conv->type->name);
+    /* bn(conv(x) + b) = conv(x) * s + (b * s + t). */
+    for (int64_t c = 0; c < C; c++) {
+      tmp[c] = bs[c];
+      tmp[C + c] = cb[c] * bs[c] + bt[c];
+    }
+    scale = tmp;
+    shift = tmp + C;
+  }
+  return grove__conv_forward_ex(conv, f, in, out, scale, shift, relu, out_nhwc);
+}
+
+bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn) {
+  const float *a, *b;
+  return conv->type == &grove__conv2d_type && bn->type == &grove__batch_norm2d_type &&
+         grove__bn2d_channels(bn) == grove__conv_out_channels(conv) && grove__bn2d_affine(bn, &a, &b);
 }
 
 const grove_module_type grove__conv1d_type = {
@@ -1445,6 +1474,17 @@ static void bn2d_rows(void *ctx, int64_t b, int64_t e) {
   }
 }
 
+/* NHWC: y position r = x position r * a + b (C channels each), r in [b, e). */
+static void bn2d_positions(void *ctx, int64_t b, int64_t e) {
+  const bn2d_par *c = ctx;
+  const int64_t C = c->C;
+  for (int64_t r = b; r < e; r++) {
+    const float *restrict x = c->x + r * C;
+    float *restrict y = c->y + r * C;
+    for (int64_t k = 0; k < C; k++) y[k] = x[k] * c->a[k] + c->b[k];
+  }
+}
+
 static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                  grove_values *out) {
   const bn2d_impl *p = m->impl;
@@ -1452,8 +1492,15 @@ static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grov
     return grove_err_set(f->err, GROVE_E_UNSUPPORTED,
                          "BatchNorm2d: training-mode forward is not available on a serving tree");
   grove_tensor x;
-  grove_status s = grove__layer_input("BatchNorm2d", f, in, GROVE_F32, &x);
-  if (s != GROVE_OK) return s;
+  grove_status s;
+  /* Channels last (from a convolution) is read as it is when running
+   * statistics are used: the same scale and shift per element. */
+  const bool nhwc = in->n == 1 && p->use_running && in->v[0].dtype == GROVE_F32 &&
+                    grove__is_nhwc(&in->v[0]) && in->v[0].shape[1] == p->C;
+  if (nhwc)
+    x = in->v[0];
+  else if ((s = grove__layer_input("BatchNorm2d", f, in, GROVE_F32, &x)) != GROVE_OK)
+    return s;
   const int64_t C = p->C;
   if (x.ndim != 4 || x.shape[1] != C) {
     char want[96];
@@ -1467,6 +1514,13 @@ static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grov
   out->n = 1;
   if (N * L == 0) return GROVE_OK;
   const float *a = p->scale, *b = p->shift;
+  if (nhwc) {
+    /* Positions of C floats: y = x * a + b per channel, same layout. */
+    grove__set_nhwc(&out->v[0]);
+    bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b};
+    grove__parallel_for(N * L, par_grain(2 * C), bn2d_positions, &c);
+    return GROVE_OK;
+  }
   if (!p->use_running) {
     /* Batch statistics, as torch does in eval without running stats. */
     if (N * L == 1)
@@ -1715,13 +1769,49 @@ static void pool_planes(void *ctx, int64_t b, int64_t e) {
   }
 }
 
+/* AdaptiveAvgPool2d to 1 x 1 of a channels-last input: images [b, e), each
+ * the mean of its HW positions per channel, summed in the same order and
+ * precision as adaptive_plane does, so the same bits. */
+typedef struct gap_par {
+  const float *x;
+  float *y;
+  double *acc; /* C doubles per image */
+  int64_t C, HW;
+} gap_par;
+
+static void gap_images(void *ctx, int64_t b, int64_t e) {
+  const gap_par *c = ctx;
+  const int64_t C = c->C, HW = c->HW;
+  for (int64_t i = b; i < e; i++) {
+    double *restrict acc = c->acc + i * C;
+    const float *x = c->x + i * HW * C;
+    for (int64_t k = 0; k < C; k++) acc[k] = 0;
+    for (int64_t q = 0; q < HW; q++)
+      for (int64_t k = 0; k < C; k++) acc[k] += x[q * C + k];
+    for (int64_t k = 0; k < C; k++) c->y[i * C + k] = (float)(acc[k] / (double)HW);
+  }
+}
+
 static grove_status pool_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                  grove_values *out) {
   const pool_impl *p = m->impl;
   const char *T = m->type->name;
   grove_tensor x;
-  grove_status s = grove__layer_input(T, f, in, GROVE_F32, &x);
-  if (s != GROVE_OK) return s;
+  grove_status s;
+  if (p->kind == POOL_ADAPTIVE && p->osize[0] == 1 && p->osize[1] == 1 && in->n == 1 &&
+      in->v[0].dtype == GROVE_F32 && grove__is_nhwc(&in->v[0])) {
+    const grove_tensor *xt = &in->v[0];
+    const int64_t N = xt->shape[0], C = xt->shape[1], HW = xt->shape[2] * xt->shape[3];
+    const int64_t oshape[4] = {N, C, 1, 1};
+    if ((s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, 4, oshape)) != GROVE_OK) return s;
+    out->n = 1;
+    double *acc = grove_arena_alloc(f->arena, (size_t)(N * C) * sizeof(double) + 1);
+    if (!acc) return scratch_error(f, T);
+    gap_par c = {.x = xt->data, .y = out->v[0].data, .acc = acc, .C = C, .HW = HW};
+    grove__parallel_for(N, (4 * PAR_FLOATS + HW * C - 1) / (HW * C), gap_images, &c);
+    return GROVE_OK;
+  }
+  if ((s = grove__layer_input(T, f, in, GROVE_F32, &x)) != GROVE_OK) return s;
   if (x.ndim != 3 && x.ndim != 4)
     return shape_error(f, T, "a 3-d or 4-d input ([C, H, W] or [N, C, H, W])", &x);
   const int64_t H = x.shape[x.ndim - 2], W = x.shape[x.ndim - 1];

@@ -64,13 +64,24 @@ int64_t grove__embedding_padding_idx(const grove_module *m);
  * shift).  scale NULL means 1 and shift NULL the conv's bias, which is the
  * plain forward; a graph that fuses a following BatchNorm2d passes the
  * folded scale and (bias * scale + bn shift).  relu clamps at zero.
- * out_nhwc (honoured on the rows path, batched Conv2d) lays the output's
- * memory out NHWC: the same [N, C, H, W] tensor with strides [HWC, 1, WC, C],
- * which a following convolution reads without transposing (and anything
- * else reads as the strided tensor it is). */
+ * out_nhwc (honoured on the rows path, batched Conv2d; pass
+ * f->channels_last_ok or what a container knows of the reader) lays the
+ * output's memory out NHWC: the same [N, C, H, W] tensor with strides [HWC,
+ * 1, WC, C], which a following convolution, BatchNorm2d, activation or
+ * residual add reads without transposing (and anything else reads as the
+ * strided tensor it is). */
 grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
                                     grove_values *out, const float *scale, const float *shift,
                                     bool relu, bool out_nhwc);
+/* conv, then the BatchNorm2d bn folded into its epilogue (bn NULL: none;
+ * grove__conv_bn_fusable must hold), then ReLU when relu: one pass, as a
+ * graph or a Sequential fuses them when nothing observes the layers. */
+grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_module *bn,
+                                         bool relu, grove_fwd *f, const grove_values *in,
+                                         grove_values *out, bool out_nhwc);
+/* Whether bn is an eval BatchNorm2d with running statistics over conv's
+ * output channels, conv a Conv2d: then it folds into the convolution. */
+bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn);
 /* Whether the Conv2d m runs the rows path (and so reads and writes NHWC). */
 bool grove__conv_rows_path(const grove_module *m);
 int64_t grove__conv_out_channels(const grove_module *m);

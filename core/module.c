@@ -974,6 +974,15 @@ static grove_status forward_with_hooks(const grove_module *m, grove_fwd *f, cons
   const grove_observer *obs = f->observer;
   long watched = obs ? grove_observer_find(obs, m) : -1;
   const hook_list *pre[2] = {&global_fwd_pre, module_hooks(m, HK_FWD_PRE)};
+  const hook_list *post[2] = {&global_fwd, module_hooks(m, HK_FWD)};
+  /* Hooks and the observer see contiguous tensors, as before layers
+   * handed each other channels-last ones. */
+  const bool hooked = watched >= 0 || global_fwd_pre.n || global_fwd.n ||
+                      (pre[1] && pre[1]->n) || (post[1] && post[1]->n);
+  if (hooked) {
+    if ((s = grove__plain_values(f, &args))) return s;
+    f->channels_last_ok = false;
+  }
   for (int k = 0; k < 2; k++)
     for (size_t i = 0; pre[k] && i < pre[k]->n; i++)
       if ((s = ((grove_forward_pre_hook_fn)pre[k]->items[i].fn)(pre[k]->items[i].user, m, f,
@@ -982,7 +991,7 @@ static grove_status forward_with_hooks(const grove_module *m, grove_fwd *f, cons
   if (watched >= 0 && (obs->kinds[watched] & GROVE_OBSERVE_PRE))
     obs->fn(obs->ctx, (size_t)watched, GROVE_OBSERVE_PRE, m, &args);
   if ((s = m->type->forward(m, f, &args, out))) return s;
-  const hook_list *post[2] = {&global_fwd, module_hooks(m, HK_FWD)};
+  if (hooked && (s = grove__plain_values(f, out))) return s;
   for (int k = 0; k < 2; k++)
     for (size_t i = 0; post[k] && i < post[k]->n; i++)
       if ((s = ((grove_forward_hook_fn)post[k]->items[i].fn)(post[k]->items[i].user, m, f, &args,
@@ -996,8 +1005,12 @@ static grove_status forward_with_hooks(const grove_module *m, grove_fwd *f, cons
 grove_status grove_module_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                   grove_values *out) {
   if (!m->type->forward) return not_callable(m, f);
-  if (grove__no_forward_hooks() && !f->observer) return m->type->forward(m, f, in, out);
-  return forward_with_hooks(m, f, in, out);
+  /* A channels-last result goes back only to a caller that allows it. */
+  const bool channels_last = f->channels_last_ok;
+  grove_status s = grove__no_forward_hooks() && !f->observer ? m->type->forward(m, f, in, out)
+                                                             : forward_with_hooks(m, f, in, out);
+  if (!s && !channels_last) s = grove__plain_values(f, out);
+  return s;
 }
 
 grove_status grove_module_call(const grove_module *m, grove_fwd *f, const grove_tensor *x,

@@ -387,6 +387,21 @@ bool grove_tensor_is_contiguous(const grove_tensor *t) {
   return true;
 }
 
+bool grove__is_nhwc(const grove_tensor *t) {
+  if (t->ndim != 4) return false;
+  const int64_t C = t->shape[1], H = t->shape[2], W = t->shape[3];
+  return t->strides[1] == 1 && t->strides[3] == C && t->strides[2] == W * C &&
+         t->strides[0] == H * W * C && !grove_tensor_is_contiguous(t);
+}
+
+void grove__set_nhwc(grove_tensor *t) {
+  const int64_t C = t->shape[1], H = t->shape[2], W = t->shape[3];
+  t->strides[0] = H * W * C;
+  t->strides[1] = 1;
+  t->strides[2] = W * C;
+  t->strides[3] = C;
+}
+
 bool grove_tensor_same_shape(const grove_tensor *a, const grove_tensor *b) {
   if (a->ndim != b->ndim) return false;
   for (int i = 0; i < a->ndim; i++)

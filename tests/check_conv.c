@@ -13,10 +13,12 @@
  * (enough work for the transforms, patch rows, transposes and pools to be
  * cut between threads) on 1, 2 and 3 compute threads and wants identical
  * bits. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "layers_internal.h"
 #include "testutil.h"
 
@@ -621,6 +623,154 @@ START_TEST(test_threads_bitwise) {
 }
 END_TEST
 
+/* ------------------------------------------------------------ channels last */
+
+/* Random values into every parameter and buffer of m named in names. */
+static void randomize(grove_module *m, const char *const *names, int n, unsigned seed, float lo) {
+  for (int k = 0; k < n; k++) {
+    grove_tensor *t = grove_module_param(m, names[k]);
+    if (!t) t = grove_module_buffer(m, names[k]);
+    ck_assert_ptr_nonnull(t);
+    grove_tensor *r = rand_tensor(t->ndim, t->shape, seed + (unsigned)k);
+    float *d = t->data;
+    const float *v = r->data;
+    for (int64_t i = 0; i < grove_tensor_numel(t); i++) d[i] = lo + (v[i] + 1.0f) * 0.5f;
+    grove_tensor_release(r);
+  }
+}
+
+/* got (any layout) against want (contiguous), element by element. */
+static void assert_close_strided(const char *what, const grove_tensor *got,
+                                 const grove_tensor *want) {
+  ck_assert(grove_tensor_same_shape(got, want));
+  const float *w = want->data;
+  int64_t idx[4] = {0}, n = grove_tensor_numel(want);
+  for (int64_t k = 0; k < n; k++) {
+    int64_t off = 0;
+    for (int d = 0; d < 4; d++) off += idx[d] * got->strides[d];
+    const float g = ((const float *)got->data)[off];
+    ck_assert_msg(fabsf(g - w[k]) <= ATOL + RTOL * fabsf(w[k]), "%s: element %lld is %.9g, want %.9g",
+                  what, (long long)k, g, w[k]);
+    for (int d = 3; d >= 0; d--) {
+      if (++idx[d] < want->shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+static int hook_calls, hook_strided;
+static grove_status see_layout(void *user, const grove_module *m, grove_fwd *f,
+                               const grove_values *in, grove_values *out) {
+  hook_calls++;
+  for (int k = 0; k < in->n; k++) hook_strided += !grove_tensor_is_contiguous(&in->v[k]);
+  for (int k = 0; k < out->n; k++) hook_strided += !grove_tensor_is_contiguous(&out->v[k]);
+  return GROVE_OK;
+}
+
+/* A Sequential [Conv2d, BatchNorm2d, ReLU] (fused) hands its result on
+ * channels last exactly when its caller allows (grove_fwd.channels_last_ok);
+ * BatchNorm2d, ReLU and AdaptiveAvgPool2d read that layout as it is; a
+ * public call and every hook see contiguous tensors; values agree with the
+ * layers run one by one. */
+START_TEST(test_channels_last) {
+  grove_err err = {0};
+  const int64_t xs[4] = {3, 16, 9, 7};
+  grove_tensor *x = rand_tensor(4, xs, 11);
+  grove_module *seq = NULL, *conv = NULL, *bn = NULL, *relu = NULL, *gap = NULL;
+  const grove_conv_opts o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true);
+  ck_assert_ok(grove_sequential_new(&seq, &err), &err);
+  ck_assert_ok(grove_conv2d_new(16, 24, &o, &conv, &err), &err);
+  ck_assert_ok(grove_batch_norm2d_new(24, 1e-5, 0.1, true, true, &bn, &err), &err);
+  ck_assert_ok(grove_relu_new(&relu, &err), &err);
+  const int64_t one[2] = {1, 1};
+  ck_assert_ok(grove_adaptive_avg_pool2d_new(one, &gap, &err), &err);
+  static const char *const cw[] = {"weight", "bias"};
+  static const char *const bw[] = {"weight", "bias", "running_mean", "running_var"};
+  randomize(conv, cw, 2, 300, -0.5f);
+  randomize(bn, bw, 4, 400, 0.1f);
+  ck_assert_ok(conv->type->refresh(conv, &err), &err);
+  ck_assert_ok(bn->type->refresh(bn, &err), &err);
+  ck_assert_ok(grove_module_add_module(seq, "0", conv, &err), &err);
+  ck_assert_ok(grove_module_add_module(seq, "1", bn, &err), &err);
+  ck_assert_ok(grove_module_add_module(seq, "2", relu, &err), &err);
+  grove_module_eval(seq);
+  grove_module_eval(gap);
+  ck_assert(grove__conv_rows_path(conv));
+
+  grove_arena *a = grove_arena_new(0);
+  grove_fwd f = {.arena = a, .err = &err};
+  /* The reference: each layer on its own, contiguous tensors throughout. */
+  grove_tensor c, b, want, pooled;
+  ck_assert_ok(grove_module_call(conv, &f, x, &c), &err);
+  ck_assert_ok(grove_module_call(bn, &f, &c, &b), &err);
+  ck_assert_ok(grove_module_call(relu, &f, &b, &want), &err);
+  ck_assert_ok(grove_module_call(gap, &f, &want, &pooled), &err);
+  ck_assert(grove_tensor_is_contiguous(&c) && grove_tensor_is_contiguous(&want));
+
+  /* A caller that takes channels last gets it. */
+  grove_values in = {.n = 1}, out = {0};
+  in.v[0] = *x;
+  f.channels_last_ok = true;
+  ck_assert_ok(grove_module_forward(seq, &f, &in, &out), &err);
+  ck_assert_msg(grove__is_nhwc(&out.v[0]), "Sequential: result not channels last");
+  assert_close_strided("Sequential, channels last", &out.v[0], &want);
+  const grove_tensor nhwc = out.v[0];
+  /* Layers that read channels last as it is, and keep it. */
+  grove_values in2 = {.n = 1}, o2 = {0};
+  in2.v[0] = nhwc;
+  f.channels_last_ok = true;
+  ck_assert_ok(grove_module_forward(relu, &f, &in2, &o2), &err);
+  ck_assert(grove__is_nhwc(&o2.v[0]));
+  assert_close_strided("ReLU, channels last", &o2.v[0], &want);
+  f.channels_last_ok = true;
+  ck_assert_ok(grove_module_forward(gap, &f, &in2, &o2), &err);
+  assert_close_strided("AdaptiveAvgPool2d, channels last", &o2.v[0], &pooled);
+  f.channels_last_ok = true;
+  ck_assert_ok(grove_module_forward(conv, &f, &in, &o2), &err);
+  ck_assert(grove__is_nhwc(&o2.v[0]));
+  in2.v[0] = o2.v[0];
+  f.channels_last_ok = true;
+  ck_assert_ok(grove_module_forward(bn, &f, &in2, &o2), &err);
+  ck_assert(grove__is_nhwc(&o2.v[0]));
+  assert_close_strided("BatchNorm2d, channels last", &o2.v[0], &b);
+
+  /* A caller that did not ask (a zeroed flag: every public call) gets a
+   * contiguous tensor, from a channels-last input too. */
+  f.channels_last_ok = false;
+  ck_assert_ok(grove_module_forward(seq, &f, &in, &out), &err);
+  ck_assert(grove_tensor_is_contiguous(&out.v[0]));
+  assert_close_strided("Sequential, contiguous", &out.v[0], &want);
+  in2.v[0] = nhwc;
+  f.channels_last_ok = false;
+  ck_assert_ok(grove_module_forward(relu, &f, &in2, &o2), &err);
+  ck_assert(grove_tensor_is_contiguous(&o2.v[0]));
+  assert_close_strided("ReLU, contiguous", &o2.v[0], &want);
+  grove_tensor plain;
+  ck_assert_ok(grove__fwd_contig(&f, &nhwc, &plain), &err);
+  ck_assert(grove_tensor_is_contiguous(&plain));
+  assert_close_strided("a contiguous copy", &plain, &want);
+
+  /* Hooks see contiguous tensors (and unfuse the chain). */
+  uint64_t id;
+  hook_calls = hook_strided = 0;
+  ck_assert_ok(grove_module_register_forward_hook(relu, see_layout, NULL, false, &id), &err);
+  f.channels_last_ok = true;
+  ck_assert_ok(grove_module_forward(seq, &f, &in, &out), &err);
+  ck_assert_int_eq(hook_calls, 1);
+  ck_assert_int_eq(hook_strided, 0);
+  assert_close_strided("Sequential, hooked", &out.v[0], &want);
+  ck_assert(grove_module_remove_hook(relu, id));
+
+  grove_arena_free(a);
+  grove_module_release(conv);
+  grove_module_release(bn);
+  grove_module_release(relu);
+  grove_module_release(seq);
+  grove_module_release(gap);
+  grove_tensor_release(x);
+}
+END_TEST
+
 static Suite *conv_suite(void) {
   Suite *s = suite_create("conv");
   TCase *tc = tcase_create("parity");
@@ -628,6 +778,7 @@ static Suite *conv_suite(void) {
   tcase_add_test(tc, test_strided_input);
   tcase_add_test(tc, test_epilogue);
   tcase_add_test(tc, test_threads_bitwise);
+  tcase_add_test(tc, test_channels_last);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_test(tc, test_shape_errors);

@@ -82,6 +82,14 @@ typedef struct grove_fwd {
   grove_arena *arena;
   grove_err *err;
   const grove_observer *observer;
+  /* Set by a container (a graph, Sequential) just before it calls a child
+   * whose result stays inside the model: the child may then return a
+   * [N, C, H, W] tensor laid out channels last (strides [HWC, 1, WC, C]),
+   * as a convolution computes it, so that the next layer reads it without
+   * a transpose.  Read by the callee at entry and changed by the calls it
+   * makes.  Left false (as by a zeroed grove_fwd), grove_module_forward
+   * returns contiguous tensors, and hooks always see contiguous ones. */
+  bool channels_last_ok;
 } grove_fwd;
 
 /* The index of m in o->modules, or -1 when o is NULL or does not watch m.
