@@ -1751,6 +1751,8 @@ typedef struct pool_par {
   const float *x;
   float *y;
   int64_t H, W, OH, OW;
+  int64_t C;   /* channels last: floats per position */
+  double *acc; /* AdaptiveAvgPool2d to 1 x 1, channels last: C doubles per image */
 } pool_par;
 
 static void pool_planes(void *ctx, int64_t b, int64_t e) {
@@ -1772,16 +1774,9 @@ static void pool_planes(void *ctx, int64_t b, int64_t e) {
 /* AdaptiveAvgPool2d to 1 x 1 of a channels-last input: images [b, e), each
  * the mean of its HW positions per channel, summed in the same order and
  * precision as adaptive_plane does, so the same bits. */
-typedef struct gap_par {
-  const float *x;
-  float *y;
-  double *acc; /* C doubles per image */
-  int64_t C, HW;
-} gap_par;
-
 static void gap_images(void *ctx, int64_t b, int64_t e) {
-  const gap_par *c = ctx;
-  const int64_t C = c->C, HW = c->HW;
+  const pool_par *c = ctx;
+  const int64_t C = c->C, HW = c->H * c->W;
   for (int64_t i = b; i < e; i++) {
     double *restrict acc = c->acc + i * C;
     const float *x = c->x + i * HW * C;
@@ -1792,26 +1787,51 @@ static void gap_images(void *ctx, int64_t b, int64_t e) {
   }
 }
 
+/* MaxPool2d of a channels-last input into a channels-last output: output
+ * rows [b, e) (row = image * OH + oh), the window visited in max_plane's
+ * order with its NaN rule, C channels at a time, so the same values. */
+static void max_rows_nhwc(void *ctx, int64_t b, int64_t e) {
+  const pool_par *c = ctx;
+  const pool_impl *p = c->p;
+  const int64_t H = c->H, W = c->W, OH = c->OH, OW = c->OW, C = c->C;
+  for (int64_t row = b; row < e; row++) {
+    const int64_t i = row / OH, oh = row % OH;
+    const float *x = c->x + i * H * W * C;
+    const int64_t h0 = oh * p->stride[0] - p->pad[0];
+    for (int64_t ow = 0; ow < OW; ow++) {
+      float *restrict y = c->y + ((i * OH + oh) * OW + ow) * C;
+      for (int64_t k = 0; k < C; k++) y[k] = -INFINITY;
+      const int64_t w0 = ow * p->stride[1] - p->pad[1];
+      for (int64_t a = 0; a < p->k[0]; a++) {
+        const int64_t ih = h0 + a * p->dil[0];
+        if (ih < 0 || ih >= H) continue;
+        for (int64_t j = 0; j < p->k[1]; j++) {
+          const int64_t iw = w0 + j * p->dil[1];
+          if (iw < 0 || iw >= W) continue;
+          const float *restrict v = x + (ih * W + iw) * C;
+          for (int64_t k = 0; k < C; k++) y[k] = (v[k] > y[k] || v[k] != v[k]) ? v[k] : y[k];
+        }
+      }
+    }
+  }
+}
+
 static grove_status pool_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                  grove_values *out) {
   const pool_impl *p = m->impl;
   const char *T = m->type->name;
   grove_tensor x;
   grove_status s;
-  if (p->kind == POOL_ADAPTIVE && p->osize[0] == 1 && p->osize[1] == 1 && in->n == 1 &&
-      in->v[0].dtype == GROVE_F32 && grove__is_nhwc(&in->v[0])) {
-    const grove_tensor *xt = &in->v[0];
-    const int64_t N = xt->shape[0], C = xt->shape[1], HW = xt->shape[2] * xt->shape[3];
-    const int64_t oshape[4] = {N, C, 1, 1};
-    if ((s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, 4, oshape)) != GROVE_OK) return s;
-    out->n = 1;
-    double *acc = grove_arena_alloc(f->arena, (size_t)(N * C) * sizeof(double) + 1);
-    if (!acc) return scratch_error(f, T);
-    gap_par c = {.x = xt->data, .y = out->v[0].data, .acc = acc, .C = C, .HW = HW};
-    grove__parallel_for(N, (4 * PAR_FLOATS + HW * C - 1) / (HW * C), gap_images, &c);
-    return GROVE_OK;
-  }
-  if ((s = grove__layer_input(T, f, in, GROVE_F32, &x)) != GROVE_OK) return s;
+  /* Channels last (from a convolution) is read as it is by MaxPool2d and
+   * by AdaptiveAvgPool2d to 1 x 1; the others get a contiguous copy. */
+  const bool global = p->kind == POOL_ADAPTIVE && p->osize[0] == 1 && p->osize[1] == 1;
+  const bool nhwc = in->n == 1 && in->v[0].dtype == GROVE_F32 && grove__is_nhwc(&in->v[0]) &&
+                    (p->kind == POOL_MAX || global);
+  if (nhwc)
+    x = in->v[0];
+  else if ((s = grove__layer_input(T, f, in, GROVE_F32, &x)) != GROVE_OK)
+    return s;
+
   if (x.ndim != 3 && x.ndim != 4)
     return shape_error(f, T, "a 3-d or 4-d input ([C, H, W] or [N, C, H, W])", &x);
   const int64_t H = x.shape[x.ndim - 2], W = x.shape[x.ndim - 1];
@@ -1840,6 +1860,22 @@ static grove_status pool_forward(const grove_module *m, grove_fwd *f, const grov
   if (s != GROVE_OK) return s;
   out->n = 1;
   if (H * W == 0) return GROVE_OK;
+  if (nhwc) {
+    const int64_t N = x.shape[0], C = x.shape[1];
+    pool_par c = {.p = p, .x = x.data, .y = out->v[0].data, .H = H, .W = W, .OH = OH, .OW = OW,
+                  .C = C};
+    if (global) {
+      /* [N, C, 1, 1] is contiguous in either layout. */
+      if (!(c.acc = grove_arena_alloc(f->arena, (size_t)(N * C) * sizeof(double) + 1)))
+        return scratch_error(f, T);
+      grove__parallel_for(N, (4 * PAR_FLOATS + H * W * C - 1) / (H * W * C), gap_images, &c);
+    } else {
+      grove__set_nhwc(&out->v[0]);
+      const int64_t per = p->k[0] * p->k[1] * OW * C; /* floats read per output row */
+      grove__parallel_for(N * OH, (4 * PAR_FLOATS + per - 1) / per, max_rows_nhwc, &c);
+    }
+    return GROVE_OK;
+  }
   /* Planes are independent: the compute threads take runs of them. */
   pool_par c = {.p = p, .x = x.data, .y = out->v[0].data, .H = H, .W = W, .OH = OH, .OW = OW};
   int64_t per = H * W + OH * OW; /* floats touched per plane, about */

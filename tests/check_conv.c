@@ -669,7 +669,7 @@ static grove_status see_layout(void *user, const grove_module *m, grove_fwd *f,
 
 /* A Sequential [Conv2d, BatchNorm2d, ReLU] (fused) hands its result on
  * channels last exactly when its caller allows (grove_fwd.channels_last_ok);
- * BatchNorm2d, ReLU and AdaptiveAvgPool2d read that layout as it is; a
+ * BatchNorm2d, ReLU, MaxPool2d and AdaptiveAvgPool2d read that layout as it is; a
  * public call and every hook see contiguous tensors; values agree with the
  * layers run one by one. */
 START_TEST(test_channels_last) {
@@ -725,6 +725,18 @@ START_TEST(test_channels_last) {
   f.channels_last_ok = true;
   ck_assert_ok(grove_module_forward(gap, &f, &in2, &o2), &err);
   assert_close_strided("AdaptiveAvgPool2d, channels last", &o2.v[0], &pooled);
+  {
+    const int64_t k3[2] = {3, 3}, s2[2] = {2, 2}, p1[2] = {1, 1};
+    grove_module *mp = NULL;
+    ck_assert_ok(grove_max_pool2d_new(k3, s2, p1, NULL, true, &mp, &err), &err);
+    grove_tensor pw;
+    ck_assert_ok(grove_module_call(mp, &f, &want, &pw), &err);
+    f.channels_last_ok = true;
+    ck_assert_ok(grove_module_forward(mp, &f, &in2, &o2), &err);
+    ck_assert(grove__is_nhwc(&o2.v[0]));
+    assert_close_strided("MaxPool2d, channels last", &o2.v[0], &pw);
+    grove_module_release(mp);
+  }
   f.channels_last_ok = true;
   ck_assert_ok(grove_module_forward(conv, &f, &in, &o2), &err);
   ck_assert(grove__is_nhwc(&o2.v[0]));
