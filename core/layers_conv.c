@@ -832,12 +832,20 @@ static void par_rows(void *ctx, int64_t b, int64_t e) {
  * touches at most: about a quarter of L2. */
 #define FUSED_STEP_FLOATS ((int64_t)64 << 10)
 
-/* Indices per chunk for n indices of macs multiply-adds each: at least
- * FUSED_MIN_MACS of work, and about four chunks per compute thread, so that
- * a helper that comes late still finds work. */
-static int64_t fused_grain(int64_t n, int64_t macs) {
+/* Product rows a fused chunk is given at least where it can: each chunk
+ * reads the whole weight, so fewer rows would make the products wait for
+ * it (2-row chunks of an 8 x 8 layer at batch 1 read 1 MB per 2 rows). */
+#define FUSED_MIN_ROWS 24
+
+/* Indices per chunk for n indices of macs multiply-adds and rows product
+ * rows each: at least FUSED_MIN_MACS of work and FUSED_MIN_ROWS rows, and
+ * about four chunks per compute thread, so that a helper that comes late
+ * still finds work. */
+static int64_t fused_grain(int64_t n, int64_t macs, int64_t rows) {
   int64_t lo = (FUSED_MIN_MACS + macs - 1) / (macs > 0 ? macs : 1);
+  int64_t lr = (FUSED_MIN_ROWS + rows - 1) / rows;
   int64_t per = (n + 4 * grove_compute_threads() - 1) / (4 * grove_compute_threads());
+  if (lr > lo) lo = lr;
   return per > lo ? per : lo;
 }
 
@@ -860,6 +868,16 @@ static void par_wino_fused(void *ctx, int64_t b, int64_t e) {
                               w->M + (k * T + t0) * Co, GROVE__ACT_NONE);
     par_wino_out((void *)&w->out, t0, t1);
   }
+}
+
+/* Products [b, e) of the 16 of a Winograd chunk, each over all its tiles. */
+static void par_wino_k(void *ctx, int64_t b, int64_t e) {
+  const wino_fused *w = ctx;
+  const conv_impl *p = w->in.p;
+  const int64_t T = w->in.T;
+  for (int64_t k = b; k < e; k++)
+    grove__linear_run_alone(p->wino[k], w->V + k * T * p->cin, T, NULL, w->M + k * T * p->cout,
+                            GROVE__ACT_NONE);
 }
 
 /* The product stage of the rows path by Winograd: cnt images of xt (NHWC)
@@ -887,7 +905,17 @@ static void conv_winograd(const conv_impl *p, const float *xt, int64_t cnt, int6
     }
     w.step = FUSED_STEP_FLOATS / (16 * (C + Co));
     if (w.step < 1) w.step = 1;
-    grove__parallel_for(T, fused_grain(T, 16 * C * Co), par_wino_fused, &w);
+    const int threads = grove_compute_threads();
+    if (threads == 1 || T >= 2 * threads * FUSED_MIN_ROWS) {
+      grove__parallel_for(T, fused_grain(T, 16 * C * Co, 1), par_wino_fused, &w);
+      return;
+    }
+    /* Too few tiles to give every thread rows enough (small images at small
+     * batches): the threads share out the 16 products instead, each over
+     * every tile, between the two transforms. */
+    grove__parallel_for(T, par_grain(32 * C), par_wino_in, &w.in);
+    grove__parallel_for(16, 1, par_wino_k, &w);
+    grove__parallel_for(T, par_grain(20 * Co), par_wino_out, &w.out);
     return;
   }
   /* OpenBLAS products: each runs on OpenBLAS's threads, between stages. */
@@ -1001,7 +1029,7 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
         w.step = FUSED_STEP_FLOATS / (16 * (K + cout_g));
         if (w.step < 1) w.step = 1;
         const int64_t nblk = cnt * w.blocks;
-        grove__parallel_for(nblk, fused_grain(nblk, 16 * K * cout_g), par_rows_fused, &w);
+        grove__parallel_for(nblk, fused_grain(nblk, 16 * K * cout_g, 16), par_rows_fused, &w);
         continue;
       } else {
         if (!direct) {

@@ -567,8 +567,8 @@ static void check_threads(const char *what, grove_module *m, const grove_tensor 
 
 START_TEST(test_threads_bitwise) {
   grove_err err = {0};
-  const int64_t xs[4] = {8, 32, 20, 19};
-  grove_tensor *x = rand_tensor(4, xs, 7);
+  const int64_t xs[4] = {8, 32, 20, 19}, ss[4] = {1, 32, 7, 6};
+  grove_tensor *x = rand_tensor(4, xs, 7), *small = rand_tensor(4, ss, 8);
   /* Winograd (3x3 stride 1), patch rows (stride 2; grouped 5x5; dilated),
    * and the direct 1x1, each with NCHW and NHWC output. */
   const grove_conv_opts opts[] = {co(3, 3, 1, 1, 1, 1, 1, 1, 1, true),
@@ -589,6 +589,10 @@ START_TEST(test_threads_bitwise) {
       char what[64];
       snprintf(what, sizeof what, "conv case %zu%s", k, nhwc ? " (nhwc out)" : "");
       check_threads(what, m, x, true, nhwc);
+      /* One small image: too few Winograd tiles for chunks of tiles, so
+       * the threads share out the 16 products instead. */
+      snprintf(what, sizeof what, "conv case %zu, small%s", k, nhwc ? " (nhwc out)" : "");
+      check_threads(what, m, small, true, nhwc);
     }
     grove_module_release(m);
   }
@@ -620,6 +624,7 @@ START_TEST(test_threads_bitwise) {
     grove_module_release(bn);
   }
   grove_tensor_release(x);
+  grove_tensor_release(small);
 }
 END_TEST
 
