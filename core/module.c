@@ -1005,11 +1005,13 @@ static grove_status forward_with_hooks(const grove_module *m, grove_fwd *f, cons
 grove_status grove_module_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                   grove_values *out) {
   if (!m->type->forward) return not_callable(m, f);
-  /* A channels-last result goes back only to a caller that allows it. */
+  /* A channels-last result goes back only to a caller that allows it; the
+   * flag is the caller's again afterwards, whatever the calls inside set. */
   const bool channels_last = f->channels_last_ok;
   grove_status s = grove__no_forward_hooks() && !f->observer ? m->type->forward(m, f, in, out)
                                                              : forward_with_hooks(m, f, in, out);
   if (!s && !channels_last) s = grove__plain_values(f, out);
+  f->channels_last_ok = channels_last;
   return s;
 }
 
@@ -1017,7 +1019,10 @@ grove_status grove_module_call(const grove_module *m, grove_fwd *f, const grove_
                                grove_tensor *y) {
   grove_values in = {.n = 1}, out = {0};
   in.v[0] = *x;
+  const bool channels_last = f->channels_last_ok;
+  f->channels_last_ok = false; /* y is contiguous, as module.h says */
   grove_status s = grove_module_forward(m, f, &in, &out);
+  f->channels_last_ok = channels_last;
   if (s) return s;
   if (out.n < 1) return grove_err_set(f->err, GROVE_E_INTERNAL, "%s returned nothing", m->type->name);
   *y = out.v[0];

@@ -86,9 +86,10 @@ typedef struct grove_fwd {
    * whose result stays inside the model: the child may then return a
    * [N, C, H, W] tensor laid out channels last (strides [HWC, 1, WC, C]),
    * as a convolution computes it, so that the next layer reads it without
-   * a transpose.  Read by the callee at entry and changed by the calls it
-   * makes.  Left false (as by a zeroed grove_fwd), grove_module_forward
-   * returns contiguous tensors, and hooks always see contiguous ones. */
+   * a transpose.  Read by the callee at entry; grove_module_forward gives
+   * it back unchanged.  Left false (as by a zeroed grove_fwd),
+   * grove_module_forward returns contiguous tensors (grove_module_call
+   * always does), and hooks always see contiguous ones. */
   bool channels_last_ok;
 } grove_fwd;
 
