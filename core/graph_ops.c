@@ -138,13 +138,16 @@ static void binary_run(int op, float alpha, const float *pa, int64_t sa, const f
 typedef struct dense_par {
   int op;
   float alpha;
-  const float *a, *b;
+  const float *a;
+  int64_t sa; /* 1, or 0 for a single number */
+  const float *b;
+  int64_t sb;
   float *y;
 } dense_par;
 
 static void dense_chunk(void *ctx, int64_t b, int64_t e) {
   const dense_par *c = ctx;
-  binary_run(c->op, c->alpha, c->a + b, 1, c->b + b, 1, c->y + b, e - b);
+  binary_run(c->op, c->alpha, c->a + b * c->sa, c->sa, c->b + b * c->sb, c->sb, c->y + b, e - b);
 }
 
 /* Elements per chunk of a dense elementwise pass: large enough that a
@@ -160,21 +163,28 @@ grove_status grove__op_binary(grove_fwd *f, int op, const grove_tensor *a, const
   int nd;
   int64_t shape[GROVE_MAX_DIMS];
   grove_status s;
-  if (grove__is_nhwc(a) && grove__is_nhwc(b) && grove_tensor_same_shape(a, b)) {
-    /* Two channels-last tensors of one shape (a residual add between
-     * convolutions): one dense run, and the result keeps their layout. */
-    if (into)
+  /* A channels-last tensor with another of its shape and layout (a
+   * residual add between convolutions) or with a single number: one dense
+   * run, and the result keeps the layout. */
+  const bool na = grove__is_nhwc(a), nb = grove__is_nhwc(b);
+  const bool one_a = grove_tensor_numel(a) == 1 && a->ndim <= 4;
+  const bool one_b = grove_tensor_numel(b) == 1 && b->ndim <= 4;
+  if ((na && nb && grove_tensor_same_shape(a, b)) || (na && one_b) || (nb && one_a)) {
+    const grove_tensor *t = na ? a : b;
+    if (into && grove__is_nhwc(into) && grove_tensor_same_shape(into, t))
       *out = *into;
-    else if ((s = grove_fwd_alloc(f, out, GROVE_F32, 4, a->shape)))
+    else if ((s = grove_fwd_alloc(f, out, GROVE_F32, 4, t->shape)))
       return s;
     else
       grove__set_nhwc(out);
-    dense_par c = {op, (float)alpha, a->data, b->data, out->data};
-    grove__parallel_for(grove_tensor_numel(a), DENSE_GRAIN, dense_chunk, &c);
+    dense_par c = {op, (float)alpha, a->data, na ? 1 : 0, b->data, nb ? 1 : 0, out->data};
+    grove__parallel_for(grove_tensor_numel(t), DENSE_GRAIN, dense_chunk, &c);
     return GROVE_OK;
   }
   if ((s = broadcast(f, a, b, &nd, shape))) return s;
-  if (into && into->ndim == nd && memcmp(into->shape, shape, (size_t)nd * sizeof(int64_t)) == 0)
+  /* The loops below write the result in contiguous order. */
+  if (into && grove_tensor_is_contiguous(into) && into->ndim == nd &&
+      memcmp(into->shape, shape, (size_t)nd * sizeof(int64_t)) == 0)
     *out = *into;
   else if ((s = grove_fwd_alloc(f, out, GROVE_F32, nd, shape)))
     return s;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "graph.h"
 #include "layers_internal.h"
 #include "testutil.h"
 
@@ -750,6 +751,33 @@ START_TEST(test_channels_last) {
   ck_assert_ok(grove_module_forward(bn, &f, &in2, &o2), &err);
   ck_assert(grove__is_nhwc(&o2.v[0]));
   assert_close_strided("BatchNorm2d, channels last", &o2.v[0], &b);
+
+  /* Arithmetic on channels last (graph_ops.c): with a number, in place,
+   * the layout stays; with a broadcast operand, the result is contiguous
+   * even when offered the channels-last operand's memory. */
+  {
+    const int64_t C = want.shape[1], n = grove_tensor_numel(&want);
+    grove_tensor cl, y, half, bias;
+    ck_assert_ok(grove_fwd_alloc(&f, &cl, GROVE_F32, 4, nhwc.shape), &err);
+    grove__set_nhwc(&cl);
+    memcpy(cl.data, nhwc.data, (size_t)n * sizeof(float));
+    float h = 0.5f;
+    grove_tensor_init(&half, GROVE_F32, 0, NULL, &h);
+    ck_assert_ok(grove__op_binary(&f, GROVE__BIN_MUL, &cl, &half, 1.0, &y, &cl), &err);
+    ck_assert(grove__is_nhwc(&y) && y.data == cl.data);
+    grove_tensor halved;
+    ck_assert_ok(grove_fwd_alloc(&f, &halved, GROVE_F32, 4, want.shape), &err);
+    for (int64_t k = 0; k < n; k++) ((float *)halved.data)[k] = ((const float *)want.data)[k] * h;
+    assert_close_strided("NHWC * 0.5 in place", &y, &halved);
+    const int64_t bs[3] = {C, 1, 1};
+    ck_assert_ok(grove_fwd_alloc(&f, &bias, GROVE_F32, 3, bs), &err);
+    for (int64_t k = 0; k < C; k++) ((float *)bias.data)[k] = (float)k;
+    ck_assert_ok(grove__op_binary(&f, GROVE__BIN_ADD, &y, &bias, 1.0, &o2.v[0], &y), &err);
+    ck_assert(grove_tensor_is_contiguous(&o2.v[0]));
+    const int64_t HW = want.shape[2] * want.shape[3];
+    for (int64_t k = 0; k < n; k++) ((float *)halved.data)[k] += (float)(k / HW % C);
+    assert_close_strided("NHWC + bias[C, 1, 1]", &o2.v[0], &halved);
+  }
 
   /* A caller that did not ask (a zeroed flag: every public call) gets a
    * contiguous tensor, from a channels-last input too. */
