@@ -746,6 +746,33 @@ static grove_status settle(run *r, int i, gval *v, bool external) {
   return GROVE_OK;
 }
 
+/* A large copy between two ranges that do not overlap, cut between the
+ * compute threads (a node's output moved down onto a dead input at least
+ * its size: each chunk's source is read by that chunk only). */
+typedef struct copy_par {
+  char *dst;
+  const char *src;
+  size_t bytes;
+} copy_par;
+
+#define COPY_GRAIN ((int64_t)256 << 10)
+
+static void copy_chunk(void *ctx, int64_t b, int64_t e) {
+  const copy_par *c = ctx;
+  const size_t end = (size_t)e * COPY_GRAIN < c->bytes ? (size_t)e * COPY_GRAIN : c->bytes;
+  memcpy(c->dst + (size_t)b * COPY_GRAIN, c->src + (size_t)b * COPY_GRAIN,
+         end - (size_t)b * COPY_GRAIN);
+}
+
+static void move_down(char *dst, const char *src, size_t bytes) {
+  if (dst + bytes <= src && bytes >= 4 * (size_t)COPY_GRAIN) {
+    copy_par c = {dst, src, bytes};
+    grove__parallel_for((int64_t)((bytes + COPY_GRAIN - 1) / COPY_GRAIN), 1, copy_chunk, &c);
+    return;
+  }
+  memmove(dst, src, bytes);
+}
+
 grove_status grove__arena_keep(grove_arena *a, grove_arena_mark m, grove__keep *keep, int n,
                                grove_err *err) {
   if (n == 1) {
@@ -754,7 +781,7 @@ grove_status grove__arena_keep(grove_arena *a, grove_arena_mark m, grove__keep *
     grove_arena_rewind(a, m);
     void *p = grove_arena_alloc(a, keep[0].bytes);
     if (!p) return grove_err_set(err, GROVE_E_NOMEM, "out of scratch memory");
-    if (p != keep[0].start) memmove(p, keep[0].start, keep[0].bytes);
+    if (p != keep[0].start) move_down(p, keep[0].start, keep[0].bytes);
     keep[0].moved = p;
     keep[0].end = grove_arena_mark_get(a);
     return GROVE_OK;
