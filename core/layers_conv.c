@@ -583,10 +583,14 @@ static void wino_out_scalar(const float *M, int64_t ms, int64_t c0, int64_t c1, 
 #pragma GCC target("avx512f")
 #endif
 
+/* The 4 x 4 loops are unrolled by hand's worth of pragmas: at -O2 GCC
+ * does not unroll them, and a t[][] indexed by a loop variable lives on the
+ * stack (its stores and reloads were most of this function's time). */
 static void wino_in_avx512(const float *const d[16], int64_t C, float *V, int64_t vs) {
   int64_t c = 0;
   for (; c + 16 <= C; c += 16) {
     __m512 t[4][4];
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
       const __m512 d0 = _mm512_loadu_ps(d[j] + c), d1 = _mm512_loadu_ps(d[4 + j] + c);
       const __m512 d2 = _mm512_loadu_ps(d[8 + j] + c), d3 = _mm512_loadu_ps(d[12 + j] + c);
@@ -595,6 +599,7 @@ static void wino_in_avx512(const float *const d[16], int64_t C, float *V, int64_
       t[2][j] = _mm512_sub_ps(d2, d1);
       t[3][j] = _mm512_sub_ps(d1, d3);
     }
+#pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
       _mm512_storeu_ps(V + (4 * r + 0) * vs + c, _mm512_sub_ps(t[r][0], t[r][2]));
       _mm512_storeu_ps(V + (4 * r + 1) * vs + c, _mm512_add_ps(t[r][1], t[r][2]));
@@ -616,6 +621,7 @@ static void wino_out_avx512(const float *M, int64_t ms, int64_t Co, float *const
   int64_t c = 0;
   for (; c + 16 <= Co; c += 16) {
     __m512 s[2][4];
+#pragma GCC unroll 4
     for (int q = 0; q < 4; q++) {
       const __m512 m0 = _mm512_loadu_ps(M + q * ms + c), m1 = _mm512_loadu_ps(M + (4 + q) * ms + c);
       const __m512 m2 = _mm512_loadu_ps(M + (8 + q) * ms + c);
@@ -623,6 +629,7 @@ static void wino_out_avx512(const float *M, int64_t ms, int64_t Co, float *const
       s[0][q] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
       s[1][q] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
     }
+#pragma GCC unroll 2
     for (int a = 0; a < 2; a++) {
       if (y[2 * a])
         _mm512_storeu_ps(y[2 * a] + c,
