@@ -259,17 +259,28 @@ static char *dir_weights(const char *dir, grove_err *err) {
 }
 
 /* Freeing a version means unmapping and freeing all its weights: tens of
- * milliseconds for a large model, which the loop must not spend while
- * requests wait for their batches.  The last reference is dropped in the
- * pool instead (or here when the loop is going away). */
+ * milliseconds for a large model, which neither the loop nor a worker must
+ * spend while requests wait for their batches.  The last reference is
+ * dropped in the pool instead, at idle priority like a build (or at once
+ * when the loop is going away).  Workers hand their batch's reference back
+ * to the loop for this (batcher.c): the batch that ends last on the old
+ * version used to free it on its worker, before the worker took its next
+ * batch. */
 typedef struct release_req {
   uv_work_t work;
+  srv_server *srv;
   srv_version *v;
 } release_req;
 
+static const char *run_niced(srv_server *srv, void (*fn)(void *), void *arg);
+
+static void release_version(void *arg) {
+  grove__version_release(arg);
+}
+
 static void release_work(uv_work_t *w) {
   release_req *q = w->data;
-  grove__version_release(q->v);
+  run_niced(q->srv, release_version, q->v);
 }
 
 static void release_done(uv_work_t *w, int status) {
@@ -277,14 +288,16 @@ static void release_done(uv_work_t *w, int status) {
   free(w->data);
 }
 
-static void release_off_loop(srv_server *srv, srv_version *v) {
+void grove__version_release_off_loop(srv_server *srv, srv_version *v) {
   if (!v) return;
-  if (atomic_load(&v->refs) > 1 || grove__admin_closing(srv)) {
+  /* refs only falls once v is not current: 1 means this is the last. */
+  if (atomic_load(&v->refs) > 1 || grove__admin_closing(srv) || !srv->admin) {
     grove__version_release(v); /* not the last, or no pool to hand it to */
     return;
   }
   release_req *q = calloc(1, sizeof *q);
   if (q) {
+    q->srv = srv;
     q->v = v;
     q->work.data = q;
     if (uv_queue_work(&srv->loop, &q->work, release_work, release_done) == 0) return;
@@ -299,7 +312,7 @@ static void job_free(rjob *j) {
   free(j->model_dir);
   free(j->dir);
   free(j->weights_path);
-  release_off_loop(j->srv, j->cur);
+  grove__version_release_off_loop(j->srv, j->cur);
   grove_model_free(j->model);
   grove_sd_free(j->sd);
   grove_load_report_fini(&j->rep);
@@ -383,7 +396,7 @@ static void install(rjob *j, srv_version *v) {
   /* Hooks re-resolve against the new tree now, so that patterns that
    * stopped matching are logged with the reload, not at the next batch. */
   grove__telemetry_on_version_swap(j->srv, m);
-  release_off_loop(j->srv, old);
+  grove__version_release_off_loop(j->srv, old);
 }
 
 static void start(rjob *j);
