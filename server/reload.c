@@ -472,7 +472,9 @@ static void count_result(rjob *j) {
  * keep theirs for in-place loads, which run while the model is paused.
  * Only with one compute thread per forward: a thread at idle priority that
  * started a pool of compute helpers (core/gemm.c) would leave them at idle
- * priority for the workers that use them later. */
+ * priority for the workers that use them later.  What the build shares with
+ * normal threads (a malloc arena, the address space's lock around mmap) it
+ * holds briefly, and nothing on a worker's path takes either. */
 #define BUILD_NICE 10
 
 typedef struct niced {
