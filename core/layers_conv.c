@@ -104,7 +104,10 @@ typedef struct conv_impl {
   int pad_kind;       /* 0 numbers, 1 "same", 2 "valid" */
   bool use_bias;
   int64_t K; /* cin/groups * kh * kw: one row of weight.view(out, -1) */
-  float *w;  /* [cout, K] float32, copied from the weight in refresh */
+  /* [cout, K] float32, copied from the weight in refresh for the columns
+   * path; left untouched (its zero pages cost no memory) while the rows
+   * path runs, which computes from its packs alone. */
+  float *w;
   float *bias;
   float *ones; /* cout ones: the scale of a plain convolution */
   /* The rows path (see conv_rows): one pack per group of the weight with K
@@ -274,7 +277,9 @@ static grove_status conv_refresh(grove_module *m, grove_err *err) {
     }
     p->w = old;
   }
-  if (!s) memcpy(p->w, wf, (size_t)(p->cout * p->K) * sizeof(float));
+  /* A copy the rows path never reads would be one more resident copy of
+   * the weights in every serving version. */
+  if (!s && !p->packs) memcpy(p->w, wf, (size_t)(p->cout * p->K) * sizeof(float));
   free(wf);
   if (!s && b) s = grove__copy_f32(p->bias, p->cout, b, T, "bias", err);
   if (s) return s;
