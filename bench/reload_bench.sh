@@ -7,7 +7,8 @@
 #        steady    grove bench mlp --concurrency C --batch 1 --seconds S
 #        full      the same while another client reloads B, A, B, ... back to back
 #        in place  the same with reload --in-place
-#      and a table of p50/p99 (best and median round), errors, reloads done.
+#      and a table of p50/p99 (best and median round), errors, reloads done, and the p99 over
+#      the same round's steady p99 (median over rounds).
 #   2. Memory.  groved (one worker) serves a BIG_MB model (4 x Linear(N, N)); for a full
 #      reload from safetensors, a full reload from .pt and an in-place reload, the peak RSS
 #      (VmHWM after clear_refs) and the peak anonymous and file-backed RSS (sampled every
@@ -16,7 +17,9 @@
 # Environment: GROVE_RELOAD_BENCH_ROUNDS (3; 0 skips part 1), GROVE_RELOAD_BENCH_SECONDS (4),
 # GROVE_RELOAD_BENCH_CONCURRENCY (8), GROVE_RELOAD_BENCH_BIG_MB (256; 0 skips part 2),
 # GROVE_RELOAD_BENCH_BASELINE (another build's grove binary, groved beside it: every
-# measurement also runs on it, alternating with this build's, for a same-run comparison).
+# measurement also runs on it, alternating with this build's, for a same-run comparison),
+# GROVE_RELOAD_BENCH_KINDS (runs of part 1, of steady, full, full5, inplace5 and control:
+# reloads that fail at once, the clients' and RPCs' share of a storm; default all but control).
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,12 +43,17 @@ echo "== hot reload: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadav
 GROVE="$grove_bin" GROVED="$groved_bin" WORK="$work" ROOT="$root" \
   ROUNDS=${GROVE_RELOAD_BENCH_ROUNDS:-3} SECONDS_=${GROVE_RELOAD_BENCH_SECONDS:-4} \
   CONC=${GROVE_RELOAD_BENCH_CONCURRENCY:-8} BIG_MB=${GROVE_RELOAD_BENCH_BIG_MB:-256} \
-  BASELINE=${GROVE_RELOAD_BENCH_BASELINE:-} \
+  BASELINE=${GROVE_RELOAD_BENCH_BASELINE:-} KINDS=${GROVE_RELOAD_BENCH_KINDS:-} \
   "$python" - <<'EOF'
 import os, signal, socket, statistics, subprocess, sys, threading, time
 sys.path.insert(0, os.path.join(os.environ["ROOT"], "tools"))
+sys.path.insert(0, os.path.join(os.environ["ROOT"], "python"))
 import torch, torch.nn as nn
 import grove_export
+os.environ.setdefault("GROVE_CLIENT_LIB",
+                      os.path.join(os.path.dirname(os.path.realpath(os.environ["GROVE"])),
+                                   "libgrove-client.so"))
+import grove as grove_client
 
 GROVE, GROVED, WORK = os.environ["GROVE"], os.environ["GROVED"], os.environ["WORK"]
 ROUNDS, SECONDS, CONC = int(os.environ["ROUNDS"]), os.environ["SECONDS_"], os.environ["CONC"]
@@ -85,28 +93,23 @@ def bench(url, name, grove=GROVE):
     return {k: float(v) for k, v in kv.items()}
 
 
-def idle():
-    os.nice(10)
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        pass
+def storm(url, name, files, extra, gap, stop_ev, out):
+    """Reloads B, A, B, ... until stop_ev, gap seconds apart (0: back to back).
 
-
-def storm(url, name, files, extra, gap, stop_ev, out, grove=GROVE):
-    """Reloads B, A, B, ... until stop_ev, gap seconds apart (0: back to back)."""
+    The reloads go through one python/grove client (libgrove-client.so of this
+    build, which speaks the same protocol to the baseline): a `grove reload`
+    process per reload costs about twice the CPU time of the reload it asks
+    for, nearly all of it starting up, and on two cores that would be measured
+    as the server's doing."""
     n = fails = 0
-    while not stop_ev.is_set():
-        # The reload command itself (a process started per reload, about
-        # twice the CPU time of the reload it asks for, most of it starting
-        # up) runs at idle priority, like groved's own build thread: on two
-        # cores it would otherwise be measured as the server's doing.
-        r = subprocess.run([grove, "--server", url, "reload", name, files[n % 2], *extra],
-                           capture_output=True, text=True, preexec_fn=idle)
-        if r.returncode:
-            fails += 1
-        n += 1
-        stop_ev.wait(gap)
+    with grove_client.Client(url, timeout_ms=120000) as c:
+        while not stop_ev.is_set():
+            try:
+                c.reload(name, files[n % 2], in_place="--in-place" in extra)
+            except grove_client.GroveError:
+                fails += 1
+            n += 1
+            stop_ev.wait(gap)
     out.update(reloads=n, reload_failures=fails)
 
 
@@ -130,9 +133,18 @@ def latency():
     fa, fb = os.path.join(WORK, "a.safetensors"), os.path.join(WORK, "b.safetensors")
     grove_export.save_safetensors(a.state_dict(), fa)
     grove_export.save_safetensors(b.state_dict(), fb)
-    # kind -> (reload flags, seconds between reloads); None: no reloads.
-    KINDS = {"steady": None, "full, back to back": ([], 0), "full, 5/s": ([], 0.2),
-             "in place, 5/s": (["--in-place"], 0.2)}
+    # kind -> (reload flags, seconds between reloads, files); None: no reloads.  The
+    # control asks for reloads that fail at once (no such checkpoint): the same
+    # client and RPCs as a storm of full reloads, without building anything.
+    missing = (os.path.join(WORK, "missing.safetensors"),) * 2
+    ALL_KINDS = {"steady": None, "full, back to back": ([], 0, (fb, fa)),
+                 "full, 5/s": ([], 0.2, (fb, fa)), "in place, 5/s": (["--in-place"], 0.2, (fb, fa)),
+                 "control: failing, 10/s": ([], 0.1, missing)}
+    SHORT = dict(zip(["steady", "full", "full5", "inplace5", "control"], ALL_KINDS))
+    want = os.environ.get("KINDS") or "steady,full,full5,inplace5"
+    KINDS = {SHORT[k]: ALL_KINDS[SHORT[k]] for k in want.split(",")}
+    if "steady" not in KINDS:
+        KINDS = {"steady": None, **KINDS}
     rows = {(bl, k): [] for k in KINDS for bl in BUILDS}
     for r in range(ROUNDS):
         for kind, how in KINDS.items():
@@ -145,8 +157,8 @@ def latency():
                         res = bench(url, "mlp", grove)
                     else:
                         ev, extra = threading.Event(), {}
-                        t = threading.Thread(target=storm, args=(url, "mlp", (fb, fa), how[0],
-                                                                 how[1], ev, extra, grove))
+                        t = threading.Thread(target=storm, args=(url, "mlp", how[2], how[0],
+                                                                 how[1], ev, extra))
                         t.start()
                         res = bench(url, "mlp", grove)
                         ev.set()
@@ -157,10 +169,10 @@ def latency():
                 rows[(bl, kind)].append(res)
         print(f"  round {r + 1} done (load average {open('/proc/loadavg').read().split()[0]})")
     print(f"\nreference MLP (4.2 MB), {CONC} clients x batch 1, {SECONDS} s per run, {ROUNDS} rounds")
-    print(f"{'':32} {'p50 ms':>16} {'p99 ms':>16} {'samples/s':>10} {'errors':>7} {'reloads':>8}"
+    print(f"{'':40} {'p50 ms':>16} {'p99 ms':>16} {'samples/s':>10} {'errors':>7} {'reloads':>8}"
           f" {'p99 / steady':>13}")
     for bl in BUILDS:
-        steady = statistics.median(x["p99_ms"] for x in rows[(bl, "steady")])
+        steady = [x["p99_ms"] for x in rows[(bl, "steady")]]
         for kind in KINDS:
             rs = rows[(bl, kind)]
             p50 = [x["p50_ms"] for x in rs]
@@ -170,11 +182,12 @@ def latency():
             rl = sum(int(x.get("reloads", 0)) for x in rs)
             rf = sum(int(x.get("reload_failures", 0)) for x in rs)
             name = f"{kind} ({bl})" if bl else kind
-            print(f"{name:32} {min(p50):7.3f} / {statistics.median(p50):6.3f} "
+            print(f"{name:40} {min(p50):7.3f} / {statistics.median(p50):6.3f} "
                   f"{min(p99):7.3f} / {statistics.median(p99):6.3f} {sps:10.0f} {err:7d} "
-                  f"{rl:8d} {statistics.median(p99) / steady:12.2f}x"
+                  f"{rl:8d} {statistics.median(a / b for a, b in zip(p99, steady)):12.2f}x"
                   + (f" ({rf} failed)" if rf else ""))
-    print("(p50 and p99: best / median round; p99 / steady: median rounds)")
+    print("(p50 and p99: best / median round; p99 / steady: the median over rounds of the "
+          "run's p99 over the same round's steady p99)")
 
 
 if ROUNDS > 0:
