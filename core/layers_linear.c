@@ -4,9 +4,9 @@
  * runs after construction (unless the tree is built for a load, which packs
  * the loaded weight instead: internal.h, "deferred refresh") and after every
  * load_state_dict; forward only runs the kernel on the pack, so it allocates
- * nothing but its output.  The bias is
- * copied into impl at the same time, so that forward reads nothing but impl.
- * A strided input is copied into the arena first (grove__layer_input). */
+ * nothing but its output.  The bias is copied into impl at the same time, so
+ * that forward reads nothing but impl.  A strided input is copied into the
+ * arena first (grove__layer_input). */
 #include <assert.h>
 #include <jansson.h>
 #include <stdlib.h>
