@@ -27,6 +27,32 @@ static inline bool grove__no_forward_hooks(void) {
   return atomic_load_explicit(&grove__forward_hook_count, memory_order_relaxed) == 0;
 }
 
+/* ------------------------------------------------------------ deferred refresh */
+
+/* A layer's refresh derives what its forward reads from the weights: Linear,
+ * Conv1d/2d and MultiheadAttention pack theirs for the GEMM kernel, a full
+ * copy or more of the weights.  Their constructors refresh at once, so that a
+ * new module runs forward on its zero weights.  grove_model_open, which loads
+ * a checkpoint into the tree right after building it, instead builds inside
+ * a deferral: those constructors then mark the module refresh_pending and
+ * pack nothing, and load_state_dict's refresh packs the real weights once.
+ * Without it every reload built (and faulted in) a packed copy of zeros on
+ * top of old + new.
+ *
+ * The deferral is the calling thread's (a counter, so scopes nest): the
+ * layer builders share one signature with the 28 types that have nothing to
+ * defer, and the layers that build layers (TransformerEncoder, Multihead-
+ * Attention's out_proj) call the public constructors. */
+void grove__refresh_defer_begin(void);
+void grove__refresh_defer_end(void);
+/* A constructor's first refresh: m->type->refresh(m), or, inside a
+ * deferral, only m->refresh_pending = true. */
+grove_status grove__refresh_new(grove_module *m, grove_err *err);
+/* Refreshes every module of root's tree whose refresh is still pending
+ * (none after a load_state_dict of the whole tree), so that the tree can run
+ * forward.  Stops at the first error. */
+grove_status grove__refresh_pending(grove_module *root, grove_err *err);
+
 /* ------------------------------------------------------------ helpers */
 
 /* strdup that returns NULL on NULL. */

@@ -25,6 +25,7 @@
  * compare against whichever torch takes.  TransformerEncoder gives the arena
  * back between layers (grove__arena_keep), so its scratch is that of one
  * layer whatever the depth. */
+#include <assert.h>
 #include <cblas.h>
 #include <jansson.h>
 #include <math.h>
@@ -463,7 +464,9 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
   const int64_t S = batched ? (bf ? k.shape[1] : k.shape[0]) : k.shape[0];
   const int64_t rq = N * L, rk = N * S;
 
-  /* Projections: rows in the input's own order. */
+  /* Projections: rows in the input's own order.  The packs exist once the
+   * module is refreshed (never before a deferred build is loaded). */
+  assert(p->in_pack && p->qkv[0]);
   const float *Q, *K, *V;
   int64_t ldq, ldk, ldv;
   if (self_attn) {
@@ -552,6 +555,11 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
   return GROVE_OK;
 }
 
+bool grove__mha_packed(const grove_module *m) {
+  const mha_impl *p = m->impl;
+  return p->in_pack != NULL && p->qkv[0] != NULL;
+}
+
 static grove_status mha_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                 grove_values *out) {
   bool need = true, avg = true;
@@ -613,7 +621,9 @@ grove_status grove_multihead_attention_new(int64_t embed_dim, int64_t num_heads,
   grove_tensor_release(b);
   grove_module *op = NULL;
   if (!s) s = add_child(m, "out_proj", grove_linear_new(E, E, bias, &op, err), &op, err);
-  if (!s) s = mha_refresh(m, err);
+  /* Packs the zero in_proj_weight, unless the tree is built for a load
+   * (internal.h, "deferred refresh"). */
+  if (!s) s = grove__refresh_new(m, err);
   if (s) {
     grove_module_release(m);
     return s;

@@ -113,7 +113,10 @@ typedef struct conv_impl {
   int pad_kind;       /* 0 numbers, 1 "same", 2 "valid" */
   bool use_bias;
   int64_t K; /* cin/groups * kh * kw: one row of weight.view(out, -1) */
-  float *w;  /* [cout, K] float32, copied from the weight in refresh */
+  /* [cout, K] float32, copied from the weight in refresh for the columns
+   * path; left untouched (its zero pages cost no memory) while the rows
+   * path runs, which computes from its packs alone. */
+  float *w;
   float *bias;
   float *ones; /* cout ones: the scale of a plain convolution */
   /* The rows path (see conv_rows): one pack per group of the weight with K
@@ -283,7 +286,9 @@ static grove_status conv_refresh(grove_module *m, grove_err *err) {
     }
     p->w = old;
   }
-  if (!s) memcpy(p->w, wf, (size_t)(p->cout * p->K) * sizeof(float));
+  /* A copy the rows path never reads would be one more resident copy of
+   * the weights in every serving version. */
+  if (!s && !p->packs) memcpy(p->w, wf, (size_t)(p->cout * p->K) * sizeof(float));
   free(wf);
   if (!s && b) s = grove__copy_f32(p->bias, p->cout, b, T, "bias", err);
   if (s) return s;
@@ -1310,7 +1315,9 @@ static grove_status conv_new(int nd, int64_t cin, int64_t cout, const grove_conv
     else
       s = grove_module_register_parameter(m, "bias", NULL, err);
   }
-  if (!s) s = conv_refresh(m, err);
+  /* Copies and packs the zero weight, unless the tree is built for a load
+   * (internal.h, "deferred refresh"). */
+  if (!s) s = grove__refresh_new(m, err);
   if (s) {
     grove_module_release(m);
     return s;

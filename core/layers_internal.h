@@ -56,6 +56,12 @@ extern const grove_module_type grove__te_type;
 grove_status grove__linear_forward_act(const grove_module *m, grove_fwd *f, const grove_values *in,
                                        grove_values *out, grove__act act);
 
+/* Whether a Linear, a MultiheadAttention holds its packed weights (for
+ * tests: a tree built for a load packs nothing until the load; internal.h,
+ * "deferred refresh").  A Conv2d's are grove__conv_rows_path's packs. */
+bool grove__linear_packed(const grove_module *m);
+bool grove__mha_packed(const grove_module *m);
+
 /* Embedding's padding_idx (-1 for None), for tests and for the exporter's
  * round trip. */
 int64_t grove__embedding_padding_idx(const grove_module *m);

@@ -1,10 +1,12 @@
 /* layers_linear.c: torch.nn.Linear, y = x W^T + b over the last dim.
  *
  * The weight is packed for the GEMM kernel (core/gemm.c) in refresh, which
- * runs after construction and after every load_state_dict; forward only runs
- * the kernel on the pack, so it allocates nothing but its output.  The bias is
- * copied into impl at the same time, so that forward reads nothing but impl.
- * A strided input is copied into the arena first (grove__layer_input). */
+ * runs after construction (unless the tree is built for a load, which packs
+ * the loaded weight instead: internal.h, "deferred refresh") and after every
+ * load_state_dict; forward only runs the kernel on the pack, so it allocates
+ * nothing but its output.  The bias is copied into impl at the same time, so
+ * that forward reads nothing but impl.  A strided input is copied into the
+ * arena first (grove__layer_input). */
 #include <assert.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -14,7 +16,7 @@
 
 typedef struct linear_impl {
   int64_t in_features, out_features;
-  grove__linear_pack *pack; /* from the current weight; never NULL once built */
+  grove__linear_pack *pack; /* from the current weight; NULL only while refresh_pending */
   bool use_bias;            /* the bias parameter is not None */
   float bias[];             /* out_features floats, copied from the bias */
 } linear_impl;
@@ -117,6 +119,10 @@ grove_status grove__linear_forward_act(const grove_module *m, grove_fwd *f, cons
   return GROVE_OK;
 }
 
+bool grove__linear_packed(const grove_module *m) {
+  return ((const linear_impl *)m->impl)->pack != NULL;
+}
+
 static grove_status linear_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                    grove_values *out) {
   return grove__linear_forward_act(m, f, in, out, GROVE__ACT_NONE);
@@ -159,7 +165,9 @@ grove_status grove_linear_new(int64_t in_features, int64_t out_features, bool bi
   if (!s) s = grove_module_register_parameter(m, "bias", b, err);
   grove_tensor_release(w);
   grove_tensor_release(b);
-  if (!s) s = linear_refresh(m, err);
+  /* Packs the zero weight, unless the tree is built for a load (internal.h,
+   * "deferred refresh"). */
+  if (!s) s = grove__refresh_new(m, err);
   if (s != GROVE_OK) {
     grove_module_release(m);
     return s;

@@ -8,6 +8,10 @@
  * forward at max_batch_size both proves that the model runs and measures the
  * scratch a worker's arena needs.  Only then does the caller get a model.
  *
+ * The tree is built with the large layers' refresh deferred (internal.h):
+ * their weights are packed once, by the load, from the checkpoint's values,
+ * and never from the constructors' zeros.
+ *
  * Weights are loaded with assign semantics (torch's assign=True): a tensor
  * whose dtype already matches is shared with the checkpoint instead of copied,
  * so an aligned f32 safetensors file stays zero-copy in its mmap.  Assigning
@@ -496,13 +500,21 @@ grove_status grove_model_open(const char *dir, const grove_model_opts *opts, gro
   char *text = NULL;
   grove_model *m = NULL;
   grove_status s = read_text(spec_path, &text, err);
+  /* The checkpoint replaces the constructors' zero weights: packing those
+   * first would cost a packed copy of the weights on top of old + new during
+   * every reload (internal.h, "deferred refresh"). */
+  grove__refresh_defer_begin();
   if (!s) s = grove_model_from_spec(text, spec_path, &m, err);
+  grove__refresh_defer_end();
   if (!s && !(m->dir = grove__strdup(dir))) s = nomem(err);
   if (!s && !m->name && !(m->name = base_name(dir))) s = nomem(err);
   size_t nstate = 0;
   if (!s) s = count_state(m->root, &nstate, err);
   if (!s) s = choose_weights(dir, text, opts, nstate > 0, &m->weights_path, err);
   if (!s && m->weights_path) s = load_weights(m, opts, err);
+  /* The load refreshed the whole tree; without one (a tree with no state)
+   * the deferred refreshes run now.  Either way forward may run from here. */
+  if (!s) s = grove__refresh_pending(m->root, err);
   if (!s) {
     m->param_count = grove_module_param_count(m->root);
     s = weight_bytes(m->root, &m->weight_bytes, err);

@@ -4,6 +4,7 @@
  *
  * PyTorch (torch/nn/modules/module.py) is the reference for every order and
  * every message here; tests/fixtures_gen/module.py checks them against it. */
+#include <assert.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -882,15 +883,48 @@ static char *build_message(const grove_module *m, load_ctx *c) {
   return msg;
 }
 
-static grove_status refresh_all(grove_module *root, grove_err *err) {
+/* Children before their parents (a parent's refresh may read what a
+ * child derived).  only_pending: just the modules whose constructor deferred
+ * their refresh. */
+static grove_status refresh_tree(grove_module *root, bool only_pending, grove_err *err) {
   grove_named_modules mods = {0};
   grove_status s = grove_module_named_modules(root, "", true, &mods, err);
   for (size_t i = mods.n; s == GROVE_OK && i-- > 0;) {
     grove_module *mm = mods.items[i].module;
+    if (only_pending && !mm->refresh_pending) continue;
     if (mm->type->refresh) s = mm->type->refresh(mm, err);
+    if (!s) mm->refresh_pending = false;
   }
   grove_named_modules_fini(&mods);
   return s;
+}
+
+static grove_status refresh_all(grove_module *root, grove_err *err) {
+  return refresh_tree(root, false, err);
+}
+
+/* The deferral of constructors' refresh (internal.h). */
+static _Thread_local int refresh_defer_depth;
+
+void grove__refresh_defer_begin(void) {
+  refresh_defer_depth++;
+}
+
+void grove__refresh_defer_end(void) {
+  assert(refresh_defer_depth > 0);
+  refresh_defer_depth--;
+}
+
+grove_status grove__refresh_new(grove_module *m, grove_err *err) {
+  if (refresh_defer_depth > 0) {
+    m->refresh_pending = true;
+    return GROVE_OK;
+  }
+  return m->type->refresh ? m->type->refresh(m, err) : GROVE_OK;
+}
+
+grove_status grove__refresh_pending(grove_module *root, grove_err *err) {
+  return refresh_tree(root, true, err);
 }
 
 grove_status grove_module_load_state_dict(grove_module *m, const grove_state_dict *sd,

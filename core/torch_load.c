@@ -51,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -270,6 +271,26 @@ static void release_map(void *ctx) {
   grove_storage_release(ctx);
 }
 
+/* Records smaller than this keep their pages: a syscall each is not worth
+ * it. */
+#define DROP_MIN ((size_t)1 << 20)
+
+/* A storage record of the mapped file has been read through (its CRC-32
+ * checked, or its bytes copied out): its pages leave this process's RSS
+ * again.  They stay in the page cache, and a zero-copy tensor's pack faults
+ * them back in when the layer is refreshed.  Without this, checking the
+ * CRCs faulted a whole new .pt in at once, before anything needed it: an
+ * in-place reload from a .pt peaked at serving + the whole file, with the
+ * old weights still mapped.  The mapping is private and read-only (never
+ * written), so nothing is discarded but page-table entries. */
+static void drop_pages(const loader *ld, const void *data, size_t n) {
+  if (!ld->map || n < DROP_MIN) return;
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t a = ((uintptr_t)data + page - 1) & ~(page - 1);
+  uintptr_t b = ((uintptr_t)data + n) & ~(page - 1);
+  if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 static void byteswap(uint8_t *p, size_t nbytes, size_t es) {
   for (size_t i = 0; i + es <= nbytes; i += es)
     for (size_t a = 0, b = es - 1; a < b; a++, b--) {
@@ -329,6 +350,7 @@ static grove_status get_storage(loader *ld, const char *tkey, const char *skey, 
       nbytes > 0 && (e->data_offset % sizeof(float)) == 0) {
     st = grove__zip_stored(&ld->zip, e, &in_place, ld->err);
     if (st != GROVE_OK) return st;
+    drop_pages(ld, in_place, (size_t)nbytes);
     grove_storage_retain(ld->map);
     s = grove_storage_wrap((void *)in_place, (size_t)nbytes, release_map, ld->map);
     if (!s) {
@@ -343,6 +365,7 @@ static grove_status get_storage(loader *ld, const char *tkey, const char *skey, 
       grove_storage_release(s);
       return st;
     }
+    if (e->method == 0) drop_pages(ld, ld->zip.buf + e->data_offset, (size_t)e->size);
     if (ld->big_endian && swap_es > 1) byteswap(grove_storage_data(s), (size_t)nbytes, swap_es);
   }
   sl = slot_add(ld, skey);

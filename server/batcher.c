@@ -290,6 +290,7 @@ static void on_async(uv_async_t *h) {
     srv_worker *w = done;
     done = w->next;
     w->batch.model->running--;
+    grove__version_release_off_loop(srv, w->batch.version);
     w->batch = (srv_batch){0};
     w->next = srv->idle;
     srv->idle = w;

@@ -40,6 +40,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,6 +139,7 @@ struct rjob {
   char *weights_path;    /* owned: the file the weights come from */
   grove_load_report rep; /* what did not fit */
   int64_t version;       /* the version serving after the job */
+  const char *build_prio; /* static: what the build (or prep) ran at */
 };
 
 /* ================================================================ jobs */
@@ -257,17 +259,28 @@ static char *dir_weights(const char *dir, grove_err *err) {
 }
 
 /* Freeing a version means unmapping and freeing all its weights: tens of
- * milliseconds for a large model, which the loop must not spend while
- * requests wait for their batches.  The last reference is dropped in the
- * pool instead (or here when the loop is going away). */
+ * milliseconds for a large model, which neither the loop nor a worker must
+ * spend while requests wait for their batches.  The last reference is
+ * dropped in the pool instead, at idle priority like a build (or at once
+ * when the loop is going away).  Workers hand their batch's reference back
+ * to the loop for this (batcher.c): the batch that ends last on the old
+ * version used to free it on its worker, before the worker took its next
+ * batch. */
 typedef struct release_req {
   uv_work_t work;
+  srv_server *srv;
   srv_version *v;
 } release_req;
 
+static const char *run_niced(srv_server *srv, void (*fn)(void *), void *arg);
+
+static void release_version(void *arg) {
+  grove__version_release(arg);
+}
+
 static void release_work(uv_work_t *w) {
   release_req *q = w->data;
-  grove__version_release(q->v);
+  run_niced(q->srv, release_version, q->v);
 }
 
 static void release_done(uv_work_t *w, int status) {
@@ -275,14 +288,16 @@ static void release_done(uv_work_t *w, int status) {
   free(w->data);
 }
 
-static void release_off_loop(srv_server *srv, srv_version *v) {
+void grove__version_release_off_loop(srv_server *srv, srv_version *v) {
   if (!v) return;
-  if (atomic_load(&v->refs) > 1 || grove__admin_closing(srv)) {
+  /* refs only falls once v is not current: 1 means this is the last. */
+  if (atomic_load(&v->refs) > 1 || grove__admin_closing(srv) || !srv->admin) {
     grove__version_release(v); /* not the last, or no pool to hand it to */
     return;
   }
   release_req *q = calloc(1, sizeof *q);
   if (q) {
+    q->srv = srv;
     q->v = v;
     q->work.data = q;
     if (uv_queue_work(&srv->loop, &q->work, release_work, release_done) == 0) return;
@@ -297,7 +312,7 @@ static void job_free(rjob *j) {
   free(j->model_dir);
   free(j->dir);
   free(j->weights_path);
-  release_off_loop(j->srv, j->cur);
+  grove__version_release_off_loop(j->srv, j->cur);
   grove_model_free(j->model);
   grove_sd_free(j->sd);
   grove_load_report_fini(&j->rep);
@@ -381,7 +396,7 @@ static void install(rjob *j, srv_version *v) {
   /* Hooks re-resolve against the new tree now, so that patterns that
    * stopped matching are logged with the reload, not at the next batch. */
   grove__telemetry_on_version_swap(j->srv, m);
-  release_off_loop(j->srv, old);
+  grove__version_release_off_loop(j->srv, old);
 }
 
 static void start(rjob *j);
@@ -419,8 +434,9 @@ static void log_result(rjob *j) {
     if (j->in_place) snprintf(pause, sizeof pause, " in place (paused %.1f ms)", j->pause_ns / 1e6);
     grove__slog(GROVE_LOG_INFO, "reload.ok",
                 "model %s version %" PRId64 " (was %" PRId64
-                ") from %s%s, %s, %.1f ms, rss %" PRId64 " MiB",
-                j->m->name, j->version, j->previous, what, pause, j->trigger, ms, rss_mib());
+                ") from %s%s, %s, %.1f ms, built at %s, rss %" PRId64 " MiB",
+                j->m->name, j->version, j->previous, what, pause, j->trigger, ms,
+                j->build_prio ? j->build_prio : "?", rss_mib());
   } else {
     grove__slog(GROVE_LOG_ERROR, "reload.failed",
                 "model %s: reload from %s (%s) failed after %.1f ms: %s: %s; version %" PRId64
@@ -444,36 +460,55 @@ static void count_result(rjob *j) {
 
 /* A build runs beside the workers.  On a machine whose cores the workers
  * keep busy it would take its time from their batches (the p99 of a reload
- * storm); at nice BUILD_NICE it takes their idle time instead, and a busy
- * model reloads more slowly rather than answering more slowly.  The build
- * runs on a thread of its own, niced as it starts, because a thread cannot
- * give itself its priority back (that needs CAP_SYS_NICE), and libuv's pool
- * threads must keep theirs for in-place loads, which run while the model is
- * paused.  Only with one compute thread per forward: a niced thread that
- * started a pool of compute helpers (core/gemm.c) would leave them niced for
- * the workers that use them later. */
+ * storm); it should take their idle time instead, so that a busy model
+ * reloads more slowly rather than answering more slowly.  The build runs on
+ * a thread of its own under SCHED_IDLE: the scheduler runs it only when no
+ * normal thread wants the core, and a worker woken by a request preempts it
+ * at once.  (It first ran at nice 10, which only weighs it less: a niced
+ * thread still runs out its slice before a woken worker gets the core, and
+ * that was the p99.  nice 10 remains the fallback where SCHED_IDLE is
+ * refused.)  A thread of its own, because a thread cannot give itself its
+ * priority back (that needs CAP_SYS_NICE), and libuv's pool threads must
+ * keep theirs for in-place loads, which run while the model is paused.
+ * Only with one compute thread per forward: a thread at idle priority that
+ * started a pool of compute helpers (core/gemm.c) would leave them at idle
+ * priority for the workers that use them later.  What the build shares with
+ * normal threads (a malloc arena, the address space's lock around mmap) it
+ * holds briefly, and nothing on a worker's path takes either. */
 #define BUILD_NICE 10
 
 typedef struct niced {
   void (*fn)(void *);
   void *arg;
+  const char *prio; /* what the build ran at, for the log */
 } niced;
 
 static void *niced_main(void *p) {
   niced *n = p;
   setpriority(PRIO_PROCESS, (id_t)gettid(), BUILD_NICE);
+  struct sched_param sp = {0};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+  /* Read back, so that the log says what the kernel applied. */
+  int policy = -1;
+  if (pthread_getschedparam(pthread_self(), &policy, &sp) == 0 && policy == SCHED_IDLE)
+    n->prio = "SCHED_IDLE";
+  else if (getpriority(PRIO_PROCESS, (id_t)gettid()) == BUILD_NICE)
+    n->prio = "nice 10";
   n->fn(n->arg);
   return NULL;
 }
 
-static void run_niced(srv_server *srv, void (*fn)(void *), void *arg) {
-  niced n = {fn, arg};
+/* Runs fn(arg) at idle priority (see above) and returns what it ran at:
+ * "SCHED_IDLE", "nice 10" or "normal priority". */
+static const char *run_niced(srv_server *srv, void (*fn)(void *), void *arg) {
+  niced n = {fn, arg, "normal priority"};
   pthread_t t;
   if (srv->blas_threads == 1 && pthread_create(&t, NULL, niced_main, &n) == 0) {
     pthread_join(t, NULL);
-    return;
+    return n.prio;
   }
   fn(arg);
+  return n.prio;
 }
 
 /* ================================================================ full */
@@ -539,7 +574,7 @@ static void full_build(void *arg) {
 
 static void full_work(uv_work_t *w) {
   rjob *j = w->data;
-  run_niced(j->srv, full_build, j);
+  j->build_prio = run_niced(j->srv, full_build, j);
 }
 
 static void full_done(uv_work_t *w, int status) {
@@ -644,7 +679,7 @@ static void prep_build(void *arg) {
 
 static void prep_work(uv_work_t *w) {
   rjob *j = w->data;
-  run_niced(j->srv, prep_build, j);
+  j->build_prio = run_niced(j->srv, prep_build, j);
 }
 
 /* Pool: the model is paused and no batch runs: change the serving tree. */

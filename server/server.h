@@ -178,6 +178,10 @@ srv_model *grove__registry_find(srv_server *srv, const char *name);
 /* A new reference to m's current version, or NULL when it has none.  Any
  * thread. */
 srv_version *grove__model_acquire(srv_model *m);
+/* Loop thread only.  Drops v (NULL is a no-op); when that is the last
+ * reference, the version is freed in libuv's pool at idle priority
+ * (reload.c), not on the loop. */
+void grove__version_release_off_loop(srv_server *srv, srv_version *v);
 /* Every configured model loaded? */
 bool grove__registry_ready(srv_server *srv);
 /* What groved needs of a model beyond grove_model_open's checks (declared

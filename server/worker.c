@@ -9,8 +9,9 @@
  *   3. splits every output by rows and replies to each request from this
  *      thread (the output rows are encoded straight from the arena into the
  *      reply message);
- *   4. resets the arena, drops the batch's version reference and posts
- *      itself back to the loop.
+ *   4. resets the arena and posts itself back to the loop, which drops the
+ *      batch's version reference (and, when it was the last, frees the
+ *      version off the loop and off the workers).
  * Nothing here allocates except NNG's reply messages: the arena was sized
  * at start (it grows once if a batch is larger than any before, e.g. a
  * longer sequence, and keeps that size). */
@@ -182,9 +183,9 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&w->mu);
     if (!run) break;
     run_batch(w);
-    srv_version *v = w->batch.version;
-    w->batch.version = NULL;
-    grove__version_release(v);
+    /* The batch's version reference goes back to the loop with the worker
+     * (batcher.c): when it is the last one, freeing the version must not
+     * delay this worker's next batch. */
     grove__telemetry_release(w->batch.hooks);
     w->batch.hooks = NULL;
     pthread_mutex_lock(&w->mu);

@@ -139,6 +139,11 @@ START_TEST(reload_basic) {
   ck_assert(h_metric(&s, "grove_reload_pause_seconds_count{model=\"reload_mlp\"}") == 3);
   ck_assert(h_log_contains(&s, "reload.ok: model reload_mlp version 2 (was 1) from"));
   ck_assert(h_log_contains(&s, "in place (paused"));
+  /* With one compute thread the builds run where they take only idle CPU:
+   * the log says the policy the build thread read back from the kernel. */
+  ck_assert(h_log_contains(&s, ", built at SCHED_IDLE, "));
+  ck_assert(!h_log_contains(&s, ", built at nice 10, "));
+  ck_assert(!h_log_contains(&s, ", built at normal priority, "));
   grove_sd_free(e.sd);
   ck_assert_int_eq(h_stop(&s), 0);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "layers_internal.h" /* grove__linear_packed, deferred refresh */
 #include "testutil.h"
 
 #define RTOL 1e-4
@@ -191,6 +192,94 @@ START_TEST(test_nested_named) {
   for (int i = 0; i < 3; i++) ck_assert_str_eq(grove_sd_key(sd, (size_t)i), keys[i]);
   grove_sd_free(sd);
   grove_model_free(m);
+}
+END_TEST
+
+/* Every module of the tree, depth first. */
+static void modules_of(grove_module *root, grove_named_modules *mods) {
+  grove_err err = {0};
+  ck_assert_ok(grove_module_named_modules(root, "", true, mods, &err), &err);
+}
+
+/* Which of the big layers hold their packed weights; each has the same
+ * value, which is returned. */
+static bool packed(grove_module *root) {
+  const char *lin[] = {"lin", "enc.linear1", "enc.linear2", "enc.self_attn.out_proj"};
+  bool p = grove__linear_packed(grove_module_find(root, "lin"));
+  for (size_t i = 0; i < sizeof lin / sizeof *lin; i++)
+    ck_assert_msg(grove__linear_packed(grove_module_find(root, lin[i])) == p, "%s", lin[i]);
+  ck_assert(grove__conv_rows_path(grove_module_find(root, "conv")) == p);
+  ck_assert(grove__mha_packed(grove_module_find(root, "attn")) == p);
+  ck_assert(grove__mha_packed(grove_module_find(root, "enc.self_attn")) == p);
+  return p;
+}
+
+static bool any_pending(grove_module *root) {
+  grove_named_modules mods = {0};
+  modules_of(root, &mods);
+  bool any = false;
+  for (size_t i = 0; i < mods.n; i++) any |= mods.items[i].module->refresh_pending;
+  grove_named_modules_fini(&mods);
+  return any;
+}
+
+/* grove_model_open builds its tree for the load that follows: the big
+ * layers' constructors pack nothing (their zero weights are about to be
+ * replaced, and a packed copy of zeros cost a full extra copy of the
+ * weights during every reload); the load packs the real weights once.  The
+ * public grove_model_from_spec still returns a tree that runs. */
+START_TEST(test_built_for_load_packs_nothing) {
+  const char *spec =
+      "{" HEAD
+      ", 'module': {'type': 'ModuleDict', 'children': {"
+      "  'lin': {'type': 'Linear', 'in_features': 4, 'out_features': 8},"
+      "  'conv': {'type': 'Conv2d', 'in_channels': 8, 'out_channels': 8, 'kernel_size': 3},"
+      "  'attn': {'type': 'MultiheadAttention', 'embed_dim': 8, 'num_heads': 2},"
+      "  'enc': {'type': 'TransformerEncoderLayer', 'd_model': 8, 'nhead': 2,"
+      "          'dim_feedforward': 16},"
+      "  'norm': {'type': 'LayerNorm', 'normalized_shape': 8}}}}";
+  grove_model *ready = spec_ok(spec);
+  ck_assert(packed(ready->root));
+  ck_assert(!any_pending(ready->root));
+
+  grove__refresh_defer_begin();
+  grove_model *built = spec_ok(spec);
+  grove__refresh_defer_end();
+  ck_assert(!packed(built->root));
+  /* Only the layers that pack are deferred; the others refreshed as ever. */
+  grove_named_modules mods = {0};
+  modules_of(built->root, &mods);
+  for (size_t i = 0; i < mods.n; i++) {
+    const char *t = mods.items[i].module->type->name;
+    bool big = !strcmp(t, "Linear") || !strcmp(t, "Conv2d") || !strcmp(t, "MultiheadAttention");
+    ck_assert_msg(mods.items[i].module->refresh_pending == big, "%s (%s)", mods.items[i].name, t);
+  }
+  grove_named_modules_fini(&mods);
+
+  /* A load of the whole tree refreshes every module: packed once. */
+  grove_state_dict *sd = grove_sd_new();
+  grove_err err = {0};
+  ck_assert_ok(grove_module_state_dict(ready->root, NULL, sd, &err), &err);
+  grove_load_opts lo = {.strict = true, .assign = true};
+  ck_assert_ok(grove_module_load_state_dict(built->root, sd, &lo, NULL, &err), &err);
+  ck_assert(packed(built->root));
+  ck_assert(!any_pending(built->root));
+  grove_sd_free(sd);
+  grove_model_free(built);
+
+  /* What a load leaves pending (none) or a tree that is never loaded gets
+   * refreshed by grove__refresh_pending, and only that. */
+  grove__refresh_defer_begin();
+  built = spec_ok(spec);
+  grove__refresh_defer_end();
+  ck_assert_ok(grove__refresh_pending(grove_module_find(built->root, "enc"), &err), &err);
+  ck_assert(grove__linear_packed(grove_module_find(built->root, "enc.linear1")));
+  ck_assert(!grove__linear_packed(grove_module_find(built->root, "lin")));
+  ck_assert_ok(grove__refresh_pending(built->root, &err), &err);
+  ck_assert(packed(built->root));
+  ck_assert(!any_pending(built->root));
+  grove_model_free(built);
+  grove_model_free(ready);
 }
 END_TEST
 
@@ -489,6 +578,7 @@ START_TEST(test_open_matches_torch) {
   char *weights = path2(dir, "weights.safetensors");
   ck_assert_str_eq(m->weights_path, weights);
   ck_assert(all_eval(m->root));
+  ck_assert(!any_pending(m->root)); /* built for the load, then packed by it */
   ck_assert_int_eq(m->batching.max_batch_size, 16);
   ck_assert_int_eq(m->batching.max_queue_delay_us, 200);
   ck_assert_int_eq(m->batching.max_queue_size, 1024);
@@ -955,6 +1045,7 @@ Suite *spec_suite(void) {
   Suite *s = suite_create("spec");
   TCase *tc = tcase_create("spec");
   tcase_add_test(tc, test_nested_named);
+  tcase_add_test(tc, test_built_for_load_packs_nothing);
   tcase_add_test(tc, test_ref_is_the_same_module);
   tcase_add_test(tc, test_tied_is_the_same_tensor);
   tcase_add_test(tc, test_io_batching_name_weights);

@@ -116,7 +116,9 @@ typedef struct grove_module_type {
   /* Optional.  Recomputes derived data held in impl from the parameters and
    * buffers (BatchNorm's folded scale and shift).  Called after construction
    * and after every successful load_state_dict, on the loading thread.  NULL:
-   * nothing is derived. */
+   * nothing is derived.  (grove_model_open builds its tree with the
+   * constructors' refresh of the large layers deferred to the load, which
+   * replaces their zero weights anyway: see refresh_pending.) */
   grove_status (*refresh)(grove_module *m, grove_err *err);
   /* Optional.  torch's _load_from_state_dict override for layout migrations:
    * called before the module's own keys are checked, with the module's key
@@ -150,6 +152,10 @@ struct grove_module {
   const grove_module_type *type;
   void *impl; /* type-specific settings and derived data; owned */
   bool training;
+  /* The constructor left refresh to the load that follows (grove_model_open
+   * builds so; core/internal.h, "deferred refresh"): impl holds no derived
+   * data yet and forward must not run.  Cleared by load_state_dict. */
+  bool refresh_pending;
   int refcount; /* atomic */
   grove_slot *params;
   size_t nparams, params_cap;
