@@ -732,14 +732,16 @@ void grove__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t
 
 /* grove__gemm (internal.h): C = op(A) . op(B) (+ C) for operands that change
  * at every call, as training's do.  The AVX-512 path packs op(B) into the
- * panels the tiles above read (into the caller's workspace, so nothing is
- * allocated), and gives op(A) to the tiles as rows, transposing it first
- * when its rows are not contiguous; the packing is O(NK + MK) against
- * O(MNK) of arithmetic.  When op(B) is the large operand and would need a
- * transposing pack (y = x . W^T: B is the weight, M the batch), the product
- * is computed the other way round, C^T = op(B)^T . op(A)^T: W's rows are then
- * the tiles' rows as they are, only x is packed, and the [N, M] result is
- * transposed into C.  The BLAS path is one cblas_sgemm. */
+ * panels of the Linear kernel (into the caller's workspace, so nothing is
+ * allocated) and runs the same register tiles over it (gtile: tile() without
+ * bias and ReLU, adding C at the end), giving op(A) to them as rows,
+ * transposed first when its rows are not contiguous; the packing is
+ * O(NK + MK) against O(MNK) of arithmetic.  When op(B) is the large operand
+ * and would need a transposing pack (y = x . W^T: B is the weight, M the
+ * batch), the product is computed the other way round, C^T = op(B)^T .
+ * op(A)^T: W's rows are then the tiles' rows as they are, only x is packed,
+ * and the [N, M] result is transposed into C.  The BLAS path is one
+ * cblas_sgemm. */
 
 enum { GEMM_ROWS_PER_CHUNK = 16 * MR };
 
@@ -887,6 +889,74 @@ static void pack_panel(const float *B, int64_t ldb, bool tb, int64_t N, int64_t 
   }
 }
 
+/* One tile of a general product: c[0..mr, 0..ncols) = A . B, or c + A . B
+ * when add.  Unlike tile() above, the sum over this K block starts from zero
+ * and c is added once at the end, so that accumulating a product into c
+ * gives c + (the product computed alone), whatever c holds: a second
+ * identical backward doubles a gradient exactly, as with BLAS.  It also
+ * keeps c's loads away from the previous tile's stores (rows of c 4 KB
+ * apart would alias them). */
+static inline __attribute__((always_inline)) void gtile(const int mr, const int NV, int64_t K,
+                                                        const float *A, int64_t lda, const float *B,
+                                                        float *c, int64_t ldc, int ncols,
+                                                        bool add) {
+  __m512 acc[MR][4];
+  __mmask16 mask[4];
+#pragma GCC unroll 4
+  for (int j = 0; j < NV; j++) {
+    int valid = ncols - 16 * j;
+    valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
+    mask[j] = (__mmask16)((1u << valid) - 1u);
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k++) {
+    __m512 b[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) b[j] = _mm512_load_ps(B + k * (NV * 16) + j * 16);
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++) {
+      __m512 a = _mm512_set1_ps(A[i * lda + k]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; j++) acc[i][j] = _mm512_fmadd_ps(a, b[j], acc[i][j]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < mr; i++) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) {
+      __m512 v = acc[i][j];
+      if (add) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask[j], c + i * ldc + 16 * j), v);
+      if (mask[j] == 0xFFFF)
+        _mm512_storeu_ps(c + i * ldc + 16 * j, v);
+      else
+        _mm512_mask_storeu_ps(c + i * ldc + 16 * j, mask[j], v);
+    }
+  }
+}
+
+typedef void (*gtile_fn)(int64_t K, const float *A, int64_t lda, const float *B, float *c,
+                         int64_t ldc, int ncols, bool add);
+
+#define GTILE_FN(R, V)                                                                          \
+  static void gtile_##R##_##V(int64_t K, const float *A, int64_t lda, const float *B, float *c, \
+                              int64_t ldc, int ncols, bool add) {                               \
+    gtile(R, V, K, A, lda, B, c, ldc, ncols, add);                                              \
+  }
+#define GTILE_ROW(R) GTILE_FN(R, 1) GTILE_FN(R, 2) GTILE_FN(R, 3) GTILE_FN(R, 4)
+GTILE_ROW(1)
+GTILE_ROW(2)
+GTILE_ROW(3)
+GTILE_ROW(4)
+GTILE_ROW(5)
+GTILE_ROW(6)
+#define GTILE_REF(R) \
+  { gtile_##R##_1, gtile_##R##_2, gtile_##R##_3, gtile_##R##_4 }
+static const gtile_fn gtiles[MR][4] = {GTILE_REF(1), GTILE_REF(2), GTILE_REF(3),
+                                       GTILE_REF(4), GTILE_REF(5), GTILE_REF(6)};
+
 typedef struct gemm_job {
   gemm_plan pl;
   /* The tiles' operands: rows of a (row i at a + i * lda, contiguous over
@@ -940,11 +1010,11 @@ static void gemm_tiles_fn(void *ctx, int64_t begin, int64_t end) {
     const float *B = j->pack + pi * K * NR;
     for (int64_t kb = 0; kb < kblocks; kb++) {
       const int64_t k0 = kb * kc, kn = K - k0 < kc ? K - k0 : kc;
-      const int flags = kb > 0 || j->accumulate ? TILE_ACCUMULATE : 0;
+      const bool add = kb > 0 || j->accumulate;
       for (int64_t i = r0; i < r1; i += MR) {
         int mr = (int)(r1 - i < MR ? r1 - i : MR);
-        tiles[mr - 1][w / 16 - 1](kn, j->a + i * j->lda + k0, j->lda, B + k0 * w, NULL,
-                                  j->c + i * j->ldc + n0, j->ldc, ncols, flags);
+        gtiles[mr - 1][w / 16 - 1](kn, j->a + i * j->lda + k0, j->lda, B + k0 * w,
+                                   j->c + i * j->ldc + n0, j->ldc, ncols, add);
       }
     }
   }
