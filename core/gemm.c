@@ -858,27 +858,38 @@ static void transpose_rows(const float *src, int64_t lds, int64_t r0, int64_t r1
   }
 }
 
-/* Panel pi of op(B) [K, N] into its place in pack (layout of
- * grove__linear_pack: panel pi at pi * K * NR, K rows of width w, zero past
- * N).  tb: op(B)[k, n] = B[n * ldb + k], else B[k * ldb + n]. */
-static void pack_panel(const float *B, int64_t ldb, bool tb, int64_t N, int64_t K, int64_t pi,
-                       float *pack) {
+/* Rows [k0, k1) of op(B) [K, N], op(B)[k, n] = B[k * ldb + n], into every
+ * panel of pack (layout of grove__linear_pack: panel pi at pi * K * NR, K
+ * rows of its width w, zero past N).  Row by row, so that B is read in
+ * order: a panel at a time would read 256 bytes per 4 KB page of a
+ * 1024-wide B, which the prefetchers do not follow. */
+static void pack_rows(const float *B, int64_t ldb, int64_t N, int64_t K, int64_t npanels,
+                      int64_t k0, int64_t k1, float *pack) {
+  for (int64_t k = k0; k < k1; k++) {
+    const float *s = B + k * ldb;
+    for (int64_t pi = 0; pi < npanels; pi++) {
+      const int w = panel_width(N, pi);
+      const int64_t n0 = pi * NR;
+      const int ncols = (int)(N - n0 < NR ? N - n0 : NR);
+      float *dst = pack + pi * K * NR + k * w;
+      for (int j = 0; j < w; j += 16) {
+        int v = ncols - j;
+        v = v < 0 ? 0 : v > 16 ? 16 : v;
+        _mm512_store_ps(dst + j, _mm512_maskz_loadu_ps((__mmask16)((1u << v) - 1u), s + n0 + j));
+      }
+    }
+  }
+}
+
+/* Panel pi of op(B) [K, N], op(B)[k, n] = B[n * ldb + k], into its place in
+ * pack (as pack_rows): the rows n0 + j of B are the panel's columns j,
+ * through 16 x 16 transposes. */
+static void pack_panel_t(const float *B, int64_t ldb, int64_t N, int64_t K, int64_t pi,
+                         float *pack) {
   const int w = panel_width(N, pi);
   const int64_t n0 = pi * NR;
   const int ncols = (int)(N - n0 < NR ? N - n0 : NR);
   float *dst = pack + pi * K * NR;
-  if (!tb) {
-    for (int64_t k = 0; k < K; k++) {
-      const float *s = B + k * ldb + n0;
-      for (int j = 0; j < w; j += 16) {
-        int v = ncols - j;
-        v = v < 0 ? 0 : v > 16 ? 16 : v;
-        _mm512_store_ps(dst + k * w + j, _mm512_maskz_loadu_ps((__mmask16)((1u << v) - 1u), s + j));
-      }
-    }
-    return;
-  }
-  /* Rows n0 + j of B are the panel's columns j: 16 x 16 transposes. */
   for (int j = 0; j < w; j += 16) {
     int nr = ncols - j;
     nr = nr < 0 ? 0 : nr > 16 ? 16 : nr;
@@ -967,25 +978,30 @@ typedef struct gemm_job {
   float *c;
   int64_t ldc;
   bool accumulate;
-  /* Packing: op(B) as given (see pack_panel), and op(A) when pack_a. */
+  /* Packing: op(B) as given (pack_rows, or pack_panel_t when tb) in bunits
+   * units (16 rows, or panels), then op(A) when pack_a. */
   const float *b;
   int64_t ldb;
   bool tb;
   const float *a_src;
   int64_t a_src_ld;
   float *a_copy;
-  int64_t rowchunks;
+  int64_t bunits;
 } gemm_job;
 
 static void gemm_pack_fn(void *ctx, int64_t begin, int64_t end) {
   gemm_job *j = ctx;
+  const int64_t K = j->pl.depth;
   for (int64_t i = begin; i < end; i++) {
-    if (i < j->pl.npanels) {
-      pack_panel(j->b, j->ldb, j->tb, j->pl.cols, j->pl.depth, i, j->pack);
+    if (i < j->bunits && j->tb) {
+      pack_panel_t(j->b, j->ldb, j->pl.cols, K, i, j->pack);
+    } else if (i < j->bunits) {
+      int64_t k0 = i * 16, k1 = k0 + 16 < K ? k0 + 16 : K;
+      pack_rows(j->b, j->ldb, j->pl.cols, K, j->pl.npanels, k0, k1, j->pack);
     } else {
-      /* op(A) = A^T, A stored [K, M]: its rows 16 (i - npanels) .. as
+      /* op(A) = A^T, A stored [K, M]: its rows 16 (i - bunits) .. as
        * columns of the copy [M, K]. */
-      int64_t k0 = (i - j->pl.npanels) * 16;
+      int64_t k0 = (i - j->bunits) * 16;
       int64_t k1 = k0 + 16 < j->pl.depth ? k0 + 16 : j->pl.depth;
       transpose_rows(j->a_src, j->a_src_ld, k0, k1, j->pl.rows, j->a_copy, j->pl.depth, false);
     }
@@ -1073,7 +1089,8 @@ static void gemm_avx512(int flags, int64_t M, int64_t N, int64_t K, const float 
   }
   const int threads = atomic_load_explicit(&g_threads, memory_order_relaxed);
   const bool par = threads > 1 && (double)M * (double)N * (double)K >= MIN_THREADED_MACS;
-  const int64_t packs = j.pl.npanels + (j.pl.pack_a ? (K + 15) / 16 : 0);
+  j.bunits = j.tb ? j.pl.npanels : (K + 15) / 16;
+  const int64_t packs = j.bunits + (j.pl.pack_a ? (K + 15) / 16 : 0);
   const int64_t chunks = (j.pl.rows + GEMM_ROWS_PER_CHUNK - 1) / GEMM_ROWS_PER_CHUNK * j.pl.npanels;
   if (par) {
     grove__parallel_for(packs, 1, gemm_pack_fn, &j);
