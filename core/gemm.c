@@ -743,7 +743,10 @@ void grove__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t
  * and the [N, M] result is transposed into C.  The BLAS path is one
  * cblas_sgemm. */
 
-enum { GEMM_ROWS_PER_CHUNK = 16 * MR };
+/* Rows of the tiles' output per chunk (at most: gemm_avx512 halves it for a
+ * product with few chunks), and rows of op(B) per unit of a transposing
+ * pack. */
+enum { GEMM_ROWS_PER_CHUNK = 16 * MR, PACK_T_ROWS = 64 };
 
 static int gemm_kind(void) {
   return choose_kind();
@@ -881,11 +884,11 @@ static void pack_rows(const float *B, int64_t ldb, int64_t N, int64_t K, int64_t
   }
 }
 
-/* Panel pi of op(B) [K, N], op(B)[k, n] = B[n * ldb + k], into its place in
- * pack (as pack_rows): the rows n0 + j of B are the panel's columns j,
- * through 16 x 16 transposes. */
-static void pack_panel_t(const float *B, int64_t ldb, int64_t N, int64_t K, int64_t pi,
-                         float *pack) {
+/* Rows [k0, k1) (multiples of 16 but for K) of panel pi of op(B) [K, N],
+ * op(B)[k, n] = B[n * ldb + k], into their place in pack (as pack_rows): the
+ * rows n0 + j of B are the panel's columns j, through 16 x 16 transposes. */
+static void pack_panel_t(const float *B, int64_t ldb, int64_t N, int64_t K, int64_t pi, int64_t k0,
+                         int64_t k1, float *pack) {
   const int w = panel_width(N, pi);
   const int64_t n0 = pi * NR;
   const int ncols = (int)(N - n0 < NR ? N - n0 : NR);
@@ -893,7 +896,7 @@ static void pack_panel_t(const float *B, int64_t ldb, int64_t N, int64_t K, int6
   for (int j = 0; j < w; j += 16) {
     int nr = ncols - j;
     nr = nr < 0 ? 0 : nr > 16 ? 16 : nr;
-    for (int64_t k = 0; k < K; k += 16) {
+    for (int64_t k = k0; k < k1; k += 16) {
       int nk = (int)(K - k < 16 ? K - k : 16);
       t16(B + (n0 + j) * ldb + k, ldb, nr, nk, dst + k * w + j, w, nk, 16, false);
     }
@@ -987,6 +990,7 @@ typedef struct gemm_job {
   int64_t a_src_ld;
   float *a_copy;
   int64_t bunits;
+  int64_t rpc; /* rows per chunk, a multiple of MR */
 } gemm_job;
 
 static void gemm_pack_fn(void *ctx, int64_t begin, int64_t end) {
@@ -994,7 +998,11 @@ static void gemm_pack_fn(void *ctx, int64_t begin, int64_t end) {
   const int64_t K = j->pl.depth;
   for (int64_t i = begin; i < end; i++) {
     if (i < j->bunits && j->tb) {
-      pack_panel_t(j->b, j->ldb, j->pl.cols, K, i, j->pack);
+      /* Units of PACK_T_ROWS rows of a panel, so that a batch's one panel
+       * (y = x W^T swapped) still spreads over the threads. */
+      const int64_t per = (K + PACK_T_ROWS - 1) / PACK_T_ROWS;
+      const int64_t k0 = i % per * PACK_T_ROWS, k1 = k0 + PACK_T_ROWS < K ? k0 + PACK_T_ROWS : K;
+      pack_panel_t(j->b, j->ldb, j->pl.cols, K, i / per, k0, k1, j->pack);
     } else if (i < j->bunits) {
       int64_t k0 = i * 16, k1 = k0 + 16 < K ? k0 + 16 : K;
       pack_rows(j->b, j->ldb, j->pl.cols, K, j->pl.npanels, k0, k1, j->pack);
@@ -1008,7 +1016,7 @@ static void gemm_pack_fn(void *ctx, int64_t begin, int64_t end) {
   }
 }
 
-/* Chunk c: rows [GEMM_ROWS_PER_CHUNK * (c / npanels), ...) x panel c % npanels, so that
+/* Chunk c: rows [rpc * (c / npanels), ...) x panel c % npanels, so that
  * consecutive chunks on one thread reuse the same rows of a from L2.  K is
  * cut into blocks as in avx512_part. */
 static void gemm_tiles_fn(void *ctx, int64_t begin, int64_t end) {
@@ -1018,8 +1026,8 @@ static void gemm_tiles_fn(void *ctx, int64_t begin, int64_t end) {
   const int64_t kc = (K + kblocks - 1) / kblocks;
   for (int64_t c = begin; c < end; c++) {
     const int64_t pi = c % j->pl.npanels;
-    const int64_t r0 = c / j->pl.npanels * GEMM_ROWS_PER_CHUNK;
-    const int64_t r1 = r0 + GEMM_ROWS_PER_CHUNK < R ? r0 + GEMM_ROWS_PER_CHUNK : R;
+    const int64_t r0 = c / j->pl.npanels * j->rpc;
+    const int64_t r1 = r0 + j->rpc < R ? r0 + j->rpc : R;
     const int w = panel_width(N, pi);
     const int64_t n0 = pi * NR;
     const int ncols = (int)(N - n0 < NR ? N - n0 : NR);
@@ -1089,9 +1097,14 @@ static void gemm_avx512(int flags, int64_t M, int64_t N, int64_t K, const float 
   }
   const int threads = atomic_load_explicit(&g_threads, memory_order_relaxed);
   const bool par = threads > 1 && (double)M * (double)N * (double)K >= MIN_THREADED_MACS;
-  j.bunits = j.tb ? j.pl.npanels : (K + 15) / 16;
+  j.bunits = j.tb ? j.pl.npanels * ((K + PACK_T_ROWS - 1) / PACK_T_ROWS) : (K + 15) / 16;
   const int64_t packs = j.bunits + (j.pl.pack_a ? (K + 15) / 16 : 0);
-  const int64_t chunks = (j.pl.rows + GEMM_ROWS_PER_CHUNK - 1) / GEMM_ROWS_PER_CHUNK * j.pl.npanels;
+  /* Fewer rows per chunk when the product has few chunks (one panel, or
+   * few rows), so that about eight per thread keep the threads even. */
+  j.rpc = GEMM_ROWS_PER_CHUNK;
+  while (par && j.rpc > MR && (j.pl.rows + j.rpc - 1) / j.rpc * j.pl.npanels < 8 * threads)
+    j.rpc /= 2;
+  const int64_t chunks = (j.pl.rows + j.rpc - 1) / j.rpc * j.pl.npanels;
   if (par) {
     grove__parallel_for(packs, 1, gemm_pack_fn, &j);
     grove__parallel_for(chunks, 1, gemm_tiles_fn, &j);

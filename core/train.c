@@ -918,11 +918,37 @@ static double sumsq(const float *restrict g, int64_t n) {
   return sum;
 }
 
+/* A gradient's sum of squares in chunks of at least 64K elements, each on
+ * whichever compute thread claims it; the chunks depend only on the size,
+ * and their sums are added in order, so the norm does not depend on the
+ * thread count. */
+#define SUMSQ_CHUNKS 256
+typedef struct sumsq_job {
+  const float *g;
+  int64_t n, grain;
+  double part[SUMSQ_CHUNKS];
+} sumsq_job;
+
+static void sumsq_fn(void *ctx, int64_t begin, int64_t end) {
+  sumsq_job *j = ctx;
+  for (int64_t c = begin; c < end; c++) {
+    const int64_t b = c * j->grain;
+    j->part[c] = sumsq(j->g + b, j->n - b < j->grain ? j->n - b : j->grain);
+  }
+}
+
 double grove_replica_grad_norm(const grove_replica *r) {
   double sum = 0;
+  sumsq_job j;
   for (size_t i = 0; i < r->params.n; i++) {
     if (!r->grads[i]) continue;
-    sum += sumsq(r->grads[i]->data, grove_tensor_numel(r->grads[i]));
+    j.g = r->grads[i]->data;
+    j.n = grove_tensor_numel(r->grads[i]);
+    j.grain = (j.n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+    j.grain = j.grain < 65536 ? 65536 : (j.grain + 15) / 16 * 16;
+    const int64_t chunks = (j.n + j.grain - 1) / j.grain;
+    grove__parallel_for(chunks, 1, sumsq_fn, &j);
+    for (int64_t c = 0; c < chunks; c++) sum += j.part[c];
   }
   return sqrt(sum);
 }
