@@ -25,8 +25,8 @@ static grove_status act_backward(grove__tape *t, const grove__node *n) {
   /* ReLU writes a gradient x had not received yet instead of zeroing it and
    * adding (the usual case: x is the Linear output the ReLU follows). */
   bool fresh = false;
-  float *restrict dx = (grove__tkind)n->i[0] == GROVE__TK_RELU ? grove__grad_fresh(t, x, &fresh)
-                                                                : grove__grad(t, x);
+  float *restrict dx =
+      (grove__tkind)n->i[0] == GROVE__TK_RELU ? grove__grad_fresh(t, x, &fresh) : grove__grad(t, x);
   if (!dx) return GROVE_E_NOMEM;
   const float *restrict xv = val(t, x)->data;
   const float *restrict yv = val(t, y)->data;
@@ -252,15 +252,17 @@ static grove_status linear_backward(grove__tape *t, const grove__node *n) {
   /* Each workspace is taken before the gradient it fills, so that a failure
    * never leaves a gradient that was handed out unzeroed and not written. */
   if (grove__wants(t, x)) {
-    void *ws = grove__tape_ws(t, grove__gemm_ws_size(GROVE__GEMM_ACCUMULATE, M, K, N));
+    const size_t wsn = grove__gemm_ws_size(GROVE__GEMM_ACCUMULATE, M, K, N);
+    void *ws = grove__tape_ws(t, wsn);
     bool fresh;
     float *dx = ws ? grove__grad_fresh(t, x, &fresh) : NULL;
     if (!dx) return GROVE_E_NOMEM;
     /* dX (+)= dY W */
-    grove__gemm(fresh ? 0 : GROVE__GEMM_ACCUMULATE, M, K, N, dy, N, wd, K, dx, K, ws);
+    grove__gemm(fresh ? 0 : GROVE__GEMM_ACCUMULATE, M, K, N, dy, N, wd, K, dx, K, ws, wsn);
   }
   float *dW, *db = NULL;
-  void *ws = grove__tape_ws(t, grove__gemm_ws_size(GROVE__GEMM_TRANS_A, N, K, M));
+  const size_t wsn = grove__gemm_ws_size(GROVE__GEMM_TRANS_A, N, K, M);
+  void *ws = grove__tape_ws(t, wsn);
   if (!ws) return GROVE_E_NOMEM;
   /* A product over every row of W writes the whole .grad, so a new one
    * need not be zeroed first; MultiheadAttention's row blocks add up. */
@@ -271,7 +273,7 @@ static grove_status linear_backward(grove__tape *t, const grove__node *n) {
   /* dW (+)= dY^T X */
   if (dW)
     grove__gemm(GROVE__GEMM_TRANS_A | (fresh ? 0 : GROVE__GEMM_ACCUMULATE), N, K, M, dy, N,
-                val(t, x)->data, K, dW + r0 * K, K, ws);
+                val(t, x)->data, K, dW + r0 * K, K, ws, wsn);
   if (b && (s = grove__param_grad(t, b, &db))) return s;
   if (db) {
     /* Column sums in double: a long batch would otherwise lose digits. */

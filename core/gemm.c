@@ -1130,7 +1130,7 @@ static void gemm_avx512(int flags, int64_t M, int64_t N, int64_t K, const float 
 #endif /* GEMM_HAVE_AVX512 */
 
 void grove__gemm(int flags, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                 const float *B, int64_t ldb, float *C, int64_t ldc, void *ws) {
+                 const float *B, int64_t ldb, float *C, int64_t ldc, void *ws, size_t ws_bytes) {
   assert(M >= 0 && N >= 0 && K >= 0);
   const bool acc = flags & GROVE__GEMM_ACCUMULATE;
   if (M == 0 || N == 0) return;
@@ -1140,12 +1140,16 @@ void grove__gemm(int flags, int64_t M, int64_t N, int64_t K, const float *A, int
     return;
   }
 #if GEMM_HAVE_AVX512
-  if (ws && gemm_kind() == KIND_AVX512) {
+  /* The size is checked rather than trusted: GROVE_GEMM may have changed
+   * since the caller asked for it. */
+  const size_t need = grove__gemm_ws_size(flags, M, N, K);
+  if (ws && need > 0 && ws_bytes >= need) {
     gemm_avx512(flags, M, N, K, A, lda, B, ldb, C, ldc, ws);
     return;
   }
 #endif
   (void)ws;
+  (void)ws_bytes;
   cblas_sgemm(CblasRowMajor, flags & GROVE__GEMM_TRANS_A ? CblasTrans : CblasNoTrans,
               flags & GROVE__GEMM_TRANS_B ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N,
               (blasint)K, 1.0f, A, (blasint)lda, B, (blasint)ldb, acc ? 1.0f : 0.0f, C,

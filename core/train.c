@@ -246,9 +246,10 @@ void *grove__tape_ws(grove__tape *t, size_t n) {
 grove_status grove__tape_linear(grove__tape *t, const float *x, int64_t M, int64_t K,
                                 const float *W, int64_t N, float *y) {
   const int flags = GROVE__GEMM_TRANS_B;
-  void *ws = grove__tape_ws(t, grove__gemm_ws_size(flags, M, N, K));
+  const size_t wsn = grove__gemm_ws_size(flags, M, N, K);
+  void *ws = grove__tape_ws(t, wsn);
   if (!ws) return GROVE_E_NOMEM;
-  grove__gemm(flags, M, N, K, x, K, W, K, y, N, ws);
+  grove__gemm(flags, M, N, K, x, K, W, K, y, N, ws, wsn);
   return GROVE_OK;
 }
 

@@ -472,7 +472,7 @@ static void check_gemm(int flags, int64_t M, int64_t N, int64_t K, int64_t pad) 
   float *ws = aligned_alloc(64, ws_bytes + 64);
   ck_assert_ptr_nonnull(ws);
   for (int i = 0; i < 16; i++) ws[ws_bytes / sizeof(float) + i] = -777.0f;
-  grove__gemm(flags, M, N, K, A, lda, B, ldb, C, ldc, ws);
+  grove__gemm(flags, M, N, K, A, lda, B, ldb, C, ldc, ws, ws_bytes);
   for (int64_t i = 0; i < M; i++) {
     memcpy(got + i * N, C + i * ldc, (size_t)N * sizeof(float));
     for (int64_t n = N; n < ldc; n++) ck_assert_float_eq(C[i * ldc + n], C0[i * ldc + n]);
@@ -535,20 +535,31 @@ START_TEST(test_gemm_degenerate) {
   ck_assert_uint_eq(grove__gemm_ws_size(0, 5, 5, 0), 0);
   /* K = 0: C = 0, or C unchanged when accumulating. */
   float C[6] = {1, 2, 3, 4, 5, 6};
-  grove__gemm(GROVE__GEMM_ACCUMULATE, 2, 3, 0, NULL, 1, NULL, 3, C, 3, NULL);
+  grove__gemm(GROVE__GEMM_ACCUMULATE, 2, 3, 0, NULL, 1, NULL, 3, C, 3, NULL, 0);
   for (int i = 0; i < 6; i++) ck_assert_float_eq(C[i], (float)(i + 1));
-  grove__gemm(0, 2, 3, 0, NULL, 1, NULL, 3, C, 3, NULL);
+  grove__gemm(0, 2, 3, 0, NULL, 1, NULL, 3, C, 3, NULL, 0);
   for (int i = 0; i < 6; i++) ck_assert_float_eq(C[i], 0.0f);
   /* M = 0 and N = 0 write nothing. */
   C[0] = 7.0f;
-  grove__gemm(0, 0, 3, 2, C, 2, C, 3, C, 3, NULL);
-  grove__gemm(0, 2, 0, 2, C, 2, C, 3, C, 3, NULL);
+  grove__gemm(0, 0, 3, 2, C, 2, C, 3, C, 3, NULL, 0);
+  grove__gemm(0, 2, 0, 2, C, 2, C, 3, C, 3, NULL, 0);
   ck_assert_float_eq(C[0], 7.0f);
   /* Without a workspace the BLAS path computes the same product. */
   float A[6] = {1, 2, 3, 4, 5, 6}, B[6] = {1, 0, -1, 2, 0.5f, 1}, want[4];
   gemm_reference(GROVE__GEMM_TRANS_B, 2, 2, 3, A, 3, B, 3, NULL, 2, want);
-  grove__gemm(GROVE__GEMM_TRANS_B, 2, 2, 3, A, 3, B, 3, C, 2, NULL);
+  grove__gemm(GROVE__GEMM_TRANS_B, 2, 2, 3, A, 3, B, 3, C, 2, NULL, 0);
   ck_assert_int_eq(grove_test_allclose(C, want, 4, RTOL, ATOL), -1);
+  /* A workspace too small for the AVX-512 path (GROVE_GEMM changed since
+   * its size was asked for, say) is not used: BLAS computes the product. */
+  size_t need = grove__gemm_ws_size(GROVE__GEMM_TRANS_B, 2, 2, 3);
+  if (need > 0) {
+    float *small = aligned_alloc(64, 64);
+    ck_assert_ptr_nonnull(small);
+    memset(C, 0, sizeof C);
+    grove__gemm(GROVE__GEMM_TRANS_B, 2, 2, 3, A, 3, B, 3, C, 2, small, need - 1);
+    ck_assert_int_eq(grove_test_allclose(C, want, 4, RTOL, ATOL), -1);
+    free(small);
+  }
   /* GROVE_GEMM=blas needs none. */
   setenv("GROVE_GEMM", "blas", 1);
   ck_assert_uint_eq(grove__gemm_ws_size(0, 64, 64, 64), 0);
