@@ -19,6 +19,7 @@
  * zero_grad(set_to_none). */
 #include <jansson.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -905,8 +906,16 @@ __attribute__((target("avx2,fma"))) static double sumsq_avx2(const float *g, int
 
 static double sumsq(const float *restrict g, int64_t n) {
 #ifdef HAVE_SUMSQ_AVX2
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return sumsq_avx2(g, n);
+  /* 0: not asked yet, 1: no, 2: yes (compute threads may ask at once: the
+   * answer is the same for all). */
+  static _Atomic int avx2;
+  int have = atomic_load_explicit(&avx2, memory_order_relaxed);
+  if (!have) {
+    __builtin_cpu_init();
+    have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 2 : 1;
+    atomic_store_explicit(&avx2, have, memory_order_relaxed);
+  }
+  if (have == 2) return sumsq_avx2(g, n);
 #endif
   /* Eight partial sums, so that the loop vectorises (one chain of double
    * adds cannot be reordered by the compiler). */
