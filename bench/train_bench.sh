@@ -8,7 +8,13 @@
 # batch so that only the step is timed.  Grove runs bench/train_bench.c (built here from
 # libgrove.a next to GROVE_BIN) on the model exported by tools/grove_export.py from the same
 # seeded builder; PyTorch runs the builder's module itself.  Both use GROVE_TRAIN_THREADS threads
-# (torch.set_num_threads / grove_set_compute_threads).
+# (torch.set_num_threads / grove_set_compute_threads).  Debian's torch does its matrix products in
+# OpenBLAS (BLAS_INFO=generic), whose thread count torch.set_num_threads does not set: without
+# OPENBLAS_NUM_THREADS, "one thread" of PyTorch multiplied on every core.
+#
+# Besides steps per second (wall time), each engine reports steps per CPU second (the CPU time of
+# all its threads): on a shared host the latter moves less with other jobs, and with one thread it
+# says how fast a step is on the core it got.
 #
 # The host is shared (2 vCPUs that other guests and other jobs use), so the two engines alternate
 # for ROUNDS rounds and the table shows each one's best and median round.
@@ -70,25 +76,28 @@ def step():
     opt.step()
 for _ in range(3):
     step()
-n, t0 = 0, time.monotonic()
+n, c0, t0 = 0, time.process_time(), time.monotonic()
 t1 = t0
 while t1 - t0 < seconds:
     step()
     n += 1
     t1 = time.monotonic()
+c1 = time.process_time()
 print(json.dumps({"engine": "torch", "batch": batch, "optim": optim, "threads": threads,
-                  "steps_per_s": round(n / (t1 - t0), 2)}))
+                  "steps_per_s": round(n / (t1 - t0), 2),
+                  "steps_per_cpu_s": round(n / (c1 - c0), 2)}))
 EOF
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')," \
   "torch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)," \
-  "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 results="$work/results.jsonl"
 : >"$results"
 for ((r = 1; r <= rounds; r++)); do
   for b in ${batches//,/ }; do
     for o in ${optims//,/ }; do
-      "$python" "$work/torch_train.py" "$peers" "$b" "$o" "$seconds" "$threads" >>"$results" ||
+      OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads \
+        "$python" "$work/torch_train.py" "$peers" "$b" "$o" "$seconds" "$threads" >>"$results" ||
         echo "torch run failed (batch $b, $o)" >&2
       "$work/train_bench" --model "$work/mlp" --batch "$b" --optim "$o" --seconds "$seconds" \
         --threads "$threads" >>"$results" || echo "grove run failed (batch $b, $o)" >&2
@@ -109,6 +118,16 @@ for b, o in keys:
              and r["optim"] == o]
         return (max(v), statistics.median(v)) if v else (float("nan"), float("nan"))
     g, t = pick("grove"), pick("torch")
+    print(f"{o:9} {b:>5}  {g[0]:7.1f} | {g[1]:5.1f}  {t[0]:7.1f} | {t[1]:5.1f}  "
+          f"{g[0] / t[0]:5.2f} | {g[1] / t[1]:4.2f}")
+print(f"\n== training steps per CPU second (all threads), best | median of {rounds} rounds")
+print(f"{'optimizer':9} {'batch':>5}  {'Grove':>15}  {'PyTorch':>15}  {'Grove/PyTorch':>13}")
+for b, o in keys:
+    def pick_cpu(engine):
+        v = [r["steps_per_cpu_s"] for r in rows if r["engine"] == engine and r["batch"] == b
+             and r["optim"] == o and "steps_per_cpu_s" in r]
+        return (max(v), statistics.median(v)) if v else (float("nan"), float("nan"))
+    g, t = pick_cpu("grove"), pick_cpu("torch")
     print(f"{o:9} {b:>5}  {g[0]:7.1f} | {g[1]:5.1f}  {t[0]:7.1f} | {t[1]:5.1f}  "
           f"{g[0] / t[0]:5.2f} | {g[1] / t[1]:4.2f}")
 EOF

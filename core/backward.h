@@ -135,6 +135,10 @@ struct grove__tape {
   size_t nnodes, nodes_cap;
   struct grove_replica *r;
   bool recording; /* false in an eval forward run through the tape (never) */
+  /* grove__gemm's workspace (packed operands): one heap block that keeps
+   * the size of the largest product seen, so a step allocates nothing. */
+  void *ws;
+  size_t ws_cap;
 };
 
 /* A new var holding t (which must be contiguous and live in the arena or
@@ -164,6 +168,19 @@ int grove__var_alloc(grove__tape *t, grove_dtype dt, int ndim, const int64_t *sh
 /* The gradient of var v for accumulating into: allocated (zeroed) on first
  * use.  NULL with err set when out of memory. */
 float *grove__grad(grove__tape *t, int v);
+/* The same, except that memory allocated by this call is not zeroed and
+ * *fresh says so: the caller then writes every element instead of adding
+ * (a product with beta = 0 saves a pass over the memory). */
+float *grove__grad_fresh(grove__tape *t, int v, bool *fresh);
+/* A 64-byte aligned workspace of n bytes for grove__gemm, the tape's own
+ * (reused by the next product: hold it for one call only).  NULL with err
+ * set when out of memory. */
+void *grove__tape_ws(grove__tape *t, size_t n);
+/* y = x . W^T for a training forward: x [M, K], rows [r0, r0 + N) of W
+ * [*, K] (torch's layout), y [M, N], all contiguous; grove__gemm with the
+ * tape's workspace.  GROVE_E_NOMEM with err set when out of memory. */
+grove_status grove__tape_linear(grove__tape *t, const float *x, int64_t M, int64_t K,
+                                const float *W, int64_t N, float *y);
 /* The gradient of v if one has arrived, else NULL. */
 static inline const float *grove__grad_in(grove__tape *t, int v) {
   return v >= 0 ? t->vars[v].grad : NULL;
@@ -177,6 +194,11 @@ static inline bool grove__wants(grove__tape *t, int v) {
  * first use, as float32 data to accumulate into.  *g is NULL (and the status
  * OK) for a tensor that is not one of the replica's parameters (a buffer). */
 grove_status grove__param_grad(grove__tape *t, const grove_tensor *param, float **g);
+/* The same, except that a .grad that this call creates (or takes back from
+ * the memory zero_grad kept) is not zeroed and *fresh says so: the caller
+ * must then write every element of it instead of adding. */
+grove_status grove__param_grad_fresh(grove__tape *t, const grove_tensor *param, float **g,
+                                     bool *fresh);
 /* The parameter or None, checked to be a contiguous float32 tensor with n
  * elements (n < 0: any).  GROVE_E_DTYPE / GROVE_E_SHAPE naming the module. */
 grove_status grove__param_f32(grove__tape *t, const grove_module *m, const char *name, int64_t n,

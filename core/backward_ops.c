@@ -7,7 +7,6 @@
  * Formulas are torch's own (aten/src/ATen/native: Activation.cpp,
  * SoftMax.cpp, layer_norm_kernel.cpp, Dropout.cpp) so that gradients agree
  * with autograd to float32 rounding.  Sums over a row are kept in double. */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -23,14 +22,30 @@ static grove_status act_backward(grove__tape *t, const grove__node *n) {
   const int x = n->in[0], y = n->out[0];
   if (!grove__wants(t, x)) return GROVE_OK;
   const float *restrict dy = grove__grad_in(t, y);
-  float *restrict dx = grove__grad(t, x);
+  /* ReLU writes a gradient x had not received yet instead of zeroing it and
+   * adding (the usual case: x is the Linear output the ReLU follows). */
+  bool fresh = false;
+  float *restrict dx =
+      (grove__tkind)n->i[0] == GROVE__TK_RELU ? grove__grad_fresh(t, x, &fresh) : grove__grad(t, x);
   if (!dx) return GROVE_E_NOMEM;
   const float *restrict xv = val(t, x)->data;
   const float *restrict yv = val(t, y)->data;
   const int64_t N = grove_tensor_numel(val(t, x));
   switch ((grove__tkind)n->i[0]) {
     case GROVE__TK_RELU: /* threshold_backward(grad, result, 0) */
-      for (int64_t i = 0; i < N; i++) dx[i] += yv[i] > 0.0f ? dy[i] : 0.0f;
+      /* dy[i] is read whatever the branch, so that the loop is a select and
+       * vectorises (a conditional load is a branch per element). */
+      if (fresh) {
+        for (int64_t i = 0; i < N; i++) {
+          const float g = dy[i];
+          dx[i] = yv[i] > 0.0f ? g : 0.0f;
+        }
+      } else {
+        for (int64_t i = 0; i < N; i++) {
+          const float g = dy[i];
+          dx[i] += yv[i] > 0.0f ? g : 0.0f;
+        }
+      }
       break;
     case GROVE__TK_LEAKY_RELU: {
       const float slope = (float)n->d[0];
@@ -234,19 +249,32 @@ static grove_status linear_backward(grove__tape *t, const grove__node *n) {
   const float *dy = grove__grad_in(t, y);
   if (M == 0) return GROVE_OK;
   const float *wd = (const float *)W->data + r0 * K;
+  /* Each workspace is taken before the gradient it fills, so that a failure
+   * never leaves a gradient that was handed out unzeroed and not written. */
   if (grove__wants(t, x)) {
-    float *dx = grove__grad(t, x);
+    const size_t wsn = grove__gemm_ws_size(GROVE__GEMM_ACCUMULATE, M, K, N);
+    void *ws = grove__tape_ws(t, wsn);
+    bool fresh;
+    float *dx = ws ? grove__grad_fresh(t, x, &fresh) : NULL;
     if (!dx) return GROVE_E_NOMEM;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f, dy, (int)N,
-                wd, (int)K, 1.0f, dx, (int)K);
+    /* dX (+)= dY W */
+    grove__gemm(fresh ? 0 : GROVE__GEMM_ACCUMULATE, M, K, N, dy, N, wd, K, dx, K, ws, wsn);
   }
   float *dW, *db = NULL;
-  grove_status s = grove__param_grad(t, W, &dW);
-  if (!s && b) s = grove__param_grad(t, b, &db);
+  const size_t wsn = grove__gemm_ws_size(GROVE__GEMM_TRANS_A, N, K, M);
+  void *ws = grove__tape_ws(t, wsn);
+  if (!ws) return GROVE_E_NOMEM;
+  /* A product over every row of W writes the whole .grad, so a new one
+   * need not be zeroed first; MultiheadAttention's row blocks add up. */
+  bool fresh = false;
+  grove_status s = r0 == 0 && N == W->shape[0] ? grove__param_grad_fresh(t, W, &dW, &fresh)
+                                               : grove__param_grad(t, W, &dW);
   if (s) return s;
+  /* dW (+)= dY^T X */
   if (dW)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, dy, (int)N,
-                val(t, x)->data, (int)K, 1.0f, dW + r0 * K, (int)K);
+    grove__gemm(GROVE__GEMM_TRANS_A | (fresh ? 0 : GROVE__GEMM_ACCUMULATE), N, K, M, dy, N,
+                val(t, x)->data, K, dW + r0 * K, K, ws, wsn);
+  if (b && (s = grove__param_grad(t, b, &db))) return s;
   if (db) {
     /* Column sums in double: a long batch would otherwise lose digits. */
     double *acc = grove__tscratch(t, (size_t)N * sizeof(double), true);
@@ -282,8 +310,8 @@ grove_status grove__top_linear_rows(grove__tape *t, int x, const grove_tensor *W
   xt = val(t, x);
   const int64_t M = grove_tensor_numel(xt) / K;
   if (M > 0) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, xt->data,
-                (int)K, (const float *)W->data + r0 * K, (int)K, 0.0f, yd, (int)N);
+    if ((s = grove__tape_linear(t, xt->data, M, K, (const float *)W->data + r0 * K, N, yd)))
+      return s;
     if (b) {
       const float *bd = (const float *)b->data + r0;
       for (int64_t r = 0; r < M; r++)

@@ -758,3 +758,431 @@ void grove__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t
   }
   fn(ctx, 0, n);
 }
+
+/* ================================================================ general products */
+
+/* grove__gemm (internal.h): C = op(A) . op(B) (+ C) for operands that change
+ * at every call, as training's do.  The AVX-512 path packs op(B) into the
+ * panels of the Linear kernel (into the caller's workspace, so nothing is
+ * allocated) and runs the same register tiles over it (gtile: tile() without
+ * bias and ReLU, adding C at the end), giving op(A) to them as rows,
+ * transposed first when its rows are not contiguous; the packing is
+ * O(NK + MK) against O(MNK) of arithmetic.  When op(B) is the large operand
+ * and would need a transposing pack (y = x . W^T: B is the weight, M the
+ * batch), the product is computed the other way round, C^T = op(B)^T .
+ * op(A)^T: W's rows are then the tiles' rows as they are, only x is packed,
+ * and the [N, M] result is transposed into C.  The BLAS path is one
+ * cblas_sgemm. */
+
+/* Rows of the tiles' output per chunk (at most: gemm_avx512 halves it for a
+ * product with few chunks), and rows of op(B) per unit of a transposing
+ * pack. */
+enum { GEMM_ROWS_PER_CHUNK = 16 * MR, PACK_T_ROWS = 64 };
+
+static int gemm_kind(void) {
+  return choose_kind();
+}
+
+/* What the AVX-512 path does for these arguments. */
+typedef struct gemm_plan {
+  bool swap;          /* computes C^T = op(B)^T . op(A)^T into scratch */
+  bool pack_a;        /* the tiles' rows need a transposed copy */
+  int64_t rows, cols; /* the tiles' product: [rows, cols] over depth */
+  int64_t depth;
+  int64_t npanels;
+  size_t pack_floats; /* the packed right-hand side */
+  size_t a_floats;    /* the rows' copy, when pack_a */
+  size_t out_floats;  /* the [N, M] result, when swap */
+} gemm_plan;
+
+static gemm_plan gemm_plan_make(int flags, int64_t M, int64_t N, int64_t K) {
+  gemm_plan pl = {0};
+  const bool ta = flags & GROVE__GEMM_TRANS_A, tb = flags & GROVE__GEMM_TRANS_B;
+  /* Swapped, op(B)^T is B as stored when tb, and op(A)^T packs from A
+   * whatever ta is; so swapping pays when tb and B is the larger side. */
+  pl.swap = tb && N > M;
+  pl.rows = pl.swap ? N : M;
+  pl.cols = pl.swap ? M : N;
+  pl.depth = K;
+  pl.pack_a = !pl.swap && ta;
+  pl.npanels = (pl.cols + NR - 1) / NR;
+  pl.pack_floats = (size_t)pl.npanels * NR * (size_t)K;
+  pl.a_floats = pl.pack_a ? (size_t)M * (size_t)K : 0;
+  pl.out_floats = pl.swap ? (size_t)M * (size_t)N : 0;
+  return pl;
+}
+
+/* Floats rounded up to whole 64-byte lines, so that each region of the
+ * workspace starts aligned. */
+static size_t gemm_lines(size_t floats) {
+  return (floats + 15) / 16 * 16;
+}
+
+size_t grove__gemm_ws_size(int flags, int64_t M, int64_t N, int64_t K) {
+  if (M <= 0 || N <= 0 || K <= 0 || gemm_kind() != KIND_AVX512) return 0;
+  gemm_plan pl = gemm_plan_make(flags, M, N, K);
+  return (gemm_lines(pl.pack_floats) + gemm_lines(pl.a_floats) + gemm_lines(pl.out_floats)) *
+         sizeof(float);
+}
+
+#if GEMM_HAVE_AVX512
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,fma")
+#endif
+
+/* dst[c * ldd + r] (+)= src[r * lds + c] for r < nr, c < nc (both <= 16):
+ * one 16 x 16 block through registers.  Rows past nr and columns past nc
+ * read as zero; the block writes out_rows rows of out_cols floats (the
+ * caller asks for more than nc x nr to zero-fill a panel's padding). */
+static inline void t16(const float *src, int64_t lds, int nr, int nc, float *dst, int64_t ldd,
+                       int out_rows, int out_cols, bool accumulate) {
+  __m512 r[16], t[16];
+  const __mmask16 cm = (__mmask16)((1u << nc) - 1u);
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i++)
+    r[i] = i < nr ? _mm512_maskz_loadu_ps(cm, src + i * lds) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++) {
+    r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  /* r[4i + c], lane L: column 4L + c of rows 4i .. 4i + 3. */
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; c++) {
+    __m512 v0 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+    __m512 v1 = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+    __m512 v2 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+    __m512 v3 = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+    t[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    t[8 + c] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    t[4 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
+  const __mmask16 om = (__mmask16)((1u << out_cols) - 1u);
+#pragma GCC unroll 16
+  for (int c = 0; c < 16; c++) {
+    if (c >= out_rows) break;
+    __m512 v = t[c];
+    if (accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(om, dst + c * ldd));
+    _mm512_mask_storeu_ps(dst + c * ldd, om, v);
+  }
+}
+
+/* dst[c * ldd + r] (+)= src[r * lds + c] over rows [r0, r1) of src and all
+ * its cols. */
+static void transpose_rows(const float *src, int64_t lds, int64_t r0, int64_t r1, int64_t cols,
+                           float *dst, int64_t ldd, bool accumulate) {
+  for (int64_t r = r0; r < r1; r += 16) {
+    int nr = (int)(r1 - r < 16 ? r1 - r : 16);
+    for (int64_t c = 0; c < cols; c += 16) {
+      int nc = (int)(cols - c < 16 ? cols - c : 16);
+      t16(src + r * lds + c, lds, nr, nc, dst + c * ldd + r, ldd, nc, nr, accumulate);
+    }
+  }
+}
+
+/* Rows [k0, k1) of op(B) [K, N], op(B)[k, n] = B[k * ldb + n], into every
+ * panel of pack (layout of grove__linear_pack: panel pi at pi * K * NR, K
+ * rows of its width w, zero past N).  Row by row, so that B is read in
+ * order: a panel at a time would read 256 bytes per 4 KB page of a
+ * 1024-wide B, which the prefetchers do not follow. */
+static void pack_rows(const float *B, int64_t ldb, int64_t N, int64_t K, int64_t npanels,
+                      int64_t k0, int64_t k1, float *pack) {
+  for (int64_t k = k0; k < k1; k++) {
+    const float *s = B + k * ldb;
+    for (int64_t pi = 0; pi < npanels; pi++) {
+      const int w = panel_width(N, pi);
+      const int64_t n0 = pi * NR;
+      const int ncols = (int)(N - n0 < NR ? N - n0 : NR);
+      float *dst = pack + pi * K * NR + k * w;
+      for (int j = 0; j < w; j += 16) {
+        int v = ncols - j;
+        v = v < 0 ? 0 : v > 16 ? 16 : v;
+        _mm512_store_ps(dst + j, _mm512_maskz_loadu_ps((__mmask16)((1u << v) - 1u), s + n0 + j));
+      }
+    }
+  }
+}
+
+/* Rows [k0, k1) (multiples of 16 but for K) of panel pi of op(B) [K, N],
+ * op(B)[k, n] = B[n * ldb + k], into their place in pack (as pack_rows): the
+ * rows n0 + j of B are the panel's columns j, through 16 x 16 transposes. */
+static void pack_panel_t(const float *B, int64_t ldb, int64_t N, int64_t K, int64_t pi, int64_t k0,
+                         int64_t k1, float *pack) {
+  const int w = panel_width(N, pi);
+  const int64_t n0 = pi * NR;
+  const int ncols = (int)(N - n0 < NR ? N - n0 : NR);
+  float *dst = pack + pi * K * NR;
+  for (int j = 0; j < w; j += 16) {
+    int nr = ncols - j;
+    nr = nr < 0 ? 0 : nr > 16 ? 16 : nr;
+    for (int64_t k = k0; k < k1; k += 16) {
+      int nk = (int)(K - k < 16 ? K - k : 16);
+      t16(B + (n0 + j) * ldb + k, ldb, nr, nk, dst + k * w + j, w, nk, 16, false);
+    }
+  }
+}
+
+/* One tile of a general product: c[0..mr, 0..ncols) = A . B, or c + A . B
+ * when add.  Unlike tile() above, the sum over this K block starts from zero
+ * and c is added once at the end, so that accumulating a product into c
+ * gives c + (the product computed alone), whatever c holds: a second
+ * identical backward doubles a gradient exactly, as with BLAS.  It also
+ * keeps c's loads away from the previous tile's stores (rows of c 4 KB
+ * apart would alias them). */
+static inline __attribute__((always_inline)) void gtile(const int mr, const int NV, int64_t K,
+                                                        const float *A, int64_t lda, const float *B,
+                                                        float *c, int64_t ldc, int ncols,
+                                                        bool add) {
+  __m512 acc[MR][4];
+  __mmask16 mask[4];
+#pragma GCC unroll 4
+  for (int j = 0; j < NV; j++) {
+    int valid = ncols - 16 * j;
+    valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
+    mask[j] = (__mmask16)((1u << valid) - 1u);
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k++) {
+    __m512 b[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) b[j] = _mm512_load_ps(B + k * (NV * 16) + j * 16);
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++) {
+      __m512 a = _mm512_set1_ps(A[i * lda + k]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; j++) acc[i][j] = _mm512_fmadd_ps(a, b[j], acc[i][j]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < mr; i++) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) {
+      __m512 v = acc[i][j];
+      if (add) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask[j], c + i * ldc + 16 * j), v);
+      if (mask[j] == 0xFFFF)
+        _mm512_storeu_ps(c + i * ldc + 16 * j, v);
+      else
+        _mm512_mask_storeu_ps(c + i * ldc + 16 * j, mask[j], v);
+    }
+  }
+}
+
+typedef void (*gtile_fn)(int64_t K, const float *A, int64_t lda, const float *B, float *c,
+                         int64_t ldc, int ncols, bool add);
+
+#define GTILE_FN(R, V)                                                                          \
+  static void gtile_##R##_##V(int64_t K, const float *A, int64_t lda, const float *B, float *c, \
+                              int64_t ldc, int ncols, bool add) {                               \
+    gtile(R, V, K, A, lda, B, c, ldc, ncols, add);                                              \
+  }
+#define GTILE_ROW(R) GTILE_FN(R, 1) GTILE_FN(R, 2) GTILE_FN(R, 3) GTILE_FN(R, 4)
+GTILE_ROW(1)
+GTILE_ROW(2)
+GTILE_ROW(3)
+GTILE_ROW(4)
+GTILE_ROW(5)
+GTILE_ROW(6)
+#define GTILE_REF(R) \
+  { gtile_##R##_1, gtile_##R##_2, gtile_##R##_3, gtile_##R##_4 }
+static const gtile_fn gtiles[MR][4] = {GTILE_REF(1), GTILE_REF(2), GTILE_REF(3),
+                                       GTILE_REF(4), GTILE_REF(5), GTILE_REF(6)};
+
+typedef struct gemm_job {
+  gemm_plan pl;
+  /* The tiles' operands: rows of a (row i at a + i * lda, contiguous over
+   * depth), the packed right-hand side, the output c (row i at c + i * ldc). */
+  const float *a;
+  int64_t lda;
+  float *pack;
+  float *c;
+  int64_t ldc;
+  bool accumulate;
+  /* Packing: op(B) as given (pack_rows, or pack_panel_t when tb) in bunits
+   * units (16 rows, or panels), then op(A) when pack_a. */
+  const float *b;
+  int64_t ldb;
+  bool tb;
+  const float *a_src;
+  int64_t a_src_ld;
+  float *a_copy;
+  int64_t bunits;
+  int64_t rpc; /* rows per chunk, a multiple of MR */
+} gemm_job;
+
+static void gemm_pack_fn(void *ctx, int64_t begin, int64_t end) {
+  gemm_job *j = ctx;
+  const int64_t K = j->pl.depth;
+  for (int64_t i = begin; i < end; i++) {
+    if (i < j->bunits && j->tb) {
+      /* Units of PACK_T_ROWS rows of a panel, so that a batch's one panel
+       * (y = x W^T swapped) still spreads over the threads. */
+      const int64_t per = (K + PACK_T_ROWS - 1) / PACK_T_ROWS;
+      const int64_t k0 = i % per * PACK_T_ROWS, k1 = k0 + PACK_T_ROWS < K ? k0 + PACK_T_ROWS : K;
+      pack_panel_t(j->b, j->ldb, j->pl.cols, K, i / per, k0, k1, j->pack);
+    } else if (i < j->bunits) {
+      int64_t k0 = i * 16, k1 = k0 + 16 < K ? k0 + 16 : K;
+      pack_rows(j->b, j->ldb, j->pl.cols, K, j->pl.npanels, k0, k1, j->pack);
+    } else {
+      /* op(A) = A^T, A stored [K, M]: its rows 16 (i - bunits) .. as
+       * columns of the copy [M, K]. */
+      int64_t k0 = (i - j->bunits) * 16;
+      int64_t k1 = k0 + 16 < j->pl.depth ? k0 + 16 : j->pl.depth;
+      transpose_rows(j->a_src, j->a_src_ld, k0, k1, j->pl.rows, j->a_copy, j->pl.depth, false);
+    }
+  }
+}
+
+/* Chunk c: rows [rpc * (c / npanels), ...) x panel c % npanels, so that
+ * consecutive chunks on one thread reuse the same rows of a from L2.  K is
+ * cut into blocks as in avx512_part. */
+static void gemm_tiles_fn(void *ctx, int64_t begin, int64_t end) {
+  const gemm_job *j = ctx;
+  const int64_t R = j->pl.rows, N = j->pl.cols, K = j->pl.depth;
+  const int64_t kblocks = K > KC ? (K + KC - 1) / KC : 1;
+  const int64_t kc = (K + kblocks - 1) / kblocks;
+  for (int64_t c = begin; c < end; c++) {
+    const int64_t pi = c % j->pl.npanels;
+    const int64_t r0 = c / j->pl.npanels * j->rpc;
+    const int64_t r1 = r0 + j->rpc < R ? r0 + j->rpc : R;
+    const int w = panel_width(N, pi);
+    const int64_t n0 = pi * NR;
+    const int ncols = (int)(N - n0 < NR ? N - n0 : NR);
+    const float *B = j->pack + pi * K * NR;
+    for (int64_t kb = 0; kb < kblocks; kb++) {
+      const int64_t k0 = kb * kc, kn = K - k0 < kc ? K - k0 : kc;
+      const bool add = kb > 0 || j->accumulate;
+      for (int64_t i = r0; i < r1; i += MR) {
+        int mr = (int)(r1 - i < MR ? r1 - i : MR);
+        gtiles[mr - 1][w / 16 - 1](kn, j->a + i * j->lda + k0, j->lda, B + k0 * w,
+                                   j->c + i * j->ldc + n0, j->ldc, ncols, add);
+      }
+    }
+  }
+}
+
+typedef struct gemm_out_job {
+  const float *src; /* [N, M] */
+  float *c;
+  int64_t M, N, ldc;
+  bool accumulate;
+} gemm_out_job;
+
+/* Rows [begin, end) of the [N, M] result into columns of C. */
+static void gemm_out_fn(void *ctx, int64_t begin, int64_t end) {
+  const gemm_out_job *o = ctx;
+  transpose_rows(o->src, o->M, begin, end, o->M, o->c, o->ldc, o->accumulate);
+}
+
+static void gemm_avx512(int flags, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                        const float *B, int64_t ldb, float *C, int64_t ldc, void *ws) {
+  const bool ta = flags & GROVE__GEMM_TRANS_A, tb = flags & GROVE__GEMM_TRANS_B;
+  const bool acc = flags & GROVE__GEMM_ACCUMULATE;
+  gemm_job j = {.pl = gemm_plan_make(flags, M, N, K)};
+  float *p = ws;
+  j.pack = p;
+  p += gemm_lines(j.pl.pack_floats);
+  if (j.pl.swap) {
+    /* C^T [N, M] = op(B)^T . op(A)^T: the tiles' rows are B's rows as
+     * stored (tb), the right-hand side is op(A)^T, whose element (k, m) is
+     * A[m * lda + k] (a transposing pack) or, with ta, A[k * lda + m]. */
+    j.a = B;
+    j.lda = ldb;
+    j.b = A;
+    j.ldb = lda;
+    j.tb = !ta;
+    j.c = p + gemm_lines(j.pl.a_floats);
+    j.ldc = M;
+    j.accumulate = false;
+  } else {
+    j.b = B;
+    j.ldb = ldb;
+    j.tb = tb;
+    j.c = C;
+    j.ldc = ldc;
+    j.accumulate = acc;
+    if (j.pl.pack_a) {
+      j.a_src = A;
+      j.a_src_ld = lda;
+      j.a_copy = p;
+      j.a = p;
+      j.lda = K;
+    } else {
+      j.a = A;
+      j.lda = lda;
+    }
+  }
+  const int threads = atomic_load_explicit(&g_threads, memory_order_relaxed);
+  const bool par = threads > 1 && (double)M * (double)N * (double)K >= MIN_THREADED_MACS;
+  j.bunits = j.tb ? j.pl.npanels * ((K + PACK_T_ROWS - 1) / PACK_T_ROWS) : (K + 15) / 16;
+  const int64_t packs = j.bunits + (j.pl.pack_a ? (K + 15) / 16 : 0);
+  /* Fewer rows per chunk when the product has few chunks (one panel, or
+   * few rows), so that about eight per thread keep the threads even. */
+  j.rpc = GEMM_ROWS_PER_CHUNK;
+  while (par && j.rpc > MR && (j.pl.rows + j.rpc - 1) / j.rpc * j.pl.npanels < 8 * threads)
+    j.rpc /= 2;
+  const int64_t chunks = (j.pl.rows + j.rpc - 1) / j.rpc * j.pl.npanels;
+  if (par) {
+    grove__parallel_for(packs, 1, gemm_pack_fn, &j);
+    grove__parallel_for(chunks, 1, gemm_tiles_fn, &j);
+  } else {
+    gemm_pack_fn(&j, 0, packs);
+    gemm_tiles_fn(&j, 0, chunks);
+  }
+  if (j.pl.swap) {
+    gemm_out_job o = {.src = j.c, .c = C, .M = M, .N = N, .ldc = ldc, .accumulate = acc};
+    if (par)
+      grove__parallel_for(N, 64, gemm_out_fn, &o);
+    else
+      gemm_out_fn(&o, 0, N);
+  }
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif /* GEMM_HAVE_AVX512 */
+
+void grove__gemm(int flags, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float *C, int64_t ldc, void *ws, size_t ws_bytes) {
+  assert(M >= 0 && N >= 0 && K >= 0);
+  const bool acc = flags & GROVE__GEMM_ACCUMULATE;
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (!acc)
+      for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(float));
+    return;
+  }
+#if GEMM_HAVE_AVX512
+  /* The size is checked rather than trusted: GROVE_GEMM may have changed
+   * since the caller asked for it. */
+  const size_t need = grove__gemm_ws_size(flags, M, N, K);
+  if (ws && need > 0 && ws_bytes >= need) {
+    gemm_avx512(flags, M, N, K, A, lda, B, ldb, C, ldc, ws);
+    return;
+  }
+#endif
+  (void)ws;
+  (void)ws_bytes;
+  cblas_sgemm(CblasRowMajor, flags & GROVE__GEMM_TRANS_A ? CblasTrans : CblasNoTrans,
+              flags & GROVE__GEMM_TRANS_B ? CblasTrans : CblasNoTrans, (blasint)M, (blasint)N,
+              (blasint)K, 1.0f, A, (blasint)lda, B, (blasint)ldb, acc ? 1.0f : 0.0f, C,
+              (blasint)ldc);
+}

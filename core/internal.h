@@ -140,6 +140,30 @@ bool grove__linear_pack_native(const grove__linear_pack *p);
 void grove__parallel_for(int64_t n, int64_t grain,
                          void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
 
+/* General products on the Linear kernel, for operands that change at every
+ * call (training: forward y = x W^T, dX = dY W, dW += dY^T X), row-major as
+ * cblas_sgemm: C[M,N] = op(A)[M,K] . op(B)[K,N], plus C with
+ * GROVE__GEMM_ACCUMULATE (beta = 1; else beta = 0 and C is only written).
+ * op(A)[i,k] is A[i*lda + k], or A[k*lda + i] with GROVE__GEMM_TRANS_A;
+ * op(B)[k,n] is B[k*ldb + n], or B[n*ldb + k] with GROVE__GEMM_TRANS_B.
+ * ws is the caller's workspace of ws_bytes bytes, 64-byte aligned, which the
+ * call overwrites (the packed operands), so a training loop allocates it once
+ * and nothing is allocated per call.  The AVX-512 kernel runs when the CPU
+ * has it, GROVE_GEMM is not "blas" (read at each call) and ws_bytes is at
+ * least grove__gemm_ws_size(flags, M, N, K); otherwise cblas_sgemm (sizes
+ * must then fit an int).  Uses the compute threads like grove__linear_run; safe from
+ * several threads at once with a workspace each. */
+enum {
+  GROVE__GEMM_TRANS_A = 1,
+  GROVE__GEMM_TRANS_B = 2,
+  GROVE__GEMM_ACCUMULATE = 4,
+};
+/* Bytes of workspace for these arguments; 0 when the BLAS path will run or
+ * there is nothing to compute. */
+size_t grove__gemm_ws_size(int flags, int64_t M, int64_t N, int64_t K);
+void grove__gemm(int flags, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float *C, int64_t ldc, void *ws, size_t ws_bytes);
+
 
 /* ------------------------------------------------------------ channels last */
 

@@ -222,6 +222,49 @@ static inline __attribute__((always_inline)) void sgd_loop(
   }
 }
 
+/* Elements per chunk of an update on the compute threads: every element is
+ * updated by the same operations whichever thread takes it, so the result
+ * does not depend on the thread count. */
+#define OPTIM_GRAIN 65536
+
+typedef struct sgd_args {
+  float *p, *b; /* b: the momentum buffer, NULL without momentum */
+  const float *g;
+  float sign, wd, mom, damp, lr;
+  bool decay;
+  int c; /* momentum cases: decay x first x nesterov */
+} sgd_args;
+
+static void sgd_chunk(void *ctx, int64_t begin, int64_t end) {
+  const sgd_args *a = ctx;
+  float *p = a->p + begin, *b = a->b ? a->b + begin : NULL;
+  const float *g = a->g + begin;
+  const int64_t n = end - begin;
+  const float sign = a->sign, wd = a->wd, mom = a->mom, damp = a->damp, lr = a->lr;
+  if (!b) {
+    if (a->decay)
+      sgd_loop(p, b, g, n, sign, wd, mom, damp, lr, true, false, false, false);
+    else
+      sgd_loop(p, b, g, n, sign, wd, mom, damp, lr, false, false, false, false);
+    return;
+  }
+  switch (a->c) {
+#define SGD_CASE(k)                                                           \
+  case k:                                                                     \
+    sgd_loop(p, b, g, n, sign, wd, mom, damp, lr, (k)&4, (k)&2, true, (k)&1); \
+    break;
+    SGD_CASE(0)
+    SGD_CASE(1)
+    SGD_CASE(2)
+    SGD_CASE(3)
+    SGD_CASE(4)
+    SGD_CASE(5)
+    SGD_CASE(6)
+    SGD_CASE(7)
+#undef SGD_CASE
+  }
+}
+
 static void sgd_step(grove_optim *o, size_t i, const grove_optim_hparams *h, const float *g,
                      grove_err *err, grove_status *s) {
   grove__pstate *st = &o->state[i];
@@ -241,31 +284,17 @@ static void sgd_step(grove_optim *o, size_t i, const grove_optim_hparams *h, con
     }
     first = true;
   }
-  float *b = st->buf ? st->buf->data : NULL;
-  if (!b) {
-    if (decay)
-      sgd_loop(p, b, g, n, sign, wd, mom, damp, lr, true, false, false, false);
-    else
-      sgd_loop(p, b, g, n, sign, wd, mom, damp, lr, false, false, false, false);
-    return;
-  }
-  /* Momentum cases: decay x first x nesterov. */
-  const int c = (decay ? 4 : 0) | (first ? 2 : 0) | (h->nesterov ? 1 : 0);
-  switch (c) {
-#define SGD_CASE(k)                                                           \
-  case k:                                                                     \
-    sgd_loop(p, b, g, n, sign, wd, mom, damp, lr, (k)&4, (k)&2, true, (k)&1); \
-    break;
-    SGD_CASE(0)
-    SGD_CASE(1)
-    SGD_CASE(2)
-    SGD_CASE(3)
-    SGD_CASE(4)
-    SGD_CASE(5)
-    SGD_CASE(6)
-    SGD_CASE(7)
-#undef SGD_CASE
-  }
+  sgd_args a = {.p = p,
+                .b = st->buf ? st->buf->data : NULL,
+                .g = g,
+                .sign = sign,
+                .wd = wd,
+                .mom = mom,
+                .damp = damp,
+                .lr = lr,
+                .decay = decay,
+                .c = (decay ? 4 : 0) | (first ? 2 : 0) | (h->nesterov ? 1 : 0)};
+  grove__parallel_for(n, OPTIM_GRAIN, sgd_chunk, &a);
 }
 
 static inline __attribute__((always_inline)) void adam_loop(
@@ -318,6 +347,35 @@ static inline __attribute__((always_inline)) void adam_loop(
   }
 }
 
+typedef struct adam_args {
+  float *p, *m, *v, *vmax;
+  const float *g;
+  float sign, decay, wd, b1, a1, b2, a2, bc2s, eps, step_size;
+  int c; /* decoupled x l2 x amsgrad */
+} adam_args;
+
+static void adam_chunk(void *ctx, int64_t begin, int64_t end) {
+  const adam_args *a = ctx;
+  float *p = a->p + begin, *m = a->m + begin, *v = a->v + begin;
+  float *vmax = a->vmax ? a->vmax + begin : NULL;
+  const float *g = a->g + begin;
+  const int64_t n = end - begin;
+  switch (a->c) {
+#define ADAM_CASE(k)                                                                            \
+  case k:                                                                                       \
+    adam_loop(p, m, v, vmax, g, n, a->sign, (k)&4, (k)&2, (k)&1, a->decay, a->wd, a->b1, a->a1, \
+              a->b2, a->a2, a->bc2s, a->eps, a->step_size);                                     \
+    break;
+    ADAM_CASE(0)
+    ADAM_CASE(1)
+    ADAM_CASE(2)
+    ADAM_CASE(3)
+    ADAM_CASE(4)
+    ADAM_CASE(5)
+#undef ADAM_CASE
+  }
+}
+
 static void adam_step(grove_optim *o, size_t i, const grove_optim_hparams *h, const float *g) {
   grove__pstate *st = &o->state[i];
   float *p = o->params[i]->data, *m = st->buf->data, *v = st->sq->data;
@@ -333,21 +391,23 @@ static void adam_step(grove_optim *o, size_t i, const grove_optim_hparams *h, co
   const float wd = (float)h->weight_decay, decay = (float)(1.0 - h->lr * h->weight_decay);
   const double bc1 = 1.0 - pow(h->beta1, step), bc2 = 1.0 - pow(h->beta2, step);
   const float step_size = (float)-(h->lr / bc1), bc2s = (float)sqrt(bc2), eps = (float)h->eps;
-  const int c = (decoupled ? 4 : 0) | (l2 ? 2 : 0) | (vmax ? 1 : 0);
-  switch (c) {
-#define ADAM_CASE(k)                                                                           \
-  case k:                                                                                      \
-    adam_loop(p, m, v, vmax, g, n, sign, (k)&4, (k)&2, (k)&1, decay, wd, b1, a1, b2, a2, bc2s, \
-              eps, step_size);                                                                 \
-    break;
-    ADAM_CASE(0)
-    ADAM_CASE(1)
-    ADAM_CASE(2)
-    ADAM_CASE(3)
-    ADAM_CASE(4)
-    ADAM_CASE(5)
-#undef ADAM_CASE
-  }
+  adam_args a = {.p = p,
+                 .m = m,
+                 .v = v,
+                 .vmax = vmax,
+                 .g = g,
+                 .sign = sign,
+                 .decay = decay,
+                 .wd = wd,
+                 .b1 = b1,
+                 .a1 = a1,
+                 .b2 = b2,
+                 .a2 = a2,
+                 .bc2s = bc2s,
+                 .eps = eps,
+                 .step_size = step_size,
+                 .c = (decoupled ? 4 : 0) | (l2 ? 2 : 0) | (vmax ? 1 : 0)};
+  grove__parallel_for(n, OPTIM_GRAIN, adam_chunk, &a);
 }
 
 grove_status grove_optim_step(grove_optim *o, grove_tensor *const *grads, grove_err *err) {

@@ -19,6 +19,7 @@
  * zero_grad(set_to_none). */
 #include <jansson.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,32 +218,78 @@ float *grove__grad(grove__tape *t, int v) {
   return var->grad;
 }
 
+float *grove__grad_fresh(grove__tape *t, int v, bool *fresh) {
+  grove__var *var = &t->vars[v];
+  *fresh = !var->grad;
+  if (!var->grad) {
+    size_t n = (size_t)grove_tensor_numel(&var->t);
+    var->grad = grove__tscratch(t, n * sizeof(float), false);
+  }
+  return var->grad;
+}
+
+void *grove__tape_ws(grove__tape *t, size_t n) {
+  if (n > t->ws_cap) {
+    /* Freed first: the old contents are dead, and the peak stays one block. */
+    free(t->ws);
+    t->ws_cap = 0;
+    size_t size = (n + 63) / 64 * 64;
+    t->ws = aligned_alloc(64, size);
+    if (!t->ws) {
+      grove_err_set(t->err, GROVE_E_NOMEM, "out of memory for a training product's workspace");
+      return NULL;
+    }
+    t->ws_cap = size;
+  }
+  return t->ws ? t->ws : (void *)t; /* n = 0: any non-NULL pointer (never written) */
+}
+
+grove_status grove__tape_linear(grove__tape *t, const float *x, int64_t M, int64_t K,
+                                const float *W, int64_t N, float *y) {
+  const int flags = GROVE__GEMM_TRANS_B;
+  const size_t wsn = grove__gemm_ws_size(flags, M, N, K);
+  void *ws = grove__tape_ws(t, wsn);
+  if (!ws) return GROVE_E_NOMEM;
+  grove__gemm(flags, M, N, K, x, K, W, K, y, N, ws, wsn);
+  return GROVE_OK;
+}
+
 bool grove__any_requires(grove__tape *t, const int *in, int n) {
   for (int i = 0; i < n; i++)
     if (in[i] >= 0 && t->vars[in[i]].requires_grad) return true;
   return false;
 }
 
-grove_status grove__param_grad(grove__tape *t, const grove_tensor *param, float **g) {
+grove_status grove__param_grad_fresh(grove__tape *t, const grove_tensor *param, float **g,
+                                     bool *fresh) {
   grove_replica *r = t->r;
   bool found;
   size_t idx = (size_t)(uintptr_t)pmap_get(&r->param_index, param, &found);
   *g = NULL;
+  *fresh = false;
   if (!found) return GROVE_OK;
   idx -= 1;
   if (!r->grads[idx] && r->spare[idx]) {
-    /* The memory of a .grad zero_grad dropped: zeroing it is cheaper than
+    /* The memory of a .grad zero_grad dropped: reusing it is cheaper than
      * the page faults of a fresh allocation of the same size every step. */
     r->grads[idx] = r->spare[idx];
     r->spare[idx] = NULL;
-    memset(r->grads[idx]->data, 0, grove_tensor_nbytes(r->grads[idx]));
+    *fresh = true;
   }
   if (!r->grads[idx]) {
     r->grads[idx] = grove_tensor_new(GROVE_F32, param->ndim, param->shape, t->err);
     if (!r->grads[idx]) return t->err && t->err->code ? t->err->code : GROVE_E_NOMEM;
+    *fresh = true;
   }
   *g = r->grads[idx]->data;
   return GROVE_OK;
+}
+
+grove_status grove__param_grad(grove__tape *t, const grove_tensor *param, float **g) {
+  bool fresh;
+  grove_status s = grove__param_grad_fresh(t, param, g, &fresh);
+  if (!s && fresh) memset(*g, 0, (size_t)grove_tensor_numel(param) * sizeof(float));
+  return s;
 }
 
 grove_status grove__param_f32(grove__tape *t, const grove_module *m, const char *name, int64_t n,
@@ -736,6 +783,7 @@ void grove_replica_free(grove_replica *r) {
   pmap_fini(&r->param_index);
   free(r->tape.vars);
   free(r->tape.nodes);
+  free(r->tape.ws);
   grove_arena_free(r->tape.arena);
   grove_model_free(r->model);
   json_decref(r->doc);
@@ -829,20 +877,88 @@ void grove_replica_zero_grad(grove_replica *r, bool set_to_none) {
   }
 }
 
+/* Sum of squares in double.  With AVX2 (checked at run time) four chains of
+ * four doubles; the baseline SSE2 loop the compiler makes of the portable
+ * one kept its partial sums in memory and took 5-8% of an MLP's step. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) static double sumsq_avx2(const float *g, int64_t n) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    __m256d v0 = _mm256_cvtps_pd(_mm_loadu_ps(g + j));
+    __m256d v1 = _mm256_cvtps_pd(_mm_loadu_ps(g + j + 4));
+    __m256d v2 = _mm256_cvtps_pd(_mm_loadu_ps(g + j + 8));
+    __m256d v3 = _mm256_cvtps_pd(_mm_loadu_ps(g + j + 12));
+    a0 = _mm256_fmadd_pd(v0, v0, a0);
+    a1 = _mm256_fmadd_pd(v1, v1, a1);
+    a2 = _mm256_fmadd_pd(v2, v2, a2);
+    a3 = _mm256_fmadd_pd(v3, v3, a3);
+  }
+  double lanes[4];
+  _mm256_storeu_pd(lanes, _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3)));
+  double sum = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  for (; j < n; j++) sum += (double)g[j] * g[j];
+  return sum;
+}
+#define HAVE_SUMSQ_AVX2 1
+#endif
+
+static double sumsq(const float *restrict g, int64_t n) {
+#ifdef HAVE_SUMSQ_AVX2
+  /* 0: not asked yet, 1: no, 2: yes (compute threads may ask at once: the
+   * answer is the same for all). */
+  static _Atomic int avx2;
+  int have = atomic_load_explicit(&avx2, memory_order_relaxed);
+  if (!have) {
+    __builtin_cpu_init();
+    have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 2 : 1;
+    atomic_store_explicit(&avx2, have, memory_order_relaxed);
+  }
+  if (have == 2) return sumsq_avx2(g, n);
+#endif
+  /* Eight partial sums, so that the loop vectorises (one chain of double
+   * adds cannot be reordered by the compiler). */
+  double acc[8] = {0}, sum = 0;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; k++) acc[k] += (double)g[j + k] * g[j + k];
+  for (; j < n; j++) acc[0] += (double)g[j] * g[j];
+  for (int k = 0; k < 8; k++) sum += acc[k];
+  return sum;
+}
+
+/* A gradient's sum of squares in chunks of at least 64K elements, each on
+ * whichever compute thread claims it; the chunks depend only on the size,
+ * and their sums are added in order, so the norm does not depend on the
+ * thread count. */
+#define SUMSQ_CHUNKS 256
+typedef struct sumsq_job {
+  const float *g;
+  int64_t n, grain;
+  double part[SUMSQ_CHUNKS];
+} sumsq_job;
+
+static void sumsq_fn(void *ctx, int64_t begin, int64_t end) {
+  sumsq_job *j = ctx;
+  for (int64_t c = begin; c < end; c++) {
+    const int64_t b = c * j->grain;
+    j->part[c] = sumsq(j->g + b, j->n - b < j->grain ? j->n - b : j->grain);
+  }
+}
+
 double grove_replica_grad_norm(const grove_replica *r) {
   double sum = 0;
+  sumsq_job j;
   for (size_t i = 0; i < r->params.n; i++) {
     if (!r->grads[i]) continue;
-    const float *restrict g = r->grads[i]->data;
-    const int64_t n = grove_tensor_numel(r->grads[i]);
-    /* Eight partial sums, so that the loop vectorises (one chain of double
-     * adds cannot be reordered by the compiler). */
-    double acc[8] = {0};
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-      for (int k = 0; k < 8; k++) acc[k] += (double)g[j + k] * g[j + k];
-    for (; j < n; j++) acc[0] += (double)g[j] * g[j];
-    for (int k = 0; k < 8; k++) sum += acc[k];
+    j.g = r->grads[i]->data;
+    j.n = grove_tensor_numel(r->grads[i]);
+    j.grain = (j.n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+    j.grain = j.grain < 65536 ? 65536 : (j.grain + 15) / 16 * 16;
+    const int64_t chunks = (j.n + j.grain - 1) / j.grain;
+    grove__parallel_for(chunks, 1, sumsq_fn, &j);
+    for (int64_t c = 0; c < chunks; c++) sum += j.part[c];
   }
   return sqrt(sum);
 }

@@ -5,7 +5,10 @@
  * BLAS one forced by GROVE_GEMM=blas), and with two threads running the
  * same pack at once.  grove__parallel_for, on the same pools: every index
  * exactly once, in chunks of the grain, on 1, 2 and 3 compute threads, and
- * from two threads at once. */
+ * from two threads at once.  grove__gemm, the general product training
+ * uses: every transpose and accumulate combination on odd and real shapes,
+ * padded leading dimensions, K over several blocks, 1 and 2 threads, both
+ * kernels, against a double-precision reference. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -425,6 +428,145 @@ START_TEST(test_parallel_for_concurrent) {
 }
 END_TEST
 
+/* ---------------------------------------------------------- general products */
+
+/* C = op(A) . op(B) (+ C) in double; lda, ldb, ldc as grove__gemm's. */
+static void gemm_reference(int flags, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                           const float *B, int64_t ldb, const float *C0, int64_t ldc, float *want) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t n = 0; n < N; n++) {
+      double s = flags & GROVE__GEMM_ACCUMULATE ? C0[i * ldc + n] : 0.0;
+      for (int64_t k = 0; k < K; k++) {
+        double a = flags & GROVE__GEMM_TRANS_A ? A[k * lda + i] : A[i * lda + k];
+        double b = flags & GROVE__GEMM_TRANS_B ? B[n * ldb + k] : B[k * ldb + n];
+        s += a * b;
+      }
+      want[i * N + n] = (float)s;
+    }
+}
+
+/* One product with leading dimensions pad floats wider than needed.  The
+ * padding of C, a sentinel past C and one past the workspace must come back
+ * untouched. */
+static void check_gemm(int flags, int64_t M, int64_t N, int64_t K, int64_t pad) {
+  const bool ta = flags & GROVE__GEMM_TRANS_A, tb = flags & GROVE__GEMM_TRANS_B;
+  const int64_t arows = ta ? K : M, acols = ta ? M : K, lda = acols + pad;
+  const int64_t brows = tb ? N : K, bcols = tb ? K : N, ldb = bcols + pad;
+  const int64_t ldc = N + pad;
+  unsigned seed = (unsigned)(flags * 100003 + M * 7919 + N * 131 + K * 17 + pad);
+  float *A = rand_buf(arows * lda, seed, 1.0f);
+  float *B = rand_buf(brows * ldb, seed + 1, K > 0 ? 4.0f / (float)K : 1.0f);
+  float *C0 = rand_buf(M * ldc, seed + 2, 1.0f);
+  float *C = malloc((size_t)(M * ldc + 16) * sizeof(float));
+  float *want = malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float));
+  float *got = malloc((size_t)(M * N > 0 ? M * N : 1) * sizeof(float));
+  ck_assert_ptr_nonnull(C);
+  ck_assert_ptr_nonnull(want);
+  ck_assert_ptr_nonnull(got);
+  memcpy(C, C0, (size_t)(M * ldc) * sizeof(float));
+  for (int i = 0; i < 16; i++) C[M * ldc + i] = -12345.0f;
+  gemm_reference(flags, M, N, K, A, lda, B, ldb, C0, ldc, want);
+
+  size_t ws_bytes = grove__gemm_ws_size(flags, M, N, K);
+  ck_assert_uint_eq(ws_bytes % 64, 0);
+  float *ws = aligned_alloc(64, ws_bytes + 64);
+  ck_assert_ptr_nonnull(ws);
+  for (int i = 0; i < 16; i++) ws[ws_bytes / sizeof(float) + i] = -777.0f;
+  grove__gemm(flags, M, N, K, A, lda, B, ldb, C, ldc, ws, ws_bytes);
+  for (int64_t i = 0; i < M; i++) {
+    memcpy(got + i * N, C + i * ldc, (size_t)N * sizeof(float));
+    for (int64_t n = N; n < ldc; n++) ck_assert_float_eq(C[i * ldc + n], C0[i * ldc + n]);
+  }
+  long bad = grove_test_allclose(got, want, (size_t)(M * N), RTOL, ATOL);
+  ck_assert_msg(
+      bad < 0, "flags=%d M=%lld N=%lld K=%lld pad=%lld threads=%d kernel=%s: C[%ld] = %g, want %g",
+      flags, (long long)M, (long long)N, (long long)K, (long long)pad, grove_compute_threads(),
+      ws_bytes ? "avx512" : "blas", bad, bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad]);
+  for (int i = 0; i < 16; i++) ck_assert_float_eq(C[M * ldc + i], -12345.0f);
+  for (int i = 0; i < 16; i++) ck_assert_float_eq(ws[ws_bytes / sizeof(float) + i], -777.0f);
+  free(ws);
+  free(A);
+  free(B);
+  free(C0);
+  free(C);
+  free(want);
+  free(got);
+}
+
+static const int64_t GS[] = {1, 2, 7, 16, 17, 64, 65, 100};
+
+/* _i: bit 0 two threads, bit 1 the BLAS kernel.  Every flag combination
+ * (transposes, accumulate) on every small (M, N, K), with and without
+ * padded leading dimensions; then the training shapes of the reference MLP
+ * (forward, dX, dW at batch 1, 64 and 257) and K beyond one block. */
+START_TEST(test_gemm_general) {
+  if (_i & 2)
+    setenv("GROVE_GEMM", "blas", 1);
+  else
+    unsetenv("GROVE_GEMM");
+  grove_set_compute_threads(_i & 1 ? 2 : 1);
+  for (int f = 0; f < 8; f++)
+    for (int a = 0; a < COUNT(GS); a++)
+      for (int b = 0; b < COUNT(GS); b++)
+        for (int c = 0; c < COUNT(GS); c++) check_gemm(f, GS[a], GS[b], GS[c], (a + b + c) % 3);
+  static const int64_t mlp[][2] = {{784, 1024}, {1024, 1024}, {1024, 10}};
+  static const int64_t batches[] = {1, 64, 257};
+  for (int l = 0; l < COUNT(mlp); l++)
+    for (int bi = 0; bi < COUNT(batches); bi++) {
+      const int64_t K = mlp[l][0], N = mlp[l][1], M = batches[bi];
+      check_gemm(GROVE__GEMM_TRANS_B, M, N, K, 0);                          /* y = x W^T */
+      check_gemm(GROVE__GEMM_ACCUMULATE, M, K, N, 0);                       /* dX += dY W */
+      check_gemm(GROVE__GEMM_TRANS_A, N, K, M, 0);                          /* dW = dY^T X */
+      check_gemm(GROVE__GEMM_TRANS_A | GROVE__GEMM_ACCUMULATE, N, K, M, 3); /* dW += */
+    }
+  static const int64_t longk[][3] = {{7, 70, 2500}, {33, 130, 2049}, {3, 1, 4097}, {1, 200, 1025}};
+  for (int s = 0; s < COUNT(longk); s++)
+    for (int f = 0; f < 8; f++) check_gemm(f, longk[s][0], longk[s][1], longk[s][2], 1);
+  grove_set_compute_threads(1);
+  unsetenv("GROVE_GEMM");
+}
+END_TEST
+
+START_TEST(test_gemm_degenerate) {
+  unsetenv("GROVE_GEMM");
+  /* Nothing to compute needs no workspace. */
+  ck_assert_uint_eq(grove__gemm_ws_size(0, 0, 5, 5), 0);
+  ck_assert_uint_eq(grove__gemm_ws_size(0, 5, 0, 5), 0);
+  ck_assert_uint_eq(grove__gemm_ws_size(0, 5, 5, 0), 0);
+  /* K = 0: C = 0, or C unchanged when accumulating. */
+  float C[6] = {1, 2, 3, 4, 5, 6};
+  grove__gemm(GROVE__GEMM_ACCUMULATE, 2, 3, 0, NULL, 1, NULL, 3, C, 3, NULL, 0);
+  for (int i = 0; i < 6; i++) ck_assert_float_eq(C[i], (float)(i + 1));
+  grove__gemm(0, 2, 3, 0, NULL, 1, NULL, 3, C, 3, NULL, 0);
+  for (int i = 0; i < 6; i++) ck_assert_float_eq(C[i], 0.0f);
+  /* M = 0 and N = 0 write nothing. */
+  C[0] = 7.0f;
+  grove__gemm(0, 0, 3, 2, C, 2, C, 3, C, 3, NULL, 0);
+  grove__gemm(0, 2, 0, 2, C, 2, C, 3, C, 3, NULL, 0);
+  ck_assert_float_eq(C[0], 7.0f);
+  /* Without a workspace the BLAS path computes the same product. */
+  float A[6] = {1, 2, 3, 4, 5, 6}, B[6] = {1, 0, -1, 2, 0.5f, 1}, want[4];
+  gemm_reference(GROVE__GEMM_TRANS_B, 2, 2, 3, A, 3, B, 3, NULL, 2, want);
+  grove__gemm(GROVE__GEMM_TRANS_B, 2, 2, 3, A, 3, B, 3, C, 2, NULL, 0);
+  ck_assert_int_eq(grove_test_allclose(C, want, 4, RTOL, ATOL), -1);
+  /* A workspace too small for the AVX-512 path (GROVE_GEMM changed since
+   * its size was asked for, say) is not used: BLAS computes the product. */
+  size_t need = grove__gemm_ws_size(GROVE__GEMM_TRANS_B, 2, 2, 3);
+  if (need > 0) {
+    float *small = aligned_alloc(64, 64);
+    ck_assert_ptr_nonnull(small);
+    memset(C, 0, sizeof C);
+    grove__gemm(GROVE__GEMM_TRANS_B, 2, 2, 3, A, 3, B, 3, C, 2, small, need - 1);
+    ck_assert_int_eq(grove_test_allclose(C, want, 4, RTOL, ATOL), -1);
+    free(small);
+  }
+  /* GROVE_GEMM=blas needs none. */
+  setenv("GROVE_GEMM", "blas", 1);
+  ck_assert_uint_eq(grove__gemm_ws_size(0, 64, 64, 64), 0);
+  unsetenv("GROVE_GEMM");
+}
+END_TEST
+
 Suite *gemm_suite(void) {
   Suite *s = suite_create("gemm");
   TCase *tc = tcase_create("shapes");
@@ -440,6 +582,8 @@ Suite *gemm_suite(void) {
   tcase_add_test(tc, test_fork_with_pool);
   tcase_add_test(tc, test_parallel_for);
   tcase_add_test(tc, test_parallel_for_concurrent);
+  tcase_add_loop_test(tc, test_gemm_general, 0, 4);
+  tcase_add_test(tc, test_gemm_degenerate);
   suite_add_tcase(s, tc);
   return s;
 }
