@@ -180,6 +180,37 @@ void grove__linear_pack_free(grove__linear_pack *p) {
 #define TILE_ACCUMULATE 1
 #define TILE_RELU 2
 
+/* The column masks of a tile ncols wide over NV 16-float vectors. */
+static inline __attribute__((always_inline)) void tile_masks(const int NV, int ncols,
+                                                             __mmask16 mask[4]) {
+#pragma GCC unroll 4
+  for (int j = 0; j < NV; j++) {
+    int valid = ncols - 16 * j;
+    valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
+    mask[j] = (__mmask16)((1u << valid) - 1u);
+  }
+}
+
+/* acc[0..mr)[0..NV) += A[0..mr, 0..K) . B, B one packed panel NV * 16 wide:
+ * per k, NV aligned loads of the panel, mr broadcasts, mr * NV FMAs.  The
+ * shared inner loop of tile() and gtile(); always inlined with
+ * compile-time mr and NV, so acc stays in registers. */
+static inline __attribute__((always_inline)) void tile_fma(const int mr, const int NV, int64_t K,
+                                                           const float *A, int64_t lda,
+                                                           const float *B, __m512 acc[MR][4]) {
+  for (int64_t k = 0; k < K; k++) {
+    __m512 b[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) b[j] = _mm512_load_ps(B + k * (NV * 16) + j * 16);
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++) {
+      __m512 a = _mm512_set1_ps(A[i * lda + k]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; j++) acc[i][j] = _mm512_fmadd_ps(a, b[j], acc[i][j]);
+    }
+  }
+}
+
 /* One tile: y[0..mr, 0..ncols) = act(A[0..mr, 0..K) . B + bias), B one
  * packed panel of width NV*16.  mr and NV are compile-time constants at
  * every call (the wrappers below), so the accumulator array lives in
@@ -190,12 +221,7 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int N
                                                        int ncols, int flags) {
   __m512 acc[MR][4];
   __mmask16 mask[4];
-#pragma GCC unroll 4
-  for (int j = 0; j < NV; j++) {
-    int valid = ncols - 16 * j;
-    valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
-    mask[j] = (__mmask16)((1u << valid) - 1u);
-  }
+  tile_masks(NV, ncols, mask);
   if (flags & TILE_ACCUMULATE) {
 #pragma GCC unroll 6
     for (int i = 0; i < mr; i++)
@@ -208,18 +234,7 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int N
       for (int j = 0; j < NV; j++) acc[i][j] = _mm512_setzero_ps();
   }
 
-  const float *a0 = A;
-  for (int64_t k = 0; k < K; k++) {
-    __m512 b[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; j++) b[j] = _mm512_load_ps(B + k * (NV * 16) + j * 16);
-#pragma GCC unroll 6
-    for (int i = 0; i < mr; i++) {
-      __m512 a = _mm512_set1_ps(a0[i * lda + k]);
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; j++) acc[i][j] = _mm512_fmadd_ps(a, b[j], acc[i][j]);
-    }
-  }
+  tile_fma(mr, NV, K, A, lda, B, acc);
 
   __m512 bv[4];
 #pragma GCC unroll 4
@@ -947,27 +962,12 @@ static inline __attribute__((always_inline)) void gtile(const int mr, const int 
                                                         bool add) {
   __m512 acc[MR][4];
   __mmask16 mask[4];
-#pragma GCC unroll 4
-  for (int j = 0; j < NV; j++) {
-    int valid = ncols - 16 * j;
-    valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
-    mask[j] = (__mmask16)((1u << valid) - 1u);
-  }
+  tile_masks(NV, ncols, mask);
 #pragma GCC unroll 6
   for (int i = 0; i < mr; i++)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; j++) acc[i][j] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; k++) {
-    __m512 b[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; j++) b[j] = _mm512_load_ps(B + k * (NV * 16) + j * 16);
-#pragma GCC unroll 6
-    for (int i = 0; i < mr; i++) {
-      __m512 a = _mm512_set1_ps(A[i * lda + k]);
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; j++) acc[i][j] = _mm512_fmadd_ps(a, b[j], acc[i][j]);
-    }
-  }
+  tile_fma(mr, NV, K, A, lda, B, acc);
 #pragma GCC unroll 6
   for (int i = 0; i < mr; i++) {
 #pragma GCC unroll 4
