@@ -894,7 +894,10 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
   if (in->n > g->nplaceholders)
     return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "%s: forward takes %d input(s), got %d",
                          g->where, g->nplaceholders, in->n);
-  run r = {.g = g, .f = f, .in = in, .fuse = grove__no_forward_hooks(),
+  run r = {.g = g,
+           .f = f,
+           .in = in,
+           .fuse = grove__no_forward_hooks(),
            .channels_last = f->channels_last_ok};
   r.vals = grove_arena_alloc(f->arena, (size_t)g->nnodes * sizeof(gval));
   r.regs = grove_arena_alloc(f->arena, (size_t)g->max_regions * sizeof(region));

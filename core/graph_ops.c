@@ -52,7 +52,6 @@ grove_status grove__contig_f32(grove_fwd *f, const grove_tensor *t, grove_tensor
   return s;
 }
 
-
 /* ============================================================ elementwise */
 
 /* Broadcast shape of a and b (torch's rules), or an error. */

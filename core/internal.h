@@ -133,10 +133,11 @@ bool grove__linear_pack_native(const grove__linear_pack *p);
  * give the same result however [0, n) is cut, which it does when every
  * index writes its own outputs with the same arithmetic; it must not call
  * grove__parallel_for or grove__linear_run itself (those would compute
- * alone; grove__linear_run_alone says so).  Safe from several threads at once, like grove__linear_run; it
- * never allocates once the pool is running.  grain: indices per chunk
- * (raised when n / grain would exceed 65535 chunks), at least a few
- * microseconds of work, since a hand-off costs about one. */
+ * alone; grove__linear_run_alone says so).  Safe from several threads at
+ * once, like grove__linear_run; it never allocates once the pool is
+ * running.  grain: indices per chunk (raised when n / grain would exceed
+ * 65535 chunks), at least a few microseconds of work, since a hand-off
+ * costs about one. */
 void grove__parallel_for(int64_t n, int64_t grain,
                          void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
 
@@ -163,7 +164,6 @@ enum {
 size_t grove__gemm_ws_size(int flags, int64_t M, int64_t N, int64_t K);
 void grove__gemm(int flags, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                  const float *B, int64_t ldb, float *C, int64_t ldc, void *ws, size_t ws_bytes);
-
 
 /* ------------------------------------------------------------ channels last */
 

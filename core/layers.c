@@ -36,8 +36,8 @@ grove_status grove__fwd_contig(grove_fwd *f, const grove_tensor *t, grove_tensor
     /* Channels last (a convolution's result): a transpose per image. */
     const int64_t C = t->shape[1], HW = t->shape[2] * t->shape[3];
     for (int64_t i = 0; i < t->shape[0]; i++)
-      grove__transpose_f32((const float *)t->data + i * HW * C, (float *)out->data + i * C * HW,
-                           HW, C);
+      grove__transpose_f32((const float *)t->data + i * HW * C, (float *)out->data + i * C * HW, HW,
+                           C);
     return GROVE_OK;
   }
   return grove_tensor_copy(out, t, f->err);

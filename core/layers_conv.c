@@ -366,9 +366,10 @@ static void epilogue(float *dst, int64_t ldd, const float *src, int64_t lds, int
 /* ------------------------------------------------------------ transposes */
 
 /* The rows path moves an NCHW activation into NHWC and back (when the
- * layers around it do not take channels last), so these transposes matter: 16 x 16 blocks go through AVX-512 registers
- * (16 loads, 64 shuffles, 16 stores) where the CPU has it; edges and other
- * CPUs take the scalar loops. */
+ * layers around it do not take channels last), so these transposes matter:
+ * 16 x 16 blocks go through AVX-512 registers (16 loads, 64 shuffles, 16
+ * stores) where the CPU has it; edges and other CPUs take the scalar
+ * loops. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CONV_HAVE_AVX512 1
 #include <immintrin.h>
@@ -636,12 +637,10 @@ static void wino_out_avx512(const float *M, int64_t ms, int64_t Co, float *const
     }
 #pragma GCC unroll 2
     for (int a = 0; a < 2; a++) {
-      if (y[2 * a])
-        _mm512_storeu_ps(y[2 * a] + c,
-                         ep_apply16(ep, c, _mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2])));
-      if (y[2 * a + 1])
-        _mm512_storeu_ps(y[2 * a + 1] + c,
-                         ep_apply16(ep, c, _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3])));
+      const __m512 lo = _mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]);
+      const __m512 hi = _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3]);
+      if (y[2 * a]) _mm512_storeu_ps(y[2 * a] + c, ep_apply16(ep, c, lo));
+      if (y[2 * a + 1]) _mm512_storeu_ps(y[2 * a + 1] + c, ep_apply16(ep, c, hi));
     }
   }
   if (c < Co) wino_out_scalar(M, ms, c, Co, y, ep);
@@ -940,9 +939,9 @@ static void conv_winograd(const conv_impl *p, const float *xt, int64_t cnt, int6
 }
 
 typedef struct rows_fused {
-  conv_par rows, ep;         /* patch rows (src xt, dst rows) and epilogue (src acc, dst y) */
+  conv_par rows, ep; /* patch rows (src xt, dst rows) and epilogue (src acc, dst y) */
   const grove__linear_pack *pack;
-  const float *x;            /* the product's input rows: rows, or xt (direct) */
+  const float *x; /* the product's input rows: rows, or xt (direct) */
   float *acc;
   bool direct, nhwc_out;
   int64_t blocks, P, K, step; /* 16-position blocks per image; blocks per pass */
@@ -1210,7 +1209,8 @@ grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_m
 bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn) {
   const float *a, *b;
   return conv->type == &grove__conv2d_type && bn->type == &grove__batch_norm2d_type &&
-         grove__bn2d_channels(bn) == grove__conv_out_channels(conv) && grove__bn2d_affine(bn, &a, &b);
+         grove__bn2d_channels(bn) == grove__conv_out_channels(conv) &&
+         grove__bn2d_affine(bn, &a, &b);
 }
 
 const grove_module_type grove__conv1d_type = {

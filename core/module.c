@@ -1011,8 +1011,8 @@ static grove_status forward_with_hooks(const grove_module *m, grove_fwd *f, cons
   const hook_list *post[2] = {&global_fwd, module_hooks(m, HK_FWD)};
   /* Hooks and the observer see contiguous tensors, as before layers
    * handed each other channels-last ones. */
-  const bool hooked = watched >= 0 || global_fwd_pre.n || global_fwd.n ||
-                      (pre[1] && pre[1]->n) || (post[1] && post[1]->n);
+  const bool hooked = watched >= 0 || global_fwd_pre.n || global_fwd.n || (pre[1] && pre[1]->n) ||
+                      (post[1] && post[1]->n);
   if (hooked) {
     if ((s = grove__plain_values(f, &args))) return s;
     f->channels_last_ok = false;

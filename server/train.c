@@ -20,8 +20,8 @@
  * Cores: a session runs on its one thread, at a lower priority (nice +10,
  * as reload's builds), so that predict's workers keep their cores; its
  * matrix products (Grove's kernel for Linear, BLAS for the rest) use the
- * server's --blas-threads compute threads, like the workers'.  Sessions stop at shutdown (after the workers, before the
- * socket closes): a running step finishes, queued requests are answered
+ * server's --blas-threads compute threads, like the workers'.  Sessions stop at shutdown (after the
+ * workers, before the socket closes): a running step finishes, queued requests are answered
  * UNAVAILABLE. */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -655,8 +655,8 @@ static void assert_close_strided(const char *what, const grove_tensor *got,
     int64_t off = 0;
     for (int d = 0; d < 4; d++) off += idx[d] * got->strides[d];
     const float g = ((const float *)got->data)[off];
-    ck_assert_msg(fabsf(g - w[k]) <= ATOL + RTOL * fabsf(w[k]), "%s: element %lld is %.9g, want %.9g",
-                  what, (long long)k, g, w[k]);
+    ck_assert_msg(fabsf(g - w[k]) <= ATOL + RTOL * fabsf(w[k]),
+                  "%s: element %lld is %.9g, want %.9g", what, (long long)k, g, w[k]);
     for (int d = 3; d >= 0; d--) {
       if (++idx[d] < want->shape[d]) break;
       idx[d] = 0;
