@@ -21,12 +21,13 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 import unittest
 import urllib.request
+
+from netutil import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(ROOT, "deploy")
@@ -41,12 +42,6 @@ def yaml():
     except ImportError:
         raise unittest.SkipTest("PyYAML missing (Debian: python3-yaml)")
     return y
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def groved_flags():

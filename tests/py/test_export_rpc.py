@@ -13,7 +13,6 @@ grove binary and groved sits next to it.
 import json
 import os
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import torch.nn as nn
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import grove_export  # noqa: E402
+
+from netutil import free_port
 
 GROVE = os.path.abspath(os.environ.get("GROVE_BIN") or os.path.join(ROOT, "build", "grove"))
 GROVED = os.environ.get("GROVED_BIN") or os.path.join(os.path.dirname(os.path.realpath(GROVE)),
@@ -45,12 +46,6 @@ def _sanitized():
 
 
 SANITIZED = _sanitized()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:

@@ -10,7 +10,6 @@ check_replicas and check_server).
 """
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,18 +19,14 @@ import unittest
 
 import numpy as np
 
+from netutil import free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GROVE = os.path.abspath(os.environ.get("GROVE_BIN") or os.path.join(ROOT, "build", "grove"))
 BUILD = os.path.dirname(os.path.realpath(GROVE))
 GROVED = os.environ.get("GROVED_BIN") or os.path.join(BUILD, "groved")
 DIGITS = os.path.join(ROOT, "examples", "digits")
 SAMPLE = os.path.join(DIGITS, "sample.npy")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def load_grove():

@@ -15,21 +15,16 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import tempfile
 import time
+
+from netutil import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GROVE = os.path.abspath(os.environ.get("GROVE_BIN") or os.path.join(ROOT, "build", "grove"))
 GROVED = os.environ.get("GROVED_BIN") or os.path.join(os.path.dirname(os.path.realpath(GROVE)),
                                                       "groved")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tour_lines():
@@ -54,6 +49,38 @@ def run_target_args():
     ex = re.search(r"exec \$\(GROVED_BIN\)(.*)", m.group(1))
     assert ex, "Makefile: the run target does not exec groved"
     return ex.group(1).split()
+
+
+def groved_said(proc, log):
+    """groved's state and log, for a failure's message: a tour line that
+    fails or hangs is most often a groved that is not there."""
+    log.flush()
+    log.seek(0)
+    text = log.read()
+    log.seek(0, os.SEEK_END)
+    state = "running" if proc.poll() is None else f"exited {proc.returncode}"
+    return f"--- groved ({state}) printed:\n{text}"
+
+
+def run_beside(cmd, env, proc, log, line, timeout=60):
+    """Runs one tour line while watching groved: (exit status, stdout,
+    stderr).  Fails at once, with groved's log, when groved exits first (the
+    wait line would otherwise loop until its timeout), and on the timeout."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(["bash", "-c", cmd], cwd=ROOT, env=env, stdout=out, stderr=err,
+                             text=True)
+        deadline = time.monotonic() + timeout
+        while p.poll() is None:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                p.kill()
+                p.wait()
+                why = "groved exited first" if proc.poll() is not None else \
+                      f"still running after {timeout} s"
+                raise AssertionError(f"README tour: `{line}`: {why}\n{groved_said(proc, log)}")
+            time.sleep(0.05)
+        out.seek(0)
+        err.seek(0)
+        return p.returncode, out.read(), err.read()
 
 
 def test_tour_runs_as_written():
@@ -84,13 +111,12 @@ def test_tour_runs_as_written():
                                                stdout=subprocess.DEVNULL,
                                                stderr=subprocess.DEVNULL))
                     continue
-                r = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env, capture_output=True,
-                                   text=True, timeout=60)
-                assert r.returncode == 0, f"README tour: `{line}` exited {r.returncode}:\n" \
-                                          f"{r.stdout}\n{r.stderr}"
+                rc, out, errout = run_beside(cmd, env, proc, log, line)
+                assert rc == 0, f"README tour: `{line}` exited {rc}:\n{out}\n{errout}\n" \
+                                f"{groved_said(proc, log)}"
                 words = line.split()
                 if words[0] == "build/grove":
-                    seen[" ".join(words[1:3])] = r.stdout
+                    seen[" ".join(words[1:3])] = out
         finally:
             for b in bg:
                 try:

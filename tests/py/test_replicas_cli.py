@@ -4,22 +4,17 @@ export and hooks are refused (they act on one replica; docs/operations.md,
 "Several replicas").  tests/check_replicas.c covers killing a replica."""
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
+
+from netutil import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GROVE = os.path.abspath(os.environ.get("GROVE_BIN") or os.path.join(ROOT, "build", "grove"))
 GROVED = os.environ.get("GROVED_BIN") or os.path.join(os.path.dirname(os.path.realpath(GROVE)),
                                                       "groved")
 DIGITS = os.path.join(ROOT, "examples", "digits")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def grove(*args):

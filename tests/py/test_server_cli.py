@@ -10,7 +10,6 @@ Until client/grove.c dispatches the server commands the tests skip.
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import grove_export  # noqa: E402
 
+from netutil import free_port
+
 GROVE = os.environ.get("GROVE_BIN") or os.path.join(ROOT, "build", "grove")
 GROVED = os.environ.get("GROVED_BIN") or os.path.join(os.path.dirname(os.path.realpath(GROVE)),
                                                       "groved")
@@ -32,12 +33,6 @@ RTOL, ATOL = 1e-4, 1e-5
 
 def grove(*args, timeout=60):
     return subprocess.run([GROVE, *args], capture_output=True, text=True, timeout=timeout)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
