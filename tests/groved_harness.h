@@ -16,6 +16,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,16 +49,94 @@ static inline double h_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static inline int h_free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  socklen_t len = sizeof a;
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
+/* ------------------------------------------------------------ ports
+ *
+ * A port from bind(0) comes from the kernel's ephemeral range, the range
+ * every outgoing connection on the machine takes its local port from:
+ * between the moment the probe socket closes and the moment groved binds, a
+ * client anywhere on the machine (a redialing NNG client of an earlier test,
+ * say) may take it, and groved then exits "address in use".  So
+ * h_free_port() hands out ports below that range, which only listeners use,
+ * each bound once to check that nobody holds it, and never the same one twice
+ * in a process.  tests/py/netutil.py does the same for the Python tests. */
+
+/* The low end of /proc/sys/net/ipv4/ip_local_port_range; 32768 (Linux's
+ * default) when it cannot be read. */
+static inline int h_ephemeral_low(void) {
+  int low = 0, high = 0;
+  FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (f) {
+    if (fscanf(f, "%d %d", &low, &high) != 2) low = 0;
+    fclose(f);
+  }
+  return low > 0 ? low : 32768;
 }
+
+/* Whether a plain bind of 127.0.0.1:port succeeds now.  No SO_REUSEADDR:
+ * with it a bind succeeds beside sockets in TIME_WAIT, and the probe is meant
+ * to be stricter than groved's own listener. */
+static inline bool h_bindable(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  bool ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  close(fd);
+  return ok;
+}
+
+/* A random number (splitmix64), seeded afresh in every process: Check forks
+ * each test from one parent, and children that inherited one state would
+ * all draw the same ports. */
+static inline uint64_t h_random(void) {
+  static uint64_t state;
+  static pid_t seeded_in;
+  if (seeded_in != getpid()) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    seeded_in = getpid();
+    state =
+        ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)seeded_in << 32);
+  }
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* A TCP port on 127.0.0.1 that nobody holds now: random in [10000, low of
+ * the ephemeral range) when that leaves room (low > 12000), else the
+ * kernel's choice.  A forked test inherits the ports its parent was given
+ * (an unchecked fixture's server), not those of earlier sibling tests. */
+static inline int h_free_port(void) {
+  static int given[256];
+  static int ngiven;
+  ck_assert_msg(ngiven < (int)(sizeof given / sizeof given[0]),
+                "h_free_port: more than %d ports in one process", ngiven);
+  int low = h_ephemeral_low(), port = 0;
+  for (int tries = 0; low > 12000 && tries < 200 && !port; tries++) {
+    int p = 10000 + (int)(h_random() % (uint64_t)(low - 10000));
+    bool seen = false;
+    for (int i = 0; i < ngiven && !seen; i++) seen = given[i] == p;
+    if (!seen && h_bindable(p)) port = p;
+  }
+  if (!port) {
+    /* No room below the range (or all tried were taken). */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    port = ntohs(a.sin_port);
+  }
+  given[ngiven++] = port;
+  return port;
+}
+
+/* ------------------------------------------------------------ groved */
 
 static inline const char *h_groved_path(void) {
   static char buf[4096];
