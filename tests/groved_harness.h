@@ -1,10 +1,11 @@
 /* groved_harness.h: starting and talking to a real groved from a Check
- * suite (tests/check_reload.c, tests/check_export.c).  Static functions in a
- * header, so each suite gets its own copy; the same helpers as
- * tests/check_server.c.
+ * suite (tests/check_server.c, check_replicas.c, check_reload.c,
+ * check_export.c, check_train_server.c).  Static functions in a header, so
+ * each suite gets its own copy.
  *
- * groved runs as a child process on 127.0.0.1 (free ports) and an ipc
- * socket in a temporary directory; its log goes to a file there.  Readiness
+ * groved runs as a child process on 127.0.0.1 (free ports) and, unless the
+ * suite asks otherwise (hstart_opts), an ipc socket in a temporary
+ * directory; its log goes to a file there.  Readiness
  * is polled over HTTP, not NNG: an unchecked fixture runs in Check's parent
  * process, and NNG refuses to run in a child forked after it started.  Every
  * wait is bounded. */
@@ -154,7 +155,8 @@ static inline const char *h_groved_path(void) {
   return "build/release/groved";
 }
 
-/* GET path; the HTTP status and the body (malloc'd), or -1. */
+/* GET path on 127.0.0.1:port; returns the HTTP status and the body
+ * (malloc'd) in *body, or -1 (and *body NULL) when nothing answers. */
 static inline int h_http(int port, const char *path, char **body) {
   *body = NULL;
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -203,12 +205,28 @@ static inline int h_http(int port, const char *path, char **body) {
   return code;
 }
 
+/* h_http, failing the test when nothing answers. */
+static inline int h_http_get(int port, const char *path, char **body) {
+  int code = h_http(port, path, body);
+  ck_assert_msg(code > 0, "no HTTP answer on port %d for %s", port, path);
+  return code;
+}
+
 typedef struct hserver {
   pid_t pid;
   char dir[256];
-  char tcp[128], ipc[384], log[384];
+  char tcp[128], ipc[384], log[384]; /* ipc is "" with hstart_opts.no_ipc */
   int http_port;
 } hserver;
+
+/* What h_start_with leaves out of groved's command line.  Every groved gets
+ * --listen tcp://127.0.0.1:PORT and --http 127.0.0.1:PORT; the zero value
+ * (h_start's) adds all three of the flags below. */
+typedef struct hstart_opts {
+  bool no_ipc;       /* no --listen ipc://DIR/groved.sock */
+  bool no_pub;       /* no --pub ipc://DIR/pub.sock: extra's, or groved's default */
+  bool no_debug_log; /* no --log-level debug: extra's, or groved's default (info) */
+} hstart_opts;
 
 static inline void h_show_log(const hserver *s) {
   char *text = grove_test_read_file(s->log, NULL);
@@ -216,16 +234,19 @@ static inline void h_show_log(const hserver *s) {
   free(text);
 }
 
-/* Starts groved with the flags in extra (NULL-terminated) and waits at most
- * 30 s for its HTTP /healthz. */
-static inline void h_start(hserver *s, const char *const *extra) {
+/* Starts groved with the harness's flags (as opts says; NULL: all of them)
+ * followed by those in extra (NULL-terminated), and waits at most 30 s for
+ * its HTTP /healthz. */
+static inline void h_start_with(hserver *s, const hstart_opts *opts, const char *const *extra) {
+  const hstart_opts none = {0};
+  if (!opts) opts = &none;
   memset(s, 0, sizeof *s);
   const char *tmp = grove_test_tmpdir();
   ck_assert_ptr_nonnull(tmp);
   snprintf(s->dir, sizeof s->dir, "%s", tmp);
   int port = h_free_port(), hport = h_free_port();
   snprintf(s->tcp, sizeof s->tcp, "tcp://127.0.0.1:%d", port);
-  snprintf(s->ipc, sizeof s->ipc, "ipc://%s/groved.sock", s->dir);
+  if (!opts->no_ipc) snprintf(s->ipc, sizeof s->ipc, "ipc://%s/groved.sock", s->dir);
   char http[64];
   snprintf(http, sizeof http, "127.0.0.1:%d", hport);
   s->http_port = hport;
@@ -237,14 +258,20 @@ static inline void h_start(hserver *s, const char *const *extra) {
   argv[n++] = h_groved_path();
   argv[n++] = "--listen";
   argv[n++] = s->tcp;
-  argv[n++] = "--listen";
-  argv[n++] = s->ipc;
+  if (!opts->no_ipc) {
+    argv[n++] = "--listen";
+    argv[n++] = s->ipc;
+  }
   argv[n++] = "--http";
   argv[n++] = http;
-  argv[n++] = "--pub";
-  argv[n++] = pub;
-  argv[n++] = "--log-level";
-  argv[n++] = "debug";
+  if (!opts->no_pub) {
+    argv[n++] = "--pub";
+    argv[n++] = pub;
+  }
+  if (!opts->no_debug_log) {
+    argv[n++] = "--log-level";
+    argv[n++] = "debug";
+  }
   for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
   argv[n] = NULL;
   pid_t pid = fork();
@@ -269,6 +296,8 @@ static inline void h_start(hserver *s, const char *const *extra) {
       h_show_log(s);
       ck_abort_msg("groved exited during start (status %d)", st);
     }
+    /* groved opens HTTP after its NNG listeners, so an answer here means
+     * both are up. */
     char *body = NULL;
     int code = h_http(s->http_port, "/healthz", &body);
     free(body);
@@ -281,6 +310,12 @@ static inline void h_start(hserver *s, const char *const *extra) {
   }
 }
 
+static inline void h_start(hserver *s, const char *const *extra) {
+  h_start_with(s, NULL, extra);
+}
+
+/* Waits at most timeout_s for s to exit; returns its wait status, or -1
+ * (also when it was reaped before). */
 static inline int h_wait(hserver *s, double timeout_s) {
   double deadline = h_now() + timeout_s;
   while (s->pid > 0) {
@@ -301,8 +336,9 @@ static inline void h_rm_rf(const char *dir) {
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
-/* SIGTERM (SIGKILL after 20 s); returns the wait status.  A groved that did
- * not exit 0 has its log printed. */
+/* SIGTERM (SIGKILL after 20 s), then removes s->dir; returns the wait
+ * status, or -1 when groved had already been reaped (h_wait) or had to be
+ * killed.  A groved stopped here that did not exit 0 has its log printed. */
 static inline int h_stop(hserver *s) {
   int st = -1;
   if (s->pid > 0) {
@@ -312,10 +348,10 @@ static inline int h_stop(hserver *s) {
       kill(s->pid, SIGKILL);
       h_wait(s, 5.0);
     }
-  }
-  if (!(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
-    fprintf(stderr, "groved did not exit 0 (wait status %d)\n", st);
-    h_show_log(s);
+    if (!(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+      fprintf(stderr, "groved did not exit 0 (wait status %d)\n", st);
+      h_show_log(s);
+    }
   }
   if (s->dir[0]) h_rm_rf(s->dir);
   return st;
@@ -336,17 +372,20 @@ static inline grove_client *h_connect(const char *url) {
   return c;
 }
 
-/* The value of the metric line that starts with prefix, or -1. */
+/* The value of the first line of /metrics text that is prefix (a name and
+ * its labels), a space and a number; -1 when there is none. */
+static inline double h_metric_in(const char *text, const char *prefix) {
+  size_t n = strlen(prefix);
+  for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+    if (strncmp(p, prefix, n) == 0 && p[n] == ' ') return strtod(p + n + 1, NULL);
+  return -1.0;
+}
+
+/* h_metric_in of s's /metrics now. */
 static inline double h_metric(const hserver *s, const char *prefix) {
   char *text = NULL;
   ck_assert_int_eq(h_http(s->http_port, "/metrics", &text), 200);
-  size_t n = strlen(prefix);
-  double v = -1.0;
-  for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-    if (strncmp(p, prefix, n) == 0 && p[n] == ' ') {
-      v = strtod(p + n + 1, NULL);
-      break;
-    }
+  double v = h_metric_in(text, prefix);
   free(text);
   return v;
 }
@@ -360,30 +399,41 @@ static inline double h_wait_metric(const hserver *s, const char *prefix, double 
   return v;
 }
 
-/* Sends req on a fresh req socket to url; the decoded reply (caller frees)
- * or NULL when none came within 10 s. */
+/* Sends the bytes (any, not only a request) on a fresh req socket to url
+ * and waits at most timeout_ms for the reply, which must decode; returns
+ * nng_recv's code, and the reply (caller frees) in *out when it is 0. */
+static inline int h_raw_call(const char *url, const void *bytes, size_t len, int timeout_ms,
+                             Grove__Reply **out) {
+  nng_socket sock;
+  ck_assert_int_eq(nng_req0_open(&sock), 0);
+  nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, timeout_ms);
+  nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, timeout_ms);
+  int rv = nng_dial(sock, url, NULL, 0);
+  ck_assert_msg(rv == 0, "dial %s: %s", url, nng_strerror(rv));
+  rv = nng_send(sock, (void *)bytes, len, 0);
+  ck_assert_msg(rv == 0, "send: %s", nng_strerror(rv));
+  void *buf = NULL;
+  size_t n = 0;
+  rv = nng_recv(sock, &buf, &n, NNG_FLAG_ALLOC);
+  if (rv == 0) {
+    *out = grove__reply__unpack(NULL, n, buf);
+    nng_free(buf, n);
+    ck_assert_ptr_nonnull(*out);
+  }
+  nng_close(sock);
+  return rv;
+}
+
+/* Sends req (as protocol 1) to url; the decoded reply (caller frees) or
+ * NULL when none came within 10 s. */
 static inline Grove__Reply *h_raw(const char *url, Grove__Request *req) {
   req->protocol = 1;
   size_t n = grove__request__get_packed_size(req);
   uint8_t *buf = malloc(n ? n : 1);
   grove__request__pack(req, buf);
-  nng_socket sock;
-  ck_assert_int_eq(nng_req0_open(&sock), 0);
-  nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, 10000);
-  nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, 10000);
-  int rv = nng_dial(sock, url, NULL, 0);
-  ck_assert_msg(rv == 0, "dial %s: %s", url, nng_strerror(rv));
-  rv = nng_send(sock, buf, n, 0);
-  ck_assert_msg(rv == 0, "send: %s", nng_strerror(rv));
-  free(buf);
-  void *rb = NULL;
-  size_t rn = 0;
   Grove__Reply *rep = NULL;
-  if (nng_recv(sock, &rb, &rn, NNG_FLAG_ALLOC) == 0) {
-    rep = grove__reply__unpack(NULL, rn, rb);
-    nng_free(rb, rn);
-  }
-  nng_close(sock);
+  if (h_raw_call(url, buf, n, 10000, &rep) != 0) rep = NULL;
+  free(buf);
   return rep;
 }
 
@@ -406,6 +456,36 @@ static inline grove_tensor h_rows(const grove_tensor *t, int64_t r0, int64_t n) 
   grove_tensor v;
   grove_tensor_init(&v, t->dtype, t->ndim, shape, (char *)t->data + row * (size_t)r0);
   return v;
+}
+
+/* A model fixture's io.safetensors: inputs x and torch's outputs y. */
+typedef struct hio {
+  grove_state_dict *sd; /* owns x and y */
+  grove_tensor *x, *y;
+} hio;
+
+static inline void h_io_load(const char *model, hio *o) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/io.safetensors", grove_fixture(model));
+  grove_err err = {0};
+  ck_assert_ok(grove_safetensors_read(path, &o->sd, &err), &err);
+  o->x = grove_sd_get(o->sd, "x");
+  o->y = grove_sd_get(o->sd, "y");
+  ck_assert_ptr_nonnull(o->x);
+  ck_assert_ptr_nonnull(o->y);
+}
+
+static inline void h_io_free(hio *o) {
+  grove_sd_free(o->sd);
+}
+
+/* out equals rows [r0, r0 + n) of y (torch's), within 1e-4 / 1e-5. */
+static inline bool h_rows_match(const grove_tensor *out, const grove_tensor *y, int64_t r0,
+                                int64_t n) {
+  grove_tensor want = h_rows(y, r0, n);
+  if (!grove_tensor_same_shape(out, &want) || out->dtype != GROVE_F32) return false;
+  return grove_test_allclose(out->data, want.data, (size_t)grove_tensor_numel(&want), 1e-4, 1e-5) <
+         0;
 }
 
 #endif
