@@ -7,313 +7,49 @@
  * No assertion depends on timing except through --test-batch-delay-ms, which
  * makes every batch sleep long enough (tens of milliseconds) that requests
  * sent together are sure to queue behind it.  Every wait is bounded. */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
-
-#include "grove.pb-c.h"
-#include "grove/client.h"
-#include "grove/grove.h"
-#include "testutil.h"
+#include "groved_harness.h"
 
 /* ============================================================ helpers */
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* A port nobody listens on right now (bound, read, closed). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  socklen_t len = sizeof a;
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-static const char *groved_path(void) {
-  static char buf[4096];
-  const char *env = getenv("GROVED_BIN");
-  if (env && *env) return env;
-  const char *grove = getenv("GROVE_BIN");
-  if (grove && *grove) {
-    snprintf(buf, sizeof buf, "%s", grove);
-    char *slash = strrchr(buf, '/');
-    if (slash) {
-      snprintf(slash + 1, sizeof buf - (size_t)(slash + 1 - buf), "groved");
-      if (access(buf, X_OK) == 0) return buf;
-    }
-  }
-  return "build/release/groved";
-}
-
-/* GET path on 127.0.0.1:port; returns the HTTP status and the body
- * (malloc'd) in *body, or -1 (and *body NULL) when nothing answers. */
-static int http_try(int port, const char *path, char **body) {
-  *body = NULL;
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  struct timeval tv = {10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  char req[256];
-  int n = snprintf(req, sizeof req,
-                   "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", path);
-  if (write(fd, req, (size_t)n) != n) {
-    close(fd);
-    return -1;
-  }
-  size_t cap = 65536, len = 0;
-  char *buf = malloc(cap);
-  for (;;) {
-    if (!buf) break;
-    if (len + 1 == cap) {
-      char *g = realloc(buf, cap *= 2);
-      if (!g) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = g;
-    }
-    ssize_t r = read(fd, buf + len, cap - len - 1);
-    if (r <= 0) break;
-    len += (size_t)r;
-  }
-  close(fd);
-  if (!buf) return -1;
-  buf[len] = 0;
-  int code = -1;
-  sscanf(buf, "HTTP/1.%*d %d", &code);
-  char *start = strstr(buf, "\r\n\r\n");
-  *body = strdup(start ? start + 4 : "");
-  free(buf);
-  return code;
-}
-
-static int http_get(int port, const char *path, char **body) {
-  int code = http_try(port, path, body);
-  ck_assert_msg(code > 0, "no HTTP answer on port %d for %s", port, path);
-  return code;
-}
-
-typedef struct server {
-  pid_t pid;
-  char dir[256];
-  char tcp[128], ipc[384], http[64], log[384];
-  int http_port;
-} server;
-
-static void show_log(const server *s) {
-  char *text = grove_test_read_file(s->log, NULL);
-  fprintf(stderr, "---- groved log (%s) ----\n%s---- end ----\n", s->log, text ? text : "");
-  free(text);
-}
-
-/* Starts groved with the fixture models and extra flags (NULL-terminated),
- * and waits (at most 30 s) until it answers on HTTP. */
-static void server_start_with(server *s, bool fixture_models, const char *const *extra) {
-  memset(s, 0, sizeof *s);
-  const char *tmp = grove_test_tmpdir();
-  ck_assert_ptr_nonnull(tmp);
-  snprintf(s->dir, sizeof s->dir, "%s", tmp);
-  int port = free_port(), hport = free_port();
-  snprintf(s->tcp, sizeof s->tcp, "tcp://127.0.0.1:%d", port);
-  snprintf(s->ipc, sizeof s->ipc, "ipc://%s/groved.sock", s->dir);
-  snprintf(s->http, sizeof s->http, "127.0.0.1:%d", hport);
-  s->http_port = hport;
-  snprintf(s->log, sizeof s->log, "%s/groved.log", s->dir);
+/* Starts groved with the fixture models (server_mlp, server_embed) or none,
+ * and the extra flags (NULL-terminated), and waits (at most 30 s) until it
+ * answers on HTTP.  No --pub: groved's default, which it takes only if free. */
+static void server_start_with(hserver *s, bool fixture_models, const char *const *extra) {
   char mlp[4096], emb[4096];
   snprintf(mlp, sizeof mlp, "server_mlp=%s", grove_fixture("server_mlp"));
   snprintf(emb, sizeof emb, "server_embed=%s", grove_fixture("server_embed"));
-  const char *argv[64];
+  const char *argv[48];
   int n = 0;
-  argv[n++] = groved_path();
   if (fixture_models) {
     argv[n++] = "--model";
     argv[n++] = mlp;
     argv[n++] = "--model";
     argv[n++] = emb;
   }
-  argv[n++] = "--listen";
-  argv[n++] = s->tcp;
-  argv[n++] = "--listen";
-  argv[n++] = s->ipc;
-  argv[n++] = "--http";
-  argv[n++] = s->http;
-  argv[n++] = "--log-level";
-  argv[n++] = "debug";
-  for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
+  for (int i = 0; extra && extra[i] && n < 47; i++) argv[n++] = extra[i];
   argv[n] = NULL;
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, STDERR_FILENO);
-      dup2(fd, STDOUT_FILENO);
-      close(fd);
-    }
-    execv(argv[0], (char *const *)argv);
-    fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-    _exit(127);
-  }
-  s->pid = pid;
-  double deadline = now_s() + 30.0;
-  for (;;) {
-    int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) {
-      s->pid = 0;
-      show_log(s);
-      ck_abort_msg("groved exited during start (status %d)", st);
-    }
-    /* Readiness through HTTP, not NNG: this may run in Check's parent
-     * process, and NNG refuses to run in a child forked after it started
-     * (every test is such a child).  groved opens HTTP after its NNG
-     * listeners, so an answer here means both are up. */
-    char *body = NULL;
-    int code = http_try(s->http_port, "/healthz", &body);
-    free(body);
-    if (code == 200) return;
-    if (now_s() > deadline) {
-      show_log(s);
-      ck_abort_msg("groved did not come up within 30 s");
-    }
-    sleep_ms(20);
-  }
+  const hstart_opts opts = {.no_pub = true};
+  h_start_with(s, &opts, argv);
 }
 
-static void server_start(server *s, const char *const *extra) {
+static void server_start(hserver *s, const char *const *extra) {
   server_start_with(s, true, extra);
-}
-
-/* Waits at most timeout_s for s to exit; returns its wait status, or -1. */
-static int server_wait(server *s, double timeout_s) {
-  double deadline = now_s() + timeout_s;
-  while (s->pid > 0) {
-    int st;
-    pid_t r = waitpid(s->pid, &st, WNOHANG);
-    if (r == s->pid) {
-      s->pid = 0;
-      return st;
-    }
-    if (now_s() > deadline) return -1;
-    sleep_ms(10);
-  }
-  return -1;
-}
-
-static void rm_rf(const char *dir) {
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-}
-
-/* SIGTERM, then SIGKILL if it does not drain within 20 s. */
-static int server_stop(server *s) {
-  int st = -1;
-  if (s->pid > 0) {
-    kill(s->pid, SIGTERM);
-    st = server_wait(s, 20.0);
-    if (st == -1 && s->pid > 0) {
-      kill(s->pid, SIGKILL);
-      server_wait(s, 5.0);
-    }
-  }
-  if (s->dir[0]) rm_rf(s->dir);
-  return st;
-}
-
-static bool log_contains(const server *s, const char *needle) {
-  char *text = grove_test_read_file(s->log, NULL);
-  bool found = text && strstr(text, needle);
-  free(text);
-  return found;
-}
-
-static grove_client *connect_url(const char *url) {
-  grove_client *c = NULL;
-  grove_err err = {0};
-  const char *urls[] = {url};
-  ck_assert_ok(grove_client_open(urls, 1, NULL, &c, &err), &err);
-  return c;
-}
-
-/* The value of the metric line that starts with prefix (name and labels). */
-static double metric(const char *text, const char *prefix) {
-  size_t n = strlen(prefix);
-  for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-    if (strncmp(p, prefix, n) == 0 && p[n] == ' ') return strtod(p + n + 1, NULL);
-  }
-  return -1.0;
 }
 
 /* ---------------------------------------------------------- raw requests */
 
-/* Sends bytes on a fresh req socket to url and decodes the reply; the
- * status is returned and the message copied into msg. */
-static int raw_call(const char *url, const void *bytes, size_t len, int timeout_ms,
-                    Grove__Reply **out) {
-  nng_socket sock;
-  ck_assert_int_eq(nng_req0_open(&sock), 0);
-  nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, timeout_ms);
-  nng_socket_set_ms(sock, NNG_OPT_SENDTIMEO, timeout_ms);
-  int rv = nng_dial(sock, url, NULL, 0);
-  ck_assert_msg(rv == 0, "dial %s: %s", url, nng_strerror(rv));
-  rv = nng_send(sock, (void *)bytes, len, 0);
-  ck_assert_msg(rv == 0, "send: %s", nng_strerror(rv));
-  void *buf = NULL;
-  size_t n = 0;
-  rv = nng_recv(sock, &buf, &n, NNG_FLAG_ALLOC);
-  if (rv == 0) {
-    *out = grove__reply__unpack(NULL, n, buf);
-    nng_free(buf, n);
-    ck_assert_ptr_nonnull(*out);
-  }
-  nng_close(sock);
-  return rv;
-}
-
+/* Sends req as it is (protocol field included) to url and returns the
+ * reply's status; its message is copied into msg. */
 static grove_status raw_request(const char *url, Grove__Request *req, char *msg, size_t msgn) {
   size_t n = grove__request__get_packed_size(req);
   uint8_t *buf = malloc(n ? n : 1);
   grove__request__pack(req, buf);
   Grove__Reply *rep = NULL;
-  int rv = raw_call(url, buf, n, 10000, &rep);
+  int rv = h_raw_call(url, buf, n, 10000, &rep);
   free(buf);
   ck_assert_msg(rv == 0, "no reply: %s", nng_strerror(rv));
   grove_status s = (grove_status)rep->status;
@@ -349,52 +85,11 @@ static grove_status raw_predict(const char *url, const char *model, int dtype, i
   return s;
 }
 
-/* ---------------------------------------------------------- fixtures */
-
-typedef struct io {
-  grove_state_dict *sd;
-  grove_tensor *x, *y;
-} io;
-
-static void io_load(const char *model, io *o) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/io.safetensors", grove_fixture(model));
-  grove_err err = {0};
-  ck_assert_ok(grove_safetensors_read(path, &o->sd, &err), &err);
-  o->x = grove_sd_get(o->sd, "x");
-  o->y = grove_sd_get(o->sd, "y");
-  ck_assert_ptr_nonnull(o->x);
-  ck_assert_ptr_nonnull(o->y);
-}
-
-static void io_free(io *o) {
-  grove_sd_free(o->sd);
-}
-
-/* Rows [r0, r0+n) of t, as a plain view. */
-static grove_tensor rows_of(const grove_tensor *t, int64_t r0, int64_t n) {
-  int64_t shape[GROVE_MAX_DIMS];
-  memcpy(shape, t->shape, sizeof shape);
-  shape[0] = n;
-  size_t row = grove_tensor_nbytes(t) / (size_t)t->shape[0];
-  grove_tensor v;
-  grove_tensor_init(&v, t->dtype, t->ndim, shape, (char *)t->data + row * (size_t)r0);
-  return v;
-}
-
-/* out must equal rows [r0, r0+n) of y (torch), within 1e-4 / 1e-5. */
-static bool rows_match(const grove_tensor *out, const grove_tensor *y, int64_t r0, int64_t n) {
-  grove_tensor want = rows_of(y, r0, n);
-  if (!grove_tensor_same_shape(out, &want) || out->dtype != GROVE_F32) return false;
-  return grove_test_allclose(out->data, want.data, (size_t)grove_tensor_numel(&want), 1e-4, 1e-5) <
-         0;
-}
-
 /* ============================================================ server A */
 
 /* The general server: two workers, no artificial delay, a small request
  * limit, and a third model whose directory is broken. */
-static server A;
+static hserver A;
 static char broken_dir[300];
 
 static void a_setup(void) {
@@ -415,34 +110,34 @@ static void a_setup(void) {
 }
 
 static void a_teardown(void) {
-  int st = server_stop(&A);
+  int st = h_stop(&A);
   char parent[300];
   snprintf(parent, sizeof parent, "%s", broken_dir);
   char *slash = strrchr(parent, '/');
   if (slash) *slash = 0;
-  rm_rf(parent);
+  h_rm_rf(parent);
   if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
     fprintf(stderr, "check_server: groved A did not exit 0 (wait status %d)\n", st);
 }
 
 static void predict_matches(const char *url, int64_t version) {
-  io o;
-  io_load("server_mlp", &o);
-  grove_client *c = connect_url(url);
+  hio o;
+  h_io_load("server_mlp", &o);
+  grove_client *c = h_connect(url);
   grove_err err = {0};
   for (int64_t r0 = 0; r0 < 64; r0 += 16) {
-    grove_tensor in = rows_of(o.x, r0, 16);
+    grove_tensor in = h_rows(o.x, r0, 16);
     grove_prediction p;
     ck_assert_ok(grove_client_predict(c, "server_mlp", &in, 1, 10000, &p, &err), &err);
     ck_assert_int_eq(p.noutputs, 1);
     ck_assert_str_eq(p.names[0], "y");
     ck_assert_int_eq(p.version, version);
-    ck_assert_msg(rows_match(p.outputs[0], o.y, r0, 16), "rows %lld..: not torch's output",
+    ck_assert_msg(h_rows_match(p.outputs[0], o.y, r0, 16), "rows %lld..: not torch's output",
                   (long long)r0);
     grove_prediction_fini(&p);
   }
   grove_client_close(c);
-  io_free(&o);
+  h_io_free(&o);
 }
 
 START_TEST(predict_equals_torch_tcp) {
@@ -456,7 +151,7 @@ START_TEST(predict_equals_torch_ipc) {
 END_TEST
 
 START_TEST(status_lists_models) {
-  grove_client *c = connect_url(A.tcp);
+  grove_client *c = h_connect(A.tcp);
   grove_err err = {0};
   grove_server_status *st = NULL;
   ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
@@ -566,7 +261,7 @@ START_TEST(refusals_name_the_field) {
   Grove__Request empty = GROVE__REQUEST__INIT;
   ck_assert_status(raw_request(u, &empty, msg, sizeof msg), GROVE_E_UNSUPPORTED);
   /* the client library refuses what it can check itself */
-  grove_client *c = connect_url(A.tcp);
+  grove_client *c = h_connect(A.tcp);
   grove_err err = {0};
   grove_prediction p;
   ck_assert_status(grove_client_predict(c, NULL, NULL, 0, 1000, &p, &err),
@@ -588,7 +283,7 @@ START_TEST(garbage_never_hurts) {
   }
   junk[0] = 0xff; /* field 31, wire type 7: invalid from the first byte */
   Grove__Reply *rep = NULL;
-  ck_assert_int_eq(raw_call(A.ipc, junk, sizeof junk, 10000, &rep), 0);
+  ck_assert_int_eq(h_raw_call(A.ipc, junk, sizeof junk, 10000, &rep), 0);
   ck_assert_int_eq(rep->status, GROVE_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(rep->message, "grove.Request"), "%s", rep->message);
   grove__reply__free_unpacked(rep, NULL);
@@ -615,21 +310,21 @@ START_TEST(garbage_never_hurts) {
   grove__request__pack(&req, buf);
   for (size_t cut = 1; cut < n; cut += 7) {
     rep = NULL;
-    ck_assert_int_eq(raw_call(A.tcp, buf, cut, 10000, &rep), 0);
+    ck_assert_int_eq(h_raw_call(A.tcp, buf, cut, 10000, &rep), 0);
     ck_assert_msg(rep->status == GROVE_E_INVALID_ARGUMENT || rep->status == GROVE_E_NOT_FOUND,
                   "cut at %zu: status %d", cut, rep->status);
     grove__reply__free_unpacked(rep, NULL);
   }
   /* The whole request works. */
   rep = NULL;
-  ck_assert_int_eq(raw_call(A.tcp, buf, n, 10000, &rep), 0);
+  ck_assert_int_eq(h_raw_call(A.tcp, buf, n, 10000, &rep), 0);
   ck_assert_int_eq(rep->status, 0);
   grove__reply__free_unpacked(rep, NULL);
   free(buf);
 
   /* An empty message. */
   rep = NULL;
-  ck_assert_int_eq(raw_call(A.ipc, "", 0, 10000, &rep), 0);
+  ck_assert_int_eq(h_raw_call(A.ipc, "", 0, 10000, &rep), 0);
   ck_assert_int_eq(rep->status, GROVE_E_UNSUPPORTED);
   grove__reply__free_unpacked(rep, NULL);
 
@@ -695,7 +390,7 @@ START_TEST(garbage_never_hurts) {
 END_TEST
 
 START_TEST(nan_inputs_are_computed) {
-  grove_client *c = connect_url(A.ipc);
+  grove_client *c = h_connect(A.ipc);
   float x[3 * 16];
   for (int i = 0; i < 3 * 16; i++) x[i] = (i % 5 == 0) ? NAN : (i % 7 == 0 ? INFINITY : 0.5f);
   int64_t shape[2] = {3, 16};
@@ -712,13 +407,13 @@ END_TEST
 
 START_TEST(http_endpoints) {
   char *body = NULL;
-  ck_assert_int_eq(http_get(A.http_port, "/healthz", &body), 200);
+  ck_assert_int_eq(h_http_get(A.http_port, "/healthz", &body), 200);
   ck_assert_str_eq(body, "ok\n");
   free(body);
-  ck_assert_int_eq(http_get(A.http_port, "/readyz", &body), 503);
+  ck_assert_int_eq(h_http_get(A.http_port, "/readyz", &body), 503);
   ck_assert_msg(strstr(body, "model broken: not loaded"), "%s", body);
   free(body);
-  ck_assert_int_eq(http_get(A.http_port, "/nope", &body), 404);
+  ck_assert_int_eq(h_http_get(A.http_port, "/nope", &body), 404);
   free(body);
   /* Make sure some requests of each kind were counted. */
   char msg[512];
@@ -727,20 +422,20 @@ START_TEST(http_endpoints) {
                    GROVE_E_NOT_FOUND);
   ck_assert_status(raw_predict(A.ipc, "server_mlp", GROVE_F32, 2, shape, 64, 0, msg, sizeof msg),
                    GROVE_OK);
-  ck_assert_int_eq(http_get(A.http_port, "/metrics", &body), 200);
-  ck_assert_msg(metric(body, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}") >= 1, "%s",
-                body);
-  ck_assert(metric(body, "grove_requests_total{model=\"\",status=\"NOT_FOUND\"}") >= 1);
-  ck_assert(metric(body, "grove_request_latency_seconds_count{model=\"server_mlp\"}") >= 1);
-  ck_assert(metric(body, "grove_queue_latency_seconds_bucket{model=\"server_mlp\",le=\"+Inf\"}") >=
-            1);
-  ck_assert(metric(body, "grove_compute_latency_seconds_count{model=\"server_mlp\"}") >= 1);
-  ck_assert(metric(body, "grove_batch_size_count{model=\"server_mlp\"}") >= 1);
-  ck_assert(metric(body, "grove_queue_depth{model=\"server_mlp\"}") == 0);
-  ck_assert(metric(body, "grove_model_version{model=\"server_mlp\"}") == 1);
-  ck_assert(metric(body, "grove_model_version{model=\"broken\"}") == 0);
-  ck_assert(metric(body, "grove_model_ready{model=\"broken\"}") == 0);
-  ck_assert(metric(body, "grove_ready") == 0);
+  ck_assert_int_eq(h_http_get(A.http_port, "/metrics", &body), 200);
+  ck_assert_msg(h_metric_in(body, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}") >= 1,
+                "%s", body);
+  ck_assert(h_metric_in(body, "grove_requests_total{model=\"\",status=\"NOT_FOUND\"}") >= 1);
+  ck_assert(h_metric_in(body, "grove_request_latency_seconds_count{model=\"server_mlp\"}") >= 1);
+  ck_assert(h_metric_in(
+                body, "grove_queue_latency_seconds_bucket{model=\"server_mlp\",le=\"+Inf\"}") >= 1);
+  ck_assert(h_metric_in(body, "grove_compute_latency_seconds_count{model=\"server_mlp\"}") >= 1);
+  ck_assert(h_metric_in(body, "grove_batch_size_count{model=\"server_mlp\"}") >= 1);
+  ck_assert(h_metric_in(body, "grove_queue_depth{model=\"server_mlp\"}") == 0);
+  ck_assert(h_metric_in(body, "grove_model_version{model=\"server_mlp\"}") == 1);
+  ck_assert(h_metric_in(body, "grove_model_version{model=\"broken\"}") == 0);
+  ck_assert(h_metric_in(body, "grove_model_ready{model=\"broken\"}") == 0);
+  ck_assert(h_metric_in(body, "grove_ready") == 0);
   ck_assert(strstr(body, "# TYPE grove_request_latency_seconds histogram"));
   free(body);
 }
@@ -756,9 +451,9 @@ START_TEST(sighup_reloads_every_model) {
                          "reload.ok: model server_embed version 2 (was 1)",
                          "reload.failed: model broken"};
   for (int i = 0; i < 4; i++) {
-    double deadline = now_s() + 20;
-    while (!log_contains(&A, lines[i]) && now_s() < deadline) sleep_ms(20);
-    ck_assert_msg(log_contains(&A, lines[i]), "no '%s' in the log", lines[i]);
+    double deadline = h_now() + 20;
+    while (!h_log_contains(&A, lines[i]) && h_now() < deadline) h_sleep_ms(20);
+    ck_assert_msg(h_log_contains(&A, lines[i]), "no '%s' in the log", lines[i]);
   }
   predict_matches(A.ipc, 2);
 }
@@ -768,7 +463,7 @@ END_TEST
 
 /* A slow server: one worker whose every batch sleeps 150 ms first, so that
  * requests sent together queue behind the first batch. */
-static server B;
+static hserver B;
 
 static void b_setup(void) {
   const char *extra[] = {"--workers", "1", "--test-batch-delay-ms", "150", NULL};
@@ -776,7 +471,7 @@ static void b_setup(void) {
 }
 
 static void b_teardown(void) {
-  int st = server_stop(&B);
+  int st = h_stop(&B);
   /* Reported, not asserted: a teardown cannot fail a test.  Exit status 0
    * also means no leak under SAN=1 (LeakSanitizer changes it). */
   if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0))
@@ -798,15 +493,15 @@ static void on_result(void *arg, grove_status s, grove_prediction *p, const grov
     r->pred = *p; /* moves the outputs */
   else
     snprintf(r->msg, sizeof r->msg, "%s", err ? grove_err_msg(err) : "");
-  r->t_done = now_s();
+  r->t_done = h_now();
   atomic_store(&r->done, 1);
 }
 
 /* Sends n predicts at once, client k asking for rows [k % 60, +1 + k % 4). */
-static void send_many(grove_client *c, const io *o, async_result *res, int n, int timeout_ms) {
+static void send_many(grove_client *c, const hio *o, async_result *res, int n, int timeout_ms) {
   grove_err err = {0};
   for (int k = 0; k < n; k++) {
-    grove_tensor in = rows_of(o->x, k % 60, 1 + k % 4);
+    grove_tensor in = h_rows(o->x, k % 60, 1 + k % 4);
     ck_assert_ok(
         grove_client_predict_async(c, "server_mlp", &in, 1, timeout_ms, on_result, &res[k], &err),
         &err);
@@ -814,19 +509,19 @@ static void send_many(grove_client *c, const io *o, async_result *res, int n, in
 }
 
 static void wait_all(async_result *res, int n, double timeout_s) {
-  double deadline = now_s() + timeout_s;
+  double deadline = h_now() + timeout_s;
   for (int k = 0; k < n; k++)
     while (!atomic_load(&res[k].done)) {
-      ck_assert_msg(now_s() < deadline, "request %d unanswered after %.0f s", k, timeout_s);
-      sleep_ms(5);
+      ck_assert_msg(h_now() < deadline, "request %d unanswered after %.0f s", k, timeout_s);
+      h_sleep_ms(5);
     }
 }
 
-static void check_own_rows(const io *o, async_result *res, int n) {
+static void check_own_rows(const hio *o, async_result *res, int n) {
   for (int k = 0; k < n; k++) {
     ck_assert_msg(res[k].status == GROVE_OK, "request %d: %s: %s", k,
                   grove_status_name(res[k].status), res[k].msg);
-    ck_assert_msg(rows_match(res[k].pred.outputs[0], o->y, k % 60, 1 + k % 4),
+    ck_assert_msg(h_rows_match(res[k].pred.outputs[0], o->y, k % 60, 1 + k % 4),
                   "request %d did not get its own rows", k);
   }
 }
@@ -836,12 +531,12 @@ static void fini_all(async_result *res, int n) {
 }
 
 START_TEST(concurrent_clients_get_their_rows) {
-  io o;
-  io_load("server_mlp", &o);
+  hio o;
+  h_io_load("server_mlp", &o);
   char *before = NULL;
-  ck_assert_int_eq(http_get(B.http_port, "/metrics", &before), 200);
-  double batches0 = metric(before, "grove_batch_size_count{model=\"server_mlp\"}");
-  double ok0 = metric(before, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}");
+  ck_assert_int_eq(h_http_get(B.http_port, "/metrics", &before), 200);
+  double batches0 = h_metric_in(before, "grove_batch_size_count{model=\"server_mlp\"}");
+  double ok0 = h_metric_in(before, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}");
   free(before);
   /* 24 requests from 3 clients (8 in flight each) over both transports;
    * the first batch holds the only worker for 150 ms while the rest queue,
@@ -849,11 +544,11 @@ START_TEST(concurrent_clients_get_their_rows) {
   enum { N = 24 };
   static async_result res[N];
   memset(res, 0, sizeof res);
-  grove_client *c1 = connect_url(B.ipc), *c2 = connect_url(B.tcp), *c3 = connect_url(B.ipc);
+  grove_client *c1 = h_connect(B.ipc), *c2 = h_connect(B.tcp), *c3 = h_connect(B.ipc);
   grove_client *cs[3] = {c1, c2, c3};
   grove_err err = {0};
   for (int k = 0; k < N; k++) {
-    grove_tensor in = rows_of(o.x, k % 60, 1 + k % 4);
+    grove_tensor in = h_rows(o.x, k % 60, 1 + k % 4);
     ck_assert_ok(grove_client_predict_async(cs[k % 3], "server_mlp", &in, 1, 20000, on_result,
                                             &res[k], &err),
                  &err);
@@ -867,13 +562,13 @@ START_TEST(concurrent_clients_get_their_rows) {
   fini_all(res, N);
   for (int i = 0; i < 3; i++) grove_client_close(cs[i]);
   char *after = NULL;
-  ck_assert_int_eq(http_get(B.http_port, "/metrics", &after), 200);
-  double batches = metric(after, "grove_batch_size_count{model=\"server_mlp\"}") - batches0;
-  double ok = metric(after, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}") - ok0;
+  ck_assert_int_eq(h_http_get(B.http_port, "/metrics", &after), 200);
+  double batches = h_metric_in(after, "grove_batch_size_count{model=\"server_mlp\"}") - batches0;
+  double ok = h_metric_in(after, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}") - ok0;
   ck_assert_msg(ok == N, "OK count grew by %g", ok);
   ck_assert_msg(batches < N, "%g batches for %d requests: nothing was batched", batches, N);
   free(after);
-  io_free(&o);
+  h_io_free(&o);
 }
 END_TEST
 
@@ -881,13 +576,13 @@ START_TEST(embed_lengths_batch_apart) {
   /* Requests of five sequence lengths arrive together and queue behind a
    * slow batch; the batcher must not concatenate different lengths, and
    * each gets torch's values for its own length. */
-  io o;
-  io_load("server_embed", &o);
+  hio o;
+  h_io_load("server_embed", &o);
   enum { N = 10 };
   static async_result res[N];
   static int64_t idx[N][2 * 5];
   memset(res, 0, sizeof res);
-  grove_client *c = connect_url(B.ipc);
+  grove_client *c = h_connect(B.ipc);
   grove_err err = {0};
   for (int k = 0; k < N; k++) {
     int len = 1 + k % 5;
@@ -915,26 +610,26 @@ START_TEST(embed_lengths_batch_apart) {
   }
   fini_all(res, N);
   grove_client_close(c);
-  io_free(&o);
+  h_io_free(&o);
 }
 END_TEST
 
 START_TEST(full_queue_is_resource_exhausted) {
   /* max_queue_size is 64: the first request takes the worker (150 ms), the
    * next 64 wait, the rest are refused at once. */
-  io o;
-  io_load("server_mlp", &o);
+  hio o;
+  h_io_load("server_mlp", &o);
   enum { N = 100 };
   static async_result res[N];
   memset(res, 0, sizeof res);
-  grove_client *c = connect_url(B.ipc);
+  grove_client *c = h_connect(B.ipc);
   send_many(c, &o, res, N, 30000);
   wait_all(res, N, 60);
   int ok = 0, full = 0;
   for (int k = 0; k < N; k++) {
     if (res[k].status == GROVE_OK) {
       ok++;
-      ck_assert(rows_match(res[k].pred.outputs[0], o.y, k % 60, 1 + k % 4));
+      ck_assert(h_rows_match(res[k].pred.outputs[0], o.y, k % 60, 1 + k % 4));
     } else {
       ck_assert_msg(res[k].status == GROVE_E_RESOURCE_EXHAUSTED, "request %d: %s", k,
                     grove_status_name(res[k].status));
@@ -948,23 +643,23 @@ START_TEST(full_queue_is_resource_exhausted) {
   ck_assert_int_eq(ok + full, N);
   fini_all(res, N);
   grove_client_close(c);
-  io_free(&o);
+  h_io_free(&o);
 }
 END_TEST
 
 START_TEST(late_requests_are_deadline_exceeded) {
   /* One request holds the worker for 150 ms; one queued behind it with a
    * 5 ms timeout is past its deadline when the worker frees. */
-  io o;
-  io_load("server_mlp", &o);
+  hio o;
+  h_io_load("server_mlp", &o);
   static async_result res[2];
   memset(res, 0, sizeof res);
-  grove_client *c = connect_url(B.ipc);
+  grove_client *c = h_connect(B.ipc);
   grove_err err = {0};
-  grove_tensor in = rows_of(o.x, 0, 1);
+  grove_tensor in = h_rows(o.x, 0, 1);
   ck_assert_ok(grove_client_predict_async(c, "server_mlp", &in, 1, 10000, on_result, &res[0], &err),
                &err);
-  sleep_ms(10);
+  h_sleep_ms(10);
   char msg[512];
   int64_t shape[2] = {1, 16};
   ck_assert_status(raw_predict(B.ipc, "server_mlp", GROVE_F32, 2, shape, 64, 5000, msg, sizeof msg),
@@ -977,14 +672,14 @@ START_TEST(late_requests_are_deadline_exceeded) {
   grove_prediction p;
   ck_assert_ok(grove_client_predict_async(c, "server_mlp", &in, 1, 10000, on_result, &res[1], &err),
                &err);
-  sleep_ms(5);
+  h_sleep_ms(5);
   grove_status s = grove_client_predict(c, "server_mlp", &in, 1, 20, &p, &err);
   ck_assert_status(s, GROVE_E_DEADLINE_EXCEEDED);
   ck_assert(grove_client_failed_locally(s, &err));
   wait_all(res + 1, 1, 30);
   fini_all(res + 1, 1);
   grove_client_close(c);
-  io_free(&o);
+  h_io_free(&o);
 }
 END_TEST
 
@@ -1016,37 +711,37 @@ START_TEST(client_gone_mid_request) {
     ck_assert_int_eq(nng_send(sock, buf, n, 0), 0);
     nng_close(sock);
   }
-  io o;
-  io_load("server_mlp", &o);
-  grove_client *c = connect_url(B.tcp);
+  hio o;
+  h_io_load("server_mlp", &o);
+  grove_client *c = h_connect(B.tcp);
   grove_err err = {0};
-  grove_tensor in = rows_of(o.x, 5, 3);
+  grove_tensor in = h_rows(o.x, 5, 3);
   grove_prediction p;
   ck_assert_ok(grove_client_predict(c, "server_mlp", &in, 1, 20000, &p, &err), &err);
-  ck_assert(rows_match(p.outputs[0], o.y, 5, 3));
+  ck_assert(h_rows_match(p.outputs[0], o.y, 5, 3));
   grove_prediction_fini(&p);
   grove_client_close(c);
-  io_free(&o);
+  h_io_free(&o);
 }
 END_TEST
 
 /* ============================================================ drain */
 
 START_TEST(sigterm_answers_everything_queued) {
-  server s;
+  hserver s;
   const char *extra[] = {"--workers", "1", "--test-batch-delay-ms", "40", NULL};
   server_start(&s, extra);
-  io o;
-  io_load("server_mlp", &o);
+  hio o;
+  h_io_load("server_mlp", &o);
   enum { N = 40 };
   static async_result res[N];
   memset(res, 0, sizeof res);
-  grove_client *c = connect_url(s.ipc);
+  grove_client *c = h_connect(s.ipc);
   send_many(c, &o, res, N, 60000);
   /* Wait until the server holds all of them, then ask it to stop. */
-  grove_client *sc = connect_url(s.tcp);
+  grove_client *sc = h_connect(s.tcp);
   grove_err err = {0};
-  double deadline = now_s() + 20;
+  double deadline = h_now() + 20;
   for (;;) {
     grove_server_status *st = NULL;
     ck_assert_ok(grove_client_status(sc, 5000, &st, &err), &err);
@@ -1055,64 +750,64 @@ START_TEST(sigterm_answers_everything_queued) {
     bool all_in = st->inflight + answered >= N;
     grove_server_status_free(st);
     if (all_in) break;
-    ck_assert_msg(now_s() < deadline, "the requests never all reached the server");
-    sleep_ms(2);
+    ck_assert_msg(h_now() < deadline, "the requests never all reached the server");
+    h_sleep_ms(2);
   }
   grove_client_close(sc);
   ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
   wait_all(res, N, 60);
   check_own_rows(&o, res, N);
-  int st = server_wait(&s, 30);
-  if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) show_log(&s);
+  int st = h_wait(&s, 30);
+  if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) h_show_log(&s);
   ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "groved exited with wait status %d", st);
-  ck_assert(log_contains(&s, "server.drain"));
-  ck_assert(log_contains(&s, "server.drained"));
+  ck_assert(h_log_contains(&s, "server.drain"));
+  ck_assert(h_log_contains(&s, "server.drained"));
   fini_all(res, N);
   grove_client_close(c);
-  io_free(&o);
-  server_stop(&s);
+  h_io_free(&o);
+  h_stop(&s);
 }
 END_TEST
 
 START_TEST(draining_refuses_new_requests) {
   /* While a drain waits for a long batch, a new predict on an open
    * connection is answered UNAVAILABLE and /readyz says draining. */
-  server s;
+  hserver s;
   const char *extra[] = {"--workers", "1", "--test-batch-delay-ms", "1500", NULL};
   server_start(&s, extra);
-  io o;
-  io_load("server_mlp", &o);
+  hio o;
+  h_io_load("server_mlp", &o);
   static async_result res[1];
   memset(res, 0, sizeof res);
-  grove_client *c = connect_url(s.ipc);
+  grove_client *c = h_connect(s.ipc);
   send_many(c, &o, res, 1, 60000);
   grove_err err = {0};
-  double deadline = now_s() + 20;
+  double deadline = h_now() + 20;
   for (;;) {
     grove_server_status *st = NULL;
     ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
     bool in = st->inflight == 1;
     grove_server_status_free(st);
     if (in) break;
-    ck_assert(now_s() < deadline);
-    sleep_ms(2);
+    ck_assert(h_now() < deadline);
+    h_sleep_ms(2);
   }
   ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
-  deadline = now_s() + 20;
+  deadline = h_now() + 20;
   for (;;) {
     grove_server_status *st = NULL;
     ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
     bool draining = st->draining;
     grove_server_status_free(st);
     if (draining) break;
-    ck_assert(now_s() < deadline);
-    sleep_ms(2);
+    ck_assert(h_now() < deadline);
+    h_sleep_ms(2);
   }
   char *body = NULL;
-  ck_assert_int_eq(http_get(s.http_port, "/readyz", &body), 503);
+  ck_assert_int_eq(h_http_get(s.http_port, "/readyz", &body), 503);
   ck_assert_msg(strstr(body, "draining"), "%s", body);
   free(body);
-  grove_tensor in = rows_of(o.x, 0, 1);
+  grove_tensor in = h_rows(o.x, 0, 1);
   grove_prediction p;
   grove_status rs = grove_client_predict(c, "server_mlp", &in, 1, 10000, &p, &err);
   ck_assert_status(rs, GROVE_E_UNAVAILABLE);
@@ -1120,12 +815,12 @@ START_TEST(draining_refuses_new_requests) {
   ck_assert_msg(strstr(grove_err_msg(&err), "shutting down"), "%s", grove_err_msg(&err));
   wait_all(res, 1, 60);
   check_own_rows(&o, res, 1);
-  int st = server_wait(&s, 30);
+  int st = h_wait(&s, 30);
   ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "wait status %d", st);
   fini_all(res, 1);
   grove_client_close(c);
-  io_free(&o);
-  server_stop(&s);
+  h_io_free(&o);
+  h_stop(&s);
 }
 END_TEST
 
@@ -1133,7 +828,7 @@ START_TEST(unreachable_and_bad_flags) {
   grove_client *c = NULL;
   grove_err err = {0};
   char url[64];
-  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", free_port());
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d", h_free_port());
   const char *urls[] = {url, "ipc:///nonexistent/grove.sock"};
   grove_status s = grove_client_open(urls, 2, NULL, &c, &err);
   ck_assert_status(s, GROVE_E_UNAVAILABLE);
@@ -1152,7 +847,7 @@ START_TEST(unreachable_and_bad_flags) {
       int fd = open("/dev/null", O_WRONLY);
       dup2(fd, STDERR_FILENO);
       dup2(fd, STDOUT_FILENO);
-      const char *argv[6] = {groved_path(), cases[i][0], cases[i][1], NULL, NULL, NULL};
+      const char *argv[6] = {h_groved_path(), cases[i][0], cases[i][1], NULL, NULL, NULL};
       execv(argv[0], (char *const *)argv);
       _exit(127);
     }
@@ -1175,10 +870,10 @@ START_TEST(model_repo_serves_subdirectories) {
            repo, repo, grove_fixture("server_mlp"), repo, grove_fixture("server_embed"), repo,
            grove_fixture("server_mlp"), repo, repo);
   ck_assert_int_eq(system(cmd), 0);
-  server s;
+  hserver s;
   const char *extra[] = {"--model-repo", repo, NULL};
   server_start_with(&s, false, extra);
-  grove_client *c = connect_url(s.ipc);
+  grove_client *c = h_connect(s.ipc);
   grove_err err = {0};
   grove_server_status *st = NULL;
   ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
@@ -1187,20 +882,20 @@ START_TEST(model_repo_serves_subdirectories) {
   ck_assert_str_eq(st->models[1].name, "beta");
   ck_assert(st->ready);
   grove_server_status_free(st);
-  io o;
-  io_load("server_mlp", &o);
-  grove_tensor in = rows_of(o.x, 3, 2);
+  hio o;
+  h_io_load("server_mlp", &o);
+  grove_tensor in = h_rows(o.x, 3, 2);
   grove_prediction p;
   ck_assert_ok(grove_client_predict(c, "alpha", &in, 1, 10000, &p, &err), &err);
-  ck_assert(rows_match(p.outputs[0], o.y, 3, 2));
+  ck_assert(h_rows_match(p.outputs[0], o.y, 3, 2));
   grove_prediction_fini(&p);
-  io_free(&o);
+  h_io_free(&o);
   grove_client_close(c);
   char *body = NULL;
-  ck_assert_int_eq(http_get(s.http_port, "/readyz", &body), 200);
+  ck_assert_int_eq(h_http_get(s.http_port, "/readyz", &body), 200);
   ck_assert_str_eq(body, "ready\n");
   free(body);
-  int wst = server_stop(&s);
+  int wst = h_stop(&s);
   ck_assert_msg(WIFEXITED(wst) && WEXITSTATUS(wst) == 0, "wait status %d", wst);
 
   /* Two models called alpha: a configuration error, exit status 2. */
@@ -1211,9 +906,15 @@ START_TEST(model_repo_serves_subdirectories) {
     dup2(fd, STDERR_FILENO);
     char dup_arg[400];
     snprintf(dup_arg, sizeof dup_arg, "alpha=%s", grove_fixture("server_mlp"));
-    const char *argv[] = {groved_path(), "--model-repo", repo,
-                          "--model",     dup_arg,        "--http",
-                          "none",        "--listen",     "ipc:///nonexistent-dir/x.sock",
+    const char *argv[] = {h_groved_path(),
+                          "--model-repo",
+                          repo,
+                          "--model",
+                          dup_arg,
+                          "--http",
+                          "none",
+                          "--listen",
+                          "ipc:///nonexistent-dir/x.sock",
                           NULL};
     execv(argv[0], (char *const *)argv);
     _exit(127);
@@ -1221,7 +922,7 @@ START_TEST(model_repo_serves_subdirectories) {
   int st2;
   ck_assert_int_eq(waitpid(pid, &st2, 0), pid);
   ck_assert_msg(WIFEXITED(st2) && WEXITSTATUS(st2) == 2, "wait status %d", st2);
-  rm_rf(repo);
+  h_rm_rf(repo);
 }
 END_TEST
 
