@@ -39,6 +39,7 @@
 #include "../server/telemetry.h"
 #include "grove/client.h"
 #include "grove/grove.h"
+#include "groved_harness.h" /* h_free_port; this groved (ipc only) has its own helpers below */
 #include "testutil.h"
 
 /* ============================================================ helpers */
@@ -53,17 +54,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  socklen_t len = sizeof a;
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 static const char *groved_path(void) {
@@ -173,7 +163,7 @@ static void server_start(server *s, const char *const *extra) {
   snprintf(s->rpc, sizeof s->rpc, "ipc://%s/rpc.sock", s->dir);
   snprintf(s->pub, sizeof s->pub, "ipc://%s/pub.sock", s->dir);
   snprintf(s->log, sizeof s->log, "%s/groved.log", s->dir);
-  s->http_port = free_port();
+  s->http_port = h_free_port();
   char http[64], model[4200];
   snprintf(http, sizeof http, "127.0.0.1:%d", s->http_port);
   snprintf(model, sizeof model, "net=%s", grove_fixture("telemetry_net"));
