@@ -5,10 +5,11 @@
  *
  * groved runs as a child process on 127.0.0.1 (free ports) and, unless the
  * suite asks otherwise (hstart_opts), an ipc socket in a temporary
- * directory; its log goes to a file there.  Readiness
- * is polled over HTTP, not NNG: an unchecked fixture runs in Check's parent
- * process, and NNG refuses to run in a child forked after it started.  Every
- * wait is bounded. */
+ * directory; its log goes to a file there.  h_stop removes that directory;
+ * when a test fails before it, the directory goes with the run's
+ * (grove_test_run, tests/testutil.c).  Readiness is polled over HTTP, not
+ * NNG: an unchecked fixture runs in Check's parent process, and NNG refuses
+ * to run in a child forked after it started.  Every wait is bounded. */
 #ifndef GROVE_TESTS_GROVED_HARNESS_H
 #define GROVE_TESTS_GROVED_HARNESS_H
 

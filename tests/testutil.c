@@ -1,15 +1,63 @@
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "testutil.h"
 
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------ temporary directories
+ *
+ * Every directory grove_test_tmpdir() makes lies in one directory of the
+ * run, $TMPDIR/grove-test-XXXXXX, which grove_test_run() makes before the
+ * suite starts and removes with all it holds when the suite is done.  The
+ * removal is the parent's job because only Check's parent process sees every
+ * way a test ends: each test runs in a forked child, a failing assertion ends
+ * that child with _exit() (so neither an atexit handler nor a checked
+ * teardown runs in it), a test past its timeout is killed with SIGKILL, and
+ * an unchecked setup that fails skips its teardown.  The atexit handler
+ * covers the parent's own exit() (Check's internal errors); children inherit
+ * it, so it acts only in the process that made the directory.  A parent
+ * killed by a signal (Ctrl-C) still leaves the run's directory behind. */
+static char run_dir[256];
+static pid_t run_dir_owner;
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  remove(path);
+  return 0; /* go on: what cannot be removed is reported once, below */
+}
+
+/* Removes path and all below it (links removed, not followed); 0 when
+ * nothing is left there. */
+static int remove_tree(const char *path) {
+  nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  struct stat sb;
+  return lstat(path, &sb) == 0 ? -1 : 0;
+}
+
+static void remove_run_dir(void) {
+  if (!run_dir[0] || getpid() != run_dir_owner) return;
+  if (remove_tree(run_dir) != 0) fprintf(stderr, "could not remove %s\n", run_dir);
+  run_dir[0] = '\0';
+}
 
 int grove_test_run(Suite *s) {
+  const char *base = getenv("TMPDIR");
+  snprintf(run_dir, sizeof run_dir, "%s/grove-test-XXXXXX", base && *base ? base : "/tmp");
+  if (mkdtemp(run_dir)) {
+    run_dir_owner = getpid();
+    atexit(remove_run_dir);
+  } else {
+    run_dir[0] = '\0'; /* grove_test_tmpdir() then tries $TMPDIR itself */
+  }
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
+  remove_run_dir();
   return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
@@ -45,9 +93,12 @@ int grove_test_write_file(const char *path, const void *data, size_t len) {
 }
 
 const char *grove_test_tmpdir(void) {
-  static char buf[256];
+  static char buf[sizeof run_dir + 8];
   const char *base = getenv("TMPDIR");
-  snprintf(buf, sizeof buf, "%s/grove-test-XXXXXX", base && *base ? base : "/tmp");
+  if (run_dir[0])
+    snprintf(buf, sizeof buf, "%s/XXXXXX", run_dir);
+  else
+    snprintf(buf, sizeof buf, "%s/grove-test-XXXXXX", base && *base ? base : "/tmp");
   return mkdtemp(buf);
 }
 

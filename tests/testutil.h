@@ -8,7 +8,9 @@
 
 #include "grove/grove.h"
 
-/* Runs the suite, prints Check's summary line, exits 0 only when all passed. */
+/* Runs the suite, prints Check's summary line, exits 0 only when all passed.
+ * Removes every directory grove_test_tmpdir() made during the run, however
+ * its test ended (testutil.c says how). */
 int grove_test_run(Suite *s);
 #define GROVE_TEST_MAIN(suite_fn) \
   int main(void) { return grove_test_run(suite_fn()); }
@@ -21,7 +23,10 @@ const char *grove_fixture(const char *name);
 char *grove_test_read_file(const char *path, size_t *len);
 /* Writes len bytes to path; returns 0 on success. */
 int grove_test_write_file(const char *path, const void *data, size_t len);
-/* A fresh temporary directory (mkdtemp) path in a static buffer. */
+/* A fresh temporary directory (mkdtemp) path in a static buffer; NULL if it
+ * cannot be made.  Inside grove_test_run() it lies in the run's directory
+ * and goes with it at the end, so a test need not remove it (removing it
+ * early keeps a long run small). */
 const char *grove_test_tmpdir(void);
 
 /* Element-wise closeness, as torch.allclose: |a-b| <= atol + rtol*|b|.
