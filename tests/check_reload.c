@@ -142,6 +142,8 @@ START_TEST(reload_basic) {
   /* With one compute thread the builds run where they take only idle CPU:
    * the log says the policy the build thread read back from the kernel. */
   ck_assert(h_log_contains(&s, ", built at SCHED_IDLE, "));
+  /* ... and stepping aside on a timer (server/reload.c, "priority"). */
+  ck_assert(h_log_contains(&s, ", built at SCHED_IDLE, yielding every 100 us ("));
   ck_assert(!h_log_contains(&s, ", built at nice 10, "));
   ck_assert(!h_log_contains(&s, ", built at normal priority, "));
   grove_sd_free(e.sd);
@@ -195,6 +197,20 @@ static void *storm_loop(void *arg) {
   return NULL;
 }
 
+/* The most times one build yielded, from the reload.ok lines of s's log
+ * ("yielding every 100 us (N times)"); -1 when no line says. */
+static long max_yields(const hserver *s) {
+  char *text = grove_test_read_file(s->log, NULL);
+  long most = -1;
+  const char *key = "yielding every 100 us (";
+  for (const char *p = text; p && (p = strstr(p, key)); p += strlen(key)) {
+    long n = strtol(p + strlen(key), NULL, 10);
+    if (n > most) most = n;
+  }
+  free(text);
+  return most;
+}
+
 START_TEST(reload_storm) {
   hserver s;
   start_mlp(&s, NULL, NULL);
@@ -244,6 +260,10 @@ START_TEST(reload_storm) {
   ck_assert(h_metric(&s, "grove_reloads_total{model=\"reload_mlp\",result=\"ok\"}") == NRELOADS);
   ck_assert(h_metric(&s, "grove_requests_total{model=\"reload_mlp\",status=\"OK\"}") ==
             (double)total + 1);
+  /* The builds' yield timer fired: over 36 builds, each of which opens,
+   * packs and runs a trial forward, some build outlived its 100 us and
+   * stepped aside at least once (the log counts the times). */
+  ck_assert_msg(max_yields(&s) > 0, "no build yielded: is the yield timer armed?");
   grove_sd_free(e.sd);
   ck_assert_int_eq(h_stop(&s), 0);
 }
