@@ -132,6 +132,7 @@ grove__linear_pack *grove__linear_pack_new(const float *W, int64_t N, int64_t K)
   }
   if (p->kind == KIND_BLAS) {
     if (bytes) memcpy(p->data, W, (size_t)bytes);
+    grove__yield_point();
     return p;
   }
   /* A transpose of each panel's rows, in blocks of 64 k: a block reads 64
@@ -142,6 +143,7 @@ grove__linear_pack *grove__linear_pack_new(const float *W, int64_t N, int64_t K)
    * CPU time and all of an in-place reload's pause. */
   enum { KB = 64 };
   for (int64_t pi = 0; pi < p->npanels; pi++) {
+    grove__yield_point(); /* a background build packs (core/yield.c) */
     int w = panel_width(N, pi);
     float *dst = p->data + pi * K * NR;
     int64_t n0 = pi * NR;
@@ -286,6 +288,7 @@ static void avx512_part(const grove__linear_pack *p, const float *x, const float
   const int64_t kblocks = K > KC ? (K + KC - 1) / KC : 1;
   const int64_t kc = (K + kblocks - 1) / kblocks;
   for (int64_t pi = p0; pi < p1; pi++) {
+    grove__yield_point();
     int w = panel_width(N, pi);
     int64_t n0 = pi * NR;
     int ncols = (int)(N - n0 < NR ? N - n0 : NR);
@@ -323,11 +326,15 @@ static void blas_run(const grove__linear_pack *p, const float *x, int64_t M, con
     cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)N, (blasint)K, 1.0f, p->data, (blasint)K, x,
                 1, 0.0f, y, 1);
   } else {
-    /* N and K fit an int (pack_new); M is cut if it does not. */
-    for (int64_t r = 0; r < M; r += INT_MAX) {
-      int64_t m = M - r < INT_MAX ? M - r : INT_MAX;
+    /* N and K fit an int (pack_new); M is cut if it does not, and into
+     * blocks of 32 rows on a background thread, whose yield points are
+     * between OpenBLAS's calls (core/yield.c). */
+    const int64_t step = grove__yield_every_ns ? 32 : INT_MAX;
+    for (int64_t r = 0; r < M; r += step) {
+      int64_t m = M - r < step ? M - r : step;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)m, (blasint)N, (blasint)K, 1.0f,
                   x + r * K, (blasint)K, p->data, (blasint)K, 0.0f, y + r * N, (blasint)N);
+      grove__yield_point();
     }
   }
   if (!bias && !relu) return;
@@ -771,6 +778,15 @@ void grove__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t
       return;
     }
   }
+  if (grove__yield_every_ns) {
+    /* A background thread (core/yield.c): the chunks' ends are its yield
+     * points, as they would be a pool's hand-offs. */
+    for (int64_t b = 0; b < n; b += grain) {
+      fn(ctx, b, n - b < grain ? n : b + grain);
+      grove__yield_point();
+    }
+    return;
+  }
   fn(ctx, 0, n);
 }
 
@@ -1028,6 +1044,7 @@ static void gemm_pack_fn(void *ctx, int64_t begin, int64_t end) {
   gemm_job *j = ctx;
   const int64_t K = j->pl.depth;
   for (int64_t i = begin; i < end; i++) {
+    grove__yield_point();
     if (i < j->bunits && j->tb) {
       /* Units of PACK_T_ROWS rows of a panel, so that a batch's one panel
        * (y = x W^T swapped) still spreads over the threads. */
@@ -1056,6 +1073,7 @@ static void gemm_tiles_fn(void *ctx, int64_t begin, int64_t end) {
   const int64_t kblocks = K > KC ? (K + KC - 1) / KC : 1;
   const int64_t kc = (K + kblocks - 1) / kblocks;
   for (int64_t c = begin; c < end; c++) {
+    grove__yield_point();
     const int64_t pi = c % j->pl.npanels;
     const int64_t r0 = c / j->pl.npanels * j->rpc;
     const int64_t r1 = r0 + j->rpc < R ? r0 + j->rpc : R;

@@ -905,6 +905,7 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
   r.base = grove_arena_mark_get(f->arena);
   int next_input = 0;
   for (int i = 0; i < g->nnodes; i++) {
+    grove__yield_point();
     const gnode *n = &g->nodes[i];
     gval *v = &r.vals[i];
     v->kind = V_NONE;

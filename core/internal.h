@@ -23,8 +23,21 @@ void grove__log(grove_log_level level, const char *id, const char *fmt, ...)
  * means every grove_module_forward takes the direct path. */
 extern atomic_long grove__forward_hook_count;
 
+
 static inline bool grove__no_forward_hooks(void) {
   return atomic_load_explicit(&grove__forward_hook_count, memory_order_relaxed) == 0;
+}
+
+/* ------------------------------------------------------------ yield points
+ *
+ * A background thread's long loops (grove_thread_yield_every; core/yield.c
+ * says why) call grove__yield_point() every few tens of microseconds of
+ * work; it yields the core once the thread's interval has passed.  On every
+ * other thread it is one thread-local load. */
+extern _Thread_local int64_t grove__yield_every_ns;
+void grove__yield_due(void);
+static inline void grove__yield_point(void) {
+  if (__builtin_expect(grove__yield_every_ns != 0, 0)) grove__yield_due();
 }
 
 /* ------------------------------------------------------------ deferred refresh */

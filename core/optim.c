@@ -431,6 +431,7 @@ grove_status grove_optim_step(grove_optim *o, grove_tensor *const *grads, grove_
     for (size_t k = 0; k < gr->n; k++) {
       const size_t i = gr->idx[k];
       if (!grads[i]) continue;
+      grove__yield_point();
       if ((s = init_state(o, i, &gr->h, err))) return s;
       if (o->kind == GROVE_OPTIM_SGD)
         sgd_step(o, i, &gr->h, grads[i]->data, err, &s);

@@ -68,7 +68,9 @@ uint32_t grove__crc32(uint32_t crc, const void *data, size_t len) {
   const uint8_t *p = data;
   uLong c = crc;
   while (len > 0) {
-    uInt n = len > (1u << 30) ? (1u << 30) : (uInt)len;
+    /* 64 KB at a time: a background build's yield points (core/yield.c). */
+    uInt n = len > (1u << 16) ? (1u << 16) : (uInt)len;
+    grove__yield_point();
     c = crc32(c, p, n);
     p += n;
     len -= n;

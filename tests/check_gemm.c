@@ -386,6 +386,54 @@ START_TEST(test_parallel_for) {
 }
 END_TEST
 
+/* A background thread (grove_thread_yield_every; core/yield.c) yields at
+ * the products' and the parallel loops' yield points once its interval has
+ * passed, and computes the same bits; a foreground thread never yields. */
+START_TEST(test_background_yields) {
+  grove_set_compute_threads(1);
+  const int64_t M = 64, N = 1024, K = 784;
+  float *W = rand_buf(N * K, 7, 1.0f / (float)K);
+  float *x = rand_buf(M * K, 8, 1.0f);
+  float *fg = malloc((size_t)(M * N) * sizeof(float));
+  float *bg = malloc((size_t)(M * N) * sizeof(float));
+  ck_assert_ptr_nonnull(fg);
+  ck_assert_ptr_nonnull(bg);
+
+  long before = grove_thread_yields();
+  grove__linear_pack *p = grove__linear_pack_new(W, N, K);
+  ck_assert_ptr_nonnull(p);
+  grove__linear_run(p, x, M, NULL, fg, GROVE__ACT_RELU);
+  grove__linear_pack_free(p);
+  ck_assert_int_eq(pf_check(1000, 7), 1); /* one plain call on one thread */
+  ck_assert_int_eq(grove_thread_yields(), before);
+
+  /* 1 us: every yield point after the first microsecond yields (a panel of
+   * this pack or product takes longer than that). */
+  grove_thread_yield_every(1);
+  p = grove__linear_pack_new(W, N, K);
+  ck_assert_ptr_nonnull(p);
+  long packed = grove_thread_yields();
+  ck_assert_int_gt(packed, before);
+  grove__linear_run(p, x, M, NULL, bg, GROVE__ACT_RELU);
+  ck_assert_int_gt(grove_thread_yields(), packed);
+  ck_assert_int_eq(memcmp(fg, bg, (size_t)(M * N) * sizeof(float)), 0);
+  /* The parallel loop runs its grains as yield points: ceil(1000 / 7)
+   * calls, each index once (pf_check). */
+  ck_assert_int_eq(pf_check(1000, 7), 143);
+
+  grove_thread_yield_every(0);
+  long after = grove_thread_yields();
+  grove__linear_run(p, x, M, NULL, bg, GROVE__ACT_RELU);
+  ck_assert_int_eq(pf_check(1000, 7), 1);
+  ck_assert_int_eq(grove_thread_yields(), after);
+  grove__linear_pack_free(p);
+  free(W);
+  free(x);
+  free(fg);
+  free(bg);
+}
+END_TEST
+
 static void *pf_main(void *arg) {
   for (int r = 0; r < 30; r++) pf_check(1000 + 37 * r + (int)(intptr_t)arg, 1 + r % 9);
   return NULL;
@@ -582,6 +630,7 @@ Suite *gemm_suite(void) {
   tcase_add_test(tc, test_fork_with_pool);
   tcase_add_test(tc, test_parallel_for);
   tcase_add_test(tc, test_parallel_for_concurrent);
+  tcase_add_test(tc, test_background_yields);
   tcase_add_loop_test(tc, test_gemm_general, 0, 4);
   tcase_add_test(tc, test_gemm_degenerate);
   suite_add_tcase(s, tc);

@@ -29,6 +29,17 @@ extern "C" {
 void grove_set_compute_threads(int n);
 int grove_compute_threads(void);
 
+/* Makes the calling thread a background one: while it computes in Grove
+ * (matrix products and their packing, module forwards and backwards, graph
+ * nodes, optimizer updates, checkpoint checks) it calls sched_yield() at
+ * least every interval_us, so that threads woken onto its core run without
+ * waiting for the scheduler's tick (core/yield.c says why; OpenBLAS's own
+ * loops have no yield points).  0 makes it a foreground thread again, the
+ * default.  Affects the calling thread only; call it from that thread.
+ * grove_thread_yields: how many times the calling thread has yielded. */
+void grove_thread_yield_every(int interval_us);
+long grove_thread_yields(void);
+
 #ifdef __cplusplus
 }
 #endif
