@@ -18,8 +18,11 @@
 # GROVE_RELOAD_BENCH_CONCURRENCY (8), GROVE_RELOAD_BENCH_BIG_MB (256; 0 skips part 2),
 # GROVE_RELOAD_BENCH_BASELINE (another build's grove binary, groved beside it: every
 # measurement also runs on it, alternating with this build's, for a same-run comparison),
-# GROVE_RELOAD_BENCH_KINDS (runs of part 1, of steady, full, full5, inplace5 and control:
-# reloads that fail at once, the clients' and RPCs' share of a storm; default all but control).
+# GROVE_RELOAD_BENCH_KINDS (runs of part 1, of steady, full, full5, inplace5, control:
+# reloads that fail at once, the clients' and RPCs' share of a storm, and train: a training
+# session stepping flat out beside the predicts; default all but control and train),
+# GROVE_RELOAD_BENCH_NO_YIELD=1 (every measurement also runs with --background-yield-us 0,
+# alternating: what the background threads' yields are worth, core/yield.c).
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,6 +47,7 @@ GROVE="$grove_bin" GROVED="$groved_bin" WORK="$work" ROOT="$root" \
   ROUNDS=${GROVE_RELOAD_BENCH_ROUNDS:-3} SECONDS_=${GROVE_RELOAD_BENCH_SECONDS:-4} \
   CONC=${GROVE_RELOAD_BENCH_CONCURRENCY:-8} BIG_MB=${GROVE_RELOAD_BENCH_BIG_MB:-256} \
   BASELINE=${GROVE_RELOAD_BENCH_BASELINE:-} KINDS=${GROVE_RELOAD_BENCH_KINDS:-} \
+  NO_YIELD=${GROVE_RELOAD_BENCH_NO_YIELD:-} \
   "$python" - <<'EOF'
 import os, signal, socket, statistics, subprocess, sys, threading, time
 sys.path.insert(0, os.path.join(os.environ["ROOT"], "tools"))
@@ -117,9 +121,13 @@ def storm(url, name, files, extra, gap, stop_ev, out):
 # BUILDS: label -> (grove, groved); a baseline build, when given, runs every
 # measurement beside this one, alternating, so that the two are compared
 # under the same load of this shared machine.
-BUILDS = {"": (GROVE, GROVED)}
+# Each entry: (grove, groved, extra groved flags).
+BUILDS = {"": (GROVE, GROVED, [])}
 if BASELINE:
-    BUILDS = {"this build": (GROVE, GROVED), "baseline": BASELINE}
+    BUILDS = {"this build": (GROVE, GROVED, []), "baseline": (*BASELINE, [])}
+if os.environ.get("NO_YIELD"):  # this build only: a baseline may not know the flag
+    BUILDS[("this build, " if BASELINE else "") + "no yields"] = (
+        GROVE, GROVED, ["--background-yield-us", "0"])
 
 
 def latency():
@@ -139,8 +147,14 @@ def latency():
     missing = (os.path.join(WORK, "missing.safetensors"),) * 2
     ALL_KINDS = {"steady": None, "full, back to back": ([], 0, (fb, fa)),
                  "full, 5/s": ([], 0.2, (fb, fa)), "in place, 5/s": (["--in-place"], 0.2, (fb, fa)),
-                 "control: failing, 10/s": ([], 0.1, missing)}
-    SHORT = dict(zip(["steady", "full", "full5", "inplace5", "control"], ALL_KINDS))
+                 "control: failing, 10/s": ([], 0.1, missing),
+                 "training flat out": "train"}
+    SHORT = dict(zip(["steady", "full", "full5", "inplace5", "control", "train"], ALL_KINDS))
+    # A training batch for the "train" kind: TrainStep after TrainStep on it.
+    tx, ty = os.path.join(WORK, "tx.npy"), os.path.join(WORK, "ty.npy")
+    import numpy as np
+    np.save(tx, np.random.default_rng(0).random((64, 784), dtype=np.float32))
+    np.save(ty, np.random.default_rng(1).random((64, 10), dtype=np.float32))
     want = os.environ.get("KINDS") or "steady,full,full5,inplace5"
     KINDS = {SHORT[k]: ALL_KINDS[SHORT[k]] for k in want.split(",")}
     if "steady" not in KINDS:
@@ -148,13 +162,27 @@ def latency():
     rows = {(bl, k): [] for k in KINDS for bl in BUILDS}
     for r in range(ROUNDS):
         for kind, how in KINDS.items():
-            for bl, (grove, groved) in BUILDS.items():
+            for bl, (grove, groved, flags) in BUILDS.items():
                 # One server at a time: an idle second groved would still hold
                 # its worker threads' memory, not the CPU, but keep it simple.
-                p, url = start("mlp", d, groved=groved)
+                p, url = start("mlp", d, flags, groved=groved)
                 try:
                     if how is None:
                         res = bench(url, "mlp", grove)
+                    elif how == "train":
+                        # A session stepping flat out (one `grove train step` looping
+                        # its steps), started before and stopped after the bench.
+                        g = [grove, "--server", url, "train"]
+                        subprocess.run(g + ["start", "mlp", "--optimizer", "SGD", "--loss",
+                                            "MSELoss", "--lr", "0.001"], check=True,
+                                       capture_output=True)
+                        tr = subprocess.Popen(g + ["step", "mlp", tx, "--target", ty, "--steps",
+                                                   "100000000"], stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL)
+                        time.sleep(0.3)
+                        res = bench(url, "mlp", grove)
+                        tr.kill()
+                        tr.wait()
                     else:
                         ev, extra = threading.Event(), {}
                         t = threading.Thread(target=storm, args=(url, "mlp", how[2], how[0],
@@ -227,10 +255,10 @@ def status(pid):
 
 
 print(f"\nmemory: 4 x Linear({n}, {n}) = {weights / MB:.0f} MB of float32 weights, groved with one worker")
-for bl, (grove, groved) in BUILDS.items():
+for bl, (grove, groved, flags) in BUILDS.items():
     if bl:
         print(f" {bl}:")
-    p, url = start("big", d, ["--workers", "1"], groved=groved)
+    p, url = start("big", d, ["--workers", "1", *flags], groved=groved)
     try:
         s0 = status(p.pid)
         print(f"  serving: RSS {s0['VmRSS'] / MB:.0f} MB (anonymous {s0['RssAnon'] / MB:.0f} MB: "

@@ -3,7 +3,7 @@
  *   groved [--model-repo DIR] [--model [NAME=]DIR]... [--listen URL]...
  *          [--pub URL|none] [--http HOST:PORT|none] [--workers N] [--blas-threads N]
  *          [--log-level LEVEL] [--max-request-bytes N] [--drain-timeout SECONDS]
- *          [--watch] [--watch-debounce-ms N] [--reload-in-place]
+ *          [--watch] [--watch-debounce-ms N] [--reload-in-place] [--background-yield-us N]
  *
  * Start-up order: flags, compute threads (before any model opens: opening
  * runs a trial forward), models, the loop, workers, the NNG socket, HTTP,
@@ -57,6 +57,8 @@ static const char usage_text[] =
     "  --watch-debounce-ms N   wait for N ms without changes before reloading (default 500)\n"
     "  --reload-in-place       SIGHUP and --watch load new weights into the serving tree\n"
     "                          (the model pauses) instead of building a second one\n"
+    "  --background-yield-us N reload builds and training sessions yield their core every\n"
+    "                          N us of their work (default 100; 0: never)\n"
     "  --version, -h/--help\n"
     "\n"
     "Signals: SIGTERM/SIGINT drain (queued requests are answered, new ones get UNAVAILABLE)\n"
@@ -105,6 +107,7 @@ enum {
   OPT_VERSION,
   OPT_WATCH,
   OPT_WATCH_DEBOUNCE,
+  OPT_YIELD,
   OPT_RELOAD_IN_PLACE,
 };
 
@@ -127,6 +130,7 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
       {"version", no_argument, NULL, OPT_VERSION},
       {"watch", no_argument, NULL, OPT_WATCH},
       {"watch-debounce-ms", required_argument, NULL, OPT_WATCH_DEBOUNCE},
+      {"background-yield-us", required_argument, NULL, OPT_YIELD},
       {"reload-in-place", no_argument, NULL, OPT_RELOAD_IN_PLACE},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
@@ -135,6 +139,7 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
   cfg->max_request_bytes = DEFAULT_MAX_REQUEST;
   cfg->drain_timeout_ms = 30000;
   cfg->watch_debounce_ms = 500;
+  cfg->background_yield_us = 100;
   cfg->log_level = GROVE_LOG_INFO;
   opterr = 0;
   int c;
@@ -221,6 +226,11 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
         if (!parse_long(optarg, 0, 600000, &v))
           return usage("--watch-debounce-ms wants 0 to 600000, not '%s'", optarg);
         cfg->watch_debounce_ms = (int)v;
+        break;
+      case OPT_YIELD:
+        if (!parse_long(optarg, 0, 1000000, &v))
+          return usage("--background-yield-us wants 0 to 1000000, not '%s'", optarg);
+        cfg->background_yield_us = (int)v;
         break;
       case OPT_RELOAD_IN_PLACE:
         cfg->reload_in_place = true;

@@ -48,8 +48,6 @@
 #include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <signal.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "server.h"
@@ -275,8 +273,6 @@ typedef struct release_req {
   srv_version *v;
 } release_req;
 
-/* How often a build steps aside ("priority", below). */
-#define BUILD_YIELD_US 100
 static const char *run_niced(srv_server *srv, void (*fn)(void *), void *arg, long *nyields);
 
 static void release_version(void *arg) {
@@ -438,9 +434,9 @@ static void log_result(rjob *j) {
     char pause[64] = "";
     if (j->in_place) snprintf(pause, sizeof pause, " in place (paused %.1f ms)", j->pause_ns / 1e6);
     char yielded[96] = "";
-    if (j->build_yields >= 0)
-      snprintf(yielded, sizeof yielded, ", yielding every %d us (%ld times)", BUILD_YIELD_US,
-               j->build_yields);
+    if (j->build_yields >= 0 && j->srv->cfg.background_yield_us > 0)
+      snprintf(yielded, sizeof yielded, ", yielding every %d us (%ld times)",
+               j->srv->cfg.background_yield_us, j->build_yields);
     grove__slog(GROVE_LOG_INFO, "reload.ok",
                 "model %s version %" PRId64 " (was %" PRId64
                 ") from %s%s, %s, %.1f ms, built at %s%s, rss %" PRId64 " MiB",
@@ -483,73 +479,19 @@ static void count_result(rjob *j) {
  * started a pool of compute helpers (core/gemm.c) would leave them at idle
  * priority for the workers that use them later.  What the build shares with
  * normal threads (a malloc arena, the address space's lock around mmap) it
- * holds briefly, and nothing on a worker's path takes either.
- *
- * SCHED_IDLE alone was not enough.  With the build running without pause
- * (back-to-back reloads), a request's NNG threads and the workers, woken
- * onto the core the build held, waited for it for up to a scheduler tick (4
- * ms at HZ=250): perf sched showed wake-up delays of 1 to 3 ms, the kernel
- * did not preempt the idle-policy thread on their wake-up, and the p99
- * doubled.  A spinning loop in its place did the same, so it was the
- * scheduling, not the build's memory traffic.  What ended it is the build
- * stepping aside often: a timer on the build thread (CLOCK_MONOTONIC, every
- * BUILD_YIELD_US) raises a signal whose handler calls sched_yield(), which
- * lets whatever waits on that core run and costs nothing when nothing does.
- * A timer rather than yield points in the code, because the build's long
- * stretches are everywhere: packing, the trial forward's GEMMs (OpenBLAS's
- * among them), copying and checking checkpoints.  SA_RESTART keeps the
- * build's file I/O whole; the build makes no call that a signal interrupts
- * regardless of it (sleeps, polls). */
+ * holds briefly, and nothing on a worker's path takes either.  SCHED_IDLE
+ * alone was not enough: the thread is also a background one
+ * (grove_thread_yield_every: core/yield.c), which yields its core every
+ * --background-yield-us (100) of its work, or threads woken onto that core
+ * wait for it for up to a scheduler tick. */
 #define BUILD_NICE 10
-
-static int yield_signo; /* SIGRTMIN + 2, set with its handler by reload_start */
-static _Thread_local volatile sig_atomic_t yields;
-
-static void on_yield_signal(int sig) {
-  (void)sig;
-  int saved = errno;
-  sched_yield();
-  yields++;
-  errno = saved;
-}
-
-/* The signal's handler, once per process (grove__reload_start). */
-static void install_yield_handler(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_yield_signal;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGRTMIN + 2, &sa, NULL) == 0) yield_signo = SIGRTMIN + 2;
-}
-
-/* Arms the calling thread's yield timer; false when there is none (no
- * handler, or the kernel refused a timer): the build then runs without. */
-static bool yield_timer_start(timer_t *tm) {
-  if (!yield_signo) return false;
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, yield_signo);
-  pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* a pool thread's mask may block it */
-  struct sigevent se;
-  memset(&se, 0, sizeof se);
-  se.sigev_notify = SIGEV_THREAD_ID;
-  se.sigev_signo = yield_signo;
-  se._sigev_un._tid = gettid();
-  if (timer_create(CLOCK_MONOTONIC, &se, tm) != 0) return false;
-  struct itimerspec it = {{0, BUILD_YIELD_US * 1000}, {0, BUILD_YIELD_US * 1000}};
-  if (timer_settime(*tm, 0, &it, NULL) != 0) {
-    timer_delete(*tm);
-    return false;
-  }
-  return true;
-}
 
 typedef struct niced {
   void (*fn)(void *);
   void *arg;
   const char *prio; /* what the build ran at, for the log */
-  long yields;      /* times it stepped aside; -1: no yield timer */
+  int yield_us;     /* --background-yield-us */
+  long yields;      /* times it yielded; -1: it ran on the caller's thread */
 } niced;
 
 static void *niced_main(void *p) {
@@ -563,20 +505,18 @@ static void *niced_main(void *p) {
     n->prio = "SCHED_IDLE";
   else if (getpriority(PRIO_PROCESS, (id_t)gettid()) == BUILD_NICE)
     n->prio = "nice 10";
-  timer_t tm;
-  bool ticking = yield_timer_start(&tm);
+  grove_thread_yield_every(n->yield_us);
   n->fn(n->arg);
-  if (ticking) timer_delete(tm); /* a signal still pending is taken before the thread ends */
-  n->yields = ticking ? (long)yields : -1;
+  n->yields = grove_thread_yields();
   return NULL;
 }
 
-/* Runs fn(arg) at idle priority, stepping aside every BUILD_YIELD_US (see
- * above), and returns what it ran at: "SCHED_IDLE", "nice 10" or "normal
+/* Runs fn(arg) at idle priority, yielding every --background-yield-us (see above),
+ * and returns what it ran at: "SCHED_IDLE", "nice 10" or "normal
  * priority"; *nyields (may be NULL) gets how often it yielded, -1 when it
- * had no yield timer. */
+ * ran on the calling thread (normal priority, no yields). */
 static const char *run_niced(srv_server *srv, void (*fn)(void *), void *arg, long *nyields) {
-  niced n = {fn, arg, "normal priority", -1};
+  niced n = {fn, arg, "normal priority", srv->cfg.background_yield_us, -1};
   pthread_t t;
   if (srv->blas_threads == 1 && pthread_create(&t, NULL, niced_main, &n) == 0) {
     pthread_join(t, NULL);
@@ -1107,7 +1047,6 @@ grove_status grove__reload_start(srv_server *srv, grove_err *err) {
   struct srv_admin *a = calloc(1, sizeof *a);
   if (!a) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
   srv->admin = a;
-  install_yield_handler();
   a->srv = srv;
   a->ifd = -1;
   pthread_mutex_init(&a->mu, NULL);

@@ -77,6 +77,7 @@ typedef struct srv_config {
   bool watch;              /* --watch: reload a model when its weights file is replaced */
   int watch_debounce_ms;   /* quiet time after the last change before reloading */
   bool reload_in_place;    /* SIGHUP and --watch reload in place */
+  int background_yield_us; /* reload builds and training yield this often (0: never) */
   grove_log_level log_level;
 } srv_config;
 
