@@ -22,7 +22,7 @@ FUZZ_NAMES         := safetensors zip pickle
 FUZZ_SRC           := core/safetensors.c core/torch_zip.c core/pickle.c core/torch_load.c \
                       core/export_plan.c \
                       core/torch_save.c core/checkpoint.c core/tensor.c core/state_dict.c \
-                      core/status.c core/log.c core/fileio.c core/utf8.c
+                      core/status.c core/log.c core/fileio.c core/utf8.c core/yield.c
 FUZZ_OBJ           := $(FUZZ_SRC:core/%.c=$(FUZZ_BUILD)/core/%.o)
 FUZZ_BINS          := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 FUZZ_SAN           := -fsanitize=address,undefined -fno-sanitize-recover=undefined
