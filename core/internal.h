@@ -23,7 +23,6 @@ void grove__log(grove_log_level level, const char *id, const char *fmt, ...)
  * means every grove_module_forward takes the direct path. */
 extern atomic_long grove__forward_hook_count;
 
-
 static inline bool grove__no_forward_hooks(void) {
   return atomic_load_explicit(&grove__forward_hook_count, memory_order_relaxed) == 0;
 }
