@@ -471,6 +471,7 @@ static void claim_chunks(pool *pl, uint32_t gen) {
       continue; /* w now holds the current word */
     run_chunk(&pl->cur, word_next(w));
     atomic_fetch_add_explicit(&pl->done, 1, memory_order_release);
+    grove__yield_point(); /* a background caller's, between its chunks (core/yield.c) */
     w = atomic_load_explicit(&pl->work, memory_order_acquire);
   }
 }
