@@ -431,12 +431,6 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static int64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 static void run_chunk(const job *jb, int64_t c) {
   if (jb->fn) {
     int64_t b = c * jb->grain;
@@ -484,12 +478,12 @@ static void *helper_main(void *arg) {
   pool *pl = arg;
   uint32_t seen = 0; /* the pool starts at generation 0 with no chunks */
   for (;;) {
-    int64_t t0 = now_ns();
+    int64_t t0 = grove__clock_ns();
     uint32_t g;
     int spins = 0;
     while ((g = current_gen(pl)) == seen) {
       cpu_relax();
-      if (++spins % 256 == 0 && now_ns() - t0 > HELPER_SPIN_NS) {
+      if (++spins % 256 == 0 && grove__clock_ns() - t0 > HELPER_SPIN_NS) {
         /* Dekker pairing with post_job: we publish sleepers before
          * re-reading work, it publishes work before reading sleepers (all
          * seq_cst), so at least one of us sees the other. */
@@ -498,7 +492,7 @@ static void *helper_main(void *arg) {
         while (word_gen(atomic_load(&pl->work)) == seen) pthread_cond_wait(&pl->cv, &pl->mu);
         atomic_fetch_sub(&pl->sleepers, 1);
         pthread_mutex_unlock(&pl->mu);
-        t0 = now_ns();
+        t0 = grove__clock_ns();
       }
     }
     seen = g;
@@ -689,8 +683,8 @@ static void pool_go(pool *pl, int64_t chunks) {
     cpu_relax();
     if (++spins % 256 == 0) {
       if (!t0)
-        t0 = now_ns();
-      else if (now_ns() - t0 > CALLER_SPIN_NS)
+        t0 = grove__clock_ns();
+      else if (grove__clock_ns() - t0 > CALLER_SPIN_NS)
         sched_yield();
     }
   }

@@ -35,6 +35,9 @@ static inline bool grove__no_forward_hooks(void) {
  * other thread it is one thread-local load. */
 extern _Thread_local int64_t grove__yield_every_ns;
 void grove__yield_due(void);
+/* CLOCK_MONOTONIC in nanoseconds (yield.c; the compute pool's spins use it
+ * too).  Any thread. */
+int64_t grove__clock_ns(void);
 static inline void grove__yield_point(void) {
   if (__builtin_expect(grove__yield_every_ns != 0, 0)) grove__yield_due();
 }

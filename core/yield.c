@@ -32,23 +32,22 @@ _Thread_local int64_t grove__yield_every_ns;
 static _Thread_local int64_t next_ns;
 static _Thread_local long count;
 
-static int64_t now_ns(void) {
+int64_t grove__clock_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 void grove__yield_due(void) {
-  int64_t t = now_ns();
-  if (t < next_ns) return;
+  if (grove__clock_ns() < next_ns) return;
   sched_yield();
   count++;
-  next_ns = now_ns() + grove__yield_every_ns;
+  next_ns = grove__clock_ns() + grove__yield_every_ns;
 }
 
 void grove_thread_yield_every(int interval_us) {
   grove__yield_every_ns = interval_us > 0 ? (int64_t)interval_us * 1000 : 0;
-  next_ns = now_ns() + grove__yield_every_ns;
+  next_ns = grove__clock_ns() + grove__yield_every_ns;
 }
 
 long grove_thread_yields(void) {
