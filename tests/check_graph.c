@@ -5,7 +5,9 @@
  * get_attr, several inputs and outputs, fused conv/BatchNorm/ReLU chains)
  * with tools/grove_export.py and writes graph_<case>.json (model.json) and
  * graph_<case>.safetensors (w.* weights, inputs x0.., torch's outputs y0..).
- * Each case is built from the JSON, loaded strictly and run; every output is
+ * Each case is built from the JSON, loaded strictly and run on three input
+ * sets (another batch than the export's example, batch 1 and batch 7, one
+ * after another on the same arena); every output is
  * compared with torch (rtol 1e-4, atol 1e-5), again after an arena reset
  * (no growth, same bits), and with a global forward hook registered (which
  * turns fusion off and must see every module call).
@@ -34,11 +36,20 @@ static const char *const cases[] = {
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
+/* One set of inputs and torch's outputs on them.  Set 0 is x0.. / y0..; the
+ * generator adds s1.* (batch 1) and s2.* (batch 7). */
+typedef struct io_set {
+  grove_tensor x[GROVE_MAX_VALUES], y[GROVE_MAX_VALUES];
+  int nx, ny;
+} io_set;
+
+#define NSETS 3
+
 typedef struct fixture {
   grove_model *model;
   grove_state_dict *file;
-  grove_tensor x[GROVE_MAX_VALUES], y[GROVE_MAX_VALUES];
-  int nx, ny;
+  io_set set[NSETS];
+  int nsets;
 } fixture;
 
 static void fixture_load(fixture *fx, const char *name) {
@@ -59,13 +70,20 @@ static void fixture_load(fixture *fx, const char *name) {
   }
   ck_assert_ok(grove_module_load_state_dict(fx->model->root, w, NULL, NULL, &err), &err);
   grove_sd_free(w);
-  for (int i = 0; i < GROVE_MAX_VALUES; i++) {
-    char k[16];
-    snprintf(k, sizeof k, "x%d", i);
-    if (grove_sd_get(fx->file, k)) fx->x[fx->nx++] = *grove_sd_get(fx->file, k);
-    snprintf(k, sizeof k, "y%d", i);
-    if (grove_sd_get(fx->file, k)) fx->y[fx->ny++] = *grove_sd_get(fx->file, k);
+  for (int j = 0; j < NSETS; j++) {
+    char pre[8] = "";
+    if (j > 0) snprintf(pre, sizeof pre, "s%d.", j);
+    io_set *s = &fx->set[j];
+    for (int i = 0; i < GROVE_MAX_VALUES; i++) {
+      char k[32];
+      snprintf(k, sizeof k, "%sx%d", pre, i);
+      if (grove_sd_get(fx->file, k)) s->x[s->nx++] = *grove_sd_get(fx->file, k);
+      snprintf(k, sizeof k, "%sy%d", pre, i);
+      if (grove_sd_get(fx->file, k)) s->y[s->ny++] = *grove_sd_get(fx->file, k);
+    }
+    ck_assert_msg(s->nx > 0 && s->ny > 0, "graph_%s: input set %d is missing", name, j);
   }
+  fx->nsets = NSETS;
 }
 
 static void fixture_fini(fixture *fx) {
@@ -102,16 +120,18 @@ static grove_status count_hook(void *user, const grove_module *m, grove_fwd *f,
   return GROVE_OK;
 }
 
-START_TEST(test_parity) {
-  const char *name = cases[_i];
-  fixture fx = {0};
+/* One input set through the model: torch's outputs, the same bits after an
+ * arena reset with no growth, and with a hook registered. */
+static void run_set(fixture *fx, grove_arena *arena, const char *name, int j) {
+  const io_set *s = &fx->set[j];
+  char what[96];
+  snprintf(what, sizeof what, "%s, set %d (batch %lld)", name, j, (long long)s->x[0].shape[0]);
   grove_err err = {0};
-  fixture_load(&fx, name);
-  grove_arena *arena = grove_arena_new(0);
   grove_values out;
-  ck_assert_ok(grove_model_forward(fx.model, arena, fx.x, (size_t)fx.nx, &out, &err), &err);
-  ck_assert_int_eq(out.n, fx.ny);
-  for (int k = 0; k < out.n; k++) assert_close(name, k, &out.v[k], &fx.y[k]);
+  grove_arena_reset(arena);
+  ck_assert_ok(grove_model_forward(fx->model, arena, s->x, (size_t)s->nx, &out, &err), &err);
+  ck_assert_int_eq(out.n, s->ny);
+  for (int k = 0; k < out.n; k++) assert_close(what, k, &out.v[k], &s->y[k]);
   /* Outputs are contiguous copies of arena memory; keep them to compare. */
   size_t total = 0;
   for (int k = 0; k < out.n; k++) total += grove_tensor_nbytes(&out.v[k]);
@@ -123,12 +143,12 @@ START_TEST(test_parity) {
   }
   grove_arena_reset(arena);
   size_t grows = grove_arena_grow_count(arena);
-  ck_assert_ok(grove_model_forward(fx.model, arena, fx.x, (size_t)fx.nx, &out, &err), &err);
+  ck_assert_ok(grove_model_forward(fx->model, arena, s->x, (size_t)s->nx, &out, &err), &err);
   ck_assert_uint_eq(grove_arena_grow_count(arena), grows);
   p = first;
   for (int k = 0; k < out.n; k++) {
     ck_assert_msg(memcmp(p, out.v[k].data, grove_tensor_nbytes(&out.v[k])) == 0,
-                  "%s: output %d differs on the second pass", name, k);
+                  "%s: output %d differs on the second pass", what, k);
     p += grove_tensor_nbytes(&out.v[k]);
   }
   free(first);
@@ -139,10 +159,20 @@ START_TEST(test_parity) {
   ck_assert_ok(grove_register_global_forward_hook(count_hook, NULL, &id), &err);
   hook_calls = 0;
   grove_arena_reset(arena);
-  ck_assert_ok(grove_model_forward(fx.model, arena, fx.x, (size_t)fx.nx, &out, &err), &err);
+  ck_assert_ok(grove_model_forward(fx->model, arena, s->x, (size_t)s->nx, &out, &err), &err);
   ck_assert(grove_remove_global_hook(id));
   ck_assert_int_ge(hook_calls, 1);
-  for (int k = 0; k < out.n; k++) assert_close(name, k, &out.v[k], &fx.y[k]);
+  for (int k = 0; k < out.n; k++) assert_close(what, k, &out.v[k], &s->y[k]);
+}
+
+START_TEST(test_parity) {
+  const char *name = cases[_i];
+  fixture fx = {0};
+  fixture_load(&fx, name);
+  grove_arena *arena = grove_arena_new(0);
+  /* Every set on one model and one arena, as a server's worker sees batches
+   * of several sizes in turn. */
+  for (int j = 0; j < fx.nsets; j++) run_set(&fx, arena, name, j);
   grove_arena_free(arena);
   fixture_fini(&fx);
 }
@@ -223,13 +253,13 @@ START_TEST(test_observer_unfuses) {
   grove_observer obs = {.modules = mods, .kinds = kinds, .n = 1, .fn = observe, .ctx = NULL};
   grove_arena *arena = grove_arena_new(0);
   grove_fwd f = {.arena = arena, .err = &err, .observer = &obs};
-  grove_values in = {.n = fx.nx}, out = {0};
-  for (int k = 0; k < fx.nx; k++) in.v[k] = fx.x[k];
+  grove_values in = {.n = fx.set[0].nx}, out = {0};
+  for (int k = 0; k < fx.set[0].nx; k++) in.v[k] = fx.set[0].x[k];
   observed = 0;
   ck_assert_ok(grove_module_forward(fx.model->root, &f, &in, &out), &err);
   ck_assert_int_eq(observed, 1);
   ck_assert_int_eq(observed_c, 16);
-  assert_close("observed resnet", 0, &out.v[0], &fx.y[0]);
+  assert_close("observed resnet", 0, &out.v[0], &fx.set[0].y[0]);
   grove_arena_free(arena);
   fixture_fini(&fx);
 }

@@ -4,12 +4,16 @@ tools/grove_export.py, with torch's outputs:
 
     graph_<case>.json          the model.json build_spec writes (its fx graph)
     graph_<case>.safetensors   w.<state_dict key>, the inputs x0.. and torch's
-                               outputs y0.. on them
+                               outputs y0.. on them, and the same for two more
+                               input sets, s1.x0.. / s1.y0.. and s2.x0.. /
+                               s2.y0.. (batch 1 and batch 7)
 
 tests/check_graph.c builds each model from the JSON, loads w.* strictly, runs
-the inputs and compares every output (rtol 1e-4, atol 1e-5).  The inputs have
-a batch size other than the example's (and batch 1 in some cases), so the
-graph's size arithmetic is exercised too."""
+the inputs and compares every output (rtol 1e-4, atol 1e-5).  The first set's
+inputs have a batch size other than the example's; the other two run every
+case at batch 1 and at an odd batch (7), with 3 for any other dimension the
+spec leaves free (a sequence length), so the graph's size arithmetic and each
+operation meet several shapes."""
 import json
 import os
 from collections import OrderedDict
@@ -276,6 +280,19 @@ def _randomise_bn(m, g):
                 mod.bias.copy_(torch.rand(mod.bias.shape, generator=g) - 0.5)
 
 
+# The extra input sets: (batch, size of any other free dimension).
+EXTRA_SETS = ((1, 3), (7, 3))
+
+
+def _resample(x, spec_shape, batch, free, g):
+    """An input like x with batch rows and `free` for each other dimension the
+    spec leaves free (-1); floats at x's spread, ids in x's range."""
+    shape = [batch] + [free if d < 0 else d for d in spec_shape[1:]]
+    if x.dtype.is_floating_point:
+        return torch.randn(shape, generator=g) * max(float(x.std()), 0.5)
+    return torch.randint(0, max(int(x.max()) + 1, 2), shape, generator=g, dtype=x.dtype)
+
+
 def generate(out_dir):
     for i, (name, make, make_ex, make_x) in enumerate(CASES):
         torch.manual_seed(700 + i)
@@ -292,6 +309,17 @@ def generate(out_dir):
             tensors[f"x{k}"] = x
         for k, y in enumerate(ys):
             tensors[f"y{k}"] = y.contiguous()
+        g = torch.Generator().manual_seed(900 + i)
+        for j, (batch, free) in enumerate(EXTRA_SETS, 1):
+            xj = tuple(_resample(x, d["shape"], batch, free, g)
+                       for x, d in zip(xs, doc["inputs"]))
+            with torch.no_grad():
+                yj = m(*xj)
+            yj = yj if isinstance(yj, tuple) else (yj,)
+            for k, x in enumerate(xj):
+                tensors[f"s{j}.x{k}"] = x
+            for k, y in enumerate(yj):
+                tensors[f"s{j}.y{k}"] = y.contiguous()
         save_safetensors(tensors, os.path.join(out_dir, f"graph_{name}.safetensors"))
         with open(os.path.join(out_dir, f"graph_{name}.json"), "w") as f:
             json.dump(doc, f, indent=1)
