@@ -219,6 +219,8 @@ static grove_status start_retrying(grove_client *c, const grove_train_opts *o,
   for (int i = 0; i < 100; i++) {
     s = grove_client_start_training(c, MODEL, o, 5000, info, err);
     if (s != GROVE_E_UNAVAILABLE) break;
+    /* Said, so that a run that needed it shows why (not seen since). */
+    fprintf(stderr, "check_train_server: StartTraining try %d: %s; retrying\n", i + 1, err->msg);
     grove_train_info_fini(info);
     struct timespec ts = {0, 100 * 1000000L};
     nanosleep(&ts, NULL);
