@@ -3,8 +3,9 @@
  *
  *   train_bench --model DIR --batch B [--seconds S] [--optim sgd|adamw] [--threads T]
  *
- * DIR is a model directory (model.json + weights) whose first input is
- * float32 [-1, F] and whose output is [-1, C] logits; each step is
+ * DIR is a model directory (model.json + weights) with one float32 input
+ * [-1, d1, ...] (the reference MLP's [-1, 784], the CNN's [-1, 3, 32, 32]) and
+ * one output [-1, C] of logits; each step is
  * zero_grad, forward, CrossEntropyLoss, backward, optimizer step on one
  * fixed random batch (so that only the step is timed).  Prints one JSON line:
  * {"engine": "grove", "batch": B, "steps_per_s": X, "steps_per_cpu_s": Y,
@@ -93,11 +94,20 @@ int main(int argc, char **argv) {
       grove_replica_new(json, path, sd, NULL, &r, &err))
     goto fail;
   const grove_model *m = grove_replica_model(r);
-  if (m->ninputs != 1 || m->inputs[0].ndim != 2) {
-    fprintf(stderr, "train_bench: expected one [-1, F] input\n");
+  if (m->ninputs != 1 || m->inputs[0].dtype != GROVE_F32 || m->inputs[0].ndim < 2 ||
+      m->inputs[0].ndim > GROVE_MAX_DIMS) {
+    fprintf(stderr, "train_bench: expected one float32 [-1, d1, ...] input\n");
     goto done;
   }
-  const int64_t F = m->inputs[0].shape[1];
+  /* A sample's shape: the input's, past the batch; fixed sizes only. */
+  int64_t xs[GROVE_MAX_DIMS] = {batch}, F = 1;
+  for (int d = 1; d < m->inputs[0].ndim; d++) {
+    if (m->inputs[0].shape[d] < 1) {
+      fprintf(stderr, "train_bench: the input's dimension %d is not fixed\n", d);
+      goto done;
+    }
+    F *= xs[d] = m->inputs[0].shape[d];
+  }
   size_t np = grove_replica_num_params(r);
   grove_tensor **params = malloc(np * sizeof *params);
   for (size_t i = 0; i < np; i++) params[i] = grove_replica_param(r, i);
@@ -109,8 +119,8 @@ int main(int argc, char **argv) {
   if (s) goto fail;
 
   /* One fixed batch: x ~ U(-1, 1), targets in [0, C). */
-  int64_t xs[2] = {batch, F}, ts[1] = {batch};
-  grove_tensor *x = grove_tensor_new(GROVE_F32, 2, xs, &err);
+  int64_t ts[1] = {batch};
+  grove_tensor *x = grove_tensor_new(GROVE_F32, m->inputs[0].ndim, xs, &err);
   grove_tensor *y = grove_tensor_new(GROVE_I64, 1, ts, &err);
   uint64_t seed = 42;
   for (int64_t i = 0; i < batch * F; i++) {
