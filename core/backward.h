@@ -176,6 +176,14 @@ float *grove__grad_fresh(grove__tape *t, int v, bool *fresh);
  * (reused by the next product: hold it for one call only).  NULL with err
  * set when out of memory. */
 void *grove__tape_ws(grove__tape *t, size_t n);
+/* grove__gemm (core/internal.h: C[M,N] (+)= op(A) . op(B) with flags) on
+ * the tape's workspace: Grove's kernel where the CPU has it, its yield
+ * points included (a background session's products yield too), else
+ * cblas_sgemm.  GROVE_E_NOMEM with err set when out of memory.  The tape's
+ * thread. */
+grove_status grove__tape_gemm(grove__tape *t, int flags, int64_t M, int64_t N, int64_t K,
+                              const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                              int64_t ldc);
 /* y = x . W^T for a training forward: x [M, K], rows [r0, r0 + N) of W
  * [*, K] (torch's layout), y [M, N], all contiguous; grove__gemm with the
  * tape's workspace.  GROVE_E_NOMEM with err set when out of memory. */

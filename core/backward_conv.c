@@ -16,7 +16,6 @@
  * max pooling keeps the first maximum of each window in scan order (a NaN
  * wins), and routes the gradient there; average pooling divides by the
  * window as torch counts it (count_include_pad, divisor_override). */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -33,13 +32,37 @@ typedef struct conv_geom {
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;
 } conv_geom;
 
-static void im2col(const conv_geom *g, const float *x, float *col) {
+/* The output columns ow whose input column iw = ow * sw - pw + j * dw lies
+ * inside the row, [*lo, *hi): the patch rows copy those and are zero
+ * elsewhere, so the loops below test no bounds per element (a test per
+ * element made im2col and col2im a third of a CNN's training step). */
+static void ow_range(const conv_geom *g, int64_t j, int64_t *lo, int64_t *hi) {
+  const int64_t a = g->pw - j * g->dw;            /* ow * sw >= a */
+  const int64_t b = g->W - 1 + g->pw - j * g->dw; /* ow * sw <= b */
+  *lo = a > 0 ? (a + g->sw - 1) / g->sw : 0;
+  *hi = b < 0 ? 0 : b / g->sw + 1;
+  if (*hi > g->Wo) *hi = g->Wo;
+  if (*lo > *hi) *lo = *hi;
+}
+
+/* GCC turns the short zero loops below back into memset calls unless told
+ * not to. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define NO_LIBC_LOOPS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define NO_LIBC_LOOPS
+#endif
+
+NO_LIBC_LOOPS static void im2col(const conv_geom *g, const float *x, float *col) {
   const int64_t HW = g->Ho * g->Wo;
   for (int64_t c = 0; c < g->Cg; c++)
     for (int64_t i = 0; i < g->kh; i++)
       for (int64_t j = 0; j < g->kw; j++) {
         float *row = col + ((c * g->kh + i) * g->kw + j) * HW;
         const float *xc = x + c * g->H * g->W;
+        int64_t lo, hi;
+        ow_range(g, j, &lo, &hi);
+        const int64_t off = j * g->dw - g->pw, sw = g->sw;
         for (int64_t oh = 0; oh < g->Ho; oh++) {
           const int64_t ih = oh * g->sh - g->ph + i * g->dh;
           float *r = row + oh * g->Wo;
@@ -47,11 +70,17 @@ static void im2col(const conv_geom *g, const float *x, float *col) {
             memset(r, 0, (size_t)g->Wo * sizeof(float));
             continue;
           }
+          /* Indices, not a pointer moved by off: it may point before the row. */
+          /* Loops, not memset / memcpy: a row's pieces are a few floats
+           * (a 3 x 3 kernel's padding is one), and the calls cost more than
+           * the copying. */
           const float *xr = xc + ih * g->W;
-          for (int64_t ow = 0; ow < g->Wo; ow++) {
-            const int64_t iw = ow * g->sw - g->pw + j * g->dw;
-            r[ow] = iw >= 0 && iw < g->W ? xr[iw] : 0.0f;
-          }
+          for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0.0f;
+          if (sw == 1)
+            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow + off];
+          else
+            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * sw + off];
+          for (int64_t ow = hi; ow < g->Wo; ow++) r[ow] = 0.0f;
         }
       }
 }
@@ -63,15 +92,18 @@ static void col2im(const conv_geom *g, const float *col, float *dx) {
       for (int64_t j = 0; j < g->kw; j++) {
         const float *row = col + ((c * g->kh + i) * g->kw + j) * HW;
         float *dc = dx + c * g->H * g->W;
+        int64_t lo, hi;
+        ow_range(g, j, &lo, &hi);
+        const int64_t off = j * g->dw - g->pw, sw = g->sw;
         for (int64_t oh = 0; oh < g->Ho; oh++) {
           const int64_t ih = oh * g->sh - g->ph + i * g->dh;
           if (ih < 0 || ih >= g->H) continue;
           const float *r = row + oh * g->Wo;
           float *dr = dc + ih * g->W;
-          for (int64_t ow = 0; ow < g->Wo; ow++) {
-            const int64_t iw = ow * g->sw - g->pw + j * g->dw;
-            if (iw >= 0 && iw < g->W) dr[iw] += r[ow];
-          }
+          if (sw == 1)
+            for (int64_t ow = lo; ow < hi; ow++) dr[ow + off] += r[ow];
+          else
+            for (int64_t ow = lo; ow < hi; ow++) dr[ow * sw + off] += r[ow];
         }
       }
 }
@@ -83,11 +115,18 @@ static grove_status conv_backward(grove__tape *t, const grove__node *n) {
   const float *xd = val(t, x)->data;
   const float *dy = grove__grad_in(t, n->out[0]);
   float *dx = NULL, *dW = NULL, *db = NULL;
+  const int64_t HW = g->Ho * g->Wo;
+  /* The products' workspace before any gradient is touched: the tape keeps
+   * the largest one asked for, so the products below allocate nothing and
+   * cannot fail halfway through a gradient. */
+  size_t wsn = grove__gemm_ws_size(GROVE__GEMM_TRANS_B | GROVE__GEMM_ACCUMULATE, g->Og, g->K, HW);
+  const size_t wsx = grove__gemm_ws_size(GROVE__GEMM_TRANS_A, g->K, HW, g->Og);
+  if (wsx > wsn) wsn = wsx;
+  if (!grove__tape_ws(t, wsn)) return GROVE_E_NOMEM;
   grove_status s = grove__param_grad(t, Wt, &dW);
   if (!s && b) s = grove__param_grad(t, b, &db);
   if (s) return s;
   if (grove__wants(t, x) && !(dx = grove__grad(t, x))) return GROVE_E_NOMEM;
-  const int64_t HW = g->Ho * g->Wo;
   float *col = grove__tscratch(t, (size_t)(g->K * HW + 1) * sizeof(float), false);
   if (!col) return GROVE_E_NOMEM;
   const float *wd = Wt->data;
@@ -96,16 +135,19 @@ static grove_status conv_backward(grove__tape *t, const grove__node *n) {
       const float *xg = xd + (im * g->C + gr * g->Cg) * g->H * g->W;
       const float *dyg = dy + (im * g->O + gr * g->Og) * HW;
       const float *wg = wd + gr * g->Og * g->K;
+      grove_status st = GROVE_OK;
       if (dW) {
         im2col(g, xg, col);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->Og, (int)g->K, (int)HW, 1.0f,
-                    dyg, (int)HW, col, (int)HW, 1.0f, dW + gr * g->Og * g->K, (int)g->K);
+        /* dW_g += dy_g [Og, HW] . col^T */
+        st = grove__tape_gemm(t, GROVE__GEMM_TRANS_B | GROVE__GEMM_ACCUMULATE, g->Og, g->K, HW, dyg,
+                              HW, col, HW, dW + gr * g->Og * g->K, g->K);
       }
-      if (dx) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->K, (int)HW, (int)g->Og, 1.0f,
-                    wg, (int)g->K, dyg, (int)HW, 0.0f, col, (int)HW);
-        col2im(g, col, dx + (im * g->C + gr * g->Cg) * g->H * g->W);
+      if (!st && dx) {
+        /* dcol = W_g^T [K, Og] . dy_g */
+        st = grove__tape_gemm(t, GROVE__GEMM_TRANS_A, g->K, HW, g->Og, wg, g->K, dyg, HW, col, HW);
+        if (!st) col2im(g, col, dx + (im * g->C + gr * g->Cg) * g->H * g->W);
       }
+      if (st) return st;
     }
     if (db)
       for (int64_t o = 0; o < g->O; o++) {
@@ -189,8 +231,9 @@ grove_status grove__tf_conv(grove__tape *t, const grove_module *m, const grove__
     for (int64_t gr = 0; gr < g.G; gr++) {
       im2col(&g, xd + (im * g.C + gr * g.Cg) * g.H * g.W, col);
       float *yg = yd + (im * g.O + gr * g.Og) * HW;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.Og, (int)HW, (int)g.K, 1.0f,
-                  wd + gr * g.Og * g.K, (int)g.K, col, (int)HW, 0.0f, yg, (int)HW);
+      /* y_g = W_g [Og, K] . col */
+      s = grove__tape_gemm(t, 0, g.Og, HW, g.K, wd + gr * g.Og * g.K, g.K, col, HW, yg, HW);
+      if (s) return s;
       if (bd)
         for (int64_t o = 0; o < g.Og; o++)
           for (int64_t k = 0; k < HW; k++) yg[o * HW + k] += bd[gr * g.Og + o];

@@ -9,7 +9,6 @@
  * index map.  One strided walker (an offset per element of a contiguous
  * output, from per-dimension strides of the source) serves gather, scatter,
  * broadcasting and the reduction of a broadcast gradient. */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
@@ -253,21 +252,29 @@ static grove_status mm_backward(grove__tape *t, const grove__node *n) {
   const int a = n->in[0], b = n->in[1];
   const float *dy = grove__grad_in(t, n->out[0]);
   const float *ad = val(t, a)->data, *bd = val(t, b)->data;
+  /* The workspace first (see conv_backward, backward_conv.c). */
+  size_t wsn = grove__gemm_ws_size(GROVE__GEMM_TRANS_B | GROVE__GEMM_ACCUMULATE, g->M, g->K, g->N);
+  const size_t wsb =
+      grove__gemm_ws_size(GROVE__GEMM_TRANS_A | GROVE__GEMM_ACCUMULATE, g->K, g->N, g->M);
+  if (wsb > wsn) wsn = wsb;
+  if (!grove__tape_ws(t, wsn)) return GROVE_E_NOMEM;
   float *da = grove__wants(t, a) ? grove__grad(t, a) : NULL;
   float *db = grove__wants(t, b) ? grove__grad(t, b) : NULL;
   if ((grove__wants(t, a) && !da) || (grove__wants(t, b) && !db)) return GROVE_E_NOMEM;
   const int64_t MK = g->M * g->K, KN = g->K * g->N, MN = g->M * g->N;
   if (MN == 0 || g->K == 0) return GROVE_OK;
+  grove_status s = GROVE_OK;
   WALK(g->bnd, g->bshape, g->sa, g->sb, {
     const float *dyi = dy + i * MN;
-    if (da)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->M, (int)g->K, (int)g->N, 1.0f,
-                  dyi, (int)g->N, bd + ob * KN, (int)g->N, 1.0f, da + oa * MK, (int)g->K);
-    if (db)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->K, (int)g->N, (int)g->M, 1.0f,
-                  ad + oa * MK, (int)g->K, dyi, (int)g->N, 1.0f, db + ob * KN, (int)g->N);
+    /* dA += dY . B^T;  dB += A^T . dY */
+    if (!s && da)
+      s = grove__tape_gemm(t, GROVE__GEMM_TRANS_B | GROVE__GEMM_ACCUMULATE, g->M, g->K, g->N, dyi,
+                           g->N, bd + ob * KN, g->N, da + oa * MK, g->K);
+    if (!s && db)
+      s = grove__tape_gemm(t, GROVE__GEMM_TRANS_A | GROVE__GEMM_ACCUMULATE, g->K, g->N, g->M,
+                           ad + oa * MK, g->K, dyi, g->N, db + ob * KN, g->N);
   });
-  return GROVE_OK;
+  return s;
 }
 
 grove_status grove__top_matmul(grove__tape *t, int a, int b, int *y) {
@@ -329,15 +336,15 @@ grove_status grove__top_matmul(grove__tape *t, int a, int b, int *y) {
   *sv = g;
   const float *ad = val(t, a)->data, *bd = val(t, b)->data;
   const int64_t MK = g.M * g.K, KN = g.K * g.N, MN = g.M * g.N;
+  grove_status s2 = GROVE_OK;
   if (MN > 0)
     WALK(g.bnd, g.bshape, g.sa, g.sb, {
-      if (g.K == 0) {
-        memset(yd + i * MN, 0, (size_t)MN * sizeof(float));
-      } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g.M, (int)g.N, (int)g.K, 1.0f,
-                    ad + oa * MK, (int)g.K, bd + ob * KN, (int)g.N, 0.0f, yd + i * MN, (int)g.N);
-      }
+      /* grove__gemm writes zeros for K = 0 */
+      if (!s2)
+        s2 = grove__tape_gemm(t, 0, g.M, g.N, g.K, ad + oa * MK, g.K, bd + ob * KN, g.N,
+                              yd + i * MN, g.N);
     });
+  if (s2) return s2;
   *y = yv;
   if (!rg) return GROVE_OK;
   grove__node n = {.backward = mm_backward, .nin = 2, .nout = 1, .in = {a, b}, .out = {yv}};

@@ -244,14 +244,19 @@ void *grove__tape_ws(grove__tape *t, size_t n) {
   return t->ws ? t->ws : (void *)t; /* n = 0: any non-NULL pointer (never written) */
 }
 
-grove_status grove__tape_linear(grove__tape *t, const float *x, int64_t M, int64_t K,
-                                const float *W, int64_t N, float *y) {
-  const int flags = GROVE__GEMM_TRANS_B;
+grove_status grove__tape_gemm(grove__tape *t, int flags, int64_t M, int64_t N, int64_t K,
+                              const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                              int64_t ldc) {
   const size_t wsn = grove__gemm_ws_size(flags, M, N, K);
   void *ws = grove__tape_ws(t, wsn);
   if (!ws) return GROVE_E_NOMEM;
-  grove__gemm(flags, M, N, K, x, K, W, K, y, N, ws, wsn);
+  grove__gemm(flags, M, N, K, A, lda, B, ldb, C, ldc, ws, wsn);
   return GROVE_OK;
+}
+
+grove_status grove__tape_linear(grove__tape *t, const float *x, int64_t M, int64_t K,
+                                const float *W, int64_t N, float *y) {
+  return grove__tape_gemm(t, GROVE__GEMM_TRANS_B, M, N, K, x, K, W, K, y, N);
 }
 
 bool grove__any_requires(grove__tape *t, const int *in, int n) {
