@@ -70,10 +70,10 @@ NO_LIBC_LOOPS static void im2col(const conv_geom *g, const float *x, float *col)
             memset(r, 0, (size_t)g->Wo * sizeof(float));
             continue;
           }
-          /* Indices, not a pointer moved by off: it may point before the row. */
-          /* Loops, not memset / memcpy: a row's pieces are a few floats
-           * (a 3 x 3 kernel's padding is one), and the calls cost more than
-           * the copying. */
+          /* Loops, not memset / memcpy: a row's pieces are a few floats (a
+           * 3 x 3 kernel's padding is one), and the calls cost more than the
+           * copying.  Indices, not a pointer moved by off, which may point
+           * before the row. */
           const float *xr = xc + ih * g->W;
           for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0.0f;
           if (sw == 1)
