@@ -17,7 +17,9 @@
 
 /* Starts groved with the fixture models (server_mlp, server_embed) or none,
  * and the extra flags (NULL-terminated), and waits (at most 30 s) until it
- * answers on HTTP.  No --pub: groved's default, which it takes only if free. */
+ * answers on HTTP.  Its PUB socket is the harness's ipc one in the test's
+ * folder, not groved's default tcp port, which another groved on the
+ * machine may hold. */
 static void server_start_with(hserver *s, bool fixture_models, const char *const *extra) {
   char mlp[4096], emb[4096];
   snprintf(mlp, sizeof mlp, "server_mlp=%s", grove_fixture("server_mlp"));
@@ -32,7 +34,7 @@ static void server_start_with(hserver *s, bool fixture_models, const char *const
   }
   for (int i = 0; extra && extra[i] && n < 47; i++) argv[n++] = extra[i];
   argv[n] = NULL;
-  const hstart_opts opts = {.no_pub = true};
+  const hstart_opts opts = {0};
   h_start_with(s, &opts, argv);
 }
 
