@@ -532,50 +532,32 @@ void grove__export_free(srv_server *srv) {
 
 /* ================================================================ metrics */
 
-char *grove__export_metrics_text(srv_server *srv) {
+void grove__export_metrics(srv_server *srv, srv_text *b) {
   struct srv_exports *x = srv->exports;
-  size_t cap = 2048 + srv->nmodels * 1024;
-  char *p = malloc(cap);
-  if (!p) return NULL;
-  size_t len = 0;
-  p[0] = 0;
-  if (!x) return p;
-#define OUT(...)                                                            \
-  do {                                                                      \
-    int w_ = snprintf(p + len, cap - len, __VA_ARGS__);                     \
-    if (w_ > 0) len += (size_t)w_ < cap - len ? (size_t)w_ : cap - len - 1; \
-  } while (0)
-  char(*labs)[256] = calloc(srv->nmodels ? srv->nmodels : 1, sizeof *labs);
-  if (!labs) {
-    free(p);
-    return NULL;
-  }
+  if (!x) return;
+  char lab[512];
+  grove__text_printf(b,
+                     "# HELP grove_exports_total state_dict exports started, by model and result "
+                     "(ok: the file was planned and its first range sent; failed: refused or "
+                     "could not be planned).\n"
+                     "# TYPE grove_exports_total counter\n");
   for (size_t i = 0; i < srv->nmodels; i++) {
-    size_t k = 0;
-    for (const char *c = srv->models[i].name; *c && k + 3 < sizeof labs[i]; c++) {
-      if (*c == '\\' || *c == '"' || *c == '\n') labs[i][k++] = '\\';
-      labs[i][k++] = *c == '\n' ? 'n' : *c;
-    }
-    labs[i][k] = 0;
+    grove__prom_label(srv->models[i].name, lab, sizeof lab);
+    grove__text_printf(b, "grove_exports_total{model=\"%s\",result=\"ok\"} %" PRIu64 "\n", lab,
+                       atomic_load(&x->counts[i].ok));
+    grove__text_printf(b, "grove_exports_total{model=\"%s\",result=\"failed\"} %" PRIu64 "\n", lab,
+                       atomic_load(&x->counts[i].failed));
   }
-  OUT("# HELP grove_exports_total state_dict exports started, by model and result (ok: the "
-      "file was planned and its first range sent; failed: refused or could not be planned).\n"
-      "# TYPE grove_exports_total counter\n");
-  for (size_t i = 0; i < srv->nmodels; i++) {
-    OUT("grove_exports_total{model=\"%s\",result=\"ok\"} %" PRIu64 "\n", labs[i],
-        atomic_load(&x->counts[i].ok));
-    OUT("grove_exports_total{model=\"%s\",result=\"failed\"} %" PRIu64 "\n", labs[i],
-        atomic_load(&x->counts[i].failed));
-  }
-  OUT("# HELP grove_export_bytes_total File bytes sent by exports.\n"
-      "# TYPE grove_export_bytes_total counter\n");
+  grove__text_printf(b,
+                     "# HELP grove_export_bytes_total File bytes sent by exports.\n"
+                     "# TYPE grove_export_bytes_total counter\n");
   for (size_t i = 0; i < srv->nmodels; i++)
-    OUT("grove_export_bytes_total{model=\"%s\"} %" PRIu64 "\n", labs[i],
-        atomic_load(&x->counts[i].bytes));
-  free(labs);
-  OUT("# HELP grove_exports_open Exports open now (each pins the version it exports).\n"
-      "# TYPE grove_exports_open gauge\ngrove_exports_open %" PRId64 "\n",
-      atomic_load(&x->open));
-#undef OUT
-  return p;
+    grove__text_printf(b, "grove_export_bytes_total{model=\"%s\"} %" PRIu64 "\n",
+                       grove__prom_label(srv->models[i].name, lab, sizeof lab),
+                       atomic_load(&x->counts[i].bytes));
+  grove__text_printf(b,
+                     "# HELP grove_exports_open Exports open now (each pins the version it "
+                     "exports).\n"
+                     "# TYPE grove_exports_open gauge\ngrove_exports_open %" PRId64 "\n",
+                     atomic_load(&x->open));
 }

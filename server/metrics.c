@@ -46,29 +46,23 @@ const char *grove__status_label(grove_status s) {
 
 /* ------------------------------------------------------------ text */
 
-typedef struct sb {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} sb;
-
-static void sb_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sb *b, const char *fmt, ...) {
+void grove__text_printf(srv_text *b, const char *fmt, ...) {
   if (b->oom) return;
   for (;;) {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    /* Before the first allocation p is NULL: measure only. */
+    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
     va_end(ap);
     if (n < 0) {
       b->oom = true;
       return;
     }
-    if ((size_t)n < b->cap - b->len) {
+    if (b->p && (size_t)n < b->cap - b->len) {
       b->len += (size_t)n;
       return;
     }
-    size_t cap = b->cap * 2 + (size_t)n + 1;
+    size_t cap = b->cap * 2 + (size_t)n + 256;
     char *g = realloc(b->p, cap);
     if (!g) {
       b->oom = true;
@@ -79,8 +73,7 @@ static void sb_printf(sb *b, const char *fmt, ...) {
   }
 }
 
-/* A label value with \, " and newline escaped, as the format asks. */
-static const char *esc(const char *s, char *buf, size_t n) {
+const char *grove__prom_label(const char *s, char *buf, size_t n) {
   size_t j = 0;
   for (; *s && j + 3 < n; s++) {
     if (*s == '\\' || *s == '"') {
@@ -97,29 +90,29 @@ static const char *esc(const char *s, char *buf, size_t n) {
   return buf;
 }
 
-static void hist_lines(sb *b, const char *name, const char *label, const srv_hist *h,
+static void hist_lines(srv_text *b, const char *name, const char *label, const srv_hist *h,
                        const int64_t *bounds, int nb, double scale) {
   uint64_t cum = 0;
   for (int i = 0; i < nb; i++) {
     cum += atomic_load_explicit(&h->buckets[i], memory_order_relaxed);
-    sb_printf(b, "%s_bucket{model=\"%s\",le=\"%g\"} %" PRIu64 "\n", name, label,
-              (double)bounds[i] * scale, cum);
+    grove__text_printf(b, "%s_bucket{model=\"%s\",le=\"%g\"} %" PRIu64 "\n", name, label,
+                       (double)bounds[i] * scale, cum);
   }
   cum += atomic_load_explicit(&h->buckets[nb], memory_order_relaxed);
-  sb_printf(b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, label, cum);
-  sb_printf(b, "%s_sum{model=\"%s\"} %.9g\n", name, label,
-            (double)atomic_load_explicit(&h->sum, memory_order_relaxed) * scale);
+  grove__text_printf(b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, label, cum);
+  grove__text_printf(b, "%s_sum{model=\"%s\"} %.9g\n", name, label,
+                     (double)atomic_load_explicit(&h->sum, memory_order_relaxed) * scale);
   /* _count equals the +Inf bucket, as the format requires, even while other
    * threads are observing. */
-  sb_printf(b, "%s_count{model=\"%s\"} %" PRIu64 "\n", name, label, cum);
+  grove__text_printf(b, "%s_count{model=\"%s\"} %" PRIu64 "\n", name, label, cum);
 }
 
-static void requests_lines(sb *b, const char *label, const srv_metrics *m, bool always_ok) {
+static void requests_lines(srv_text *b, const char *label, const srv_metrics *m, bool always_ok) {
   for (unsigned s = 0; s < SRV_NSTATUS; s++) {
     uint64_t v = atomic_load_explicit(&m->requests[s], memory_order_relaxed);
     if (v == 0 && !(s == 0 && always_ok)) continue;
-    sb_printf(b, "grove_requests_total{model=\"%s\",status=\"%s\"} %" PRIu64 "\n", label,
-              grove__status_label((grove_status)s), v);
+    grove__text_printf(b, "grove_requests_total{model=\"%s\",status=\"%s\"} %" PRIu64 "\n", label,
+                       grove__status_label((grove_status)s), v);
   }
 }
 
@@ -140,48 +133,50 @@ static const srv_hist *pick(const srv_metrics *m, hist_kind k) {
 }
 
 grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len) {
-  sb b = {0};
+  srv_text b = {0};
   b.cap = 16384;
   if (!(b.p = malloc(b.cap))) return GROVE_E_NOMEM;
   b.p[0] = 0;
   char lab[512];
 
-  sb_printf(&b,
-            "# HELP grove_build_info groved's version.\n# TYPE grove_build_info gauge\n"
-            "grove_build_info{version=\"%s\"} 1\n",
-            GROVE_VERSION);
-  sb_printf(&b,
-            "# HELP grove_uptime_seconds Seconds since groved started.\n"
-            "# TYPE grove_uptime_seconds gauge\ngrove_uptime_seconds %.3f\n",
-            (double)(grove__now_ns() - srv->t_start) / 1e9);
-  sb_printf(&b,
-            "# HELP grove_ready 1 when every configured model is loaded and groved is not "
-            "draining.\n# TYPE grove_ready gauge\ngrove_ready %d\n",
-            grove__registry_ready(srv) && !atomic_load(&srv->draining));
-  sb_printf(&b,
-            "# HELP grove_draining 1 after SIGTERM/SIGINT, while queued requests are "
-            "answered.\n# TYPE grove_draining gauge\ngrove_draining %d\n",
-            (int)atomic_load(&srv->draining));
-  sb_printf(&b,
-            "# HELP grove_workers Worker threads.\n# TYPE grove_workers gauge\n"
-            "grove_workers %d\n",
-            srv->workers);
-  sb_printf(&b,
-            "# HELP grove_blas_threads Compute threads per forward.\n"
-            "# TYPE grove_blas_threads gauge\ngrove_blas_threads %d\n",
-            srv->blas_threads);
-  sb_printf(&b,
-            "# HELP grove_inflight_requests Predict requests accepted and not yet "
-            "answered.\n# TYPE grove_inflight_requests gauge\ngrove_inflight_requests %" PRId64
-            "\n",
-            atomic_load(&srv->inflight));
+  grove__text_printf(&b,
+                     "# HELP grove_build_info groved's version.\n# TYPE grove_build_info gauge\n"
+                     "grove_build_info{version=\"%s\"} 1\n",
+                     GROVE_VERSION);
+  grove__text_printf(&b,
+                     "# HELP grove_uptime_seconds Seconds since groved started.\n"
+                     "# TYPE grove_uptime_seconds gauge\ngrove_uptime_seconds %.3f\n",
+                     (double)(grove__now_ns() - srv->t_start) / 1e9);
+  grove__text_printf(&b,
+                     "# HELP grove_ready 1 when every configured model is loaded and groved is not "
+                     "draining.\n# TYPE grove_ready gauge\ngrove_ready %d\n",
+                     grove__registry_ready(srv) && !atomic_load(&srv->draining));
+  grove__text_printf(&b,
+                     "# HELP grove_draining 1 after SIGTERM/SIGINT, while queued requests are "
+                     "answered.\n# TYPE grove_draining gauge\ngrove_draining %d\n",
+                     (int)atomic_load(&srv->draining));
+  grove__text_printf(&b,
+                     "# HELP grove_workers Worker threads.\n# TYPE grove_workers gauge\n"
+                     "grove_workers %d\n",
+                     srv->workers);
+  grove__text_printf(&b,
+                     "# HELP grove_blas_threads Compute threads per forward.\n"
+                     "# TYPE grove_blas_threads gauge\ngrove_blas_threads %d\n",
+                     srv->blas_threads);
+  grove__text_printf(
+      &b,
+      "# HELP grove_inflight_requests Predict requests accepted and not yet "
+      "answered.\n# TYPE grove_inflight_requests gauge\ngrove_inflight_requests %" PRId64 "\n",
+      atomic_load(&srv->inflight));
 
-  sb_printf(&b,
-            "# HELP grove_requests_total Requests answered, by model and status (model=\"\": "
-            "the request named no served model or could not be decoded).\n"
-            "# TYPE grove_requests_total counter\n");
+  grove__text_printf(
+      &b,
+      "# HELP grove_requests_total Requests answered, by model and status (model=\"\": "
+      "the request named no served model or could not be decoded).\n"
+      "# TYPE grove_requests_total counter\n");
   for (size_t i = 0; i < srv->nmodels; i++)
-    requests_lines(&b, esc(srv->models[i].name, lab, sizeof lab), &srv->models[i].metrics, true);
+    requests_lines(&b, grove__prom_label(srv->models[i].name, lab, sizeof lab),
+                   &srv->models[i].metrics, true);
   requests_lines(&b, "", &srv->unrouted, false);
 
   static const struct {
@@ -196,11 +191,11 @@ grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len) {
       {"grove_batch_size", "Rows per batch.", H_BATCH},
   };
   for (size_t k = 0; k < sizeof hists / sizeof hists[0]; k++) {
-    sb_printf(&b, "# HELP %s %s\n# TYPE %s histogram\n", hists[k].name, hists[k].help,
-              hists[k].name);
+    grove__text_printf(&b, "# HELP %s %s\n# TYPE %s histogram\n", hists[k].name, hists[k].help,
+                       hists[k].name);
     for (size_t i = 0; i < srv->nmodels; i++) {
       const srv_hist *h = pick(&srv->models[i].metrics, hists[k].kind);
-      esc(srv->models[i].name, lab, sizeof lab);
+      grove__prom_label(srv->models[i].name, lab, sizeof lab);
       if (hists[k].kind == H_BATCH)
         hist_lines(&b, hists[k].name, lab, h, batch_bounds, SRV_BATCH_BUCKETS, 1.0);
       else
@@ -208,37 +203,33 @@ grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len) {
     }
   }
 
-  sb_printf(&b,
-            "# HELP grove_queue_depth Predict requests waiting in the model's queue.\n"
-            "# TYPE grove_queue_depth gauge\n");
+  grove__text_printf(&b,
+                     "# HELP grove_queue_depth Predict requests waiting in the model's queue.\n"
+                     "# TYPE grove_queue_depth gauge\n");
   for (size_t i = 0; i < srv->nmodels; i++)
-    sb_printf(&b, "grove_queue_depth{model=\"%s\"} %" PRIu64 "\n",
-              esc(srv->models[i].name, lab, sizeof lab), atomic_load(&srv->models[i].queue_depth));
-  sb_printf(&b,
-            "# HELP grove_model_version The version serving (0: not loaded).\n"
-            "# TYPE grove_model_version gauge\n");
+    grove__text_printf(&b, "grove_queue_depth{model=\"%s\"} %" PRIu64 "\n",
+                       grove__prom_label(srv->models[i].name, lab, sizeof lab),
+                       atomic_load(&srv->models[i].queue_depth));
+  grove__text_printf(&b,
+                     "# HELP grove_model_version The version serving (0: not loaded).\n"
+                     "# TYPE grove_model_version gauge\n");
   for (size_t i = 0; i < srv->nmodels; i++)
-    sb_printf(&b, "grove_model_version{model=\"%s\"} %" PRId64 "\n",
-              esc(srv->models[i].name, lab, sizeof lab),
-              atomic_load(&srv->models[i].version_number));
-  sb_printf(&b,
-            "# HELP grove_model_ready 1 when the model is loaded and serving.\n"
-            "# TYPE grove_model_ready gauge\n");
+    grove__text_printf(&b, "grove_model_version{model=\"%s\"} %" PRId64 "\n",
+                       grove__prom_label(srv->models[i].name, lab, sizeof lab),
+                       atomic_load(&srv->models[i].version_number));
+  grove__text_printf(&b,
+                     "# HELP grove_model_ready 1 when the model is loaded and serving.\n"
+                     "# TYPE grove_model_ready gauge\n");
   for (size_t i = 0; i < srv->nmodels; i++)
-    sb_printf(&b, "grove_model_ready{model=\"%s\"} %d\n", esc(srv->models[i].name, lab, sizeof lab),
-              atomic_load(&srv->models[i].version_number) > 0);
+    grove__text_printf(&b, "grove_model_ready{model=\"%s\"} %d\n",
+                       grove__prom_label(srv->models[i].name, lab, sizeof lab),
+                       atomic_load(&srv->models[i].version_number) > 0);
 
-  /* Hot reload and export render their own families (reload.c, export.c). */
-  char *reload_text = grove__reload_metrics_text(srv),
-       *export_text = grove__export_metrics_text(srv);
-  if (!reload_text || !export_text) b.oom = true;
-  sb_printf(&b, "%s%s", reload_text ? reload_text : "", export_text ? export_text : "");
-  free(reload_text);
-  free(export_text);
-  char *hook_text = grove__telemetry_metrics_text(srv); /* telemetry.c */
-  if (!hook_text) b.oom = true;
-  sb_printf(&b, "%s", hook_text ? hook_text : "");
-  free(hook_text);
+  /* Hot reload, export and hooks render their own families (reload.c,
+   * export.c, telemetry_rpc.c). */
+  grove__reload_metrics(srv, &b);
+  grove__export_metrics(srv, &b);
+  grove__telemetry_metrics(srv, &b);
 
   if (b.oom) {
     free(b.p);

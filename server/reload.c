@@ -1129,116 +1129,68 @@ void grove__reload_free(srv_server *srv) {
 
 /* ================================================================ metrics */
 
-typedef struct tbuf {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} tbuf;
-
-static void tprintf(tbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void tprintf(tbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = true;
-      return;
-    }
-    if (b->p && (size_t)n < b->cap - b->len) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap * 2 + (size_t)n + 256;
-    char *g = realloc(b->p, cap);
-    if (!g) {
-      b->oom = true;
-      return;
-    }
-    b->p = g;
-    b->cap = cap;
-  }
-}
-
-static const char *label(const char *s, char *buf, size_t n) {
-  size_t j = 0;
-  for (; *s && j + 3 < n; s++) {
-    if (*s == '\\' || *s == '"') {
-      buf[j++] = '\\';
-      buf[j++] = *s;
-    } else if (*s == '\n') {
-      buf[j++] = '\\';
-      buf[j++] = 'n';
-    } else {
-      buf[j++] = *s;
-    }
-  }
-  buf[j] = 0;
-  return buf;
-}
-
-static void hist_text(tbuf *b, const char *name, const char *model, const rhist *h) {
+static void hist_text(srv_text *b, const char *name, const char *model, const rhist *h) {
   uint64_t cum = 0;
   for (int i = 0; i < NBUCKETS; i++) {
     cum += atomic_load(&h->b[i]);
-    tprintf(b, "%s_bucket{model=\"%s\",le=\"%g\"} %" PRIu64 "\n", name, model, bucket_s[i], cum);
+    grove__text_printf(b, "%s_bucket{model=\"%s\",le=\"%g\"} %" PRIu64 "\n", name, model,
+                       bucket_s[i], cum);
   }
   cum += atomic_load(&h->b[NBUCKETS]);
-  tprintf(b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, model, cum);
-  tprintf(b, "%s_sum{model=\"%s\"} %.9g\n", name, model, (double)atomic_load(&h->sum_ns) * 1e-9);
-  tprintf(b, "%s_count{model=\"%s\"} %" PRIu64 "\n", name, model, cum);
+  grove__text_printf(b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, model, cum);
+  grove__text_printf(b, "%s_sum{model=\"%s\"} %.9g\n", name, model,
+                     (double)atomic_load(&h->sum_ns) * 1e-9);
+  grove__text_printf(b, "%s_count{model=\"%s\"} %" PRIu64 "\n", name, model, cum);
 }
 
-char *grove__reload_metrics_text(srv_server *srv) {
-  tbuf b = {0};
+void grove__reload_metrics(srv_server *srv, srv_text *b) {
   struct srv_admin *a = srv->admin;
   char lab[512];
-  tprintf(&b, "%s", "");
-  if (!a) return b.p;
-  tprintf(&b,
-          "# HELP grove_reloads_total Reloads by model and result: ok (the new version serves), "
-          "failed (the checkpoint could not be read or did not fit; nothing changed), refused "
-          "(another reload of the model was in progress, or groved was draining).\n"
-          "# TYPE grove_reloads_total counter\n");
+  if (!a) return;
+  grove__text_printf(
+      b,
+      "# HELP grove_reloads_total Reloads by model and result: ok (the new version serves), "
+      "failed (the checkpoint could not be read or did not fit; nothing changed), refused "
+      "(another reload of the model was in progress, or groved was draining).\n"
+      "# TYPE grove_reloads_total counter\n");
   for (size_t i = 0; i < srv->nmodels; i++) {
     const mstate *ms = &a->ms[i];
-    label(srv->models[i].name, lab, sizeof lab);
-    tprintf(&b, "grove_reloads_total{model=\"%s\",result=\"ok\"} %" PRIu64 "\n", lab,
-            atomic_load(&ms->ok));
-    tprintf(&b, "grove_reloads_total{model=\"%s\",result=\"failed\"} %" PRIu64 "\n", lab,
-            atomic_load(&ms->failed));
-    tprintf(&b, "grove_reloads_total{model=\"%s\",result=\"refused\"} %" PRIu64 "\n", lab,
-            atomic_load(&ms->refused));
+    grove__prom_label(srv->models[i].name, lab, sizeof lab);
+    grove__text_printf(b, "grove_reloads_total{model=\"%s\",result=\"ok\"} %" PRIu64 "\n", lab,
+                       atomic_load(&ms->ok));
+    grove__text_printf(b, "grove_reloads_total{model=\"%s\",result=\"failed\"} %" PRIu64 "\n", lab,
+                       atomic_load(&ms->failed));
+    grove__text_printf(b, "grove_reloads_total{model=\"%s\",result=\"refused\"} %" PRIu64 "\n", lab,
+                       atomic_load(&ms->refused));
   }
-  tprintf(&b,
-          "# HELP grove_reload_in_progress 1 while a reload of the model is being built.\n"
-          "# TYPE grove_reload_in_progress gauge\n");
+  grove__text_printf(
+      b,
+      "# HELP grove_reload_in_progress 1 while a reload of the model is being built.\n"
+      "# TYPE grove_reload_in_progress gauge\n");
   for (size_t i = 0; i < srv->nmodels; i++)
-    tprintf(&b, "grove_reload_in_progress{model=\"%s\"} %d\n",
-            label(srv->models[i].name, lab, sizeof lab), atomic_load(&a->ms[i].in_progress));
-  tprintf(&b,
-          "# HELP grove_reload_paused 1 while an in-place reload holds the model's batches.\n"
-          "# TYPE grove_reload_paused gauge\n");
+    grove__text_printf(b, "grove_reload_in_progress{model=\"%s\"} %d\n",
+                       grove__prom_label(srv->models[i].name, lab, sizeof lab),
+                       atomic_load(&a->ms[i].in_progress));
+  grove__text_printf(
+      b,
+      "# HELP grove_reload_paused 1 while an in-place reload holds the model's batches.\n"
+      "# TYPE grove_reload_paused gauge\n");
   for (size_t i = 0; i < srv->nmodels; i++)
-    tprintf(&b, "grove_reload_paused{model=\"%s\"} %d\n",
-            label(srv->models[i].name, lab, sizeof lab), atomic_load(&a->ms[i].paused));
-  tprintf(&b,
-          "# HELP grove_reload_duration_seconds Time from a successful reload's request to its "
-          "new version serving.\n# TYPE grove_reload_duration_seconds histogram\n");
+    grove__text_printf(b, "grove_reload_paused{model=\"%s\"} %d\n",
+                       grove__prom_label(srv->models[i].name, lab, sizeof lab),
+                       atomic_load(&a->ms[i].paused));
+  grove__text_printf(
+      b,
+      "# HELP grove_reload_duration_seconds Time from a successful reload's request to its "
+      "new version serving.\n# TYPE grove_reload_duration_seconds histogram\n");
   for (size_t i = 0; i < srv->nmodels; i++)
-    hist_text(&b, "grove_reload_duration_seconds", label(srv->models[i].name, lab, sizeof lab),
-              &a->ms[i].duration);
-  tprintf(&b,
-          "# HELP grove_reload_pause_seconds How long an in-place reload held the model's "
-          "batches.\n# TYPE grove_reload_pause_seconds histogram\n");
+    hist_text(b, "grove_reload_duration_seconds",
+              grove__prom_label(srv->models[i].name, lab, sizeof lab), &a->ms[i].duration);
+  grove__text_printf(
+      b,
+      "# HELP grove_reload_pause_seconds How long an in-place reload held the model's "
+      "batches.\n# TYPE grove_reload_pause_seconds histogram\n");
   for (size_t i = 0; i < srv->nmodels; i++)
-    hist_text(&b, "grove_reload_pause_seconds", label(srv->models[i].name, lab, sizeof lab),
-              &a->ms[i].pause);
-  if (b.oom) {
-    free(b.p);
-    return NULL;
-  }
-  return b.p;
+    hist_text(b, "grove_reload_pause_seconds",
+              grove__prom_label(srv->models[i].name, lab, sizeof lab), &a->ms[i].pause);
 }

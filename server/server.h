@@ -171,6 +171,7 @@ typedef struct srv_model {
  * others serve.  Returns GROVE_E_INVALID_ARGUMENT for a bad configuration
  * (duplicate names, an unreadable repository), with err set. */
 typedef struct srv_server srv_server;
+typedef struct srv_text srv_text; /* below, with the metrics */
 grove_status grove__registry_load(srv_server *srv, grove_err *err);
 void grove__registry_free(srv_server *srv);
 /* The model called name, or NULL.  The table never changes after start, so
@@ -380,15 +381,16 @@ bool grove__admin_closing(srv_server *srv);
 /* An in-place reload is changing m's tree (loop thread): nothing may read
  * the tree's tensors now. */
 bool grove__reload_in_place_active(srv_server *srv, const srv_model *m);
-/* Prometheus text of the reload metrics; malloc'd, NULL when out of memory. */
-char *grove__reload_metrics_text(srv_server *srv);
+/* The reload metric families, appended to b (the HTTP thread). */
+void grove__reload_metrics(srv_server *srv, srv_text *b);
 
 /* export.c: the ExportStateDict RPC (the NNG thread that owns r). */
 grove_status grove__export_start(srv_server *srv, grove_err *err);
 void grove__export_close(srv_server *srv); /* loop thread, at shutdown */
 void grove__export_free(srv_server *srv);  /* releases every open export */
 void grove__export_handle(srv_req *r);
-char *grove__export_metrics_text(srv_server *srv);
+/* The export metric families, appended to b (the HTTP thread). */
+void grove__export_metrics(srv_server *srv, srv_text *b);
 
 /* telemetry.c: forward-hook telemetry (docs/telemetry.md).  start after
  * the workers exist (main thread), stop after workers and RPCs stopped
@@ -417,8 +419,8 @@ void grove__telemetry_on_version_swap(srv_server *srv, srv_model *m);
 grove_status grove__telemetry_forward(srv_worker *w, const srv_batch *b, grove_arena *arena,
                                       const grove_tensor *inputs, size_t n, grove_values *out,
                                       grove_err *err);
-/* Prometheus text of the hook metrics; malloc'd, NULL when out of memory. */
-char *grove__telemetry_metrics_text(srv_server *srv);
+/* The hook metric families, appended to b (the HTTP thread). */
+void grove__telemetry_metrics(srv_server *srv, srv_text *b);
 
 /* train.c: training sessions (docs/training.md, "On the server").  start
  * with the other parts (main thread); stop after the workers and before
@@ -433,5 +435,19 @@ void grove__training_handle(srv_req *r);
 
 /* status_text: "INVALID_ARGUMENT" for GROVE_E_INVALID_ARGUMENT, "OK". */
 const char *grove__status_label(grove_status s);
+
+/* A growing text buffer for the Prometheus exposition (metrics.c).  The
+ * zero value is empty; p is malloc'd (NULL until the first write) and the
+ * caller frees it.  A failed allocation sets oom, after which writes do
+ * nothing: the caller checks oom once at the end.  One thread at a time. */
+struct srv_text {
+  char *p;
+  size_t len, cap;
+  bool oom;
+};
+void grove__text_printf(srv_text *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* s as a Prometheus label value (\, " and newline escaped) in buf, cut to
+ * fit n bytes; returns buf.  Any thread. */
+const char *grove__prom_label(const char *s, char *buf, size_t n);
 
 #endif

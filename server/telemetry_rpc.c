@@ -355,89 +355,35 @@ void grove__telemetry_handle(srv_req *r) {
 
 /* ================================================================ metrics */
 
-typedef struct tb {
-  char *p;
-  size_t len, cap;
-  bool oom;
-} tb;
-
-static void tb_printf(tb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void tb_printf(tb *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = true;
-      return;
-    }
-    if (b->p && (size_t)n < b->cap - b->len) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap * 2 + (size_t)n + 256;
-    char *g = realloc(b->p, cap);
-    if (!g) {
-      b->oom = true;
-      return;
-    }
-    b->p = g;
-    b->cap = cap;
-  }
-}
-
-static const char *label(const char *s, char *buf, size_t n) {
-  size_t j = 0;
-  for (; *s && j + 3 < n; s++) {
-    if (*s == '\\' || *s == '"') {
-      buf[j++] = '\\';
-      buf[j++] = *s;
-    } else if (*s == '\n') {
-      buf[j++] = '\\';
-      buf[j++] = 'n';
-    } else {
-      buf[j++] = *s;
-    }
-  }
-  buf[j] = 0;
-  return buf;
-}
-
-char *grove__telemetry_metrics_text(srv_server *srv) {
+void grove__telemetry_metrics(srv_server *srv, srv_text *b) {
   srv_telemetry *tel = srv->telemetry;
-  tb b = {0};
   char lab[512];
-  tb_printf(&b,
-            "# HELP grove_hooks Forward hooks registered, by model.\n"
-            "# TYPE grove_hooks gauge\n");
+  grove__text_printf(b,
+                     "# HELP grove_hooks Forward hooks registered, by model.\n"
+                     "# TYPE grove_hooks gauge\n");
   for (size_t i = 0; i < srv->nmodels; i++)
-    tb_printf(&b, "grove_hooks{model=\"%s\"} %d\n", label(srv->models[i].name, lab, sizeof lab),
-              tel ? atomic_load(&tel->model_hooks[i]) : 0);
-  tb_printf(&b,
-            "# HELP grove_hook_events_published_total Hook events sent on the PUB socket, "
-            "by model.\n# TYPE grove_hook_events_published_total counter\n");
+    grove__text_printf(b, "grove_hooks{model=\"%s\"} %d\n",
+                       grove__prom_label(srv->models[i].name, lab, sizeof lab),
+                       tel ? atomic_load(&tel->model_hooks[i]) : 0);
+  grove__text_printf(b,
+                     "# HELP grove_hook_events_published_total Hook events sent on the PUB socket, "
+                     "by model.\n# TYPE grove_hook_events_published_total counter\n");
   for (size_t i = 0; i < srv->nmodels; i++)
-    tb_printf(&b, "grove_hook_events_published_total{model=\"%s\"} %" PRIu64 "\n",
-              label(srv->models[i].name, lab, sizeof lab),
-              tel ? (uint64_t)atomic_load(&tel->published[i]) : 0);
-  tb_printf(&b,
-            "# HELP grove_hook_events_dropped_total Hook events lost: reason=\"queue\" before "
-            "the socket (the publisher fell behind), reason=\"subscriber\" at least this many "
-            "not delivered to slow subscribers (summed over subscribers).\n"
-            "# TYPE grove_hook_events_dropped_total counter\n");
-  tb_printf(&b, "grove_hook_events_dropped_total{reason=\"queue\"} %" PRIu64 "\n",
-            tel ? (uint64_t)atomic_load(&tel->dropped_queue) : 0);
-  tb_printf(&b, "grove_hook_events_dropped_total{reason=\"subscriber\"} %" PRIu64 "\n",
-            tel ? (uint64_t)atomic_load(&tel->dropped_subscriber) : 0);
-  tb_printf(&b,
-            "# HELP grove_hook_subscribers Connections to the PUB socket.\n"
-            "# TYPE grove_hook_subscribers gauge\ngrove_hook_subscribers %" PRId64 "\n",
-            tel ? (int64_t)atomic_load(&tel->subscribers) : 0);
-  if (b.oom) {
-    free(b.p);
-    return NULL;
-  }
-  return b.p;
+    grove__text_printf(b, "grove_hook_events_published_total{model=\"%s\"} %" PRIu64 "\n",
+                       grove__prom_label(srv->models[i].name, lab, sizeof lab),
+                       tel ? (uint64_t)atomic_load(&tel->published[i]) : 0);
+  grove__text_printf(
+      b,
+      "# HELP grove_hook_events_dropped_total Hook events lost: reason=\"queue\" before "
+      "the socket (the publisher fell behind), reason=\"subscriber\" at least this many "
+      "not delivered to slow subscribers (summed over subscribers).\n"
+      "# TYPE grove_hook_events_dropped_total counter\n");
+  grove__text_printf(b, "grove_hook_events_dropped_total{reason=\"queue\"} %" PRIu64 "\n",
+                     tel ? (uint64_t)atomic_load(&tel->dropped_queue) : 0);
+  grove__text_printf(b, "grove_hook_events_dropped_total{reason=\"subscriber\"} %" PRIu64 "\n",
+                     tel ? (uint64_t)atomic_load(&tel->dropped_subscriber) : 0);
+  grove__text_printf(b,
+                     "# HELP grove_hook_subscribers Connections to the PUB socket.\n"
+                     "# TYPE grove_hook_subscribers gauge\ngrove_hook_subscribers %" PRId64 "\n",
+                     tel ? (int64_t)atomic_load(&tel->subscribers) : 0);
 }
