@@ -4,7 +4,6 @@
  * change stages a new hook table for the loop (telemetry.c). */
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
