@@ -204,53 +204,16 @@ static grove_status run_binary(grun *r, const gnode *n, tval *res) {
       !arg_number(r, &n->args[2], &alpha, &ialpha, &alpha_int))
     return want(r, "a number for alpha");
   if (!ta && !tb) {
-    double x, y;
-    int64_t ix, iy;
-    bool xi, yi;
-    if (!arg_number(r, a, &x, &ix, &xi) || !arg_number(r, b, &y, &iy, &yi))
+    /* Numbers (sizes): the serving evaluator's arithmetic. */
+    gnum x, y, v;
+    if (!arg_number(r, a, &x.f, &x.i, &x.is_int) || !arg_number(r, b, &y.f, &y.i, &y.is_int))
       return want(r, "tensors or numbers");
-    const bool ints = xi && yi && alpha_int;
-    switch (n->op) {
-      case G_ADD:
-      case G_SUB: {
-        int sign = n->op == G_ADD ? 1 : -1;
-        if (ints) {
-          res->kind = TV_INT;
-          res->i = ix + sign * ialpha * iy;
-        } else {
-          res->kind = TV_FLOAT;
-          res->f = x + sign * alpha * y;
-        }
-        return GROVE_OK;
-      }
-      case G_MUL:
-        if (ints) {
-          res->kind = TV_INT;
-          res->i = ix * iy;
-        } else {
-          res->kind = TV_FLOAT;
-          res->f = x * y;
-        }
-        return GROVE_OK;
-      case G_DIV:
-        if (y == 0) return grove_err_set(t->err, GROVE_E_RANGE, "division by zero");
-        res->kind = TV_FLOAT;
-        res->f = x / y;
-        return GROVE_OK;
-      default:
-        if (y == 0)
-          return grove_err_set(t->err, GROVE_E_RANGE, "integer division or modulo by zero");
-        if (ints) {
-          int64_t q = ix / iy;
-          if ((ix % iy != 0) && ((ix < 0) != (iy < 0))) q--;
-          res->kind = TV_INT;
-          res->i = q;
-        } else {
-          res->kind = TV_FLOAT;
-          res->f = floor(x / y);
-        }
-        return GROVE_OK;
-    }
+    grove_status s = grove__graph_arith(n->op, x, y, (gnum){alpha_int, ialpha, alpha}, &v, t->err);
+    if (s) return s;
+    res->kind = v.is_int ? TV_INT : TV_FLOAT;
+    res->i = v.i;
+    res->f = v.f;
+    return GROVE_OK;
   }
   if (n->op == G_FLOORDIV)
     return grove_err_set(t->err, GROVE_E_UNSUPPORTED, "floor division of tensors is not supported");

@@ -1,6 +1,7 @@
 /* graph_internal.h: the compiled form of a graph module, shared by
- * graph_compile.c (model.json -> nodes) and graph.c (running them).  Never
- * installed; only those two files include it. */
+ * graph_compile.c (model.json -> nodes), graph.c (running them for serving)
+ * and backward_graph.c (running them on a training tape).  Never
+ * installed. */
 #ifndef GROVE_CORE_GRAPH_INTERNAL_H
 #define GROVE_CORE_GRAPH_INTERNAL_H
 
@@ -103,6 +104,20 @@ typedef struct graph_impl {
   bool returns_tuple; /* the output's argument is a list */
   int max_regions;
 } graph_impl;
+
+/* A number a graph computes with (sizes, scalars): a Python int or float. */
+typedef struct gnum {
+  bool is_int;
+  int64_t i; /* is_int */
+  double f;  /* always: the value as a double */
+} gnum;
+
+/* Python's x OP y for two numbers, op G_ADD or G_SUB (x OP alpha * y),
+ * G_MUL, G_DIV (true division: a float) or G_FLOORDIV (floored): ints stay
+ * ints.  Division by zero is GROVE_E_RANGE with Python's message in err.
+ * Both evaluators call it, so sizes compute alike in serving and in
+ * training.  Any thread. */
+grove_status grove__graph_arith(int op, gnum x, gnum y, gnum alpha, gnum *out, grove_err *err);
 
 /* The vtable slots every graph module's own type points at. */
 grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
