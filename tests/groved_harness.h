@@ -337,6 +337,26 @@ static inline void h_rm_rf(const char *dir) {
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* Prints where every thread of a groved that does not exit is: gdb's
+ * backtraces when gdb is installed, else each thread's name and kernel wait
+ * channel from /proc.  For the failure message of a hang that is rare. */
+static inline void h_show_stacks(const hserver *s) {
+  if (s->pid <= 0) return;
+  char cmd[512];
+  if (access("/usr/bin/gdb", X_OK) == 0)
+    snprintf(cmd, sizeof cmd,
+             "gdb -p %d -batch -nx -ex 'thread apply all bt' 2>/dev/null | grep -v '^\\[' >&2",
+             (int)s->pid);
+  else
+    snprintf(cmd, sizeof cmd,
+             "for t in /proc/%d/task/*; do echo \"$(cat $t/comm) $(cat $t/wchan)\"; done >&2",
+             (int)s->pid);
+  fprintf(stderr, "---- groved %d's threads ----\n", (int)s->pid);
+  fflush(stderr);
+  if (system(cmd) != 0) fprintf(stderr, "(could not list them)\n");
+  fprintf(stderr, "---- end ----\n");
+}
+
 /* SIGTERM (SIGKILL after 20 s), then removes s->dir; returns the wait
  * status, or -1 when groved had already been reaped (h_wait) or had to be
  * killed.  A groved stopped here that did not exit 0 has its log printed. */
@@ -346,6 +366,7 @@ static inline int h_stop(hserver *s) {
     kill(s->pid, SIGTERM);
     st = h_wait(s, 20.0);
     if (st == -1 && s->pid > 0) {
+      h_show_stacks(s);
       kill(s->pid, SIGKILL);
       h_wait(s, 5.0);
     }
