@@ -336,6 +336,7 @@ int main(int argc, char **argv) {
   grove__slog(GROVE_LOG_INFO, "server.exit", "exit %d", rc);
 
 out:
+  srv.exit_code = rc; /* what a close that hangs exits with (grove__nng_close_or_exit) */
   grove__workers_stop(&srv);
   grove__training_stop(&srv);
   grove__rpc_stop(&srv);

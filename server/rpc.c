@@ -28,12 +28,15 @@
  * NNG's threads for the socket's lock once per reply (a futex sleep each
  * time); chained, the replies flow the way an NNG echo server's do, and the
  * worker is free for its next batch at once. */
+#include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -46,6 +49,8 @@
 #define HARD_SLACK ((size_t)1 << 20)
 #define MIN_CONTEXTS 64
 #define MAX_CONTEXTS 65536
+/* How long nng_close may take at shutdown (grove__nng_close_or_exit). */
+#define CLOSE_WAIT_MS 5000
 
 static void req_cb(void *arg);
 
@@ -603,9 +608,83 @@ grove_status grove__rpc_start(srv_server *srv, grove_err *err) {
   return GROVE_OK;
 }
 
+/* A close on a thread of its own, so that its caller can stop waiting. */
+typedef struct closer {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  nng_socket s;
+  bool done;
+  int refs; /* the closer thread's and the waiter's */
+} closer;
+
+static void closer_put(closer *c) {
+  pthread_mutex_lock(&c->mu);
+  bool last = --c->refs == 0;
+  pthread_mutex_unlock(&c->mu);
+  if (!last) return;
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c);
+}
+
+static void *closer_main(void *arg) {
+  closer *c = arg;
+  nng_close(c->s);
+  pthread_mutex_lock(&c->mu);
+  c->done = true;
+  pthread_cond_signal(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  closer_put(c);
+  return NULL;
+}
+
+void grove__nng_close_or_exit(srv_server *srv, nng_socket s, const char *what) {
+  closer *c = calloc(1, sizeof *c);
+  pthread_t th;
+  if (c) {
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    c->s = s;
+    c->refs = 2;
+  }
+  if (!c || pthread_create(&th, NULL, closer_main, c) != 0) {
+    /* No thread to spare: close here, unbounded, as before. */
+    if (c) {
+      c->refs = 1;
+      closer_put(c);
+    }
+    nng_close(s);
+    return;
+  }
+  pthread_detach(th);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += CLOSE_WAIT_MS / 1000;
+  until.tv_nsec += (long)(CLOSE_WAIT_MS % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&c->mu);
+  int rv = 0;
+  while (!c->done && rv != ETIMEDOUT) rv = pthread_cond_timedwait(&c->cv, &c->mu, &until);
+  const bool done = c->done;
+  pthread_mutex_unlock(&c->mu);
+  if (done) {
+    closer_put(c);
+    return;
+  }
+  grove__slog(GROVE_LOG_ERROR, "server.close_stuck",
+              "NNG did not close %s within %d ms (a deadlock of NNG 1.5.2, nanomsg/nng#1543); "
+              "exiting now with status %d, the kernel closing the connections",
+              what, CLOSE_WAIT_MS, srv->exit_code);
+  fflush(NULL);
+  _exit(srv->exit_code);
+}
+
 void grove__rpc_stop(srv_server *srv) {
   if (srv->sock_open) {
-    nng_close(srv->sock);
+    grove__nng_close_or_exit(srv, srv->sock, "the RPC socket");
     srv->sock_open = false;
     /* Replies still chained behind a send fail one after the other now
      * (NNG_ECLOSED); let every chain run out before the contexts go. */

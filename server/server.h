@@ -320,6 +320,14 @@ struct srv_server {
 grove_status grove__rpc_start(srv_server *srv, grove_err *err);
 /* Closes the socket and waits until no NNG callback runs. */
 void grove__rpc_stop(srv_server *srv);
+/* nng_close(s), given CLOSE_WAIT_MS (rpc.c) to return.  NNG 1.5.2's close
+ * can deadlock while peers are connected (nanomsg/nng#1543; seen as a
+ * drained groved that never exited).  It is only called on the way out,
+ * after every reply was sent, so when the close does not return the process
+ * says so (naming what, "the RPC socket") and ends at once with
+ * srv->exit_code, leaving the kernel to close the sockets.  The loop thread,
+ * or main's clean-up. */
+void grove__nng_close_or_exit(srv_server *srv, nng_socket s, const char *what);
 /* Answers r with an error status and message (any thread that owns r). */
 void grove__rpc_reply_error(srv_req *r, grove_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

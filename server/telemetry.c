@@ -985,7 +985,7 @@ void grove__telemetry_stop(srv_server *srv) {
     tel->thread_started = false;
   }
   if (tel->pub_open) {
-    nng_close(tel->pub);
+    grove__nng_close_or_exit(srv, tel->pub, "the hook PUB socket");
     tel->pub_open = false;
   }
   tel->enabled = false;

@@ -112,17 +112,17 @@ START_TEST(kill_one_of_three_loses_nothing) {
   double served2 = ok_count(&r[2]);
   kill(r[2].pid, SIGTERM);
   for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
-  /* A drained replica exits 0 (check_server asserts that on its own).  Here,
-   * with clients still connected, it once failed to exit within 30 s in a
-   * loaded CI run (an intermittent drain hang, noted in the issue): say so
-   * loudly, and let h_stop below SIGKILL it, but do not fail the
-   * property this test is about, which is that no request is lost. */
+  /* A drained replica exits 0, also with clients still connected.  It once
+   * did not (1 run in 20 on a loaded machine): NNG 1.5.2's nng_close
+   * deadlocked (nanomsg/nng#1543), and groved now gives the close 5 s and
+   * then exits (server.close_stuck). */
   int st = h_wait(&r[2], 30.0);
-  if (st != -1)
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the draining replica exited with %d",
-                  st);
-  else
-    fprintf(stderr, "check_replicas: WARNING: the draining replica did not exit within 30 s\n");
+  if (st == -1) {
+    h_show_stacks(&r[2]);
+    h_show_log(&r[2]);
+  }
+  ck_assert_msg(st != -1, "the draining replica did not exit within 30 s");
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the draining replica exited with %d", st);
 
   for (int i = 0; i < NTHREADS; i++) {
     ck_assert_msg(w[i].first_failure == GROVE_OK, "thread %d: a request failed: %s (%s)", i,
