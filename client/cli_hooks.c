@@ -30,9 +30,7 @@
 #include "grove/client.h"
 #include "grove/grove.h"
 
-#define DEFAULT_SERVER "tcp://127.0.0.1:7700"
 #define DEFAULT_PUB "tcp://127.0.0.1:7702"
-#define MAX_URLS 16
 #define DEFAULT_BINS 32
 #define DEFAULT_HIST_MIN (-8.0)
 #define DEFAULT_HIST_MAX 8.0
@@ -76,34 +74,6 @@ static const char watch_help[] =
     "Events are only published while a hook is registered (grove hook add).\n";
 
 /* ============================================================ helpers */
-
-static int call_failed(grove_status s, const grove_err *err) {
-  bool local = grove_client_failed_locally(s, err);
-  int code = local && (s == GROVE_E_UNAVAILABLE || s == GROVE_E_DEADLINE_EXCEEDED)
-                 ? EXIT_UNREACHABLE
-                 : EXIT_REFUSED;
-  if (local) return grove__cli_fail(code, "%s", grove_err_msg(err) + strlen("grove client: "));
-  return grove__cli_fail(code, "%s: %s", grove_status_name(s), grove_err_msg(err));
-}
-
-static int connect_to(const char *server_url, int timeout_ms, grove_client **out) {
-  const char *spec = server_url;
-  if (!spec || !*spec) spec = getenv("GROVE_SERVER");
-  if (!spec || !*spec) spec = DEFAULT_SERVER;
-  char buf[2048];
-  snprintf(buf, sizeof buf, "%s", spec);
-  const char *urls[MAX_URLS];
-  size_t n = 0;
-  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n < MAX_URLS;
-       tok = strtok_r(NULL, ",", &save))
-    if (*tok) urls[n++] = tok;
-  if (n == 0) return grove__cli_fail(EXIT_USAGE, "--server: no URL in '%s'", spec);
-  grove_client_opts o = {.default_timeout_ms = timeout_ms};
-  grove_err err = {0};
-  grove_status s = grove_client_open(urls, n, &o, out, &err);
-  if (s) return call_failed(s, &err);
-  return 0;
-}
 
 /* JSON string (quotes included) on f. */
 static void json_str(FILE *f, const char *s) {
@@ -243,7 +213,7 @@ static int hook_add(grove_client *c, const grove__cli_args *p, int timeout) {
   uint64_t id = 0;
   grove_hook_info *info = NULL;
   grove_status s = grove_client_register_hook(c, &spec, timeout, &id, &info, &err);
-  if (s) return call_failed(s, &err);
+  if (s) return grove__cli_call_failed(s, &err, NULL);
   printf("%" PRIu64 "\n", id);
   fflush(stdout);
   fprintf(stderr, "hook %" PRIu64 ": %s '%s' on %s version %" PRId64 " matches %zu module%s: ", id,
@@ -262,7 +232,7 @@ static int hook_ls(grove_client *c, const grove__cli_args *p, int timeout, bool 
   grove_err err = {0};
   grove_status s =
       grove_client_list_hooks(c, p->npos == 2 ? p->pos[1] : NULL, timeout, &hooks, &n, &err);
-  if (s) return call_failed(s, &err);
+  if (s) return grove__cli_call_failed(s, &err, NULL);
   if (!json && n == 0) printf("no hooks\n");
   for (size_t i = 0; i < n; i++) {
     const grove_hook_info *h = &hooks[i];
@@ -298,7 +268,7 @@ static int hook_rm(grove_client *c, const grove__cli_args *p, int timeout) {
   grove_hook_info *h = NULL;
   grove_err err = {0};
   grove_status s = grove_client_remove_hook(c, id, timeout, &h, &err);
-  if (s) return call_failed(s, &err);
+  if (s) return grove__cli_call_failed(s, &err, NULL);
   printf("removed hook %" PRIu64 " (model %s, %s '%s')\n", h->id, h->model, kind_name(h->kind),
          h->pattern);
   grove_hook_info_free(h);
@@ -330,7 +300,7 @@ int grove__cli_hook(const char *server_url, int argc, char **argv) {
   if (p.val[H_TIMEOUT] && !grove__cli_u64(p.val[H_TIMEOUT], 1, 86400000, &timeout))
     return grove__cli_usage("hook", "--timeout-ms wants milliseconds, not '%s'", p.val[H_TIMEOUT]);
   grove_client *c = NULL;
-  if ((rc = connect_to(server_url, (int)timeout, &c))) return rc;
+  if ((rc = grove__cli_connect(server_url, (int)timeout, &c))) return rc;
   rc = add  ? hook_add(c, &p, (int)timeout)
        : ls ? hook_ls(c, &p, (int)timeout, p.val[H_JSON] != NULL)
             : hook_rm(c, &p, (int)timeout);
@@ -513,7 +483,7 @@ int grove__cli_watch(int argc, char **argv) {
   grove_err err = {0};
   grove_status s = grove_watch_open(url, has_model ? model : NULL,
                                     has_pattern && !glob ? pattern : NULL, &w, &err);
-  if (s) return call_failed(s, &err);
+  if (s) return grove__cli_call_failed(s, &err, NULL);
 
   bool tty = !json && isatty(STDOUT_FILENO);
   static table t; /* large; one watch per process */
@@ -538,7 +508,7 @@ int grove__cli_watch(int argc, char **argv) {
       continue;
     }
     if (s) {
-      rc = call_failed(s, &err);
+      rc = grove__cli_call_failed(s, &err, NULL);
       break;
     }
     if (glob && !grove_module_pattern_match(pattern, ev.module)) {

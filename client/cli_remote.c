@@ -84,9 +84,7 @@ static const char bench_help[] =
 
 /* ============================================================ messages */
 
-/* The exit status for a failed call: 3 when the server could not be reached
- * (or never answered), 1 when it said no. */
-static int call_failed(grove_status s, const grove_err *err, const char *what) {
+int grove__cli_call_failed(grove_status s, const grove_err *err, const char *what) {
   bool local = grove_client_failed_locally(s, err);
   int code = local && (s == GROVE_E_UNAVAILABLE || s == GROVE_E_DEADLINE_EXCEEDED)
                  ? EXIT_UNREACHABLE
@@ -112,7 +110,7 @@ static size_t server_urls(const char *server_url, char *buf, size_t bufn, const 
   return n;
 }
 
-static int connect_to(const char *server_url, int timeout_ms, grove_client **out) {
+int grove__cli_connect(const char *server_url, int timeout_ms, grove_client **out) {
   char buf[2048];
   const char *urls[MAX_URLS];
   size_t n = server_urls(server_url, buf, sizeof buf, urls);
@@ -120,7 +118,7 @@ static int connect_to(const char *server_url, int timeout_ms, grove_client **out
   grove_client_opts o = {.default_timeout_ms = timeout_ms};
   grove_err err = {0};
   grove_status s = grove_client_open(urls, n, &o, out, &err);
-  if (s) return call_failed(s, &err, NULL);
+  if (s) return grove__cli_call_failed(s, &err, NULL);
   return 0;
 }
 
@@ -137,7 +135,7 @@ static int cmd_status(grove_client *c, int timeout_ms) {
   grove_err err = {0};
   grove_server_status *st = NULL;
   grove_status s = grove_client_status(c, timeout_ms, &st, &err);
-  if (s) return call_failed(s, &err, "status");
+  if (s) return grove__cli_call_failed(s, &err, "status");
   printf("server: groved %s (protocol %u), up %.1f s, %u worker%s x %u compute thread%s, %s\n",
          st->server_version, st->protocol, (double)st->uptime_ms / 1000.0, st->workers,
          st->workers == 1 ? "" : "s", st->blas_threads, st->blas_threads == 1 ? "" : "s",
@@ -208,9 +206,9 @@ static int cmd_predict(const char *server, int argc, char **argv) {
       rc = grove__cli_fail(EXIT_REFUSED, "%s", grove_err_msg(&err));
       goto done;
     }
-  if ((rc = connect_to(server, (int)timeout, &c))) goto done;
+  if ((rc = grove__cli_connect(server, (int)timeout, &c))) goto done;
   if ((s = grove_client_model_info(c, model, (int)timeout, &mi, &err))) {
-    rc = call_failed(s, &err, NULL);
+    rc = grove__cli_call_failed(s, &err, NULL);
     goto done;
   }
   if (!mi->ready) {
@@ -243,7 +241,7 @@ static int cmd_predict(const char *server, int argc, char **argv) {
     args[i] = *in[i];
   }
   if ((s = grove_client_predict(c, model, args, nin, (int)timeout, &pred, &err))) {
-    rc = call_failed(s, &err, NULL);
+    rc = grove__cli_call_failed(s, &err, NULL);
     goto done;
   }
   for (size_t k = 0; k < pred.noutputs; k++) {
@@ -391,9 +389,9 @@ static int cmd_bench(const char *server, int argc, char **argv) {
   size_t nin = 0;
   grove_err err = {0};
   grove_status s;
-  if ((rc = connect_to(server, (int)timeout, &c))) goto done;
+  if ((rc = grove__cli_connect(server, (int)timeout, &c))) goto done;
   if ((s = grove_client_model_info(c, model, (int)timeout, &mi, &err))) {
-    rc = call_failed(s, &err, NULL);
+    rc = grove__cli_call_failed(s, &err, NULL);
     goto done;
   }
   if (!mi->ready) {
@@ -572,7 +570,7 @@ static int cmd_reload(const char *server, int argc, char **argv) {
 static int reload_one(const char *server, const char *model, const grove_reload_opts *o,
                       int timeout) {
   grove_client *c = NULL;
-  int rc = connect_to(server, timeout, &c);
+  int rc = grove__cli_connect(server, timeout, &c);
   if (rc) return rc;
   grove_err err = {0};
   grove_reload_result res;
@@ -580,7 +578,7 @@ static int reload_one(const char *server, const char *model, const grove_reload_
   if (s) {
     char what[300];
     snprintf(what, sizeof what, "reload of model '%s'", model);
-    rc = call_failed(s, &err, what);
+    rc = grove__cli_call_failed(s, &err, what);
     print_list("missing keys", res.missing, res.n_missing);
     print_list("unexpected keys", res.unexpected, res.n_unexpected);
     print_list("errors", res.errors, res.n_errors);
@@ -641,7 +639,7 @@ static int cmd_export(const char *server, int argc, char **argv) {
   if (p.npos > 1) return grove__cli_usage("export", "unexpected argument '%s'", p.pos[1]);
   if (!out || !*out) return grove__cli_usage("export", "needs -o FILE.safetensors or -o FILE.pt");
   grove_client *c = NULL;
-  if ((rc = connect_to(server, (int)timeout, &c))) return rc;
+  if ((rc = grove__cli_connect(server, (int)timeout, &c))) return rc;
   grove_err err = {0};
   grove_export_info info;
   grove_export_opts o = {.prefix = prefix, .chunk_bytes = (size_t)chunk};
@@ -651,7 +649,7 @@ static int cmd_export(const char *server, int argc, char **argv) {
   if (s) {
     char what[300];
     snprintf(what, sizeof what, "export of model '%s'", p.pos[0]);
-    rc = call_failed(s, &err, what);
+    rc = grove__cli_call_failed(s, &err, what);
   } else {
     double dt = grove__cli_now_s() - t0;
     printf("model %s version %" PRId64 ": %u tensors, %" PRIu64 " bytes -> %s (%.1f MB/s)\n",
@@ -690,7 +688,7 @@ int grove_cli_remote(const char *server_url, const char *cmd, int argc, char **a
       return grove__cli_usage("status", "--timeout-ms wants milliseconds, not '%s'", tv);
     if (p.npos) return grove__cli_usage("status", "unexpected argument '%s'", p.pos[0]);
     grove_client *c = NULL;
-    if ((rc = connect_to(server_url, (int)timeout, &c))) return rc;
+    if ((rc = grove__cli_connect(server_url, (int)timeout, &c))) return rc;
     rc = cmd_status(c, (int)timeout);
     grove_client_close(c);
     return rc;

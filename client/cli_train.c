@@ -13,13 +13,12 @@
 #include <string.h>
 
 #include "cli_args.h"
+#include "cli_remote.h"
 #include "cli_train.h"
 #include "grove/client.h"
 #include "grove/grove.h"
 #include "npy.h"
 
-#define DEFAULT_SERVER "tcp://127.0.0.1:7700"
-#define MAX_URLS 16
 #define MAX_GROUPS 16
 
 static const char train_help[] =
@@ -48,15 +47,6 @@ static const char train_help[] =
 
 /* ============================================================ helpers */
 
-static int call_failed(grove_status s, const grove_err *err) {
-  bool local = grove_client_failed_locally(s, err);
-  int code = local && (s == GROVE_E_UNAVAILABLE || s == GROVE_E_DEADLINE_EXCEEDED)
-                 ? EXIT_UNREACHABLE
-                 : EXIT_REFUSED;
-  if (local) return grove__cli_fail(code, "%s", grove_err_msg(err) + strlen("grove client: "));
-  return grove__cli_fail(code, "%s: %s", grove_status_name(s), grove_err_msg(err));
-}
-
 /* The options of a train subcommand: cli_args.c's, but every one at most
  * once and a repeatable one (--group, -o) at most MAX_GROUPS times.  -1 to
  * go on, else the exit status (cli_args.h). */
@@ -66,25 +56,6 @@ static int parse_args(int argc, char **argv, const grove__cli_opt *defs, grove__
   for (int d = 0; defs[d].name; d++)
     if (p->count[d] > MAX_GROUPS) return grove__cli_usage("train", "too many '--%s'", defs[d].name);
   return -1;
-}
-
-static int connect_to(const char *server_url, int timeout_ms, grove_client **out) {
-  const char *spec = server_url;
-  if (!spec || !*spec) spec = getenv("GROVE_SERVER");
-  if (!spec || !*spec) spec = DEFAULT_SERVER;
-  char buf[2048];
-  snprintf(buf, sizeof buf, "%s", spec);
-  const char *urls[MAX_URLS];
-  size_t n = 0;
-  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n < MAX_URLS;
-       tok = strtok_r(NULL, ",", &save))
-    if (*tok) urls[n++] = tok;
-  if (n == 0) return grove__cli_fail(EXIT_USAGE, "--server: no URL in '%s'", spec);
-  grove_client_opts o = {.default_timeout_ms = timeout_ms};
-  grove_err err = {0};
-  grove_status s = grove_client_open(urls, n, &o, out, &err);
-  if (s) return call_failed(s, &err);
-  return 0;
 }
 
 static int timeout_of(const char *v, long long *ms) {
@@ -257,7 +228,7 @@ static int cmd_start(const char *server_url, int argc, char **argv) {
     o.loss.pos_weight = pw;
   }
   grove_client *c = NULL;
-  if ((rc = connect_to(server_url, (int)timeout, &c))) {
+  if ((rc = grove__cli_connect(server_url, (int)timeout, &c))) {
     grove_tensor_release(pw);
     return rc;
   }
@@ -265,7 +236,7 @@ static int cmd_start(const char *server_url, int argc, char **argv) {
   grove_train_info info;
   grove_status s = grove_client_start_training(c, p.pos[0], &o, (int)timeout, &info, &err);
   if (s) {
-    rc = call_failed(s, &err);
+    rc = grove__cli_call_failed(s, &err, NULL);
   } else {
     printf("model %s: training from version %" PRId64 ", %zu parameters (%" PRId64
            " elements) in %zu group%s:",
@@ -318,7 +289,7 @@ static int cmd_step_eval(const char *server_url, int argc, char **argv, bool eva
   grove_tensor in[GROVE_MAX_VALUES];
   for (int i = 0; i < nin; i++) in[i] = *ins[i];
   grove_client *c = NULL;
-  if (!(rc = connect_to(server_url, (int)timeout, &c))) {
+  if (!(rc = grove__cli_connect(server_url, (int)timeout, &c))) {
     grove_err err = {0};
     if (!eval) {
       for (long long k = 0; k < steps && !rc; k++) {
@@ -326,7 +297,7 @@ static int cmd_step_eval(const char *server_url, int argc, char **argv, bool eva
         grove_status s =
             grove_client_train_step(c, model, in, (size_t)nin, target, (int)timeout, &res, &err);
         if (s) {
-          rc = call_failed(s, &err);
+          rc = grove__cli_call_failed(s, &err, NULL);
         } else if (p.val[O_JSON]) {
           printf("{\"step\": %" PRIu64
                  ", \"loss\": %.9g, \"grad_norm\": %.9g, \"compute_us\": %" PRIu64 "}\n",
@@ -343,7 +314,7 @@ static int cmd_step_eval(const char *server_url, int argc, char **argv, bool eva
       grove_status s = grove_client_evaluate(c, model, in, (size_t)nin, target, (int)timeout, &pred,
                                              &loss, &err);
       if (s) {
-        rc = call_failed(s, &err);
+        rc = grove__cli_call_failed(s, &err, NULL);
       } else {
         if (target) printf("loss %.9g\n", loss);
         for (size_t i = 0; i < pred.noutputs && !rc; i++) {
@@ -390,13 +361,13 @@ static int cmd_promote(const char *server_url, int argc, char **argv) {
   long long timeout;
   if ((rc = timeout_of(p.val[O_TIMEOUT], &timeout))) return rc;
   grove_client *c = NULL;
-  if ((rc = connect_to(server_url, (int)timeout, &c))) return rc;
+  if ((rc = grove__cli_connect(server_url, (int)timeout, &c))) return rc;
   grove_err err = {0};
   grove_reload_result res;
   grove_status s = grove_client_promote(c, p.pos[0], p.val[O_PATH], p.val[O_INPLACE] != NULL,
                                         (int)timeout, &res, &err);
   if (s) {
-    rc = call_failed(s, &err);
+    rc = grove__cli_call_failed(s, &err, NULL);
     for (size_t i = 0; i < res.n_errors; i++) fprintf(stderr, "  %s\n", res.errors[i]);
   } else {
     printf("model %s: version %" PRId64 " serving (was %" PRId64 "), weights %s, %.1f ms\n",
@@ -421,13 +392,13 @@ static int cmd_stop(const char *server_url, int argc, char **argv) {
   long long timeout;
   if ((rc = timeout_of(p.val[O_TIMEOUT], &timeout))) return rc;
   grove_client *c = NULL;
-  if ((rc = connect_to(server_url, (int)timeout, &c))) return rc;
+  if ((rc = grove__cli_connect(server_url, (int)timeout, &c))) return rc;
   grove_err err = {0};
   uint64_t steps = 0;
   grove_status s =
       grove_client_stop_training(c, p.pos[0], p.val[O_SAVE], (int)timeout, &steps, &err);
   if (s)
-    rc = call_failed(s, &err);
+    rc = grove__cli_call_failed(s, &err, NULL);
   else
     printf("model %s: training session stopped after %" PRIu64 " steps\n", p.pos[0], steps);
   grove_client_close(c);
