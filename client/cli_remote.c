@@ -122,6 +122,14 @@ int grove__cli_connect(const char *server_url, int timeout_ms, grove_client **ou
   return 0;
 }
 
+/* --timeout-ms of predict, bench, reload and export (v may be NULL: *ms
+ * keeps its default).  0 or EXIT_USAGE after the message. */
+static int timeout_option(const char *cmd, const char *v, long long *ms) {
+  if (v && !grove__cli_int(v, 1, 86400000, ms))
+    return grove__cli_usage(cmd, "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'", v);
+  return 0;
+}
+
 /* ============================================================ status */
 
 static void print_io(const char *title, const grove_io_spec *io, size_t n) {
@@ -166,6 +174,22 @@ static int cmd_status(grove_client *c, int timeout_ms) {
 
 /* ============================================================ predict */
 
+/* What predict and bench begin with: a client on server in *c and what it
+ * says of model in *mi (both the caller's, also after a failure), which
+ * must be loaded.  0, or the exit status after the message. */
+static int served_model(const char *server, const char *model, int timeout_ms, grove_client **c,
+                        grove_model_info **mi) {
+  int rc = grove__cli_connect(server, timeout_ms, c);
+  if (rc) return rc;
+  grove_err err = {0};
+  grove_status s = grove_client_model_info(*c, model, timeout_ms, mi, &err);
+  if (s) return grove__cli_call_failed(s, &err, NULL);
+  if (!(*mi)->ready)
+    return grove__cli_fail(EXIT_REFUSED, "model %s is not loaded on the server: %s", model,
+                           (*mi)->error);
+  return 0;
+}
+
 enum { P_HELP, P_OUTPUT, P_TIMEOUT, P_LOCAL };
 
 static int cmd_predict(const char *server, int argc, char **argv) {
@@ -181,9 +205,7 @@ static int cmd_predict(const char *server, int argc, char **argv) {
   long long timeout = 30000;
   const char *tv = grove__cli_value(&p, P_TIMEOUT, &dup);
   if (dup) return grove__cli_usage("predict", "--timeout-ms given twice");
-  if (tv && !grove__cli_int(tv, 1, 86400000, &timeout))
-    return grove__cli_usage("predict",
-                            "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'", tv);
+  if ((rc = timeout_option("predict", tv, &timeout))) return rc;
   if (p.npos < 1) return grove__cli_usage("predict", "needs a MODEL and an INPUT.npy");
   if (p.npos < 2) return grove__cli_usage("predict", "needs an INPUT.npy after the model");
   const char *model = p.pos[0];
@@ -206,16 +228,7 @@ static int cmd_predict(const char *server, int argc, char **argv) {
       rc = grove__cli_fail(EXIT_REFUSED, "%s", grove_err_msg(&err));
       goto done;
     }
-  if ((rc = grove__cli_connect(server, (int)timeout, &c))) goto done;
-  if ((s = grove_client_model_info(c, model, (int)timeout, &mi, &err))) {
-    rc = grove__cli_call_failed(s, &err, NULL);
-    goto done;
-  }
-  if (!mi->ready) {
-    rc =
-        grove__cli_fail(EXIT_REFUSED, "model %s is not loaded on the server: %s", model, mi->error);
-    goto done;
-  }
+  if ((rc = served_model(server, model, (int)timeout, &c, &mi))) goto done;
   if (nin != mi->ninputs) {
     rc = grove__cli_fail(EXIT_REFUSED, "model %s takes %zu input%s, %zu .npy file%s given", model,
                          mi->ninputs, mi->ninputs == 1 ? "" : "s", nin,
@@ -376,9 +389,7 @@ static int cmd_bench(const char *server, int argc, char **argv) {
     return grove__cli_usage("bench", "--batch wants a positive integer, not '%s'", bv);
   if (sv && !grove__cli_seconds(sv, &seconds))
     return grove__cli_usage("bench", "--seconds wants a positive number, not '%s'", sv);
-  if (tv && !grove__cli_int(tv, 1, 86400000, &timeout))
-    return grove__cli_usage("bench", "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'",
-                            tv);
+  if ((rc = timeout_option("bench", tv, &timeout))) return rc;
   const char *model = p.pos[0];
 
   grove_client *c = NULL;
@@ -388,17 +399,7 @@ static int cmd_bench(const char *server, int argc, char **argv) {
   vclient *th = NULL;
   size_t nin = 0;
   grove_err err = {0};
-  grove_status s;
-  if ((rc = grove__cli_connect(server, (int)timeout, &c))) goto done;
-  if ((s = grove_client_model_info(c, model, (int)timeout, &mi, &err))) {
-    rc = grove__cli_call_failed(s, &err, NULL);
-    goto done;
-  }
-  if (!mi->ready) {
-    rc =
-        grove__cli_fail(EXIT_REFUSED, "model %s is not loaded on the server: %s", model, mi->error);
-    goto done;
-  }
+  if ((rc = served_model(server, model, (int)timeout, &c, &mi))) goto done;
   if (mi->ninputs == 0 || mi->ninputs > GROVE_MAX_VALUES) {
     rc = grove__cli_fail(EXIT_REFUSED, "model %s declares %zu inputs", model, mi->ninputs);
     goto done;
@@ -534,9 +535,7 @@ static int cmd_reload(const char *server, int argc, char **argv) {
   const char *tv = grove__cli_value(&p, R_TIMEOUT, &dup);
   const char *dir = grove__cli_value(&p, R_MODELDIR, &dup);
   if (dup) return grove__cli_usage("reload", "an option given twice");
-  if (tv && !grove__cli_int(tv, 1, 86400000, &timeout))
-    return grove__cli_usage("reload",
-                            "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'", tv);
+  if ((rc = timeout_option("reload", tv, &timeout))) return rc;
   if (p.npos < 1) return grove__cli_usage("reload", "needs a MODEL");
   if (p.npos > 2) return grove__cli_usage("reload", "unexpected argument '%s'", p.pos[2]);
   bool in_place = grove__cli_value(&p, R_INPLACE, &dup) != NULL;
@@ -630,9 +629,7 @@ static int cmd_export(const char *server, int argc, char **argv) {
   const char *cv = grove__cli_value(&p, E_CHUNK, &dup);
   const char *prefix = grove__cli_value(&p, E_PREFIX, &dup);
   if (dup) return grove__cli_usage("export", "an option given twice");
-  if (tv && !grove__cli_int(tv, 1, 86400000, &timeout))
-    return grove__cli_usage("export",
-                            "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'", tv);
+  if ((rc = timeout_option("export", tv, &timeout))) return rc;
   if (cv && !grove__cli_int(cv, 1, (long long)1 << 30, &chunk))
     return grove__cli_usage("export", "--chunk-bytes wants 1 to 2^30, not '%s'", cv);
   if (p.npos < 1) return grove__cli_usage("export", "needs a MODEL");

@@ -347,6 +347,17 @@ static int cmd_step_eval(const char *server_url, int argc, char **argv, bool eva
 
 /* ============================================================ promote, stop */
 
+/* What promote and stop begin with: one MODEL (the subcommand sub says so
+ * when not), --timeout-ms (entry timeout_def of p's table) into *timeout,
+ * and a client on server_url in *c (the caller's to close).  0 or the exit
+ * status after the message. */
+static int connect_for_model(const char *server_url, const char *sub, const grove__cli_args *p,
+                             int timeout_def, long long *timeout, grove_client **c) {
+  if (p->npos != 1) return grove__cli_usage("train", "%s takes one MODEL", sub);
+  int rc = timeout_of(p->val[timeout_def], timeout);
+  return rc ? rc : grove__cli_connect(server_url, (int)*timeout, c);
+}
+
 static int cmd_promote(const char *server_url, int argc, char **argv) {
   enum { O_PATH, O_INPLACE, O_TIMEOUT, O_HELP };
   static const grove__cli_opt defs[] = {[O_PATH] = {"path", 0, GROVE__CLI_VALUE_ONCE},
@@ -357,11 +368,9 @@ static int cmd_promote(const char *server_url, int argc, char **argv) {
   grove__cli_args p;
   int rc = parse_args(argc, argv, defs, &p);
   if (rc >= 0) return rc;
-  if (p.npos != 1) return grove__cli_usage("train", "promote takes one MODEL");
   long long timeout;
-  if ((rc = timeout_of(p.val[O_TIMEOUT], &timeout))) return rc;
   grove_client *c = NULL;
-  if ((rc = grove__cli_connect(server_url, (int)timeout, &c))) return rc;
+  if ((rc = connect_for_model(server_url, "promote", &p, O_TIMEOUT, &timeout, &c))) return rc;
   grove_err err = {0};
   grove_reload_result res;
   grove_status s = grove_client_promote(c, p.pos[0], p.val[O_PATH], p.val[O_INPLACE] != NULL,
@@ -388,11 +397,9 @@ static int cmd_stop(const char *server_url, int argc, char **argv) {
   grove__cli_args p;
   int rc = parse_args(argc, argv, defs, &p);
   if (rc >= 0) return rc;
-  if (p.npos != 1) return grove__cli_usage("train", "stop takes one MODEL");
   long long timeout;
-  if ((rc = timeout_of(p.val[O_TIMEOUT], &timeout))) return rc;
   grove_client *c = NULL;
-  if ((rc = grove__cli_connect(server_url, (int)timeout, &c))) return rc;
+  if ((rc = connect_for_model(server_url, "stop", &p, O_TIMEOUT, &timeout, &c))) return rc;
   grove_err err = {0};
   uint64_t steps = 0;
   grove_status s =

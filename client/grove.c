@@ -436,6 +436,16 @@ done:
 
 /* ============================================================ bench */
 
+/* One forward of bench, its scratch handed back for the next.  0, or the
+ * exit status after the message. */
+static int bench_forward(grove_model *m, grove_arena *arena, const grove_tensor *args, size_t nin) {
+  grove_values out;
+  grove_err err = {0};
+  if (grove_model_forward(m, arena, args, nin, &out, &err)) return fail_err(&err, NULL);
+  grove_arena_reset(arena);
+  return 0;
+}
+
 static int cmd_bench(int argc, char **argv) {
   enum { O_HELP, O_LOCAL, O_BATCH, O_SECONDS, O_THREADS };
   static const grove__cli_opt defs[] = {[O_HELP] = {"help", 'h', 0},
@@ -513,24 +523,14 @@ static int cmd_bench(int argc, char **argv) {
   long warm_batches = 0;
   double t0 = grove__cli_now_s();
   do {
-    grove_values out;
-    if (grove_model_forward(m, arena, args, nin, &out, &err)) {
-      rc = fail_err(&err, NULL);
-      goto done;
-    }
-    grove_arena_reset(arena);
+    if ((rc = bench_forward(m, arena, args, nin))) goto done;
     warm_batches++;
   } while (warm_batches < 2 || grove__cli_now_s() - t0 < warm);
 
   long batches = 0;
   double start = grove__cli_now_s(), elapsed;
   do {
-    grove_values out;
-    if (grove_model_forward(m, arena, args, nin, &out, &err)) {
-      rc = fail_err(&err, NULL);
-      goto done;
-    }
-    grove_arena_reset(arena);
+    if ((rc = bench_forward(m, arena, args, nin))) goto done;
     batches++;
     elapsed = grove__cli_now_s() - start;
   } while (elapsed < seconds);
