@@ -347,15 +347,19 @@ static int cmd_step_eval(const char *server_url, int argc, char **argv, bool eva
 
 /* ============================================================ promote, stop */
 
-/* What promote and stop begin with: one MODEL (the subcommand sub says so
- * when not), --timeout-ms (entry timeout_def of p's table) into *timeout,
- * and a client on server_url in *c (the caller's to close).  0 or the exit
- * status after the message. */
-static int connect_for_model(const char *server_url, const char *sub, const grove__cli_args *p,
-                             int timeout_def, long long *timeout, grove_client **c) {
+/* What promote and stop (sub) begin with: their options against defs into
+ * *p, one MODEL, --timeout-ms (entry timeout_def) into *timeout and a
+ * client on server_url in *c (the caller's to close).  -1 to go on, else
+ * the exit status to return (the help printed, or the message). */
+static int connect_for_model(const char *server_url, const char *sub, int argc, char **argv,
+                             const grove__cli_opt *defs, int timeout_def, grove__cli_args *p,
+                             long long *timeout, grove_client **c) {
+  int rc = parse_args(argc, argv, defs, p);
+  if (rc >= 0) return rc;
   if (p->npos != 1) return grove__cli_usage("train", "%s takes one MODEL", sub);
-  int rc = timeout_of(p->val[timeout_def], timeout);
-  return rc ? rc : grove__cli_connect(server_url, (int)*timeout, c);
+  if ((rc = timeout_of(p->val[timeout_def], timeout))) return rc;
+  if ((rc = grove__cli_connect(server_url, (int)*timeout, c))) return rc;
+  return -1;
 }
 
 static int cmd_promote(const char *server_url, int argc, char **argv) {
@@ -366,17 +370,16 @@ static int cmd_promote(const char *server_url, int argc, char **argv) {
                                         [O_HELP] = {"help", 'h', GROVE__CLI_ONCE},
                                         {NULL}};
   grove__cli_args p;
-  int rc = parse_args(argc, argv, defs, &p);
-  if (rc >= 0) return rc;
   long long timeout;
   grove_client *c = NULL;
-  if ((rc = connect_for_model(server_url, "promote", &p, O_TIMEOUT, &timeout, &c))) return rc;
+  int rc = connect_for_model(server_url, "promote", argc, argv, defs, O_TIMEOUT, &p, &timeout, &c);
+  if (rc >= 0) return rc;
   grove_err err = {0};
   grove_reload_result res;
   grove_status s = grove_client_promote(c, p.pos[0], p.val[O_PATH], p.val[O_INPLACE] != NULL,
                                         (int)timeout, &res, &err);
+  rc = s ? grove__cli_call_failed(s, &err, NULL) : EXIT_OK;
   if (s) {
-    rc = grove__cli_call_failed(s, &err, NULL);
     for (size_t i = 0; i < res.n_errors; i++) fprintf(stderr, "  %s\n", res.errors[i]);
   } else {
     printf("model %s: version %" PRId64 " serving (was %" PRId64 "), weights %s, %.1f ms\n",
@@ -395,19 +398,16 @@ static int cmd_stop(const char *server_url, int argc, char **argv) {
                                         [O_HELP] = {"help", 'h', GROVE__CLI_ONCE},
                                         {NULL}};
   grove__cli_args p;
-  int rc = parse_args(argc, argv, defs, &p);
-  if (rc >= 0) return rc;
   long long timeout;
   grove_client *c = NULL;
-  if ((rc = connect_for_model(server_url, "stop", &p, O_TIMEOUT, &timeout, &c))) return rc;
+  int rc = connect_for_model(server_url, "stop", argc, argv, defs, O_TIMEOUT, &p, &timeout, &c);
+  if (rc >= 0) return rc;
   grove_err err = {0};
   uint64_t steps = 0;
   grove_status s =
       grove_client_stop_training(c, p.pos[0], p.val[O_SAVE], (int)timeout, &steps, &err);
-  if (s)
-    rc = grove__cli_call_failed(s, &err, NULL);
-  else
-    printf("model %s: training session stopped after %" PRIu64 " steps\n", p.pos[0], steps);
+  rc = s ? grove__cli_call_failed(s, &err, NULL) : EXIT_OK;
+  if (!s) printf("model %s: training session stopped after %" PRIu64 " steps\n", p.pos[0], steps);
   grove_client_close(c);
   return rc;
 }
