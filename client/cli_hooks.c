@@ -7,16 +7,15 @@
  *   grove [--server URL] hook rm ID
  *   grove [--pub URL] watch [MODEL[:PATTERN]] [--count N] [--seconds S] [--json]
  *
- * Same conventions as cli_remote.c (docs/cli.md): options anywhere after the
- * command as `--name value` or `--name=value`, `--` ends them; "grove:
- * <reason>" on stderr; exit 0 ok, 1 the server said no, 2 usage, 3 cannot
- * reach the server.  watch draws a table refreshed in place only when
- * stdout is a terminal; otherwise (and with --json) it prints one line per
- * event, flushed at once, so that a pipe sees each event as it comes. */
-#include <errno.h>
+ * Same conventions as cli_remote.c, from cli_args.c (docs/cli.md): options
+ * anywhere after the command as `--name value` or `--name=value` (each at
+ * most once), `--` ends them; "grove: <reason>" on stderr; exit 0 ok, 1 the
+ * server said no, 2 usage, 3 cannot reach the server.  watch draws a table
+ * refreshed in place only when stdout is a terminal; otherwise (and with
+ * --json) it prints one line per event, flushed at once, so that a pipe sees
+ * each event as it comes. */
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,17 +24,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_args.h"
 #include "cli_hooks.h"
 #include "cli_remote.h"
 #include "grove/client.h"
 #include "grove/grove.h"
 
-enum { EXIT_OK = 0, EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
-
-#define DEFAULT_SERVER "tcp://127.0.0.1:7700"
 #define DEFAULT_PUB "tcp://127.0.0.1:7702"
-#define MAX_ARGS 64
-#define MAX_URLS 16
 #define DEFAULT_BINS 32
 #define DEFAULT_HIST_MIN (-8.0)
 #define DEFAULT_HIST_MAX 8.0
@@ -79,125 +74,6 @@ static const char watch_help[] =
     "Events are only published while a hook is registered (grove hook add).\n";
 
 /* ============================================================ helpers */
-
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("grove: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  return code;
-}
-
-static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int usage_error(const char *cmd, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "grove %s: ", cmd);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\nTry 'grove %s --help'.\n", cmd);
-  va_end(ap);
-  return EXIT_USAGE;
-}
-
-static int call_failed(grove_status s, const grove_err *err) {
-  bool local = grove_client_failed_locally(s, err);
-  int code = local && (s == GROVE_E_UNAVAILABLE || s == GROVE_E_DEADLINE_EXCEEDED)
-                 ? EXIT_UNREACHABLE
-                 : EXIT_REFUSED;
-  if (local) return fail(code, "%s", grove_err_msg(err) + strlen("grove client: "));
-  return fail(code, "%s: %s", grove_status_name(s), grove_err_msg(err));
-}
-
-typedef struct opt_def {
-  const char *name;
-  bool has_value;
-} opt_def;
-
-typedef struct parsed {
-  int npos;
-  const char *pos[MAX_ARGS];
-  const char *val[16]; /* per def: the value ("" for a flag), NULL when absent */
-} parsed;
-
-/* --name value, --name=value, -h; 0 or EXIT_USAGE (message printed). */
-static int parse_args(const char *cmd, int argc, char **argv, const opt_def *defs, parsed *p) {
-  memset(p, 0, sizeof *p);
-  bool only_pos = false;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (only_pos || a[0] != '-' || a[1] == 0) {
-      if (p->npos == MAX_ARGS) return usage_error(cmd, "too many arguments");
-      p->pos[p->npos++] = a;
-      continue;
-    }
-    if (strcmp(a, "--") == 0) {
-      only_pos = true;
-      continue;
-    }
-    const char *name = a[1] == '-' ? a + 2 : strcmp(a, "-h") == 0 ? "help" : NULL;
-    if (!name) return usage_error(cmd, "unknown option '%s'", a);
-    const char *eq = strchr(name, '=');
-    size_t len = eq ? (size_t)(eq - name) : strlen(name);
-    int d = -1;
-    for (int k = 0; defs[k].name; k++)
-      if (strlen(defs[k].name) == len && strncmp(defs[k].name, name, len) == 0) d = k;
-    if (d < 0) return usage_error(cmd, "unknown option '%s'", a);
-    if (p->val[d]) return usage_error(cmd, "option '--%s' given twice", defs[d].name);
-    if (!defs[d].has_value) {
-      if (eq) return usage_error(cmd, "option '--%s' takes no value", defs[d].name);
-      p->val[d] = "";
-    } else if (eq) {
-      p->val[d] = eq + 1;
-    } else {
-      if (i + 1 == argc) return usage_error(cmd, "option '%s' needs a value", a);
-      p->val[d] = argv[++i];
-    }
-  }
-  return 0;
-}
-
-static bool parse_u64(const char *s, unsigned long long lo, unsigned long long hi,
-                      unsigned long long *out) {
-  if (!s || !*s || *s == '-') return false;
-  errno = 0;
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-static bool parse_double(const char *s, double *out) {
-  if (!s || !*s) return false;
-  errno = 0;
-  char *end;
-  double v = strtod(s, &end);
-  if (errno || *end || !isfinite(v)) return false;
-  *out = v;
-  return true;
-}
-
-static int connect_to(const char *server_url, int timeout_ms, grove_client **out) {
-  const char *spec = server_url;
-  if (!spec || !*spec) spec = getenv("GROVE_SERVER");
-  if (!spec || !*spec) spec = DEFAULT_SERVER;
-  char buf[2048];
-  snprintf(buf, sizeof buf, "%s", spec);
-  const char *urls[MAX_URLS];
-  size_t n = 0;
-  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n < MAX_URLS;
-       tok = strtok_r(NULL, ",", &save))
-    if (*tok) urls[n++] = tok;
-  if (n == 0) return fail(EXIT_USAGE, "--server: no URL in '%s'", spec);
-  grove_client_opts o = {.default_timeout_ms = timeout_ms};
-  grove_err err = {0};
-  grove_status s = grove_client_open(urls, n, &o, out, &err);
-  if (s) return call_failed(s, &err);
-  return 0;
-}
 
 /* JSON string (quotes included) on f. */
 static void json_str(FILE *f, const char *s) {
@@ -252,21 +128,22 @@ static int parse_stats(const char *list, grove_hook_spec *spec) {
       for (char *s2 = NULL, *t = strtok_r(tok + 9, ":", &s2); t && np < 4;
            t = strtok_r(NULL, ":", &s2))
         parts[np++] = t;
-      if (np == 2 || np > 3 || (np >= 1 && !parse_u64(parts[0], 1, 1024, &bins)) ||
-          (np == 3 && (!parse_double(parts[1], &lo) || !parse_double(parts[2], &hi) || lo >= hi)))
-        return usage_error("hook",
-                           "--stats: '%s' is not histogram[:BINS[:MIN:MAX]] (BINS 1 to "
-                           "1024, MIN < MAX)",
-                           list);
+      if (np == 2 || np > 3 || (np >= 1 && !grove__cli_u64(parts[0], 1, 1024, &bins)) ||
+          (np == 3 &&
+           (!grove__cli_double(parts[1], &lo) || !grove__cli_double(parts[2], &hi) || lo >= hi)))
+        return grove__cli_usage("hook",
+                                "--stats: '%s' is not histogram[:BINS[:MIN:MAX]] (BINS 1 to "
+                                "1024, MIN < MAX)",
+                                list);
       spec->histogram_bins = (uint32_t)bins;
       spec->histogram_min = lo;
       spec->histogram_max = hi;
       continue;
     }
-    return usage_error("hook",
-                       "--stats: unknown statistic '%s' (basic, histogram[:BINS[:MIN:MAX]], "
-                       "per_feature)",
-                       tok);
+    return grove__cli_usage("hook",
+                            "--stats: unknown statistic '%s' (basic, histogram[:BINS[:MIN:MAX]], "
+                            "per_feature)",
+                            tok);
   }
   return 0;
 }
@@ -306,34 +183,37 @@ static void hook_json(const grove_hook_info *h) {
   printf("}\n");
 }
 
-static int hook_add(grove_client *c, const parsed *p, int timeout) {
-  enum { O_STATS = 2, O_EVERY, O_SAMPLE, O_KIND };
+/* The options of hook (one table for add, ls and rm). */
+enum { H_HELP, H_TIMEOUT, H_STATS, H_EVERY, H_SAMPLE, H_KIND, H_JSON };
+
+static int hook_add(grove_client *c, const grove__cli_args *p, int timeout) {
   if (p->npos != 3)
-    return usage_error("hook", p->npos < 3 ? "add needs a MODEL and a PATTERN"
-                                           : "add takes a MODEL and a PATTERN only");
+    return grove__cli_usage("hook", p->npos < 3 ? "add needs a MODEL and a PATTERN"
+                                                : "add takes a MODEL and a PATTERN only");
   grove_hook_spec spec = {.model = p->pos[1], .pattern = p->pos[2]};
   grove_err err = {0};
   if (grove_module_pattern_check(spec.pattern, &err))
-    return usage_error("hook", "%s", grove_err_msg(&err));
+    return grove__cli_usage("hook", "%s", grove_err_msg(&err));
   int rc;
-  if (p->val[O_STATS] && (rc = parse_stats(p->val[O_STATS], &spec))) return rc;
+  if (p->val[H_STATS] && (rc = parse_stats(p->val[H_STATS], &spec))) return rc;
   unsigned long long every = 1;
-  if (p->val[O_EVERY] && !parse_u64(p->val[O_EVERY], 1, 1000000, &every))
-    return usage_error("hook", "--every wants batches from 1 to 1000000, not '%s'",
-                       p->val[O_EVERY]);
+  if (p->val[H_EVERY] && !grove__cli_u64(p->val[H_EVERY], 1, 1000000, &every))
+    return grove__cli_usage("hook", "--every wants batches from 1 to 1000000, not '%s'",
+                            p->val[H_EVERY]);
   spec.every = (uint32_t)every;
   double rate = 1.0;
-  if (p->val[O_SAMPLE] && (!parse_double(p->val[O_SAMPLE], &rate) || rate <= 0 || rate > 1))
-    return usage_error("hook", "--sample wants a fraction in (0, 1], not '%s'", p->val[O_SAMPLE]);
+  if (p->val[H_SAMPLE] && (!grove__cli_double(p->val[H_SAMPLE], &rate) || rate <= 0 || rate > 1))
+    return grove__cli_usage("hook", "--sample wants a fraction in (0, 1], not '%s'",
+                            p->val[H_SAMPLE]);
   spec.sample_rate = rate;
-  const char *k = p->val[O_KIND];
+  const char *k = p->val[H_KIND];
   if (k && strcmp(k, "forward") && strcmp(k, "forward_pre") && strcmp(k, "pre"))
-    return usage_error("hook", "--kind wants forward or forward_pre, not '%s'", k);
+    return grove__cli_usage("hook", "--kind wants forward or forward_pre, not '%s'", k);
   spec.kind = k && strcmp(k, "forward") ? GROVE_HOOK_FORWARD_PRE : GROVE_HOOK_FORWARD;
   uint64_t id = 0;
   grove_hook_info *info = NULL;
   grove_status s = grove_client_register_hook(c, &spec, timeout, &id, &info, &err);
-  if (s) return call_failed(s, &err);
+  if (s) return grove__cli_call_failed(s, &err, NULL);
   printf("%" PRIu64 "\n", id);
   fflush(stdout);
   fprintf(stderr, "hook %" PRIu64 ": %s '%s' on %s version %" PRId64 " matches %zu module%s: ", id,
@@ -345,14 +225,14 @@ static int hook_add(grove_client *c, const parsed *p, int timeout) {
   return EXIT_OK;
 }
 
-static int hook_ls(grove_client *c, const parsed *p, int timeout, bool json) {
-  if (p->npos > 2) return usage_error("hook", "ls takes at most a MODEL");
+static int hook_ls(grove_client *c, const grove__cli_args *p, int timeout, bool json) {
+  if (p->npos > 2) return grove__cli_usage("hook", "ls takes at most a MODEL");
   grove_hook_info *hooks = NULL;
   size_t n = 0;
   grove_err err = {0};
   grove_status s =
       grove_client_list_hooks(c, p->npos == 2 ? p->pos[1] : NULL, timeout, &hooks, &n, &err);
-  if (s) return call_failed(s, &err);
+  if (s) return grove__cli_call_failed(s, &err, NULL);
   if (!json && n == 0) printf("no hooks\n");
   for (size_t i = 0; i < n; i++) {
     const grove_hook_info *h = &hooks[i];
@@ -380,15 +260,15 @@ static int hook_ls(grove_client *c, const parsed *p, int timeout, bool json) {
   return EXIT_OK;
 }
 
-static int hook_rm(grove_client *c, const parsed *p, int timeout) {
-  if (p->npos != 2) return usage_error("hook", "rm needs exactly one hook ID");
+static int hook_rm(grove_client *c, const grove__cli_args *p, int timeout) {
+  if (p->npos != 2) return grove__cli_usage("hook", "rm needs exactly one hook ID");
   unsigned long long id;
-  if (!parse_u64(p->pos[1], 1, UINT64_MAX, &id))
-    return usage_error("hook", "rm wants a hook id (a positive integer), not '%s'", p->pos[1]);
+  if (!grove__cli_u64(p->pos[1], 1, UINT64_MAX, &id))
+    return grove__cli_usage("hook", "rm wants a hook id (a positive integer), not '%s'", p->pos[1]);
   grove_hook_info *h = NULL;
   grove_err err = {0};
   grove_status s = grove_client_remove_hook(c, id, timeout, &h, &err);
-  if (s) return call_failed(s, &err);
+  if (s) return grove__cli_call_failed(s, &err, NULL);
   printf("removed hook %" PRIu64 " (model %s, %s '%s')\n", h->id, h->model, kind_name(h->kind),
          h->pattern);
   grove_hook_info_free(h);
@@ -396,31 +276,33 @@ static int hook_rm(grove_client *c, const parsed *p, int timeout) {
 }
 
 int grove__cli_hook(const char *server_url, int argc, char **argv) {
-  static const opt_def defs[] = {{"help", false}, {"timeout-ms", true}, {"stats", true},
-                                 {"every", true}, {"sample", true},     {"kind", true},
-                                 {"json", false}, {NULL, false}};
-  parsed p;
-  int rc = parse_args("hook", argc, argv, defs, &p);
-  if (rc) return rc;
-  if (p.val[0]) {
-    fputs(hook_help, stdout);
-    return EXIT_OK;
-  }
-  if (p.npos == 0) return usage_error("hook", "needs add, ls or rm");
+  static const grove__cli_opt defs[] = {[H_HELP] = {"help", 'h', GROVE__CLI_ONCE},
+                                        [H_TIMEOUT] = {"timeout-ms", 0, GROVE__CLI_VALUE_ONCE},
+                                        [H_STATS] = {"stats", 0, GROVE__CLI_VALUE_ONCE},
+                                        [H_EVERY] = {"every", 0, GROVE__CLI_VALUE_ONCE},
+                                        [H_SAMPLE] = {"sample", 0, GROVE__CLI_VALUE_ONCE},
+                                        [H_KIND] = {"kind", 0, GROVE__CLI_VALUE_ONCE},
+                                        [H_JSON] = {"json", 0, GROVE__CLI_ONCE},
+                                        {NULL}};
+  grove__cli_args p;
+  int rc = grove__cli_parse("hook", argc, argv, defs, hook_help, &p);
+  if (rc >= 0) return rc;
+  if (p.npos == 0) return grove__cli_usage("hook", "needs add, ls or rm");
   const char *sub = p.pos[0];
   bool add = strcmp(sub, "add") == 0, ls = strcmp(sub, "ls") == 0 || strcmp(sub, "list") == 0,
        rm = strcmp(sub, "rm") == 0 || strcmp(sub, "remove") == 0;
-  if (!add && !ls && !rm) return usage_error("hook", "unknown subcommand '%s' (add, ls, rm)", sub);
-  if (!add && (p.val[2] || p.val[3] || p.val[4] || p.val[5]))
-    return usage_error("hook", "--stats, --every, --sample and --kind go with hook add");
-  if (!ls && p.val[6]) return usage_error("hook", "--json goes with hook ls");
+  if (!add && !ls && !rm)
+    return grove__cli_usage("hook", "unknown subcommand '%s' (add, ls, rm)", sub);
+  if (!add && (p.val[H_STATS] || p.val[H_EVERY] || p.val[H_SAMPLE] || p.val[H_KIND]))
+    return grove__cli_usage("hook", "--stats, --every, --sample and --kind go with hook add");
+  if (!ls && p.val[H_JSON]) return grove__cli_usage("hook", "--json goes with hook ls");
   unsigned long long timeout = 10000;
-  if (p.val[1] && !parse_u64(p.val[1], 1, 86400000, &timeout))
-    return usage_error("hook", "--timeout-ms wants milliseconds, not '%s'", p.val[1]);
+  if (p.val[H_TIMEOUT] && !grove__cli_u64(p.val[H_TIMEOUT], 1, 86400000, &timeout))
+    return grove__cli_usage("hook", "--timeout-ms wants milliseconds, not '%s'", p.val[H_TIMEOUT]);
   grove_client *c = NULL;
-  if ((rc = connect_to(server_url, (int)timeout, &c))) return rc;
+  if ((rc = grove__cli_connect(server_url, (int)timeout, &c))) return rc;
   rc = add  ? hook_add(c, &p, (int)timeout)
-       : ls ? hook_ls(c, &p, (int)timeout, p.val[6] != NULL)
+       : ls ? hook_ls(c, &p, (int)timeout, p.val[H_JSON] != NULL)
             : hook_rm(c, &p, (int)timeout);
   grove_client_close(c);
   return rc;
@@ -432,12 +314,6 @@ static const char *pub_url;
 
 void grove_cli_remote_set_pub(const char *url) {
   pub_url = url;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void event_json(const grove_hook_event *e) {
@@ -529,7 +405,7 @@ static void table_put(table *t, grove_hook_event *e) {
   }
   t->rows[i].ev = *e;
   memset(e, 0, sizeof *e);
-  t->rows[i].at = now_s();
+  t->rows[i].at = grove__cli_now_s();
   t->rows[i].events++;
   t->total++;
 }
@@ -543,7 +419,7 @@ static void table_draw(const table *t, const char *url) {
   printf("%-28s %-11s %4s %5s %8s %11s %11s %11s %11s %11s %6s %5s %5s %5s\n", "MODULE", "KIND",
          "HOOK", "VER", "BATCHES", "MEAN", "STD", "MIN", "MAX", "MEAN|X|", "ZERO%", "NAN", "INF",
          "AGE");
-  double now = now_s();
+  double now = grove__cli_now_s();
   for (size_t i = 0; i < t->n; i++) {
     const grove_hook_event *e = &t->rows[i].ev;
     char name[64];
@@ -562,23 +438,25 @@ static void table_fini(table *t) {
 }
 
 int grove__cli_watch(int argc, char **argv) {
-  static const opt_def defs[] = {
-      {"help", false}, {"count", true}, {"seconds", true}, {"json", false}, {NULL, false}};
-  parsed p;
-  int rc = parse_args("watch", argc, argv, defs, &p);
-  if (rc) return rc;
-  if (p.val[0]) {
-    fputs(watch_help, stdout);
-    return EXIT_OK;
-  }
-  if (p.npos > 1) return usage_error("watch", "unexpected argument '%s'", p.pos[1]);
+  enum { W_HELP, W_COUNT, W_SECONDS, W_JSON };
+  static const grove__cli_opt defs[] = {[W_HELP] = {"help", 'h', GROVE__CLI_ONCE},
+                                        [W_COUNT] = {"count", 0, GROVE__CLI_VALUE_ONCE},
+                                        [W_SECONDS] = {"seconds", 0, GROVE__CLI_VALUE_ONCE},
+                                        [W_JSON] = {"json", 0, GROVE__CLI_ONCE},
+                                        {NULL}};
+  grove__cli_args p;
+  int rc = grove__cli_parse("watch", argc, argv, defs, watch_help, &p);
+  if (rc >= 0) return rc;
+  if (p.npos > 1) return grove__cli_usage("watch", "unexpected argument '%s'", p.pos[1]);
   unsigned long long count = 0;
-  if (p.val[1] && !parse_u64(p.val[1], 1, UINT64_MAX, &count))
-    return usage_error("watch", "--count wants a positive integer, not '%s'", p.val[1]);
+  if (p.val[W_COUNT] && !grove__cli_u64(p.val[W_COUNT], 1, UINT64_MAX, &count))
+    return grove__cli_usage("watch", "--count wants a positive integer, not '%s'", p.val[W_COUNT]);
   double seconds = 0;
-  if (p.val[2] && (!parse_double(p.val[2], &seconds) || seconds <= 0 || seconds > 1e7))
-    return usage_error("watch", "--seconds wants a positive number, not '%s'", p.val[2]);
-  bool json = p.val[3] != NULL;
+  if (p.val[W_SECONDS] &&
+      (!grove__cli_double(p.val[W_SECONDS], &seconds) || seconds <= 0 || seconds > 1e7))
+    return grove__cli_usage("watch", "--seconds wants a positive number, not '%s'",
+                            p.val[W_SECONDS]);
+  bool json = p.val[W_JSON] != NULL;
 
   /* MODEL[:PATTERN]: an exact path is one subscription; a glob subscribes
    * to the model and filters here, as groved resolves patterns. */
@@ -588,14 +466,14 @@ int grove__cli_watch(int argc, char **argv) {
     const char *colon = strchr(p.pos[0], ':');
     size_t ml = colon ? (size_t)(colon - p.pos[0]) : strlen(p.pos[0]);
     if (ml == 0 || ml >= sizeof model)
-      return usage_error("watch", "'%s' is not MODEL or MODEL:PATTERN", p.pos[0]);
+      return grove__cli_usage("watch", "'%s' is not MODEL or MODEL:PATTERN", p.pos[0]);
     memcpy(model, p.pos[0], ml);
     if (colon) {
       has_pattern = true;
       snprintf(pattern, sizeof pattern, "%s", colon + 1);
       grove_err perr = {0};
       if (grove_module_pattern_check(pattern, &perr))
-        return usage_error("watch", "%s", grove_err_msg(&perr));
+        return grove__cli_usage("watch", "%s", grove_err_msg(&perr));
     }
   }
   bool glob = has_pattern && strpbrk(pattern, "*?[\\") != NULL;
@@ -605,17 +483,17 @@ int grove__cli_watch(int argc, char **argv) {
   grove_err err = {0};
   grove_status s = grove_watch_open(url, has_model ? model : NULL,
                                     has_pattern && !glob ? pattern : NULL, &w, &err);
-  if (s) return call_failed(s, &err);
+  if (s) return grove__cli_call_failed(s, &err, NULL);
 
   bool tty = !json && isatty(STDOUT_FILENO);
   static table t; /* large; one watch per process */
   memset(&t, 0, sizeof t);
-  double end = seconds > 0 ? now_s() + seconds : 0, last_draw = 0;
+  double end = seconds > 0 ? grove__cli_now_s() + seconds : 0, last_draw = 0;
   uint64_t got = 0;
   rc = EXIT_OK;
   if (tty) table_draw(&t, url);
   for (;;) {
-    double now = now_s();
+    double now = grove__cli_now_s();
     if (end && now >= end) break;
     /* Short waits keep the table's ages moving and --seconds exact. */
     int wait_ms = 250;
@@ -623,14 +501,14 @@ int grove__cli_watch(int argc, char **argv) {
     grove_hook_event ev;
     s = grove_watch_next(w, wait_ms, &ev, &err);
     if (s == GROVE_E_DEADLINE_EXCEEDED || s == GROVE_E_FORMAT) {
-      if (tty && now_s() - last_draw > 0.25) {
+      if (tty && grove__cli_now_s() - last_draw > 0.25) {
         table_draw(&t, url);
-        last_draw = now_s();
+        last_draw = grove__cli_now_s();
       }
       continue;
     }
     if (s) {
-      rc = call_failed(s, &err);
+      rc = grove__cli_call_failed(s, &err, NULL);
       break;
     }
     if (glob && !grove_module_pattern_match(pattern, ev.module)) {
@@ -647,16 +525,17 @@ int grove__cli_watch(int argc, char **argv) {
     }
     if (tty) {
       table_put(&t, &ev);
-      if (now_s() - last_draw > 0.1 || (count && got >= count)) {
+      if (grove__cli_now_s() - last_draw > 0.1 || (count && got >= count)) {
         table_draw(&t, url);
-        last_draw = now_s();
+        last_draw = grove__cli_now_s();
       }
     }
     grove_hook_event_fini(&ev);
     if (count && got >= count) break;
   }
   if (rc == EXIT_OK && count && got < count)
-    rc = fail(EXIT_REFUSED, "%" PRIu64 " of %llu events came within %g s", got, count, seconds);
+    rc = grove__cli_fail(EXIT_REFUSED, "%" PRIu64 " of %llu events came within %g s", got, count,
+                         seconds);
   table_fini(&t);
   if (count && got >= count) {
     /* Events may still be arriving, and NNG 1.5.2 can hang closing a SUB

@@ -6,14 +6,14 @@
  *   grove [--server URL] reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]
  *   grove [--server URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]
  *
- * Same conventions as client/grove.c (docs/cli.md): options anywhere after
- * the command as `--name value`, `--name=value`, `-o value`, `-ovalue`, `--`
- * ends them; "grove: <reason>" on stderr; exit 0 ok, 1 the server said no,
- * 2 usage (with "Try 'grove CMD --help'."), 3 cannot reach the server. */
-#include <errno.h>
+ * Same conventions as client/grove.c, from cli_args.c (docs/cli.md): options
+ * anywhere after the command as `--name value`, `--name=value`, `-o value`,
+ * `-ovalue`, `--` ends them; "grove: <reason>" on stderr; exit 0 ok, 1 the
+ * server said no, 2 usage (with "Try 'grove CMD --help'."), 3 cannot reach
+ * the server.  Outputs print and inputs convert as for predict --local
+ * (cli_tensor.c). */
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,17 +22,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_args.h"
 #include "cli_hooks.h"
 #include "cli_train.h"
 #include "cli_remote.h"
+#include "cli_tensor.h"
 #include "grove/client.h"
 #include "grove/grove.h"
 #include "npy.h"
 
-enum { EXIT_OK = 0, EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
-
 #define DEFAULT_SERVER "tcp://127.0.0.1:7700"
-#define MAX_ARGS 64
 #define MAX_URLS 16
 
 const char grove_cli_remote_usage[] =
@@ -85,137 +84,14 @@ static const char bench_help[] =
 
 /* ============================================================ messages */
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("grove: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  return code;
-}
-
-static int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int usage_error(const char *cmd, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "grove %s: ", cmd);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\nTry 'grove %s --help'.\n", cmd);
-  va_end(ap);
-  return EXIT_USAGE;
-}
-
-/* The exit status for a failed call: 3 when the server could not be reached
- * (or never answered), 1 when it said no. */
-static int call_failed(grove_status s, const grove_err *err, const char *what) {
+int grove__cli_call_failed(grove_status s, const grove_err *err, const char *what) {
   bool local = grove_client_failed_locally(s, err);
   int code = local && (s == GROVE_E_UNAVAILABLE || s == GROVE_E_DEADLINE_EXCEEDED)
                  ? EXIT_UNREACHABLE
                  : EXIT_REFUSED;
-  if (local) return fail(code, "%s", grove_err_msg(err) + strlen("grove client: "));
-  return fail(code, "%s%s%s: %s", what ? what : "", what ? ": " : "", grove_status_name(s),
-              grove_err_msg(err));
-}
-
-/* ============================================================ options */
-
-typedef struct opt_def {
-  const char *long_name;
-  char short_name;
-  bool has_value;
-} opt_def;
-
-typedef struct parsed {
-  int npos;
-  const char *pos[MAX_ARGS];
-  int nopts;
-  struct {
-    int def;
-    const char *value;
-  } opts[MAX_ARGS];
-} parsed;
-
-/* Fills p; returns 0 or EXIT_USAGE (message printed). */
-static int parse_args(const char *cmd, int argc, char **argv, const opt_def *defs, parsed *p) {
-  memset(p, 0, sizeof *p);
-  bool only_pos = false;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (only_pos || a[0] != '-' || a[1] == 0) {
-      if (p->npos == MAX_ARGS) return usage_error(cmd, "too many arguments");
-      p->pos[p->npos++] = a;
-      continue;
-    }
-    if (strcmp(a, "--") == 0) {
-      only_pos = true;
-      continue;
-    }
-    int found = -1;
-    const char *value = NULL;
-    if (a[1] == '-') {
-      const char *name = a + 2, *eq = strchr(name, '=');
-      size_t len = eq ? (size_t)(eq - name) : strlen(name);
-      for (int d = 0; defs[d].long_name; d++)
-        if (strlen(defs[d].long_name) == len && strncmp(defs[d].long_name, name, len) == 0)
-          found = d;
-      if (found >= 0 && eq) {
-        if (!defs[found].has_value)
-          return usage_error(cmd, "option '--%s' takes no value", defs[found].long_name);
-        value = eq + 1;
-      }
-    } else {
-      for (int d = 0; defs[d].long_name; d++)
-        if (defs[d].short_name && defs[d].short_name == a[1]) found = d;
-      if (found >= 0 && a[2]) {
-        if (!defs[found].has_value) return usage_error(cmd, "unknown option '%s'", a);
-        value = a + 2;
-      }
-    }
-    if (found < 0) return usage_error(cmd, "unknown option '%s'", a);
-    if (defs[found].has_value && !value) {
-      if (i + 1 == argc) return usage_error(cmd, "option '%s' needs a value", a);
-      value = argv[++i];
-    }
-    if (p->nopts == MAX_ARGS) return usage_error(cmd, "too many options");
-    p->opts[p->nopts].def = found;
-    p->opts[p->nopts++].value = value;
-  }
-  return 0;
-}
-
-/* The one value of option def, or NULL; *dup set when given twice. */
-static const char *opt_value(const parsed *p, int def, bool *dup) {
-  const char *v = NULL;
-  bool seen = false;
-  for (int i = 0; i < p->nopts; i++)
-    if (p->opts[i].def == def) {
-      if (seen) *dup = true;
-      seen = true;
-      v = p->opts[i].value ? p->opts[i].value : "";
-    }
-  return v;
-}
-
-static bool parse_int(const char *s, long long lo, long long hi, long long *out) {
-  if (!s || !*s) return false;
-  errno = 0;
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-static bool parse_seconds(const char *s, double *out) {
-  if (!s || !*s) return false;
-  errno = 0;
-  char *end;
-  double v = strtod(s, &end);
-  if (errno || *end || !isfinite(v) || v <= 0 || v > 86400.0) return false;
-  *out = v;
-  return true;
+  if (local) return grove__cli_fail(code, "%s", grove_err_msg(err) + strlen("grove client: "));
+  return grove__cli_fail(code, "%s%s%s: %s", what ? what : "", what ? ": " : "",
+                         grove_status_name(s), grove_err_msg(err));
 }
 
 /* ============================================================ connecting */
@@ -234,104 +110,24 @@ static size_t server_urls(const char *server_url, char *buf, size_t bufn, const 
   return n;
 }
 
-static int connect_to(const char *server_url, int timeout_ms, grove_client **out) {
+int grove__cli_connect(const char *server_url, int timeout_ms, grove_client **out) {
   char buf[2048];
   const char *urls[MAX_URLS];
   size_t n = server_urls(server_url, buf, sizeof buf, urls);
-  if (n == 0) return fail(EXIT_USAGE, "--server: no URL given");
+  if (n == 0) return grove__cli_fail(EXIT_USAGE, "--server: no URL given");
   grove_client_opts o = {.default_timeout_ms = timeout_ms};
   grove_err err = {0};
   grove_status s = grove_client_open(urls, n, &o, out, &err);
-  if (s) return call_failed(s, &err, NULL);
+  if (s) return grove__cli_call_failed(s, &err, NULL);
   return 0;
 }
 
-/* ============================================================ printing */
-
-typedef struct num {
-  bool is_int;
-  int64_t i;
-  double d;
-} num;
-
-static num elem(const grove_tensor *t, int64_t k) {
-  /* Tensors here are contiguous (client outputs, .npy reads). */
-  const unsigned char *p = (const unsigned char *)t->data + k * (int64_t)grove_dtype_size(t->dtype);
-  num v = {0};
-  switch (t->dtype) {
-    case GROVE_F32: {
-      float f;
-      memcpy(&f, p, 4);
-      v.d = f;
-      break;
-    }
-    case GROVE_F64:
-      memcpy(&v.d, p, 8);
-      break;
-    case GROVE_F16:
-    case GROVE_BF16: {
-      uint16_t h;
-      memcpy(&h, p, 2);
-      v.d = t->dtype == GROVE_F16 ? grove_f16_to_f32(h) : grove_bf16_to_f32(h);
-      break;
-    }
-    case GROVE_I64:
-      v.is_int = true;
-      memcpy(&v.i, p, 8);
-      break;
-    case GROVE_I32: {
-      int32_t x;
-      memcpy(&x, p, 4);
-      v.is_int = true;
-      v.i = x;
-      break;
-    }
-    case GROVE_I16: {
-      int16_t x;
-      memcpy(&x, p, 2);
-      v.is_int = true;
-      v.i = x;
-      break;
-    }
-    case GROVE_I8:
-      v.is_int = true;
-      v.i = (int8_t)p[0];
-      break;
-    case GROVE_U8:
-    case GROVE_BOOL:
-      v.is_int = true;
-      v.i = p[0];
-      break;
-    default:
-      break;
-  }
-  return v;
-}
-
-enum { SHOW_ROWS = 8, SHOW_COLS = 10 };
-
-/* As grove.c prints predict --local's outputs (docs/cli.md). */
-static void print_tensor(const char *name, const grove_tensor *t) {
-  char sh[256];
-  printf("%s %s %s\n", name, grove_dtype_name(t->dtype),
-         grove_shape_str(t->ndim, t->shape, sh, sizeof sh));
-  int64_t numel = grove_tensor_numel(t);
-  if (numel == 0) return;
-  int64_t rows = t->ndim ? t->shape[0] : 1;
-  int64_t cols = numel / rows;
-  for (int64_t r = 0; r < rows && r < SHOW_ROWS; r++) {
-    printf("  [%lld]", (long long)r);
-    for (int64_t c = 0; c < cols && c < SHOW_COLS; c++) {
-      num v = elem(t, r * cols + c);
-      if (v.is_int)
-        printf(" %lld", (long long)v.i);
-      else
-        printf(" %.7g", v.d);
-    }
-    if (cols > SHOW_COLS) printf(" ... (%lld values)", (long long)cols);
-    putchar('\n');
-  }
-  if (rows > SHOW_ROWS) printf("  ... (%lld rows)\n", (long long)rows);
+/* --timeout-ms of predict, bench, reload and export (v may be NULL: *ms
+ * keeps its default).  0 or EXIT_USAGE after the message. */
+static int timeout_option(const char *cmd, const char *v, long long *ms) {
+  if (v && !grove__cli_int(v, 1, 86400000, ms))
+    return grove__cli_usage(cmd, "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'", v);
+  return 0;
 }
 
 /* ============================================================ status */
@@ -347,7 +143,7 @@ static int cmd_status(grove_client *c, int timeout_ms) {
   grove_err err = {0};
   grove_server_status *st = NULL;
   grove_status s = grove_client_status(c, timeout_ms, &st, &err);
-  if (s) return call_failed(s, &err, "status");
+  if (s) return grove__cli_call_failed(s, &err, "status");
   printf("server: groved %s (protocol %u), up %.1f s, %u worker%s x %u compute thread%s, %s\n",
          st->server_version, st->protocol, (double)st->uptime_ms / 1000.0, st->workers,
          st->workers == 1 ? "" : "s", st->blas_threads, st->blas_threads == 1 ? "" : "s",
@@ -378,82 +174,48 @@ static int cmd_status(grove_client *c, int timeout_ms) {
 
 /* ============================================================ predict */
 
-static bool same_value(num a, num b) {
-  if (a.is_int && b.is_int) return a.i == b.i;
-  if (!a.is_int && !b.is_int) return a.d == b.d || (isnan(a.d) && isnan(b.d));
-  num f = a.is_int ? b : a, n = a.is_int ? a : b;
-  if (!(f.d >= -9223372036854775808.0 && f.d < 9223372036854775808.0)) return false;
-  return (double)(int64_t)f.d == f.d && (int64_t)f.d == n.i;
-}
-
-/* src in dtype want when no element changes (the rule of predict --local);
- * floats never become integers (those are indices). */
-static grove_status convert_lossless(const grove_tensor *src, grove_dtype want, const char *path,
-                                     const char *iname, grove_tensor **out, grove_err *err) {
-  if (grove_dtype_is_float(src->dtype) && !grove_dtype_is_float(want))
-    return grove_err_set(
-        err, GROVE_E_DTYPE, "%s holds %s, but input '%s' takes %s (indices): save it as %s", path,
-        grove_dtype_name(src->dtype), iname, grove_dtype_name(want), grove_dtype_name(want));
-  grove_err cerr = {0};
-  grove_tensor *t = grove_tensor_clone(src, want, &cerr);
-  if (!t)
-    return grove_err_set(err, GROVE_E_DTYPE,
-                         "%s: %s does not convert to %s, which input '%s' "
-                         "takes: %s",
-                         path, grove_dtype_name(src->dtype), grove_dtype_name(want), iname,
-                         grove_err_msg(&cerr));
-  int64_t n = grove_tensor_numel(src);
-  for (int64_t k = 0; k < n; k++) {
-    num a = elem(src, k), b = elem(t, k);
-    if (same_value(a, b)) continue;
-    grove_tensor_release(t);
-    return grove_err_set(err, GROVE_E_DTYPE,
-                         "%s: input '%s' takes %s, and element %lld of this %s array has no "
-                         "exact %s value; convert it yourself if rounding is acceptable",
-                         path, iname, grove_dtype_name(want), (long long)k,
-                         grove_dtype_name(src->dtype), grove_dtype_name(want));
-  }
-  *out = t;
-  return GROVE_OK;
+/* What predict and bench begin with: a client on server in *c and what it
+ * says of model in *mi (both the caller's, also after a failure), which
+ * must be loaded.  0, or the exit status after the message. */
+static int served_model(const char *server, const char *model, int timeout_ms, grove_client **c,
+                        grove_model_info **mi) {
+  int rc = grove__cli_connect(server, timeout_ms, c);
+  if (rc) return rc;
+  grove_err err = {0};
+  grove_status s = grove_client_model_info(*c, model, timeout_ms, mi, &err);
+  if (s) return grove__cli_call_failed(s, &err, NULL);
+  if (!(*mi)->ready)
+    return grove__cli_fail(EXIT_REFUSED, "model %s is not loaded on the server: %s", model,
+                           (*mi)->error);
+  return 0;
 }
 
 enum { P_HELP, P_OUTPUT, P_TIMEOUT, P_LOCAL };
 
 static int cmd_predict(const char *server, int argc, char **argv) {
-  static const opt_def defs[] = {{"help", 'h', false},
-                                 {"output", 'o', true},
-                                 {"timeout-ms", 0, true},
-                                 {"local", 0, true},
-                                 {0}};
-  parsed p;
-  int rc = parse_args("predict", argc, argv, defs, &p);
-  if (rc) return rc;
+  static const grove__cli_opt defs[] = {[P_HELP] = {"help", 'h', 0},
+                                        [P_OUTPUT] = {"output", 'o', GROVE__CLI_VALUE},
+                                        [P_TIMEOUT] = {"timeout-ms", 0, GROVE__CLI_VALUE},
+                                        [P_LOCAL] = {"local", 0, GROVE__CLI_VALUE},
+                                        {NULL}};
+  grove__cli_args p;
+  int rc = grove__cli_parse("predict", argc, argv, defs, predict_help, &p);
+  if (rc >= 0) return rc;
   bool dup = false;
-  if (opt_value(&p, P_HELP, &dup)) {
-    fputs(predict_help, stdout);
-    return EXIT_OK;
-  }
   long long timeout = 30000;
-  const char *tv = opt_value(&p, P_TIMEOUT, &dup);
-  if (dup) return usage_error("predict", "--timeout-ms given twice");
-  if (tv && !parse_int(tv, 1, 86400000, &timeout))
-    return usage_error("predict", "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'",
-                       tv);
-  if (p.npos < 1) return usage_error("predict", "needs a MODEL and an INPUT.npy");
-  if (p.npos < 2) return usage_error("predict", "needs an INPUT.npy after the model");
+  const char *tv = grove__cli_value(&p, P_TIMEOUT, &dup);
+  if (dup) return grove__cli_usage("predict", "--timeout-ms given twice");
+  if ((rc = timeout_option("predict", tv, &timeout))) return rc;
+  if (p.npos < 1) return grove__cli_usage("predict", "needs a MODEL and an INPUT.npy");
+  if (p.npos < 2) return grove__cli_usage("predict", "needs an INPUT.npy after the model");
   const char *model = p.pos[0];
-  const char *outputs[MAX_ARGS];
-  size_t nout = 0;
-  for (int i = 0; i < p.nopts; i++)
-    if (p.opts[i].def == P_OUTPUT) outputs[nout++] = p.opts[i].value;
-  for (size_t i = 0; i < nout; i++)
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(outputs[i], outputs[j]) == 0)
-        return usage_error("predict", "-o %s given twice", outputs[i]);
+  const char *outputs[GROVE__CLI_MAX_ARGS];
+  size_t nout;
+  if ((rc = grove__cli_outputs("predict", &p, P_OUTPUT, outputs, &nout))) return rc;
 
   size_t nin = (size_t)p.npos - 1;
-  grove_tensor *in[MAX_ARGS] = {0};
-  grove_tensor args[MAX_ARGS];
+  grove_tensor *in[GROVE__CLI_MAX_ARGS] = {0};
+  grove_tensor args[GROVE__CLI_MAX_ARGS];
   grove_client *c = NULL;
   grove_model_info *mi = NULL;
   grove_prediction pred = {0};
@@ -463,34 +225,27 @@ static int cmd_predict(const char *server, int argc, char **argv) {
   /* Inputs first: a wrong file is found before the server is asked. */
   for (size_t i = 0; i < nin; i++)
     if (grove_npy_read(p.pos[i + 1], &in[i], &err)) {
-      rc = fail(EXIT_REFUSED, "%s", grove_err_msg(&err));
+      rc = grove__cli_fail(EXIT_REFUSED, "%s", grove_err_msg(&err));
       goto done;
     }
-  if ((rc = connect_to(server, (int)timeout, &c))) goto done;
-  if ((s = grove_client_model_info(c, model, (int)timeout, &mi, &err))) {
-    rc = call_failed(s, &err, NULL);
-    goto done;
-  }
-  if (!mi->ready) {
-    rc = fail(EXIT_REFUSED, "model %s is not loaded on the server: %s", model, mi->error);
-    goto done;
-  }
+  if ((rc = served_model(server, model, (int)timeout, &c, &mi))) goto done;
   if (nin != mi->ninputs) {
-    rc = fail(EXIT_REFUSED, "model %s takes %zu input%s, %zu .npy file%s given", model, mi->ninputs,
-              mi->ninputs == 1 ? "" : "s", nin, nin == 1 ? " was" : "s were");
+    rc = grove__cli_fail(EXIT_REFUSED, "model %s takes %zu input%s, %zu .npy file%s given", model,
+                         mi->ninputs, mi->ninputs == 1 ? "" : "s", nin,
+                         nin == 1 ? " was" : "s were");
     goto done;
   }
   if (nout > mi->noutputs) {
-    rc = fail(EXIT_REFUSED, "model %s has %zu output%s, %zu -o files were given", model,
-              mi->noutputs, mi->noutputs == 1 ? "" : "s", nout);
+    rc = grove__cli_fail(EXIT_REFUSED, "model %s has %zu output%s, %zu -o files were given", model,
+                         mi->noutputs, mi->noutputs == 1 ? "" : "s", nout);
     goto done;
   }
   for (size_t i = 0; i < nin; i++) {
     grove_dtype want = mi->inputs[i].dtype;
     if (in[i]->dtype != want) {
       grove_tensor *cv = NULL;
-      if (convert_lossless(in[i], want, p.pos[i + 1], mi->inputs[i].name, &cv, &err)) {
-        rc = fail(EXIT_REFUSED, "%s", grove_err_msg(&err));
+      if (grove__cli_convert(in[i], want, p.pos[i + 1], mi->inputs[i].name, &cv, &err)) {
+        rc = grove__cli_fail(EXIT_REFUSED, "%s", grove_err_msg(&err));
         goto done;
       }
       grove_tensor_release(in[i]);
@@ -499,20 +254,21 @@ static int cmd_predict(const char *server, int argc, char **argv) {
     args[i] = *in[i];
   }
   if ((s = grove_client_predict(c, model, args, nin, (int)timeout, &pred, &err))) {
-    rc = call_failed(s, &err, NULL);
+    rc = grove__cli_call_failed(s, &err, NULL);
     goto done;
   }
   for (size_t k = 0; k < pred.noutputs; k++) {
     if (k < nout) {
       if (grove_npy_write(outputs[k], pred.outputs[k], &err)) {
-        rc = fail(EXIT_REFUSED, "%s", grove_err_msg(&err));
+        rc = grove__cli_fail(EXIT_REFUSED, "%s", grove_err_msg(&err));
         goto done;
       }
       continue;
     }
     char fallback[32];
     snprintf(fallback, sizeof fallback, "output%zu", k);
-    print_tensor(pred.names[k] && *pred.names[k] ? pred.names[k] : fallback, pred.outputs[k]);
+    grove__cli_print_tensor(pred.names[k] && *pred.names[k] ? pred.names[k] : fallback,
+                            pred.outputs[k]);
   }
 done:
   grove_prediction_fini(&pred);
@@ -524,30 +280,7 @@ done:
 
 /* ============================================================ bench */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-enum { FREE_DIM = 16, MAX_SAMPLES_PER_THREAD = 4 << 20 };
-
-/* The inputs of bench --local (xorshift64*, same seed). */
-static void fill_random(grove_tensor *t, uint64_t *state) {
-  int64_t n = grove_tensor_numel(t);
-  if (t->dtype != GROVE_F32 && t->dtype != GROVE_F64) return;
-  for (int64_t k = 0; k < n; k++) {
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    uint64_t r = *state * 2685821657736338717ull;
-    double u = (double)(r >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0;
-    if (t->dtype == GROVE_F32)
-      ((float *)t->data)[k] = (float)u;
-    else
-      ((double *)t->data)[k] = u;
-  }
-}
+enum { MAX_SAMPLES_PER_THREAD = 4 << 20 };
 
 /* One of the C concurrent clients.  Its calls are asynchronous and chained:
  * each completion (on an NNG thread) records the latency and sends the next
@@ -595,7 +328,7 @@ static void vclient_record(vclient *v, grove_status s, const grove_err *err, dou
 
 static void vclient_done(void *arg, grove_status s, grove_prediction *p, const grove_err *err) {
   vclient *v = arg;
-  double t1 = now_s();
+  double t1 = grove__cli_now_s();
   if (p) grove_prediction_fini(p);
   vclient_record(v, s, err, t1);
   if (t1 < v->end) vclient_start(v);
@@ -603,13 +336,13 @@ static void vclient_done(void *arg, grove_status s, grove_prediction *p, const g
 
 static void vclient_start(vclient *v) {
   grove_err err = {0};
-  v->t0 = now_s();
+  v->t0 = grove__cli_now_s();
   grove_status s = grove_client_predict_async(v->c, v->model, v->args, v->nin, v->timeout_ms,
                                               vclient_done, v, &err);
   if (s) {
     /* Could not even send (out of memory): count it and stop this client. */
     v->t0 = v->warm_end;
-    vclient_record(v, s, &err, now_s());
+    vclient_record(v, s, &err, grove__cli_now_s());
   }
 }
 
@@ -629,38 +362,34 @@ static double percentile(const double *v, size_t n, double q) {
 enum { B_HELP, B_CONC, B_BATCH, B_SECONDS, B_TIMEOUT, B_LOCAL };
 
 static int cmd_bench(const char *server, int argc, char **argv) {
-  static const opt_def defs[] = {{"help", 'h', false},
-                                 {"concurrency", 0, true},
-                                 {"batch", 0, true},
-                                 {"seconds", 0, true},
-                                 {"timeout-ms", 0, true},
-                                 {"local", 0, true},
-                                 {0}};
-  parsed p;
-  int rc = parse_args("bench", argc, argv, defs, &p);
-  if (rc) return rc;
+  static const grove__cli_opt defs[] = {[B_HELP] = {"help", 'h', 0},
+                                        [B_CONC] = {"concurrency", 0, GROVE__CLI_VALUE},
+                                        [B_BATCH] = {"batch", 0, GROVE__CLI_VALUE},
+                                        [B_SECONDS] = {"seconds", 0, GROVE__CLI_VALUE},
+                                        [B_TIMEOUT] = {"timeout-ms", 0, GROVE__CLI_VALUE},
+                                        [B_LOCAL] = {"local", 0, GROVE__CLI_VALUE},
+                                        {NULL}};
+  grove__cli_args p;
+  int rc = grove__cli_parse("bench", argc, argv, defs, bench_help, &p);
+  if (rc >= 0) return rc;
   bool dup = false;
-  if (opt_value(&p, B_HELP, &dup)) {
-    fputs(bench_help, stdout);
-    return EXIT_OK;
-  }
-  const char *cv = opt_value(&p, B_CONC, &dup), *bv = opt_value(&p, B_BATCH, &dup),
-             *sv = opt_value(&p, B_SECONDS, &dup), *tv = opt_value(&p, B_TIMEOUT, &dup);
-  if (dup) return usage_error("bench", "an option was given twice");
-  if (p.npos == 0) return usage_error("bench", "needs a MODEL (or --local MODEL_DIR)");
-  if (p.npos > 1) return usage_error("bench", "unexpected argument '%s'", p.pos[1]);
-  if (!cv) return usage_error("bench", "needs --concurrency C");
-  if (!bv) return usage_error("bench", "needs --batch B");
+  const char *cv = grove__cli_value(&p, B_CONC, &dup), *bv = grove__cli_value(&p, B_BATCH, &dup),
+             *sv = grove__cli_value(&p, B_SECONDS, &dup),
+             *tv = grove__cli_value(&p, B_TIMEOUT, &dup);
+  if (dup) return grove__cli_usage("bench", "an option was given twice");
+  if (p.npos == 0) return grove__cli_usage("bench", "needs a MODEL (or --local MODEL_DIR)");
+  if (p.npos > 1) return grove__cli_usage("bench", "unexpected argument '%s'", p.pos[1]);
+  if (!cv) return grove__cli_usage("bench", "needs --concurrency C");
+  if (!bv) return grove__cli_usage("bench", "needs --batch B");
   long long conc, batch, timeout = 30000;
   double seconds = 3.0;
-  if (!parse_int(cv, 1, 4096, &conc))
-    return usage_error("bench", "--concurrency wants an integer from 1 to 4096, not '%s'", cv);
-  if (!parse_int(bv, 1, 1 << 24, &batch))
-    return usage_error("bench", "--batch wants a positive integer, not '%s'", bv);
-  if (sv && !parse_seconds(sv, &seconds))
-    return usage_error("bench", "--seconds wants a positive number, not '%s'", sv);
-  if (tv && !parse_int(tv, 1, 86400000, &timeout))
-    return usage_error("bench", "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'", tv);
+  if (!grove__cli_int(cv, 1, 4096, &conc))
+    return grove__cli_usage("bench", "--concurrency wants an integer from 1 to 4096, not '%s'", cv);
+  if (!grove__cli_int(bv, 1, 1 << 24, &batch))
+    return grove__cli_usage("bench", "--batch wants a positive integer, not '%s'", bv);
+  if (sv && !grove__cli_seconds(sv, &seconds))
+    return grove__cli_usage("bench", "--seconds wants a positive number, not '%s'", sv);
+  if ((rc = timeout_option("bench", tv, &timeout))) return rc;
   const char *model = p.pos[0];
 
   grove_client *c = NULL;
@@ -670,44 +399,27 @@ static int cmd_bench(const char *server, int argc, char **argv) {
   vclient *th = NULL;
   size_t nin = 0;
   grove_err err = {0};
-  grove_status s;
-  if ((rc = connect_to(server, (int)timeout, &c))) goto done;
-  if ((s = grove_client_model_info(c, model, (int)timeout, &mi, &err))) {
-    rc = call_failed(s, &err, NULL);
-    goto done;
-  }
-  if (!mi->ready) {
-    rc = fail(EXIT_REFUSED, "model %s is not loaded on the server: %s", model, mi->error);
-    goto done;
-  }
+  if ((rc = served_model(server, model, (int)timeout, &c, &mi))) goto done;
   if (mi->ninputs == 0 || mi->ninputs > GROVE_MAX_VALUES) {
-    rc = fail(EXIT_REFUSED, "model %s declares %zu inputs", model, mi->ninputs);
+    rc = grove__cli_fail(EXIT_REFUSED, "model %s declares %zu inputs", model, mi->ninputs);
     goto done;
   }
-  uint64_t state = 0x9E3779B97F4A7C15ull;
+  uint64_t state = GROVE__CLI_BENCH_SEED;
   nin = mi->ninputs;
   for (size_t i = 0; i < nin; i++) {
-    const grove_io_spec *sp = &mi->inputs[i];
-    int64_t shape[GROVE_MAX_DIMS];
-    for (int d = 0; d < sp->ndim; d++)
-      shape[d] = d == 0 ? batch : sp->shape[d] < 0 ? FREE_DIM : sp->shape[d];
-    if (!(in[i] = grove_tensor_new(sp->dtype, sp->ndim, shape, &err))) {
-      rc = fail(EXIT_REFUSED, "%s", grove_err_msg(&err));
+    if (!(in[i] = grove__cli_bench_input(&mi->inputs[i], batch, &state, &err))) {
+      rc = grove__cli_fail(EXIT_REFUSED, "%s", grove_err_msg(&err));
       goto done;
     }
-    fill_random(in[i], &state);
     args[i] = *in[i];
-    char sh[256];
-    printf("input %s: %s %s\n", sp->name, grove_dtype_name(sp->dtype),
-           grove_shape_str(sp->ndim, shape, sh, sizeof sh));
   }
   th = calloc((size_t)conc, sizeof *th);
   if (!th) {
-    rc = fail(EXIT_REFUSED, "out of memory");
+    rc = grove__cli_fail(EXIT_REFUSED, "out of memory");
     goto done;
   }
   double warm = seconds / 5 < 0.5 ? seconds / 5 : 0.5;
-  double start = now_s();
+  double start = grove__cli_now_s();
   for (long long i = 0; i < conc; i++) {
     th[i] = (vclient){.c = c,
                       .model = model,
@@ -720,12 +432,12 @@ static int cmd_bench(const char *server, int argc, char **argv) {
   }
   /* Every client stops sending at end; the last replies come within the
    * timeout at worst. */
-  for (double left; (left = start + warm + seconds - now_s()) > 0;) {
+  for (double left; (left = start + warm + seconds - grove__cli_now_s()) > 0;) {
     struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
     nanosleep(&ts, NULL);
   }
   grove_client_wait_idle(c);
-  double elapsed = now_s() - (start + warm);
+  double elapsed = grove__cli_now_s() - (start + warm);
   long ok = 0, errors = 0;
   size_t nlat = 0;
   for (long long i = 0; i < conc; i++) {
@@ -809,40 +521,38 @@ static int reload_one(const char *server, const char *model, const grove_reload_
                       int timeout);
 
 static int cmd_reload(const char *server, int argc, char **argv) {
-  static const opt_def defs[] = {{"help", 'h', false},    {"non-strict", 0, false},
-                                 {"model-dir", 0, true},  {"in-place", 0, false},
-                                 {"timeout-ms", 0, true}, {0}};
-  parsed p;
-  int rc = parse_args("reload", argc, argv, defs, &p);
-  if (rc) return rc;
+  static const grove__cli_opt defs[] = {[R_HELP] = {"help", 'h', 0},
+                                        [R_NONSTRICT] = {"non-strict", 0, 0},
+                                        [R_MODELDIR] = {"model-dir", 0, GROVE__CLI_VALUE},
+                                        [R_INPLACE] = {"in-place", 0, 0},
+                                        [R_TIMEOUT] = {"timeout-ms", 0, GROVE__CLI_VALUE},
+                                        {NULL}};
+  grove__cli_args p;
+  int rc = grove__cli_parse("reload", argc, argv, defs, reload_help, &p);
+  if (rc >= 0) return rc;
   bool dup = false;
-  if (opt_value(&p, R_HELP, &dup)) {
-    fputs(reload_help, stdout);
-    return EXIT_OK;
-  }
   long long timeout = 120000;
-  const char *tv = opt_value(&p, R_TIMEOUT, &dup);
-  const char *dir = opt_value(&p, R_MODELDIR, &dup);
-  if (dup) return usage_error("reload", "an option given twice");
-  if (tv && !parse_int(tv, 1, 86400000, &timeout))
-    return usage_error("reload", "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'",
-                       tv);
-  if (p.npos < 1) return usage_error("reload", "needs a MODEL");
-  if (p.npos > 2) return usage_error("reload", "unexpected argument '%s'", p.pos[2]);
-  bool in_place = opt_value(&p, R_INPLACE, &dup) != NULL;
+  const char *tv = grove__cli_value(&p, R_TIMEOUT, &dup);
+  const char *dir = grove__cli_value(&p, R_MODELDIR, &dup);
+  if (dup) return grove__cli_usage("reload", "an option given twice");
+  if ((rc = timeout_option("reload", tv, &timeout))) return rc;
+  if (p.npos < 1) return grove__cli_usage("reload", "needs a MODEL");
+  if (p.npos > 2) return grove__cli_usage("reload", "unexpected argument '%s'", p.pos[2]);
+  bool in_place = grove__cli_value(&p, R_INPLACE, &dup) != NULL;
   if (in_place && dir)
-    return usage_error("reload", "--in-place keeps the architecture; it cannot take --model-dir");
+    return grove__cli_usage("reload",
+                            "--in-place keeps the architecture; it cannot take --model-dir");
   char *ckbuf = NULL, *dirbuf = NULL;
   grove_reload_opts o = {.checkpoint = server_path(p.npos > 1 ? p.pos[1] : NULL, &ckbuf),
                          .model_dir = server_path(dir, &dirbuf),
-                         .non_strict = opt_value(&p, R_NONSTRICT, &dup) != NULL,
+                         .non_strict = grove__cli_value(&p, R_NONSTRICT, &dup) != NULL,
                          .in_place = in_place};
   /* Replicas are reloaded one after the other, each by a client of its own
    * (a client of several URLs refuses a reload: docs/operations.md). */
   char ubuf[2048];
   const char *urls[MAX_URLS];
   size_t nurls = server_urls(server, ubuf, sizeof ubuf, urls);
-  int worst = nurls ? EXIT_OK : fail(EXIT_USAGE, "--server: no URL given");
+  int worst = nurls ? EXIT_OK : grove__cli_fail(EXIT_USAGE, "--server: no URL given");
   for (size_t u = 0; u < nurls; u++) {
     if (nurls > 1) printf("%s: ", urls[u]);
     fflush(stdout);
@@ -859,7 +569,7 @@ static int cmd_reload(const char *server, int argc, char **argv) {
 static int reload_one(const char *server, const char *model, const grove_reload_opts *o,
                       int timeout) {
   grove_client *c = NULL;
-  int rc = connect_to(server, timeout, &c);
+  int rc = grove__cli_connect(server, timeout, &c);
   if (rc) return rc;
   grove_err err = {0};
   grove_reload_result res;
@@ -867,7 +577,7 @@ static int reload_one(const char *server, const char *model, const grove_reload_
   if (s) {
     char what[300];
     snprintf(what, sizeof what, "reload of model '%s'", model);
-    rc = call_failed(s, &err, what);
+    rc = grove__cli_call_failed(s, &err, what);
     print_list("missing keys", res.missing, res.n_missing);
     print_list("unexpected keys", res.unexpected, res.n_unexpected);
     print_list("errors", res.errors, res.n_errors);
@@ -902,49 +612,43 @@ static const char export_help[] =
 enum { E_HELP, E_OUTPUT, E_FORCE, E_PREFIX, E_TIMEOUT, E_CHUNK };
 
 static int cmd_export(const char *server, int argc, char **argv) {
-  static const opt_def defs[] = {{"help", 'h', false},
-                                 {"output", 'o', true},
-                                 {"force", 'f', false},
-                                 {"prefix", 0, true},
-                                 {"timeout-ms", 0, true},
-                                 {"chunk-bytes", 0, true},
-                                 {0}};
-  parsed p;
-  int rc = parse_args("export", argc, argv, defs, &p);
-  if (rc) return rc;
+  static const grove__cli_opt defs[] = {[E_HELP] = {"help", 'h', 0},
+                                        [E_OUTPUT] = {"output", 'o', GROVE__CLI_VALUE},
+                                        [E_FORCE] = {"force", 'f', 0},
+                                        [E_PREFIX] = {"prefix", 0, GROVE__CLI_VALUE},
+                                        [E_TIMEOUT] = {"timeout-ms", 0, GROVE__CLI_VALUE},
+                                        [E_CHUNK] = {"chunk-bytes", 0, GROVE__CLI_VALUE},
+                                        {NULL}};
+  grove__cli_args p;
+  int rc = grove__cli_parse("export", argc, argv, defs, export_help, &p);
+  if (rc >= 0) return rc;
   bool dup = false;
-  if (opt_value(&p, E_HELP, &dup)) {
-    fputs(export_help, stdout);
-    return EXIT_OK;
-  }
   long long timeout = 60000, chunk = 0;
-  const char *out = opt_value(&p, E_OUTPUT, &dup);
-  const char *tv = opt_value(&p, E_TIMEOUT, &dup);
-  const char *cv = opt_value(&p, E_CHUNK, &dup);
-  const char *prefix = opt_value(&p, E_PREFIX, &dup);
-  if (dup) return usage_error("export", "an option given twice");
-  if (tv && !parse_int(tv, 1, 86400000, &timeout))
-    return usage_error("export", "--timeout-ms wants milliseconds from 1 to 86400000, not '%s'",
-                       tv);
-  if (cv && !parse_int(cv, 1, (long long)1 << 30, &chunk))
-    return usage_error("export", "--chunk-bytes wants 1 to 2^30, not '%s'", cv);
-  if (p.npos < 1) return usage_error("export", "needs a MODEL");
-  if (p.npos > 1) return usage_error("export", "unexpected argument '%s'", p.pos[1]);
-  if (!out || !*out) return usage_error("export", "needs -o FILE.safetensors or -o FILE.pt");
+  const char *out = grove__cli_value(&p, E_OUTPUT, &dup);
+  const char *tv = grove__cli_value(&p, E_TIMEOUT, &dup);
+  const char *cv = grove__cli_value(&p, E_CHUNK, &dup);
+  const char *prefix = grove__cli_value(&p, E_PREFIX, &dup);
+  if (dup) return grove__cli_usage("export", "an option given twice");
+  if ((rc = timeout_option("export", tv, &timeout))) return rc;
+  if (cv && !grove__cli_int(cv, 1, (long long)1 << 30, &chunk))
+    return grove__cli_usage("export", "--chunk-bytes wants 1 to 2^30, not '%s'", cv);
+  if (p.npos < 1) return grove__cli_usage("export", "needs a MODEL");
+  if (p.npos > 1) return grove__cli_usage("export", "unexpected argument '%s'", p.pos[1]);
+  if (!out || !*out) return grove__cli_usage("export", "needs -o FILE.safetensors or -o FILE.pt");
   grove_client *c = NULL;
-  if ((rc = connect_to(server, (int)timeout, &c))) return rc;
+  if ((rc = grove__cli_connect(server, (int)timeout, &c))) return rc;
   grove_err err = {0};
   grove_export_info info;
   grove_export_opts o = {.prefix = prefix, .chunk_bytes = (size_t)chunk};
-  double t0 = now_s();
-  grove_status s = grove_client_export_file(c, p.pos[0], out, opt_value(&p, E_FORCE, &dup) != NULL,
-                                            &o, (int)timeout, &info, &err);
+  double t0 = grove__cli_now_s();
+  grove_status s = grove_client_export_file(
+      c, p.pos[0], out, grove__cli_value(&p, E_FORCE, &dup) != NULL, &o, (int)timeout, &info, &err);
   if (s) {
     char what[300];
     snprintf(what, sizeof what, "export of model '%s'", p.pos[0]);
-    rc = call_failed(s, &err, what);
+    rc = grove__cli_call_failed(s, &err, what);
   } else {
-    double dt = now_s() - t0;
+    double dt = grove__cli_now_s() - t0;
     printf("model %s version %" PRId64 ": %u tensors, %" PRIu64 " bytes -> %s (%.1f MB/s)\n",
            p.pos[0], info.version, info.tensors, info.total_size, out,
            dt > 0 ? (double)info.total_size / dt / 1e6 : 0.0);
@@ -967,23 +671,21 @@ static bool has_local(int argc, char **argv) {
 int grove_cli_remote(const char *server_url, const char *cmd, int argc, char **argv) {
   if (!cmd) return -1;
   if (strcmp(cmd, "status") == 0) {
-    static const opt_def defs[] = {{"help", 'h', false}, {"timeout-ms", 0, true}, {0}};
-    parsed p;
-    int rc = parse_args("status", argc, argv, defs, &p);
-    if (rc) return rc;
+    enum { O_HELP, O_TIMEOUT };
+    static const grove__cli_opt defs[] = {
+        [O_HELP] = {"help", 'h', 0}, [O_TIMEOUT] = {"timeout-ms", 0, GROVE__CLI_VALUE}, {NULL}};
+    grove__cli_args p;
+    int rc = grove__cli_parse("status", argc, argv, defs, status_help, &p);
+    if (rc >= 0) return rc;
     bool dup = false;
-    if (opt_value(&p, 0, &dup)) {
-      fputs(status_help, stdout);
-      return EXIT_OK;
-    }
     long long timeout = 10000;
-    const char *tv = opt_value(&p, 1, &dup);
-    if (dup) return usage_error("status", "--timeout-ms given twice");
-    if (tv && !parse_int(tv, 1, 86400000, &timeout))
-      return usage_error("status", "--timeout-ms wants milliseconds, not '%s'", tv);
-    if (p.npos) return usage_error("status", "unexpected argument '%s'", p.pos[0]);
+    const char *tv = grove__cli_value(&p, O_TIMEOUT, &dup);
+    if (dup) return grove__cli_usage("status", "--timeout-ms given twice");
+    if (tv && !grove__cli_int(tv, 1, 86400000, &timeout))
+      return grove__cli_usage("status", "--timeout-ms wants milliseconds, not '%s'", tv);
+    if (p.npos) return grove__cli_usage("status", "unexpected argument '%s'", p.pos[0]);
     grove_client *c = NULL;
-    if ((rc = connect_to(server_url, (int)timeout, &c))) return rc;
+    if ((rc = grove__cli_connect(server_url, (int)timeout, &c))) return rc;
     rc = cmd_status(c, (int)timeout);
     grove_client_close(c);
     return rc;

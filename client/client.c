@@ -251,9 +251,11 @@ static grove_status transport_error(grove_client *c, int rv, int timeout_ms, gro
                        LOCAL_PREFIX "%s: %s", c->urls, nng_strerror(rv));
 }
 
-/* Decodes rep (taken) into *out; a status other than OK becomes the return
- * value with the server's message. */
-static grove_status decode(grove_client *c, nng_msg *rep, Grove__Reply **out, grove_err *err) {
+/* Decodes rep (taken) into *out, the caller's to free; a status other than
+ * OK becomes the return value with the server's message, and the reply is
+ * kept in *out all the same: a failed Reload carries the lists of what did
+ * not fit.  *out is NULL only when rep is not a reply at all. */
+static grove_status decode_keep(grove_client *c, nng_msg *rep, Grove__Reply **out, grove_err *err) {
   *out = NULL;
   size_t len = nng_msg_len(rep);
   Grove__Reply *r = grove__reply__unpack(NULL, len, nng_msg_body(rep));
@@ -262,14 +264,21 @@ static grove_status decode(grove_client *c, nng_msg *rep, Grove__Reply **out, gr
     return grove_err_set(err, GROVE_E_FORMAT,
                          LOCAL_PREFIX "%s answered %zu bytes that are not a grove.Reply", c->urls,
                          len);
-  if (r->status != 0) {
-    grove_status s = (grove_status)r->status;
-    grove_err_set(err, s, "%s", r->message && *r->message ? r->message : grove_strerror(s));
-    grove__reply__free_unpacked(r, NULL);
-    return s;
-  }
   *out = r;
-  return GROVE_OK;
+  if (r->status == 0) return GROVE_OK;
+  grove_status s = (grove_status)r->status;
+  return grove_err_set(err, s, "%s", r->message && *r->message ? r->message : grove_strerror(s));
+}
+
+/* decode_keep for the calls that need nothing of a failed reply: *out is
+ * set only on success. */
+static grove_status decode(grove_client *c, nng_msg *rep, Grove__Reply **out, grove_err *err) {
+  grove_status s = decode_keep(c, rep, out, err);
+  if (s && *out) {
+    grove__reply__free_unpacked(*out, NULL);
+    *out = NULL;
+  }
+  return s;
 }
 
 /* Sends m (taken) and waits at most timeout_ms for the reply, decoded. */
@@ -360,6 +369,22 @@ static grove_status call(grove_client *c, Grove__Request *req, int timeout_ms, G
   return roundtrip(c, m, timeout_ms, out, err);
 }
 
+/* call, for a reply that must carry body; one that does not is
+ * GROVE_E_FORMAT with missing as the message ("the reply to status holds
+ * no status").  *out is set only on success. */
+static grove_status call_for(grove_client *c, Grove__Request *req, int timeout_ms,
+                             Grove__Reply__BodyCase body, const char *missing, Grove__Reply **out,
+                             grove_err *err) {
+  grove_status s = call(c, req, timeout_ms, out, err);
+  if (s) return s;
+  if ((*out)->body_case != body) {
+    grove__reply__free_unpacked(*out, NULL);
+    *out = NULL;
+    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "%s", missing);
+  }
+  return GROVE_OK;
+}
+
 /* ------------------------------------------------------------ predict */
 
 void grove_prediction_fini(grove_prediction *p) {
@@ -399,6 +424,64 @@ static grove_status tensor_from_wire(const Grove__Tensor *t, const char *what, g
   return GROVE_OK;
 }
 
+/* A wire view of t (contiguous: t's data, else a copy kept in *copy, the
+ * caller's to release).  shape must hold GROVE_MAX_DIMS. */
+static grove_status wire_of(const grove_tensor *t, const char *what, Grove__Tensor *w,
+                            int64_t *shape, grove_tensor **copy, grove_err *err) {
+  *copy = NULL;
+  if (t->ndim < 0 || t->ndim > GROVE_MAX_DIMS || grove_dtype_size(t->dtype) == 0)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "%s: bad tensor", what);
+  if (!grove_tensor_is_contiguous(t)) {
+    grove_err cerr = {0};
+    if (!(*copy = grove_tensor_clone(t, t->dtype, &cerr)))
+      return grove_err_set(err, cerr.code, LOCAL_PREFIX "%s: %s", what, grove_err_msg(&cerr));
+    t = *copy;
+  }
+  grove__tensor__init(w);
+  w->dtype = (int32_t)t->dtype;
+  w->n_shape = (size_t)t->ndim;
+  memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+  w->shape = shape;
+  w->data.len = grove_tensor_nbytes(t);
+  w->data.data = t->data;
+  return GROVE_OK;
+}
+
+/* A batch of tensors as wire tensors: t[i] views inputs[i] (its data, or a
+ * contiguous copy kept in copies[i]) and the target comes last; ptrs[i] is
+ * &t[i], for the request's repeated field.  Large: on the stack of one
+ * call. */
+typedef struct wire_batch {
+  Grove__Tensor t[MAX_INPUTS + 1];
+  Grove__Tensor *ptrs[MAX_INPUTS + 1];
+  int64_t shapes[MAX_INPUTS + 1][GROVE_MAX_DIMS];
+  grove_tensor *copies[MAX_INPUTS + 1];
+} wire_batch;
+
+/* Fills b with inputs[0..n) (at most max, itself at most MAX_INPUTS) and
+ * target when not NULL.  wire_batch_fini releases it, also after a
+ * failure. */
+static grove_status wire_batch_init(wire_batch *b, const grove_tensor *inputs, size_t n,
+                                    const grove_tensor *target, size_t max, grove_err *err) {
+  memset(b->copies, 0, sizeof b->copies);
+  if (n > max || (n && !inputs))
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "at most %zu inputs", max);
+  for (size_t i = 0; i <= n; i++) {
+    const grove_tensor *t = i < n ? &inputs[i] : target;
+    if (!t) break;
+    char what[32];
+    snprintf(what, sizeof what, i < n ? "inputs[%zu]" : "target", i);
+    grove_status s = wire_of(t, what, &b->t[i], b->shapes[i], &b->copies[i], err);
+    if (s) return s;
+    b->ptrs[i] = &b->t[i];
+  }
+  return GROVE_OK;
+}
+
+static void wire_batch_fini(wire_batch *b) {
+  for (size_t i = 0; i <= MAX_INPUTS; i++) grove_tensor_release(b->copies[i]);
+}
+
 /* The predict request for inputs as a new message (*out). */
 static grove_status encode_predict(grove_client *c, const char *model, const grove_tensor *inputs,
                                    size_t ninputs, int ms, nng_msg **out, grove_err *err) {
@@ -407,76 +490,58 @@ static grove_status encode_predict(grove_client *c, const char *model, const gro
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          LOCAL_PREFIX "predict: needs a model name and at most %d inputs",
                          MAX_INPUTS);
-  Grove__Tensor tens[MAX_INPUTS];
-  Grove__Tensor *ptrs[MAX_INPUTS];
-  int64_t shapes[MAX_INPUTS][GROVE_MAX_DIMS];
-  grove_tensor *copies[MAX_INPUTS] = {0};
-  grove_status s = GROVE_OK;
-  for (size_t i = 0; i < ninputs && !s; i++) {
-    const grove_tensor *t = &inputs[i];
-    if (t->ndim < 0 || t->ndim > GROVE_MAX_DIMS || grove_dtype_size(t->dtype) == 0) {
-      s = grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "inputs[%zu]: bad tensor", i);
-      break;
-    }
-    if (!grove_tensor_is_contiguous(t)) {
-      grove_err cerr = {0};
-      if (!(copies[i] = grove_tensor_clone(t, t->dtype, &cerr))) {
-        s = grove_err_set(err, cerr.code, LOCAL_PREFIX "inputs[%zu]: %s", i, grove_err_msg(&cerr));
-        break;
-      }
-      t = copies[i];
-    }
-    grove__tensor__init(&tens[i]);
-    tens[i].dtype = (int32_t)t->dtype;
-    tens[i].n_shape = (size_t)t->ndim;
-    memcpy(shapes[i], t->shape, sizeof(int64_t) * (size_t)t->ndim);
-    tens[i].shape = shapes[i];
-    tens[i].data.len = grove_tensor_nbytes(t);
-    tens[i].data.data = t->data;
-    ptrs[i] = &tens[i];
-  }
+  wire_batch b;
+  grove_status s = wire_batch_init(&b, inputs, ninputs, NULL, MAX_INPUTS, err);
   if (!s) {
     Grove__PredictRequest pr = GROVE__PREDICT_REQUEST__INIT;
     pr.model = (char *)model;
     pr.n_inputs = ninputs;
-    pr.inputs = ptrs;
+    pr.inputs = b.ptrs;
     pr.timeout_us = (uint64_t)ms * 1000;
     Grove__Request req = GROVE__REQUEST__INIT;
     req.body_case = GROVE__REQUEST__BODY_PREDICT;
     req.predict = &pr;
     if (!(*out = encode(c, &req))) s = nomem(err);
   }
-  for (size_t i = 0; i < ninputs; i++) grove_tensor_release(copies[i]);
+  wire_batch_fini(&b);
   return s;
 }
 
-/* The outputs of a predict reply (taken) into *out. */
-static grove_status prediction_from_reply(Grove__Reply *rep, grove_prediction *out,
-                                          grove_err *err) {
+/* The tensors w[0..n) of a reply into out's outputs and names; out is
+ * empty again after a failure. */
+static grove_status outputs_from_wire(Grove__Tensor **w, size_t n, grove_prediction *out,
+                                      grove_err *err) {
   grove_status s = GROVE_OK;
-  if (rep->body_case != GROVE__REPLY__BODY_PREDICT) {
-    grove__reply__free_unpacked(rep, NULL);
-    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to predict holds no outputs");
-  }
-  const Grove__PredictReply *pr = rep->predict;
-  size_t n = pr->n_outputs;
   out->outputs = calloc(n ? n : 1, sizeof *out->outputs);
   out->names = calloc(n ? n : 1, sizeof *out->names);
   if (!out->outputs || !out->names) s = nomem(err);
   for (size_t i = 0; i < n && !s; i++) {
     char what[64];
     snprintf(what, sizeof what, "output %zu", i);
-    s = tensor_from_wire(pr->outputs[i], what, &out->outputs[i], err);
+    s = tensor_from_wire(w[i], what, &out->outputs[i], err);
     out->noutputs = i + 1;
-    if (!s && !(out->names[i] = strdup(pr->outputs[i]->name ? pr->outputs[i]->name : "")))
-      s = nomem(err);
+    if (!s && !(out->names[i] = strdup(w[i]->name ? w[i]->name : ""))) s = nomem(err);
   }
-  out->version = pr->version;
-  out->queue_us = pr->queue_us;
-  out->compute_us = pr->compute_us;
-  out->batch_rows = pr->batch_rows;
-  grove__reply__free_unpacked(rep, NULL);
   if (s) grove_prediction_fini(out);
+  return s;
+}
+
+/* The outputs of a predict reply (taken) into *out. */
+static grove_status prediction_from_reply(Grove__Reply *rep, grove_prediction *out,
+                                          grove_err *err) {
+  if (rep->body_case != GROVE__REPLY__BODY_PREDICT) {
+    grove__reply__free_unpacked(rep, NULL);
+    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to predict holds no outputs");
+  }
+  const Grove__PredictReply *pr = rep->predict;
+  grove_status s = outputs_from_wire(pr->outputs, pr->n_outputs, out, err);
+  if (!s) {
+    out->version = pr->version;
+    out->queue_us = pr->queue_us;
+    out->compute_us = pr->compute_us;
+    out->batch_rows = pr->batch_rows;
+  }
+  grove__reply__free_unpacked(rep, NULL);
   return s;
 }
 
@@ -700,12 +765,9 @@ grove_status grove_client_status(grove_client *c, int timeout_ms, grove_server_s
   req.body_case = GROVE__REQUEST__BODY_STATUS;
   req.status = &sr;
   Grove__Reply *rep = NULL;
-  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &rep, err);
+  grove_status s = call_for(c, &req, timeout_of(c, timeout_ms), GROVE__REPLY__BODY_STATUS_REPLY,
+                            "the reply to status holds no status", &rep, err);
   if (s) return s;
-  if (rep->body_case != GROVE__REPLY__BODY_STATUS_REPLY) {
-    grove__reply__free_unpacked(rep, NULL);
-    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to status holds no status");
-  }
   const Grove__StatusReply *w = rep->status_reply;
   grove_server_status *st = calloc(1, sizeof *st);
   if (!st) s = nomem(err);
@@ -745,12 +807,9 @@ grove_status grove_client_model_info(grove_client *c, const char *model, int tim
   req.body_case = GROVE__REQUEST__BODY_MODEL_METADATA;
   req.model_metadata = &mr;
   Grove__Reply *rep = NULL;
-  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &rep, err);
+  grove_status s = call_for(c, &req, timeout_of(c, timeout_ms), GROVE__REPLY__BODY_MODEL_METADATA,
+                            "the reply holds no model metadata", &rep, err);
   if (s) return s;
-  if (rep->body_case != GROVE__REPLY__BODY_MODEL_METADATA) {
-    grove__reply__free_unpacked(rep, NULL);
-    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply holds no model metadata");
-  }
   grove_model_info *m = calloc(1, sizeof *m);
   if (!m)
     s = nomem(err);
@@ -766,24 +825,6 @@ grove_status grove_client_model_info(grove_client *c, const char *model, int tim
 }
 
 /* ------------------------------------------------------------ reload */
-
-/* Like decode, but a reply with a status other than 0 is returned too (*out,
- * the caller frees it): a failed Reload carries the lists of what did not
- * fit. */
-static grove_status decode_keep(grove_client *c, nng_msg *rep, Grove__Reply **out, grove_err *err) {
-  *out = NULL;
-  size_t len = nng_msg_len(rep);
-  Grove__Reply *r = grove__reply__unpack(NULL, len, nng_msg_body(rep));
-  nng_msg_free(rep);
-  if (!r)
-    return grove_err_set(err, GROVE_E_FORMAT,
-                         LOCAL_PREFIX "%s answered %zu bytes that are not a grove.Reply", c->urls,
-                         len);
-  *out = r;
-  if (r->status == 0) return GROVE_OK;
-  grove_status s = (grove_status)r->status;
-  return grove_err_set(err, s, "%s", r->message && *r->message ? r->message : grove_strerror(s));
-}
 
 static void strv_free(char **v, size_t n) {
   for (size_t i = 0; v && i < n; i++) free(v[i]);
@@ -811,29 +852,14 @@ void grove_reload_result_fini(grove_reload_result *r) {
   memset(r, 0, sizeof *r);
 }
 
-grove_status grove_client_reload(grove_client *c, const char *model, const grove_reload_opts *opts,
-                                 int timeout_ms, grove_reload_result *out, grove_err *err) {
-  if (out) memset(out, 0, sizeof *out);
-  if (!c || !model || !out)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         LOCAL_PREFIX
-                         "reload: needs a client, a model and somewhere for the result");
-  grove_status refused = one_replica_only(c, "reload", err);
-  if (refused) return refused;
-  Grove__ReloadRequest rq = GROVE__RELOAD_REQUEST__INIT;
-  rq.model = (char *)model;
-  if (opts) {
-    rq.checkpoint = (char *)(opts->checkpoint ? opts->checkpoint : "");
-    rq.model_dir = (char *)(opts->model_dir ? opts->model_dir : "");
-    rq.non_strict = opts->non_strict;
-    rq.in_place = opts->in_place;
-  }
-  Grove__Request req = GROVE__REQUEST__INIT;
-  req.body_case = GROVE__REQUEST__BODY_RELOAD;
-  req.reload = &rq;
-  nng_msg *m = encode(c, &req), *rep = NULL;
+/* Sends req (a Reload, or a Promote, which answers with its reload's
+ * reply; what names it for a message) and fills *out from the reply, also
+ * when the server refused: a refusal lists what did not fit. */
+static grove_status reload_call(grove_client *c, Grove__Request *req, int timeout_ms,
+                                const char *what, grove_reload_result *out, grove_err *err) {
+  nng_msg *m = encode(c, req), *rep = NULL;
   if (!m) return nomem(err);
-  grove_status s = exchange(c, m, timeout_of(c, timeout_ms), &rep, err);
+  grove_status s = exchange(c, m, timeout_ms, &rep, err);
   if (s) return s;
   Grove__Reply *r = NULL;
   s = decode_keep(c, rep, &r, err);
@@ -856,10 +882,33 @@ grove_status grove_client_reload(grove_client *c, const char *model, const grove
     out->n_errors = out->errors ? w->n_errors : 0;
     if (oom && !s) s = nomem(err);
   } else if (!s) {
-    s = grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to reload holds no result");
+    s = grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to %s holds no result", what);
   }
   grove__reply__free_unpacked(r, NULL);
   return s;
+}
+
+grove_status grove_client_reload(grove_client *c, const char *model, const grove_reload_opts *opts,
+                                 int timeout_ms, grove_reload_result *out, grove_err *err) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!c || !model || !out)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX
+                         "reload: needs a client, a model and somewhere for the result");
+  grove_status refused = one_replica_only(c, "reload", err);
+  if (refused) return refused;
+  Grove__ReloadRequest rq = GROVE__RELOAD_REQUEST__INIT;
+  rq.model = (char *)model;
+  if (opts) {
+    rq.checkpoint = (char *)(opts->checkpoint ? opts->checkpoint : "");
+    rq.model_dir = (char *)(opts->model_dir ? opts->model_dir : "");
+    rq.non_strict = opts->non_strict;
+    rq.in_place = opts->in_place;
+  }
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.body_case = GROVE__REQUEST__BODY_RELOAD;
+  req.reload = &rq;
+  return reload_call(c, &req, timeout_of(c, timeout_ms), "reload", out, err);
 }
 
 /* ------------------------------------------------------------ export */
@@ -872,14 +921,8 @@ static grove_status export_call(grove_client *c, Grove__ExportStateDictRequest *
   Grove__Request req = GROVE__REQUEST__INIT;
   req.body_case = GROVE__REQUEST__BODY_EXPORT_STATE_DICT;
   req.export_state_dict = q;
-  grove_status s = call(c, &req, timeout_ms, out, err);
-  if (s) return s;
-  if ((*out)->body_case != GROVE__REPLY__BODY_EXPORT_STATE_DICT) {
-    grove__reply__free_unpacked(*out, NULL);
-    *out = NULL;
-    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to export holds no data");
-  }
-  return GROVE_OK;
+  return call_for(c, &req, timeout_ms, GROVE__REPLY__BODY_EXPORT_STATE_DICT,
+                  "the reply to export holds no data", out, err);
 }
 
 /* Releases export id on the server (best effort: an export left open
@@ -1200,12 +1243,9 @@ grove_status grove_client_list_hooks(grove_client *c, const char *model, int tim
   req.body_case = GROVE__REQUEST__BODY_LIST_HOOKS;
   req.list_hooks = &lr;
   Grove__Reply *rep = NULL;
-  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &rep, err);
+  grove_status s = call_for(c, &req, timeout_of(c, timeout_ms), GROVE__REPLY__BODY_LIST_HOOKS,
+                            "the reply holds no hook list", &rep, err);
   if (s) return s;
-  if (rep->body_case != GROVE__REPLY__BODY_LIST_HOOKS || !rep->list_hooks) {
-    grove__reply__free_unpacked(rep, NULL);
-    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply holds no hook list");
-  }
   const Grove__ListHooksReply *w = rep->list_hooks;
   grove_hook_info *h = calloc(w->n_hooks ? w->n_hooks : 1, sizeof *h);
   size_t got = 0;
@@ -1231,29 +1271,6 @@ void grove_train_info_fini(grove_train_info *info) {
   strv_free(info->param_names, info->nparams);
   free(info->group_sizes);
   memset(info, 0, sizeof *info);
-}
-
-/* A wire view of t (contiguous: t's data, else a copy kept in *copy, the
- * caller's to release).  shape must hold GROVE_MAX_DIMS. */
-static grove_status wire_of(const grove_tensor *t, const char *what, Grove__Tensor *w,
-                            int64_t *shape, grove_tensor **copy, grove_err *err) {
-  *copy = NULL;
-  if (t->ndim < 0 || t->ndim > GROVE_MAX_DIMS || grove_dtype_size(t->dtype) == 0)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "%s: bad tensor", what);
-  if (!grove_tensor_is_contiguous(t)) {
-    grove_err cerr = {0};
-    if (!(*copy = grove_tensor_clone(t, t->dtype, &cerr)))
-      return grove_err_set(err, cerr.code, LOCAL_PREFIX "%s: %s", what, grove_err_msg(&cerr));
-    t = *copy;
-  }
-  grove__tensor__init(w);
-  w->dtype = (int32_t)t->dtype;
-  w->n_shape = (size_t)t->ndim;
-  memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-  w->shape = shape;
-  w->data.len = grove_tensor_nbytes(t);
-  w->data.data = t->data;
-  return GROVE_OK;
 }
 
 static const char *loss_name(grove_loss_kind k) {
@@ -1335,13 +1352,10 @@ grove_status grove_client_start_training(grove_client *c, const char *model,
   req.body_case = GROVE__REQUEST__BODY_START_TRAINING;
   req.start_training = &q;
   Grove__Reply *r = NULL;
-  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &r, err);
+  grove_status s = call_for(c, &req, timeout_of(c, timeout_ms), GROVE__REPLY__BODY_START_TRAINING,
+                            "the reply to start_training is empty", &r, err);
   grove_tensor_release(pw_copy);
   if (s) return s;
-  if (r->body_case != GROVE__REPLY__BODY_START_TRAINING) {
-    grove__reply__free_unpacked(r, NULL);
-    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to start_training is empty");
-  }
   const Grove__StartTrainingReply *w = r->start_training;
   bool oom = false;
   out->base_version = w->base_version;
@@ -1362,27 +1376,6 @@ grove_status grove_client_start_training(grove_client *c, const char *model,
   return GROVE_OK;
 }
 
-/* inputs (and target, may be NULL) as wire tensors in ws[0..n] (target
- * last), with copies of strided ones in copies (release them). */
-static grove_status wire_batch(const grove_tensor *inputs, size_t n, const grove_tensor *target,
-                               Grove__Tensor *ws, Grove__Tensor **ptrs,
-                               int64_t (*shapes)[GROVE_MAX_DIMS], grove_tensor **copies,
-                               grove_err *err) {
-  if (n > GROVE_MAX_VALUES || (n && !inputs))
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "at most %d inputs",
-                         GROVE_MAX_VALUES);
-  for (size_t i = 0; i <= n; i++) {
-    const grove_tensor *t = i < n ? &inputs[i] : target;
-    if (!t) break;
-    char what[32];
-    snprintf(what, sizeof what, i < n ? "inputs[%zu]" : "target", i);
-    grove_status s = wire_of(t, what, &ws[i], shapes[i], &copies[i], err);
-    if (s) return s;
-    ptrs[i] = &ws[i];
-  }
-  return GROVE_OK;
-}
-
 grove_status grove_client_train_step(grove_client *c, const char *model, const grove_tensor *inputs,
                                      size_t ninputs, const grove_tensor *target, int timeout_ms,
                                      grove_train_step_result *out, grove_err *err) {
@@ -1391,28 +1384,23 @@ grove_status grove_client_train_step(grove_client *c, const char *model, const g
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          LOCAL_PREFIX "train_step: needs a client, a model, a target and "
                                       "somewhere for the result");
-  Grove__Tensor ws[GROVE_MAX_VALUES + 1], *ptrs[GROVE_MAX_VALUES + 1];
-  int64_t shapes[GROVE_MAX_VALUES + 1][GROVE_MAX_DIMS];
-  grove_tensor *copies[GROVE_MAX_VALUES + 1] = {0};
-  grove_status s = wire_batch(inputs, ninputs, target, ws, ptrs, shapes, copies, err);
+  wire_batch b;
+  grove_status s = wire_batch_init(&b, inputs, ninputs, target, GROVE_MAX_VALUES, err);
   Grove__Reply *r = NULL;
   if (!s) {
     Grove__TrainStepRequest q = GROVE__TRAIN_STEP_REQUEST__INIT;
     q.model = (char *)model;
     q.n_inputs = ninputs;
-    q.inputs = ptrs;
-    q.target = ptrs[ninputs];
+    q.inputs = b.ptrs;
+    q.target = b.ptrs[ninputs];
     Grove__Request req = GROVE__REQUEST__INIT;
     req.body_case = GROVE__REQUEST__BODY_TRAIN_STEP;
     req.train_step = &q;
-    s = call(c, &req, timeout_of(c, timeout_ms), &r, err);
+    s = call_for(c, &req, timeout_of(c, timeout_ms), GROVE__REPLY__BODY_TRAIN_STEP,
+                 "the reply to train_step is empty", &r, err);
   }
-  for (size_t i = 0; i <= ninputs && i <= GROVE_MAX_VALUES; i++) grove_tensor_release(copies[i]);
+  wire_batch_fini(&b);
   if (s) return s;
-  if (r->body_case != GROVE__REPLY__BODY_TRAIN_STEP) {
-    grove__reply__free_unpacked(r, NULL);
-    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to train_step is empty");
-  }
   out->loss = r->train_step->loss;
   out->grad_norm = r->train_step->grad_norm;
   out->step = r->train_step->step;
@@ -1430,44 +1418,27 @@ grove_status grove_client_evaluate(grove_client *c, const char *model, const gro
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          LOCAL_PREFIX "evaluate: needs a client, a model and somewhere for the "
                                       "outputs");
-  Grove__Tensor ws[GROVE_MAX_VALUES + 1], *ptrs[GROVE_MAX_VALUES + 1];
-  int64_t shapes[GROVE_MAX_VALUES + 1][GROVE_MAX_DIMS];
-  grove_tensor *copies[GROVE_MAX_VALUES + 1] = {0};
-  grove_status s = wire_batch(inputs, ninputs, target, ws, ptrs, shapes, copies, err);
+  wire_batch b;
+  grove_status s = wire_batch_init(&b, inputs, ninputs, target, GROVE_MAX_VALUES, err);
   Grove__Reply *r = NULL;
   if (!s) {
     Grove__EvaluateRequest q = GROVE__EVALUATE_REQUEST__INIT;
     q.model = (char *)model;
     q.n_inputs = ninputs;
-    q.inputs = ptrs;
-    q.target = target ? ptrs[ninputs] : NULL;
+    q.inputs = b.ptrs;
+    q.target = target ? b.ptrs[ninputs] : NULL;
     Grove__Request req = GROVE__REQUEST__INIT;
     req.body_case = GROVE__REQUEST__BODY_EVALUATE;
     req.evaluate = &q;
-    s = call(c, &req, timeout_of(c, timeout_ms), &r, err);
+    s = call_for(c, &req, timeout_of(c, timeout_ms), GROVE__REPLY__BODY_EVALUATE,
+                 "the reply to evaluate is empty", &r, err);
   }
-  for (size_t i = 0; i <= ninputs && i <= GROVE_MAX_VALUES; i++) grove_tensor_release(copies[i]);
+  wire_batch_fini(&b);
   if (s) return s;
-  if (r->body_case != GROVE__REPLY__BODY_EVALUATE) {
-    grove__reply__free_unpacked(r, NULL);
-    return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to evaluate is empty");
-  }
   const Grove__EvaluateReply *w = r->evaluate;
-  size_t n = w->n_outputs;
-  out->outputs = calloc(n ? n : 1, sizeof *out->outputs);
-  out->names = calloc(n ? n : 1, sizeof *out->names);
-  if (!out->outputs || !out->names) s = nomem(err);
-  for (size_t i = 0; i < n && !s; i++) {
-    char what[64];
-    snprintf(what, sizeof what, "output %zu", i);
-    s = tensor_from_wire(w->outputs[i], what, &out->outputs[i], err);
-    out->noutputs = i + 1;
-    if (!s && !(out->names[i] = strdup(w->outputs[i]->name ? w->outputs[i]->name : "")))
-      s = nomem(err);
-  }
+  s = outputs_from_wire(w->outputs, w->n_outputs, out, err);
   if (loss && w->has_loss) *loss = w->loss;
   grove__reply__free_unpacked(r, NULL);
-  if (s) grove_prediction_fini(out);
   return s;
 }
 
@@ -1486,36 +1457,8 @@ grove_status grove_client_promote(grove_client *c, const char *model, const char
   Grove__Request req = GROVE__REQUEST__INIT;
   req.body_case = GROVE__REQUEST__BODY_PROMOTE;
   req.promote = &q;
-  nng_msg *m = encode(c, &req), *rep = NULL;
-  if (!m) return nomem(err);
-  grove_status s = exchange(c, m, timeout_of(c, timeout_ms), &rep, err);
-  if (s) return s;
-  Grove__Reply *r = NULL;
-  s = decode_keep(c, rep, &r, err);
-  if (!r) return s;
   /* Promote answers with its reload's reply. */
-  if (r->body_case == GROVE__REPLY__BODY_RELOAD) {
-    const Grove__ReloadReply *w = r->reload;
-    bool oom = false;
-    out->version = w->version;
-    out->previous_version = w->previous_version;
-    out->duration_us = w->duration_us;
-    out->pause_us = w->pause_us;
-    out->in_place = w->in_place;
-    if (!(out->weights_path = dup_str(w->weights_path)) || !(out->dir = dup_str(w->dir)))
-      oom = true;
-    out->missing = strv_dup(w->missing_keys, w->n_missing_keys, &oom);
-    out->n_missing = out->missing ? w->n_missing_keys : 0;
-    out->unexpected = strv_dup(w->unexpected_keys, w->n_unexpected_keys, &oom);
-    out->n_unexpected = out->unexpected ? w->n_unexpected_keys : 0;
-    out->errors = strv_dup(w->errors, w->n_errors, &oom);
-    out->n_errors = out->errors ? w->n_errors : 0;
-    if (oom && !s) s = nomem(err);
-  } else if (!s) {
-    s = grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to promote holds no result");
-  }
-  grove__reply__free_unpacked(r, NULL);
-  return s;
+  return reload_call(c, &req, timeout_of(c, timeout_ms), "promote", out, err);
 }
 
 grove_status grove_client_stop_training(grove_client *c, const char *model,
