@@ -11,18 +11,26 @@ committed, so `make fuzz` needs no torch).
   pickle/       data.pkl of torch.save'd state_dicts whose storages are all
                 256 bytes, the size of the storages fuzz_pickle.c supplies,
                 plus the data.pkl of the fixtures
+  spec/         model.json texts: the fixtures' (graphs, containers,
+                norms, embeddings) and small models of every other layer
+                kind exported here (convolutions, pools, attention,
+                transformers), all with sizes under fuzz_spec.c's cap
 """
 import collections
+import glob
 import io
+import json
 import os
 import shutil
 import sys
 import zipfile
 
 import torch
+import torch.nn as nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "..", "tests", "fixtures")
+sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 
 
 def out(name):
@@ -88,6 +96,29 @@ def main():
             pkl = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
             with open(os.path.join(d, f[:-3] + ".pkl"), "wb") as o:
                 o.write(z.read(pkl))
+
+    d = out("spec")
+    for f in sorted(glob.glob(os.path.join(FIX, "graph_*.json")) +
+                    glob.glob(os.path.join(FIX, "*", "model.json"))):
+        name = os.path.relpath(f, FIX).replace(os.sep, "_")
+        shutil.copy(f, os.path.join(d, name))
+    from grove_export import build_spec
+    small = {
+        "conv": (nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                               nn.MaxPool2d(2), nn.Conv2d(4, 4, 3, groups=2, dilation=2),
+                               nn.AvgPool2d(2, ceil_mode=True), nn.AdaptiveAvgPool2d(1),
+                               nn.Flatten(), nn.Linear(4, 2)), torch.randn(1, 3, 12, 12)),
+        "conv1d": (nn.Sequential(nn.Conv1d(2, 3, 3, stride=2, padding=1), nn.GELU(),
+                                 nn.Flatten(), nn.LayerNorm(27)), torch.randn(1, 2, 17)),
+        "attention": (nn.TransformerEncoder(
+            nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1, batch_first=True, norm_first=True),
+            2, enable_nested_tensor=False), torch.randn(1, 5, 8)),
+        "encoder_layer": (nn.TransformerEncoderLayer(8, 2, 16, activation="gelu"),
+                          torch.randn(5, 1, 8)),
+    }
+    for name, (m, x) in small.items():
+        with open(os.path.join(d, name + ".json"), "w") as f:
+            json.dump(build_spec(m.eval(), x), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -18,12 +18,14 @@ FUZZ_CC            ?= clang
 FUZZ_SECONDS       ?= 60
 FUZZ_SMOKE_SECONDS ?= 6
 FUZZ_BUILD         := build/fuzz
-FUZZ_NAMES         := safetensors zip pickle
+FUZZ_NAMES         := safetensors zip pickle spec
 FUZZ_SRC           := core/safetensors.c core/torch_zip.c core/pickle.c core/torch_load.c \
                       core/export_plan.c \
                       core/torch_save.c core/checkpoint.c core/tensor.c core/state_dict.c \
                       core/status.c core/log.c core/fileio.c core/utf8.c core/yield.c
 FUZZ_OBJ           := $(FUZZ_SRC:core/%.c=$(FUZZ_BUILD)/core/%.o)
+# fuzz_spec builds and runs models: all of the core, and BLAS.
+FUZZ_SPEC_OBJ      := $(CORE_SRC:core/%.c=$(FUZZ_BUILD)/core/%.o)
 FUZZ_BINS          := $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
 FUZZ_SAN           := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 # FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION (the usual libFuzzer convention)
@@ -42,6 +44,10 @@ $(FUZZ_BUILD)/core/%.o: core/%.c | $(DEPSTAMP)
 
 $(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(FUZZ_OBJ)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) -o $@ $< $(FUZZ_OBJ) $(FUZZ_LIBS)
+
+$(FUZZ_BUILD)/fuzz_spec: fuzz/fuzz_spec.c fuzz/fuzz_common.h $(FUZZ_SPEC_OBJ)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) -o $@ $< $(FUZZ_SPEC_OBJ) $(PKG_LIBS) \
+	  -pthread
 
 fuzz-build: $(FUZZ_BINS)
 
