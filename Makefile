@@ -102,9 +102,18 @@ fixtures:
 	@test -n "$(PYTHON)" || { echo "make fixtures needs python3-torch (scripts/deps.sh --torch)"; exit 1; }
 	$(PYTHON) tests/gen_fixtures.py tests/fixtures
 
+# The suites that run whole layers and graphs run a second time on the AVX2
+# kernel (GROVE_GEMM=avx2; the default kernel where the CPU has no AVX2), so
+# that an AVX-512 machine also tests what an AVX2-only one runs.
+AVX2_SUITES := $(BUILD)/tests/check_layers $(BUILD)/tests/check_conv $(BUILD)/tests/check_graph
+
 unit-tests: all $(TEST_BIN) $(FIXTURE_STAMP)
 	@fail=0; for t in $(TEST_BIN); do \
 	  GROVE_FIXTURES=$(FIXTURES) GROVE_BIN=$(GROVE_BIN) CK_DEFAULT_TIMEOUT=120 $$t || fail=1; \
+	done; \
+	for t in $(AVX2_SUITES); do \
+	  echo "unit-tests: $$(basename $$t) on the AVX2 kernel (GROVE_GEMM=avx2)"; \
+	  GROVE_GEMM=avx2 GROVE_FIXTURES=$(FIXTURES) CK_DEFAULT_TIMEOUT=120 $$t || fail=1; \
 	done; exit $$fail
 
 py-tests: all

@@ -14,6 +14,14 @@
  *    forward, which is all a matrix-vector product can do).  A narrow last
  *    panel (N % 64) is packed 16, 32 or 48 wide so Linear(1024, 10) does not
  *    compute 64 columns.
+ *  - AVX2 (x86-64 with avx2 and fma but not avx512f, or GROVE_GEMM=avx2):
+ *    the same panels, computed in strips of 16 columns: an MR x 16 tile (6
+ *    rows x 2 ymm = 12 of the 16 ymm registers) per strip, with the same
+ *    epilogue, on panels packed strip by strip (each strip's k steps
+ *    contiguous).  Without it such a CPU (AMD Zen 2 and 3, Intel client
+ *    parts) fell back to OpenBLAS, which on the reference MLP is 1.05 to
+ *    1.4 times slower at batch 1, 64 and 256, and 4 to 7 times at batches
+ *    of 2 to 6 (docs/performance.md, "AVX2").
  *  - BLAS (anything else, or GROVE_GEMM=blas): W is kept as is and the
  *    product goes through cblas_sgemv (one row) or cblas_sgemm, followed by
  *    one pass of bias and ReLU over the cache-hot output.
@@ -65,22 +73,27 @@ void openblas_set_num_threads(int num_threads);
 
 /* ================================================================ packs */
 
-enum { KIND_BLAS = 0, KIND_AVX512 = 1 };
+enum { KIND_BLAS = 0, KIND_AVX512 = 1, KIND_AVX2 = 2 };
 
 /* Output features per panel of the AVX-512 layout (4 zmm), and rows per
  * microkernel call. */
 #define NR 64
 #define MR 6
-/* Longest stretch of K one tile covers (see avx512_part). */
+/* Longest stretch of K one tile covers (see packed_part). */
 #define KC 1024
 
 struct grove__linear_pack {
   int64_t N, K;
   int kind;
   int64_t npanels; /* AVX-512: ceil(N / NR) */
-  /* BLAS: W as given, [N,K] row-major.  AVX-512: panel p (columns p*NR ..)
-   * starts at data + p*K*NR and holds K rows of its width w (a multiple of
-   * 16, zero-padded past N): element (k, j) at [k*w + j]. */
+  /* BLAS: W as given, [N,K] row-major.  AVX-512 and AVX2: panel p (columns
+   * p*NR ..) starts at data + p*K*NR and holds K rows of its width w (a
+   * multiple of 16, zero-padded past N).  AVX-512: element (k, j) at
+   * [k*w + j], a k step of the panel one run of w floats.  AVX2: the panel
+   * is w / 16 strips of 16 columns one after the other, element (k, j) at
+   * [(j / 16) * K * 16 + k * 16 + j % 16], so that a 16-column strip's k
+   * steps are one contiguous run (read 64 bytes w * 4 apart, the strips ran
+   * at two thirds of the FMA rate). */
   float *data;
 };
 
@@ -91,12 +104,18 @@ static inline int panel_width(int64_t N, int64_t p) {
   return (int)((left + 15) / 16 * 16);
 }
 
+/* GROVE_GEMM=blas forces the BLAS path and GROVE_GEMM=avx2 the AVX2
+ * kernel (where the CPU has it: tests and benchmarks of it on an AVX-512
+ * machine); otherwise the widest kernel the CPU runs. */
 static int choose_kind(void) {
   const char *force = getenv("GROVE_GEMM");
   if (force && strcmp(force, "blas") == 0) return KIND_BLAS;
 #if GEMM_HAVE_AVX512
   __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (force && strcmp(force, "avx2") == 0 && avx2) return KIND_AVX2;
   if (__builtin_cpu_supports("avx512f")) return KIND_AVX512;
+  if (avx2) return KIND_AVX2;
 #endif
   return KIND_BLAS;
 }
@@ -115,7 +134,7 @@ grove__linear_pack *grove__linear_pack_new(const float *W, int64_t N, int64_t K)
     return NULL;
   }
 
-  uint64_t cols = p->kind == KIND_AVX512 ? (uint64_t)p->npanels * NR : (uint64_t)N;
+  uint64_t cols = p->kind != KIND_BLAS ? (uint64_t)p->npanels * NR : (uint64_t)N;
   uint64_t elems, bytes;
   if (grove__mul_overflow_u64(cols, (uint64_t)K, &elems) ||
       grove__mul_overflow_u64(elems, sizeof(float), &bytes) || bytes > SIZE_MAX - 64) {
@@ -142,6 +161,7 @@ grove__linear_pack *grove__linear_pack_new(const float *W, int64_t N, int64_t K)
    * cannot hold: 3 to 5 times slower, and the pack is most of a reload's
    * CPU time and all of an in-place reload's pause. */
   enum { KB = 64 };
+  const bool strips = p->kind == KIND_AVX2;
   for (int64_t pi = 0; pi < p->npanels; pi++) {
     grove__yield_point(); /* a background build packs (core/yield.c) */
     int w = panel_width(N, pi);
@@ -150,12 +170,17 @@ grove__linear_pack *grove__linear_pack_new(const float *W, int64_t N, int64_t K)
     int rows = N - n0 < w ? (int)(N - n0) : w;
     for (int64_t k0 = 0; k0 < K; k0 += KB) {
       int64_t k1 = k0 + KB < K ? k0 + KB : K;
-      for (int j = 0; j < rows; j++) {
-        const float *src = W + (n0 + j) * K;
-        for (int64_t k = k0; k < k1; k++) dst[k * w + j] = src[k];
+      for (int j = 0; j < w; j++) {
+        /* Where (k, j) goes: k * ks + j's column offset (the layouts above). */
+        float *d = strips ? dst + (int64_t)(j / 16) * K * 16 + j % 16 : dst + j;
+        const int64_t ks = strips ? 16 : w;
+        if (j < rows) {
+          const float *src = W + (n0 + j) * K;
+          for (int64_t k = k0; k < k1; k++) d[k * ks] = src[k];
+        } else {
+          for (int64_t k = k0; k < k1; k++) d[k * ks] = 0.0f;
+        }
       }
-      for (int j = rows; j < w; j++)
-        for (int64_t k = k0; k < k1; k++) dst[k * w + j] = 0.0f;
     }
   }
   return p;
@@ -278,13 +303,136 @@ TILE_ROW(6)
 static const tile_fn tiles[MR][4] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
                                      TILE_REF(4), TILE_REF(5), TILE_REF(6)};
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+/* ================================================================ AVX2 kernel */
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#endif
+
+/* One strip: y[0..mr, 0..ncols) = act(A[0..mr, 0..K) . B + bias) with B
+ * the first of the strip's NY / 2 16-column strips of an AVX2 panel (see
+ * grove__linear_pack), the next one ss floats further, each k step of one
+ * 16 floats on (32-byte aligned: panels start 64-byte aligned and strips
+ * are multiples of 64 bytes long).  ncols is 1..NY * 8; mr and NY are compile-time
+ * constants at every call, so acc lives in registers.  Short tiles take
+ * wide strips: an FMA's result is ready 4 cycles later and two FMAs issue
+ * per cycle, so a k step needs 8 independent accumulators to keep the units
+ * busy; one row over 16 columns had 2 (batch 1 ran at a quarter of the
+ * FMA rate, slower than OpenBLAS's GEMV). */
+static inline __attribute__((always_inline)) void strip(const int mr, const int NY, int64_t K,
+                                                        const float *A, int64_t lda, const float *B,
+                                                        int64_t ss, const float *bias, float *y,
+                                                        int64_t ldy, int ncols, int flags) {
+  __m256 acc[MR][8];
+  __m256i m[8];
+  const bool full = ncols == NY * 8;
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+#pragma GCC unroll 8
+  for (int j = 0; j < NY; j++) m[j] = _mm256_cmpgt_epi32(_mm256_set1_epi32(ncols - 8 * j), idx);
+#pragma GCC unroll 6
+  for (int i = 0; i < mr; i++)
+#pragma GCC unroll 8
+    for (int j = 0; j < NY; j++) {
+      const float *yp = y + i * ldy + 8 * j;
+      acc[i][j] = !(flags & TILE_ACCUMULATE) ? _mm256_setzero_ps()
+                  : full                     ? _mm256_loadu_ps(yp)
+                                             : _mm256_maskload_ps(yp, m[j]);
+    }
+  for (int64_t k = 0; k < K; k++) {
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++) {
+      const __m256 a = _mm256_broadcast_ss(A + i * lda + k);
+#pragma GCC unroll 8
+      for (int j = 0; j < NY; j++)
+        acc[i][j] =
+            _mm256_fmadd_ps(a, _mm256_load_ps(B + (j / 2) * ss + k * 16 + (j % 2) * 8), acc[i][j]);
+    }
+  }
+  const __m256 zero = _mm256_setzero_ps();
+#pragma GCC unroll 8
+  for (int j = 0; j < NY; j++) {
+    const __m256 bv = !bias  ? zero
+                      : full ? _mm256_loadu_ps(bias + 8 * j)
+                             : _mm256_maskload_ps(bias + 8 * j, m[j]);
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++) {
+      __m256 v = _mm256_add_ps(acc[i][j], bv);
+      if (flags & TILE_RELU) v = _mm256_max_ps(v, zero);
+      if (full)
+        _mm256_storeu_ps(y + i * ldy + 8 * j, v);
+      else
+        _mm256_maskstore_ps(y + i * ldy + 8 * j, m[j], v);
+    }
+  }
+}
+
+/* The AVX-512 tile's contract (tile_fn) over an AVX2 panel NV * 16 wide
+ * whose 16-column strips are ss floats apart (the pack's K * 16): strips of
+ * 64, 32 or 16 columns (one, two or three to six rows), one after another,
+ * the rows of A staying in L1 between them. */
+static inline __attribute__((always_inline)) void tile2(const int mr, const int NV, int64_t K,
+                                                        const float *A, int64_t lda, const float *B,
+                                                        int64_t ss, const float *bias, float *y,
+                                                        int64_t ldy, int ncols, int flags) {
+  const int sw = mr == 1 ? 64 : mr == 2 ? 32 : 16; /* strip width, a multiple of 16 */
+  for (int c = 0; c < NV * 16 && c < ncols; c += sw) {
+    const int left = NV * 16 - c, width = left < sw ? left : sw; /* 16, 32, 48 or 64 */
+    const int nc = ncols - c < width ? ncols - c : width;
+    const float *bc = bias ? bias + c : NULL, *bs = B + (c / 16) * ss;
+    if (width == 64)
+      strip(mr, 8, K, A, lda, bs, ss, bc, y + c, ldy, nc, flags);
+    else if (width == 48)
+      strip(mr, 6, K, A, lda, bs, ss, bc, y + c, ldy, nc, flags);
+    else if (width == 32)
+      strip(mr, 4, K, A, lda, bs, ss, bc, y + c, ldy, nc, flags);
+    else
+      strip(mr, 2, K, A, lda, bs, ss, bc, y + c, ldy, nc, flags);
+  }
+}
+
+typedef void (*tile2_fn)(int64_t K, const float *A, int64_t lda, const float *B, int64_t ss,
+                         const float *bias, float *y, int64_t ldy, int ncols, int flags);
+
+#define TILE2_FN(R, V)                                                                            \
+  static void tile2_##R##_##V(int64_t K, const float *A, int64_t lda, const float *B, int64_t ss, \
+                              const float *bias, float *y, int64_t ldy, int ncols, int flags) {   \
+    tile2(R, V, K, A, lda, B, ss, bias, y, ldy, ncols, flags);                                    \
+  }
+#define TILE2_ROW(R) TILE2_FN(R, 1) TILE2_FN(R, 2) TILE2_FN(R, 3) TILE2_FN(R, 4)
+TILE2_ROW(1)
+TILE2_ROW(2)
+TILE2_ROW(3)
+TILE2_ROW(4)
+TILE2_ROW(5)
+TILE2_ROW(6)
+#define TILE2_REF(R) \
+  { tile2_##R##_1, tile2_##R##_2, tile2_##R##_3, tile2_##R##_4 }
+static const tile2_fn tiles2[MR][4] = {TILE2_REF(1), TILE2_REF(2), TILE2_REF(3),
+                                       TILE2_REF(4), TILE2_REF(5), TILE2_REF(6)};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
 /* Rows [r0, r1) x panels [p0, p1) of one product.  A long K is cut into
  * blocks of at most KC, so that the block of a panel (KC x 64 floats,
  * 256 KB) stays in L2 while every row block of x passes over it; the
  * partial sums go through y, and bias and ReLU come with the last block. */
-static void avx512_part(const grove__linear_pack *p, const float *x, const float *bias, float *y,
+static void packed_part(const grove__linear_pack *p, const float *x, const float *bias, float *y,
                         int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const int64_t N = p->N, K = p->K;
+  const bool avx2 = p->kind == KIND_AVX2;
   const int64_t kblocks = K > KC ? (K + KC - 1) / KC : 1;
   const int64_t kc = (K + kblocks - 1) / kblocks;
   for (int64_t pi = p0; pi < p1; pi++) {
@@ -300,18 +448,16 @@ static void avx512_part(const grove__linear_pack *p, const float *x, const float
       int flags = (kb > 0 ? TILE_ACCUMULATE : 0) | (relu && last ? TILE_RELU : 0);
       for (int64_t i = r0; i < r1; i += MR) {
         int mr = (int)(r1 - i < MR ? r1 - i : MR);
-        tiles[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * w, bp, y + i * N + n0, N, ncols,
-                                  flags);
+        if (avx2)
+          tiles2[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * 16, K * 16, bp, y + i * N + n0,
+                                     N, ncols, flags);
+        else
+          tiles[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * w, bp, y + i * N + n0, N, ncols,
+                                    flags);
       }
     }
   }
 }
-
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
 
 #endif /* GEMM_HAVE_AVX512 */
 
@@ -442,16 +588,16 @@ static void run_chunk(const job *jb, int64_t c) {
   if (jb->by_rows) {
     int64_t r0 = c * jb->rows_per_chunk;
     int64_t r1 = r0 + jb->rows_per_chunk < jb->M ? r0 + jb->rows_per_chunk : jb->M;
-    avx512_part(p, jb->x, jb->bias, jb->y, jb->relu, r0, r1, 0, p->npanels);
+    packed_part(p, jb->x, jb->bias, jb->y, jb->relu, r0, r1, 0, p->npanels);
   } else {
     int64_t q0 = c * jb->panels_per_chunk;
     int64_t q1 = q0 + jb->panels_per_chunk < p->npanels ? q0 + jb->panels_per_chunk : p->npanels;
-    avx512_part(p, jb->x, jb->bias, jb->y, jb->relu, 0, jb->M, q0, q1);
+    packed_part(p, jb->x, jb->bias, jb->y, jb->relu, 0, jb->M, q0, q1);
   }
 #else
   (void)jb;
   (void)c;
-  assert(!"the pool only runs AVX-512 packs");
+  assert(!"the pool only runs packed (AVX-512 or AVX2) products");
 #endif
 }
 
@@ -733,7 +879,7 @@ void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, c
       return;
     }
   }
-  avx512_part(p, x, bias, y, relu, 0, M, 0, p->npanels);
+  packed_part(p, x, bias, y, relu, 0, M, 0, p->npanels);
 #endif
 }
 
@@ -746,12 +892,16 @@ void grove__linear_run_alone(const grove__linear_pack *p, const float *x, int64_
     return;
   }
 #if GEMM_HAVE_AVX512
-  avx512_part(p, x, bias, y, act == GROVE__ACT_RELU, 0, M, 0, p->npanels);
+  packed_part(p, x, bias, y, act == GROVE__ACT_RELU, 0, M, 0, p->npanels);
 #endif
 }
 
 bool grove__linear_pack_native(const grove__linear_pack *p) {
-  return p && p->kind == KIND_AVX512;
+  return p && p->kind != KIND_BLAS;
+}
+
+const char *grove__linear_pack_kernel(const grove__linear_pack *p) {
+  return p->kind == KIND_AVX512 ? "avx512" : p->kind == KIND_AVX2 ? "avx2" : "blas";
 }
 
 /* ================================================================ parallel for */
@@ -1061,7 +1211,7 @@ static void gemm_pack_fn(void *ctx, int64_t begin, int64_t end) {
 
 /* Chunk c: rows [rpc * (c / npanels), ...) x panel c % npanels, so that
  * consecutive chunks on one thread reuse the same rows of a from L2.  K is
- * cut into blocks as in avx512_part. */
+ * cut into blocks as in packed_part. */
 static void gemm_tiles_fn(void *ctx, int64_t begin, int64_t end) {
   const gemm_job *j = ctx;
   const int64_t R = j->pl.rows, N = j->pl.cols, K = j->pl.depth;

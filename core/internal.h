@@ -137,8 +137,11 @@ void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, c
  * thread; the same results, bit for bit, as grove__linear_run. */
 void grove__linear_run_alone(const grove__linear_pack *p, const float *x, int64_t M,
                              const float *bias, float *y, grove__act act);
-/* Whether p runs Grove's own kernel (AVX-512), not OpenBLAS. */
+/* Whether p runs Grove's own kernel (AVX-512 or AVX2), not OpenBLAS. */
 bool grove__linear_pack_native(const grove__linear_pack *p);
+/* The kernel p runs: "avx512", "avx2" or "blas" (a static string; tests and
+ * logs).  Any thread. */
+const char *grove__linear_pack_kernel(const grove__linear_pack *p);
 
 /* Runs fn over [0, n) in chunks of grain indices (the last one shorter):
  * the calling thread and the helpers of a compute-thread pool (gemm.c) each

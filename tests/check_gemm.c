@@ -1,8 +1,9 @@
 /* check_gemm.c: grove__linear_pack / grove__linear_run against a naive
  * double-precision reference (rtol 1e-4, atol 1e-5), on odd and real
  * shapes, both activations, with and without bias, with 1 and 2 compute
- * threads, on both kernels (the AVX-512 one where the CPU has it, and the
- * BLAS one forced by GROVE_GEMM=blas), and with two threads running the
+ * threads, on every kernel (the AVX-512 one where the CPU has it, the AVX2
+ * one forced by GROVE_GEMM=avx2, and the BLAS one forced by
+ * GROVE_GEMM=blas), and with two threads running the
  * same pack at once.  grove__parallel_for, on the same pools: every index
  * exactly once, in chunks of the grain, on 1, 2 and 3 compute threads, and
  * from two threads at once.  grove__gemm, the general product training
@@ -123,11 +124,39 @@ START_TEST(test_shapes_blas_kernel) {
 }
 END_TEST
 
-/* K longer than one block of the AVX-512 kernel (1024): partial sums go
- * through y, and bias and ReLU must come only with the last block. */
+/* The AVX2 kernel, forced (GROVE_GEMM=avx2) on a CPU that also has
+ * AVX-512; what an AVX2-only CPU (AMD Zen 2 and 3) runs by default.
+ * Skipped, said so, on a CPU without AVX2. */
+static bool have_avx2(void) {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return true;
+  fprintf(stderr, "check_gemm: no AVX2 on this CPU; the AVX2 kernel is not tested\n");
+  return false;
+}
+
+START_TEST(test_shapes_avx2_kernel) {
+  if (!have_avx2()) return;
+  setenv("GROVE_GEMM", "avx2", 1);
+  float w[6] = {1, 2, 3, 4, 5, 6};
+  grove__linear_pack *p = grove__linear_pack_new(w, 2, 3);
+  ck_assert_str_eq(grove__linear_pack_kernel(p), "avx2");
+  ck_assert(grove__linear_pack_native(p));
+  grove__linear_pack_free(p);
+  run_case(_i);
+  unsetenv("GROVE_GEMM");
+}
+END_TEST
+
+/* K longer than one block of the packed kernels (1024): partial sums go
+ * through y, and bias and ReLU must come only with the last block.  _i:
+ * bit 0 two threads, bit 1 the AVX2 kernel. */
 START_TEST(test_long_k) {
   unsetenv("GROVE_GEMM");
-  grove_set_compute_threads(_i ? 2 : 1);
+  if (_i & 2) {
+    if (!have_avx2()) return;
+    setenv("GROVE_GEMM", "avx2", 1);
+  }
+  grove_set_compute_threads(_i & 1 ? 2 : 1);
   static const int64_t shapes[][3] = {
       {1, 17, 1025}, {7, 70, 2500}, {33, 130, 2049}, {64, 10, 3000}, {3, 1, 4097}};
   for (int s = 0; s < COUNT(shapes); s++) {
@@ -135,6 +164,7 @@ START_TEST(test_long_k) {
     check_shape(shapes[s][0], shapes[s][1], shapes[s][2], false, GROVE__ACT_NONE);
   }
   grove_set_compute_threads(1);
+  unsetenv("GROVE_GEMM");
 }
 END_TEST
 
@@ -262,6 +292,16 @@ START_TEST(test_concurrent_runs_two_pools) {
   check_concurrent(2, 64, 1024, 784);
   check_concurrent(3, 33, 1024, 17);
   unsetenv("GROVE_GEMM_POOLS");
+}
+END_TEST
+
+START_TEST(test_concurrent_runs_avx2) {
+  if (!have_avx2()) return;
+  setenv("GROVE_GEMM", "avx2", 1);
+  check_concurrent(2, 7, 300, 200);
+  check_concurrent(2, 64, 1024, 784);
+  check_concurrent(2, 1, 1024, 1024);
+  unsetenv("GROVE_GEMM");
 }
 END_TEST
 
@@ -618,12 +658,14 @@ Suite *gemm_suite(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_loop_test(tc, test_shapes_default_kernel, 0, 8);
   tcase_add_loop_test(tc, test_shapes_blas_kernel, 0, 8);
-  tcase_add_loop_test(tc, test_long_k, 0, 2);
+  tcase_add_loop_test(tc, test_shapes_avx2_kernel, 0, 8);
+  tcase_add_loop_test(tc, test_long_k, 0, 4);
   tcase_add_test(tc, test_empty_and_degenerate);
   tcase_add_test(tc, test_thread_setting);
   tcase_add_test(tc, test_concurrent_runs);
   tcase_add_test(tc, test_concurrent_runs_two_pools);
   tcase_add_test(tc, test_concurrent_runs_blas);
+  tcase_add_test(tc, test_concurrent_runs_avx2);
   tcase_add_test(tc, test_fork_with_pool);
   tcase_add_test(tc, test_parallel_for);
   tcase_add_test(tc, test_parallel_for_concurrent);
