@@ -900,8 +900,16 @@ bool grove__linear_pack_native(const grove__linear_pack *p) {
   return p && p->kind != KIND_BLAS;
 }
 
+static const char *kind_name(int kind) {
+  return kind == KIND_AVX512 ? "avx512" : kind == KIND_AVX2 ? "avx2" : "blas";
+}
+
 const char *grove__linear_pack_kernel(const grove__linear_pack *p) {
-  return p->kind == KIND_AVX512 ? "avx512" : p->kind == KIND_AVX2 ? "avx2" : "blas";
+  return kind_name(p->kind);
+}
+
+const char *grove_compute_kernel(void) {
+  return kind_name(choose_kind());
 }
 
 /* ================================================================ parallel for */

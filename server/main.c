@@ -327,9 +327,9 @@ int main(int argc, char **argv) {
   size_t loaded = 0;
   for (size_t i = 0; i < srv.nmodels; i++) loaded += srv.models[i].current != NULL;
   grove__slog(GROVE_LOG_INFO, "server.ready",
-              "serving %zu of %zu models with %d worker%s x %d compute thread%s%s", loaded,
-              srv.nmodels, srv.workers, srv.workers == 1 ? "" : "s", srv.blas_threads,
-              srv.blas_threads == 1 ? "" : "s",
+              "serving %zu of %zu models with %d worker%s x %d compute thread%s, %s kernel%s",
+              loaded, srv.nmodels, srv.workers, srv.workers == 1 ? "" : "s", srv.blas_threads,
+              srv.blas_threads == 1 ? "" : "s", grove_compute_kernel(),
               loaded == srv.nmodels ? "" : " (not ready: see model.load_failed)");
   uv_run(&srv.loop, UV_RUN_DEFAULT);
   rc = srv.exit_code;

@@ -28,6 +28,11 @@ extern "C" {
  * first time a further one runs concurrently it starts another pool (once). */
 void grove_set_compute_threads(int n);
 int grove_compute_threads(void);
+/* The matrix kernel Linear layers packed from now on run: "avx512",
+ * "avx2" (CPUs without AVX-512) or "blas" (OpenBLAS: other CPUs, or
+ * GROVE_GEMM=blas); GROVE_GEMM=avx2 forces "avx2" where the CPU has it.  A
+ * static string.  Any thread. */
+const char *grove_compute_kernel(void);
 
 /* Makes the calling thread a background one: while it computes in Grove
  * (matrix products and their packing, module forwards and backwards, graph
