@@ -105,7 +105,8 @@ fixtures:
 # The suites that run whole layers and graphs run a second time on the AVX2
 # kernel (GROVE_GEMM=avx2; the default kernel where the CPU has no AVX2), so
 # that an AVX-512 machine also tests what an AVX2-only one runs.
-AVX2_SUITES := $(BUILD)/tests/check_layers $(BUILD)/tests/check_conv $(BUILD)/tests/check_graph
+AVX2_SUITES := $(BUILD)/tests/check_layers $(BUILD)/tests/check_conv $(BUILD)/tests/check_graph \
+               $(BUILD)/tests/check_attention
 
 unit-tests: all $(TEST_BIN) $(FIXTURE_STAMP)
 	@fail=0; for t in $(TEST_BIN); do \

@@ -104,6 +104,23 @@ static inline int panel_width(int64_t N, int64_t p) {
   return (int)((left + 15) / 16 * 16);
 }
 
+bool grove__cpu_avx512(void) {
+#if GEMM_HAVE_AVX512
+  /* 0: not asked yet, 1: no, 2: yes (threads asking at once agree). */
+  static _Atomic int cached;
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (!v) {
+    __builtin_cpu_init();
+    const char *force = getenv("GROVE_GEMM");
+    v = __builtin_cpu_supports("avx512f") && !(force && strcmp(force, "avx2") == 0) ? 2 : 1;
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v == 2;
+#else
+  return false;
+#endif
+}
+
 /* GROVE_GEMM=blas forces the BLAS path and GROVE_GEMM=avx2 the AVX2
  * kernel (where the CPU has it: tests and benchmarks of it on an AVX-512
  * machine); otherwise the widest kernel the CPU runs. */

@@ -139,6 +139,12 @@ void grove__linear_run_alone(const grove__linear_pack *p, const float *x, int64_
                              const float *bias, float *y, grove__act act);
 /* Whether p runs Grove's own kernel (AVX-512 or AVX2), not OpenBLAS. */
 bool grove__linear_pack_native(const grove__linear_pack *p);
+/* Whether Grove's AVX-512 code (outside the packs: the convolutions'
+ * transforms, attention's loops) may run: the CPU has avx512f and
+ * GROVE_GEMM is not "avx2", which makes the process behave as an AVX2-only
+ * CPU throughout (tests and benchmarks of that path on an AVX-512 host).
+ * Read once per process.  Any thread. */
+bool grove__cpu_avx512(void);
 /* The kernel p runs: "avx512", "avx2" or "blas" (a static string; tests and
  * logs).  Any thread. */
 const char *grove__linear_pack_kernel(const grove__linear_pack *p);

@@ -153,14 +153,10 @@ void grove__mha_next_call(const grove_module *m, bool need_weights, bool average
 #define ATT_HAVE_AVX512 0
 #endif
 
+/* grove__cpu_avx512 (gemm.c): GROVE_GEMM=avx2 turns this path off too. */
 static bool att_avx512(void) {
 #if ATT_HAVE_AVX512
-  static int cached = -1;
-  if (cached < 0) {
-    __builtin_cpu_init();
-    cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
-  }
-  return cached == 1;
+  return grove__cpu_avx512();
 #else
   return false;
 #endif
