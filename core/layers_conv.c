@@ -579,86 +579,91 @@ static void wino_out_scalar(const float *M, int64_t ms, int64_t c0, int64_t c1, 
 }
 
 #if CONV_HAVE_AVX512
+/* The transforms on W lanes of vector type VT, written once for both
+ * widths (AVX-512: 16, AVX2: 8; P is the intrinsics' prefix) and compiled
+ * in each one's target region below.  The same operations in the same
+ * order as the scalar loops (the epilogue's fused multiply-add is fmaf's),
+ * so every kernel gives the same bits.  The 4 x 4 loops are unrolled by
+ * pragma: at -O2 GCC does not unroll them, and a t[][] indexed by a loop
+ * variable lives on the stack (its stores and reloads were most of the
+ * AVX-512 function's time). */
+#define WINO_TRANSFORMS(SUF, VT, W, P)                                                       \
+  static void wino_in_##SUF(const float *const d[16], int64_t C, float *V, int64_t vs) {     \
+    int64_t c = 0;                                                                           \
+    for (; c + W <= C; c += W) {                                                             \
+      VT t[4][4];                                                                            \
+      _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {                                  \
+        const VT d0 = P##_loadu_ps(d[j] + c), d1 = P##_loadu_ps(d[4 + j] + c);               \
+        const VT d2 = P##_loadu_ps(d[8 + j] + c), d3 = P##_loadu_ps(d[12 + j] + c);          \
+        t[0][j] = P##_sub_ps(d0, d2);                                                        \
+        t[1][j] = P##_add_ps(d1, d2);                                                        \
+        t[2][j] = P##_sub_ps(d2, d1);                                                        \
+        t[3][j] = P##_sub_ps(d1, d3);                                                        \
+      }                                                                                      \
+      _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {                                  \
+        P##_storeu_ps(V + (4 * r + 0) * vs + c, P##_sub_ps(t[r][0], t[r][2]));               \
+        P##_storeu_ps(V + (4 * r + 1) * vs + c, P##_add_ps(t[r][1], t[r][2]));               \
+        P##_storeu_ps(V + (4 * r + 2) * vs + c, P##_sub_ps(t[r][2], t[r][1]));               \
+        P##_storeu_ps(V + (4 * r + 3) * vs + c, P##_sub_ps(t[r][1], t[r][3]));               \
+      }                                                                                      \
+    }                                                                                        \
+    if (c < C) wino_in_scalar(d, c, C, V, vs);                                               \
+  }                                                                                          \
+                                                                                             \
+  static inline VT ep_apply_##SUF(const wino_ep *ep, int64_t c, VT v) {                      \
+    if (!ep) return v;                                                                       \
+    v = P##_fmadd_ps(v, P##_loadu_ps(ep->scale + c), P##_loadu_ps(ep->shift + c));           \
+    return ep->relu ? P##_max_ps(v, P##_setzero_ps()) : v;                                   \
+  }                                                                                          \
+                                                                                             \
+  static void wino_out_##SUF(const float *M, int64_t ms, int64_t Co, float *const y[4],      \
+                             const wino_ep *ep) {                                            \
+    int64_t c = 0;                                                                           \
+    for (; c + W <= Co; c += W) {                                                            \
+      VT s[2][4];                                                                            \
+      _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {                                  \
+        const VT m0 = P##_loadu_ps(M + q * ms + c), m1 = P##_loadu_ps(M + (4 + q) * ms + c); \
+        const VT m2 = P##_loadu_ps(M + (8 + q) * ms + c);                                    \
+        const VT m3 = P##_loadu_ps(M + (12 + q) * ms + c);                                   \
+        s[0][q] = P##_add_ps(P##_add_ps(m0, m1), m2);                                        \
+        s[1][q] = P##_sub_ps(P##_sub_ps(m1, m2), m3);                                        \
+      }                                                                                      \
+      _Pragma("GCC unroll 2") for (int a = 0; a < 2; a++) {                                  \
+        const VT lo = P##_add_ps(P##_add_ps(s[a][0], s[a][1]), s[a][2]);                     \
+        const VT hi = P##_sub_ps(P##_sub_ps(s[a][1], s[a][2]), s[a][3]);                     \
+        if (y[2 * a]) P##_storeu_ps(y[2 * a] + c, ep_apply_##SUF(ep, c, lo));                \
+        if (y[2 * a + 1]) P##_storeu_ps(y[2 * a + 1] + c, ep_apply_##SUF(ep, c, hi));        \
+      }                                                                                      \
+    }                                                                                        \
+    if (c < Co) wino_out_scalar(M, ms, c, Co, y, ep);                                        \
+  }
+
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx512f")
 #endif
-
-/* The 4 x 4 loops are unrolled by hand's worth of pragmas: at -O2 GCC
- * does not unroll them, and a t[][] indexed by a loop variable lives on the
- * stack (its stores and reloads were most of this function's time). */
-static void wino_in_avx512(const float *const d[16], int64_t C, float *V, int64_t vs) {
-  int64_t c = 0;
-  for (; c + 16 <= C; c += 16) {
-    __m512 t[4][4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-      const __m512 d0 = _mm512_loadu_ps(d[j] + c), d1 = _mm512_loadu_ps(d[4 + j] + c);
-      const __m512 d2 = _mm512_loadu_ps(d[8 + j] + c), d3 = _mm512_loadu_ps(d[12 + j] + c);
-      t[0][j] = _mm512_sub_ps(d0, d2);
-      t[1][j] = _mm512_add_ps(d1, d2);
-      t[2][j] = _mm512_sub_ps(d2, d1);
-      t[3][j] = _mm512_sub_ps(d1, d3);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-      _mm512_storeu_ps(V + (4 * r + 0) * vs + c, _mm512_sub_ps(t[r][0], t[r][2]));
-      _mm512_storeu_ps(V + (4 * r + 1) * vs + c, _mm512_add_ps(t[r][1], t[r][2]));
-      _mm512_storeu_ps(V + (4 * r + 2) * vs + c, _mm512_sub_ps(t[r][2], t[r][1]));
-      _mm512_storeu_ps(V + (4 * r + 3) * vs + c, _mm512_sub_ps(t[r][1], t[r][3]));
-    }
-  }
-  if (c < C) wino_in_scalar(d, c, C, V, vs);
-}
-
-static inline __m512 ep_apply16(const wino_ep *ep, int64_t c, __m512 v) {
-  if (!ep) return v;
-  v = _mm512_fmadd_ps(v, _mm512_loadu_ps(ep->scale + c), _mm512_loadu_ps(ep->shift + c));
-  return ep->relu ? _mm512_max_ps(v, _mm512_setzero_ps()) : v;
-}
-
-static void wino_out_avx512(const float *M, int64_t ms, int64_t Co, float *const y[4],
-                            const wino_ep *ep) {
-  int64_t c = 0;
-  for (; c + 16 <= Co; c += 16) {
-    __m512 s[2][4];
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; q++) {
-      const __m512 m0 = _mm512_loadu_ps(M + q * ms + c), m1 = _mm512_loadu_ps(M + (4 + q) * ms + c);
-      const __m512 m2 = _mm512_loadu_ps(M + (8 + q) * ms + c);
-      const __m512 m3 = _mm512_loadu_ps(M + (12 + q) * ms + c);
-      s[0][q] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
-      s[1][q] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
-    }
-#pragma GCC unroll 2
-    for (int a = 0; a < 2; a++) {
-      const __m512 lo = _mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]);
-      const __m512 hi = _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3]);
-      if (y[2 * a]) _mm512_storeu_ps(y[2 * a] + c, ep_apply16(ep, c, lo));
-      if (y[2 * a + 1]) _mm512_storeu_ps(y[2 * a + 1] + c, ep_apply16(ep, c, hi));
-    }
-  }
-  if (c < Co) wino_out_scalar(M, ms, c, Co, y, ep);
-}
-
+WINO_TRANSFORMS(avx512, __m512, 16, _mm512)
 #if defined(__clang__)
 #pragma clang attribute pop
 #else
 #pragma GCC pop_options
 #endif
-#endif /* CONV_HAVE_AVX512 */
 
-#if CONV_HAVE_AVX512
-/* The same transforms on 8 lanes, for CPUs with AVX2 but not AVX-512
- * (where the scalar loops were 60% of a CNN's forward), with the same
- * operations in the same order, so every kernel gives the same bits. */
+/* For CPUs with AVX2 but not AVX-512, where the scalar loops were 60% of a
+ * CNN's forward. */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
+WINO_TRANSFORMS(avx2, __m256, 8, _mm256)
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
 #endif
 
 static bool have_avx2(void) {
@@ -671,66 +676,6 @@ static bool have_avx2(void) {
   }
   return v == 2;
 }
-
-static void wino_in_avx2(const float *const d[16], int64_t C, float *V, int64_t vs) {
-  int64_t c = 0;
-  for (; c + 8 <= C; c += 8) {
-    __m256 t[4][4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-      const __m256 d0 = _mm256_loadu_ps(d[j] + c), d1 = _mm256_loadu_ps(d[4 + j] + c);
-      const __m256 d2 = _mm256_loadu_ps(d[8 + j] + c), d3 = _mm256_loadu_ps(d[12 + j] + c);
-      t[0][j] = _mm256_sub_ps(d0, d2);
-      t[1][j] = _mm256_add_ps(d1, d2);
-      t[2][j] = _mm256_sub_ps(d2, d1);
-      t[3][j] = _mm256_sub_ps(d1, d3);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-      _mm256_storeu_ps(V + (4 * r + 0) * vs + c, _mm256_sub_ps(t[r][0], t[r][2]));
-      _mm256_storeu_ps(V + (4 * r + 1) * vs + c, _mm256_add_ps(t[r][1], t[r][2]));
-      _mm256_storeu_ps(V + (4 * r + 2) * vs + c, _mm256_sub_ps(t[r][2], t[r][1]));
-      _mm256_storeu_ps(V + (4 * r + 3) * vs + c, _mm256_sub_ps(t[r][1], t[r][3]));
-    }
-  }
-  if (c < C) wino_in_scalar(d, c, C, V, vs);
-}
-
-static inline __m256 ep_apply8(const wino_ep *ep, int64_t c, __m256 v) {
-  if (!ep) return v;
-  v = _mm256_fmadd_ps(v, _mm256_loadu_ps(ep->scale + c), _mm256_loadu_ps(ep->shift + c));
-  return ep->relu ? _mm256_max_ps(v, _mm256_setzero_ps()) : v;
-}
-
-static void wino_out_avx2(const float *M, int64_t ms, int64_t Co, float *const y[4],
-                          const wino_ep *ep) {
-  int64_t c = 0;
-  for (; c + 8 <= Co; c += 8) {
-    __m256 s[2][4];
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; q++) {
-      const __m256 m0 = _mm256_loadu_ps(M + q * ms + c), m1 = _mm256_loadu_ps(M + (4 + q) * ms + c);
-      const __m256 m2 = _mm256_loadu_ps(M + (8 + q) * ms + c);
-      const __m256 m3 = _mm256_loadu_ps(M + (12 + q) * ms + c);
-      s[0][q] = _mm256_add_ps(_mm256_add_ps(m0, m1), m2);
-      s[1][q] = _mm256_sub_ps(_mm256_sub_ps(m1, m2), m3);
-    }
-#pragma GCC unroll 2
-    for (int a = 0; a < 2; a++) {
-      const __m256 lo = _mm256_add_ps(_mm256_add_ps(s[a][0], s[a][1]), s[a][2]);
-      const __m256 hi = _mm256_sub_ps(_mm256_sub_ps(s[a][1], s[a][2]), s[a][3]);
-      if (y[2 * a]) _mm256_storeu_ps(y[2 * a] + c, ep_apply8(ep, c, lo));
-      if (y[2 * a + 1]) _mm256_storeu_ps(y[2 * a + 1] + c, ep_apply8(ep, c, hi));
-    }
-  }
-  if (c < Co) wino_out_scalar(M, ms, c, Co, y, ep);
-}
-
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
 #endif /* CONV_HAVE_AVX512 */
 
 static void wino_in(const float *const d[16], int64_t C, float *V, int64_t vs) {
