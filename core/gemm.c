@@ -213,12 +213,7 @@ void grove__linear_pack_free(grove__linear_pack *p) {
 
 #if GEMM_HAVE_AVX512
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,fma")
-#endif
+GROVE__TARGET_PUSH("avx512f,avx512vl,fma")
 
 /* Tile flags: start from the values in y (a later block of K), apply ReLU. */
 #define TILE_ACCUMULATE 1
@@ -320,20 +315,11 @@ TILE_ROW(6)
 static const tile_fn tiles[MR][4] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
                                      TILE_REF(4), TILE_REF(5), TILE_REF(6)};
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+GROVE__TARGET_POP
 
 /* ================================================================ AVX2 kernel */
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+GROVE__TARGET_PUSH("avx2,fma")
 
 /* One strip: y[0..mr, 0..ncols) = act(A[0..mr, 0..K) . B + bias) with B
  * the first of the strip's NY / 2 16-column strips of an AVX2 panel (see
@@ -436,11 +422,7 @@ TILE2_ROW(6)
 static const tile2_fn tiles2[MR][4] = {TILE2_REF(1), TILE2_REF(2), TILE2_REF(3),
                                        TILE2_REF(4), TILE2_REF(5), TILE2_REF(6)};
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+GROVE__TARGET_POP
 
 /* Rows [r0, r1) x panels [p0, p1) of one product.  A long K is cut into
  * blocks of at most KC, so that the block of a panel (KC x 64 floats,
@@ -1028,12 +1010,7 @@ size_t grove__gemm_ws_size(int flags, int64_t M, int64_t N, int64_t K) {
 
 #if GEMM_HAVE_AVX512
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512vl,fma")
-#endif
+GROVE__TARGET_PUSH("avx512f,avx512vl,fma")
 
 /* dst[c * ldd + r] (+)= src[r * lds + c] for r < nr, c < nc (both <= 16):
  * one 16 x 16 block through registers.  Rows past nr and columns past nc
@@ -1340,11 +1317,7 @@ static void gemm_avx512(int flags, int64_t M, int64_t N, int64_t K, const float 
   }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+GROVE__TARGET_POP
 
 #endif /* GEMM_HAVE_AVX512 */
 

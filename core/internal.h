@@ -189,6 +189,23 @@ size_t grove__gemm_ws_size(int flags, int64_t M, int64_t N, int64_t K);
 void grove__gemm(int flags, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                  const float *B, int64_t ldb, float *C, int64_t ldc, void *ws, size_t ws_bytes);
 
+/* ------------------------------------------------------------ instruction sets */
+
+/* Code between GROVE__TARGET_PUSH("avx2,fma") and GROVE__TARGET_POP is
+ * compiled for those instruction sets (GCC's target pragma, clang's
+ * attribute), while the rest of the library keeps the distribution's
+ * baseline flags; callers choose such a function only once the CPU is
+ * known to have them (__builtin_cpu_supports, grove__cpu_avx512). */
+#define GROVE__PRAGMA(...) _Pragma(#__VA_ARGS__)
+#if defined(__clang__)
+#define GROVE__TARGET_PUSH(T) \
+  GROVE__PRAGMA(clang attribute push(__attribute__((target(T))), apply_to = function))
+#define GROVE__TARGET_POP GROVE__PRAGMA(clang attribute pop)
+#else
+#define GROVE__TARGET_PUSH(T) GROVE__PRAGMA(GCC push_options) GROVE__PRAGMA(GCC target(T))
+#define GROVE__TARGET_POP GROVE__PRAGMA(GCC pop_options)
+#endif
+
 /* ------------------------------------------------------------ channels last */
 
 /* Whether t is a 4-d [N, C, H, W] tensor whose memory is laid out channels

@@ -163,12 +163,7 @@ static bool att_avx512(void) {
 }
 
 #if ATT_HAVE_AVX512
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+GROVE__TARGET_PUSH("avx512f")
 
 static inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
@@ -330,11 +325,7 @@ static void softmax_rows_avx512(float *sc, int64_t L, int64_t S) {
   }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+GROVE__TARGET_POP
 #endif /* ATT_HAVE_AVX512 */
 
 /* One head of one batch item: o[l] = softmax(scale * q[l] . k^T) . v, rows

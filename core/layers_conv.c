@@ -388,12 +388,7 @@ static bool have_avx512(void) {
 }
 
 #if CONV_HAVE_AVX512
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+GROVE__TARGET_PUSH("avx512f")
 
 /* out[j] = column j of the 16 x 16 block at src (rows lds floats apart). */
 static inline __attribute__((always_inline)) void tr16(const float *src, int64_t lds,
@@ -445,11 +440,7 @@ static void tr16_epilogue(const float *src, int64_t lds, float *dst, int64_t ldd
   }
 }
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+GROVE__TARGET_POP
 #endif /* CONV_HAVE_AVX512 */
 
 /* dst[i][c] = src[c][i] for a [C, HW] plane block, positions [b0 * 16,
@@ -638,33 +629,15 @@ static void wino_out_scalar(const float *M, int64_t ms, int64_t c0, int64_t c1, 
     if (c < Co) wino_out_scalar(M, ms, c, Co, y, ep);                                        \
   }
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f")
-#endif
+GROVE__TARGET_PUSH("avx512f")
 WINO_TRANSFORMS(avx512, __m512, 16, _mm512)
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+GROVE__TARGET_POP
 
 /* For CPUs with AVX2 but not AVX-512, where the scalar loops were 60% of a
  * CNN's forward. */
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-#endif
+GROVE__TARGET_PUSH("avx2,fma")
 WINO_TRANSFORMS(avx2, __m256, 8, _mm256)
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+GROVE__TARGET_POP
 
 static bool have_avx2(void) {
   static _Atomic int cached; /* 0: not asked yet, 1: no, 2: yes */
