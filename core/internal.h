@@ -145,6 +145,9 @@ bool grove__linear_pack_native(const grove__linear_pack *p);
  * CPU throughout (tests and benchmarks of that path on an AVX-512 host).
  * Read once per process.  Any thread. */
 bool grove__cpu_avx512(void);
+/* Whether the CPU has AVX2 and FMA (GROVE_GEMM does not matter).  Read once
+ * per process.  Any thread. */
+bool grove__cpu_avx2(void);
 /* The kernel p runs: "avx512", "avx2" or "blas" (a static string; tests and
  * logs).  Any thread. */
 const char *grove__linear_pack_kernel(const grove__linear_pack *p);

@@ -639,16 +639,6 @@ GROVE__TARGET_PUSH("avx2,fma")
 WINO_TRANSFORMS(avx2, __m256, 8, _mm256)
 GROVE__TARGET_POP
 
-static bool have_avx2(void) {
-  static _Atomic int cached; /* 0: not asked yet, 1: no, 2: yes */
-  int v = atomic_load_explicit(&cached, memory_order_relaxed);
-  if (!v) {
-    __builtin_cpu_init();
-    v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 2 : 1;
-    atomic_store_explicit(&cached, v, memory_order_relaxed);
-  }
-  return v == 2;
-}
 #endif /* CONV_HAVE_AVX512 */
 
 static void wino_in(const float *const d[16], int64_t C, float *V, int64_t vs) {
@@ -657,7 +647,7 @@ static void wino_in(const float *const d[16], int64_t C, float *V, int64_t vs) {
     wino_in_avx512(d, C, V, vs);
     return;
   }
-  if (have_avx2()) {
+  if (grove__cpu_avx2()) {
     wino_in_avx2(d, C, V, vs);
     return;
   }
@@ -671,7 +661,7 @@ static void wino_out(const float *M, int64_t ms, int64_t Co, float *const y[4], 
     wino_out_avx512(M, ms, Co, y, ep);
     return;
   }
-  if (have_avx2()) {
+  if (grove__cpu_avx2()) {
     wino_out_avx2(M, ms, Co, y, ep);
     return;
   }
