@@ -53,9 +53,11 @@ static void ow_range(const conv_geom *g, int64_t j, int64_t *lo, int64_t *hi) {
 #define NO_LIBC_LOOPS
 #endif
 
-NO_LIBC_LOOPS static void im2col(const conv_geom *g, const float *x, float *col) {
+/* The patch rows of input channels [c0, c1). */
+NO_LIBC_LOOPS static void im2col_range(const conv_geom *g, const float *x, float *col, int64_t c0,
+                                       int64_t c1) {
   const int64_t HW = g->Ho * g->Wo;
-  for (int64_t c = 0; c < g->Cg; c++)
+  for (int64_t c = c0; c < c1; c++)
     for (int64_t i = 0; i < g->kh; i++)
       for (int64_t j = 0; j < g->kw; j++) {
         float *row = col + ((c * g->kh + i) * g->kw + j) * HW;
@@ -85,9 +87,10 @@ NO_LIBC_LOOPS static void im2col(const conv_geom *g, const float *x, float *col)
       }
 }
 
-static void col2im(const conv_geom *g, const float *col, float *dx) {
+/* dx += the patch gradients of input channels [c0, c1). */
+static void col2im_range(const conv_geom *g, const float *col, float *dx, int64_t c0, int64_t c1) {
   const int64_t HW = g->Ho * g->Wo;
-  for (int64_t c = 0; c < g->Cg; c++)
+  for (int64_t c = c0; c < c1; c++)
     for (int64_t i = 0; i < g->kh; i++)
       for (int64_t j = 0; j < g->kw; j++) {
         const float *row = col + ((c * g->kh + i) * g->kw + j) * HW;
@@ -106,6 +109,43 @@ static void col2im(const conv_geom *g, const float *col, float *dx) {
             for (int64_t ow = lo; ow < hi; ow++) dr[ow * sw + off] += r[ow];
         }
       }
+}
+
+/* im2col and col2im over the compute threads, a chunk of input channels
+ * each: every channel's patch rows (and its dx plane) belong to one chunk,
+ * written with the same arithmetic whatever thread takes it, so the results
+ * do not depend on the thread count. */
+typedef struct col_job {
+  const conv_geom *g;
+  const float *src;
+  float *dst;
+} col_job;
+
+static void im2col_chunk(void *ctx, int64_t c0, int64_t c1) {
+  const col_job *j = ctx;
+  im2col_range(j->g, j->src, j->dst, c0, c1);
+}
+
+static void col2im_chunk(void *ctx, int64_t c0, int64_t c1) {
+  const col_job *j = ctx;
+  col2im_range(j->g, j->src, j->dst, c0, c1);
+}
+
+/* Channels per chunk: at least 16K floats of patch rows, so that a hand-off
+ * stays small beside the copying. */
+static int64_t col_grain(const conv_geom *g) {
+  const int64_t per = g->kh * g->kw * g->Ho * g->Wo;
+  return per >= 16384 ? 1 : 16384 / (per > 0 ? per : 1);
+}
+
+static void im2col(const conv_geom *g, const float *x, float *col) {
+  col_job j = {g, x, col};
+  grove__parallel_for(g->Cg, col_grain(g), im2col_chunk, &j);
+}
+
+static void col2im(const conv_geom *g, const float *col, float *dx) {
+  col_job j = {g, col, dx};
+  grove__parallel_for(g->Cg, col_grain(g), col2im_chunk, &j);
 }
 
 static grove_status conv_backward(grove__tape *t, const grove__node *n) {

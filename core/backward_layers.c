@@ -242,6 +242,97 @@ typedef struct bn_saved {
   double *mean, *invstd; /* per channel */
 } bn_saved;
 
+/* BatchNorm's loops run over the compute threads a chunk of channels at a
+ * time: a channel's sums go over its N rows in order on one thread, so the
+ * results do not depend on the thread count.  Within a chunk the loops go
+ * row by row (i outer), in memory order: channel by channel they jumped
+ * C * L floats every L, slower on small images. */
+typedef struct bn_job {
+  const bn_saved *sv;
+  int64_t N, C, L;
+  double M, eps;
+  const float *x, *dy, *w, *b;
+  float *y, *dx;
+  double *var, *sdy, *sdyx;
+} bn_job;
+
+/* Channels per chunk: at least 16K elements of x. */
+static int64_t bn_grain(const bn_job *j) {
+  const int64_t per = j->N * j->L;
+  return per >= 16384 ? 1 : 16384 / (per > 0 ? per : 1);
+}
+
+/* Two passes (the mean, then the squares about it), as torch does: a
+ * one-pass E[x^2] - E[x]^2 loses digits when the mean is large. */
+static void bn_stats_chunk(void *ctx, int64_t c0, int64_t c1) {
+  const bn_job *j = ctx;
+  const int64_t N = j->N, C = j->C, L = j->L;
+  double *mean = j->sv->mean, *var = j->var; /* zeroed */
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t c = c0; c < c1; c++) mean[c] += sum_f32(j->x + (i * C + c) * L, L);
+  for (int64_t c = c0; c < c1; c++) mean[c] /= j->M;
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t c = c0; c < c1; c++) var[c] += sqdev_f32(j->x + (i * C + c) * L, L, mean[c]);
+  for (int64_t c = c0; c < c1; c++) {
+    var[c] /= j->M;
+    j->sv->invstd[c] = 1.0 / sqrt(var[c] + j->eps);
+  }
+}
+
+static void bn_norm_chunk(void *ctx, int64_t c0, int64_t c1) {
+  const bn_job *j = ctx;
+  const int64_t N = j->N, C = j->C, L = j->L;
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t c = c0; c < c1; c++) {
+      const double a = (j->w ? j->w[c] : 1.0) * j->sv->invstd[c];
+      const double sh = (j->b ? j->b[c] : 0.0) - j->sv->mean[c] * a;
+      const float *xr = j->x + (i * C + c) * L;
+      float *yr = j->y + (i * C + c) * L;
+      for (int64_t l = 0; l < L; l++) yr[l] = (float)(xr[l] * a + sh);
+    }
+}
+
+/* sdy[c] = sum dY, sdyx[c] = sum dY x-hat. */
+static void bn_dsums_chunk(void *ctx, int64_t c0, int64_t c1) {
+  const bn_job *j = ctx;
+  const int64_t N = j->N, C = j->C, L = j->L;
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t c = c0; c < c1; c++) {
+      const double mean = j->sv->mean[c];
+      const float *xr = j->x + (i * C + c) * L, *gr = j->dy + (i * C + c) * L;
+      double a[BN_LANES] = {0}, bs[BN_LANES] = {0};
+      int64_t l = 0;
+      for (; l + BN_LANES <= L; l += BN_LANES)
+        for (int k = 0; k < BN_LANES; k++) {
+          a[k] += gr[l + k];
+          bs[k] += gr[l + k] * (xr[l + k] - mean);
+        }
+      for (; l < L; l++) {
+        a[0] += gr[l];
+        bs[0] += gr[l] * (xr[l] - mean);
+      }
+      j->sdy[c] += lanes_sum(a); /* zeroed */
+      j->sdyx[c] += lanes_sum(bs) * j->sv->invstd[c];
+    }
+}
+
+static void bn_dx_chunk(void *ctx, int64_t c0, int64_t c1) {
+  const bn_job *j = ctx;
+  const int64_t N = j->N, C = j->C, L = j->L;
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t c = c0; c < c1; c++) {
+      const double mean = j->sv->mean[c], is = j->sv->invstd[c];
+      const double k = (j->w ? j->w[c] : 1.0) * is, mdy = j->sdy[c] / j->M,
+                   mdyx = j->sdyx[c] / j->M;
+      const float *xr = j->x + (i * C + c) * L, *gr = j->dy + (i * C + c) * L;
+      float *dr = j->dx + (i * C + c) * L;
+      for (int64_t l = 0; l < L; l++) {
+        const double xhat = (xr[l] - mean) * is;
+        dr[l] += (float)(k * (gr[l] - mdy - xhat * mdyx));
+      }
+    }
+}
+
 static grove_status bn_backward(grove__tape *t, const grove__node *n) {
   const bn_saved *sv = n->saved;
   const int64_t N = sv->N, C = sv->C, L = sv->L;
@@ -258,42 +349,23 @@ static grove_status bn_backward(grove__tape *t, const grove__node *n) {
   if (s) return s;
   double *sdy = grove__tscratch(t, 2 * (size_t)C * sizeof(double), true);
   if (!sdy) return GROVE_E_NOMEM;
-  double *sdyx = sdy + C;
-  for (int64_t i = 0; i < N; i++)
-    for (int64_t c = 0; c < C; c++) {
-      const float *xr = xd + (i * C + c) * L, *gr = dy + (i * C + c) * L;
-      const double mean = sv->mean[c];
-      double a[BN_LANES] = {0}, bs[BN_LANES] = {0};
-      int64_t l = 0;
-      for (; l + BN_LANES <= L; l += BN_LANES)
-        for (int k = 0; k < BN_LANES; k++) {
-          a[k] += gr[l + k];
-          bs[k] += gr[l + k] * (xr[l + k] - mean);
-        }
-      for (; l < L; l++) {
-        a[0] += gr[l];
-        bs[0] += gr[l] * (xr[l] - mean);
-      }
-      sdy[c] += lanes_sum(a);
-      sdyx[c] += lanes_sum(bs) * sv->invstd[c];
-    }
+  bn_job j = {.sv = sv,
+              .N = N,
+              .C = C,
+              .L = L,
+              .M = M,
+              .x = xd,
+              .dy = dy,
+              .w = w ? w->data : NULL,
+              .dx = dx,
+              .sdy = sdy,
+              .sdyx = sdy + C};
+  grove__parallel_for(C, bn_grain(&j), bn_dsums_chunk, &j);
   for (int64_t c = 0; c < C; c++) {
-    if (dw) dw[c] += (float)sdyx[c];
-    if (db) db[c] += (float)sdy[c];
+    if (dw) dw[c] += (float)j.sdyx[c];
+    if (db) db[c] += (float)j.sdy[c];
   }
-  if (!dx) return GROVE_OK;
-  const float *wd = w ? w->data : NULL;
-  for (int64_t i = 0; i < N; i++)
-    for (int64_t c = 0; c < C; c++) {
-      const float *xr = xd + (i * C + c) * L, *gr = dy + (i * C + c) * L;
-      float *dr = dx + (i * C + c) * L;
-      const double mean = sv->mean[c], is = sv->invstd[c];
-      const double k = (wd ? wd[c] : 1.0) * is, mdy = sdy[c] / M, mdyx = sdyx[c] / M;
-      for (int64_t l = 0; l < L; l++) {
-        const double xhat = (xr[l] - mean) * is;
-        dr[l] += (float)(k * (gr[l] - mdy - xhat * mdyx));
-      }
-    }
+  if (dx) grove__parallel_for(C, bn_grain(&j), bn_dx_chunk, &j);
   return GROVE_OK;
 }
 
@@ -356,26 +428,19 @@ grove_status grove__tf_batch_norm(grove__tape *t, const grove_module *m, const g
   const double M = (double)(N * L);
   double *var = grove__tscratch(t, (size_t)C * sizeof(double), true);
   if (!var) return GROVE_E_NOMEM;
-  /* Two passes (the mean, then the squares about it), as torch does: a
-   * one-pass E[x^2] - E[x]^2 loses digits when the mean is large. */
-  for (int64_t i = 0; i < N; i++)
-    for (int64_t c = 0; c < C; c++) sv->mean[c] += sum_f32(xd + (i * C + c) * L, L);
-  for (int64_t c = 0; c < C; c++) sv->mean[c] /= M;
-  for (int64_t i = 0; i < N; i++)
-    for (int64_t c = 0; c < C; c++) var[c] += sqdev_f32(xd + (i * C + c) * L, L, sv->mean[c]);
-  for (int64_t c = 0; c < C; c++) {
-    var[c] /= M;
-    sv->invstd[c] = 1.0 / sqrt(var[c] + info->eps);
-  }
-  const float *wd = w ? w->data : NULL, *bd = b ? b->data : NULL;
-  for (int64_t i = 0; i < N; i++)
-    for (int64_t c = 0; c < C; c++) {
-      const double a = (wd ? wd[c] : 1.0) * sv->invstd[c];
-      const double sh = (bd ? bd[c] : 0.0) - sv->mean[c] * a;
-      const float *xr = xd + (i * C + c) * L;
-      float *yr = yd + (i * C + c) * L;
-      for (int64_t l = 0; l < L; l++) yr[l] = (float)(xr[l] * a + sh);
-    }
+  bn_job j = {.sv = sv,
+              .N = N,
+              .C = C,
+              .L = L,
+              .M = M,
+              .eps = info->eps,
+              .x = xd,
+              .w = w ? w->data : NULL,
+              .b = b ? b->data : NULL,
+              .y = yd,
+              .var = var};
+  grove__parallel_for(C, bn_grain(&j), bn_stats_chunk, &j);
+  grove__parallel_for(C, bn_grain(&j), bn_norm_chunk, &j);
   /* The running statistics, as torch updates them in training. */
   if (info->track && rm && rv) {
     double f = info->momentum;

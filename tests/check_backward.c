@@ -249,6 +249,84 @@ START_TEST(test_grad_parity) {
 }
 END_TEST
 
+/* One forward and backward of a gradient fixture; every output, input
+ * gradient and parameter gradient, concatenated (malloc'd, *len bytes). */
+static char *step_bytes(const char *name, size_t *len) {
+  fx f = {0};
+  fx_load(&f, "train_grad_", name);
+  grove_err err = {0};
+  grove_replica *r = NULL;
+  grove_replica_opts opts = {.seed = 7, .inputs_require_grad = true};
+  ck_assert_ok(grove_replica_new(f.json, name, f.weights, &opts, &r, &err), &err);
+  grove_tensor xs[GROVE_MAX_VALUES], g[GROVE_MAX_VALUES];
+  size_t n = 0;
+  for (; n < GROVE_MAX_VALUES; n++) {
+    char k[32];
+    snprintf(k, sizeof k, "x.%zu", n);
+    if (!get(&f, k)) break;
+    xs[n] = *get(&f, k);
+  }
+  grove_values out;
+  ck_assert_ok(grove_replica_forward(r, xs, n, &out, &err), &err);
+  for (int i = 0; i < out.n; i++) {
+    char k[32];
+    snprintf(k, sizeof k, "g.%d", i);
+    g[i] = *get(&f, k);
+  }
+  char *buf = NULL;
+  size_t used = 0;
+  const grove_tensor *parts[64];
+  grove_tensor dx[GROVE_MAX_VALUES];
+  int np = 0;
+  for (int i = 0; i < out.n; i++) parts[np++] = &out.v[i];
+  /* The outputs live in the replica's arena until the next forward; copy
+   * them before backward runs. */
+  for (int i = 0; i < np; i++) {
+    size_t b = grove_tensor_nbytes(parts[i]);
+    buf = realloc(buf, used + b);
+    memcpy(buf + used, parts[i]->data, b);
+    used += b;
+  }
+  np = 0;
+  ck_assert_ok(grove_replica_backward(r, g, (size_t)out.n, &err), &err);
+  for (size_t i = 0; i < n; i++)
+    if (grove_replica_input_grad(r, i, &dx[i])) parts[np++] = &dx[i];
+  for (size_t i = 0; i < grove_replica_num_params(r) && np < 64; i++)
+    if (grove_replica_grad(r, i)) parts[np++] = grove_replica_grad(r, i);
+  for (int i = 0; i < np; i++) {
+    size_t b = grove_tensor_nbytes(parts[i]);
+    buf = realloc(buf, used + b);
+    memcpy(buf + used, parts[i]->data, b);
+    used += b;
+  }
+  grove_replica_free(r);
+  fx_free(&f);
+  *len = used;
+  return buf;
+}
+
+/* The training forward and backward give the same bits on 1 and 2 compute
+ * threads: the products, the patch rows of the convolutions and the
+ * optimizer's loops are cut between threads, never within an element. */
+START_TEST(test_threads_bitwise) {
+  static const char *const names[] = {"cnn", "conv2d_dil_groups", "conv1d_groups", "mlp",
+                                      "graph_resnet_fused"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    grove_set_compute_threads(1);
+    size_t n1, n2;
+    char *one = step_bytes(names[i], &n1);
+    grove_set_compute_threads(2);
+    char *two = step_bytes(names[i], &n2);
+    grove_set_compute_threads(1);
+    ck_assert_uint_eq(n1, n2);
+    ck_assert_msg(memcmp(one, two, n1) == 0, "%s: 2 compute threads changed the gradients",
+                  names[i]);
+    free(one);
+    free(two);
+  }
+}
+END_TEST
+
 /* ------------------------------------------------------------ losses */
 
 static const char *const loss_cases[] = {
@@ -569,6 +647,7 @@ static Suite *backward_suite(void) {
   tcase_add_test(t2, test_zero_grad);
   tcase_add_test(t2, test_refusals);
   tcase_add_test(t2, test_evaluate);
+  tcase_add_test(t2, test_threads_bitwise);
   suite_add_tcase(s, t2);
   return s;
 }
