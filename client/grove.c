@@ -16,10 +16,8 @@
  * Exit status: 0 ok, 1 the file or the model said no (the reason on stderr),
  * 2 usage error, 3 cannot reach the server (not used yet).
  */
-#define _GNU_SOURCE /* sched_getaffinity, to count the cores we may use */
 
 #include <errno.h>
-#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -146,24 +144,13 @@ static const char bench_help[] =
 
 /* ============================================================ argument parsing */
 
-/* The cores this process may run on (its affinity mask), else online ones. */
-static int available_cores(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
-}
-
 /* --threads N (entry def of p's table), or the number of cores.  Returns 0
  * or EXIT_USAGE. */
 static int threads_option(const char *cmd, const grove__cli_args *p, int def, int *threads) {
   bool dup = false;
   const char *v = grove__cli_value(p, def, &dup);
   if (dup) return grove__cli_usage(cmd, "--threads given twice");
-  *threads = available_cores();
+  *threads = grove_available_cores();
   if (v) {
     long long n;
     if (!grove__cli_int(v, 1, 1024, &n))

@@ -43,6 +43,7 @@
  * at exit (atexit) and when the thread count changes, and dropped in the
  * child of a fork.
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <assert.h>
 #include <cblas.h>
 #include <limits.h>
@@ -777,6 +778,16 @@ static void pools_atexit(void) {
   pthread_mutex_unlock(&g_cfg_mu);
 }
 
+int grove_available_cores(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
 void grove_set_compute_threads(int n) {
   if (n < 1) n = 1;
   openblas_set_num_threads(n);
@@ -785,7 +796,7 @@ void grove_set_compute_threads(int n) {
   if (!g_atfork_done) g_atfork_done = pthread_atfork(fork_prepare, fork_parent, fork_child) == 0;
   /* GROVE_GEMM_POOLS overrides the cap (tests use it to grow pools on a
    * small machine). */
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long cores = grove_available_cores();
   long cap = cores > n ? cores / n : 1;
   const char *env = getenv("GROVE_GEMM_POOLS");
   if (env && atol(env) > 0) cap = atol(env);

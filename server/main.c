@@ -11,7 +11,7 @@
  *
  * Exit status: 0 after a drain, 1 when start-up fails (a port in use, out of
  * memory) or the drain timed out, 2 for a usage error. */
-#define _GNU_SOURCE /* sched_getaffinity, getopt_long */
+#define _GNU_SOURCE /* getopt_long */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -80,16 +80,6 @@ static bool parse_long(const char *s, long long lo, long long hi, long long *out
   if (errno || *end || v < lo || v > hi) return false;
   *out = v;
   return true;
-}
-
-static int available_cores(void) {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (int)n : 1;
 }
 
 enum {
@@ -262,7 +252,7 @@ static void free_flags(srv_config *cfg) {
 
 /* workers x blas threads never exceeds the cores given: clamp, and say so. */
 static void choose_threads(srv_server *srv) {
-  int cores = available_cores();
+  int cores = grove_available_cores();
   int t = srv->cfg.blas_threads ? srv->cfg.blas_threads : 1;
   if (t > cores) {
     grove__slog(GROVE_LOG_WARN, "server.threads_clamped",

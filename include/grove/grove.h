@@ -28,6 +28,10 @@ extern "C" {
  * first time a further one runs concurrently it starts another pool (once). */
 void grove_set_compute_threads(int n);
 int grove_compute_threads(void);
+/* The cores this process may run on: its affinity mask's count (a
+ * container's or taskset's limit), else the online CPUs; at least 1.  What
+ * groved and grove use for their default thread counts.  Any thread. */
+int grove_available_cores(void);
 /* The matrix kernel Linear layers packed from now on run: "avx512",
  * "avx2" (CPUs without AVX-512) or "blas" (OpenBLAS: other CPUs, or
  * GROVE_GEMM=blas); GROVE_GEMM=avx2 forces "avx2" where the CPU has it.  A
