@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
