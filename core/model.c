@@ -6,7 +6,9 @@
  * Opening is all or nothing: the tree is built, the checkpoint read and
  * loaded (checked completely before anything is copied), and one trial
  * forward at max_batch_size both proves that the model runs and measures the
- * scratch a worker's arena needs.  Only then does the caller get a model.
+ * scratch a worker's arena needs.  Only then, and only if model.json and
+ * the checkpoint are still what they were when the build began, does the
+ * caller get a model.
  *
  * The tree is built with the large layers' refresh deferred (internal.h):
  * their weights are packed once, by the load, from the checkpoint's values,
@@ -14,17 +16,21 @@
  *
  * Weights are loaded with assign semantics (torch's assign=True): a tensor
  * whose dtype already matches is shared with the checkpoint instead of copied,
- * so an aligned f32 safetensors file stays zero-copy in its mmap.  Assigning
+ * so an aligned f32 safetensors file stays zero-copy in the copy of the file
+ * that the reader made (fileio.c: never a mapping).  Assigning
  * per key would split tied parameters (decoder.weight = embed.weight) into two
  * tensors; they are tied again afterwards, to the value torch's copying load
  * would have left in the one shared tensor.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -458,10 +464,32 @@ static char *base_name(const char *dir) {
   return s;
 }
 
+/* Testing aid (tests/check_files.c): with GROVE_TEST_LOAD_PAUSE=PREFIX in
+ * the environment, a load that has read its checkpoint and built nothing
+ * from it yet creates PREFIX.paused and waits, at most 60 s, until PREFIX.go
+ * exists (no wait while it does), so that a test writes to the file at
+ * exactly that moment.  Unset, this costs one getenv per load. */
+static void test_pause(void) {
+  const char *p = getenv("GROVE_TEST_LOAD_PAUSE");
+  if (!p || !*p) return;
+  char go[4096], paused[4096];
+  snprintf(go, sizeof go, "%s.go", p);
+  snprintf(paused, sizeof paused, "%s.paused", p);
+  if (access(go, F_OK) == 0) return;
+  int fd = open(paused, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) close(fd);
+  for (int i = 0; i < 6000 && access(go, F_OK) != 0; i++) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  unlink(paused);
+}
+
 static grove_status load_weights(grove_model *m, const grove_model_opts *opts, grove_err *err) {
   grove_state_dict *sd = NULL;
   grove_status s = grove_checkpoint_read(m->weights_path, &sd, err);
   if (s) return s;
+  test_pause();
   ties t = {0};
   s = collect_ties(m->root, &t, err);
   if (!s) {
@@ -490,6 +518,17 @@ static grove_status load_weights(grove_model *m, const grove_model_opts *opts, g
   return s;
 }
 
+static grove_status still_same(const char *path, const grove__file_id *then, grove_err *err) {
+  grove__file_id now;
+  grove_err ignore = {0};
+  if (grove__file_id_of(path, &now, &ignore) == GROVE_OK && grove__file_id_same(then, &now))
+    return GROVE_OK;
+  return grove_err_set(err, GROVE_E_IO,
+                       "%s: the file changed while the model was being built from it; nothing "
+                       "was loaded (load it again once the write is complete)",
+                       path);
+}
+
 grove_status grove_model_open(const char *dir, const grove_model_opts *opts, grove_model **out,
                               grove_err *err) {
   if (out) *out = NULL;
@@ -499,6 +538,12 @@ grove_status grove_model_open(const char *dir, const grove_model_opts *opts, gro
   if (!spec_path) return nomem(err);
   char *text = NULL;
   grove_model *m = NULL;
+  /* What the spec and the checkpoint were when this build began: a model is
+   * only handed out if both are still the same when it is complete (below). */
+  grove__file_id spec_id = {0}, weights_id = {0};
+  grove_err ignore = {0};
+  bool have_spec_id = grove__file_id_of(spec_path, &spec_id, &ignore) == GROVE_OK;
+  bool have_weights_id = false;
   grove_status s = read_text(spec_path, &text, err);
   /* The checkpoint replaces the constructors' zero weights: packing those
    * first would cost a packed copy of the weights on top of old + new during
@@ -511,7 +556,10 @@ grove_status grove_model_open(const char *dir, const grove_model_opts *opts, gro
   size_t nstate = 0;
   if (!s) s = count_state(m->root, &nstate, err);
   if (!s) s = choose_weights(dir, text, opts, nstate > 0, &m->weights_path, err);
-  if (!s && m->weights_path) s = load_weights(m, opts, err);
+  if (!s && m->weights_path) {
+    have_weights_id = grove__file_id_of(m->weights_path, &weights_id, &ignore) == GROVE_OK;
+    s = load_weights(m, opts, err);
+  }
   /* The load refreshed the whole tree; without one (a tree with no state)
    * the deferred refreshes run now.  Either way forward may run from here. */
   if (!s) s = grove__refresh_pending(m->root, err);
@@ -524,6 +572,13 @@ grove_status grove_model_open(const char *dir, const grove_model_opts *opts, gro
     /* Outputs that disagree with the spec are the spec's fault. */
     if (s) grove_err_prefix(err, "%s", s == GROVE_E_SPEC ? spec_path : dir);
   }
+  /* Each file was read whole, and refused if written meanwhile (fileio.c),
+   * so the model is one state of each.  A write since (a `cp` over the
+   * weights, the write --watch reacts to) makes it a model of a file that
+   * no longer exists: refused, so that the caller keeps what it serves and
+   * the write's own reload brings the new file in. */
+  if (!s && have_spec_id) s = still_same(spec_path, &spec_id, err);
+  if (!s && have_weights_id) s = still_same(m->weights_path, &weights_id, err);
   free(text);
   free(spec_path);
   if (s) {

@@ -548,7 +548,7 @@ grove_status grove_optim_load(grove_optim *o, const char *path, grove_err *err) 
   grove_status s = nstate && nh && norder && by_packed
                        ? GROVE_OK
                        : grove_err_set(err, GROVE_E_NOMEM, "out of memory");
-  if (!s) s = grove__map_file(path, &file, err);
+  if (!s) s = grove__read_file(path, &file, err);
   if (!s)
     s = grove__zip_open(&rd.zip, grove_storage_data(file), grove_storage_nbytes(file), path, err);
   /* The archive's folder: the one holding data.pkl. */

@@ -46,17 +46,17 @@
  *   a zero-size tensor whose dimensions multiply (ignoring the zeros) past
  *   64 bits: the reference accepts it since 0 x anything is 0, but such a
  *   shape has no representable strides     -> GROVE_E_BAD_SIZE
- *   a file that cannot be opened or mapped   -> GROVE_E_IO
+ *   a file that cannot be read, or changed   -> GROVE_E_IO
  *
  * A tensor entry's unknown fields are ignored, as the reference does, and a
  * "__metadata__": null is accepted as no metadata (serde reads it as None).
  *
- * Zero-copy: grove_safetensors_read maps the file read-only and wraps the
- * whole mapping in one grove_storage.  F32 tensors whose data is 4-byte
- * aligned become views into it; every other tensor is copied into its own
- * storage, in its own dtype.  The mapping is unmapped when the last view of
- * it is released.  (A mapped file that is truncated on disk meanwhile raises
- * SIGBUS on access: operators replace weights by rename, which is safe.)
+ * Zero-copy: grove_safetensors_read reads the file whole into one
+ * grove_storage of its own (grove__read_file: never a mapping, so a write to
+ * the file on disk, even a truncate, changes nothing read).  F32 tensors whose
+ * data is 4-byte aligned become views into it; every other tensor is copied
+ * into its own storage, in its own dtype.  The copy is freed when the last
+ * view of it is released.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -401,10 +401,10 @@ grove_status grove_safetensors_read(const char *path, grove_state_dict **out, gr
   if (!path || !out)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "grove_safetensors_read: NULL path or out");
   grove_storage *map;
-  grove_status st = grove__map_file(path, &map, err);
+  grove_status st = grove__read_file(path, &map, err);
   if (st != GROVE_OK) return st;
   st = st_parse(grove_storage_data(map), grove_storage_nbytes(map), path, map, out, err);
-  /* Views hold their own references; when there are none this unmaps. */
+  /* Views hold their own references; when there are none this frees. */
   grove_storage_release(map);
   return st;
 }

@@ -246,10 +246,9 @@ const grove__pk *grove__pk_dict_get(const grove__pk *d, const char *key);
 /* ================================================================ torch */
 
 /* grove_torch_read on an archive in memory.  map, when not NULL, is a
- * storage holding buf (a read-only private mapping of a file, from
- * grove__map_file): stored, aligned f32 records become zero-copy views into
- * it, and the pages of large records are dropped from RSS once read (they
- * fault back in from the file).  name is used in messages. */
+ * storage holding buf (the whole file, read by grove__read_file): stored,
+ * aligned f32 records become zero-copy views into it.  name is used in
+ * messages. */
 grove_status grove__torch_read_buffer(const void *buf, size_t len, const char *name,
                                       grove_storage *map, grove_state_dict **out, grove_err *err);
 

@@ -25,7 +25,7 @@
  *     strides are in elements and checked, overflow-safe, against the
  *     storage.  A contiguous view is a view; a non-contiguous one (a
  *     transposed weight) is gathered into a contiguous copy, bit for bit.
- *   - Stored, little-endian, 4-byte aligned f32 storages of a mapped file
+ *   - Stored, little-endian, 4-byte aligned f32 storages of a file read whole
  *     are zero-copy (the contract of grove_safetensors_read); the rest is
  *     copied, inflated, and byte-swapped when the archive is big-endian.
  *
@@ -51,7 +51,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -108,7 +107,7 @@ typedef struct loader {
   grove__zip zip;
   char *prefix; /* "archive/" */
   bool big_endian;
-  grove_storage *map; /* the mapped file, or NULL */
+  grove_storage *map; /* the file read whole (grove__read_file), or NULL */
   grove_err *err;
   slot *slots;        /* storages read so far, hashed by key */
   size_t nslots, cap; /* cap is a power of two (or 0) */
@@ -271,26 +270,6 @@ static void release_map(void *ctx) {
   grove_storage_release(ctx);
 }
 
-/* Records smaller than this keep their pages: a syscall each is not worth
- * it. */
-#define DROP_MIN ((size_t)1 << 20)
-
-/* A storage record of the mapped file has been read through (its CRC-32
- * checked, or its bytes copied out): its pages leave this process's RSS
- * again.  They stay in the page cache, and a zero-copy tensor's pack faults
- * them back in when the layer is refreshed.  Without this, checking the
- * CRCs faulted a whole new .pt in at once, before anything needed it: an
- * in-place reload from a .pt peaked at serving + the whole file, with the
- * old weights still mapped.  The mapping is private and read-only (never
- * written), so nothing is discarded but page-table entries. */
-static void drop_pages(const loader *ld, const void *data, size_t n) {
-  if (!ld->map || n < DROP_MIN) return;
-  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-  uintptr_t a = ((uintptr_t)data + page - 1) & ~(page - 1);
-  uintptr_t b = ((uintptr_t)data + n) & ~(page - 1);
-  if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
 static void byteswap(uint8_t *p, size_t nbytes, size_t es) {
   for (size_t i = 0; i + es <= nbytes; i += es)
     for (size_t a = 0, b = es - 1; a < b; a++, b--) {
@@ -350,7 +329,6 @@ static grove_status get_storage(loader *ld, const char *tkey, const char *skey, 
       nbytes > 0 && (e->data_offset % sizeof(float)) == 0) {
     st = grove__zip_stored(&ld->zip, e, &in_place, ld->err);
     if (st != GROVE_OK) return st;
-    drop_pages(ld, in_place, (size_t)nbytes);
     grove_storage_retain(ld->map);
     s = grove_storage_wrap((void *)in_place, (size_t)nbytes, release_map, ld->map);
     if (!s) {
@@ -365,7 +343,6 @@ static grove_status get_storage(loader *ld, const char *tkey, const char *skey, 
       grove_storage_release(s);
       return st;
     }
-    if (e->method == 0) drop_pages(ld, ld->zip.buf + e->data_offset, (size_t)e->size);
     if (ld->big_endian && swap_es > 1) byteswap(grove_storage_data(s), (size_t)nbytes, swap_es);
   }
   sl = slot_add(ld, skey);
@@ -757,7 +734,7 @@ grove_status grove_torch_read(const char *path, grove_state_dict **out, grove_er
   if (!path || !out)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "grove_torch_read: NULL path or out");
   grove_storage *map;
-  grove_status st = grove__map_file(path, &map, err);
+  grove_status st = grove__read_file(path, &map, err);
   if (st != GROVE_OK) return st;
   if (grove_storage_nbytes(map) == 0) {
     grove_storage_release(map);
@@ -766,7 +743,7 @@ grove_status grove_torch_read(const char *path, grove_state_dict **out, grove_er
   st = grove__torch_read_buffer(grove_storage_data(map), grove_storage_nbytes(map), path, map, out,
                                 err);
   /* Zero-copy storages hold their own references; without any, this
-   * unmaps the file. */
+   * frees the file's bytes. */
   grove_storage_release(map);
   return st;
 }

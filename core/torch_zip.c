@@ -1,6 +1,6 @@
 /* torch_zip.c: the zip archives torch.save writes (a reader and a writer).
  *
- * Reader.  The archive is held in memory (a mapped file).  The end of
+ * Reader.  The archive is held in memory (a file read whole).  The end of
  * central directory record is found from the end of the file, its ZIP64
  * twin when a field is saturated, then every central directory entry; each
  * record's data is located through its own local header (whose name and

@@ -30,9 +30,11 @@ typedef enum grove_ckpt_format {
 /* Guesses the format from the file name's extension and the first bytes. */
 grove_ckpt_format grove_ckpt_detect(const char *path, const void *head, size_t head_len);
 
-/* Reads a safetensors file.  The file is mmap'd; aligned little-endian f32
- * tensors borrow the mapping (zero-copy; the mapping lives as long as any
- * tensor does), others are copied.  *out is a new map the caller frees.
+/* Reads a safetensors file.  The file is read whole into memory of its own
+ * (never mapped: a write to the file later changes nothing read, and a file
+ * written while it is read is refused, GROVE_E_IO); aligned little-endian
+ * f32 tensors borrow that copy (it lives as long as any tensor does), others
+ * are copied.  *out is a new map the caller frees.
  * Every validation of the reference reader, plus duplicate keys; the
  * "__metadata__" entry is checked (string values) and not returned. */
 grove_status grove_safetensors_read(const char *path, grove_state_dict **out, grove_err *err);
@@ -44,6 +46,15 @@ grove_status grove_safetensors_read_buffer(const void *buf, size_t len, const ch
  * order, data 8-byte aligned.  Written to a temporary name and renamed, so a
  * failure leaves no half file. */
 grove_status grove_safetensors_write(const char *path, const grove_state_dict *sd, grove_err *err);
+
+/* Removes from dir the temporaries of this library's atomic writes (hidden
+ * ".NAME.grove-tmp.PID.N", and "weights.*.tmp.PID.N" of older versions)
+ * whose writer is gone: a process that no longer exists, or this very
+ * process (call it before writing anything into dir, as groved does at
+ * start).  A temporary of a live writer stays.  *removed (may be NULL)
+ * counts what went.  The first failure to remove one is the error; the scan
+ * goes on.  Any thread. */
+grove_status grove_checkpoint_remove_stale_temps(const char *dir, size_t *removed, grove_err *err);
 
 /* Reads a torch.save zip archive (.pt/.pth/.bin) with a restricted unpickler
  * that never runs code (docs/checkpoints.md).  Same contract as
