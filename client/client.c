@@ -10,6 +10,7 @@
  * Messages of failures found on the client side begin with "grove client: "
  * (grove_client_failed_locally reads that); everything else in err is the
  * server's own message. */
+#define _GNU_SOURCE /* O_TMPFILE */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -1051,7 +1052,7 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
   const char *slash = strrchr(path, '/');
   size_t dlen = slash ? (size_t)(slash - path) : 0;
   const char *base = slash ? slash + 1 : path;
-  size_t tn = dlen + strlen(base) + 32;
+  size_t tn = dlen + strlen(base) + 48;
   char *tmp = malloc(tn);
   char *dir = malloc(dlen + 2);
   char *archive = grove_torch_archive_name(path);
@@ -1069,7 +1070,18 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
   }
   snprintf(tmp, tn, "%.*s%s.%s.tmp-XXXXXX", (int)dlen, path, slash ? "/" : "", base);
   grove_status s = GROVE_OK;
-  int fd = mkstemp(tmp);
+  /* The bytes go to a file with no name (O_TMPFILE) that gets one only when
+   * complete: an export that is interrupted, by an error, Ctrl-C, SIGTERM or
+   * even SIGKILL, leaves nothing behind, as the kernel frees a nameless file
+   * with its last descriptor.  A file system without O_TMPFILE gets a
+   * hidden named temporary, removed on failure. */
+  bool nameless = false;
+  int fd = -1;
+#ifdef O_TMPFILE
+  fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  nameless = fd >= 0;
+#endif
+  if (fd < 0) fd = mkstemp(tmp);
   if (fd < 0) {
     s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: cannot create a temporary file: %s", tmp,
                       strerror(errno));
@@ -1080,10 +1092,32 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
     file_sink f = {fd, path};
     s = grove_client_export(c, model, format, &o, timeout_ms, write_sink, &f, info, err);
     if (!s && fsync(fd) != 0)
-      s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: fsync: %s", tmp, strerror(errno));
+      s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: fsync: %s", path, strerror(errno));
+    bool named = !nameless; /* tmp names the bytes */
+    if (!s && nameless) {
+      /* A name for the nameless file: path itself when nothing may be
+       * replaced (linkat refuses an existing name), else a temporary that
+       * the rename below puts in place. */
+      char fdpath[64];
+      snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
+      static atomic_uint seq; /* two threads exporting over one path */
+      if (overwrite) {
+        snprintf(tmp, tn, "%.*s%s.%s.tmp-%ld-%u", (int)dlen, path, slash ? "/" : "", base,
+                 (long)getpid(), atomic_fetch_add(&seq, 1u));
+        unlink(tmp); /* one of this pid's, from a killed run */
+      }
+      if (linkat(AT_FDCWD, fdpath, AT_FDCWD, overwrite ? tmp : path, AT_SYMLINK_FOLLOW) != 0)
+        s = !overwrite && errno == EEXIST
+                ? grove_err_set(err, GROVE_E_ALREADY_EXISTS,
+                                LOCAL_PREFIX "%s exists; --force overwrites it", path)
+                : grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: %s", overwrite ? tmp : path,
+                                strerror(errno));
+      else
+        named = overwrite;
+    }
     if (close(fd) != 0 && !s)
-      s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: close: %s", tmp, strerror(errno));
-    if (!s && !overwrite) {
+      s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: close: %s", path, strerror(errno));
+    if (!s && !overwrite && !nameless) {
       /* link() refuses an existing name: a file that appeared meanwhile is
        * not replaced. */
       if (link(tmp, path) != 0)
@@ -1091,10 +1125,11 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
                 ? grove_err_set(err, GROVE_E_ALREADY_EXISTS,
                                 LOCAL_PREFIX "%s exists; --force overwrites it", path)
                 : grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: %s", path, strerror(errno));
-    } else if (!s && rename(tmp, path) != 0) {
+    } else if (!s && overwrite && rename(tmp, path) != 0) {
       s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: rename: %s", path, strerror(errno));
     }
-    if (s || !overwrite) unlink(tmp); /* after link(), or after a failure */
+    /* After link() or a failure, the temporary's name goes. */
+    if (named && (s || !overwrite)) unlink(tmp);
     if (!s) {
       int dfd = open(dir, O_RDONLY | O_DIRECTORY);
       if (dfd >= 0) {

@@ -87,6 +87,8 @@ typedef struct mstate {
   char *watch_dir;
   uv_timer_t debounce;
   bool debounce_init;
+  bool writing;        /* --watch: a file of the model was modified and not closed since */
+  int64_t last_change; /* --watch: grove__now_ns() of the last event for the model */
   /* Metrics: any thread reads. */
   _Atomic uint64_t ok, failed, refused;
   _Atomic int in_progress;
@@ -1007,8 +1009,17 @@ static void on_inotify(uv_poll_t *h, int status, int events) {
       for (size_t i = 0; i < srv->nmodels; i++) {
         mstate *ms = &a->ms[i];
         if (ms->wd != ev->wd || !watched_name(ms, ev->name)) continue;
-        grove__slog(GROVE_LOG_DEBUG, "reload.watch_event", "model %s: %s/%s %s", ms->m->name,
-                    ms->watch_dir, ev->name, ev->mask & IN_MOVED_TO ? "renamed in" : "written");
+        /* A write is in progress from the first IN_MODIFY to the writer's
+         * close; the reload waits for it (on_debounce_fire). */
+        bool modify = (ev->mask & (IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO)) == IN_MODIFY;
+        if (!modify || !ms->writing)
+          grove__slog(GROVE_LOG_DEBUG, "reload.watch_event", "model %s: %s/%s %s", ms->m->name,
+                      ms->watch_dir, ev->name,
+                      modify                   ? "being written"
+                      : ev->mask & IN_MOVED_TO ? "renamed in"
+                                               : "written");
+        ms->writing = modify;
+        ms->last_change = grove__now_ns();
         /* Restarted by every event: the reload waits for a quiet spell. */
         uv_timer_start(&ms->debounce, on_debounce_fire, (uint64_t)srv->cfg.watch_debounce_ms, 0);
       }
@@ -1024,7 +1035,7 @@ static void watch_model(srv_server *srv, mstate *ms) {
   srv_version *v = ms->m->current;
   const char *dir = v ? v->model->dir : ms->m->dir;
   if (ms->watch_dir && strcmp(ms->watch_dir, dir) == 0) return;
-  int wd = inotify_add_watch(a->ifd, dir, IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR);
+  int wd = inotify_add_watch(a->ifd, dir, IN_MOVED_TO | IN_CLOSE_WRITE | IN_MODIFY | IN_ONLYDIR);
   if (wd < 0) {
     grove__slog(GROVE_LOG_WARN, "reload.watch_failed", "--watch: model %s: %s: %s", ms->m->name,
                 dir, strerror(errno));
@@ -1036,12 +1047,44 @@ static void watch_model(srv_server *srv, mstate *ms) {
   grove__slog(GROVE_LOG_DEBUG, "reload.watch", "--watch: model %s: watching %s", ms->m->name, dir);
 }
 
+/* How long a file may stay open for writing, with nothing written, before
+ * --watch reloads anyway (a writer that died holding it open, say). */
+#define WATCH_OPEN_WRITER_MAX_NS ((int64_t)30 * 1000000000)
+
 static void on_debounce_fire(uv_timer_t *t) {
   mstate *ms = t->data;
+  /* A writer that pauses longer than the debounce (a slow copy) has written
+   * half a file: wait for its close.  Whatever slips past (two writers, a
+   * write that comes with no event) is caught by the build itself, which
+   * refuses a file that changes while it is read or built from
+   * (core/model.c), and the write's own event brings the next reload. */
+  if (ms->writing && grove__now_ns() - ms->last_change < WATCH_OPEN_WRITER_MAX_NS) {
+    uv_timer_start(&ms->debounce, on_debounce_fire, (uint64_t)ms->srv->cfg.watch_debounce_ms, 0);
+    return;
+  }
+  ms->writing = false;
   reload_model(ms->srv, ms->m, "watch");
 }
 
 /* ================================================================ lifetime */
+
+/* The temporaries a killed groved left in a model's directory (a promote or
+ * an export into it, interrupted): nothing will ever finish them.  Before
+ * anything of this process writes there. */
+static void remove_stale_temps(mstate *ms) {
+  srv_version *v = ms->m->current;
+  const char *dir = v ? v->model->dir : ms->m->dir;
+  if (!dir) return;
+  size_t n = 0;
+  grove_err e = {0};
+  if (grove_checkpoint_remove_stale_temps(dir, &n, &e))
+    grove__slog(GROVE_LOG_WARN, "reload.stale_temp", "model %s: %s", ms->m->name,
+                grove_err_msg(&e));
+  if (n)
+    grove__slog(GROVE_LOG_INFO, "reload.stale_temp",
+                "model %s: removed %zu temporary file%s a killed writer left in %s", ms->m->name, n,
+                n == 1 ? "" : "s", dir);
+}
 
 grove_status grove__reload_start(srv_server *srv, grove_err *err) {
   struct srv_admin *a = calloc(1, sizeof *a);
@@ -1066,6 +1109,7 @@ grove_status grove__reload_start(srv_server *srv, grove_err *err) {
     uv_timer_init(&srv->loop, &ms->debounce);
     ms->debounce.data = ms;
     ms->debounce_init = true;
+    remove_stale_temps(ms);
   }
   if (!srv->cfg.watch) return GROVE_OK;
   a->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -1078,7 +1122,8 @@ grove_status grove__reload_start(srv_server *srv, grove_err *err) {
   a->ipoll_init = true;
   for (size_t i = 0; i < srv->nmodels; i++) watch_model(srv, &a->ms[i]);
   grove__slog(GROVE_LOG_INFO, "reload.watching",
-              "--watch: a model reloads %d ms after its weights file or model.json is replaced",
+              "--watch: a model reloads %d ms after its weights file or model.json is replaced "
+              "and no longer being written",
               srv->cfg.watch_debounce_ms);
   return GROVE_OK;
 }

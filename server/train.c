@@ -578,6 +578,7 @@ static void run_promote(session *s, srv_req *r) {
   const Grove__PromoteRequest *q = r->msg->promote;
   grove_err err = {0};
   char *path = NULL;
+  bool created = false; /* path is a file of ours, to remove if the promote fails */
   grove_status st = GROVE_OK;
   if (q->path && *q->path) {
     if (strlen(q->path) >= PATH_MAX)
@@ -593,8 +594,10 @@ static void run_promote(session *s, srv_req *r) {
     if (fd < 0)
       st = grove_err_set(&err, path ? GROVE_E_IO : GROVE_E_NOMEM, "cannot create %s: %s",
                          path ? path : "a promote file", strerror(errno));
-    else
+    else {
       close(fd);
+      created = true;
+    }
   }
   grove_state_dict *sd = st ? NULL : grove_sd_new();
   if (!st && !sd) st = grove_err_set(&err, GROVE_E_NOMEM, "out of memory");
@@ -605,6 +608,7 @@ static void run_promote(session *s, srv_req *r) {
   char *name = st ? NULL : strdup(s->m->name);
   if (!st && (!rq || !name)) st = grove_err_set(&err, GROVE_E_NOMEM, "out of memory");
   if (st) {
+    if (created) unlink(path); /* the empty file mkstemps made */
     free(rq);
     free(name);
     free(path);
