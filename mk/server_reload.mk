@@ -14,3 +14,8 @@ $(BUILD)/tests/check_reload.o $(BUILD)/tests/check_export.o: $(PROTO_H)
 .PHONY: bench-reload
 bench-reload: all
 	@bash bench/reload_bench.sh $(GROVE_BIN)
+
+# tests/check_files.c: files that change underneath a running groved; it
+# starts groved and the grove CLI like the suites above.
+TEST_EXTRA_check_files := $(CLIENTLIB)
+$(BUILD)/tests/check_files.o: $(PROTO_H)
