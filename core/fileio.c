@@ -6,8 +6,8 @@
  * left. */
 #include <dirent.h>
 #include <errno.h>
-#include <signal.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "grove/checkpoint.h"
 #include "internal.h"
 
 /* Checkpoints are read into memory the process owns, never mapped.  A
@@ -27,7 +28,7 @@
  * that stay as they were read.  (docs/checkpoints.md, "Files that change on
  * disk", has the memory this costs.) */
 
-static void id_from_stat(const struct stat *sb, grove__file_id *id) {
+static void id_from_stat(const struct stat *sb, grove_file_stamp *id) {
   id->dev = (uint64_t)sb->st_dev;
   id->ino = (uint64_t)sb->st_ino;
   id->size = (int64_t)sb->st_size;
@@ -37,7 +38,7 @@ static void id_from_stat(const struct stat *sb, grove__file_id *id) {
   id->ctime_ns = (int64_t)sb->st_ctim.tv_nsec;
 }
 
-grove_status grove__file_id_of(const char *path, grove__file_id *id, grove_err *err) {
+grove_status grove_file_stamp_of(const char *path, grove_file_stamp *id, grove_err *err) {
   struct stat sb;
   if (stat(path, &sb) != 0)
     return grove_err_set(err, GROVE_E_IO, "%s: cannot stat: %s", path, strerror(errno));
@@ -45,9 +46,21 @@ grove_status grove__file_id_of(const char *path, grove__file_id *id, grove_err *
   return GROVE_OK;
 }
 
-bool grove__file_id_same(const grove__file_id *a, const grove__file_id *b) {
+bool grove_file_stamp_same(const grove_file_stamp *a, const grove_file_stamp *b) {
   return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_s == b->mtime_s &&
          a->mtime_ns == b->mtime_ns && a->ctime_s == b->ctime_s && a->ctime_ns == b->ctime_ns;
+}
+
+grove_status grove_file_stamp_check(const char *path, const grove_file_stamp *then,
+                                    grove_err *err) {
+  grove_file_stamp now;
+  grove_err ignore = {0};
+  if (grove_file_stamp_of(path, &now, &ignore) == GROVE_OK && grove_file_stamp_same(then, &now))
+    return GROVE_OK;
+  return grove_err_set(err, GROVE_E_IO,
+                       "%s: the file changed while the model was being built from it; nothing "
+                       "was loaded (load it again once the write is complete)",
+                       path);
 }
 
 static grove_status changed(const char *path, grove_err *err) {
@@ -97,13 +110,13 @@ grove_status grove__read_file(const char *path, grove_storage **out, grove_err *
     do r = pread(fd, &extra, 1, (off_t)len);
     while (r < 0 && errno == EINTR);
     struct stat after;
-    grove__file_id a, b;
+    grove_file_stamp a, b;
     id_from_stat(&sb, &a);
     if (r != 0 || fstat(fd, &after) != 0)
       st = changed(path, err);
     else {
       id_from_stat(&after, &b);
-      if (!grove__file_id_same(&a, &b)) st = changed(path, err);
+      if (!grove_file_stamp_same(&a, &b)) st = changed(path, err);
     }
   }
   close(fd);

@@ -97,15 +97,6 @@ size_t grove__utf8_invalid_at(const uint8_t *s, size_t len, bool allow_surrogate
  * parsers judge the content.  Any thread. */
 grove_status grove__read_file(const char *path, grove_storage **out, grove_err *err);
 
-/* What tells one state of a file from another without reading it. */
-typedef struct grove__file_id {
-  uint64_t dev, ino;
-  int64_t size, mtime_s, mtime_ns, ctime_s, ctime_ns;
-} grove__file_id;
-/* stat(path) into id (follows symlinks, as the readers' open does). */
-grove_status grove__file_id_of(const char *path, grove__file_id *id, grove_err *err);
-bool grove__file_id_same(const grove__file_id *a, const grove__file_id *b);
-
 /* Writes a file atomically: open() creates a unique temporary file beside
  * path (hidden: ".BASE.grove-tmp.PID.N"); write to f->fd; finish(st) fsyncs, closes and renames it
  * into place when st is GROVE_OK (and everything succeeds), else removes it, so that a failed write

@@ -518,17 +518,6 @@ static grove_status load_weights(grove_model *m, const grove_model_opts *opts, g
   return s;
 }
 
-static grove_status still_same(const char *path, const grove__file_id *then, grove_err *err) {
-  grove__file_id now;
-  grove_err ignore = {0};
-  if (grove__file_id_of(path, &now, &ignore) == GROVE_OK && grove__file_id_same(then, &now))
-    return GROVE_OK;
-  return grove_err_set(err, GROVE_E_IO,
-                       "%s: the file changed while the model was being built from it; nothing "
-                       "was loaded (load it again once the write is complete)",
-                       path);
-}
-
 grove_status grove_model_open(const char *dir, const grove_model_opts *opts, grove_model **out,
                               grove_err *err) {
   if (out) *out = NULL;
@@ -540,9 +529,9 @@ grove_status grove_model_open(const char *dir, const grove_model_opts *opts, gro
   grove_model *m = NULL;
   /* What the spec and the checkpoint were when this build began: a model is
    * only handed out if both are still the same when it is complete (below). */
-  grove__file_id spec_id = {0}, weights_id = {0};
+  grove_file_stamp spec_id = {0}, weights_id = {0};
   grove_err ignore = {0};
-  bool have_spec_id = grove__file_id_of(spec_path, &spec_id, &ignore) == GROVE_OK;
+  bool have_spec_id = grove_file_stamp_of(spec_path, &spec_id, &ignore) == GROVE_OK;
   bool have_weights_id = false;
   grove_status s = read_text(spec_path, &text, err);
   /* The checkpoint replaces the constructors' zero weights: packing those
@@ -557,7 +546,7 @@ grove_status grove_model_open(const char *dir, const grove_model_opts *opts, gro
   if (!s) s = count_state(m->root, &nstate, err);
   if (!s) s = choose_weights(dir, text, opts, nstate > 0, &m->weights_path, err);
   if (!s && m->weights_path) {
-    have_weights_id = grove__file_id_of(m->weights_path, &weights_id, &ignore) == GROVE_OK;
+    have_weights_id = grove_file_stamp_of(m->weights_path, &weights_id, &ignore) == GROVE_OK;
     s = load_weights(m, opts, err);
   }
   /* The load refreshed the whole tree; without one (a tree with no state)
@@ -577,8 +566,8 @@ grove_status grove_model_open(const char *dir, const grove_model_opts *opts, gro
    * weights, the write --watch reacts to) makes it a model of a file that
    * no longer exists: refused, so that the caller keeps what it serves and
    * the write's own reload brings the new file in. */
-  if (!s && have_spec_id) s = still_same(spec_path, &spec_id, err);
-  if (!s && have_weights_id) s = still_same(m->weights_path, &weights_id, err);
+  if (!s && have_spec_id) s = grove_file_stamp_check(spec_path, &spec_id, err);
+  if (!s && have_weights_id) s = grove_file_stamp_check(m->weights_path, &weights_id, err);
   free(text);
   free(spec_path);
   if (s) {

@@ -143,6 +143,10 @@ struct rjob {
   int64_t version;       /* the version serving after the job */
   const char *build_prio; /* static: what the build (or prep) ran at */
   long build_yields;      /* how often it yielded (run_niced); -1: never asked to */
+  /* In place: the checkpoint's stamp before it was read; whether the load was
+   * refused because the file changed since (the tree is then untouched). */
+  grove_file_stamp stamp;
+  bool stale;
 };
 
 /* ================================================================ jobs */
@@ -674,6 +678,9 @@ static void prep_build(void *arg) {
   if (!j->s && !is_file(j->weights_path))
     j->s =
         grove_err_set(&j->err, GROVE_E_NOT_FOUND, "%s: no such checkpoint file", j->weights_path);
+  /* The file must still be this one when the tree changes (load_work): a
+   * write meanwhile would make the model serve a file no longer on disk. */
+  if (!j->s) j->s = grove_file_stamp_of(j->weights_path, &j->stamp, &j->err);
   if (!j->s) j->s = grove_checkpoint_read(j->weights_path, &j->sd, &j->err);
   /* Every tensor that will replace one of the tree's gets the tree's dtype
    * now, so that the load only ever swaps pointers (assign) and never writes
@@ -704,7 +711,9 @@ static void prep_work(uv_work_t *w) {
 static void load_work(uv_work_t *w) {
   rjob *j = w->data;
   grove_load_opts lo = {.strict = !j->non_strict, .assign = true};
-  j->s = grove_module_load_state_dict(j->cur->model->root, j->sd, &lo, &j->rep, &j->err);
+  j->s = grove_file_stamp_check(j->weights_path, &j->stamp, &j->err);
+  j->stale = j->s != GROVE_OK; /* the tree is untouched */
+  if (!j->s) j->s = grove_module_load_state_dict(j->cur->model->root, j->sd, &lo, &j->rep, &j->err);
   if (j->s == GROVE_E_STATE_DICT) grove_err_prefix(&j->err, "%s", j->weights_path);
   grove_sd_free(j->sd);
   j->sd = NULL;
@@ -749,7 +758,7 @@ static void load_done(uv_work_t *w, int status) {
       v->weights_path = j->weights_path ? strdup(j->weights_path) : NULL;
       install(j, v);
     }
-  } else if (j->s != GROVE_E_STATE_DICT) {
+  } else if (j->s != GROVE_E_STATE_DICT && !j->stale) {
     /* Anything but a refusal happened while the tree was being changed
      * (out of memory rebuilding a layer's packed weights): say so loudly. */
     grove__slog(GROVE_LOG_ERROR, "reload.in_place_broken",

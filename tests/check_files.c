@@ -3,6 +3,8 @@
  *   - a `cp` over a model's weights while a reload is building from them:
  *     the reload is refused, the old version keeps serving its exact
  *     outputs, groved lives on, and the next reload takes the new file;
+ *     and one over the checkpoint of an in-place reload waiting to change
+ *     the tree;
  *   - `truncate -s 0` of a serving model's weights: export and a training
  *     session still work from the weights being served, predict is right;
  *   - --watch and a slow writer (half the file, a pause longer than the
@@ -153,6 +155,8 @@ static void rm_dir(const char *dir) {
 /* A reload on a thread of its own, while the test writes to the file. */
 typedef struct bg_reload {
   const char *url;
+  const char *checkpoint; /* NULL: the directory's */
+  bool in_place;
   grove_status st;
   grove_err err;
   pthread_t t;
@@ -164,7 +168,7 @@ static void *bg_reload_main(void *arg) {
   b->st = grove_client_open(&b->url, 1, NULL, &c, &b->err);
   if (!b->st) {
     grove_reload_result res;
-    grove_reload_opts o = {0};
+    grove_reload_opts o = {.checkpoint = b->checkpoint, .in_place = b->in_place};
     b->st = grove_client_reload(c, "reload_mlp", &o, 60000, &res, &b->err);
     if (!b->st) grove_reload_result_fini(&res);
   }
@@ -225,6 +229,59 @@ START_TEST(files_overwrite_during_reload) {
   grove_sd_free(e.sd);
   ck_assert_int_eq(h_stop(&s), 0);
   rm_dir(dir);
+}
+END_TEST
+
+/* The same for an in-place reload: the checkpoint is read, the reload waits
+ * for a running batch (held by --test-batch-delay-ms) before it changes the
+ * tree, and the file is written over meanwhile. */
+static void *bg_predict_main(void *arg) {
+  grove_client *c = h_connect(arg);
+  expected e;
+  expected_load(&e);
+  predict_is(c, &e, e.ya);
+  grove_sd_free(e.sd);
+  grove_client_close(c);
+  return NULL;
+}
+
+START_TEST(files_overwrite_during_in_place_reload) {
+  char ck[500];
+  snprintf(ck, sizeof ck, "%s/new.safetensors", grove_test_tmpdir());
+  ck_assert_int_eq(h_copy(ckpt("b.safetensors"), ck), 0);
+  hserver s;
+  const char *more[] = {"--test-batch-delay-ms", "5000", NULL};
+  start_model(&s, "reload_mlp", grove_fixture("reload_mlp"), more);
+  grove_client *c = h_connect(s.tcp);
+  pthread_t pt;
+  ck_assert_int_eq(pthread_create(&pt, NULL, bg_predict_main, s.tcp), 0);
+  grove_err err = {0};
+  for (int i = 0;; i++) {
+    ck_assert_msg(i < 2000, "no batch started");
+    grove_server_status *st = NULL;
+    ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
+    bool running = st->inflight == 1 && st->models[0].queue_depth == 0;
+    grove_server_status_free(st);
+    if (running) break;
+    h_sleep_ms(5);
+  }
+  bg_reload b = {.url = s.tcp, .checkpoint = ck, .in_place = true};
+  ck_assert_int_eq(pthread_create(&b.t, NULL, bg_reload_main, &b), 0);
+  /* Paused: the checkpoint is read, the tree not yet changed. */
+  ck_assert(h_wait_metric(&s, "grove_reload_paused{model=\"reload_mlp\"}", 1, 20) == 1);
+  ck_assert_int_eq(h_copy(ckpt("a.safetensors"), ck), 0); /* cp a.safetensors over it */
+  ck_assert_int_eq(pthread_join(b.t, NULL), 0);
+  ck_assert_int_eq(pthread_join(pt, NULL), 0);
+  ck_assert_status(b.st, GROVE_E_IO);
+  ck_assert_msg(strstr(b.err.msg, "changed while the model was being built"), "%s", b.err.msg);
+  expected e;
+  expected_load(&e);
+  ck_assert_int_eq(predict_is(c, &e, e.ya), 1);
+  ck_assert(!h_log_contains(&s, "reload.in_place_broken"));
+  grove_sd_free(e.sd);
+  grove_client_close(c);
+  ck_assert_int_eq(h_stop(&s), 0);
+  unlink(ck);
 }
 END_TEST
 
@@ -488,6 +545,7 @@ static Suite *files_suite(void) {
   TCase *tc = tcase_create("files");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, files_overwrite_during_reload);
+  tcase_add_test(tc, files_overwrite_during_in_place_reload);
   tcase_add_test(tc, files_truncated_while_serving);
   tcase_add_test(tc, files_watch_slow_writer);
   tcase_add_test(tc, files_failed_promote_leaves_nothing);

@@ -47,6 +47,23 @@ grove_status grove_safetensors_read_buffer(const void *buf, size_t len, const ch
  * failure leaves no half file. */
 grove_status grove_safetensors_write(const char *path, const grove_state_dict *sd, grove_err *err);
 
+/* What tells one state of a file from another without reading it: a write,
+ * a truncate or a rename over the path changes it. */
+typedef struct grove_file_stamp {
+  uint64_t dev, ino;
+  int64_t size, mtime_s, mtime_ns, ctime_s, ctime_ns;
+} grove_file_stamp;
+/* stat(path) into *out (following symlinks, as the readers' open does);
+ * GROVE_E_IO when path cannot be stat'ed.  Any thread. */
+grove_status grove_file_stamp_of(const char *path, grove_file_stamp *out, grove_err *err);
+bool grove_file_stamp_same(const grove_file_stamp *a, const grove_file_stamp *b);
+/* GROVE_OK when path's stamp is still then; else GROVE_E_IO, the message
+ * naming path: "the file changed while the model was being built from it"
+ * (a loader checks this last, before it hands out what it built from the
+ * file, so that nothing serves a file that is no longer on disk).  Any
+ * thread. */
+grove_status grove_file_stamp_check(const char *path, const grove_file_stamp *then, grove_err *err);
+
 /* Removes from dir the temporaries of this library's atomic writes (hidden
  * ".NAME.grove-tmp.PID.N", and "weights.*.tmp.PID.N" of older versions)
  * whose writer is gone: a process that no longer exists, or this very
