@@ -262,7 +262,8 @@ for bl, (grove, groved, flags) in BUILDS.items():
     try:
         s0 = status(p.pid)
         print(f"  serving: RSS {s0['VmRSS'] / MB:.0f} MB (anonymous {s0['RssAnon'] / MB:.0f} MB: "
-              f"the packed weights; file {s0['RssFile'] / MB:.0f} MB: the mapped checkpoint)")
+              f"the packed weights, and the checkpoint where it is read into memory; "
+              f"file {s0['RssFile'] / MB:.0f} MB: the checkpoint where it is mapped)")
         def settle():
             """Waits (at most 10 s) for the version a reload replaced to be freed."""
             for _ in range(1000):

@@ -4,7 +4,7 @@
  *
  * Each round reads FILE with grove_checkpoint_read (safetensors or
  * torch.save zip, by content), then reads every byte of every tensor (a
- * running XOR, so that zero-copy mappings are paid for too), then frees it.
+ * running XOR, so that lazily faulted memory is paid for too), then frees it.
  * Prints one JSON line: the best and median seconds of "read" (the call
  * alone) and "read_touch" (the call plus touching every byte), the tensor
  * bytes, and MB/s (10^6 bytes) of the median read_touch.
@@ -29,7 +29,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* XOR of every 8-byte word of every contiguous tensor (others: of every
- * byte), which forces each page of a mapped file in. */
+ * byte), which forces each page in. */
 static uint64_t touch(const grove_state_dict *sd) {
   uint64_t acc = 0;
   for (size_t i = 0; i < grove_sd_count(sd); i++) {
