@@ -84,6 +84,22 @@ static void copy_model(const char *name, const char *dir) {
   }
 }
 
+/* dir = TMP/sub, a private copy of fixture model name; weights = its
+ * weights file. */
+static void private_model(const char *name, const char *sub, char dir[400], char weights[500]) {
+  snprintf(dir, 400, "%s/%s", grove_test_tmpdir(), sub);
+  copy_model(name, dir);
+  snprintf(weights, 500, "%s/weights.safetensors", dir);
+}
+
+/* The training session the tests start: plain SGD, as check_train_server. */
+static grove_train_opts sgd_opts(void) {
+  return (grove_train_opts){.optimizer = GROVE_OPTIM_SGD,
+                            .h = grove_optim_defaults(GROVE_OPTIM_SGD),
+                            .loss = grove_loss_default(GROVE_LOSS_CROSS_ENTROPY),
+                            .seed = 3};
+}
+
 static char model_arg[4400];
 
 static void start_model(hserver *s, const char *name, const char *dir, const char *const *more) {
@@ -179,11 +195,8 @@ static void *bg_reload_main(void *arg) {
 /* ============================================================ cp over a reload */
 
 START_TEST(files_overwrite_during_reload) {
-  char dir[400];
-  snprintf(dir, sizeof dir, "%s/m", grove_test_tmpdir());
-  copy_model("reload_mlp", dir);
-  char weights[500];
-  snprintf(weights, sizeof weights, "%s/weights.safetensors", dir);
+  char dir[400], weights[500];
+  private_model("reload_mlp", "m", dir, weights);
   pause_ctl pc;
   pause_init(&pc, grove_test_tmpdir());
   hserver s;
@@ -288,11 +301,8 @@ END_TEST
 /* ============================================================ truncate -s 0 */
 
 START_TEST(files_truncated_while_serving) {
-  char dir[400];
-  snprintf(dir, sizeof dir, "%s/t", grove_test_tmpdir());
-  copy_model("train_server_mlp", dir);
-  char weights[500];
-  snprintf(weights, sizeof weights, "%s/weights.safetensors", dir);
+  char dir[400], weights[500];
+  private_model("train_server_mlp", "t", dir, weights);
   grove_err err = {0};
   grove_state_dict *want = NULL;
   ck_assert_ok(grove_safetensors_read(weights, &want, &err), &err);
@@ -328,10 +338,7 @@ START_TEST(files_truncated_while_serving) {
   unlink(out);
 
   /* A training session copies the served weights into its replica. */
-  grove_train_opts o = {.optimizer = GROVE_OPTIM_SGD,
-                        .h = grove_optim_defaults(GROVE_OPTIM_SGD),
-                        .loss = grove_loss_default(GROVE_LOSS_CROSS_ENTROPY),
-                        .seed = 3};
+  grove_train_opts o = sgd_opts();
   grove_train_info ti;
   ck_assert_ok(grove_client_start_training(c, "train_server_mlp", &o, 10000, &ti, &err), &err);
   grove_train_info_fini(&ti);
@@ -365,11 +372,8 @@ END_TEST
 /* ============================================================ --watch */
 
 START_TEST(files_watch_slow_writer) {
-  char dir[400];
-  snprintf(dir, sizeof dir, "%s/w", grove_test_tmpdir());
-  copy_model("reload_mlp", dir);
-  char weights[500];
-  snprintf(weights, sizeof weights, "%s/weights.safetensors", dir);
+  char dir[400], weights[500];
+  private_model("reload_mlp", "w", dir, weights);
   pause_ctl pc;
   pause_init(&pc, grove_test_tmpdir());
   hserver s;
@@ -444,10 +448,7 @@ START_TEST(files_failed_promote_leaves_nothing) {
   start_model(&s, name, grove_fixture("train_server_mlp"), NULL);
   grove_client *c = h_connect(s.tcp);
   grove_err err = {0};
-  grove_train_opts o = {.optimizer = GROVE_OPTIM_SGD,
-                        .h = grove_optim_defaults(GROVE_OPTIM_SGD),
-                        .loss = grove_loss_default(GROVE_LOSS_CROSS_ENTROPY),
-                        .seed = 3};
+  grove_train_opts o = sgd_opts();
   grove_train_info ti;
   ck_assert_ok(grove_client_start_training(c, name, &o, 10000, &ti, &err), &err);
   grove_train_info_fini(&ti);
