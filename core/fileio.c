@@ -102,8 +102,9 @@ grove_status grove__read_file(const char *path, grove_storage **out, grove_err *
       got += (size_t)r;
   }
   /* The bytes are one state of the file only if nothing wrote to it while
-   * they were read: same inode, same size (nothing past the end either),
-   * same modification and change times. */
+   * they were read: the same size (and nothing past the end), the same
+   * modification and change times.  (A file renamed over path meanwhile is
+   * another inode: these bytes are still all the old one's.) */
   if (!st) {
     uint8_t extra;
     ssize_t r;
