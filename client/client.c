@@ -1078,7 +1078,9 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
   bool nameless = false;
   int fd = -1;
 #ifdef O_TMPFILE
-  fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  /* Named through /proc/self/fd (linkat with AT_EMPTY_PATH needs a
+   * privilege): without /proc, the named temporary. */
+  if (access("/proc/self/fd", F_OK) == 0) fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
   nameless = fd >= 0;
 #endif
   if (fd < 0) fd = mkstemp(tmp);
