@@ -186,7 +186,7 @@ static void *bg_reload_main(void *arg) {
     grove_reload_result res;
     grove_reload_opts o = {.checkpoint = b->checkpoint, .in_place = b->in_place};
     b->st = grove_client_reload(c, "reload_mlp", &o, 60000, &res, &b->err);
-    if (!b->st) grove_reload_result_fini(&res);
+    grove_reload_result_fini(&res); /* a refusal fills it too */
   }
   grove_client_close(c);
   return NULL;
@@ -452,8 +452,9 @@ START_TEST(files_failed_promote_leaves_nothing) {
   grove_train_info ti;
   ck_assert_ok(grove_client_start_training(c, name, &o, 10000, &ti, &err), &err);
   grove_train_info_fini(&ti);
-  grove_reload_result rr;
+  grove_reload_result rr = {0};
   grove_status st = grove_client_promote(c, name, NULL, false, 20000, &rr, &err);
+  grove_reload_result_fini(&rr);
   ck_assert_msg(st == GROVE_E_IO, "promote: %s (%s)", grove_status_name(st), err.msg);
   ck_assert_msg(count_entries(tmpd) == 0, "the failed promote left a file in %s", tmpd);
   uint64_t steps = 0;
