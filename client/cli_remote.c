@@ -605,8 +605,8 @@ static const char export_help[] =
     "loaded, all from one version (printed).  The format follows the extension: .safetensors,\n"
     "or .pt/.pth/.bin for a torch.save archive that torch.load(weights_only=True) reads.\n"
     "--prefix keeps only the keys that start with P.  The file is streamed in chunks to a\n"
-    "temporary name beside FILE and renamed when complete, so a failed export leaves no\n"
-    "file; an existing FILE is refused unless --force.  --timeout-ms bounds each round\n"
+    "file with no name beside FILE, named FILE when complete, so a failed or killed export\n"
+    "leaves no file; an existing FILE is refused unless --force.  --timeout-ms bounds each round\n"
     "trip (default 60000).  Exit 0 ok, 1 refused, 2 usage, 3 the server cannot be reached.\n";
 
 enum { E_HELP, E_OUTPUT, E_FORCE, E_PREFIX, E_TIMEOUT, E_CHUNK };

@@ -227,8 +227,10 @@ grove_status grove_client_export(grove_client *c, const char *model, grove_ckpt_
                                  grove_err *err);
 /* grove_client_export into path, the format from its extension (.safetensors;
  * .pt, .pth, .bin) and, for .pt, the archive named after the file as
- * torch.save does.  Written to a temporary file beside path, fsync'd and
- * renamed, so a failed export leaves no file; an existing path is refused
+ * torch.save does.  Written to a file with no name in path's directory
+ * (O_TMPFILE; a hidden temporary where that is not available), fsync'd and
+ * named path, so a failed export, or a process killed during it, leaves no
+ * file; an existing path is refused
  * with GROVE_E_ALREADY_EXISTS unless overwrite.  opts->archive_name is
  * ignored.  Any thread. */
 grove_status grove_client_export_file(grove_client *c, const char *model, const char *path,
