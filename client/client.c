@@ -1070,19 +1070,16 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
   }
   snprintf(tmp, tn, "%.*s%s.%s.tmp-XXXXXX", (int)dlen, path, slash ? "/" : "", base);
   grove_status s = GROVE_OK;
-  /* The bytes go to a file with no name (O_TMPFILE) that gets one only when
-   * complete: an export that is interrupted, by an error, Ctrl-C, SIGTERM or
-   * even SIGKILL, leaves nothing behind, as the kernel frees a nameless file
-   * with its last descriptor.  A file system without O_TMPFILE gets a
-   * hidden named temporary, removed on failure. */
-  bool nameless = false;
+  /* The bytes go to a file with no name (O_TMPFILE), named (as tmp, below)
+   * only when complete: an export ended by an error, Ctrl-C, SIGTERM or even
+   * SIGKILL leaves nothing, as the kernel frees a nameless file with its last
+   * descriptor.  It is named through /proc/self/fd (AT_EMPTY_PATH needs a
+   * privilege); without O_TMPFILE or /proc, a named temporary from the start. */
   int fd = -1;
 #ifdef O_TMPFILE
-  /* Named through /proc/self/fd (linkat with AT_EMPTY_PATH needs a
-   * privilege): without /proc, the named temporary. */
   if (access("/proc/self/fd", F_OK) == 0) fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
-  nameless = fd >= 0;
 #endif
+  bool named = fd < 0; /* tmp is a file */
   if (fd < 0) fd = mkstemp(tmp);
   if (fd < 0) {
     s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: cannot create a temporary file: %s", tmp,
@@ -1095,31 +1092,20 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
     s = grove_client_export(c, model, format, &o, timeout_ms, write_sink, &f, info, err);
     if (!s && fsync(fd) != 0)
       s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: fsync: %s", path, strerror(errno));
-    bool named = !nameless; /* tmp names the bytes */
-    if (!s && nameless) {
-      /* A name for the nameless file: path itself when nothing may be
-       * replaced (linkat refuses an existing name), else a temporary that
-       * the rename below puts in place. */
-      char fdpath[64];
-      snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
-      static atomic_uint seq; /* two threads exporting over one path */
-      if (overwrite) {
-        snprintf(tmp, tn, "%.*s%s.%s.tmp-%ld-%u", (int)dlen, path, slash ? "/" : "", base,
-                 (long)getpid(), atomic_fetch_add(&seq, 1u));
-        unlink(tmp); /* one of this pid's, from a killed run */
-      }
-      if (linkat(AT_FDCWD, fdpath, AT_FDCWD, overwrite ? tmp : path, AT_SYMLINK_FOLLOW) != 0)
-        s = !overwrite && errno == EEXIST
-                ? grove_err_set(err, GROVE_E_ALREADY_EXISTS,
-                                LOCAL_PREFIX "%s exists; --force overwrites it", path)
-                : grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: %s", overwrite ? tmp : path,
-                                strerror(errno));
-      else
-        named = overwrite;
+    static atomic_uint seq; /* two threads of one process, one path */
+    char fdpath[64];
+    snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
+    if (!s && !named) {
+      snprintf(tmp, tn, "%.*s%s.%s.tmp-%ld-%u", (int)dlen, path, slash ? "/" : "", base,
+               (long)getpid(), atomic_fetch_add(&seq, 1u));
+      unlink(tmp); /* this pid's, from a run killed in the instant it was named */
+      if (linkat(AT_FDCWD, fdpath, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW) != 0)
+        s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: %s", tmp, strerror(errno));
+      named = !s;
     }
     if (close(fd) != 0 && !s)
       s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: close: %s", path, strerror(errno));
-    if (!s && !overwrite && !nameless) {
+    if (!s && !overwrite) {
       /* link() refuses an existing name: a file that appeared meanwhile is
        * not replaced. */
       if (link(tmp, path) != 0)
@@ -1127,11 +1113,10 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
                 ? grove_err_set(err, GROVE_E_ALREADY_EXISTS,
                                 LOCAL_PREFIX "%s exists; --force overwrites it", path)
                 : grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: %s", path, strerror(errno));
-    } else if (!s && overwrite && rename(tmp, path) != 0) {
+    } else if (!s && rename(tmp, path) != 0) {
       s = grove_err_set(err, GROVE_E_IO, LOCAL_PREFIX "%s: rename: %s", path, strerror(errno));
     }
-    /* After link() or a failure, the temporary's name goes. */
-    if (named && (s || !overwrite)) unlink(tmp);
+    if (named && (s || !overwrite)) unlink(tmp); /* after link(), or after a failure */
     if (!s) {
       int dfd = open(dir, O_RDONLY | O_DIRECTORY);
       if (dfd >= 0) {
