@@ -90,7 +90,7 @@ size_t grove__utf8_invalid_at(const uint8_t *s, size_t len, bool allow_surrogate
 
 /* Reads the whole of path into a new storage the caller owns (an empty file
  * gives an empty storage), checking that nothing wrote to the file while it
- * was read: same inode, size, mtime and ctime before and after, no byte past
+ * was read: same size, mtime and ctime before and after, no byte past
  * the end.  A file that changed is GROVE_E_IO ("changed while it was being
  * read"), so the bytes are always one state of the file, and nothing done to
  * the file later reaches them.  Only I/O problems are errors here: the
