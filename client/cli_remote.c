@@ -12,6 +12,7 @@
  * server said no, 2 usage (with "Try 'grove CMD --help'."), 3 cannot reach
  * the server.  Outputs print and inputs convert as for predict --local
  * (cli_tensor.c). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
@@ -122,6 +123,56 @@ int grove__cli_connect(const char *server_url, int timeout_ms, grove_client **ou
   return 0;
 }
 
+static const char *admin_url_flag, *token_file_flag;
+
+void grove_cli_remote_set_admin(const char *url, const char *token_file) {
+  if (url) admin_url_flag = url;
+  if (token_file) token_file_flag = token_file;
+}
+
+/* The token in --token-file FILE (its first line) into buf; 0, or the exit
+ * status after the message (the token itself is never printed). */
+static int read_token_file(const char *file, char *buf, size_t n) {
+  FILE *f = fopen(file, "r");
+  if (!f) return grove__cli_fail(EXIT_USAGE, "--token-file %s: %s", file, strerror(errno));
+  size_t len = fread(buf, 1, n - 1, f);
+  bool more = len == n - 1 && fgetc(f) != EOF;
+  fclose(f);
+  buf[len] = '\0';
+  buf[strcspn(buf, "\r\n")] = '\0';
+  if (more) return grove__cli_fail(EXIT_USAGE, "--token-file %s: longer than %zu bytes", file, n - 2);
+  if (!buf[0]) return grove__cli_fail(EXIT_USAGE, "--token-file %s is empty", file);
+  return 0;
+}
+
+int grove__cli_connect_admin(const char *server_url, int timeout_ms, grove_client **out) {
+  (void)server_url; /* the data plane is not needed for an admin command */
+  const char *admin = admin_url_flag;
+  if (!admin || !*admin) admin = getenv("GROVE_ADMIN");
+  if (!admin || !*admin) admin = GROVE_DEFAULT_ADMIN_URL;
+  char token[4096];
+  if (token_file_flag) {
+    int rc = read_token_file(token_file_flag, token, sizeof token);
+    if (rc) return rc;
+  }
+  grove_client_opts o = {.default_timeout_ms = timeout_ms,
+                         .admin_url = admin,
+                         .admin_token = token_file_flag ? token : NULL};
+  const char *urls[] = {admin};
+  grove_err err = {0};
+  grove_status s = grove_client_open(urls, 1, &o, out, &err);
+  explicit_bzero(token, sizeof token);
+  if (s) {
+    /* Say where admin commands go: the usual surprise is a groved on
+     * another port or machine. */
+    return grove__cli_fail(EXIT_UNREACHABLE,
+                           "%s (admin commands go to groved's admin listener: grove --admin URL "
+                           "or $GROVE_ADMIN; groved --admin-listen)",
+                           grove_err_msg(&err) + strlen("grove client: "));
+  }
+  return 0;
+}
+
 /* --timeout-ms of predict, bench, reload and export (v may be NULL: *ms
  * keeps its default).  0 or EXIT_USAGE after the message. */
 static int timeout_option(const char *cmd, const char *v, long long *ms) {
@@ -150,6 +201,14 @@ static int cmd_status(grove_client *c, int timeout_ms) {
          st->draining ? "draining"
          : st->ready  ? "ready"
                       : "not ready");
+  /* Both planes: where predicts go, and where reload, export, hooks and
+   * training go (docs/operations.md, "Security"). */
+  printf("data plane:  ");
+  for (size_t i = 0; i < st->nlisten; i++) printf("%s%s", i ? ", " : "", st->listen_urls[i]);
+  printf("%s (predict, status, metadata)\n", st->nlisten ? "" : "?");
+  printf("admin plane: ");
+  for (size_t i = 0; i < st->nadmin; i++) printf("%s%s", i ? ", " : "", st->admin_urls[i]);
+  printf("%s\n", st->nadmin ? " (reload, export, hooks, training)" : "none");
   printf("in flight: %" PRIu64 " predict%s\n", st->inflight, st->inflight == 1 ? "" : "s");
   printf("models: %zu\n", st->nmodels);
   for (size_t i = 0; i < st->nmodels; i++) {
@@ -569,7 +628,7 @@ static int cmd_reload(const char *server, int argc, char **argv) {
 static int reload_one(const char *server, const char *model, const grove_reload_opts *o,
                       int timeout) {
   grove_client *c = NULL;
-  int rc = grove__cli_connect(server, timeout, &c);
+  int rc = grove__cli_connect_admin(server, timeout, &c);
   if (rc) return rc;
   grove_err err = {0};
   grove_reload_result res;
@@ -636,7 +695,7 @@ static int cmd_export(const char *server, int argc, char **argv) {
   if (p.npos > 1) return grove__cli_usage("export", "unexpected argument '%s'", p.pos[1]);
   if (!out || !*out) return grove__cli_usage("export", "needs -o FILE.safetensors or -o FILE.pt");
   grove_client *c = NULL;
-  if ((rc = grove__cli_connect(server, (int)timeout, &c))) return rc;
+  if ((rc = grove__cli_connect_admin(server, (int)timeout, &c))) return rc;
   grove_err err = {0};
   grove_export_info info;
   grove_export_opts o = {.prefix = prefix, .chunk_bytes = (size_t)chunk};
