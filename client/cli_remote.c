@@ -145,11 +145,22 @@ static int read_token_file(const char *file, char *buf, size_t n) {
   return 0;
 }
 
-int grove__cli_connect_admin(const char *server_url, int timeout_ms, grove_client **out) {
-  (void)server_url; /* the data plane is not needed for an admin command */
-  const char *admin = admin_url_flag;
-  if (!admin || !*admin) admin = getenv("GROVE_ADMIN");
-  if (!admin || !*admin) admin = GROVE_DEFAULT_ADMIN_URL;
+/* The URLs of --admin (else $GROVE_ADMIN), split at commas into buf;
+ * returns how many (0: none given, the default applies). */
+static size_t given_admin_urls(char *buf, size_t bufn, const char **urls) {
+  const char *spec = admin_url_flag;
+  if (!spec || !*spec) spec = getenv("GROVE_ADMIN");
+  if (!spec || !*spec) return 0;
+  snprintf(buf, bufn, "%s", spec);
+  size_t n = 0;
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n < MAX_URLS;
+       tok = strtok_r(NULL, ",", &save))
+    if (*tok) urls[n++] = tok;
+  return n;
+}
+
+/* A client of the admin listener at admin, with the token. */
+static int connect_admin_url(const char *admin, int timeout_ms, grove_client **out) {
   char token[4096];
   if (token_file_flag) {
     int rc = read_token_file(token_file_flag, token, sizeof token);
@@ -171,6 +182,41 @@ int grove__cli_connect_admin(const char *server_url, int timeout_ms, grove_clien
                            grove_err_msg(&err) + strlen("grove client: "));
   }
   return 0;
+}
+
+/* The admin URLs an admin command acts on into urls (buf holds them): those
+ * given, else the default one.  With several --server URLs and no admin URL
+ * given, which replica's admin listener is meant is unknown: refused (exit
+ * 1).  Returns how many, or 0 after the message with *rc set. */
+static size_t admin_targets(const char *server_url, char *buf, size_t bufn, const char **urls,
+                            int *rc) {
+  size_t n = given_admin_urls(buf, bufn, urls);
+  if (n) return n;
+  char sbuf[2048];
+  const char *surls[MAX_URLS];
+  size_t ns = server_urls(server_url, sbuf, sizeof sbuf, surls);
+  if (ns > 1) {
+    *rc = grove__cli_fail(EXIT_REFUSED,
+                          "admin commands act on one replica at its admin listener, and --server "
+                          "names %zu; give their admin URLs with --admin URL[,URL...] (or "
+                          "$GROVE_ADMIN)",
+                          ns);
+    return 0;
+  }
+  urls[0] = GROVE_DEFAULT_ADMIN_URL;
+  return 1;
+}
+
+int grove__cli_connect_admin(const char *server_url, int timeout_ms, grove_client **out) {
+  char buf[2048];
+  const char *urls[MAX_URLS];
+  int rc = 0;
+  size_t n = admin_targets(server_url, buf, sizeof buf, urls, &rc);
+  if (!n) return rc;
+  if (n > 1)
+    return grove__cli_fail(EXIT_REFUSED,
+                           "this command acts on one replica; --admin names %zu: give one", n);
+  return connect_admin_url(urls[0], timeout_ms, out);
 }
 
 /* --timeout-ms of predict, bench, reload and export (v may be NULL: *ms
@@ -576,7 +622,7 @@ static void print_list(const char *title, char **v, size_t n) {
 
 enum { R_HELP, R_NONSTRICT, R_MODELDIR, R_INPLACE, R_TIMEOUT };
 
-static int reload_one(const char *server, const char *model, const grove_reload_opts *o,
+static int reload_one(const char *admin, const char *model, const grove_reload_opts *o,
                       int timeout);
 
 static int cmd_reload(const char *server, int argc, char **argv) {
@@ -606,16 +652,17 @@ static int cmd_reload(const char *server, int argc, char **argv) {
                          .model_dir = server_path(dir, &dirbuf),
                          .non_strict = grove__cli_value(&p, R_NONSTRICT, &dup) != NULL,
                          .in_place = in_place};
-  /* Replicas are reloaded one after the other, each by a client of its own
-   * (a client of several URLs refuses a reload: docs/operations.md). */
+  /* Replicas are reloaded one after the other at their admin listeners
+   * (--admin URL,URL...), each by a client of its own (a client of several
+   * URLs refuses a reload: docs/operations.md). */
   char ubuf[2048];
   const char *urls[MAX_URLS];
-  size_t nurls = server_urls(server, ubuf, sizeof ubuf, urls);
-  int worst = nurls ? EXIT_OK : grove__cli_fail(EXIT_USAGE, "--server: no URL given");
+  int worst = EXIT_OK;
+  size_t nurls = admin_targets(server, ubuf, sizeof ubuf, urls, &worst);
   for (size_t u = 0; u < nurls; u++) {
     if (nurls > 1) printf("%s: ", urls[u]);
     fflush(stdout);
-    rc = reload_one(nurls > 1 ? urls[u] : server, p.pos[0], &o, (int)timeout);
+    rc = reload_one(urls[u], p.pos[0], &o, (int)timeout);
     if (nurls > 1 && rc) printf("failed (exit %d)\n", rc);
     if (rc > worst) worst = rc;
   }
@@ -625,10 +672,10 @@ static int cmd_reload(const char *server, int argc, char **argv) {
 }
 
 /* One replica's reload, reported on stdout (stderr when it fails). */
-static int reload_one(const char *server, const char *model, const grove_reload_opts *o,
+static int reload_one(const char *admin, const char *model, const grove_reload_opts *o,
                       int timeout) {
   grove_client *c = NULL;
-  int rc = grove__cli_connect_admin(server, timeout, &c);
+  int rc = connect_admin_url(admin, timeout, &c);
   if (rc) return rc;
   grove_err err = {0};
   grove_reload_result res;

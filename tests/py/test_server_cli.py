@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import grove_export  # noqa: E402
 
-from netutil import free_port
+from netutil import admin_listen, free_port
 
 GROVE = os.environ.get("GROVE_BIN") or os.path.join(ROOT, "build", "grove")
 GROVED = os.environ.get("GROVED_BIN") or os.path.join(os.path.dirname(os.path.realpath(GROVE)),
@@ -42,8 +42,9 @@ class Server:
         self.ipc = f"ipc://{tmp}/groved.sock"
         self.tcp = f"tcp://127.0.0.1:{free_port()}"
         self.log = open(os.path.join(tmp, "groved.log"), "w+")
+        self.admin = admin_listen(tmp)
         args = [GROVED, "--listen", self.ipc, "--listen", self.tcp, "--http", "none",
-                "--workers", "1"]
+                "--admin-listen", self.admin, "--workers", "1"]
         for m in models:
             args += ["--model", m]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
