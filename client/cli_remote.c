@@ -97,18 +97,25 @@ int grove__cli_call_failed(grove_status s, const grove_err *err, const char *wha
 
 /* ============================================================ connecting */
 
-/* The URLs of --server (else $GROVE_SERVER, else the default), split at
- * commas into buf; returns how many (at most MAX_URLS). */
-static size_t server_urls(const char *server_url, char *buf, size_t bufn, const char **urls) {
-  const char *spec = server_url;
-  if (!spec || !*spec) spec = getenv("GROVE_SERVER");
-  if (!spec || !*spec) spec = DEFAULT_SERVER;
+/* The URLs of flag (else $env, else dflt; NULL: none), split at commas
+ * into buf; returns how many (at most MAX_URLS). */
+static size_t split_urls(const char *flag, const char *env, const char *dflt, char *buf,
+                         size_t bufn, const char **urls) {
+  const char *spec = flag;
+  if (!spec || !*spec) spec = getenv(env);
+  if (!spec || !*spec) spec = dflt;
+  if (!spec) return 0;
   snprintf(buf, bufn, "%s", spec);
   size_t n = 0;
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n < MAX_URLS;
        tok = strtok_r(NULL, ",", &save))
     if (*tok) urls[n++] = tok;
   return n;
+}
+
+/* The URLs of --server (else $GROVE_SERVER, else the default). */
+static size_t server_urls(const char *server_url, char *buf, size_t bufn, const char **urls) {
+  return split_urls(server_url, "GROVE_SERVER", DEFAULT_SERVER, buf, bufn, urls);
 }
 
 int grove__cli_connect(const char *server_url, int timeout_ms, grove_client **out) {
@@ -148,15 +155,7 @@ static int read_token_file(const char *file, char *buf, size_t n) {
 /* The URLs of --admin (else $GROVE_ADMIN), split at commas into buf;
  * returns how many (0: none given, the default applies). */
 static size_t given_admin_urls(char *buf, size_t bufn, const char **urls) {
-  const char *spec = admin_url_flag;
-  if (!spec || !*spec) spec = getenv("GROVE_ADMIN");
-  if (!spec || !*spec) return 0;
-  snprintf(buf, bufn, "%s", spec);
-  size_t n = 0;
-  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n < MAX_URLS;
-       tok = strtok_r(NULL, ",", &save))
-    if (*tok) urls[n++] = tok;
-  return n;
+  return split_urls(admin_url_flag, "GROVE_ADMIN", NULL, buf, bufn, urls);
 }
 
 /* A client of the admin listener at admin, with the token. */

@@ -47,17 +47,7 @@ static grove_status send_to(const char *url, Grove__Request *req, const char *to
                             size_t msgn) {
   req->protocol = 1;
   req->admin_token = (char *)(token ? token : "");
-  size_t n = grove__request__get_packed_size(req);
-  uint8_t *buf = malloc(n ? n : 1);
-  grove__request__pack(req, buf);
-  Grove__Reply *rep = NULL;
-  int rv = h_raw_call(url, buf, n, 20000, &rep);
-  free(buf);
-  ck_assert_msg(rv == 0, "no reply from %s: %s", url, nng_strerror(rv));
-  grove_status s = (grove_status)rep->status;
-  if (msg) snprintf(msg, msgn, "%s", rep->message ? rep->message : "");
-  grove__reply__free_unpacked(rep, NULL);
-  return s;
+  return h_raw_status(url, req, 20000, msg, msgn);
 }
 
 /* One request of every admin RPC (each naming MODEL, or nothing to act on:
@@ -345,19 +335,9 @@ START_TEST(bad_token_files_are_usage_errors) {
                             {"--checkpoint-dir", missing},
                             {"--admin-listen", "http://x"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-      int fd = open("/dev/null", O_WRONLY);
-      dup2(fd, STDERR_FILENO);
-      dup2(fd, STDOUT_FILENO);
-      const char *argv[] = {h_groved_path(), "--http", "none", "--listen",
-                            "ipc:///nonexistent-dir/x.sock", cases[i][0], cases[i][1], NULL};
-      execv(argv[0], (char *const *)argv);
-      _exit(127);
-    }
-    int st;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    const char *args[] = {"--http", "none", "--listen", "ipc:///nonexistent-dir/x.sock",
+                          cases[i][0], cases[i][1], NULL};
+    int st = h_groved_exit(args);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 2, "case %zu: wait status %d", i, st);
   }
   h_rm_rf(dir);

@@ -368,6 +368,28 @@ static inline void h_start_with(hserver *s, const hstart_opts *opts, const char 
   }
 }
 
+/* Runs groved with args (NULL-terminated; its output thrown away) and
+ * returns its wait status: for flags it must refuse at once. */
+static inline int h_groved_exit(const char *const *args) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int fd = open("/dev/null", O_WRONLY);
+    dup2(fd, STDERR_FILENO);
+    dup2(fd, STDOUT_FILENO);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = h_groved_path();
+    for (int i = 0; args[i] && n < 31; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  return st;
+}
+
 static inline void h_start(hserver *s, const char *const *extra) {
   h_start_with(s, NULL, extra);
 }
@@ -506,6 +528,24 @@ static inline int h_raw_call(const char *url, const void *bytes, size_t len, int
   }
   nng_close(sock);
   return rv;
+}
+
+/* Sends req as it is (protocol field included) to url, exactly there, and
+ * returns the reply's status (failing the test when none came within
+ * timeout_ms); its message is copied into msg (may be NULL). */
+static inline grove_status h_raw_status(const char *url, Grove__Request *req, int timeout_ms,
+                                        char *msg, size_t msgn) {
+  size_t n = grove__request__get_packed_size(req);
+  uint8_t *buf = malloc(n ? n : 1);
+  grove__request__pack(req, buf);
+  Grove__Reply *rep = NULL;
+  int rv = h_raw_call(url, buf, n, timeout_ms, &rep);
+  free(buf);
+  ck_assert_msg(rv == 0, "no reply from %s: %s", url, nng_strerror(rv));
+  grove_status s = (grove_status)rep->status;
+  if (msg) snprintf(msg, msgn, "%s", rep->message ? rep->message : "");
+  grove__reply__free_unpacked(rep, NULL);
+  return s;
 }
 
 /* Sends req (as protocol 1) to url, or an admin RPC (anything but predict,
