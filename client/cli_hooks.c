@@ -1,10 +1,10 @@
 /* cli_hooks.c: the grove CLI's forward-hook telemetry commands, on
  * libgrove-client (grove_client_*_hook, grove_watch_*).
  *
- *   grove [--server URL] hook add MODEL PATTERN [--stats LIST] [--every N]
+ *   grove [--admin URL] hook add MODEL PATTERN [--stats LIST] [--every N]
  *                                 [--sample RATE] [--kind forward|forward_pre]
- *   grove [--server URL] hook ls [MODEL] [--json]
- *   grove [--server URL] hook rm ID
+ *   grove [--admin URL] hook ls [MODEL] [--json]
+ *   grove [--admin URL] hook rm ID
  *   grove [--pub URL] watch [MODEL[:PATTERN]] [--count N] [--seconds S] [--json]
  *
  * Same conventions as cli_remote.c, from cli_args.c (docs/cli.md): options

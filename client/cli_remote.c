@@ -3,8 +3,8 @@
  *   grove [--server URL] status
  *   grove [--server URL] predict MODEL INPUT.npy... [-o OUTPUT.npy]... [--timeout-ms N]
  *   grove [--server URL] bench MODEL --concurrency C --batch B [--seconds S] [--timeout-ms N]
- *   grove [--server URL] reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]
- *   grove [--server URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]
+ *   grove [--admin URL] reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]
+ *   grove [--admin URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]
  *
  * Same conventions as client/grove.c, from cli_args.c (docs/cli.md): options
  * anywhere after the command as `--name value`, `--name=value`, `-o value`,
@@ -39,14 +39,14 @@ const char grove_cli_remote_usage[] =
     "  [--server URL] status\n"
     "  [--server URL] predict MODEL INPUT.npy... [-o OUTPUT.npy]... [--timeout-ms N]\n"
     "  [--server URL] bench MODEL --concurrency C --batch B [--seconds S]\n"
-    "  [--server URL] reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]\n"
-    "  [--server URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]\n"
-    "  [--server URL] hook add MODEL PATTERN [--stats LIST] [--every N] [--kind K]\n"
-    "  [--server URL] hook ls [MODEL] | hook rm ID\n"
+    "  [--admin URL] reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]\n"
+    "  [--admin URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]\n"
+    "  [--admin URL] hook add MODEL PATTERN [--stats LIST] [--every N] [--kind K]\n"
+    "  [--admin URL] hook ls [MODEL] | hook rm ID\n"
     "  [--pub URL] watch [MODEL[:PATTERN]] [--count N] [--seconds S] [--json]\n"
-    "  [--server URL] train start MODEL --optimizer SGD|Adam|AdamW --loss LOSS [...]\n"
-    "  [--server URL] train step|eval MODEL INPUT.npy... [--target T.npy] | promote MODEL\n"
-    "  [--server URL] train stop MODEL [--save-optimizer FILE.pt]\n";
+    "  [--admin URL] train start MODEL --optimizer SGD|Adam|AdamW --loss LOSS [...]\n"
+    "  [--admin URL] train step|eval MODEL INPUT.npy... [--target T.npy] | promote MODEL\n"
+    "  [--admin URL] train stop MODEL [--save-optimizer FILE.pt]\n";
 
 static const char status_help[] =
     "usage: grove status [--timeout-ms N]        (global option: grove --server URL status)\n"
@@ -585,8 +585,8 @@ done:
 static const char reload_help[] =
     "usage: grove reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]\n"
     "                    [--timeout-ms N]\n"
-    "Asks groved to load new weights into MODEL while it serves (grove --server URL reload\n"
-    "...).  CHECKPOINT is a .safetensors/.pt/.pth/.bin file on the server's machine (a\n"
+    "Asks groved to load new weights into MODEL while it serves (grove --admin URL reload\n"
+    "...; its admin listener: default $GROVE_ADMIN, else " GROVE_DEFAULT_ADMIN_URL ").  CHECKPOINT is a .safetensors/.pt/.pth/.bin file on the server's machine (a\n"
     "relative name is made absolute with this directory); without it the model directory's\n"
     "weights file is read again.  --model-dir serves another model directory under the same\n"
     "name.  --non-strict allows missing and unexpected keys (load_state_dict(strict=False)).\n"
@@ -595,7 +595,7 @@ static const char reload_help[] =
     "The command returns once the new version serves and prints its number.  A checkpoint\n"
     "that does not fit changes nothing: the missing keys, unexpected keys and mismatches are\n"
     "printed and the exit status is 1 (also when another reload of MODEL is in progress).\n"
-    "--timeout-ms: how long to wait (default 120000).  With several --server URLs\n"
+    "--timeout-ms: how long to wait (default 120000).  With several --admin URLs\n"
     "(replicas) each is reloaded in turn, one line each.  Exit 0 ok, 1 refused, 2 usage,\n"
     "3 the server cannot be reached (with replicas: the worst of them).\n";
 
@@ -705,7 +705,7 @@ static int reload_one(const char *admin, const char *model, const grove_reload_o
 static const char export_help[] =
     "usage: grove export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]\n"
     "                    [--timeout-ms N]\n"
-    "Writes the state_dict MODEL serves right now (grove --server URL export ...): its\n"
+    "Writes the state_dict MODEL serves right now (grove --admin URL export ...): its\n"
     "parameters and persistent buffers, dotted keys in PyTorch's order, the dtypes as\n"
     "loaded, all from one version (printed).  The format follows the extension: .safetensors,\n"
     "or .pt/.pth/.bin for a torch.save archive that torch.load(weights_only=True) reads.\n"

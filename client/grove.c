@@ -60,8 +60,9 @@ static const char main_help_head[] =
     "\n"
     "The command-line tool of Grove, a model server for PyTorch models.\n"
     "\n"
-    "Server commands (groved at --server URL; default $GROVE_SERVER, else\n"
-    "tcp://127.0.0.1:7700; several URLs separated by commas):\n";
+    "Server commands (groved's data plane at --server URL: default $GROVE_SERVER, else\n"
+    "tcp://127.0.0.1:7700; its admin plane at --admin URL: default $GROVE_ADMIN, else\n"
+    "tcp://127.0.0.1:7703; several URLs separated by commas):\n";
 
 static const char main_help[] =
     "\n"

@@ -226,26 +226,24 @@ static grove_status check_paths(srv_req *r, grove_err *err) {
   switch (q->body_case) {
     case GROVE__REQUEST__BODY_RELOAD:
       if (q->reload->checkpoint && *q->reload->checkpoint)
-        s = grove__admin_path_check(r->srv, m, "reload's checkpoint", q->reload->checkpoint, false,
-                                    err);
+        s = grove__admin_path_check(r->srv, m, "reload's checkpoint", q->reload->checkpoint, err);
       if (!s && q->reload->model_dir && *q->reload->model_dir)
-        s = grove__admin_path_check(r->srv, m, "reload's model_dir", q->reload->model_dir, false,
-                                    err);
+        s = grove__admin_path_check(r->srv, m, "reload's model_dir", q->reload->model_dir, err);
       return s;
     case GROVE__REQUEST__BODY_PROMOTE:
       /* "" is a new file in groved's own temporary directory. */
       if (q->promote->path && *q->promote->path)
-        s = grove__admin_path_check(r->srv, m, "promote's path", q->promote->path, true, err);
+        s = grove__admin_path_check(r->srv, m, "promote's path", q->promote->path, err);
       return s;
     case GROVE__REQUEST__BODY_START_TRAINING:
       if (q->start_training->optimizer_state && *q->start_training->optimizer_state)
         s = grove__admin_path_check(r->srv, m, "the optimizer state to resume from",
-                                    q->start_training->optimizer_state, false, err);
+                                    q->start_training->optimizer_state, err);
       return s;
     case GROVE__REQUEST__BODY_STOP_TRAINING:
       if (q->stop_training->optimizer_state && *q->stop_training->optimizer_state)
         s = grove__admin_path_check(r->srv, m, "stop's optimizer_state file",
-                                    q->stop_training->optimizer_state, true, err);
+                                    q->stop_training->optimizer_state, err);
       return s;
     default:
       return GROVE_OK;
@@ -341,8 +339,7 @@ static char *resolve(const char *path) {
 }
 
 grove_status grove__admin_path_check(srv_server *srv, const srv_model *m, const char *what,
-                                     const char *path, bool create, grove_err *err) {
-  (void)create; /* both resolve the same way: a file to be made is its directory's */
+                                     const char *path, grove_err *err) {
   srv_admin_plane *p = srv->plane;
   if (strlen(path) >= PATH_MAX)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: a path of %d bytes or more", what,

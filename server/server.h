@@ -342,13 +342,14 @@ bool grove__admin_gate(srv_req *r);
 /* The admin plane's URLs as StatusReply.admin_listen wants them (static
  * after start; n 0 when there is none). */
 char **grove__admin_urls(srv_server *srv, size_t *n);
-/* Whether path may be read (create false) or written (create true) by an
- * admin RPC on model m: it must resolve (symlinks, "..", relative to groved's
- * working directory) inside m's directory or a --checkpoint-dir.
- * GROVE_E_PERMISSION_DENIED naming what ("promote's path") and the allowed
- * directories otherwise, saying nothing of the file.  Any thread. */
+/* Whether path may be read or written by an admin RPC on model m: it must
+ * resolve (symlinks followed, "..", relative to groved's working directory;
+ * a file still to be made by its directory's realpath) inside m's directory
+ * or a --checkpoint-dir.  GROVE_E_PERMISSION_DENIED naming what ("promote's
+ * path") and the allowed directories otherwise, saying nothing of the file.
+ * Any thread. */
 grove_status grove__admin_path_check(srv_server *srv, const srv_model *m, const char *what,
-                                     const char *path, bool create, grove_err *err);
+                                     const char *path, grove_err *err);
 
 /* rpc.c */
 grove_status grove__rpc_start(srv_server *srv, grove_err *err);
