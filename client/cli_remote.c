@@ -146,7 +146,11 @@ static int read_token_file(const char *file, char *buf, size_t n) {
   bool more = len == n - 1 && fgetc(f) != EOF;
   fclose(f);
   buf[len] = '\0';
-  buf[strcspn(buf, "\r\n")] = '\0';
+  /* groved reads its --admin-token-file the same way: one line, without
+   * trailing whitespace. */
+  size_t end = strcspn(buf, "\r\n");
+  while (end && (buf[end - 1] == ' ' || buf[end - 1] == '\t')) end--;
+  buf[end] = '\0';
   if (more) return grove__cli_fail(EXIT_USAGE, "--token-file %s: longer than %zu bytes", file, n - 2);
   if (!buf[0]) return grove__cli_fail(EXIT_USAGE, "--token-file %s is empty", file);
   return 0;

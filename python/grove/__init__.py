@@ -314,7 +314,7 @@ class Client:
             urls = [u for u in urls.split(",") if u]
         if token is None and token_file is not None:
             with open(token_file) as f:
-                token = f.readline().rstrip("\r\n")
+                token = f.readline().rstrip()  # as groved reads its token file
         arr = (C.c_char_p * len(urls))(*[u.encode() for u in urls])
         err = _Err()
         handle = C.c_void_p()
