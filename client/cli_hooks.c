@@ -1,10 +1,10 @@
 /* cli_hooks.c: the grove CLI's forward-hook telemetry commands, on
  * libgrove-client (grove_client_*_hook, grove_watch_*).
  *
- *   grove [--server URL] hook add MODEL PATTERN [--stats LIST] [--every N]
+ *   grove [--admin URL] hook add MODEL PATTERN [--stats LIST] [--every N]
  *                                 [--sample RATE] [--kind forward|forward_pre]
- *   grove [--server URL] hook ls [MODEL] [--json]
- *   grove [--server URL] hook rm ID
+ *   grove [--admin URL] hook ls [MODEL] [--json]
+ *   grove [--admin URL] hook rm ID
  *   grove [--pub URL] watch [MODEL[:PATTERN]] [--count N] [--seconds S] [--json]
  *
  * Same conventions as cli_remote.c, from cli_args.c (docs/cli.md): options
@@ -300,7 +300,7 @@ int grove__cli_hook(const char *server_url, int argc, char **argv) {
   if (p.val[H_TIMEOUT] && !grove__cli_u64(p.val[H_TIMEOUT], 1, 86400000, &timeout))
     return grove__cli_usage("hook", "--timeout-ms wants milliseconds, not '%s'", p.val[H_TIMEOUT]);
   grove_client *c = NULL;
-  if ((rc = grove__cli_connect(server_url, (int)timeout, &c))) return rc;
+  if ((rc = grove__cli_connect_admin(server_url, (int)timeout, &c))) return rc;
   rc = add  ? hook_add(c, &p, (int)timeout)
        : ls ? hook_ls(c, &p, (int)timeout, p.val[H_JSON] != NULL)
             : hook_rm(c, &p, (int)timeout);

@@ -3,8 +3,8 @@
  *   grove [--server URL] status
  *   grove [--server URL] predict MODEL INPUT.npy... [-o OUTPUT.npy]... [--timeout-ms N]
  *   grove [--server URL] bench MODEL --concurrency C --batch B [--seconds S] [--timeout-ms N]
- *   grove [--server URL] reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]
- *   grove [--server URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]
+ *   grove [--admin URL] reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]
+ *   grove [--admin URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]
  *
  * Same conventions as client/grove.c, from cli_args.c (docs/cli.md): options
  * anywhere after the command as `--name value`, `--name=value`, `-o value`,
@@ -12,6 +12,7 @@
  * server said no, 2 usage (with "Try 'grove CMD --help'."), 3 cannot reach
  * the server.  Outputs print and inputs convert as for predict --local
  * (cli_tensor.c). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
@@ -38,14 +39,14 @@ const char grove_cli_remote_usage[] =
     "  [--server URL] status\n"
     "  [--server URL] predict MODEL INPUT.npy... [-o OUTPUT.npy]... [--timeout-ms N]\n"
     "  [--server URL] bench MODEL --concurrency C --batch B [--seconds S]\n"
-    "  [--server URL] reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]\n"
-    "  [--server URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]\n"
-    "  [--server URL] hook add MODEL PATTERN [--stats LIST] [--every N] [--kind K]\n"
-    "  [--server URL] hook ls [MODEL] | hook rm ID\n"
+    "  [--admin URL] reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]\n"
+    "  [--admin URL] export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]\n"
+    "  [--admin URL] hook add MODEL PATTERN [--stats LIST] [--every N] [--kind K]\n"
+    "  [--admin URL] hook ls [MODEL] | hook rm ID\n"
     "  [--pub URL] watch [MODEL[:PATTERN]] [--count N] [--seconds S] [--json]\n"
-    "  [--server URL] train start MODEL --optimizer SGD|Adam|AdamW --loss LOSS [...]\n"
-    "  [--server URL] train step|eval MODEL INPUT.npy... [--target T.npy] | promote MODEL\n"
-    "  [--server URL] train stop MODEL [--save-optimizer FILE.pt]\n";
+    "  [--admin URL] train start MODEL --optimizer SGD|Adam|AdamW --loss LOSS [...]\n"
+    "  [--admin URL] train step|eval MODEL INPUT.npy... [--target T.npy] | promote MODEL\n"
+    "  [--admin URL] train stop MODEL [--save-optimizer FILE.pt]\n";
 
 static const char status_help[] =
     "usage: grove status [--timeout-ms N]        (global option: grove --server URL status)\n"
@@ -96,18 +97,25 @@ int grove__cli_call_failed(grove_status s, const grove_err *err, const char *wha
 
 /* ============================================================ connecting */
 
-/* The URLs of --server (else $GROVE_SERVER, else the default), split at
- * commas into buf; returns how many (at most MAX_URLS). */
-static size_t server_urls(const char *server_url, char *buf, size_t bufn, const char **urls) {
-  const char *spec = server_url;
-  if (!spec || !*spec) spec = getenv("GROVE_SERVER");
-  if (!spec || !*spec) spec = DEFAULT_SERVER;
+/* The URLs of flag (else $env, else dflt; NULL: none), split at commas
+ * into buf; returns how many (at most MAX_URLS). */
+static size_t split_urls(const char *flag, const char *env, const char *dflt, char *buf,
+                         size_t bufn, const char **urls) {
+  const char *spec = flag;
+  if (!spec || !*spec) spec = getenv(env);
+  if (!spec || !*spec) spec = dflt;
+  if (!spec) return 0;
   snprintf(buf, bufn, "%s", spec);
   size_t n = 0;
   for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok && n < MAX_URLS;
        tok = strtok_r(NULL, ",", &save))
     if (*tok) urls[n++] = tok;
   return n;
+}
+
+/* The URLs of --server (else $GROVE_SERVER, else the default). */
+static size_t server_urls(const char *server_url, char *buf, size_t bufn, const char **urls) {
+  return split_urls(server_url, "GROVE_SERVER", DEFAULT_SERVER, buf, bufn, urls);
 }
 
 int grove__cli_connect(const char *server_url, int timeout_ms, grove_client **out) {
@@ -120,6 +128,98 @@ int grove__cli_connect(const char *server_url, int timeout_ms, grove_client **ou
   grove_status s = grove_client_open(urls, n, &o, out, &err);
   if (s) return grove__cli_call_failed(s, &err, NULL);
   return 0;
+}
+
+static const char *admin_url_flag, *token_file_flag;
+
+void grove_cli_remote_set_admin(const char *url, const char *token_file) {
+  if (url) admin_url_flag = url;
+  if (token_file) token_file_flag = token_file;
+}
+
+/* The token in --token-file FILE (its first line) into buf; 0, or the exit
+ * status after the message (the token itself is never printed). */
+static int read_token_file(const char *file, char *buf, size_t n) {
+  FILE *f = fopen(file, "r");
+  if (!f) return grove__cli_fail(EXIT_USAGE, "--token-file %s: %s", file, strerror(errno));
+  size_t len = fread(buf, 1, n - 1, f);
+  bool more = len == n - 1 && fgetc(f) != EOF;
+  fclose(f);
+  buf[len] = '\0';
+  /* groved reads its --admin-token-file the same way: one line, without
+   * trailing whitespace. */
+  size_t end = strcspn(buf, "\r\n");
+  while (end && (buf[end - 1] == ' ' || buf[end - 1] == '\t')) end--;
+  buf[end] = '\0';
+  if (more) return grove__cli_fail(EXIT_USAGE, "--token-file %s: longer than %zu bytes", file, n - 2);
+  if (!buf[0]) return grove__cli_fail(EXIT_USAGE, "--token-file %s is empty", file);
+  return 0;
+}
+
+/* The URLs of --admin (else $GROVE_ADMIN), split at commas into buf;
+ * returns how many (0: none given, the default applies). */
+static size_t given_admin_urls(char *buf, size_t bufn, const char **urls) {
+  return split_urls(admin_url_flag, "GROVE_ADMIN", NULL, buf, bufn, urls);
+}
+
+/* A client of the admin listener at admin, with the token. */
+static int connect_admin_url(const char *admin, int timeout_ms, grove_client **out) {
+  char token[4096];
+  if (token_file_flag) {
+    int rc = read_token_file(token_file_flag, token, sizeof token);
+    if (rc) return rc;
+  }
+  grove_client_opts o = {.default_timeout_ms = timeout_ms,
+                         .admin_url = admin,
+                         .admin_token = token_file_flag ? token : NULL};
+  const char *urls[] = {admin};
+  grove_err err = {0};
+  grove_status s = grove_client_open(urls, 1, &o, out, &err);
+  explicit_bzero(token, sizeof token);
+  if (s) {
+    /* Say where admin commands go: the usual surprise is a groved on
+     * another port or machine. */
+    return grove__cli_fail(EXIT_UNREACHABLE,
+                           "%s (admin commands go to groved's admin listener: grove --admin URL "
+                           "or $GROVE_ADMIN; groved --admin-listen)",
+                           grove_err_msg(&err) + strlen("grove client: "));
+  }
+  return 0;
+}
+
+/* The admin URLs an admin command acts on into urls (buf holds them): those
+ * given, else the default one.  With several --server URLs and no admin URL
+ * given, which replica's admin listener is meant is unknown: refused (exit
+ * 1).  Returns how many, or 0 after the message with *rc set. */
+static size_t admin_targets(const char *server_url, char *buf, size_t bufn, const char **urls,
+                            int *rc) {
+  size_t n = given_admin_urls(buf, bufn, urls);
+  if (n) return n;
+  char sbuf[2048];
+  const char *surls[MAX_URLS];
+  size_t ns = server_urls(server_url, sbuf, sizeof sbuf, surls);
+  if (ns > 1) {
+    *rc = grove__cli_fail(EXIT_REFUSED,
+                          "admin commands act on one replica at its admin listener, and --server "
+                          "names %zu; give their admin URLs with --admin URL[,URL...] (or "
+                          "$GROVE_ADMIN)",
+                          ns);
+    return 0;
+  }
+  urls[0] = GROVE_DEFAULT_ADMIN_URL;
+  return 1;
+}
+
+int grove__cli_connect_admin(const char *server_url, int timeout_ms, grove_client **out) {
+  char buf[2048];
+  const char *urls[MAX_URLS];
+  int rc = 0;
+  size_t n = admin_targets(server_url, buf, sizeof buf, urls, &rc);
+  if (!n) return rc;
+  if (n > 1)
+    return grove__cli_fail(EXIT_REFUSED,
+                           "this command acts on one replica; --admin names %zu: give one", n);
+  return connect_admin_url(urls[0], timeout_ms, out);
 }
 
 /* --timeout-ms of predict, bench, reload and export (v may be NULL: *ms
@@ -150,6 +250,14 @@ static int cmd_status(grove_client *c, int timeout_ms) {
          st->draining ? "draining"
          : st->ready  ? "ready"
                       : "not ready");
+  /* Both planes: where predicts go, and where reload, export, hooks and
+   * training go (docs/operations.md, "Security"). */
+  printf("data plane:  ");
+  for (size_t i = 0; i < st->nlisten; i++) printf("%s%s", i ? ", " : "", st->listen_urls[i]);
+  printf("%s (predict, status, metadata)\n", st->nlisten ? "" : "?");
+  printf("admin plane: ");
+  for (size_t i = 0; i < st->nadmin; i++) printf("%s%s", i ? ", " : "", st->admin_urls[i]);
+  printf("%s\n", st->nadmin ? " (reload, export, hooks, training)" : "none");
   printf("in flight: %" PRIu64 " predict%s\n", st->inflight, st->inflight == 1 ? "" : "s");
   printf("models: %zu\n", st->nmodels);
   for (size_t i = 0; i < st->nmodels; i++) {
@@ -481,8 +589,8 @@ done:
 static const char reload_help[] =
     "usage: grove reload MODEL [CHECKPOINT] [--non-strict] [--model-dir DIR] [--in-place]\n"
     "                    [--timeout-ms N]\n"
-    "Asks groved to load new weights into MODEL while it serves (grove --server URL reload\n"
-    "...).  CHECKPOINT is a .safetensors/.pt/.pth/.bin file on the server's machine (a\n"
+    "Asks groved to load new weights into MODEL while it serves (grove --admin URL reload\n"
+    "...; its admin listener: default $GROVE_ADMIN, else " GROVE_DEFAULT_ADMIN_URL ").  CHECKPOINT is a .safetensors/.pt/.pth/.bin file on the server's machine (a\n"
     "relative name is made absolute with this directory); without it the model directory's\n"
     "weights file is read again.  --model-dir serves another model directory under the same\n"
     "name.  --non-strict allows missing and unexpected keys (load_state_dict(strict=False)).\n"
@@ -491,7 +599,7 @@ static const char reload_help[] =
     "The command returns once the new version serves and prints its number.  A checkpoint\n"
     "that does not fit changes nothing: the missing keys, unexpected keys and mismatches are\n"
     "printed and the exit status is 1 (also when another reload of MODEL is in progress).\n"
-    "--timeout-ms: how long to wait (default 120000).  With several --server URLs\n"
+    "--timeout-ms: how long to wait (default 120000).  With several --admin URLs\n"
     "(replicas) each is reloaded in turn, one line each.  Exit 0 ok, 1 refused, 2 usage,\n"
     "3 the server cannot be reached (with replicas: the worst of them).\n";
 
@@ -517,7 +625,7 @@ static void print_list(const char *title, char **v, size_t n) {
 
 enum { R_HELP, R_NONSTRICT, R_MODELDIR, R_INPLACE, R_TIMEOUT };
 
-static int reload_one(const char *server, const char *model, const grove_reload_opts *o,
+static int reload_one(const char *admin, const char *model, const grove_reload_opts *o,
                       int timeout);
 
 static int cmd_reload(const char *server, int argc, char **argv) {
@@ -547,16 +655,17 @@ static int cmd_reload(const char *server, int argc, char **argv) {
                          .model_dir = server_path(dir, &dirbuf),
                          .non_strict = grove__cli_value(&p, R_NONSTRICT, &dup) != NULL,
                          .in_place = in_place};
-  /* Replicas are reloaded one after the other, each by a client of its own
-   * (a client of several URLs refuses a reload: docs/operations.md). */
+  /* Replicas are reloaded one after the other at their admin listeners
+   * (--admin URL,URL...), each by a client of its own (a client of several
+   * URLs refuses a reload: docs/operations.md). */
   char ubuf[2048];
   const char *urls[MAX_URLS];
-  size_t nurls = server_urls(server, ubuf, sizeof ubuf, urls);
-  int worst = nurls ? EXIT_OK : grove__cli_fail(EXIT_USAGE, "--server: no URL given");
+  int worst = EXIT_OK;
+  size_t nurls = admin_targets(server, ubuf, sizeof ubuf, urls, &worst);
   for (size_t u = 0; u < nurls; u++) {
     if (nurls > 1) printf("%s: ", urls[u]);
     fflush(stdout);
-    rc = reload_one(nurls > 1 ? urls[u] : server, p.pos[0], &o, (int)timeout);
+    rc = reload_one(urls[u], p.pos[0], &o, (int)timeout);
     if (nurls > 1 && rc) printf("failed (exit %d)\n", rc);
     if (rc > worst) worst = rc;
   }
@@ -566,10 +675,10 @@ static int cmd_reload(const char *server, int argc, char **argv) {
 }
 
 /* One replica's reload, reported on stdout (stderr when it fails). */
-static int reload_one(const char *server, const char *model, const grove_reload_opts *o,
+static int reload_one(const char *admin, const char *model, const grove_reload_opts *o,
                       int timeout) {
   grove_client *c = NULL;
-  int rc = grove__cli_connect(server, timeout, &c);
+  int rc = connect_admin_url(admin, timeout, &c);
   if (rc) return rc;
   grove_err err = {0};
   grove_reload_result res;
@@ -600,7 +709,7 @@ static int reload_one(const char *server, const char *model, const grove_reload_
 static const char export_help[] =
     "usage: grove export MODEL -o FILE.safetensors|FILE.pt [--force] [--prefix P]\n"
     "                    [--timeout-ms N]\n"
-    "Writes the state_dict MODEL serves right now (grove --server URL export ...): its\n"
+    "Writes the state_dict MODEL serves right now (grove --admin URL export ...): its\n"
     "parameters and persistent buffers, dotted keys in PyTorch's order, the dtypes as\n"
     "loaded, all from one version (printed).  The format follows the extension: .safetensors,\n"
     "or .pt/.pth/.bin for a torch.save archive that torch.load(weights_only=True) reads.\n"
@@ -636,7 +745,7 @@ static int cmd_export(const char *server, int argc, char **argv) {
   if (p.npos > 1) return grove__cli_usage("export", "unexpected argument '%s'", p.pos[1]);
   if (!out || !*out) return grove__cli_usage("export", "needs -o FILE.safetensors or -o FILE.pt");
   grove_client *c = NULL;
-  if ((rc = grove__cli_connect(server, (int)timeout, &c))) return rc;
+  if ((rc = grove__cli_connect_admin(server, (int)timeout, &c))) return rc;
   grove_err err = {0};
   grove_export_info info;
   grove_export_opts o = {.prefix = prefix, .chunk_bytes = (size_t)chunk};

@@ -38,6 +38,12 @@ extern const char grove_cli_remote_usage[];
  * valid while commands run (argv).  Defined in cli_hooks.c. */
 void grove_cli_remote_set_pub(const char *url);
 
+/* The global --admin URL (groved's admin listener, where reload, export,
+ * hook and train go; NULL: $GROVE_ADMIN, else GROVE_DEFAULT_ADMIN_URL) and
+ * --token-file FILE (the admin token; NULL: $GROVE_ADMIN_TOKEN, else none).
+ * The strings must stay valid while commands run (argv). */
+void grove_cli_remote_set_admin(const char *url, const char *token_file);
+
 /* ============================================================ for cli_*.c */
 
 /* Opens *out (the caller's, for grove_client_close) on server_url, as
@@ -45,6 +51,11 @@ void grove_cli_remote_set_pub(const char *url);
  * Returns 0, or the exit status after the message on stderr: 2 for a
  * --server without a URL, 3 when no server can be reached.  Main thread. */
 int grove__cli_connect(const char *server_url, int timeout_ms, grove_client **out);
+/* grove__cli_connect for an admin command (reload, export, hook, train): a
+ * client of groved's admin listener (--admin, $GROVE_ADMIN, else the
+ * default) with the admin token (--token-file, $GROVE_ADMIN_TOKEN).
+ * server_url is not dialed.  Main thread. */
+int grove__cli_connect_admin(const char *server_url, int timeout_ms, grove_client **out);
 
 /* Prints why a libgrove-client call failed with s and err ("grove:
  * [WHAT: ]STATUS: the server's reason", or the client's own reason) and

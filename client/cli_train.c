@@ -228,7 +228,7 @@ static int cmd_start(const char *server_url, int argc, char **argv) {
     o.loss.pos_weight = pw;
   }
   grove_client *c = NULL;
-  if ((rc = grove__cli_connect(server_url, (int)timeout, &c))) {
+  if ((rc = grove__cli_connect_admin(server_url, (int)timeout, &c))) {
     grove_tensor_release(pw);
     return rc;
   }
@@ -289,7 +289,7 @@ static int cmd_step_eval(const char *server_url, int argc, char **argv, bool eva
   grove_tensor in[GROVE_MAX_VALUES];
   for (int i = 0; i < nin; i++) in[i] = *ins[i];
   grove_client *c = NULL;
-  if (!(rc = grove__cli_connect(server_url, (int)timeout, &c))) {
+  if (!(rc = grove__cli_connect_admin(server_url, (int)timeout, &c))) {
     grove_err err = {0};
     if (!eval) {
       for (long long k = 0; k < steps && !rc; k++) {
@@ -358,7 +358,7 @@ static int connect_for_model(const char *server_url, const char *sub, int argc, 
   if (rc >= 0) return rc;
   if (p->npos != 1) return grove__cli_usage("train", "%s takes one MODEL", sub);
   if ((rc = timeout_of(p->val[timeout_def], timeout))) return rc;
-  if ((rc = grove__cli_connect(server_url, (int)*timeout, c))) return rc;
+  if ((rc = grove__cli_connect_admin(server_url, (int)*timeout, c))) return rc;
   return -1;
 }
 

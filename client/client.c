@@ -27,12 +27,9 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
-#include "grove.pb-c.h"
-#include "grove/client.h"
+#include "client_impl.h"
 
-#define LOCAL_PREFIX "grove client: "
 #define DEFAULT_TIMEOUT_MS 30000
-#define MAX_INPUTS 64
 
 typedef struct acall acall;
 typedef struct sslot sslot;
@@ -49,6 +46,17 @@ struct grove_client {
   atomic_uint_fast64_t next_id;
   size_t nurls;   /* > 1: replicas (predict retried on another; one-replica calls refused) */
   char urls[512]; /* for messages */
+
+  /* The admin plane (reload, export, hooks, training): groved serves them on
+   * another listener.  admin is a client of admin_url alone, opened at the
+   * first admin call (admin_mu guards that), or this client itself when it
+   * was opened on admin_url. */
+  char *admin_url;
+  bool admin_url_given; /* opts or $GROVE_ADMIN, not the default */
+  char *token;          /* sent with admin RPCs only; NULL: none */
+  pthread_mutex_t admin_mu;
+  grove_client *admin;
+  grove_client_opts opts; /* for admin's open */
 };
 
 /* One asynchronous call: a context and an aio of its own, kept on the
@@ -77,7 +85,7 @@ struct sslot {
   struct sslot *all_next; /* every slot, for close */
 };
 
-static grove_status nomem(grove_err *err) {
+grove_status grove__client_nomem(grove_err *err) {
   return grove_err_set(err, GROVE_E_NOMEM, LOCAL_PREFIX "out of memory");
 }
 
@@ -97,13 +105,26 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg) {
     atomic_fetch_sub(&c->pipes, 1);
 }
 
+/* Frees c's memory (its socket is closed or was never opened). */
+static void client_free(grove_client *c) {
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->idle_cv);
+  pthread_mutex_destroy(&c->admin_mu);
+  free(c->admin_url);
+  if (c->token) {
+    explicit_bzero(c->token, strlen(c->token));
+    free(c->token);
+  }
+  free(c);
+}
+
 grove_status grove_client_open(const char *const *urls, size_t nurls, const grove_client_opts *opts,
                                grove_client **out, grove_err *err) {
   if (out) *out = NULL;
   if (!out || !urls || nurls == 0)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "no server URL");
   grove_client *c = calloc(1, sizeof *c);
-  if (!c) return nomem(err);
+  if (!c) return grove__client_nomem(err);
   c->default_timeout_ms =
       opts && opts->default_timeout_ms > 0 ? opts->default_timeout_ms : DEFAULT_TIMEOUT_MS;
   atomic_init(&c->pipes, 0);
@@ -111,6 +132,20 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
   pthread_cond_init(&c->idle_cv, NULL);
   atomic_init(&c->next_id, 1);
   c->nurls = nurls;
+  pthread_mutex_init(&c->admin_mu, NULL);
+  if (opts) c->opts = *opts;
+  const char *admin = opts && opts->admin_url && *opts->admin_url ? opts->admin_url
+                                                                   : getenv("GROVE_ADMIN");
+  c->admin_url_given = admin && *admin;
+  const char *token = opts && opts->admin_token ? opts->admin_token : getenv("GROVE_ADMIN_TOKEN");
+  c->admin_url = strdup(c->admin_url_given ? admin : GROVE_DEFAULT_ADMIN_URL);
+  c->token = token && *token ? strdup(token) : NULL;
+  if (!c->admin_url || (token && *token && !c->token)) {
+    client_free(c);
+    return grove__client_nomem(err);
+  }
+  /* A client opened on the admin URL is its own admin plane. */
+  if (nurls == 1 && urls[0] && strcmp(urls[0], c->admin_url) == 0) c->admin = c;
   size_t used = 0;
   for (size_t i = 0; i < nurls && used < sizeof c->urls; i++) {
     int w = snprintf(c->urls + used, sizeof c->urls - used, "%s%s", i ? "," : "",
@@ -119,9 +154,7 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
   }
   int rv = nng_req0_open(&c->sock);
   if (rv) {
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->idle_cv);
-    free(c);
+    client_free(c);
     return grove_err_set(err, GROVE_E_INTERNAL, LOCAL_PREFIX "cannot open a req socket: %s",
                          nng_strerror(rv));
   }
@@ -156,9 +189,7 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
   }
   if (connected == 0) {
     nng_close(c->sock);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->idle_cv);
-    free(c);
+    client_free(c);
     return grove_err_set(err, GROVE_E_UNAVAILABLE, LOCAL_PREFIX "cannot reach the server: %s",
                          why[0] ? why : "no URL");
   }
@@ -168,6 +199,7 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
 
 void grove_client_close(grove_client *c) {
   if (!c) return;
+  if (c->admin && c->admin != c) grove_client_close(c->admin);
   grove_client_wait_idle(c);
   nng_close(c->sock);
   for (acall *a = c->all_calls, *next; a; a = next) {
@@ -180,9 +212,7 @@ void grove_client_close(grove_client *c) {
     nng_aio_free(sl->aio);
     free(sl);
   }
-  pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->idle_cv);
-  free(c);
+  client_free(c);
 }
 
 /* ------------------------------------------------------------ one call */
@@ -193,7 +223,7 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int timeout_of(const grove_client *c, int timeout_ms) {
+int grove__client_timeout_of(const grove_client *c, int timeout_ms) {
   return timeout_ms > 0 ? timeout_ms : c->default_timeout_ms;
 }
 
@@ -215,22 +245,53 @@ static bool retry_predict(const grove_client *c, grove_status s, const grove_err
   return !strstr(err->msg, "not back within");
 }
 
-/* Reload, export and hooks act on the one server they reach and are not
- * safe to send again to another; with several URLs, which one a call
- * reaches is up to the socket, so they are refused (open a client with that
- * replica's URL alone). */
-static grove_status one_replica_only(const grove_client *c, const char *what, grove_err *err) {
-  if (c->nurls < 2) return GROVE_OK;
-  return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                       LOCAL_PREFIX "%s acts on one replica; this client has %zu URLs (%s): "
-                                    "open one with that replica's URL alone",
-                       what, c->nurls, c->urls);
+/* Reload, export, hooks and training act on the one server they reach and
+ * are not safe to send again to another.  They go to the admin URL; with
+ * several data URLs and only the default admin URL, which replica that is
+ * would be a guess, so they are refused (give the admin URL of the replica
+ * meant, or open a client with that replica's URL alone). */
+grove_status grove__client_admin_plane(grove_client **cp, const char *what, grove_err *err) {
+  grove_client *c = *cp;
+  if (c->nurls > 1 && !c->admin_url_given)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "%s acts on one replica; this client has %zu URLs (%s): "
+                                      "give it that replica's admin URL (admin_url, grove --admin, "
+                                      "$GROVE_ADMIN) or open one with that replica's URL alone",
+                         what, c->nurls, c->urls);
+  pthread_mutex_lock(&c->admin_mu);
+  grove_status s = GROVE_OK;
+  if (!c->admin) {
+    grove_client_opts o = c->opts;
+    o.admin_url = c->admin_url;
+    o.admin_token = c->token ? c->token : "";
+    const char *urls[] = {c->admin_url};
+    grove_err why = {0};
+    s = grove_client_open(urls, 1, &o, &c->admin, &why);
+    if (s)
+      grove_err_set(err, s,
+                    LOCAL_PREFIX "%s is served on groved's admin listener, and %s cannot be "
+                                 "reached (groved --admin-listen; grove --admin URL or "
+                                 "$GROVE_ADMIN): %s",
+                    what, c->admin_url, why.msg + strlen(LOCAL_PREFIX));
+  }
+  pthread_mutex_unlock(&c->admin_mu);
+  if (!s) *cp = c->admin;
+  return s;
+}
+
+/* Whether a request of this body belongs to the admin plane (it then
+ * carries the token). */
+static bool admin_body(Grove__Request__BodyCase b) {
+  return b != GROVE__REQUEST__BODY_PREDICT && b != GROVE__REQUEST__BODY_STATUS &&
+         b != GROVE__REQUEST__BODY_MODEL_METADATA;
 }
 
 /* req as a new message; NULL when out of memory. */
 static nng_msg *encode(grove_client *c, Grove__Request *req) {
   req->protocol = GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION;
   req->id = (uint64_t)atomic_fetch_add(&c->next_id, 1);
+  /* The token goes to the admin plane only, never with a predict. */
+  if (c->token && admin_body(req->body_case)) req->admin_token = c->token;
   size_t n = grove__request__get_packed_size(req);
   nng_msg *m;
   if (nng_msg_alloc(&m, n) != 0) return NULL;
@@ -291,7 +352,7 @@ static sslot *sslot_get(grove_client *c, grove_err *err) {
   pthread_mutex_unlock(&c->mu);
   if (sl) return sl;
   if (!(sl = calloc(1, sizeof *sl))) {
-    nomem(err);
+    grove__client_nomem(err);
     return NULL;
   }
   int rv = nng_aio_alloc(&sl->aio, NULL, NULL);
@@ -362,21 +423,21 @@ static grove_status roundtrip(grove_client *c, nng_msg *m, int timeout_ms, Grove
   return s ? s : decode(c, rep, out, err);
 }
 
-static grove_status call(grove_client *c, Grove__Request *req, int timeout_ms, Grove__Reply **out,
-                         grove_err *err) {
+grove_status grove__client_call(grove_client *c, Grove__Request *req, int timeout_ms,
+                                Grove__Reply **out, grove_err *err) {
   *out = NULL;
   nng_msg *m = encode(c, req);
-  if (!m) return nomem(err);
+  if (!m) return grove__client_nomem(err);
   return roundtrip(c, m, timeout_ms, out, err);
 }
 
 /* call, for a reply that must carry body; one that does not is
  * GROVE_E_FORMAT with missing as the message ("the reply to status holds
  * no status").  *out is set only on success. */
-static grove_status call_for(grove_client *c, Grove__Request *req, int timeout_ms,
+grove_status grove__client_call_for(grove_client *c, Grove__Request *req, int timeout_ms,
                              Grove__Reply__BodyCase body, const char *missing, Grove__Reply **out,
                              grove_err *err) {
-  grove_status s = call(c, req, timeout_ms, out, err);
+  grove_status s = grove__client_call(c, req, timeout_ms, out, err);
   if (s) return s;
   if ((*out)->body_case != body) {
     grove__reply__free_unpacked(*out, NULL);
@@ -427,7 +488,7 @@ static grove_status tensor_from_wire(const Grove__Tensor *t, const char *what, g
 
 /* A wire view of t (contiguous: t's data, else a copy kept in *copy, the
  * caller's to release).  shape must hold GROVE_MAX_DIMS. */
-static grove_status wire_of(const grove_tensor *t, const char *what, Grove__Tensor *w,
+grove_status grove__client_wire_of(const grove_tensor *t, const char *what, Grove__Tensor *w,
                             int64_t *shape, grove_tensor **copy, grove_err *err) {
   *copy = NULL;
   if (t->ndim < 0 || t->ndim > GROVE_MAX_DIMS || grove_dtype_size(t->dtype) == 0)
@@ -448,21 +509,11 @@ static grove_status wire_of(const grove_tensor *t, const char *what, Grove__Tens
   return GROVE_OK;
 }
 
-/* A batch of tensors as wire tensors: t[i] views inputs[i] (its data, or a
- * contiguous copy kept in copies[i]) and the target comes last; ptrs[i] is
- * &t[i], for the request's repeated field.  Large: on the stack of one
- * call. */
-typedef struct wire_batch {
-  Grove__Tensor t[MAX_INPUTS + 1];
-  Grove__Tensor *ptrs[MAX_INPUTS + 1];
-  int64_t shapes[MAX_INPUTS + 1][GROVE_MAX_DIMS];
-  grove_tensor *copies[MAX_INPUTS + 1];
-} wire_batch;
 
 /* Fills b with inputs[0..n) (at most max, itself at most MAX_INPUTS) and
  * target when not NULL.  wire_batch_fini releases it, also after a
  * failure. */
-static grove_status wire_batch_init(wire_batch *b, const grove_tensor *inputs, size_t n,
+grove_status grove__client_wire_batch_init(wire_batch *b, const grove_tensor *inputs, size_t n,
                                     const grove_tensor *target, size_t max, grove_err *err) {
   memset(b->copies, 0, sizeof b->copies);
   if (n > max || (n && !inputs))
@@ -472,14 +523,14 @@ static grove_status wire_batch_init(wire_batch *b, const grove_tensor *inputs, s
     if (!t) break;
     char what[32];
     snprintf(what, sizeof what, i < n ? "inputs[%zu]" : "target", i);
-    grove_status s = wire_of(t, what, &b->t[i], b->shapes[i], &b->copies[i], err);
+    grove_status s = grove__client_wire_of(t, what, &b->t[i], b->shapes[i], &b->copies[i], err);
     if (s) return s;
     b->ptrs[i] = &b->t[i];
   }
   return GROVE_OK;
 }
 
-static void wire_batch_fini(wire_batch *b) {
+void grove__client_wire_batch_fini(wire_batch *b) {
   for (size_t i = 0; i <= MAX_INPUTS; i++) grove_tensor_release(b->copies[i]);
 }
 
@@ -492,7 +543,7 @@ static grove_status encode_predict(grove_client *c, const char *model, const gro
                          LOCAL_PREFIX "predict: needs a model name and at most %d inputs",
                          MAX_INPUTS);
   wire_batch b;
-  grove_status s = wire_batch_init(&b, inputs, ninputs, NULL, MAX_INPUTS, err);
+  grove_status s = grove__client_wire_batch_init(&b, inputs, ninputs, NULL, MAX_INPUTS, err);
   if (!s) {
     Grove__PredictRequest pr = GROVE__PREDICT_REQUEST__INIT;
     pr.model = (char *)model;
@@ -502,26 +553,26 @@ static grove_status encode_predict(grove_client *c, const char *model, const gro
     Grove__Request req = GROVE__REQUEST__INIT;
     req.body_case = GROVE__REQUEST__BODY_PREDICT;
     req.predict = &pr;
-    if (!(*out = encode(c, &req))) s = nomem(err);
+    if (!(*out = encode(c, &req))) s = grove__client_nomem(err);
   }
-  wire_batch_fini(&b);
+  grove__client_wire_batch_fini(&b);
   return s;
 }
 
 /* The tensors w[0..n) of a reply into out's outputs and names; out is
  * empty again after a failure. */
-static grove_status outputs_from_wire(Grove__Tensor **w, size_t n, grove_prediction *out,
+grove_status grove__client_outputs_from_wire(Grove__Tensor **w, size_t n, grove_prediction *out,
                                       grove_err *err) {
   grove_status s = GROVE_OK;
   out->outputs = calloc(n ? n : 1, sizeof *out->outputs);
   out->names = calloc(n ? n : 1, sizeof *out->names);
-  if (!out->outputs || !out->names) s = nomem(err);
+  if (!out->outputs || !out->names) s = grove__client_nomem(err);
   for (size_t i = 0; i < n && !s; i++) {
     char what[64];
     snprintf(what, sizeof what, "output %zu", i);
     s = tensor_from_wire(w[i], what, &out->outputs[i], err);
     out->noutputs = i + 1;
-    if (!s && !(out->names[i] = strdup(w[i]->name ? w[i]->name : ""))) s = nomem(err);
+    if (!s && !(out->names[i] = strdup(w[i]->name ? w[i]->name : ""))) s = grove__client_nomem(err);
   }
   if (s) grove_prediction_fini(out);
   return s;
@@ -535,7 +586,7 @@ static grove_status prediction_from_reply(Grove__Reply *rep, grove_prediction *o
     return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to predict holds no outputs");
   }
   const Grove__PredictReply *pr = rep->predict;
-  grove_status s = outputs_from_wire(pr->outputs, pr->n_outputs, out, err);
+  grove_status s = grove__client_outputs_from_wire(pr->outputs, pr->n_outputs, out, err);
   if (!s) {
     out->version = pr->version;
     out->queue_us = pr->queue_us;
@@ -553,7 +604,7 @@ grove_status grove_client_predict(grove_client *c, const char *model, const grov
   if (!c || !out)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          LOCAL_PREFIX "predict: needs a client and somewhere to put the outputs");
-  int ms = timeout_of(c, timeout_ms);
+  int ms = grove__client_timeout_of(c, timeout_ms);
   nng_msg *m = NULL;
   grove_status s = encode_predict(c, model, inputs, ninputs, ms, &m, err);
   if (s) return s;
@@ -637,7 +688,7 @@ grove_status grove_client_predict_async(grove_client *c, const char *model,
   if (!c || !cb)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          LOCAL_PREFIX "predict_async: needs a client and a callback");
-  int ms = timeout_of(c, timeout_ms);
+  int ms = grove__client_timeout_of(c, timeout_ms);
   nng_msg *m = NULL;
   grove_status s = encode_predict(c, model, inputs, ninputs, ms, &m, err);
   if (s) return s;
@@ -660,7 +711,7 @@ grove_status grove_client_predict_async(grove_client *c, const char *model,
       nng_msg_free(m);
       outstanding_done(c);
       return rv > 0 ? grove_err_set(err, GROVE_E_INTERNAL, LOCAL_PREFIX "%s", nng_strerror(rv))
-                    : nomem(err);
+                    : grove__client_nomem(err);
     }
     pthread_mutex_lock(&c->mu);
     a->all_next = c->all_calls;
@@ -712,14 +763,14 @@ void grove_model_info_free(grove_model_info *m) {
 static grove_status specs_from_wire(Grove__IoSpec **w, size_t n, grove_io_spec **out, size_t *nout,
                                     grove_err *err) {
   *out = calloc(n ? n : 1, sizeof **out);
-  if (!*out) return nomem(err);
+  if (!*out) return grove__client_nomem(err);
   for (size_t i = 0; i < n; i++) {
     if (w[i]->n_shape > GROVE_MAX_DIMS)
       return grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "an io spec with %zu dimensions",
                            w[i]->n_shape);
     grove_io_spec *s = &(*out)[i];
     *nout = i + 1;
-    if (!(s->name = dup_str(w[i]->name))) return nomem(err);
+    if (!(s->name = dup_str(w[i]->name))) return grove__client_nomem(err);
     s->dtype = (grove_dtype)w[i]->dtype;
     s->ndim = (int)w[i]->n_shape;
     memcpy(s->shape, w[i]->shape, sizeof(int64_t) * w[i]->n_shape);
@@ -732,7 +783,7 @@ static grove_status info_from_wire(const Grove__ModelMetadata *w, grove_model_in
   memset(m, 0, sizeof *m);
   if (!(m->name = dup_str(w->name)) || !(m->dir = dup_str(w->dir)) ||
       !(m->weights_path = dup_str(w->weights_path)) || !(m->error = dup_str(w->error)))
-    return nomem(err);
+    return grove__client_nomem(err);
   m->ready = w->ready;
   m->version = w->version;
   m->param_count = w->param_count;
@@ -752,6 +803,8 @@ void grove_server_status_free(grove_server_status *s) {
   if (!s) return;
   for (size_t i = 0; s->models && i < s->nmodels; i++) info_fini(&s->models[i]);
   free(s->models);
+  grove__client_strv_free(s->admin_urls, s->nadmin);
+  grove__client_strv_free(s->listen_urls, s->nlisten);
   free(s->server_version);
   free(s);
 }
@@ -766,13 +819,14 @@ grove_status grove_client_status(grove_client *c, int timeout_ms, grove_server_s
   req.body_case = GROVE__REQUEST__BODY_STATUS;
   req.status = &sr;
   Grove__Reply *rep = NULL;
-  grove_status s = call_for(c, &req, timeout_of(c, timeout_ms), GROVE__REPLY__BODY_STATUS_REPLY,
-                            "the reply to status holds no status", &rep, err);
+  grove_status s = grove__client_call_for(c, &req, grove__client_timeout_of(c, timeout_ms),
+                                          GROVE__REPLY__BODY_STATUS_REPLY,
+                                          "the reply to status holds no status", &rep, err);
   if (s) return s;
   const Grove__StatusReply *w = rep->status_reply;
   grove_server_status *st = calloc(1, sizeof *st);
-  if (!st) s = nomem(err);
-  if (!s && !(st->server_version = dup_str(w->server_version))) s = nomem(err);
+  if (!st) s = grove__client_nomem(err);
+  if (!s && !(st->server_version = dup_str(w->server_version))) s = grove__client_nomem(err);
   if (!s) {
     st->protocol = w->protocol;
     st->ready = w->ready;
@@ -781,11 +835,20 @@ grove_status grove_client_status(grove_client *c, int timeout_ms, grove_server_s
     st->workers = w->workers;
     st->blas_threads = w->blas_threads;
     st->inflight = w->inflight;
-    if (!(st->models = calloc(w->n_models ? w->n_models : 1, sizeof *st->models))) s = nomem(err);
+    if (!(st->models = calloc(w->n_models ? w->n_models : 1, sizeof *st->models)))
+      s = grove__client_nomem(err);
   }
   for (size_t i = 0; !s && i < w->n_models; i++) {
     st->nmodels = i + 1;
     s = info_from_wire(w->models[i], &st->models[i], err);
+  }
+  if (!s) {
+    bool oom = false;
+    st->admin_urls = grove__client_strv_dup(w->admin_listen, w->n_admin_listen, &oom);
+    st->nadmin = st->admin_urls ? w->n_admin_listen : 0;
+    st->listen_urls = grove__client_strv_dup(w->listen, w->n_listen, &oom);
+    st->nlisten = st->listen_urls ? w->n_listen : 0;
+    if (oom) s = grove__client_nomem(err);
   }
   grove__reply__free_unpacked(rep, NULL);
   if (s) {
@@ -808,12 +871,13 @@ grove_status grove_client_model_info(grove_client *c, const char *model, int tim
   req.body_case = GROVE__REQUEST__BODY_MODEL_METADATA;
   req.model_metadata = &mr;
   Grove__Reply *rep = NULL;
-  grove_status s = call_for(c, &req, timeout_of(c, timeout_ms), GROVE__REPLY__BODY_MODEL_METADATA,
-                            "the reply holds no model metadata", &rep, err);
+  grove_status s = grove__client_call_for(c, &req, grove__client_timeout_of(c, timeout_ms),
+                                          GROVE__REPLY__BODY_MODEL_METADATA,
+                                          "the reply holds no model metadata", &rep, err);
   if (s) return s;
   grove_model_info *m = calloc(1, sizeof *m);
   if (!m)
-    s = nomem(err);
+    s = grove__client_nomem(err);
   else
     s = info_from_wire(rep->model_metadata, m, err);
   grove__reply__free_unpacked(rep, NULL);
@@ -827,12 +891,12 @@ grove_status grove_client_model_info(grove_client *c, const char *model, int tim
 
 /* ------------------------------------------------------------ reload */
 
-static void strv_free(char **v, size_t n) {
+void grove__client_strv_free(char **v, size_t n) {
   for (size_t i = 0; v && i < n; i++) free(v[i]);
   free(v);
 }
 
-static char **strv_dup(char **w, size_t n, bool *oom) {
+char **grove__client_strv_dup(char **w, size_t n, bool *oom) {
   char **v = calloc(n ? n : 1, sizeof *v);
   if (!v) {
     *oom = true;
@@ -847,19 +911,19 @@ void grove_reload_result_fini(grove_reload_result *r) {
   if (!r) return;
   free(r->weights_path);
   free(r->dir);
-  strv_free(r->missing, r->n_missing);
-  strv_free(r->unexpected, r->n_unexpected);
-  strv_free(r->errors, r->n_errors);
+  grove__client_strv_free(r->missing, r->n_missing);
+  grove__client_strv_free(r->unexpected, r->n_unexpected);
+  grove__client_strv_free(r->errors, r->n_errors);
   memset(r, 0, sizeof *r);
 }
 
 /* Sends req (a Reload, or a Promote, which answers with its reload's
  * reply; what names it for a message) and fills *out from the reply, also
  * when the server refused: a refusal lists what did not fit. */
-static grove_status reload_call(grove_client *c, Grove__Request *req, int timeout_ms,
+grove_status grove__client_reload_call(grove_client *c, Grove__Request *req, int timeout_ms,
                                 const char *what, grove_reload_result *out, grove_err *err) {
   nng_msg *m = encode(c, req), *rep = NULL;
-  if (!m) return nomem(err);
+  if (!m) return grove__client_nomem(err);
   grove_status s = exchange(c, m, timeout_ms, &rep, err);
   if (s) return s;
   Grove__Reply *r = NULL;
@@ -875,13 +939,13 @@ static grove_status reload_call(grove_client *c, Grove__Request *req, int timeou
     out->in_place = w->in_place;
     if (!(out->weights_path = dup_str(w->weights_path)) || !(out->dir = dup_str(w->dir)))
       oom = true;
-    out->missing = strv_dup(w->missing_keys, w->n_missing_keys, &oom);
+    out->missing = grove__client_strv_dup(w->missing_keys, w->n_missing_keys, &oom);
     out->n_missing = out->missing ? w->n_missing_keys : 0;
-    out->unexpected = strv_dup(w->unexpected_keys, w->n_unexpected_keys, &oom);
+    out->unexpected = grove__client_strv_dup(w->unexpected_keys, w->n_unexpected_keys, &oom);
     out->n_unexpected = out->unexpected ? w->n_unexpected_keys : 0;
-    out->errors = strv_dup(w->errors, w->n_errors, &oom);
+    out->errors = grove__client_strv_dup(w->errors, w->n_errors, &oom);
     out->n_errors = out->errors ? w->n_errors : 0;
-    if (oom && !s) s = nomem(err);
+    if (oom && !s) s = grove__client_nomem(err);
   } else if (!s) {
     s = grove_err_set(err, GROVE_E_FORMAT, LOCAL_PREFIX "the reply to %s holds no result", what);
   }
@@ -896,7 +960,7 @@ grove_status grove_client_reload(grove_client *c, const char *model, const grove
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          LOCAL_PREFIX
                          "reload: needs a client, a model and somewhere for the result");
-  grove_status refused = one_replica_only(c, "reload", err);
+  grove_status refused = grove__client_admin_plane(&c, "reload", err);
   if (refused) return refused;
   Grove__ReloadRequest rq = GROVE__RELOAD_REQUEST__INIT;
   rq.model = (char *)model;
@@ -909,7 +973,8 @@ grove_status grove_client_reload(grove_client *c, const char *model, const grove
   Grove__Request req = GROVE__REQUEST__INIT;
   req.body_case = GROVE__REQUEST__BODY_RELOAD;
   req.reload = &rq;
-  return reload_call(c, &req, timeout_of(c, timeout_ms), "reload", out, err);
+  return grove__client_reload_call(c, &req, grove__client_timeout_of(c, timeout_ms), "reload", out,
+                                   err);
 }
 
 /* ------------------------------------------------------------ export */
@@ -922,7 +987,7 @@ static grove_status export_call(grove_client *c, Grove__ExportStateDictRequest *
   Grove__Request req = GROVE__REQUEST__INIT;
   req.body_case = GROVE__REQUEST__BODY_EXPORT_STATE_DICT;
   req.export_state_dict = q;
-  return call_for(c, &req, timeout_ms, GROVE__REPLY__BODY_EXPORT_STATE_DICT,
+  return grove__client_call_for(c, &req, timeout_ms, GROVE__REPLY__BODY_EXPORT_STATE_DICT,
                   "the reply to export holds no data", out, err);
 }
 
@@ -947,9 +1012,9 @@ grove_status grove_client_export(grove_client *c, const char *model, grove_ckpt_
                          LOCAL_PREFIX
                          "export: needs a client, a model, a sink and the format "
                          "safetensors or pt");
-  grove_status refused = one_replica_only(c, "export", err);
+  grove_status refused = grove__client_admin_plane(&c, "export", err);
   if (refused) return refused;
-  int ms = timeout_of(c, timeout_ms);
+  int ms = grove__client_timeout_of(c, timeout_ms);
   size_t chunk = opts && opts->chunk_bytes ? opts->chunk_bytes : EXPORT_CHUNK;
   Grove__ExportStateDictRequest q = GROVE__EXPORT_STATE_DICT_REQUEST__INIT;
   q.model = (char *)model;
@@ -1031,7 +1096,7 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
   if (!c || !model || !path || !*path)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          LOCAL_PREFIX "export: needs a client, a model and a file name");
-  grove_status refused = one_replica_only(c, "export", err);
+  grove_status refused = grove__client_admin_plane(&c, "export", err);
   if (refused) return refused;
   grove_ckpt_format format;
   if (ends_with(path, ".safetensors"))
@@ -1060,7 +1125,7 @@ grove_status grove_client_export_file(grove_client *c, const char *model, const 
     free(tmp);
     free(dir);
     free(archive);
-    return nomem(err);
+    return grove__client_nomem(err);
   }
   if (slash) {
     memcpy(dir, path, dlen ? dlen : 1);
@@ -1154,9 +1219,9 @@ static grove_status hook_from_wire(const Grove__HookInfo *w, grove_hook_info *h,
   memset(h, 0, sizeof *h);
   const Grove__HookSpec *sp = w->spec;
   h->id = w->id;
-  if (!(h->model = dup_str(sp ? sp->model : "")) || !(h->pattern = dup_str(sp ? sp->pattern : "")) ||
-      !(h->note = dup_str(w->note)))
-    return nomem(err);
+  if (!(h->model = dup_str(sp ? sp->model : "")) ||
+      !(h->pattern = dup_str(sp ? sp->pattern : "")) || !(h->note = dup_str(w->note)))
+    return grove__client_nomem(err);
   if (sp) {
     h->kind = sp->kind == GROVE__HOOK_KIND__HOOK_FORWARD_PRE ? GROVE_HOOK_FORWARD_PRE
                                                              : GROVE_HOOK_FORWARD;
@@ -1170,10 +1235,11 @@ static grove_status hook_from_wire(const Grove__HookInfo *w, grove_hook_info *h,
   h->version = w->version;
   h->events_published = w->events_published;
   h->events_dropped = w->events_dropped;
-  if (!(h->modules = calloc(w->n_modules ? w->n_modules : 1, sizeof *h->modules))) return nomem(err);
+  if (!(h->modules = calloc(w->n_modules ? w->n_modules : 1, sizeof *h->modules)))
+    return grove__client_nomem(err);
   for (size_t i = 0; i < w->n_modules; i++) {
     h->nmodules = i + 1;
-    if (!(h->modules[i] = dup_str(w->modules[i]))) return nomem(err);
+    if (!(h->modules[i] = dup_str(w->modules[i]))) return grove__client_nomem(err);
   }
   return GROVE_OK;
 }
@@ -1186,7 +1252,7 @@ static grove_status hook_reply(Grove__Reply *rep, const Grove__HookInfo *w, uint
   if (!s && id) *id = w->id;
   if (!s && out) {
     grove_hook_info *h = calloc(1, sizeof *h);
-    if (!h) s = nomem(err);
+    if (!h) s = grove__client_nomem(err);
     if (!s && (s = hook_from_wire(w, h, err))) grove_hook_info_free(h);
     if (!s) *out = h;
   }
@@ -1202,7 +1268,7 @@ grove_status grove_client_register_hook(grove_client *c, const grove_hook_spec *
   if (!c || !spec || !spec->model || !spec->pattern)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          LOCAL_PREFIX "register_hook: needs a client, a model and a pattern");
-  grove_status refused = one_replica_only(c, "a hook", err);
+  grove_status refused = grove__client_admin_plane(&c, "a hook", err);
   if (refused) return refused;
   Grove__HookSpec sp = GROVE__HOOK_SPEC__INIT;
   sp.model = (char *)spec->model;
@@ -1221,7 +1287,7 @@ grove_status grove_client_register_hook(grove_client *c, const grove_hook_spec *
   req.body_case = GROVE__REQUEST__BODY_REGISTER_HOOK;
   req.register_hook = &rr;
   Grove__Reply *rep = NULL;
-  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &rep, err);
+  grove_status s = grove__client_call(c, &req, grove__client_timeout_of(c, timeout_ms), &rep, err);
   if (s) return s;
   const Grove__HookInfo *w =
       rep->body_case == GROVE__REPLY__BODY_REGISTER_HOOK && rep->register_hook
@@ -1233,8 +1299,9 @@ grove_status grove_client_register_hook(grove_client *c, const grove_hook_spec *
 grove_status grove_client_remove_hook(grove_client *c, uint64_t id, int timeout_ms,
                                       grove_hook_info **removed, grove_err *err) {
   if (removed) *removed = NULL;
-  if (!c) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "remove_hook: no client");
-  grove_status refused = one_replica_only(c, "a hook", err);
+  if (!c)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, LOCAL_PREFIX "remove_hook: no client");
+  grove_status refused = grove__client_admin_plane(&c, "a hook", err);
   if (refused) return refused;
   Grove__RemoveHookRequest rr = GROVE__REMOVE_HOOK_REQUEST__INIT;
   rr.hook_id = id;
@@ -1242,7 +1309,7 @@ grove_status grove_client_remove_hook(grove_client *c, uint64_t id, int timeout_
   req.body_case = GROVE__REQUEST__BODY_REMOVE_HOOK;
   req.remove_hook = &rr;
   Grove__Reply *rep = NULL;
-  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &rep, err);
+  grove_status s = grove__client_call(c, &req, grove__client_timeout_of(c, timeout_ms), &rep, err);
   if (s) return s;
   const Grove__HookInfo *w =
       rep->body_case == GROVE__REPLY__BODY_REMOVE_HOOK && rep->remove_hook ? rep->remove_hook->hook
@@ -1257,7 +1324,7 @@ grove_status grove_client_list_hooks(grove_client *c, const char *model, int tim
   if (!c || !hooks || !n)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          LOCAL_PREFIX "list_hooks: no client or nowhere to put the hooks");
-  grove_status refused = one_replica_only(c, "a hook", err);
+  grove_status refused = grove__client_admin_plane(&c, "a hook", err);
   if (refused) return refused;
   Grove__ListHooksRequest lr = GROVE__LIST_HOOKS_REQUEST__INIT;
   lr.model = (char *)(model ? model : "");
@@ -1265,13 +1332,14 @@ grove_status grove_client_list_hooks(grove_client *c, const char *model, int tim
   req.body_case = GROVE__REQUEST__BODY_LIST_HOOKS;
   req.list_hooks = &lr;
   Grove__Reply *rep = NULL;
-  grove_status s = call_for(c, &req, timeout_of(c, timeout_ms), GROVE__REPLY__BODY_LIST_HOOKS,
-                            "the reply holds no hook list", &rep, err);
+  grove_status s = grove__client_call_for(c, &req, grove__client_timeout_of(c, timeout_ms),
+                                          GROVE__REPLY__BODY_LIST_HOOKS,
+                                          "the reply holds no hook list", &rep, err);
   if (s) return s;
   const Grove__ListHooksReply *w = rep->list_hooks;
   grove_hook_info *h = calloc(w->n_hooks ? w->n_hooks : 1, sizeof *h);
   size_t got = 0;
-  if (!h) s = nomem(err);
+  if (!h) s = grove__client_nomem(err);
   for (size_t i = 0; !s && i < w->n_hooks; i++) {
     got = i + 1;
     s = hook_from_wire(w->hooks[i], &h[i], err);
@@ -1286,220 +1354,3 @@ grove_status grove_client_list_hooks(grove_client *c, const char *model, int tim
   return GROVE_OK;
 }
 
-/* ------------------------------------------------------------ training */
-
-void grove_train_info_fini(grove_train_info *info) {
-  if (!info) return;
-  strv_free(info->param_names, info->nparams);
-  free(info->group_sizes);
-  memset(info, 0, sizeof *info);
-}
-
-static const char *loss_name(grove_loss_kind k) {
-  switch (k) {
-    case GROVE_LOSS_MSE:
-      return "MSELoss";
-    case GROVE_LOSS_CROSS_ENTROPY:
-      return "CrossEntropyLoss";
-    case GROVE_LOSS_BCE_WITH_LOGITS:
-      return "BCEWithLogitsLoss";
-  }
-  return "";
-}
-
-static const char *optim_name(grove_optim_kind k) {
-  return k == GROVE_OPTIM_ADAM ? "Adam" : k == GROVE_OPTIM_ADAMW ? "AdamW" : "SGD";
-}
-
-grove_status grove_client_start_training(grove_client *c, const char *model,
-                                         const grove_train_opts *o, int timeout_ms,
-                                         grove_train_info *out, grove_err *err) {
-  if (out) memset(out, 0, sizeof *out);
-  if (!c || !model || !o || !out || (o->ngroups && !o->groups) || o->ngroups > 64)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         LOCAL_PREFIX "start_training: needs a client, a model, options and "
-                                      "somewhere for the result (at most 64 groups)");
-  Grove__DoubleValue v[9];
-  for (int i = 0; i < 9; i++) grove__double_value__init(&v[i]);
-  Grove__StartTrainingRequest q = GROVE__START_TRAINING_REQUEST__INIT;
-  q.model = (char *)model;
-  q.optimizer = (char *)optim_name(o->optimizer);
-  v[0].value = o->h.lr, q.lr = &v[0];
-  v[1].value = o->h.momentum, q.momentum = &v[1];
-  v[2].value = o->h.dampening, q.dampening = &v[2];
-  v[3].value = o->h.beta1, q.beta1 = &v[3];
-  v[4].value = o->h.beta2, q.beta2 = &v[4];
-  v[5].value = o->h.eps, q.eps = &v[5];
-  v[6].value = o->h.weight_decay, q.weight_decay = &v[6];
-  q.nesterov = o->h.nesterov;
-  q.amsgrad = o->h.amsgrad;
-  q.maximize = o->h.maximize;
-  Grove__ParamGroup groups[64], *gp[64];
-  Grove__DoubleValue glr[64], gwd[64];
-  for (size_t g = 0; g < o->ngroups; g++) {
-    grove__param_group__init(&groups[g]);
-    groups[g].n_prefixes = o->groups[g].nprefixes;
-    groups[g].prefixes = (char **)o->groups[g].prefixes;
-    if (o->groups[g].has_lr) {
-      grove__double_value__init(&glr[g]);
-      glr[g].value = o->groups[g].lr;
-      groups[g].lr = &glr[g];
-    }
-    if (o->groups[g].has_weight_decay) {
-      grove__double_value__init(&gwd[g]);
-      gwd[g].value = o->groups[g].weight_decay;
-      groups[g].weight_decay = &gwd[g];
-    }
-    gp[g] = &groups[g];
-  }
-  q.n_param_groups = o->ngroups;
-  q.param_groups = gp;
-  q.loss = (char *)loss_name(o->loss.kind);
-  q.reduction = o->loss.reduction == GROVE_REDUCTION_SUM ? "sum" : "mean";
-  Grove__Int64Value ii = GROVE__INT64_VALUE__INIT;
-  ii.value = o->loss.ignore_index;
-  q.ignore_index = &ii;
-  q.label_smoothing = o->loss.label_smoothing;
-  Grove__Tensor pw;
-  int64_t pw_shape[GROVE_MAX_DIMS];
-  grove_tensor *pw_copy = NULL;
-  if (o->loss.pos_weight) {
-    grove_status s = wire_of(o->loss.pos_weight, "pos_weight", &pw, pw_shape, &pw_copy, err);
-    if (s) return s;
-    q.pos_weight = &pw;
-  }
-  q.seed = o->seed;
-  q.optimizer_state = (char *)(o->optimizer_state ? o->optimizer_state : "");
-  Grove__Request req = GROVE__REQUEST__INIT;
-  req.body_case = GROVE__REQUEST__BODY_START_TRAINING;
-  req.start_training = &q;
-  Grove__Reply *r = NULL;
-  grove_status s = call_for(c, &req, timeout_of(c, timeout_ms), GROVE__REPLY__BODY_START_TRAINING,
-                            "the reply to start_training is empty", &r, err);
-  grove_tensor_release(pw_copy);
-  if (s) return s;
-  const Grove__StartTrainingReply *w = r->start_training;
-  bool oom = false;
-  out->base_version = w->base_version;
-  out->param_count = w->param_count;
-  out->param_names = strv_dup(w->param_names, w->n_param_names, &oom);
-  out->nparams = out->param_names ? w->n_param_names : 0;
-  if (w->n_group_sizes && (out->group_sizes = malloc(w->n_group_sizes * sizeof(uint32_t)))) {
-    memcpy(out->group_sizes, w->group_sizes, w->n_group_sizes * sizeof(uint32_t));
-    out->ngroups = w->n_group_sizes;
-  } else if (w->n_group_sizes) {
-    oom = true;
-  }
-  grove__reply__free_unpacked(r, NULL);
-  if (oom) {
-    grove_train_info_fini(out);
-    return nomem(err);
-  }
-  return GROVE_OK;
-}
-
-grove_status grove_client_train_step(grove_client *c, const char *model, const grove_tensor *inputs,
-                                     size_t ninputs, const grove_tensor *target, int timeout_ms,
-                                     grove_train_step_result *out, grove_err *err) {
-  if (out) memset(out, 0, sizeof *out);
-  if (!c || !model || !target || !out)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         LOCAL_PREFIX "train_step: needs a client, a model, a target and "
-                                      "somewhere for the result");
-  wire_batch b;
-  grove_status s = wire_batch_init(&b, inputs, ninputs, target, GROVE_MAX_VALUES, err);
-  Grove__Reply *r = NULL;
-  if (!s) {
-    Grove__TrainStepRequest q = GROVE__TRAIN_STEP_REQUEST__INIT;
-    q.model = (char *)model;
-    q.n_inputs = ninputs;
-    q.inputs = b.ptrs;
-    q.target = b.ptrs[ninputs];
-    Grove__Request req = GROVE__REQUEST__INIT;
-    req.body_case = GROVE__REQUEST__BODY_TRAIN_STEP;
-    req.train_step = &q;
-    s = call_for(c, &req, timeout_of(c, timeout_ms), GROVE__REPLY__BODY_TRAIN_STEP,
-                 "the reply to train_step is empty", &r, err);
-  }
-  wire_batch_fini(&b);
-  if (s) return s;
-  out->loss = r->train_step->loss;
-  out->grad_norm = r->train_step->grad_norm;
-  out->step = r->train_step->step;
-  out->compute_us = r->train_step->compute_us;
-  grove__reply__free_unpacked(r, NULL);
-  return GROVE_OK;
-}
-
-grove_status grove_client_evaluate(grove_client *c, const char *model, const grove_tensor *inputs,
-                                   size_t ninputs, const grove_tensor *target, int timeout_ms,
-                                   grove_prediction *out, double *loss, grove_err *err) {
-  if (out) memset(out, 0, sizeof *out);
-  if (loss) *loss = NAN;
-  if (!c || !model || !out)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         LOCAL_PREFIX "evaluate: needs a client, a model and somewhere for the "
-                                      "outputs");
-  wire_batch b;
-  grove_status s = wire_batch_init(&b, inputs, ninputs, target, GROVE_MAX_VALUES, err);
-  Grove__Reply *r = NULL;
-  if (!s) {
-    Grove__EvaluateRequest q = GROVE__EVALUATE_REQUEST__INIT;
-    q.model = (char *)model;
-    q.n_inputs = ninputs;
-    q.inputs = b.ptrs;
-    q.target = target ? b.ptrs[ninputs] : NULL;
-    Grove__Request req = GROVE__REQUEST__INIT;
-    req.body_case = GROVE__REQUEST__BODY_EVALUATE;
-    req.evaluate = &q;
-    s = call_for(c, &req, timeout_of(c, timeout_ms), GROVE__REPLY__BODY_EVALUATE,
-                 "the reply to evaluate is empty", &r, err);
-  }
-  wire_batch_fini(&b);
-  if (s) return s;
-  const Grove__EvaluateReply *w = r->evaluate;
-  s = outputs_from_wire(w->outputs, w->n_outputs, out, err);
-  if (loss && w->has_loss) *loss = w->loss;
-  grove__reply__free_unpacked(r, NULL);
-  return s;
-}
-
-grove_status grove_client_promote(grove_client *c, const char *model, const char *path,
-                                  bool in_place, int timeout_ms, grove_reload_result *out,
-                                  grove_err *err) {
-  if (out) memset(out, 0, sizeof *out);
-  if (!c || !model || !out)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         LOCAL_PREFIX "promote: needs a client, a model and somewhere for the "
-                                      "result");
-  Grove__PromoteRequest q = GROVE__PROMOTE_REQUEST__INIT;
-  q.model = (char *)model;
-  q.path = (char *)(path ? path : "");
-  q.in_place = in_place;
-  Grove__Request req = GROVE__REQUEST__INIT;
-  req.body_case = GROVE__REQUEST__BODY_PROMOTE;
-  req.promote = &q;
-  /* Promote answers with its reload's reply. */
-  return reload_call(c, &req, timeout_of(c, timeout_ms), "promote", out, err);
-}
-
-grove_status grove_client_stop_training(grove_client *c, const char *model,
-                                        const char *optimizer_state, int timeout_ms,
-                                        uint64_t *steps, grove_err *err) {
-  if (steps) *steps = 0;
-  if (!c || !model)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         LOCAL_PREFIX "stop_training: needs a client and a model");
-  Grove__StopTrainingRequest q = GROVE__STOP_TRAINING_REQUEST__INIT;
-  q.model = (char *)model;
-  q.optimizer_state = (char *)(optimizer_state ? optimizer_state : "");
-  Grove__Request req = GROVE__REQUEST__INIT;
-  req.body_case = GROVE__REQUEST__BODY_STOP_TRAINING;
-  req.stop_training = &q;
-  Grove__Reply *r = NULL;
-  grove_status s = call(c, &req, timeout_of(c, timeout_ms), &r, err);
-  if (s) return s;
-  if (steps && r->body_case == GROVE__REPLY__BODY_STOP_TRAINING) *steps = r->stop_training->steps;
-  grove__reply__free_unpacked(r, NULL);
-  return GROVE_OK;
-}

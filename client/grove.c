@@ -55,12 +55,14 @@ static int fail_err(const grove_err *err, const char *what) {
 /* ============================================================ help texts */
 
 static const char main_help_head[] =
-    "usage: grove [-v] [--server URL] [--pub URL] COMMAND [ARGS...]\n"
+    "usage: grove [-v] [--server URL] [--admin URL] [--token-file FILE] [--pub URL]\n"
+    "             COMMAND [ARGS...]\n"
     "\n"
     "The command-line tool of Grove, a model server for PyTorch models.\n"
     "\n"
-    "Server commands (groved at --server URL; default $GROVE_SERVER, else\n"
-    "tcp://127.0.0.1:7700; several URLs separated by commas):\n";
+    "Server commands (groved's data plane at --server URL: default $GROVE_SERVER, else\n"
+    "tcp://127.0.0.1:7700; its admin plane at --admin URL: default $GROVE_ADMIN, else\n"
+    "tcp://127.0.0.1:7703; several URLs separated by commas):\n";
 
 static const char main_help[] =
     "\n"
@@ -76,7 +78,11 @@ static const char main_help[] =
     "\n"
     "Options:\n"
     "  -v, --verbose   also print libgrove's info messages (warnings always show)\n"
-    "  --server URL    the groved to talk to (server commands)\n"
+    "  --server URL    the groved to talk to (status, predict, bench)\n"
+    "  --admin URL     groved's admin listener (reload, export, hook, train; default\n"
+    "                  $GROVE_ADMIN, else " GROVE_DEFAULT_ADMIN_URL ")\n"
+    "  --token-file FILE  the admin token (groved --admin-token-file; default\n"
+    "                  $GROVE_ADMIN_TOKEN)\n"
     "  --pub URL       groved's telemetry PUB socket (watch; default $GROVE_PUB, else\n"
     "                  tcp://127.0.0.1:7702)\n"
     "  --version       print the version and exit\n"
@@ -619,6 +625,16 @@ int main(int argc, char **argv) {
     if (strcmp(a, "--server") == 0) {
       if (i + 1 == argc) return grove__cli_usage(NULL, "--server needs a URL");
       server_url = argv[++i];
+      continue;
+    }
+    if (strcmp(a, "--admin") == 0) { /* groved's admin listener */
+      if (i + 1 == argc) return grove__cli_usage(NULL, "--admin needs a URL");
+      grove_cli_remote_set_admin(argv[++i], NULL);
+      continue;
+    }
+    if (strcmp(a, "--token-file") == 0) { /* the admin plane's token */
+      if (i + 1 == argc) return grove__cli_usage(NULL, "--token-file needs a FILE");
+      grove_cli_remote_set_admin(NULL, argv[++i]);
       continue;
     }
     if (strcmp(a, "--pub") == 0) { /* groved's telemetry PUB socket, for watch */

@@ -260,4 +260,11 @@ const grove__layer_def *grove__layer_find(const char *type);
 /* All defs, for messages listing what is supported; *n set to the count. */
 const grove__layer_def *grove__layer_defs(size_t *n);
 
+/* ------------------------------------------------------------ secrets */
+
+/* Whether given equals secret, in time that depends on secret_len only
+ * (secret.c; groved's admin token).  Any thread. */
+bool grove__secret_equal(const void *secret, size_t secret_len, const void *given,
+                         size_t given_len);
+
 #endif

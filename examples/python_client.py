@@ -2,7 +2,7 @@
 """The Python client on the demo model: predict, a hook and its telemetry,
 a hot reload and an export.  Start the server first (`make run`), then
 
-    /usr/bin/python3 examples/python_client.py [--server URL] [--pub URL]
+    /usr/bin/python3 examples/python_client.py [--server URL] [--admin URL] [--pub URL]
 
 Needs NumPy and libgrove-client.so (`make` builds it; python/grove finds it
 in build/current/, or set GROVE_CLIENT_LIB).  No torch needed.
@@ -22,12 +22,15 @@ import grove  # noqa: E402
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server", default=os.environ.get("GROVE_SERVER", "tcp://127.0.0.1:7700"))
+    ap.add_argument("--admin", default=None,
+                    help="groved's admin listener (hooks, reload, export); "
+                         "default $GROVE_ADMIN, else tcp://127.0.0.1:7703")
     ap.add_argument("--pub", default=os.environ.get("GROVE_PUB", "tcp://127.0.0.1:7702"))
     args = ap.parse_args()
 
     x = np.load(os.path.join(ROOT, "examples", "digits", "sample.npy"))
     labels = np.load(os.path.join(ROOT, "examples", "digits", "sample_labels.npy"))
-    with grove.Client(args.server) as c:
+    with grove.Client(args.server, admin=args.admin) as c:
         out = c.predict("digits", x)
         print(f"predicted {out['y'].argmax(1).tolist()} (labels {labels.tolist()}), "
               f"version {out.version}, batch of {out.batch_rows} rows")

@@ -17,7 +17,7 @@ SERVER_SRC   := $(wildcard server/*.c)
 SERVER_OBJ   := $(SERVER_SRC:%.c=$(BUILD)/%.o)
 GROVED_BIN   := $(BUILD)/groved
 CLIENTLIB    := $(BUILD)/libgrove-client.a
-CLIENTLIB_OBJ := $(BUILD)/client/client.o $(PROTO_OBJ)
+CLIENTLIB_OBJ := $(BUILD)/client/client.o $(BUILD)/client/client_train.o $(PROTO_OBJ)
 
 # libnng-dev ships no .pc file (DESIGN.md, build notes): link -lnng directly.
 PKGS     += libuv libprotobuf-c
@@ -29,6 +29,7 @@ CLIENT_OBJ  += $(PROTO_OBJ)
 ALL_TARGETS += $(GROVED_BIN) $(CLIENTLIB)
 
 TEST_EXTRA_check_server := $(CLIENTLIB)
+TEST_EXTRA_check_admin := $(CLIENTLIB)
 
 $(PROTO_C) $(PROTO_H) &: proto/grove.proto | $(DEPSTAMP)
 	@mkdir -p $(GEN)
@@ -38,8 +39,8 @@ $(PROTO_C) $(PROTO_H) &: proto/grove.proto | $(DEPSTAMP)
 $(PROTO_OBJ): $(PROTO_C) $(PROTO_H)
 	$(CC) -std=c11 $(OPT) $(SANFLAGS) -fPIC -I$(GEN) $(PKG_CFLAGS) -c $< -o $@
 
-$(SERVER_OBJ) $(BUILD)/client/client.o $(BUILD)/client/cli_remote.o \
-  $(BUILD)/tests/check_server.o: $(PROTO_H)
+$(SERVER_OBJ) $(BUILD)/client/client.o $(BUILD)/client/client_train.o $(BUILD)/client/cli_remote.o \
+  $(BUILD)/tests/check_server.o $(BUILD)/tests/check_admin.o: $(PROTO_H)
 
 $(GROVED_BIN): $(SERVER_OBJ) $(PROTO_OBJ) $(LIBGROVE)
 	$(CC) $(LDFLAGS) -o $@ $(SERVER_OBJ) $(PROTO_OBJ) $(LIBGROVE) $(UV_LIBS) $(PKG_LIBS)

@@ -1,6 +1,7 @@
 /* main.c: groved, Grove's model server.
  *
  *   groved [--model-repo DIR] [--model [NAME=]DIR]... [--listen URL]...
+ *          [--admin-listen URL|none]... [--admin-token-file FILE] [--checkpoint-dir DIR]...
  *          [--pub URL|none] [--http HOST:PORT|none] [--workers N] [--blas-threads N]
  *          [--log-level LEVEL] [--max-request-bytes N] [--drain-timeout SECONDS]
  *          [--watch] [--watch-debounce-ms N] [--reload-in-place] [--background-yield-us N]
@@ -26,6 +27,7 @@
 #define DEFAULT_LISTEN "tcp://127.0.0.1:7700"
 #define DEFAULT_HTTP "127.0.0.1:7701"
 #define DEFAULT_PUB "tcp://127.0.0.1:7702"
+#define DEFAULT_ADMIN "tcp://127.0.0.1:7703" /* = GROVE_DEFAULT_ADMIN_URL (grove/client.h) */
 #define DEFAULT_MAX_REQUEST ((size_t)64 << 20)
 
 static const char usage_text[] =
@@ -39,6 +41,16 @@ static const char usage_text[] =
     "  --listen URL            tcp://HOST:PORT or ipc:///PATH (repeatable;\n"
     "                          default " DEFAULT_LISTEN
     ")\n"
+    "                          the data plane: predict, status, model metadata\n"
+    "  --admin-listen URL|none the admin plane: reload, export, hooks, training, promote\n"
+    "                          (repeatable; default " DEFAULT_ADMIN
+    ", best effort: taken,\n"
+    "                          groved serves no admin plane; none: no admin plane)\n"
+    "  --admin-token-file FILE every admin RPC must carry the token in FILE (one line;\n"
+    "                          clients read $GROVE_ADMIN_TOKEN or --token-file)\n"
+    "  --checkpoint-dir DIR    admin RPCs may also name files in DIR (reload's checkpoint,\n"
+    "                          promote's path, optimizer files; repeatable); besides it,\n"
+    "                          only files inside the model's own directory\n"
     "  --http HOST:PORT|none   /healthz /readyz /metrics (default " DEFAULT_HTTP
     ")\n"
     "  --pub URL|none          PUB socket of forward-hook telemetry (default " DEFAULT_PUB
@@ -98,13 +110,24 @@ enum {
   OPT_WATCH_DEBOUNCE,
   OPT_YIELD,
   OPT_RELOAD_IN_PLACE,
+  OPT_ADMIN_LISTEN,
+  OPT_ADMIN_TOKEN_FILE,
+  OPT_CHECKPOINT_DIR,
 };
+
+static bool nng_url_ok(const char *u) {
+  return !strncmp(u, "tcp://", 6) || !strncmp(u, "ipc://", 6) || !strncmp(u, "tcp4://", 7) ||
+         !strncmp(u, "tcp6://", 7);
+}
 
 static int parse_flags(int argc, char **argv, srv_config *cfg) {
   static const struct option opts[] = {
       {"model", required_argument, NULL, OPT_MODEL},
       {"model-repo", required_argument, NULL, OPT_REPO},
       {"listen", required_argument, NULL, OPT_LISTEN},
+      {"admin-listen", required_argument, NULL, OPT_ADMIN_LISTEN},
+      {"admin-token-file", required_argument, NULL, OPT_ADMIN_TOKEN_FILE},
+      {"checkpoint-dir", required_argument, NULL, OPT_CHECKPOINT_DIR},
       {"http", required_argument, NULL, OPT_HTTP},
       {"pub", required_argument, NULL, OPT_PUB},
       {"workers", required_argument, NULL, OPT_WORKERS},
@@ -133,6 +156,7 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
   opterr = 0;
   int c;
   long long v;
+  bool admin_none = false;
   while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
     switch (c) {
       case OPT_MODEL: {
@@ -156,10 +180,30 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
         break;
       case OPT_LISTEN:
         if (cfg->nlisten == SRV_MAX_URLS) return usage("too many --listen (at most %s)", "16");
-        if (strncmp(optarg, "tcp://", 6) && strncmp(optarg, "ipc://", 6) &&
-            strncmp(optarg, "tcp4://", 7) && strncmp(optarg, "tcp6://", 7))
+        if (!nng_url_ok(optarg))
           return usage("--listen wants tcp://HOST:PORT or ipc:///PATH, not '%s'", optarg);
         cfg->listen[cfg->nlisten++] = optarg;
+        break;
+      case OPT_ADMIN_LISTEN:
+        if (strcmp(optarg, "none") == 0) {
+          admin_none = true;
+          break;
+        }
+        if (cfg->nadmin_listen == SRV_MAX_URLS)
+          return usage("too many --admin-listen (at most %s)", "16");
+        if (!nng_url_ok(optarg))
+          return usage("--admin-listen wants tcp://HOST:PORT, ipc:///PATH or none, not '%s'",
+                       optarg);
+        cfg->admin_listen[cfg->nadmin_listen++] = optarg;
+        break;
+      case OPT_ADMIN_TOKEN_FILE:
+        if (cfg->admin_token_file) return usage("--admin-token-file given twice%s", "");
+        cfg->admin_token_file = optarg;
+        break;
+      case OPT_CHECKPOINT_DIR:
+        if (cfg->ncheckpoint_dirs == SRV_MAX_URLS)
+          return usage("too many --checkpoint-dir (at most %s)", "16");
+        cfg->checkpoint_dirs[cfg->ncheckpoint_dirs++] = optarg;
         break;
       case OPT_HTTP:
         cfg->http = (strcmp(optarg, "none") == 0 || !*optarg) ? NULL : optarg;
@@ -239,6 +283,12 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
   }
   if (optind < argc) return usage("unexpected argument '%s'", argv[optind]);
   if (cfg->nlisten == 0) cfg->listen[cfg->nlisten++] = DEFAULT_LISTEN;
+  if (admin_none && cfg->nadmin_listen)
+    return usage("--admin-listen none and --admin-listen %s", cfg->admin_listen[0]);
+  if (!admin_none && cfg->nadmin_listen == 0) {
+    cfg->admin_listen[cfg->nadmin_listen++] = DEFAULT_ADMIN;
+    cfg->admin_default = true;
+  }
   return 0;
 }
 
@@ -295,7 +345,8 @@ int main(int argc, char **argv) {
   choose_threads(&srv);
 
   grove_err err = {0};
-  grove_status s = grove__registry_load(&srv, &err);
+  grove_status s = grove__admin_plane_init(&srv, &err);
+  if (!s) s = grove__registry_load(&srv, &err);
   if (s) {
     grove__slog(GROVE_LOG_ERROR, "server.config", "%s", grove_err_msg(&err));
     rc = s == GROVE_E_INVALID_ARGUMENT ? 2 : 1;
@@ -338,6 +389,7 @@ out:
   grove__training_free(&srv);
   grove__reload_free(&srv);
   grove__registry_free(&srv);
+  grove__admin_plane_free(&srv);
   free_flags(&srv.cfg);
   return rc;
 }

@@ -1,6 +1,8 @@
 /* rpc.c: groved's NNG side.
  *
- * One rep0 socket listens on every --listen URL (tcp:// and ipc://).  A pool
+ * One rep0 socket listens on every --listen URL (tcp:// and ipc://), the
+ * data plane; a second one on every --admin-listen URL, the admin plane
+ * (admin.c decides what each plane may run: grove__admin_gate).  A pool
  * of contexts (nng_ctx), each with its own aio, keeps that many requests in
  * flight at once; a context is reused request after request:
  *
@@ -51,6 +53,9 @@
 #define MAX_CONTEXTS 65536
 /* How long nng_close may take at shutdown (grove__nng_close_or_exit). */
 #define CLOSE_WAIT_MS 5000
+/* Contexts of the admin socket: admin RPCs are few and mostly handed to the
+ * loop, so a few keep it answering whatever the data plane's load. */
+#define ADMIN_CONTEXTS 16
 
 static void req_cb(void *arg);
 
@@ -248,6 +253,9 @@ static void reply_status(srv_req *r) {
   st.workers = (uint32_t)srv->workers;
   st.blas_threads = (uint32_t)srv->blas_threads;
   st.inflight = (uint64_t)atomic_load(&srv->inflight);
+  st.admin_listen = grove__admin_urls(srv, &st.n_admin_listen);
+  st.listen = (char **)srv->cfg.listen;
+  st.n_listen = srv->cfg.nlisten;
   size_t n = srv->nmodels;
   Grove__ModelMetadata *mds = n ? calloc(n, sizeof *mds) : NULL;
   Grove__ModelMetadata **ptrs = n ? calloc(n, sizeof *ptrs) : NULL;
@@ -472,6 +480,7 @@ static void handle(srv_req *r, nng_msg *msg) {
         r->msg->protocol, GROVE_VERSION, GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION);
     return;
   }
+  if (!grove__admin_gate(r)) return; /* the wrong plane, no token, a path outside */
   switch (r->msg->body_case) {
     case GROVE__REQUEST__BODY_PREDICT:
       handle_predict(r);
@@ -585,16 +594,23 @@ grove_status grove__rpc_start(srv_server *srv, grove_err *err) {
   if (hard < srv->cfg.max_request_bytes) hard = SIZE_MAX;
   if ((rv = nng_socket_set_size(srv->sock, NNG_OPT_RECVMAXSZ, hard)))
     return grove_err_set(err, GROVE_E_IO, "cannot set the receive limit: %s", nng_strerror(rv));
-  size_t n = context_count(srv);
+  if ((rv = nng_rep0_open(&srv->admin_sock)))
+    return grove_err_set(err, GROVE_E_IO, "cannot open the admin rep socket: %s",
+                         nng_strerror(rv));
+  srv->admin_sock_open = true;
+  if ((rv = nng_socket_set_size(srv->admin_sock, NNG_OPT_RECVMAXSZ, hard)))
+    return grove_err_set(err, GROVE_E_IO, "cannot set the receive limit: %s", nng_strerror(rv));
+  size_t ndata = context_count(srv), n = ndata + ADMIN_CONTEXTS;
   srv->reqs = calloc(n, sizeof *srv->reqs);
   if (!srv->reqs) return grove_err_set(err, GROVE_E_NOMEM, "out of memory for %zu contexts", n);
   for (size_t i = 0; i < n; i++) {
     srv_req *r = &srv->reqs[i];
     r->srv = srv;
+    r->admin_plane = i >= ndata;
     if ((rv = nng_aio_alloc(&r->aio, req_cb, r)))
       return grove_err_set(err, GROVE_E_NOMEM, "cannot allocate an aio: %s", nng_strerror(rv));
     srv->nreqs = i + 1;
-    if ((rv = nng_ctx_open(&r->ctx, srv->sock)))
+    if ((rv = nng_ctx_open(&r->ctx, r->admin_plane ? srv->admin_sock : srv->sock)))
       return grove_err_set(err, GROVE_E_IO, "cannot open a context: %s", nng_strerror(rv));
   }
   for (size_t i = 0; i < srv->cfg.nlisten; i++) {
@@ -603,6 +619,8 @@ grove_status grove__rpc_start(srv_server *srv, grove_err *err) {
       return grove_err_set(err, GROVE_E_IO, "cannot listen on %s: %s", url, nng_strerror(rv));
     grove__slog(GROVE_LOG_INFO, "server.listen", "listening on %s", url);
   }
+  grove_status s = grove__admin_plane_listen(srv, err);
+  if (s) return s;
   for (size_t i = 0; i < n; i++) post_recv(&srv->reqs[i]);
   grove__slog(GROVE_LOG_DEBUG, "rpc.contexts", "%zu requests may be in flight at once", n);
   return GROVE_OK;
@@ -683,6 +701,10 @@ void grove__nng_close_or_exit(srv_server *srv, nng_socket s, const char *what) {
 }
 
 void grove__rpc_stop(srv_server *srv) {
+  if (srv->admin_sock_open) {
+    grove__nng_close_or_exit(srv, srv->admin_sock, "the admin RPC socket");
+    srv->admin_sock_open = false;
+  }
   if (srv->sock_open) {
     grove__nng_close_or_exit(srv, srv->sock, "the RPC socket");
     srv->sock_open = false;

@@ -62,8 +62,14 @@ typedef struct srv_model_arg {
 } srv_model_arg;
 
 typedef struct srv_config {
-  const char *listen[SRV_MAX_URLS];
+  const char *listen[SRV_MAX_URLS]; /* the data plane: predict, status, metadata */
   size_t nlisten;
+  const char *admin_listen[SRV_MAX_URLS]; /* the admin plane (admin.c) */
+  size_t nadmin_listen;
+  bool admin_default;             /* admin_listen is the default only: best effort */
+  const char *admin_token_file;   /* --admin-token-file, or NULL: no token */
+  const char *checkpoint_dirs[SRV_MAX_URLS]; /* --checkpoint-dir: more allowed paths */
+  size_t ncheckpoint_dirs;
   const char *http; /* HOST:PORT, or NULL for none */
   const char *pub;  /* telemetry PUB URL (the hooks issue); recorded only */
   const char *model_repo;
@@ -221,6 +227,7 @@ struct srv_req {
   int64_t t_recv, t_dispatch, deadline; /* ns; deadline INT64_MAX = none */
 
   srv_req *next; /* inbox, model FIFO or batch list */
+  bool admin_plane; /* the context receives on the admin socket (admin.c) */
 
   /* A worker's encoded reply, waiting its turn in its connection's chain. */
   uint32_t pipe_id; /* the connection the request came on */
@@ -278,6 +285,9 @@ struct srv_server {
   /* NNG */
   nng_socket sock;
   bool sock_open;
+  nng_socket admin_sock; /* the admin plane's listeners (admin.c) */
+  bool admin_sock_open;
+  struct srv_admin_plane *plane; /* admin.c: token, allowed directories, URLs */
   srv_req *reqs;
   size_t nreqs;
   _Atomic int64_t inflight; /* predicts handed to the loop, not yet answered */
@@ -315,6 +325,31 @@ struct srv_server {
 
   int exit_code;
 };
+
+/* admin.c: the admin plane (docs/operations.md, "Security").
+ *
+ * Reads --admin-token-file and resolves every --checkpoint-dir (main, before
+ * grove__rpc_start); GROVE_E_INVALID_ARGUMENT naming the flag otherwise. */
+grove_status grove__admin_plane_init(srv_server *srv, grove_err *err);
+void grove__admin_plane_free(srv_server *srv);
+/* Listens on the --admin-listen URLs (rpc.c, at start).  The default address
+ * is best effort: taken, groved serves no admin plane and says so. */
+grove_status grove__admin_plane_listen(srv_server *srv, grove_err *err);
+/* Whether r (decoded, on the NNG thread that owns it) may run here: an admin
+ * RPC only on the admin listener and with the token, predict only on the
+ * data listener.  false when it was refused (r is answered). */
+bool grove__admin_gate(srv_req *r);
+/* The admin plane's URLs as StatusReply.admin_listen wants them (static
+ * after start; n 0 when there is none). */
+char **grove__admin_urls(srv_server *srv, size_t *n);
+/* Whether path may be read or written by an admin RPC on model m: it must
+ * resolve (symlinks followed, "..", relative to groved's working directory;
+ * a file still to be made by its directory's realpath) inside m's directory
+ * or a --checkpoint-dir.  GROVE_E_PERMISSION_DENIED naming what ("promote's
+ * path") and the allowed directories otherwise, saying nothing of the file.
+ * Any thread. */
+grove_status grove__admin_path_check(srv_server *srv, const srv_model *m, const char *what,
+                                     const char *path, grove_err *err);
 
 /* rpc.c */
 grove_status grove__rpc_start(srv_server *srv, grove_err *err);

@@ -344,8 +344,15 @@ START_TEST(reload_refusals) {
   grove_reload_result_fini(&res);
   ck_assert_status(grove_client_reload(c, "nope", NULL, 5000, &res, &err), GROVE_E_NOT_FOUND);
   grove_reload_result_fini(&res);
-  o = (grove_reload_opts){.model_dir = "/nonexistent/dir"};
+  o = (grove_reload_opts){.model_dir = grove_fixture("no_such_model_dir")};
   ck_assert_status(grove_client_reload(c, "reload_mlp", &o, 5000, &res, &err), GROVE_E_NOT_FOUND);
+  ck_assert_msg(strstr(grove_err_msg(&err), "no_such_model_dir"), "%s", grove_err_msg(&err));
+  grove_reload_result_fini(&res);
+  /* Outside the model's directory and every --checkpoint-dir: refused
+   * before anything looks at it (server/admin.c). */
+  o = (grove_reload_opts){.model_dir = "/nonexistent/dir"};
+  ck_assert_status(grove_client_reload(c, "reload_mlp", &o, 5000, &res, &err),
+                   GROVE_E_PERMISSION_DENIED);
   ck_assert_msg(strstr(grove_err_msg(&err), "/nonexistent/dir"), "%s", grove_err_msg(&err));
   grove_reload_result_fini(&res);
   /* Tied parameters: in place would untie them, so only a full reload. */

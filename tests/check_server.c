@@ -44,20 +44,8 @@ static void server_start(hserver *s, const char *const *extra) {
 
 /* ---------------------------------------------------------- raw requests */
 
-/* Sends req as it is (protocol field included) to url and returns the
- * reply's status; its message is copied into msg. */
 static grove_status raw_request(const char *url, Grove__Request *req, char *msg, size_t msgn) {
-  size_t n = grove__request__get_packed_size(req);
-  uint8_t *buf = malloc(n ? n : 1);
-  grove__request__pack(req, buf);
-  Grove__Reply *rep = NULL;
-  int rv = h_raw_call(url, buf, n, 10000, &rep);
-  free(buf);
-  ck_assert_msg(rv == 0, "no reply: %s", nng_strerror(rv));
-  grove_status s = (grove_status)rep->status;
-  if (msg) snprintf(msg, msgn, "%s", rep->message ? rep->message : "");
-  grove__reply__free_unpacked(rep, NULL);
-  return s;
+  return h_raw_status(url, req, 10000, msg, msgn);
 }
 
 /* A predict of one f32 tensor with the given shape and data length. */
@@ -843,18 +831,8 @@ START_TEST(unreachable_and_bad_flags) {
                             {"--bogus", NULL, NULL, NULL},
                             {"--model", "=x", NULL, NULL}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-      int fd = open("/dev/null", O_WRONLY);
-      dup2(fd, STDERR_FILENO);
-      dup2(fd, STDOUT_FILENO);
-      const char *argv[6] = {h_groved_path(), cases[i][0], cases[i][1], NULL, NULL, NULL};
-      execv(argv[0], (char *const *)argv);
-      _exit(127);
-    }
-    int st;
-    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    const char *args[] = {cases[i][0], cases[i][1], NULL};
+    int st = h_groved_exit(args);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 2, "case %zu: wait status %d", i, st);
   }
 }

@@ -137,6 +137,7 @@ typedef struct server {
   pid_t pid;
   char dir[256];
   char rpc[384], pub[384], log[384];
+  char admin[384]; /* the admin plane, where the hook RPCs go */
   int http_port;
 } server;
 
@@ -162,11 +163,14 @@ static void server_start(server *s, const char *const *extra) {
   snprintf(s->dir, sizeof s->dir, "%s", tmp);
   snprintf(s->rpc, sizeof s->rpc, "ipc://%s/rpc.sock", s->dir);
   snprintf(s->pub, sizeof s->pub, "ipc://%s/pub.sock", s->dir);
+  snprintf(s->admin, sizeof s->admin, "ipc://%s/admin.sock", s->dir);
   snprintf(s->log, sizeof s->log, "%s/groved.log", s->dir);
   s->http_port = h_free_port();
   char http[64], model[4200];
   snprintf(http, sizeof http, "127.0.0.1:%d", s->http_port);
   snprintf(model, sizeof model, "net=%s", grove_fixture("telemetry_net"));
+  char fixtures[4096];
+  snprintf(fixtures, sizeof fixtures, "%s", grove_fixture(""));
   const char *argv[48];
   int n = 0;
   argv[n++] = groved_path();
@@ -174,6 +178,10 @@ static void server_start(server *s, const char *const *extra) {
   argv[n++] = model;
   argv[n++] = "--listen";
   argv[n++] = s->rpc;
+  argv[n++] = "--admin-listen";
+  argv[n++] = s->admin;
+  argv[n++] = "--checkpoint-dir"; /* reload's model_dir: another fixture */
+  argv[n++] = fixtures;
   argv[n++] = "--pub";
   argv[n++] = s->pub;
   argv[n++] = "--http";
@@ -255,7 +263,8 @@ static grove_client *connect_rpc(const server *s) {
   const char *urls[] = {s->rpc};
   grove_client *c = NULL;
   grove_err err = {0};
-  ck_assert_ok(grove_client_open(urls, 1, NULL, &c, &err), &err);
+  grove_client_opts o = {.admin_url = s->admin, .admin_token = ""};
+  ck_assert_ok(grove_client_open(urls, 1, &o, &c, &err), &err);
   return c;
 }
 

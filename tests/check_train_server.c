@@ -259,8 +259,15 @@ START_TEST(train_refusals) {
   o.h = grove_optim_defaults(GROVE_OPTIM_ADAMW);
   o.groups = g;
   o.ngroups = 2;
-  o.optimizer_state = "/nonexistent/optim.pt";
+  char missing[4096];
+  snprintf(missing, sizeof missing, "%s/nonexistent-optim.pt", s.dir);
+  o.optimizer_state = missing;
   ck_assert_status(start_retrying(c, &o, &info, &err), GROVE_E_IO);
+  grove_train_info_fini(&info);
+  /* Outside the model's directory and every --checkpoint-dir: refused
+   * before it is opened (server/admin.c). */
+  o.optimizer_state = "/nonexistent/optim.pt";
+  ck_assert_status(start_retrying(c, &o, &info, &err), GROVE_E_PERMISSION_DENIED);
   grove_train_info_fini(&info);
   o.optimizer_state = NULL;
   ck_assert_ok(start_retrying(c, &o, &info, &err), &err);
@@ -365,8 +372,9 @@ END_TEST
 static int run_cli(const char *url, const char *args, char *out, size_t n) {
   const char *bin = getenv("GROVE_BIN");
   char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s' --server '%s' %s 2>&1", bin && *bin ? bin : "build/release/grove",
-           url, args);
+  const char *admin = h_admin_of(url); /* train goes to groved's admin plane */
+  snprintf(cmd, sizeof cmd, "'%s' --server '%s' --admin '%s' %s 2>&1",
+           bin && *bin ? bin : "build/release/grove", url, admin ? admin : url, args);
   FILE *f = popen(cmd, "r");
   ck_assert_ptr_nonnull(f);
   size_t got = fread(out, 1, n - 1, f);

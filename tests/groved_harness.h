@@ -5,7 +5,11 @@
  *
  * groved runs as a child process on 127.0.0.1 (free ports) and, unless the
  * suite asks otherwise (hstart_opts), an ipc socket in a temporary
- * directory; its log goes to a file there.  h_stop removes that directory;
+ * directory; its log goes to a file there.  Its admin plane (reload, export,
+ * hooks, training) listens on another ipc socket there (hserver.admin), and
+ * it may read and write checkpoints anywhere in the run's directory and the
+ * fixtures (--checkpoint-dir); h_connect and h_raw send admin calls to the
+ * admin socket of the groved whose URL they are given.  h_stop removes that directory;
  * when a test fails before it, the directory goes with the run's
  * (grove_test_run, tests/testutil.c).  Readiness is polled over HTTP, not
  * NNG: an unchecked fixture runs in Check's parent process, and NNG refuses
@@ -217,8 +221,37 @@ typedef struct hserver {
   pid_t pid;
   char dir[256];
   char tcp[128], ipc[384], log[384]; /* ipc is "" with hstart_opts.no_ipc */
+  char admin[384];                   /* ipc://DIR/admin.sock; "" with no_admin */
   int http_port;
 } hserver;
+
+/* The admin URL of every groved this process started (or inherited from the
+ * parent that did), by data URL: h_connect and h_raw look it up. */
+typedef struct hplane {
+  char url[384], admin[384];
+} hplane;
+static hplane h_planes[64];
+static int h_nplanes;
+
+static inline void h_plane_add(const char *url, const char *admin) {
+  if (!url[0] || !admin[0]) return;
+  hplane *p = NULL;
+  for (int i = 0; i < h_nplanes && !p; i++)
+    if (strcmp(h_planes[i].url, url) == 0) p = &h_planes[i];
+  if (!p && h_nplanes < (int)(sizeof h_planes / sizeof h_planes[0])) p = &h_planes[h_nplanes++];
+  if (!p) return;
+  snprintf(p->url, sizeof p->url, "%s", url);
+  snprintf(p->admin, sizeof p->admin, "%s", admin);
+}
+
+/* The admin URL of the groved listening on url (its data or admin URL);
+ * NULL when this process started none there. */
+static inline const char *h_admin_of(const char *url) {
+  for (int i = 0; i < h_nplanes; i++)
+    if (strcmp(h_planes[i].url, url) == 0 || strcmp(h_planes[i].admin, url) == 0)
+      return h_planes[i].admin;
+  return NULL;
+}
 
 /* What h_start_with leaves out of groved's command line.  Every groved gets
  * --listen tcp://127.0.0.1:PORT and --http 127.0.0.1:PORT; the zero value
@@ -227,6 +260,8 @@ typedef struct hstart_opts {
   bool no_ipc;       /* no --listen ipc://DIR/groved.sock */
   bool no_pub;       /* no --pub ipc://DIR/pub.sock: extra's, or groved's default */
   bool no_debug_log; /* no --log-level debug: extra's, or groved's default (info) */
+  bool no_admin;     /* no --admin-listen ipc://DIR/admin.sock: extra's, or groved's default */
+  bool no_checkpoint_dirs; /* no --checkpoint-dir for the run's directory and the fixtures */
 } hstart_opts;
 
 static inline void h_show_log(const hserver *s) {
@@ -254,6 +289,14 @@ static inline void h_start_with(hserver *s, const hstart_opts *opts, const char 
   snprintf(s->log, sizeof s->log, "%s/groved.log", s->dir);
   char pub[320];
   snprintf(pub, sizeof pub, "ipc://%s/pub.sock", s->dir);
+  if (!opts->no_admin) snprintf(s->admin, sizeof s->admin, "ipc://%s/admin.sock", s->dir);
+  /* The run's directory (every grove_test_tmpdir() is in it) and the
+   * fixtures: where the suites keep the checkpoints they reload. */
+  char run_root[256], fixtures[4096];
+  snprintf(run_root, sizeof run_root, "%s", s->dir);
+  char *slash = strrchr(run_root, '/');
+  if (slash && slash != run_root) *slash = '\0';
+  snprintf(fixtures, sizeof fixtures, "%s", grove_fixture(""));
   const char *argv[64];
   int n = 0;
   argv[n++] = h_groved_path();
@@ -273,6 +316,18 @@ static inline void h_start_with(hserver *s, const hstart_opts *opts, const char 
     argv[n++] = "--log-level";
     argv[n++] = "debug";
   }
+  if (!opts->no_admin) {
+    argv[n++] = "--admin-listen";
+    argv[n++] = s->admin;
+  }
+  if (!opts->no_checkpoint_dirs) {
+    argv[n++] = "--checkpoint-dir";
+    argv[n++] = run_root;
+    if (access(fixtures, F_OK) == 0) {
+      argv[n++] = "--checkpoint-dir";
+      argv[n++] = fixtures;
+    }
+  }
   for (int i = 0; extra && extra[i] && n < 62; i++) argv[n++] = extra[i];
   argv[n] = NULL;
   pid_t pid = fork();
@@ -289,6 +344,8 @@ static inline void h_start_with(hserver *s, const hstart_opts *opts, const char 
     _exit(127);
   }
   s->pid = pid;
+  h_plane_add(s->tcp, s->admin);
+  h_plane_add(s->ipc, s->admin);
   double deadline = h_now() + 30.0;
   for (;;) {
     int st;
@@ -309,6 +366,28 @@ static inline void h_start_with(hserver *s, const hstart_opts *opts, const char 
     }
     h_sleep_ms(20);
   }
+}
+
+/* Runs groved with args (NULL-terminated; its output thrown away) and
+ * returns its wait status: for flags it must refuse at once. */
+static inline int h_groved_exit(const char *const *args) {
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int fd = open("/dev/null", O_WRONLY);
+    dup2(fd, STDERR_FILENO);
+    dup2(fd, STDOUT_FILENO);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = h_groved_path();
+    for (int i = 0; args[i] && n < 31; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  return st;
 }
 
 static inline void h_start(hserver *s, const char *const *extra) {
@@ -386,11 +465,16 @@ static inline bool h_log_contains(const hserver *s, const char *needle) {
   return found;
 }
 
+/* A client of url whose admin calls go to the admin listener of the groved
+ * there (h_admin_of), never to the default admin address. */
 static inline grove_client *h_connect(const char *url) {
   grove_client *c = NULL;
   grove_err err = {0};
   const char *urls[] = {url};
-  ck_assert_ok(grove_client_open(urls, 1, NULL, &c, &err), &err);
+  const char *admin = h_admin_of(url);
+  grove_client_opts o = {.admin_url = admin ? admin : "ipc:///nonexistent/grove-admin.sock",
+                         .admin_token = ""};
+  ck_assert_ok(grove_client_open(urls, 1, &o, &c, &err), &err);
   return c;
 }
 
@@ -446,10 +530,34 @@ static inline int h_raw_call(const char *url, const void *bytes, size_t len, int
   return rv;
 }
 
-/* Sends req (as protocol 1) to url; the decoded reply (caller frees) or
- * NULL when none came within 10 s. */
+/* Sends req as it is (protocol field included) to url, exactly there, and
+ * returns the reply's status (failing the test when none came within
+ * timeout_ms); its message is copied into msg (may be NULL). */
+static inline grove_status h_raw_status(const char *url, Grove__Request *req, int timeout_ms,
+                                        char *msg, size_t msgn) {
+  size_t n = grove__request__get_packed_size(req);
+  uint8_t *buf = malloc(n ? n : 1);
+  grove__request__pack(req, buf);
+  Grove__Reply *rep = NULL;
+  int rv = h_raw_call(url, buf, n, timeout_ms, &rep);
+  free(buf);
+  ck_assert_msg(rv == 0, "no reply from %s: %s", url, nng_strerror(rv));
+  grove_status s = (grove_status)rep->status;
+  if (msg) snprintf(msg, msgn, "%s", rep->message ? rep->message : "");
+  grove__reply__free_unpacked(rep, NULL);
+  return s;
+}
+
+/* Sends req (as protocol 1) to url, or an admin RPC (anything but predict,
+ * status and metadata) to the admin listener of the groved at url; the
+ * decoded reply (caller frees) or NULL when none came within 10 s. */
 static inline Grove__Reply *h_raw(const char *url, Grove__Request *req) {
   req->protocol = 1;
+  const char *admin = h_admin_of(url);
+  if (admin && req->body_case != GROVE__REQUEST__BODY_PREDICT &&
+      req->body_case != GROVE__REQUEST__BODY_STATUS &&
+      req->body_case != GROVE__REQUEST__BODY_MODEL_METADATA)
+    url = admin;
   size_t n = grove__request__get_packed_size(req);
   uint8_t *buf = malloc(n ? n : 1);
   grove__request__pack(req, buf);

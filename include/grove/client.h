@@ -49,9 +49,20 @@ extern "C" {
 
 typedef struct grove_client grove_client;
 
+/* groved's default admin listener (groved --admin-listen): local only. */
+#define GROVE_DEFAULT_ADMIN_URL "tcp://127.0.0.1:7703"
+
 typedef struct grove_client_opts {
   /* Timeout of a call whose timeout_ms argument is 0.  0 here means 30000. */
   int default_timeout_ms;
+  /* Where the admin calls (reload, export, hooks, training) go: groved
+   * serves them on its admin listener, not on the URLs given to open.  NULL
+   * or "": $GROVE_ADMIN, else GROVE_DEFAULT_ADMIN_URL.  Dialed at the first
+   * admin call. */
+  const char *admin_url;
+  /* The admin plane's token (groved --admin-token-file), sent with admin
+   * calls only.  NULL: $GROVE_ADMIN_TOKEN, else none; "": none.  Copied. */
+  const char *admin_token;
 } grove_client_opts;
 
 /* Connects to every URL (tcp://HOST:PORT, ipc:///PATH), each dialed once
@@ -65,10 +76,15 @@ typedef struct grove_client_opts {
  * grove_client_predict sends a request that a replica could not answer (its
  * connection was lost, or it answered UNAVAILABLE: draining, model not
  * loaded there) to another, within the same timeout.  The asynchronous
- * predict does not retry.  Reload, export and the hook calls act on one
- * replica and are not safe to resend, so a client of several URLs refuses
- * them (GROVE_E_INVALID_ARGUMENT, from the client side): open one with that
- * replica's URL alone. */
+ * predict does not retry.
+ *
+ * The admin calls (reload, export, the hook and training calls) go to
+ * groved's admin listener, opts->admin_url (docs/operations.md,
+ * "Security"); they fail with GROVE_E_UNAVAILABLE naming it when it cannot
+ * be reached, and a groved answers GROVE_E_PERMISSION_DENIED to one sent to
+ * its data listener.  They act on one replica and are not safe to resend, so
+ * a client of several URLs refuses them (GROVE_E_INVALID_ARGUMENT, from the
+ * client side) unless an admin URL was given (opts or $GROVE_ADMIN). */
 grove_status grove_client_open(const char *const *urls, size_t nurls, const grove_client_opts *opts,
                                grove_client **out, grove_err *err);
 /* Waits for outstanding asynchronous calls, closes the connections and frees
@@ -148,6 +164,10 @@ typedef struct grove_server_status {
   uint64_t inflight; /* predicts accepted and not yet answered */
   size_t nmodels;
   grove_model_info *models;
+  size_t nlisten; /* groved's data listener URLs (--listen) */
+  char **listen_urls;
+  size_t nadmin; /* its admin listener URLs (--admin-listen; none: no admin plane) */
+  char **admin_urls;
 } grove_server_status;
 
 /* Asks the server for its status and every model it serves.  *out is new and

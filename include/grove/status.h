@@ -54,7 +54,11 @@ extern "C" {
   X(E_DEADLINE_EXCEEDED, 61, "deadline exceeded")                               \
   X(E_UNAVAILABLE, 62, "unavailable")                                           \
   X(E_CANCELLED, 63, "cancelled")                                               \
-  X(E_FAILED_PRECONDITION, 64, "failed precondition")
+  X(E_FAILED_PRECONDITION, 64, "failed precondition")                         \
+  /* the admin plane: an RPC on the wrong listener, a path outside the      \
+   * allowed directories (65); a missing or wrong admin token (66) */         \
+  X(E_PERMISSION_DENIED, 65, "permission denied")                             \
+  X(E_UNAUTHENTICATED, 66, "unauthenticated")
 
 typedef enum grove_status {
 #define GROVE__STATUS_ENUM(name, value, msg) GROVE_##name = value,

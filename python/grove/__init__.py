@@ -53,7 +53,8 @@ class _Tensor(C.Structure):
 
 
 class _Opts(C.Structure):
-    _fields_ = [("default_timeout_ms", C.c_int)]
+    _fields_ = [("default_timeout_ms", C.c_int), ("admin_url", C.c_char_p),
+                ("admin_token", C.c_char_p)]
 
 
 class _Prediction(C.Structure):
@@ -86,7 +87,9 @@ class _ServerStatus(C.Structure):
     _fields_ = [("server_version", C.c_char_p), ("protocol", C.c_uint32), ("ready", C.c_bool),
                 ("draining", C.c_bool), ("uptime_ms", C.c_uint64), ("workers", C.c_uint32),
                 ("blas_threads", C.c_uint32), ("inflight", C.c_uint64),
-                ("nmodels", C.c_size_t), ("models", C.POINTER(_ModelInfo))]
+                ("nmodels", C.c_size_t), ("models", C.POINTER(_ModelInfo)),
+                ("nlisten", C.c_size_t), ("listen_urls", C.POINTER(C.c_char_p)),
+                ("nadmin", C.c_size_t), ("admin_urls", C.POINTER(C.c_char_p))]
 
 
 class _ReloadOpts(C.Structure):
@@ -295,19 +298,28 @@ class Client:
     """A connection to groved, or to several replicas: urls is one URL
     ("tcp://HOST:PORT", "ipc:///PATH"), several separated by commas, or a
     list.  With several, predicts are spread over them and one that a
-    replica cannot answer goes to another; reload, export and hooks need a
-    client of the one replica they act on (docs/operations.md)."""
+    replica cannot answer goes to another.
 
-    def __init__(self, urls=None, timeout_ms=30000):
+    Reload, export and hooks go to groved's admin listener: admin (a URL;
+    default $GROVE_ADMIN, else tcp://127.0.0.1:7703, groved's default), with
+    the admin token when groved asks for one (token, or the first line of
+    token_file; default $GROVE_ADMIN_TOKEN).  The token is sent with admin
+    calls only (docs/operations.md, "Security")."""
+
+    def __init__(self, urls=None, timeout_ms=30000, admin=None, token=None, token_file=None):
         lib = _load()
         if urls is None:
             urls = os.environ.get("GROVE_SERVER") or "tcp://127.0.0.1:7700"
         if isinstance(urls, str):
             urls = [u for u in urls.split(",") if u]
+        if token is None and token_file is not None:
+            with open(token_file) as f:
+                token = f.readline().rstrip()  # as groved reads its token file
         arr = (C.c_char_p * len(urls))(*[u.encode() for u in urls])
         err = _Err()
         handle = C.c_void_p()
-        opts = _Opts(int(timeout_ms))
+        opts = _Opts(int(timeout_ms), _b(admin) if admin else None,
+                     _b(token) if token is not None else None)
         _check(lib.grove_client_open(arr, len(urls), C.byref(opts), C.byref(handle),
                                      C.byref(err)), err)
         self._c = handle
@@ -379,7 +391,9 @@ class Client:
                     "ready": bool(s.ready), "draining": bool(s.draining),
                     "uptime_ms": s.uptime_ms, "workers": s.workers,
                     "blas_threads": s.blas_threads, "inflight": s.inflight,
-                    "models": [_model_dict(s.models[i]) for i in range(s.nmodels)]}
+                    "models": [_model_dict(s.models[i]) for i in range(s.nmodels)],
+                    "listen": [_s(s.listen_urls[i]) for i in range(s.nlisten)],
+                    "admin_listen": [_s(s.admin_urls[i]) for i in range(s.nadmin)]}
         finally:
             _lib.grove_server_status_free(st)
 

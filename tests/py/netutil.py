@@ -49,3 +49,39 @@ def free_port():
         p = s.getsockname()[1]
     _given.add(p)
     return p
+
+
+# The admin plane: every groved a test starts gets an admin listener of its
+# own (an ipc socket in the test's directory), never groved's default address
+# (tcp://127.0.0.1:7703), which another groved on the machine may hold.
+_admins = {}
+
+
+def admin_listen(tmp, name="admin"):
+    """An ipc:// URL for a groved's --admin-listen in the directory tmp."""
+    return f"ipc://{tmp}/{name}.sock"
+
+
+def register_admin(admin, *urls):
+    """Says that the groved listening on urls has its admin plane at admin."""
+    for u in urls:
+        _admins[u] = admin
+
+
+def admin_of(url):
+    """The admin URL registered for the groved at url (several URLs
+    separated by commas: theirs, likewise), else url itself, so that an admin
+    command aimed at nothing fails to connect as the test expects."""
+    return ",".join(_admins.get(u, u) for u in url.split(","))
+
+
+def with_admin(args):
+    """A grove command line (without the binary) with --admin URL added for
+    the --server URL it names, unless it gives --admin itself."""
+    args = list(args)
+    if "--admin" in args or "--server" not in args:
+        return args
+    i = args.index("--server")
+    if i + 1 < len(args):
+        args[i:i] = ["--admin", admin_of(args[i + 1])]
+    return args

@@ -49,6 +49,11 @@ def groved_flags():
     return set(re.findall(r"(--[a-z][a-z-]+)", r.stdout + r.stderr))
 
 
+def admin_listens(args):
+    """The --admin-listen values of a groved command line."""
+    return [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--admin-listen"]
+
+
 def http_get(port, path):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
         return r.status, r.read().decode()
@@ -86,7 +91,8 @@ def exported_metrics():
     port = free_port()
     text = run_groved(["--model", f"digits={ROOT}/examples/digits", "--listen",
                        f"tcp://127.0.0.1:{free_port()}", "--http", f"127.0.0.1:{port}",
-                       "--pub", f"tcp://127.0.0.1:{free_port()}"], port)
+                       "--pub", f"tcp://127.0.0.1:{free_port()}",
+                       "--admin-listen", f"tcp://127.0.0.1:{free_port()}"], port)
     names = set(re.findall(r"^# TYPE (grove_\w+) ", text, re.M))
     assert "grove_requests_total" in names, text
     return names
@@ -132,6 +138,7 @@ def test_dockerfile():
     assert hc and "/healthz" in hc[0] and "CMD" in hc[0], hc
     exposed = " ".join(a for k, a in runtime if k == "EXPOSE").split()
     assert {"7700", "7701", "7702"} <= set(exposed), exposed
+    assert "7703" not in exposed, "the admin port is exposed"
     # The runtime packages exist in Debian (when apt has its lists).
     pkgs = []
     for k, a in runtime:
@@ -158,13 +165,16 @@ def test_dockerfile():
     for a in cmd:
         if a.startswith("--"):
             assert a in flags, f"CMD passes {a}, which groved does not know"
+    # The admin plane: on the container's loopback only.
+    assert admin_listens(cmd) == ["tcp://127.0.0.1:7703"], cmd
     with tempfile.TemporaryDirectory() as repo:
         shutil.copytree(os.path.join(ROOT, "examples", "digits"), os.path.join(repo, "digits"))
         http = free_port()
         args = list(cmd)
         sub = {"/models": repo, "tcp://0.0.0.0:7700": f"tcp://127.0.0.1:{free_port()}",
                "0.0.0.0:7701": f"127.0.0.1:{http}",
-               "tcp://0.0.0.0:7702": f"tcp://127.0.0.1:{free_port()}"}
+               "tcp://0.0.0.0:7702": f"tcp://127.0.0.1:{free_port()}",
+               "tcp://127.0.0.1:7703": f"tcp://127.0.0.1:{free_port()}"}
         args = [sub.get(a, a) for a in args]
         assert args != cmd
         metrics = run_groved(args, http)
@@ -191,6 +201,9 @@ def test_systemd_unit():
         if a.startswith("--"):
             assert a in flags, f"ExecStart passes {a}, which groved does not know"
     assert int(keys["TimeoutStopSec"][0]) > 30  # longer than groved's drain
+    admin = admin_listens(start)
+    assert admin and all(u.startswith("tcp://127.0.0.1:") or u.startswith("ipc://")
+                         for u in admin), start
     if not shutil.which("systemd-analyze"):
         raise unittest.SkipTest("systemd-analyze missing: only the structural checks ran")
     with tempfile.TemporaryDirectory() as tmp:
@@ -277,6 +290,8 @@ def test_kubernetes_manifests():
             assert var in cm["data"], f"$({var}) is not in the ConfigMap"
     assert c["args"][c["args"].index("--model-repo") + 1] == \
         c["volumeMounts"][0]["mountPath"]
+    # The admin plane: the pod's loopback only, so no Service can reach it.
+    assert admin_listens(c["args"]) == ["tcp://127.0.0.1:7703"], c["args"]
     # A drain ends before the kubelet's SIGKILL.
     drain = int(cm["data"]["GROVED_DRAIN_TIMEOUT"])
     assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > drain
@@ -284,6 +299,7 @@ def test_kubernetes_manifests():
         assert matches(svc["spec"]["selector"]), svc["metadata"]["name"]
         for p in svc["spec"]["ports"]:
             assert p["targetPort"] in ports, p
+            assert p["port"] != 7703 and p["targetPort"] not in ("admin", 7703), p
     (pdb,) = by_kind["PodDisruptionBudget"]
     assert matches(pdb["spec"]["selector"]["matchLabels"])
     assert pdb["spec"]["minAvailable"] < dep["spec"]["replicas"]

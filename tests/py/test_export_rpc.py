@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import grove_export  # noqa: E402
 
-from netutil import free_port
+from netutil import admin_listen, free_port, register_admin, with_admin
 
 GROVE = os.path.abspath(os.environ.get("GROVE_BIN") or os.path.join(ROOT, "build", "grove"))
 GROVED = os.environ.get("GROVED_BIN") or os.path.join(os.path.dirname(os.path.realpath(GROVE)),
@@ -53,9 +53,13 @@ class Server:
 
     def __init__(self, tmp, models, extra=()):
         self.ipc = f"ipc://{tmp}/groved.sock"
+        self.admin = admin_listen(tmp)
+        tcp = f"tcp://127.0.0.1:{free_port()}"
+        register_admin(self.admin, self.ipc, tcp)
         self.log = open(os.path.join(tmp, "groved.log"), "w+")
-        args = [GROVED, "--listen", self.ipc, "--listen", f"tcp://127.0.0.1:{free_port()}",
-                "--http", "none", "--pub", f"ipc://{tmp}/pub.sock", "--workers", "1", *extra]
+        args = [GROVED, "--listen", self.ipc, "--listen", tcp, "--admin-listen", self.admin,
+                "--checkpoint-dir", tmp, "--http", "none", "--pub", f"ipc://{tmp}/pub.sock",
+                "--workers", "1", *extra]
         for m in models:
             args += ["--model", m]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
@@ -97,7 +101,8 @@ class Server:
 
 def grove(*args, cwd=None, timeout=300):
     """Runs the CLI; returns (returncode, stdout, stderr)."""
-    r = subprocess.run([GROVE, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+    r = subprocess.run([GROVE, *with_admin(args)], capture_output=True, text=True, cwd=cwd,
+                       timeout=timeout)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -106,7 +111,7 @@ def grove_rss(*args, timeout=600):
     the largest VmHWM read from /proc while it runs (the rusage of a child
     would include the memory of this process, which it was forked from)."""
     with tempfile.TemporaryFile() as errf:
-        p = subprocess.Popen([GROVE, *args], stdout=subprocess.DEVNULL, stderr=errf)
+        p = subprocess.Popen([GROVE, *with_admin(args)], stdout=subprocess.DEVNULL, stderr=errf)
         peak = 0
         deadline = time.monotonic() + timeout
         while p.poll() is None:

@@ -19,7 +19,7 @@ import unittest
 
 import numpy as np
 
-from netutil import free_port
+from netutil import admin_listen, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GROVE = os.path.abspath(os.environ.get("GROVE_BIN") or os.path.join(ROOT, "build", "grove"))
@@ -42,13 +42,15 @@ def load_grove():
 
 
 class Groved:
-    def __init__(self, tmp, name, pub=True):
+    def __init__(self, tmp, name, pub=True, extra=()):
         self.url = f"tcp://127.0.0.1:{free_port()}"
         self.pub = f"tcp://127.0.0.1:{free_port()}" if pub else "none"
+        self.admin = admin_listen(tmp, f"{name}-admin")
         self.log = open(os.path.join(tmp, f"{name}.log"), "w+")
         self.proc = subprocess.Popen(
             [GROVED, "--model", f"digits={DIGITS}", "--listen", self.url, "--http", "none",
-             "--pub", self.pub, "--workers", "1"], stdout=self.log, stderr=subprocess.STDOUT)
+             "--pub", self.pub, "--workers", "1", "--admin-listen", self.admin,
+             "--checkpoint-dir", tmp, *extra], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while subprocess.run([GROVE, "--server", self.url, "status"],
                              capture_output=True).returncode != 0:
@@ -87,7 +89,7 @@ def test_predict_status_reload_export():
         try:
             x = np.load(SAMPLE)
             want = local_predict(tmp)
-            with grove.Client(srv.url) as c:
+            with grove.Client(srv.url, admin=srv.admin) as c:
                 out = c.predict("digits", x)
                 assert list(out) == ["y"] and out.version == 1
                 assert out["y"].dtype == np.float32 and out["y"].shape == (8, 10)
@@ -140,7 +142,7 @@ def test_hooks_and_watch():
     with tempfile.TemporaryDirectory() as tmp:
         srv = Groved(tmp, "g")
         try:
-            with grove.Client(srv.url) as c:
+            with grove.Client(srv.url, admin=srv.admin) as c:
                 h = c.add_hook("digits", "*", histogram=(8, -4.0, 4.0))
                 assert h["id"] == 1 and "fc1" in h["modules"], h
                 assert [x["id"] for x in c.hooks("digits")] == [1]
@@ -186,6 +188,80 @@ def test_hooks_and_watch():
             srv.stop()
 
 
+def test_admin_plane_token_and_paths():
+    """Reload, export and hooks go to groved's admin listener: by default
+    the one $GROVE_ADMIN names, with $GROVE_ADMIN_TOKEN; the data listener
+    refuses them naming the admin one; a missing or wrong token is
+    UNAUTHENTICATED; a checkpoint outside the allowed directories is refused
+    whatever it is."""
+    grove = load_grove()
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as outside:
+        tok = os.path.join(tmp, "token")
+        with open(tok, "w") as f:
+            f.write("py-admin-secret\n")
+        os.chmod(tok, 0o600)
+        srv = Groved(tmp, "g", pub=False, extra=("--admin-token-file", tok))
+        saved = {k: os.environ.get(k) for k in ("GROVE_ADMIN", "GROVE_ADMIN_TOKEN")}
+        try:
+            x = np.load(SAMPLE)
+            os.environ["GROVE_ADMIN"] = srv.admin
+            os.environ["GROVE_ADMIN_TOKEN"] = "py-admin-secret"
+            with grove.Client(srv.url) as c:  # the defaults: the environment
+                assert c.reload("digits")["version"] == 2
+                assert c.predict("digits", x).version == 2
+                st = c.status()
+                assert st["listen"] == [srv.url] and st["admin_listen"] == [srv.admin], st
+            del os.environ["GROVE_ADMIN"], os.environ["GROVE_ADMIN_TOKEN"]
+            # An admin call on the data listener: refused, naming the admin one.
+            with grove.Client(srv.url, admin=srv.url, token="py-admin-secret") as c:
+                try:
+                    c.reload("digits")
+                    raise AssertionError("reload on the data listener succeeded")
+                except grove.GroveError as e:
+                    assert e.status == "GROVE_E_PERMISSION_DENIED" and not e.local, e
+                    assert srv.admin in e.message, e.message
+            for token in ("", "py-admin-secreT", "py-admin-secret-and-more"):
+                with grove.Client(srv.url, admin=srv.admin, token=token) as c:
+                    try:
+                        c.add_hook("digits", "*")
+                        raise AssertionError(f"token {token!r} accepted")
+                    except grove.GroveError as e:
+                        assert e.status == "GROVE_E_UNAUTHENTICATED", e
+                        assert "py-admin-secret" not in e.message, e.message
+            with grove.Client(srv.url, admin=srv.admin, token_file=tok) as c:
+                assert c.reload("digits")["version"] == 3
+                # Outside the model's directory and --checkpoint-dir: one
+                # refusal whatever the file is, naming the allowed ones.
+                secret = os.path.join(outside, "secret.safetensors")
+                with open(secret, "wb") as f:
+                    f.write(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")
+                link = os.path.join(tmp, "link.safetensors")
+                os.symlink(secret, link)
+                msgs = []
+                for path in (secret, os.path.join(outside, "missing.safetensors"),
+                             os.path.join(tmp, "..", os.path.basename(outside), "secret.safetensors"),
+                             link):
+                    try:
+                        c.reload("digits", checkpoint=path)
+                        raise AssertionError(f"reload from {path} succeeded")
+                    except grove.GroveError as e:
+                        assert e.status == "GROVE_E_PERMISSION_DENIED", e
+                        assert os.path.realpath(tmp) in e.message, e.message
+                        # (the client sends os.path.abspath(path))
+                        msgs.append(e.message.replace(os.path.abspath(path), "PATH"))
+                assert len(set(msgs)) == 1, msgs
+                assert c.status()["models"][0]["version"] == 3
+            log = srv.text()
+            assert "py-admin-secret" not in log, log
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            srv.stop()
+
+
 def test_two_replicas():
     grove = load_grove()
     with tempfile.TemporaryDirectory() as tmp:
@@ -216,7 +292,8 @@ def test_example_runs():
         srv = Groved(tmp, "g")
         try:
             r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "python_client.py"),
-                                "--server", srv.url, "--pub", srv.pub], capture_output=True,
+                                "--server", srv.url, "--admin", srv.admin, "--pub", srv.pub],
+                               capture_output=True,
                                text=True, timeout=60)
             assert r.returncode == 0, r.stdout + r.stderr
             assert "predicted [2, 0, 4, 9, 4, 1, 2, 4]" in r.stdout, r.stdout

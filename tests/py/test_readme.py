@@ -91,13 +91,15 @@ def test_tour_runs_as_written():
                    "export digits"):
         assert needed in joined, f"the tour lost '{needed}'"
     with tempfile.TemporaryDirectory() as tmp:
-        port, http, pub = free_port(), free_port(), free_port()
+        port, http, pub, admin = free_port(), free_port(), free_port(), free_port()
+        # Free addresses for every listener: the tour's commands find them in
+        # the environment (GROVE_ADMIN: where reload, hook and export go).
         env = dict(os.environ, GROVE_SERVER=f"tcp://127.0.0.1:{port}",
-                   GROVE_PUB=f"tcp://127.0.0.1:{pub}")
+                   GROVE_PUB=f"tcp://127.0.0.1:{pub}", GROVE_ADMIN=f"tcp://127.0.0.1:{admin}")
         log = open(os.path.join(tmp, "groved.log"), "w+")
         proc = subprocess.Popen([GROVED, *run_target_args(), "--listen", env["GROVE_SERVER"],
                                  "--http", f"127.0.0.1:{http}", "--pub", env["GROVE_PUB"],
-                                 "--workers", "1"],
+                                 "--admin-listen", env["GROVE_ADMIN"], "--workers", "1"],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         seen = {}
         bg = []

@@ -22,6 +22,7 @@ import torch.nn as nn
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_export_rpc import GROVE, Server  # noqa: E402
+from netutil import with_admin  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -31,7 +32,8 @@ RTOL, ATOL = 1e-4, 1e-5
 
 
 def grove(*args, cwd=None):
-    r = subprocess.run([GROVE, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    r = subprocess.run([GROVE, *with_admin(args)], capture_output=True, text=True, cwd=cwd,
+                       timeout=120)
     return r.returncode, r.stdout, r.stderr
 
 

@@ -1,14 +1,16 @@
 """The grove command line with several --server URLs (replicas): predict is
-spread and answered, reload reloads each replica in turn (one line each),
-export and hooks are refused (they act on one replica; docs/operations.md,
-"Several replicas").  tests/check_replicas.c covers killing a replica."""
+spread and answered, reload reloads each replica in turn at its admin
+listener (--admin URL,URL; one line each), export and hooks are refused
+(they act on one replica; docs/operations.md, "Several replicas"), and so
+is a reload of several replicas whose admin URLs were not given.
+tests/check_replicas.c covers killing a replica."""
 import os
 import signal
 import subprocess
 import tempfile
 import time
 
-from netutil import free_port
+from netutil import admin_listen, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GROVE = os.path.abspath(os.environ.get("GROVE_BIN") or os.path.join(ROOT, "build", "grove"))
@@ -23,16 +25,19 @@ def grove(*args):
 
 def test_cli_with_two_replicas():
     with tempfile.TemporaryDirectory() as tmp:
-        urls, procs = [], []
+        urls, admins, procs = [], [], []
         try:
             for i in range(2):
                 url = f"tcp://127.0.0.1:{free_port()}"
+                admin = admin_listen(tmp, f"admin{i}")
                 log = open(os.path.join(tmp, f"groved{i}.log"), "w")
                 procs.append(subprocess.Popen(
                     [GROVED, "--model", f"digits={DIGITS}", "--listen", url, "--http", "none",
-                     "--pub", "none", "--workers", "1"], stdout=log, stderr=subprocess.STDOUT))
+                     "--admin-listen", admin, "--pub", "none", "--workers", "1"], stdout=log,
+                    stderr=subprocess.STDOUT))
                 urls.append(url)
-            both = ",".join(urls)
+                admins.append(admin)
+            both, both_admin = ",".join(urls), ",".join(admins)
             deadline = time.monotonic() + 30
             while grove("--server", urls[0], "status").returncode or \
                     grove("--server", urls[1], "status").returncode:
@@ -43,20 +48,23 @@ def test_cli_with_two_replicas():
                 r = grove("--server", both, "predict", "digits", sample)
                 assert r.returncode == 0, r.stderr
                 assert r.stdout.startswith("y float32 [8, 10]\n"), r.stdout
+            # Without their admin URLs, which admin listeners are meant is unknown.
             r = grove("--server", both, "reload", "digits")
+            assert r.returncode == 1 and "--admin" in r.stderr, (r.returncode, r.stderr)
+            r = grove("--server", both, "--admin", both_admin, "reload", "digits")
             assert r.returncode == 0, r.stderr
             lines = r.stdout.splitlines()
             assert len(lines) == 2, r.stdout
-            for url, line in zip(urls, lines):
-                assert line.startswith(f"{url}: model digits: version 2 serving (was 1)"), line
+            for admin, line in zip(admins, lines):
+                assert line.startswith(f"{admin}: model digits: version 2 serving (was 1)"), line
             out = os.path.join(tmp, "d.safetensors")
-            r = grove("--server", both, "export", "digits", "-o", out)
+            r = grove("--server", both, "--admin", both_admin, "export", "digits", "-o", out)
             assert r.returncode == 1 and "one replica" in r.stderr, (r.returncode, r.stderr)
             assert not os.path.exists(out)
             r = grove("--server", both, "hook", "add", "digits", "*")
             assert r.returncode != 0 and "one replica" in r.stderr, (r.returncode, r.stderr)
             # One URL of the two: the replica's own export works.
-            r = grove("--server", urls[1], "export", "digits", "-o", out)
+            r = grove("--server", urls[1], "--admin", admins[1], "export", "digits", "-o", out)
             assert r.returncode == 0 and "version 2" in r.stdout, r.stderr
         finally:
             for p in procs:

@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import grove_export  # noqa: E402
 
-from netutil import free_port
+from netutil import admin_listen, free_port
 
 GROVE = os.environ.get("GROVE_BIN") or os.path.join(ROOT, "build", "grove")
 GROVED = os.environ.get("GROVED_BIN") or os.path.join(os.path.dirname(os.path.realpath(GROVE)),
@@ -31,19 +31,21 @@ GROVED = os.environ.get("GROVED_BIN") or os.path.join(os.path.dirname(os.path.re
 RTOL, ATOL = 1e-4, 1e-5
 
 
-def grove(*args, timeout=60):
-    return subprocess.run([GROVE, *args], capture_output=True, text=True, timeout=timeout)
+def grove(*args, timeout=60, env=None):
+    return subprocess.run([GROVE, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 class Server:
     """groved serving the model directories given as NAME=DIR."""
 
-    def __init__(self, tmp, models):
+    def __init__(self, tmp, models, extra=()):
         self.ipc = f"ipc://{tmp}/groved.sock"
         self.tcp = f"tcp://127.0.0.1:{free_port()}"
         self.log = open(os.path.join(tmp, "groved.log"), "w+")
+        self.admin = admin_listen(tmp)
         args = [GROVED, "--listen", self.ipc, "--listen", self.tcp, "--http", "none",
-                "--workers", "1"]
+                "--admin-listen", self.admin, "--workers", "1", *extra]
         for m in models:
             args += ["--model", m]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
@@ -167,5 +169,54 @@ def test_status_and_bench():
             assert mm, last
             assert int(mm.group(1)) > 0 and int(mm.group(2)) == 0, last
             assert float(mm.group(4)) <= float(mm.group(5)), last
+        finally:
+            srv.stop()
+
+
+def test_admin_commands_go_to_the_admin_listener():
+    """grove status shows both planes; admin commands go to --admin, else
+    $GROVE_ADMIN, with --token-file or $GROVE_ADMIN_TOKEN; on the data
+    listener they are refused naming the admin one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        m = mlp()
+        d = os.path.join(tmp, "mlp")
+        grove_export.export(m, d, example_input=torch.randn(1, 8))
+        tok = os.path.join(tmp, "token")
+        with open(tok, "w") as f:
+            f.write("cli-admin-secret\n")
+        os.chmod(tok, 0o600)
+        srv = Server(tmp, [f"m={d}"], extra=("--admin-token-file", tok, "--pub",
+                                              f"ipc://{tmp}/pub.sock"))
+        try:
+            r = grove("--server", srv.tcp, "status")
+            assert r.returncode == 0, r.stderr
+            assert f"data plane:  {srv.ipc}, {srv.tcp} (predict" in r.stdout, r.stdout
+            assert f"admin plane: {srv.admin} (reload, export, hooks, training)" in r.stdout, \
+                r.stdout
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("GROVE_ADMIN", "GROVE_ADMIN_TOKEN")}
+            # The data listener named as the admin one: the server refuses.
+            r = grove("--server", srv.tcp, "--admin", srv.tcp, "--token-file", tok, "reload", "m",
+                      env=env)
+            assert r.returncode == 1 and "PERMISSION_DENIED" in r.stderr, r.stderr
+            assert srv.admin in r.stderr, r.stderr
+            # --admin without the token; with it.
+            r = grove("--admin", srv.admin, "reload", "m", env=env)
+            assert r.returncode == 1 and "UNAUTHENTICATED" in r.stderr, r.stderr
+            assert "cli-admin-secret" not in r.stderr
+            r = grove("--admin", srv.admin, "--token-file", tok, "reload", "m", env=env)
+            assert r.returncode == 0 and "version 2 serving" in r.stdout, r.stdout + r.stderr
+            # The defaults: $GROVE_ADMIN and $GROVE_ADMIN_TOKEN.
+            env2 = dict(env, GROVE_ADMIN=srv.admin, GROVE_ADMIN_TOKEN="cli-admin-secret")
+            for args in (["reload", "m"], ["hook", "add", "m", "*"], ["hook", "ls"],
+                         ["export", "m", "-o", os.path.join(tmp, "m.safetensors")]):
+                r = grove("--server", srv.ipc, *args, env=env2)
+                assert r.returncode == 0, (args, r.stdout, r.stderr)
+            r = grove("--server", srv.ipc, "hook", "ls", env=dict(env2, GROVE_ADMIN_TOKEN="no"))
+            assert r.returncode == 1 and "UNAUTHENTICATED" in r.stderr, r.stderr
+            # Nothing at the admin URL: exit 3, saying where admin commands go.
+            r = grove("--admin", f"ipc://{tmp}/nothing.sock", "reload", "m", env=env)
+            assert r.returncode == 3 and "--admin" in r.stderr, r.stderr
+            assert "cli-admin-secret" not in srv.text()
         finally:
             srv.stop()

@@ -21,6 +21,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import grove_export  # noqa: E402
+from netutil import admin_listen, register_admin, with_admin  # noqa: E402
 
 GROVE = os.environ.get("GROVE_BIN") or os.path.join(ROOT, "build", "grove")
 GROVED = os.environ.get("GROVED_BIN") or os.path.join(os.path.dirname(os.path.realpath(GROVE)),
@@ -28,16 +29,19 @@ GROVED = os.environ.get("GROVED_BIN") or os.path.join(os.path.dirname(os.path.re
 
 
 def grove(*args, timeout=60):
-    return subprocess.run([GROVE, *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([GROVE, *with_admin(args)], capture_output=True, text=True,
+                          timeout=timeout)
 
 
 class Server:
     def __init__(self, tmp, models, extra=()):
         self.rpc = f"ipc://{tmp}/rpc.sock"
         self.pub = f"ipc://{tmp}/pub.sock"
+        self.admin = admin_listen(tmp)
+        register_admin(self.admin, self.rpc)
         self.log = open(os.path.join(tmp, "groved.log"), "w+")
         args = [GROVED, "--listen", self.rpc, "--pub", self.pub, "--http", "none",
-                "--workers", "1", *extra]
+                "--admin-listen", self.admin, "--checkpoint-dir", tmp, "--workers", "1", *extra]
         for m in models:
             args += ["--model", m]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
