@@ -181,7 +181,11 @@ typedef struct bg_reload {
 static void *bg_reload_main(void *arg) {
   bg_reload *b = arg;
   grove_client *c = NULL;
-  b->st = grove_client_open(&b->url, 1, NULL, &c, &b->err);
+  /* Reload is an admin RPC: to the admin listener of that groved. */
+  const char *admin = h_admin_of(b->url);
+  grove_client_opts co = {.admin_url = admin ? admin : "ipc:///nonexistent/grove-admin.sock",
+                          .admin_token = ""};
+  b->st = grove_client_open(&b->url, 1, &co, &c, &b->err);
   if (!b->st) {
     grove_reload_result res;
     grove_reload_opts o = {.checkpoint = b->checkpoint, .in_place = b->in_place};
@@ -522,8 +526,9 @@ START_TEST(files_export_interrupted_leaves_nothing) {
         dup2(devnull, STDOUT_FILENO);
         dup2(devnull, STDERR_FILENO);
       }
-      execl(bin, bin, "--server", url, "export", "reload_mlp", "-o", out, "--timeout-ms", "60000",
-            (char *)NULL);
+      /* Export is an admin RPC: the stand-in server is the admin listener. */
+      execl(bin, bin, "--server", url, "--admin", url, "export", "reload_mlp", "-o", out,
+            "--timeout-ms", "60000", (char *)NULL);
       _exit(127);
     }
     /* The export's first request has come: the file is being written. */
