@@ -5,7 +5,10 @@
  * its own closes.  Every call opens its own context (nng_ctx), so calls from
  * many threads run concurrently on one client without a lock.  A pipe
  * counter (nng_pipe_notify) tells "no connection" from "slow server" when a
- * call times out.
+ * call times out, and when the last connection goes away (the server exited,
+ * was killed or closed it) every call in flight fails at once with
+ * UNAVAILABLE instead of waiting out its timeout: no other pipe can take
+ * it.
  *
  * Messages of failures found on the client side begin with "grove client: "
  * (grove_client_failed_locally reads that); everything else in err is the
@@ -45,6 +48,7 @@ struct grove_client {
   long outstanding;
   int default_timeout_ms;
   atomic_int pipes; /* connected right now */
+  atomic_uint lost; /* times the last pipe went away (calls in flight were failed) */
   atomic_uint_fast64_t next_id;
   size_t nurls;   /* > 1: replicas (predict retried on another; one-replica calls refused) */
   char urls[512]; /* for messages */
@@ -58,8 +62,11 @@ struct acall {
   nng_ctx ctx;
   nng_aio *aio;
   bool receiving;
+  bool busy; /* a call is using it (c->mu) */
   int timeout_ms;
   int64_t t0;
+  unsigned lost0; /* c->lost when the call began */
+  unsigned seq;   /* calls made with it so far (c->mu): tells this call from the next */
   grove_predict_cb cb;
   void *arg;
   struct acall *next;     /* free list */
@@ -72,6 +79,7 @@ struct acall {
 struct sslot {
   nng_ctx ctx;
   nng_aio *aio;
+  bool busy; /* a call is using it (c->mu) */
   struct sslot *next;     /* free list */
   struct sslot *all_next; /* every slot, for close */
 };
@@ -87,13 +95,49 @@ bool grove_client_failed_locally(grove_status s, const grove_err *err) {
 
 /* ------------------------------------------------------------ open/close */
 
+/* Fails every call in flight with NNG_ECONNRESET (c->mu held).  NNG 1.5.2
+ * fails a request already sent on the pipe that closed, but one that was
+ * queued, or sent while its pipe was going, waits for a pipe that is not
+ * coming back: its whole timeout. */
+static void abort_in_flight(grove_client *c) {
+  for (sslot *sl = c->all_slots; sl; sl = sl->all_next)
+    if (sl->busy) nng_aio_abort(sl->aio, NNG_ECONNRESET);
+  for (acall *a = c->all_calls; a; a = a->all_next)
+    if (a->busy) nng_aio_abort(a->aio, NNG_ECONNRESET);
+}
+
 static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg) {
   (void)p;
   grove_client *c = arg;
-  if (ev == NNG_PIPE_EV_ADD_POST)
+  if (ev == NNG_PIPE_EV_ADD_POST) {
     atomic_fetch_add(&c->pipes, 1);
-  else if (ev == NNG_PIPE_EV_REM_POST)
-    atomic_fetch_sub(&c->pipes, 1);
+  } else if (ev == NNG_PIPE_EV_REM_POST && atomic_fetch_sub(&c->pipes, 1) == 1) {
+    /* The last connection is gone: no other replica can take what is in
+     * flight.  (Calls that start from now on wait for a redial within their
+     * timeout, as before.) */
+    pthread_mutex_lock(&c->mu);
+    atomic_fetch_add(&c->lost, 1);
+    abort_in_flight(c);
+    pthread_mutex_unlock(&c->mu);
+  }
+}
+
+/* After a call's operation was started on aio: when the last pipe went away
+ * since the call began (lost0), the abort in pipe_cb may have come before
+ * the operation started and missed it.  For a synchronous call, whose
+ * thread owns its slot. */
+static void abort_if_lost(grove_client *c, unsigned lost0, nng_aio *aio) {
+  if (atomic_load(&c->lost) != lost0 && atomic_load(&c->pipes) <= 0)
+    nng_aio_abort(aio, NNG_ECONNRESET);
+}
+
+/* abort_if_lost for an asynchronous call, which may have completed and been
+ * reused by the next call by now: seq tells. */
+static void acall_abort_if_lost(grove_client *c, acall *a, unsigned seq, unsigned lost0) {
+  if (atomic_load(&c->lost) == lost0) return;
+  pthread_mutex_lock(&c->mu);
+  if (a->busy && a->seq == seq && atomic_load(&c->pipes) <= 0) nng_aio_abort(a->aio, NNG_ECONNRESET);
+  pthread_mutex_unlock(&c->mu);
 }
 
 grove_status grove_client_open(const char *const *urls, size_t nurls, const grove_client_opts *opts,
@@ -106,6 +150,7 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
   c->default_timeout_ms =
       opts && opts->default_timeout_ms > 0 ? opts->default_timeout_ms : DEFAULT_TIMEOUT_MS;
   atomic_init(&c->pipes, 0);
+  atomic_init(&c->lost, 0);
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->idle_cv, NULL);
   atomic_init(&c->next_id, 1);
@@ -208,8 +253,10 @@ static void sleep_ms(int64_t ms) {
  * request with "Connection reset", since timed resends are off), or the
  * replica answered UNAVAILABLE itself (draining, or the model not loaded
  * there).  A timeout is not retried: its time is spent. */
-static bool retry_predict(const grove_client *c, grove_status s, const grove_err *err) {
+static bool retry_predict(grove_client *c, grove_status s, const grove_err *err) {
   if (c->nurls < 2 || s != GROVE_E_UNAVAILABLE) return false;
+  /* Every connection lost: no replica to send it to. */
+  if (atomic_load(&c->pipes) <= 0) return false;
   if (!grove_client_failed_locally(s, err)) return true;
   return !strstr(err->msg, "not back within");
 }
@@ -247,6 +294,11 @@ static grove_status transport_error(grove_client *c, int rv, int timeout_ms, gro
     return grove_err_set(err, GROVE_E_DEADLINE_EXCEEDED,
                          LOCAL_PREFIX "no reply from %s within %d ms", c->urls, timeout_ms);
   }
+  if (rv == NNG_ECONNRESET)
+    return grove_err_set(err, GROVE_E_UNAVAILABLE,
+                         LOCAL_PREFIX "the connection to %s was lost with the request in flight "
+                                      "(the server closed it, exited or was killed)",
+                         c->urls);
   return grove_err_set(err, rv == NNG_ENOMEM ? GROVE_E_NOMEM : GROVE_E_UNAVAILABLE,
                        LOCAL_PREFIX "%s: %s", c->urls, nng_strerror(rv));
 }
@@ -286,7 +338,10 @@ static grove_status decode(grove_client *c, nng_msg *rep, Grove__Reply **out, gr
 static sslot *sslot_get(grove_client *c, grove_err *err) {
   pthread_mutex_lock(&c->mu);
   sslot *sl = c->free_slots;
-  if (sl) c->free_slots = sl->next;
+  if (sl) {
+    c->free_slots = sl->next;
+    sl->busy = true;
+  }
   pthread_mutex_unlock(&c->mu);
   if (sl) return sl;
   if (!(sl = calloc(1, sizeof *sl))) {
@@ -302,6 +357,7 @@ static sslot *sslot_get(grove_client *c, grove_err *err) {
     return NULL;
   }
   pthread_mutex_lock(&c->mu);
+  sl->busy = true;
   sl->all_next = c->all_slots;
   c->all_slots = sl;
   pthread_mutex_unlock(&c->mu);
@@ -310,6 +366,7 @@ static sslot *sslot_get(grove_client *c, grove_err *err) {
 
 static void sslot_put(grove_client *c, sslot *sl) {
   pthread_mutex_lock(&c->mu);
+  sl->busy = false;
   sl->next = c->free_slots;
   c->free_slots = sl;
   pthread_mutex_unlock(&c->mu);
@@ -320,6 +377,7 @@ static void sslot_put(grove_client *c, sslot *sl) {
 static grove_status exchange(grove_client *c, nng_msg *m, int timeout_ms, nng_msg **out,
                              grove_err *err) {
   *out = NULL;
+  unsigned lost0 = atomic_load(&c->lost);
   sslot *sl = sslot_get(c, err);
   if (!sl) {
     nng_msg_free(m);
@@ -333,6 +391,7 @@ static grove_status exchange(grove_client *c, nng_msg *m, int timeout_ms, nng_ms
   nng_aio_set_timeout(sl->aio, timeout_ms);
   nng_aio_set_msg(sl->aio, m);
   nng_ctx_send(sl->ctx, sl->aio);
+  abort_if_lost(c, lost0, sl->aio);
   nng_aio_wait(sl->aio);
   int rv = nng_aio_result(sl->aio);
   if (rv) {
@@ -342,6 +401,7 @@ static grove_status exchange(grove_client *c, nng_msg *m, int timeout_ms, nng_ms
     int64_t left = (int64_t)timeout_ms - (now_ms() - t0);
     nng_aio_set_timeout(sl->aio, left > 0 ? (nng_duration)left : 1);
     nng_ctx_recv(sl->ctx, sl->aio);
+    abort_if_lost(c, lost0, sl->aio);
     nng_aio_wait(sl->aio);
     if (!(rv = nng_aio_result(sl->aio))) rep = nng_aio_get_msg(sl->aio);
   }
@@ -585,6 +645,7 @@ grove_status grove_client_predict(grove_client *c, const char *model, const grov
 static void acall_put(acall *a) {
   grove_client *c = a->c;
   pthread_mutex_lock(&c->mu);
+  a->busy = false;
   a->next = c->free_calls;
   c->free_calls = a;
   pthread_mutex_unlock(&c->mu);
@@ -608,7 +669,9 @@ static void acall_cb(void *arg) {
     a->receiving = true;
     int64_t left = (int64_t)a->timeout_ms - (now_ms() - a->t0);
     nng_aio_set_timeout(a->aio, left > 0 ? (nng_duration)left : 1);
+    unsigned seq = a->seq, lost0 = a->lost0;
     nng_ctx_recv(a->ctx, a->aio);
+    acall_abort_if_lost(c, a, seq, lost0);
     return;
   }
   grove_prediction pred = {0};
@@ -640,9 +703,14 @@ grove_status grove_client_predict_async(grove_client *c, const char *model,
   nng_msg *m = NULL;
   grove_status s = encode_predict(c, model, inputs, ninputs, ms, &m, err);
   if (s) return s;
+  unsigned lost0 = atomic_load(&c->lost);
   pthread_mutex_lock(&c->mu);
   acall *a = c->free_calls;
-  if (a) c->free_calls = a->next;
+  if (a) {
+    c->free_calls = a->next;
+    a->busy = true;
+    a->seq++;
+  }
   c->outstanding++;
   pthread_mutex_unlock(&c->mu);
   if (!a) {
@@ -662,11 +730,14 @@ grove_status grove_client_predict_async(grove_client *c, const char *model,
                     : nomem(err);
     }
     pthread_mutex_lock(&c->mu);
+    a->busy = true;
     a->all_next = c->all_calls;
     c->all_calls = a;
     pthread_mutex_unlock(&c->mu);
   }
   a->receiving = false;
+  a->lost0 = lost0;
+  unsigned seq = a->seq; /* read by this thread only until the send below */
   a->timeout_ms = ms;
   a->t0 = now_ms();
   a->cb = cb;
@@ -674,6 +745,7 @@ grove_status grove_client_predict_async(grove_client *c, const char *model,
   nng_aio_set_timeout(a->aio, ms);
   nng_aio_set_msg(a->aio, m);
   nng_ctx_send(a->ctx, a->aio);
+  acall_abort_if_lost(c, a, seq, lost0);
   return GROVE_OK;
 }
 

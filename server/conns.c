@@ -13,9 +13,14 @@
  *     --listen URLs, --max-connections), admin, telemetry PUB and HTTP, the
  *     small ones sized so that /healthz and the admin listener still answer
  *     when the data plane is full;
- *   - a plane at its cap refuses a new connection at NNG_PIPE_EV_ADD_PRE
- *     (after NNG accepted it and the SP handshake, before the socket sees
- *     it: closing the pipe there frees its descriptor at once);
+ *   - a plane at its cap makes room for a new connection by closing the one
+ *     that has been quiet longest, with no request in flight (a peer that
+ *     opens connections and sends nothing cannot lock out clients with
+ *     requests to send, which redial transparently if they were the quiet
+ *     ones); when every connection has a request in flight, the new one is
+ *     refused.  Both happen at NNG_PIPE_EV_ADD_PRE, after NNG's accept and
+ *     the SP handshake, before the socket sees the pipe: closing it there
+ *     frees its descriptor at once;
  *   - a connection of a plane with an idle timeout that has no request in
  *     flight and has carried nothing for --idle-timeout seconds is closed by
  *     a sweeper thread.  Clients redial on their own (libgrove-client
@@ -50,19 +55,31 @@
 #define SMALL_MAX 256
 #define CLOSE_BATCH 64
 
-typedef struct pipe_ent {
-  uint32_t id; /* 0: empty slot */
+/* One pipe.  Nodes live in a fixed pool; the hash table holds their
+ * indices, so that the table's deletions (which move entries) never move a
+ * node.  Links are node index + 1, 0 for none. */
+typedef struct node {
+  uint32_t id; /* NNG's pipe id; 0: a free node */
   uint8_t plane;
+  bool closing;    /* conns.c closed it (evicted or idle); REM_POST to come */
+  bool in_lru;     /* on its plane's list of pipes with nothing in flight */
   uint32_t busy;   /* requests received and not yet answered */
-  int64_t last_ns; /* last request received or answered */
-} pipe_ent;
+  int64_t last_ns; /* last request received or answered, or the connect */
+  uint32_t prev, next; /* the LRU list (head: most recent), or the free list */
+} node;
 
 struct srv_conns {
   pthread_mutex_t mu;
-  pipe_ent *tab;
-  size_t tab_cap; /* power of two, > 2 x every cap together */
+  node *nodes;
+  uint32_t nnodes, free_head;
+  uint32_t *tab;  /* node index + 1 by pipe id; 0: empty */
+  size_t tab_cap; /* power of two, at least twice nnodes */
   size_t nplanes;
   srv_plane planes[MAX_PLANES];
+  struct {
+    uint32_t head, tail;
+    size_t closing; /* pipes of the plane being closed by conns.c */
+  } lru[MAX_PLANES];
   uint64_t fd_limit;
   size_t small_cap; /* each small plane's cap */
   size_t data_cap;
@@ -72,6 +89,11 @@ struct srv_conns {
   pthread_cond_t cv;
   bool thread_started, stopping;
 };
+
+/* How far past its cap a plane may be while the pipes it evicted close. */
+static size_t slack_of(size_t cap) {
+  return cap / 8 + 8;
+}
 
 /* ------------------------------------------------------------ budget */
 
@@ -141,9 +163,16 @@ grove_status grove__conns_init(srv_server *srv, grove_err *err) {
     c->data_cap = want;
   }
   c->idle_ns = (int64_t)srv->cfg.idle_timeout_s * 1000000000;
-  c->tab_cap = pow2_above(2 * (c->data_cap + 4 * c->small_cap) + 1);
+  uint64_t nn = (uint64_t)c->data_cap + slack_of(c->data_cap) +
+                4 * ((uint64_t)c->small_cap + slack_of(c->small_cap));
+  c->nnodes = nn > UINT32_MAX / 4 ? UINT32_MAX / 4 : (uint32_t)nn;
+  c->tab_cap = pow2_above(2 * (size_t)c->nnodes + 1);
+  c->nodes = calloc(c->nnodes, sizeof *c->nodes);
   c->tab = calloc(c->tab_cap, sizeof *c->tab);
-  if (!c->tab) return grove_err_set(err, GROVE_E_NOMEM, "out of memory for the connection table");
+  if (!c->nodes || !c->tab)
+    return grove_err_set(err, GROVE_E_NOMEM, "out of memory for the connection table");
+  for (uint32_t i = 0; i < c->nnodes; i++) c->nodes[i].next = i + 2 <= c->nnodes ? i + 2 : 0;
+  c->free_head = c->nnodes ? 1 : 0;
   grove__slog(GROVE_LOG_INFO, "server.connections",
               "at most %zu data connections (descriptor limit %" PRIu64
               "), %zu on each other listener; idle ones closed after %d s%s",
@@ -163,40 +192,92 @@ static size_t slot_of(const srv_conns *c, uint32_t id) {
   return (size_t)h & (c->tab_cap - 1);
 }
 
-/* The slot holding id, or NULL (c->mu held). */
-static pipe_ent *find(srv_conns *c, uint32_t id) {
-  for (size_t i = slot_of(c, id), n = 0; n < c->tab_cap; i = (i + 1) & (c->tab_cap - 1), n++) {
-    if (c->tab[i].id == id) return &c->tab[i];
-    if (c->tab[i].id == 0) return NULL;
-  }
-  return NULL;
+static node *N(srv_conns *c, uint32_t link) {
+  return &c->nodes[link - 1];
 }
 
-/* false when the table is full (cannot happen while the caps hold). */
-static bool insert(srv_conns *c, uint32_t id, uint8_t plane) {
+/* The table slot of pipe id, or SIZE_MAX (c->mu held, as for everything
+ * below). */
+static size_t find(srv_conns *c, uint32_t id) {
   for (size_t i = slot_of(c, id), n = 0; n < c->tab_cap; i = (i + 1) & (c->tab_cap - 1), n++) {
-    if (c->tab[i].id == 0) {
-      c->tab[i] = (pipe_ent){.id = id, .plane = plane, .last_ns = grove__now_ns()};
-      return true;
-    }
+    if (c->tab[i] == 0) return SIZE_MAX;
+    if (N(c, c->tab[i])->id == id) return i;
   }
-  return false;
+  return SIZE_MAX;
 }
 
 /* Linear probing's deletion without tombstones: the entries after the hole
  * that would no longer be found move back into it. */
-static void erase(srv_conns *c, pipe_ent *e) {
-  size_t mask = c->tab_cap - 1, i = (size_t)(e - c->tab);
-  c->tab[i].id = 0;
-  for (size_t j = (i + 1) & mask; c->tab[j].id != 0; j = (j + 1) & mask) {
-    size_t home = slot_of(c, c->tab[j].id);
-    /* Does home lie cyclically in (i, j]?  If not, j may move to i. */
+static void tab_erase(srv_conns *c, size_t i) {
+  size_t mask = c->tab_cap - 1;
+  c->tab[i] = 0;
+  for (size_t j = (i + 1) & mask; c->tab[j] != 0; j = (j + 1) & mask) {
+    size_t home = slot_of(c, N(c, c->tab[j])->id);
+    /* Does home lie cyclically in (i, j]?  Then j stays where it is. */
     bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
     if (stays) continue;
     c->tab[i] = c->tab[j];
-    c->tab[j].id = 0;
+    c->tab[j] = 0;
     i = j;
   }
+}
+
+static void lru_unlink(srv_conns *c, uint32_t k) {
+  node *e = N(c, k);
+  if (!e->in_lru) return;
+  if (e->prev)
+    N(c, e->prev)->next = e->next;
+  else
+    c->lru[e->plane].head = e->next;
+  if (e->next)
+    N(c, e->next)->prev = e->prev;
+  else
+    c->lru[e->plane].tail = e->prev;
+  e->prev = e->next = 0;
+  e->in_lru = false;
+}
+
+static void lru_push(srv_conns *c, uint32_t k) {
+  node *e = N(c, k);
+  e->prev = 0;
+  e->next = c->lru[e->plane].head;
+  if (e->next)
+    N(c, e->next)->prev = k;
+  else
+    c->lru[e->plane].tail = k;
+  c->lru[e->plane].head = k;
+  e->in_lru = true;
+}
+
+/* Adds pipe id to plane pl; false when the pool is empty. */
+static bool add(srv_conns *c, uint32_t id, uint8_t pl) {
+  uint32_t k = c->free_head;
+  if (!k) return false;
+  c->free_head = N(c, k)->next;
+  *N(c, k) = (node){.id = id, .plane = pl, .last_ns = grove__now_ns()};
+  size_t i = slot_of(c, id);
+  while (c->tab[i]) i = (i + 1) & (c->tab_cap - 1);
+  c->tab[i] = k;
+  lru_push(c, k);
+  return true;
+}
+
+/* Marks the least recently active pipe of plane pl with nothing in flight
+ * as closing and returns its id; 0 when every pipe is busy. */
+static uint32_t take_lru(srv_conns *c, uint8_t pl) {
+  uint32_t k = c->lru[pl].tail;
+  if (!k) return 0;
+  lru_unlink(c, k);
+  N(c, k)->closing = true;
+  c->lru[pl].closing++;
+  return N(c, k)->id;
+}
+
+static void close_id(uint32_t id) {
+  /* NNG 1.5.2 has no lookup from an id: nng_pipe is the id itself. */
+  nng_pipe p = NNG_PIPE_INITIALIZER;
+  p.id = id;
+  nng_pipe_close(p);
 }
 
 /* ------------------------------------------------------------ pipes */
@@ -204,32 +285,52 @@ static void erase(srv_conns *c, pipe_ent *e) {
 static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
   srv_plane *pl = arg;
   srv_conns *c = pl->conns;
+  uint8_t pi = (uint8_t)(pl - c->planes);
   uint32_t id = (uint32_t)nng_pipe_id(p);
   if (ev == NNG_PIPE_EV_ADD_PRE) {
+    /* At the cap, the new connection takes the place of the one that has
+     * been quiet longest (closed, as an idle one would be): a peer that
+     * opens connections and sends nothing cannot lock out clients that
+     * have requests to send.  Only when every connection has a request in
+     * flight (or the plane is already past its cap by the slack while the
+     * evicted ones close) is the new one refused. */
+    uint32_t victim = 0;
+    bool ok = true;
     pthread_mutex_lock(&c->mu);
-    bool over = atomic_load(&pl->open) >= pl->cap;
-    bool ok = !over && insert(c, id, (uint8_t)(pl - c->planes));
+    size_t open = atomic_load(&pl->open);
+    if (open - c->lru[pi].closing >= pl->cap)
+      ok = open < pl->cap + slack_of(pl->cap) && (victim = take_lru(c, pi)) != 0;
+    if (ok) ok = add(c, id, pi);
     if (ok) atomic_fetch_add(&pl->open, 1);
     pthread_mutex_unlock(&c->mu);
+    if (victim) {
+      atomic_fetch_add(&pl->evicted, 1);
+      close_id(victim);
+    }
     if (!ok) {
       uint64_t n = atomic_fetch_add(&pl->refused, 1);
       /* The first refusal and then one in a thousand: a flood must not
        * turn into a flood of log lines. */
       if (n % 1000 == 0)
         grove__slog(GROVE_LOG_WARN, "server.connection_refused",
-                    "%s listener: %zu connections open, the cap (%s); refusing new ones "
-                    "(%" PRIu64 " refused so far)",
-                    pl->name, pl->cap, pl->is_data ? "--max-connections" : "its share of the "
-                                                                            "descriptor limit",
-                    n + 1);
+                    "%s listener: %zu connections open (the cap%s), each with a request in "
+                    "flight; refusing new ones (%" PRIu64 " refused so far)",
+                    pl->name, pl->cap, pl->is_data ? ", --max-connections" : "", n + 1);
       nng_pipe_close(p);
       return;
     }
   } else if (ev == NNG_PIPE_EV_REM_POST) {
     pthread_mutex_lock(&c->mu);
-    pipe_ent *e = find(c, id);
-    if (e) {
-      erase(c, e);
+    size_t i = find(c, id);
+    if (i != SIZE_MAX) {
+      uint32_t k = c->tab[i];
+      node *e = N(c, k);
+      if (e->closing) c->lru[e->plane].closing--;
+      lru_unlink(c, k);
+      tab_erase(c, i);
+      e->id = 0;
+      e->next = c->free_head;
+      c->free_head = k;
       atomic_fetch_sub(&pl->open, 1);
     }
     pthread_mutex_unlock(&c->mu);
@@ -273,46 +374,43 @@ void grove__conns_busy(srv_server *srv, uint32_t pipe_id, int delta) {
   srv_conns *c = srv->conns;
   if (!c || pipe_id == 0) return;
   pthread_mutex_lock(&c->mu);
-  pipe_ent *e = find(c, pipe_id);
-  if (e) {
-    if (delta > 0)
-      e->busy++;
-    else if (e->busy > 0)
-      e->busy--;
+  size_t i = find(c, pipe_id);
+  if (i != SIZE_MAX) {
+    uint32_t k = c->tab[i];
+    node *e = N(c, k);
     e->last_ns = grove__now_ns();
+    if (delta > 0) {
+      e->busy++;
+      lru_unlink(c, k);
+    } else if (e->busy > 0 && --e->busy == 0 && !e->closing) {
+      lru_push(c, k);
+    }
   }
   pthread_mutex_unlock(&c->mu);
 }
 
 /* ------------------------------------------------------------ idle sweep */
 
-/* Closes the pipes idle for longer than the timeout; returns how many. */
+/* Closes the pipes idle for longer than the timeout; returns how many.
+ * Each plane's list is oldest-last, so the sweep visits only what it closes. */
 static size_t sweep(srv_conns *c) {
   size_t total = 0;
-  for (size_t start = 0; start < c->tab_cap;) {
-    uint32_t ids[CLOSE_BATCH];
-    uint8_t planes[CLOSE_BATCH];
-    size_t n = 0;
-    int64_t now = grove__now_ns();
-    pthread_mutex_lock(&c->mu);
-    for (; start < c->tab_cap && n < CLOSE_BATCH; start++) {
-      pipe_ent *e = &c->tab[start];
-      if (e->id == 0 || e->busy || !c->planes[e->plane].idle_close) continue;
-      if (now - e->last_ns < c->idle_ns) continue;
-      /* Counted as busy from here so that the next sweep does not close it
-       * again before NNG's REM_POST removes it. */
-      e->busy = 1;
-      planes[n] = e->plane;
-      ids[n++] = e->id;
+  for (size_t pi = 0; pi < c->nplanes; pi++) {
+    if (!c->planes[pi].idle_close) continue;
+    for (;;) {
+      uint32_t ids[CLOSE_BATCH];
+      size_t n = 0;
+      int64_t now = grove__now_ns();
+      pthread_mutex_lock(&c->mu);
+      while (n < CLOSE_BATCH && c->lru[pi].tail &&
+             now - N(c, c->lru[pi].tail)->last_ns >= c->idle_ns)
+        ids[n++] = take_lru(c, (uint8_t)pi);
+      pthread_mutex_unlock(&c->mu);
+      for (size_t i = 0; i < n; i++) close_id(ids[i]);
+      atomic_fetch_add(&c->planes[pi].idle_closed, n);
+      total += n;
+      if (n < CLOSE_BATCH) break;
     }
-    pthread_mutex_unlock(&c->mu);
-    for (size_t i = 0; i < n; i++) {
-      /* NNG 1.5.2 has no nng_pipe from an id but the struct itself. */
-      nng_pipe p = NNG_PIPE_INITIALIZER;
-      p.id = ids[i];
-      if (nng_pipe_close(p) == 0) atomic_fetch_add(&c->planes[planes[i]].idle_closed, 1);
-    }
-    total += n;
   }
   return total;
 }
@@ -373,6 +471,7 @@ void grove__conns_free(srv_server *srv) {
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
   free(c->tab);
+  free(c->nodes);
   free(c);
   srv->conns = NULL;
 }
@@ -392,7 +491,9 @@ void grove__conns_metrics(srv_server *srv, srv_text *b) {
       {"groved_connections", "gauge", "Connections open, per listener."},
       {"groved_connections_max", "gauge", "The cap on connections, per listener."},
       {"groved_connections_refused_total", "counter",
-       "Connections closed at once because their listener was at its cap."},
+       "Connections closed at once: their listener was at its cap, every connection busy."},
+      {"groved_connections_evicted_total", "counter",
+       "Quiet connections closed to make room for a new one at the cap."},
       {"groved_connections_idle_closed_total", "counter",
        "Connections closed after --idle-timeout without a request."},
   };
@@ -404,6 +505,7 @@ void grove__conns_metrics(srv_server *srv, srv_text *b) {
       uint64_t v = f == 0   ? (uint64_t)atomic_load(&pl->open)
                    : f == 1 ? (uint64_t)pl->cap
                    : f == 2 ? atomic_load(&pl->refused)
+                   : f == 3 ? atomic_load(&pl->evicted)
                             : atomic_load(&pl->idle_closed);
       grove__text_printf(b, "%s{listener=\"%s\"} %" PRIu64 "\n", fam[f].name, pl->name, v);
     }

@@ -14,7 +14,8 @@
  * Not NNG's HTTP server: NNG 1.5.2's retries a failed accept at once, so at
  * EMFILE it spins at 100% CPU, and it can neither cap its connections nor
  * close idle ones.  Here a connection over the HTTP plane's cap (conns.c) is
- * accepted and closed at once, one idle for --idle-timeout (or holding half a
+ * accepted after closing the connection quiet longest (none with an answer
+ * being written: then the new one is closed at once), one idle for --idle-timeout (or holding half a
  * request that long) is closed, and libuv's accept keeps a spare descriptor
  * for EMFILE (it accepts and drops the backlog instead of spinning).
  *
@@ -50,7 +51,7 @@ typedef struct srv_http {
   bool thread_started;
   srv_plane *plane;
   uint64_t idle_ms; /* 0: never */
-  hconn *conns;     /* every open connection, for the stop */
+  hconn *head, *tail; /* every open connection, most recently active first */
 } srv_http;
 
 /* One connection: two handles (the socket and its idle timer), freed when
@@ -132,6 +133,37 @@ static void on_metrics(srv_server *srv, hres *res) {
 
 /* ------------------------------------------------------------ connections */
 
+static void unlink_conn(hconn *c) {
+  srv_http *h = c->h;
+  if (c->prev)
+    c->prev->next = c->next;
+  else if (h->head == c)
+    h->head = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  else if (h->tail == c)
+    h->tail = c->prev;
+  c->prev = c->next = NULL;
+}
+
+static void push_conn(hconn *c) {
+  srv_http *h = c->h;
+  c->prev = NULL;
+  c->next = h->head;
+  if (h->head)
+    h->head->prev = c;
+  else
+    h->tail = c;
+  h->head = c;
+}
+
+/* c carried something: to the front, away from eviction. */
+static void touch(hconn *c) {
+  if (c->closing || c->h->head == c) return;
+  unlink_conn(c);
+  push_conn(c);
+}
+
 static void conn_handle_closed(uv_handle_t *hd) {
   hconn *c = hd->data;
   if (--c->handles > 0) return;
@@ -142,14 +174,8 @@ static void conn_handle_closed(uv_handle_t *hd) {
 static void conn_close(hconn *c) {
   if (c->closing) return;
   c->closing = true;
-  srv_http *h = c->h;
-  if (c->prev)
-    c->prev->next = c->next;
-  else if (h->conns == c)
-    h->conns = c->next;
-  if (c->next) c->next->prev = c->prev;
-  c->prev = c->next = NULL;
-  if (c->counted) atomic_fetch_sub(&h->plane->open, 1);
+  unlink_conn(c);
+  if (c->counted) atomic_fetch_sub(&c->h->plane->open, 1);
   uv_close((uv_handle_t *)&c->tcp, conn_handle_closed);
   uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
 }
@@ -319,6 +345,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b) {
   }
   if (n == 0) return;
   c->len += (size_t)n;
+  touch(c);
   arm_idle(c); /* also bounds how long half a request may take */
   process(c);
   /* A full buffer while an answer is being written: stop reading until the
@@ -338,18 +365,23 @@ static void on_connection(uv_stream_t *server, int status) {
   uv_timer_init(&h->loop, &c->timer);
   c->tcp.data = c->timer.data = c;
   c->handles = 2;
-  c->next = h->conns;
-  if (h->conns) h->conns->prev = c;
-  h->conns = c;
   if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+    push_conn(c);
     conn_close(c);
     return;
   }
+  if (atomic_load(&h->plane->open) >= h->plane->cap && h->tail && !h->tail->writing) {
+    /* Make room: the quietest goes (conns.c does the same for NNG's). */
+    atomic_fetch_add(&h->plane->evicted, 1);
+    conn_close(h->tail);
+  }
+  push_conn(c);
   if (atomic_load(&h->plane->open) >= h->plane->cap) {
     uint64_t n = atomic_fetch_add(&h->plane->refused, 1);
     if (n % 1000 == 0)
       grove__slog(GROVE_LOG_WARN, "server.connection_refused",
-                  "http listener: %zu connections open, its cap; refusing new ones "
+                  "http listener: %zu connections open, its cap, each being answered; "
+                  "refusing new ones "
                   "(%" PRIu64 " refused so far)",
                   h->plane->cap, n + 1);
     conn_close(c);
@@ -371,7 +403,7 @@ static void close_walk(uv_handle_t *hd, void *arg) {
 
 static void on_stop(uv_async_t *a) {
   srv_http *h = a->data;
-  while (h->conns) conn_close(h->conns);
+  while (h->head) conn_close(h->head);
   uv_close((uv_handle_t *)&h->listener, NULL);
   uv_close((uv_handle_t *)&h->stop, NULL);
 }

@@ -332,7 +332,7 @@ typedef struct srv_plane {
   bool idle_close; /* --idle-timeout applies */
   bool is_data;    /* its cap is --max-connections (for messages) */
   _Atomic size_t open;
-  _Atomic uint64_t refused, idle_closed;
+  _Atomic uint64_t refused, evicted, idle_closed;
   nng_pipe_cb chain; /* the socket's own ADD_POST/REM_POST callback, or NULL */
   void *chain_arg;
   srv_conns *conns;

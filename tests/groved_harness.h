@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -227,6 +228,7 @@ typedef struct hstart_opts {
   bool no_ipc;       /* no --listen ipc://DIR/groved.sock */
   bool no_pub;       /* no --pub ipc://DIR/pub.sock: extra's, or groved's default */
   bool no_debug_log; /* no --log-level debug: extra's, or groved's default (info) */
+  int nofile;        /* > 0: groved's RLIMIT_NOFILE, soft and hard (set before exec) */
 } hstart_opts;
 
 static inline void h_show_log(const hserver *s) {
@@ -278,6 +280,10 @@ static inline void h_start_with(hserver *s, const hstart_opts *opts, const char 
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
   if (pid == 0) {
+    if (opts->nofile > 0) {
+      struct rlimit rl = {(rlim_t)opts->nofile, (rlim_t)opts->nofile};
+      if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
+    }
     int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, STDERR_FILENO);
