@@ -8,7 +8,8 @@
  * call times out, and when the last connection goes away (the server exited,
  * was killed or closed it) every call in flight fails at once with
  * UNAVAILABLE instead of waiting out its timeout: no other pipe can take
- * it.
+ * it.  A call made while no connection is back waits REDIAL_GRACE_MS for
+ * the redial, not its whole timeout.
  *
  * Messages of failures found on the client side begin with "grove client: "
  * (grove_client_failed_locally reads that); everything else in err is the
@@ -35,6 +36,10 @@
 #define LOCAL_PREFIX "grove client: "
 #define DEFAULT_TIMEOUT_MS 30000
 #define MAX_INPUTS 64
+/* How long a call made while the connection is lost waits for the redial
+ * (NNG redials every 50 ms to 1 s) before it fails with UNAVAILABLE, rather
+ * than waiting out its whole timeout for a server that is gone. */
+#define REDIAL_GRACE_MS 2000
 
 typedef struct acall acall;
 typedef struct sslot sslot;
@@ -66,6 +71,7 @@ struct acall {
   int timeout_ms;
   int64_t t0;
   unsigned lost0; /* c->lost when the call began */
+  int send_ms;    /* the send's timeout (send_timeout) */
   unsigned seq;   /* calls made with it so far (c->mu): tells this call from the next */
   grove_predict_cb cb;
   void *arg;
@@ -113,8 +119,8 @@ static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg) {
     atomic_fetch_add(&c->pipes, 1);
   } else if (ev == NNG_PIPE_EV_REM_POST && atomic_fetch_sub(&c->pipes, 1) == 1) {
     /* The last connection is gone: no other replica can take what is in
-     * flight.  (Calls that start from now on wait for a redial within their
-     * timeout, as before.) */
+     * flight.  (Calls that start from now on wait REDIAL_GRACE_MS for a
+     * redial: send_timeout.) */
     pthread_mutex_lock(&c->mu);
     atomic_fetch_add(&c->lost, 1);
     abort_in_flight(c);
@@ -284,6 +290,14 @@ static nng_msg *encode(grove_client *c, Grove__Request *req) {
   return m;
 }
 
+/* The timeout for a call's send: the call's own, or REDIAL_GRACE_MS when
+ * the client has lost its every connection (a pipe was there and went). */
+static int send_timeout(grove_client *c, int timeout_ms) {
+  if (atomic_load(&c->pipes) <= 0 && atomic_load(&c->lost) > 0 && timeout_ms > REDIAL_GRACE_MS)
+    return REDIAL_GRACE_MS;
+  return timeout_ms;
+}
+
 /* What a failed NNG operation means for the caller. */
 static grove_status transport_error(grove_client *c, int rv, int timeout_ms, grove_err *err) {
   if (rv == NNG_ETIMEDOUT) {
@@ -388,7 +402,8 @@ static grove_status exchange(grove_client *c, nng_msg *m, int timeout_ms, nng_ms
    * before (a call that timed out), so a reused context is clean. */
   nng_msg *rep = NULL;
   int64_t t0 = now_ms();
-  nng_aio_set_timeout(sl->aio, timeout_ms);
+  int send_ms = send_timeout(c, timeout_ms);
+  nng_aio_set_timeout(sl->aio, send_ms);
   nng_aio_set_msg(sl->aio, m);
   nng_ctx_send(sl->ctx, sl->aio);
   abort_if_lost(c, lost0, sl->aio);
@@ -396,6 +411,7 @@ static grove_status exchange(grove_client *c, nng_msg *m, int timeout_ms, nng_ms
   int rv = nng_aio_result(sl->aio);
   if (rv) {
     nng_msg_free(nng_aio_get_msg(sl->aio)); /* still ours when the send failed */
+    timeout_ms = send_ms;                   /* for the message */
   } else {
     /* The timeout covers the whole call: the receive gets what is left. */
     int64_t left = (int64_t)timeout_ms - (now_ms() - t0);
@@ -677,7 +693,7 @@ static void acall_cb(void *arg) {
   grove_prediction pred = {0};
   if (rv) {
     if (!a->receiving) nng_msg_free(nng_aio_get_msg(a->aio));
-    s = transport_error(c, rv, a->timeout_ms, &err);
+    s = transport_error(c, rv, a->receiving ? a->timeout_ms : a->send_ms, &err);
   } else {
     Grove__Reply *r = NULL;
     s = decode(c, nng_aio_get_msg(a->aio), &r, &err);
@@ -742,7 +758,8 @@ grove_status grove_client_predict_async(grove_client *c, const char *model,
   a->t0 = now_ms();
   a->cb = cb;
   a->arg = arg;
-  nng_aio_set_timeout(a->aio, ms);
+  a->send_ms = send_timeout(c, ms);
+  nng_aio_set_timeout(a->aio, a->send_ms);
   nng_aio_set_msg(a->aio, m);
   nng_ctx_send(a->ctx, a->aio);
   acall_abort_if_lost(c, a, seq, lost0);
