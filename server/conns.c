@@ -61,10 +61,10 @@
 typedef struct node {
   uint32_t id; /* NNG's pipe id; 0: a free node */
   uint8_t plane;
-  bool closing;    /* conns.c closed it (evicted or idle); REM_POST to come */
-  bool in_lru;     /* on its plane's list of pipes with nothing in flight */
-  uint32_t busy;   /* requests received and not yet answered */
-  int64_t last_ns; /* last request received or answered, or the connect */
+  bool closing;        /* conns.c closed it (evicted or idle); REM_POST to come */
+  bool in_lru;         /* on its plane's list of pipes with nothing in flight */
+  uint32_t busy;       /* requests received and not yet answered */
+  int64_t last_ns;     /* last request received or answered, or the connect */
   uint32_t prev, next; /* the LRU list (head: most recent), or the free list */
 } node;
 
@@ -145,8 +145,10 @@ grove_status grove__conns_init(srv_server *srv, grove_err *err) {
   if (budget == 0) {
     budget = 1;
     grove__slog(GROVE_LOG_WARN, "server.fd_limit_low",
-                "the descriptor limit (%" PRIu64 ", ulimit -n) leaves no room for connections "
-                "beside the %" PRIu64 " groved keeps for itself; serving one data connection "
+                "the descriptor limit (%" PRIu64
+                ", ulimit -n) leaves no room for connections "
+                "beside the %" PRIu64
+                " groved keeps for itself; serving one data connection "
                 "at a time",
                 c->fd_limit, taken);
   }
@@ -447,8 +449,8 @@ grove_status grove__conns_start(srv_server *srv, grove_err *err) {
   srv_conns *c = srv->conns;
   if (c->idle_ns <= 0) return GROVE_OK;
   int rv = pthread_create(&c->thread, NULL, sweeper_main, c);
-  if (rv) return grove_err_set(err, GROVE_E_INTERNAL, "cannot start the idle sweeper: %s",
-                               strerror(rv));
+  if (rv)
+    return grove_err_set(err, GROVE_E_INTERNAL, "cannot start the idle sweeper: %s", strerror(rv));
   c->thread_started = true;
   return GROVE_OK;
 }
@@ -481,9 +483,10 @@ void grove__conns_free(srv_server *srv) {
 void grove__conns_metrics(srv_server *srv, srv_text *b) {
   srv_conns *c = srv->conns;
   if (!c) return;
-  grove__text_printf(b, "# HELP groved_fd_limit The descriptor limit groved runs with (after "
-                        "raising the soft limit to the hard one).\n"
-                        "# TYPE groved_fd_limit gauge\ngroved_fd_limit %" PRIu64 "\n",
+  grove__text_printf(b,
+                     "# HELP groved_fd_limit The descriptor limit groved runs with (after "
+                     "raising the soft limit to the hard one).\n"
+                     "# TYPE groved_fd_limit gauge\ngroved_fd_limit %" PRIu64 "\n",
                      c->fd_limit);
   static const struct {
     const char *name, *type, *help;

@@ -15,9 +15,9 @@
  * EMFILE it spins at 100% CPU, and it can neither cap its connections nor
  * close idle ones.  Here a connection over the HTTP plane's cap (conns.c) is
  * accepted after closing the connection quiet longest (none with an answer
- * being written: then the new one is closed at once), one idle for --idle-timeout (or holding half a
- * request that long) is closed, and libuv's accept keeps a spare descriptor
- * for EMFILE (it accepts and drops the backlog instead of spinning).
+ * being written: then the new one is closed at once), one idle for --idle-timeout (or holding half
+ * a request that long) is closed, and libuv's accept keeps a spare descriptor for EMFILE (it
+ * accepts and drops the backlog instead of spinning).
  *
  * The server is what the three endpoints need: GET and HEAD, keep-alive
  * (HTTP/1.1's default; "Connection: close" and HTTP/1.0 close after the
@@ -50,7 +50,7 @@ typedef struct srv_http {
   pthread_t thread;
   bool thread_started;
   srv_plane *plane;
-  uint64_t idle_ms; /* 0: never */
+  uint64_t idle_ms;   /* 0: never */
   hconn *head, *tail; /* every open connection, most recently active first */
 } srv_http;
 
@@ -192,15 +192,24 @@ static void arm_idle(hconn *c) {
 
 static const char *reason(uint16_t code) {
   switch (code) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Content Too Large";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Unknown";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 413:
+      return "Content Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Unknown";
   }
 }
 
@@ -451,8 +460,8 @@ grove_status grove__http_start(srv_server *srv, grove_err *err) {
     free(h);
     return grove_err_set(err, GROVE_E_INTERNAL, "HTTP loop: %s", uv_strerror(rv));
   }
-  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
+  struct addrinfo hints = {
+      .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
   uv_getaddrinfo_t gai;
   rv = uv_getaddrinfo(&h->loop, &gai, NULL, host[0] ? host : NULL, colon + 1, &hints);
   if (rv) {
@@ -472,13 +481,11 @@ grove_status grove__http_start(srv_server *srv, grove_err *err) {
   h->stop.data = h;
   if ((rv = pthread_create(&h->thread, NULL, http_main, h)) != 0) {
     http_free(h);
-    return grove_err_set(err, GROVE_E_INTERNAL, "cannot start the HTTP thread: %s",
-                         strerror(rv));
+    return grove_err_set(err, GROVE_E_INTERNAL, "cannot start the HTTP thread: %s", strerror(rv));
   }
   h->thread_started = true;
   srv->http = h;
-  grove__slog(GROVE_LOG_INFO, "server.http", "HTTP on http://%s (/healthz /readyz /metrics)",
-              spec);
+  grove__slog(GROVE_LOG_INFO, "server.http", "HTTP on http://%s (/healthz /readyz /metrics)", spec);
   return GROVE_OK;
 }
 

@@ -73,8 +73,8 @@ static int http_status(int port, const char *path) {
   int fd = tcp_connect(port);
   if (fd < 0) return -1;
   char req[256], buf[512];
-  int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                   path);
+  int n =
+      snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
   int code = -1;
   if (write(fd, req, (size_t)n) == n) {
     ssize_t r = read(fd, buf, sizeof buf - 1);
@@ -211,8 +211,9 @@ START_TEST(idle_connections_close_after_the_timeout) {
    * are closed; a predict that takes 3 s (the batch delay) keeps its
    * connection and is answered. */
   hserver s;
-  const char *extra[] = {"--model", model_arg(), "--idle-timeout", "1", "--workers", "1",
-                         "--test-batch-delay-ms", "3000", NULL};
+  const char *extra[] = {"--model",   model_arg(), "--idle-timeout",        "1",
+                         "--workers", "1",         "--test-batch-delay-ms", "3000",
+                         NULL};
   h_start(&s, extra);
   int port = atoi(strrchr(s.tcp, ':') + 1);
   enum { N = 5 };
@@ -302,7 +303,7 @@ START_TEST(killed_server_fails_calls_in_flight_at_once) {
    * afterwards fail as promptly. */
   hserver s;
   const char *extra[] = {"--model", model_arg(), "--workers", "1", "--test-batch-delay-ms",
-                         "30000", NULL};
+                         "30000",   NULL};
   h_start(&s, extra);
   hio o;
   h_io_load("server_mlp", &o);
@@ -315,10 +316,9 @@ START_TEST(killed_server_fails_calls_in_flight_at_once) {
   grove_err err = {0};
   grove_tensor in = h_rows(o.x, 0, 1);
   for (int i = 1; i < 4; i++)
-    ck_assert_ok(
-        grove_client_predict_async(c, "server_mlp", &in, 1, 20000, async_cb, (void *)(intptr_t)i,
-                                   &err),
-        &err);
+    ck_assert_ok(grove_client_predict_async(c, "server_mlp", &in, 1, 20000, async_cb,
+                                            (void *)(intptr_t)i, &err),
+                 &err);
   /* All four reached groved (in flight there) before the kill. */
   double deadline = h_now() + 15;
   for (;;) {
