@@ -254,7 +254,9 @@ static void send_res(hconn *c, hres *res, bool head_only, bool close_after) {
   c->writing = true;
   c->close_after = close_after;
   c->wr.data = c;
-  uv_timer_stop(&c->timer);
+  /* The idle timeout also bounds the write: a peer that stops reading
+   * cannot hold its connection (and the cap) forever. */
+  arm_idle(c);
   if (uv_write(&c->wr, (uv_stream_t *)&c->tcp, &b, 1, on_written) != 0) {
     c->writing = false;
     conn_close(c);
@@ -356,10 +358,10 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b) {
   c->len += (size_t)n;
   touch(c);
   arm_idle(c); /* also bounds how long half a request may take */
+  /* A peer that fills the buffer with pipelined requests while an answer
+   * is being written gets no more room (on_alloc): libuv reports
+   * UV_ENOBUFS and the connection closes. */
   process(c);
-  /* A full buffer while an answer is being written: stop reading until the
-   * write is done (on_written processes what is there). */
-  if (!c->closing && c->len == sizeof c->buf && c->writing) uv_read_stop(st);
 }
 
 static void on_connection(uv_stream_t *server, int status) {
