@@ -53,6 +53,7 @@
 #define SMALL_SHARE 16
 #define SMALL_MIN 8
 #define SMALL_MAX 256
+#define SMALL_PLANES 3
 #define CLOSE_BATCH 64
 
 /* One pipe.  Nodes live in a fixed pool; the hash table holds their
@@ -138,10 +139,12 @@ grove_status grove__conns_init(srv_server *srv, grove_err *err) {
   c->fd_limit = raise_fd_limit();
   c->small_cap = clamp_sz(c->fd_limit / SMALL_SHARE, SMALL_MIN, SMALL_MAX);
   uint64_t reserve = c->fd_limit / 8 > RESERVE_MIN ? c->fd_limit / 8 : RESERVE_MIN;
-  /* Four small planes' worth: admin, PUB, HTTP and one to spare for a
-   * listener added later. */
-  uint64_t taken = reserve + 4 * (uint64_t)c->small_cap;
-  size_t budget = c->fd_limit > taken ? (size_t)(c->fd_limit - taken) : 0;
+  /* Three small planes (admin, PUB, HTTP), each with the slack it may
+   * run over its cap while evicted connections close. */
+  uint64_t taken = reserve + SMALL_PLANES * ((uint64_t)c->small_cap + slack_of(c->small_cap));
+  uint64_t room = c->fd_limit > taken ? c->fd_limit - taken : 0;
+  /* The data cap plus its own slack (cap / 8 + 8) fits in the room. */
+  size_t budget = room > 8 ? (size_t)((room - 8) * 8 / 9) : 0;
   if (budget == 0) {
     budget = 1;
     grove__slog(GROVE_LOG_WARN, "server.fd_limit_low",
@@ -166,7 +169,7 @@ grove_status grove__conns_init(srv_server *srv, grove_err *err) {
   }
   c->idle_ns = (int64_t)srv->cfg.idle_timeout_s * 1000000000;
   uint64_t nn = (uint64_t)c->data_cap + slack_of(c->data_cap) +
-                4 * ((uint64_t)c->small_cap + slack_of(c->small_cap));
+                (SMALL_PLANES + 1) * ((uint64_t)c->small_cap + slack_of(c->small_cap));
   c->nnodes = nn > UINT32_MAX / 4 ? UINT32_MAX / 4 : (uint32_t)nn;
   c->tab_cap = pow2_above(2 * (size_t)c->nnodes + 1);
   c->nodes = calloc(c->nnodes, sizeof *c->nodes);
