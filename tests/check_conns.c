@@ -5,6 +5,8 @@
  *     leaves predict and /healthz answering and groved's CPU quiet;
  *   - --idle-timeout closes idle connections on the data listener and on
  *     HTTP, never one with a request in flight;
+ *   - at --max-connections a new connection closes the quietest, and is
+ *     refused when every connection has a request in flight;
  *   - calls in flight when groved is killed fail with UNAVAILABLE at once,
  *     not when their timeout runs out.
  *
@@ -294,6 +296,64 @@ static void *sync_main(void *arg) {
   return NULL;
 }
 
+START_TEST(max_connections_evicts_the_quietest_and_refuses_when_all_busy) {
+  /* --max-connections 2: a third connection closes the quietest (an idle
+   * hand-made one, the oldest); with both connections holding a predict in
+   * flight (the batch sleeps 3 s), a new one is refused, and the predicts
+   * are answered. */
+  hserver s;
+  const char *extra[] = {"--model",   model_arg(), "--max-connections",     "2",
+                         "--workers", "1",         "--test-batch-delay-ms", "3000",
+                         NULL};
+  h_start(&s, extra);
+  int port = atoi(strrchr(s.tcp, ':') + 1);
+  bool answering = true;
+  int idle = sp_idle_connect(port, &answering);
+  ck_assert_int_ge(idle, 0);
+  ck_assert_msg(h_wait_metric(&s, "groved_connections{listener=\"data\"}", 1, 10) == 1,
+                "the idle connection is not counted");
+  grove_client *c1 = h_connect(s.tcp);
+  grove_client *c2 = h_connect(s.tcp);
+  double deadline = h_now() + 10;
+  while (!peer_closed(idle) && h_now() < deadline) h_sleep_ms(20);
+  ck_assert_msg(peer_closed(idle), "the quietest connection was not closed for a new one");
+  ck_assert_msg(h_metric(&s, "groved_connections_evicted_total{listener=\"data\"}") >= 1,
+                "no eviction counted");
+  hio o;
+  h_io_load("server_mlp", &o);
+  grove_tensor in = h_rows(o.x, 0, 1);
+  grove_err err = {0};
+  results.done = 0;
+  ck_assert_ok(grove_client_predict_async(c1, "server_mlp", &in, 1, 30000, async_cb,
+                                          (void *)(intptr_t)0, &err),
+               &err);
+  ck_assert_ok(grove_client_predict_async(c2, "server_mlp", &in, 1, 30000, async_cb,
+                                          (void *)(intptr_t)1, &err),
+               &err);
+  ck_assert_msg(h_wait_metric(&s, "grove_inflight_requests", 2, 10) == 2,
+                "the two predicts did not reach groved");
+  int late = sp_idle_connect(port, &answering);
+  ck_assert_int_ge(late, 0);
+  deadline = h_now() + 10;
+  while (!peer_closed(late) && h_now() < deadline) h_sleep_ms(20);
+  ck_assert_msg(peer_closed(late), "a connection over the cap was let in with every one busy");
+  ck_assert_msg(h_metric(&s, "groved_connections_refused_total{listener=\"data\"}") >= 1,
+                "no refusal counted");
+  grove_client_wait_idle(c1);
+  grove_client_wait_idle(c2);
+  ck_assert_int_eq(results.done, 2);
+  for (int i = 0; i < 2; i++)
+    ck_assert_msg(results.status[i] == GROVE_OK, "predict %d: %s (%s)", i,
+                  grove_status_name(results.status[i]), results.msg[i]);
+  close(idle);
+  close(late);
+  grove_client_close(c1);
+  grove_client_close(c2);
+  h_io_free(&o);
+  ck_assert_int_eq(h_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(killed_server_fails_calls_in_flight_at_once) {
   /* One synchronous and three asynchronous predicts, each with a 20 s
    * timeout, sit in a batch that sleeps 30 s when groved is killed: all four
@@ -392,6 +452,7 @@ Suite *conns_suite(void) {
   tcase_set_timeout(t, 120);
   tcase_add_test(t, idle_flood_leaves_predict_and_healthz_answering);
   tcase_add_test(t, idle_connections_close_after_the_timeout);
+  tcase_add_test(t, max_connections_evicts_the_quietest_and_refuses_when_all_busy);
   tcase_add_test(t, killed_server_fails_calls_in_flight_at_once);
   suite_add_tcase(s, t);
   return s;
