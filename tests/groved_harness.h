@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -229,6 +230,8 @@ typedef struct hstart_opts {
   bool no_pub;       /* no --pub ipc://DIR/pub.sock: extra's, or groved's default */
   bool no_debug_log; /* no --log-level debug: extra's, or groved's default (info) */
   int nofile;        /* > 0: groved's RLIMIT_NOFILE, soft and hard (set before exec) */
+  bool die_with_test; /* groved gets SIGKILL when the thread that started it ends
+                       * (PR_SET_PDEATHSIG): a failed assertion leaves no groved */
 } hstart_opts;
 
 static inline void h_show_log(const hserver *s) {
@@ -280,6 +283,7 @@ static inline void h_start_with(hserver *s, const hstart_opts *opts, const char 
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
   if (pid == 0) {
+    if (opts->die_with_test) prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (opts->nofile > 0) {
       struct rlimit rl = {(rlim_t)opts->nofile, (rlim_t)opts->nofile};
       if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
