@@ -5,7 +5,11 @@
  * its own closes.  Every call opens its own context (nng_ctx), so calls from
  * many threads run concurrently on one client without a lock.  A pipe
  * counter (nng_pipe_notify) tells "no connection" from "slow server" when a
- * call times out.
+ * call times out, and when the last connection goes away (the server exited,
+ * was killed or closed it) every call in flight fails at once with
+ * UNAVAILABLE instead of waiting out its timeout: no other pipe can take
+ * it.  A call made while no connection is back waits REDIAL_GRACE_MS for
+ * the redial, not its whole timeout.
  *
  * Messages of failures found on the client side begin with "grove client: "
  * (grove_client_failed_locally reads that); everything else in err is the
@@ -30,6 +34,10 @@
 #include "client_impl.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
+/* How long a call made while the connection is lost waits for the redial
+ * (NNG redials every 50 ms to 1 s) before it fails with UNAVAILABLE, rather
+ * than waiting out its whole timeout for a server that is gone. */
+#define REDIAL_GRACE_MS 2000
 
 typedef struct acall acall;
 typedef struct sslot sslot;
@@ -43,6 +51,7 @@ struct grove_client {
   long outstanding;
   int default_timeout_ms;
   atomic_int pipes; /* connected right now */
+  atomic_uint lost; /* times the last pipe went away (calls in flight were failed) */
   atomic_uint_fast64_t next_id;
   size_t nurls;   /* > 1: replicas (predict retried on another; one-replica calls refused) */
   char urls[512]; /* for messages */
@@ -67,8 +76,12 @@ struct acall {
   nng_ctx ctx;
   nng_aio *aio;
   bool receiving;
+  bool busy; /* a call is using it (c->mu) */
   int timeout_ms;
   int64_t t0;
+  unsigned lost0; /* c->lost when the call began */
+  int send_ms;    /* the send's timeout (send_timeout) */
+  unsigned seq;   /* calls made with it so far (c->mu): tells this call from the next */
   grove_predict_cb cb;
   void *arg;
   struct acall *next;     /* free list */
@@ -81,6 +94,7 @@ struct acall {
 struct sslot {
   nng_ctx ctx;
   nng_aio *aio;
+  bool busy; /* a call is using it (c->mu) */
   struct sslot *next;     /* free list */
   struct sslot *all_next; /* every slot, for close */
 };
@@ -96,13 +110,49 @@ bool grove_client_failed_locally(grove_status s, const grove_err *err) {
 
 /* ------------------------------------------------------------ open/close */
 
+/* Fails every call in flight with NNG_ECONNRESET (c->mu held).  NNG 1.5.2
+ * fails a request already sent on the pipe that closed, but one that was
+ * queued, or sent while its pipe was going, waits for a pipe that is not
+ * coming back: its whole timeout. */
+static void abort_in_flight(grove_client *c) {
+  for (sslot *sl = c->all_slots; sl; sl = sl->all_next)
+    if (sl->busy) nng_aio_abort(sl->aio, NNG_ECONNRESET);
+  for (acall *a = c->all_calls; a; a = a->all_next)
+    if (a->busy) nng_aio_abort(a->aio, NNG_ECONNRESET);
+}
+
 static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg) {
   (void)p;
   grove_client *c = arg;
-  if (ev == NNG_PIPE_EV_ADD_POST)
+  if (ev == NNG_PIPE_EV_ADD_POST) {
     atomic_fetch_add(&c->pipes, 1);
-  else if (ev == NNG_PIPE_EV_REM_POST)
-    atomic_fetch_sub(&c->pipes, 1);
+  } else if (ev == NNG_PIPE_EV_REM_POST && atomic_fetch_sub(&c->pipes, 1) == 1) {
+    /* The last connection is gone: no other replica can take what is in
+     * flight.  (Calls that start from now on wait REDIAL_GRACE_MS for a
+     * redial: send_timeout.) */
+    pthread_mutex_lock(&c->mu);
+    atomic_fetch_add(&c->lost, 1);
+    abort_in_flight(c);
+    pthread_mutex_unlock(&c->mu);
+  }
+}
+
+/* After a call's operation was started on aio: when the last pipe went away
+ * since the call began (lost0), the abort in pipe_cb may have come before
+ * the operation started and missed it.  For a synchronous call, whose
+ * thread owns its slot. */
+static void abort_if_lost(grove_client *c, unsigned lost0, nng_aio *aio) {
+  if (atomic_load(&c->lost) != lost0 && atomic_load(&c->pipes) <= 0)
+    nng_aio_abort(aio, NNG_ECONNRESET);
+}
+
+/* abort_if_lost for an asynchronous call, which may have completed and been
+ * reused by the next call by now: seq tells. */
+static void acall_abort_if_lost(grove_client *c, acall *a, unsigned seq, unsigned lost0) {
+  if (atomic_load(&c->lost) == lost0) return;
+  pthread_mutex_lock(&c->mu);
+  if (a->busy && a->seq == seq && atomic_load(&c->pipes) <= 0) nng_aio_abort(a->aio, NNG_ECONNRESET);
+  pthread_mutex_unlock(&c->mu);
 }
 
 /* Frees c's memory (its socket is closed or was never opened). */
@@ -128,6 +178,7 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
   c->default_timeout_ms =
       opts && opts->default_timeout_ms > 0 ? opts->default_timeout_ms : DEFAULT_TIMEOUT_MS;
   atomic_init(&c->pipes, 0);
+  atomic_init(&c->lost, 0);
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->idle_cv, NULL);
   atomic_init(&c->next_id, 1);
@@ -239,8 +290,10 @@ static void sleep_ms(int64_t ms) {
  * request with "Connection reset", since timed resends are off), or the
  * replica answered UNAVAILABLE itself (draining, or the model not loaded
  * there).  A timeout is not retried: its time is spent. */
-static bool retry_predict(const grove_client *c, grove_status s, const grove_err *err) {
+static bool retry_predict(grove_client *c, grove_status s, const grove_err *err) {
   if (c->nurls < 2 || s != GROVE_E_UNAVAILABLE) return false;
+  /* Every connection lost: no replica to send it to. */
+  if (atomic_load(&c->pipes) <= 0) return false;
   if (!grove_client_failed_locally(s, err)) return true;
   return !strstr(err->msg, "not back within");
 }
@@ -299,6 +352,14 @@ static nng_msg *encode(grove_client *c, Grove__Request *req) {
   return m;
 }
 
+/* The timeout for a call's send: the call's own, or REDIAL_GRACE_MS when
+ * the client has lost its every connection (a pipe was there and went). */
+static int send_timeout(grove_client *c, int timeout_ms) {
+  if (atomic_load(&c->pipes) <= 0 && atomic_load(&c->lost) > 0 && timeout_ms > REDIAL_GRACE_MS)
+    return REDIAL_GRACE_MS;
+  return timeout_ms;
+}
+
 /* What a failed NNG operation means for the caller. */
 static grove_status transport_error(grove_client *c, int rv, int timeout_ms, grove_err *err) {
   if (rv == NNG_ETIMEDOUT) {
@@ -309,6 +370,11 @@ static grove_status transport_error(grove_client *c, int rv, int timeout_ms, gro
     return grove_err_set(err, GROVE_E_DEADLINE_EXCEEDED,
                          LOCAL_PREFIX "no reply from %s within %d ms", c->urls, timeout_ms);
   }
+  if (rv == NNG_ECONNRESET)
+    return grove_err_set(err, GROVE_E_UNAVAILABLE,
+                         LOCAL_PREFIX "the connection to %s was lost with the request in flight "
+                                      "(the server closed it, exited or was killed)",
+                         c->urls);
   return grove_err_set(err, rv == NNG_ENOMEM ? GROVE_E_NOMEM : GROVE_E_UNAVAILABLE,
                        LOCAL_PREFIX "%s: %s", c->urls, nng_strerror(rv));
 }
@@ -348,7 +414,10 @@ static grove_status decode(grove_client *c, nng_msg *rep, Grove__Reply **out, gr
 static sslot *sslot_get(grove_client *c, grove_err *err) {
   pthread_mutex_lock(&c->mu);
   sslot *sl = c->free_slots;
-  if (sl) c->free_slots = sl->next;
+  if (sl) {
+    c->free_slots = sl->next;
+    sl->busy = true;
+  }
   pthread_mutex_unlock(&c->mu);
   if (sl) return sl;
   if (!(sl = calloc(1, sizeof *sl))) {
@@ -364,6 +433,7 @@ static sslot *sslot_get(grove_client *c, grove_err *err) {
     return NULL;
   }
   pthread_mutex_lock(&c->mu);
+  sl->busy = true;
   sl->all_next = c->all_slots;
   c->all_slots = sl;
   pthread_mutex_unlock(&c->mu);
@@ -372,6 +442,7 @@ static sslot *sslot_get(grove_client *c, grove_err *err) {
 
 static void sslot_put(grove_client *c, sslot *sl) {
   pthread_mutex_lock(&c->mu);
+  sl->busy = false;
   sl->next = c->free_slots;
   c->free_slots = sl;
   pthread_mutex_unlock(&c->mu);
@@ -382,6 +453,7 @@ static void sslot_put(grove_client *c, sslot *sl) {
 static grove_status exchange(grove_client *c, nng_msg *m, int timeout_ms, nng_msg **out,
                              grove_err *err) {
   *out = NULL;
+  unsigned lost0 = atomic_load(&c->lost);
   sslot *sl = sslot_get(c, err);
   if (!sl) {
     nng_msg_free(m);
@@ -392,18 +464,22 @@ static grove_status exchange(grove_client *c, nng_msg *m, int timeout_ms, nng_ms
    * before (a call that timed out), so a reused context is clean. */
   nng_msg *rep = NULL;
   int64_t t0 = now_ms();
-  nng_aio_set_timeout(sl->aio, timeout_ms);
+  int send_ms = send_timeout(c, timeout_ms);
+  nng_aio_set_timeout(sl->aio, send_ms);
   nng_aio_set_msg(sl->aio, m);
   nng_ctx_send(sl->ctx, sl->aio);
+  abort_if_lost(c, lost0, sl->aio);
   nng_aio_wait(sl->aio);
   int rv = nng_aio_result(sl->aio);
   if (rv) {
     nng_msg_free(nng_aio_get_msg(sl->aio)); /* still ours when the send failed */
+    timeout_ms = send_ms;                   /* for the message */
   } else {
     /* The timeout covers the whole call: the receive gets what is left. */
     int64_t left = (int64_t)timeout_ms - (now_ms() - t0);
     nng_aio_set_timeout(sl->aio, left > 0 ? (nng_duration)left : 1);
     nng_ctx_recv(sl->ctx, sl->aio);
+    abort_if_lost(c, lost0, sl->aio);
     nng_aio_wait(sl->aio);
     if (!(rv = nng_aio_result(sl->aio))) rep = nng_aio_get_msg(sl->aio);
   }
@@ -637,6 +713,7 @@ grove_status grove_client_predict(grove_client *c, const char *model, const grov
 static void acall_put(acall *a) {
   grove_client *c = a->c;
   pthread_mutex_lock(&c->mu);
+  a->busy = false;
   a->next = c->free_calls;
   c->free_calls = a;
   pthread_mutex_unlock(&c->mu);
@@ -660,13 +737,15 @@ static void acall_cb(void *arg) {
     a->receiving = true;
     int64_t left = (int64_t)a->timeout_ms - (now_ms() - a->t0);
     nng_aio_set_timeout(a->aio, left > 0 ? (nng_duration)left : 1);
+    unsigned seq = a->seq, lost0 = a->lost0;
     nng_ctx_recv(a->ctx, a->aio);
+    acall_abort_if_lost(c, a, seq, lost0);
     return;
   }
   grove_prediction pred = {0};
   if (rv) {
     if (!a->receiving) nng_msg_free(nng_aio_get_msg(a->aio));
-    s = transport_error(c, rv, a->timeout_ms, &err);
+    s = transport_error(c, rv, a->receiving ? a->timeout_ms : a->send_ms, &err);
   } else {
     Grove__Reply *r = NULL;
     s = decode(c, nng_aio_get_msg(a->aio), &r, &err);
@@ -692,9 +771,14 @@ grove_status grove_client_predict_async(grove_client *c, const char *model,
   nng_msg *m = NULL;
   grove_status s = encode_predict(c, model, inputs, ninputs, ms, &m, err);
   if (s) return s;
+  unsigned lost0 = atomic_load(&c->lost);
   pthread_mutex_lock(&c->mu);
   acall *a = c->free_calls;
-  if (a) c->free_calls = a->next;
+  if (a) {
+    c->free_calls = a->next;
+    a->busy = true;
+    a->seq++;
+  }
   c->outstanding++;
   pthread_mutex_unlock(&c->mu);
   if (!a) {
@@ -714,18 +798,23 @@ grove_status grove_client_predict_async(grove_client *c, const char *model,
                     : grove__client_nomem(err);
     }
     pthread_mutex_lock(&c->mu);
+    a->busy = true;
     a->all_next = c->all_calls;
     c->all_calls = a;
     pthread_mutex_unlock(&c->mu);
   }
   a->receiving = false;
+  a->lost0 = lost0;
+  unsigned seq = a->seq; /* read by this thread only until the send below */
   a->timeout_ms = ms;
   a->t0 = now_ms();
   a->cb = cb;
   a->arg = arg;
-  nng_aio_set_timeout(a->aio, ms);
+  a->send_ms = send_timeout(c, ms);
+  nng_aio_set_timeout(a->aio, a->send_ms);
   nng_aio_set_msg(a->aio, m);
   nng_ctx_send(a->ctx, a->aio);
+  acall_abort_if_lost(c, a, seq, lost0);
   return GROVE_OK;
 }
 

@@ -5,6 +5,7 @@
  *          [--pub URL|none] [--http HOST:PORT|none] [--workers N] [--blas-threads N]
  *          [--log-level LEVEL] [--max-request-bytes N] [--drain-timeout SECONDS]
  *          [--watch] [--watch-debounce-ms N] [--reload-in-place] [--background-yield-us N]
+ *          [--max-connections N] [--idle-timeout SECONDS]
  *
  * Start-up order: flags, compute threads (before any model opens: opening
  * runs a trial forward), models, the loop, workers, the NNG socket, HTTP,
@@ -29,6 +30,10 @@
 #define DEFAULT_PUB "tcp://127.0.0.1:7702"
 #define DEFAULT_ADMIN "tcp://127.0.0.1:7703" /* = GROVE_DEFAULT_ADMIN_URL (grove/client.h) */
 #define DEFAULT_MAX_REQUEST ((size_t)64 << 20)
+/* Long enough that a client that calls now and then keeps its connection
+ * (the clients redial anyway), short enough that a descriptor left behind by
+ * a peer that went away without closing comes back within minutes. */
+#define DEFAULT_IDLE_TIMEOUT_S 300
 
 static const char usage_text[] =
     "usage: groved [OPTIONS]\n"
@@ -70,6 +75,11 @@ static const char usage_text[] =
     "                          (the model pauses) instead of building a second one\n"
     "  --background-yield-us N reload builds and training sessions yield their core every\n"
     "                          N us of their work (default 100; 0: never)\n"
+    "  --max-connections N     keep at most N RPC connections on the --listen URLs; a new\n"
+    "                          one closes the quietest (default: what the descriptor\n"
+    "                          limit leaves beside a reserve for files, HTTP, PUB, admin)\n"
+    "  --idle-timeout S        close an RPC or HTTP connection with no request for S\n"
+    "                          seconds (default 300; 0: never); clients redial themselves\n"
     "  --version, -h/--help\n"
     "\n"
     "Signals: SIGTERM/SIGINT drain (queued requests are answered, new ones get UNAVAILABLE)\n"
@@ -113,6 +123,8 @@ enum {
   OPT_ADMIN_LISTEN,
   OPT_ADMIN_TOKEN_FILE,
   OPT_CHECKPOINT_DIR,
+  OPT_MAX_CONNS,
+  OPT_IDLE_TIMEOUT,
 };
 
 static bool nng_url_ok(const char *u) {
@@ -144,6 +156,8 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
       {"watch-debounce-ms", required_argument, NULL, OPT_WATCH_DEBOUNCE},
       {"background-yield-us", required_argument, NULL, OPT_YIELD},
       {"reload-in-place", no_argument, NULL, OPT_RELOAD_IN_PLACE},
+      {"max-connections", required_argument, NULL, OPT_MAX_CONNS},
+      {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   cfg->http = DEFAULT_HTTP;
@@ -153,6 +167,7 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
   cfg->watch_debounce_ms = 500;
   cfg->background_yield_us = 100;
   cfg->log_level = GROVE_LOG_INFO;
+  cfg->idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S;
   opterr = 0;
   int c;
   long long v;
@@ -268,6 +283,16 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
       case OPT_RELOAD_IN_PLACE:
         cfg->reload_in_place = true;
         break;
+      case OPT_MAX_CONNS:
+        if (!parse_long(optarg, 1, 1 << 24, &v))
+          return usage("--max-connections wants an integer from 1 to 16777216, not '%s'", optarg);
+        cfg->max_connections = (size_t)v;
+        break;
+      case OPT_IDLE_TIMEOUT:
+        if (!parse_long(optarg, 0, 86400, &v))
+          return usage("--idle-timeout wants seconds from 0 to 86400, not '%s'", optarg);
+        cfg->idle_timeout_s = (int)v;
+        break;
       case OPT_VERSION:
         printf("groved %s (protocol %d)\n", GROVE_VERSION,
                GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION);
@@ -345,7 +370,14 @@ int main(int argc, char **argv) {
   choose_threads(&srv);
 
   grove_err err = {0};
-  grove_status s = grove__admin_plane_init(&srv, &err);
+  /* Before the models open their files: the descriptor budget is set first. */
+  grove_status s = grove__conns_init(&srv, &err);
+  if (s) {
+    grove__slog(GROVE_LOG_ERROR, "server.start_failed", "%s", grove_err_msg(&err));
+    rc = 1;
+    goto out;
+  }
+  s = grove__admin_plane_init(&srv, &err);
   if (!s) s = grove__registry_load(&srv, &err);
   if (s) {
     grove__slog(GROVE_LOG_ERROR, "server.config", "%s", grove_err_msg(&err));
@@ -359,7 +391,7 @@ int main(int argc, char **argv) {
       (s = grove__export_start(&srv, &err)) || (s = grove__training_start(&srv, &err)) ||
       (s = grove__workers_start(&srv, &err)) ||
       (s = grove__telemetry_start(&srv, &err)) || (s = grove__rpc_start(&srv, &err)) ||
-      (s = grove__http_start(&srv, &err))) {
+      (s = grove__http_start(&srv, &err)) || (s = grove__conns_start(&srv, &err))) {
     grove__slog(GROVE_LOG_ERROR, "server.start_failed", "%s", grove_err_msg(&err));
     rc = 1;
     goto out;
@@ -379,6 +411,7 @@ out:
   srv.exit_code = rc; /* what a close that hangs exits with (grove__nng_close_or_exit) */
   grove__workers_stop(&srv);
   grove__training_stop(&srv);
+  grove__conns_stop(&srv);
   grove__rpc_stop(&srv);
   grove__http_stop(&srv);
   grove__telemetry_stop(&srv);
@@ -390,6 +423,7 @@ out:
   grove__reload_free(&srv);
   grove__registry_free(&srv);
   grove__admin_plane_free(&srv);
+  grove__conns_free(&srv);
   free_flags(&srv.cfg);
   return rc;
 }

@@ -230,6 +230,7 @@ grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len) {
   grove__reload_metrics(srv, &b);
   grove__export_metrics(srv, &b);
   grove__telemetry_metrics(srv, &b);
+  grove__conns_metrics(srv, &b);
 
   if (b.oom) {
     free(b.p);

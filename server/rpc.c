@@ -94,6 +94,7 @@ static bool finish(srv_req *r, nng_msg *msg, grove_status s) {
     grove__hist_observe_ns(&r->model->metrics.total_lat, grove__now_ns() - r->t_recv);
   r->model = NULL;
   r->accepted = false;
+  grove__conns_busy(srv, r->pipe_id, -1); /* answered: the connection may go idle */
   if (!msg) {
     /* Out of memory for the reply: the client will time out; the context
      * goes on serving. */
@@ -543,6 +544,7 @@ static void req_cb(void *arg) {
     nng_aio_set_msg(r->aio, NULL);
     r->state = REQ_WORK;
     r->pipe_id = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
+    grove__conns_busy(srv, r->pipe_id, +1); /* not idle until answered (finish) */
     handle(r, msg);
     return;
   }
@@ -613,6 +615,10 @@ grove_status grove__rpc_start(srv_server *srv, grove_err *err) {
     if ((rv = nng_ctx_open(&r->ctx, r->admin_plane ? srv->admin_sock : srv->sock)))
       return grove_err_set(err, GROVE_E_IO, "cannot open a context: %s", nng_strerror(rv));
   }
+  /* Every --listen URL shares the data plane's cap (conns.c). */
+  grove_status cs = grove__conns_watch(srv, srv->sock, "data", grove__conns_default_cap(srv, true),
+                                       true, NULL, NULL, err);
+  if (cs) return cs;
   for (size_t i = 0; i < srv->cfg.nlisten; i++) {
     const char *url = srv->cfg.listen[i];
     if ((rv = nng_listen(srv->sock, url, NULL, 0)))

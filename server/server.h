@@ -9,7 +9,8 @@
  *               handing batches to idle workers, draining
  *   worker.c    worker threads: concatenate rows, forward, split, reply
  *   metrics.c   counters and histograms, Prometheus text
- *   http.c      /healthz, /readyz, /metrics on NNG's HTTP server
+ *   http.c      /healthz, /readyz, /metrics on a libuv HTTP server of its own thread
+ *   conns.c     connection caps and idle timeouts of every listener
  *   slog.c      one log line per event
  *   reload.c    hot reload (Reload RPC, SIGHUP, --watch), admin jobs on the loop
  *   telemetry.c forward-hook telemetry: hook tables, workers' statistics, the
@@ -85,6 +86,8 @@ typedef struct srv_config {
   bool reload_in_place;    /* SIGHUP and --watch reload in place */
   int background_yield_us; /* reload builds and training yield this often (0: never) */
   grove_log_level log_level;
+  size_t max_connections; /* --max-connections; 0: from the descriptor limit (conns.c) */
+  int idle_timeout_s;     /* --idle-timeout; 0: never */
 } srv_config;
 
 /* ================================================================ logging */
@@ -316,12 +319,13 @@ struct srv_server {
   size_t nidle;
 
   /* HTTP */
-  void *http; /* nng_http_server * */
+  struct srv_http *http; /* http.c: the HTTP thread */
 
   struct srv_admin *admin;         /* reload.c: reload jobs, --watch, their metrics */
   struct srv_exports *exports;     /* export.c: open state_dict exports */
   struct srv_telemetry *telemetry; /* telemetry.c: hooks and the PUB socket */
   struct srv_training *training;   /* train.c: training sessions */
+  struct srv_conns *conns;         /* conns.c: connection caps and idle timeouts */
 
   int exit_code;
 };
@@ -350,6 +354,50 @@ char **grove__admin_urls(srv_server *srv, size_t *n);
  * Any thread. */
 grove_status grove__admin_path_check(srv_server *srv, const srv_model *m, const char *what,
                                      const char *path, grove_err *err);
+
+/* conns.c: connection caps and idle timeouts for every listener.
+ *
+ * One plane per listener: a name for logs and metrics ("data", "admin",
+ * "pub", "http"), a cap, whether idle connections are closed, and counters
+ * that any thread bumps and /metrics reads. */
+typedef struct srv_conns srv_conns;
+typedef struct srv_plane {
+  char name[16];
+  size_t cap;
+  bool idle_close; /* --idle-timeout applies */
+  bool is_data;    /* its cap is --max-connections (for messages) */
+  _Atomic size_t open;
+  _Atomic uint64_t refused, evicted, idle_closed;
+  nng_pipe_cb chain; /* the socket's own ADD_POST/REM_POST callback, or NULL */
+  void *chain_arg;
+  srv_conns *conns;
+} srv_plane;
+/* Raises the soft RLIMIT_NOFILE to the hard limit and splits it between a
+ * reserve and the planes' caps (cfg.max_connections, clamped with a warning
+ * when the limit does not leave room for it).  main, before anything opens a
+ * descriptor it keeps. */
+grove_status grove__conns_init(srv_server *srv, grove_err *err);
+/* The cap a listener gets by default: data (every --listen URL together),
+ * or one of the small planes (admin, PUB, HTTP). */
+size_t grove__conns_default_cap(srv_server *srv, bool data);
+/* A plane for a listener conns.c does not watch itself (http.c counts its
+ * own connections in it); NULL when there are too many.  Start-up only. */
+srv_plane *grove__conns_plane(srv_server *srv, const char *name, size_t cap, bool idle_close);
+/* Caps the NNG socket s at cap connections (refused at NNG_PIPE_EV_ADD_PRE)
+ * and, with idle_close, closes those idle for --idle-timeout.  It takes the
+ * socket's pipe notifications: a socket that wants ADD_POST/REM_POST itself
+ * passes its callback as chain.  Call before nng_listen; start-up only. */
+grove_status grove__conns_watch(srv_server *srv, nng_socket s, const char *name, size_t cap,
+                                bool idle_close, nng_pipe_cb chain, void *chain_arg,
+                                grove_err *err);
+/* A request arrived on pipe_id (delta +1) or was answered (-1): a pipe with
+ * a request in flight is never idle.  Any thread. */
+void grove__conns_busy(srv_server *srv, uint32_t pipe_id, int delta);
+/* Starts the idle sweeper (when --idle-timeout is not 0). */
+grove_status grove__conns_start(srv_server *srv, grove_err *err);
+void grove__conns_stop(srv_server *srv);
+void grove__conns_free(srv_server *srv);
+void grove__conns_metrics(srv_server *srv, srv_text *b);
 
 /* rpc.c */
 grove_status grove__rpc_start(srv_server *srv, grove_err *err);

@@ -947,8 +947,11 @@ grove_status grove__telemetry_start(srv_server *srv, grove_err *err) {
   if (rv) return grove_err_set(err, GROVE_E_IO, "cannot open the PUB socket: %s", nng_strerror(rv));
   tel->pub_open = true;
   nng_socket_set_int(tel->pub, NNG_OPT_SENDBUF, TEL_SENDBUF);
-  nng_pipe_notify(tel->pub, NNG_PIPE_EV_ADD_POST, pipe_cb, tel);
-  nng_pipe_notify(tel->pub, NNG_PIPE_EV_REM_POST, pipe_cb, tel);
+  /* Capped like every listener (conns.c), which passes the pipe events on
+   * to pipe_cb; subscribers only receive, so none is closed as idle. */
+  grove_status cs = grove__conns_watch(srv, tel->pub, "pub", grove__conns_default_cap(srv, false),
+                                       false, pipe_cb, tel, err);
+  if (cs) return cs;
   if ((rv = nng_listen(tel->pub, url, NULL, 0)) != 0) {
     if (strcmp(url, TEL_DEFAULT_PUB) != 0)
       return grove_err_set(err, GROVE_E_IO, "cannot listen on --pub %s: %s", url, nng_strerror(rv));

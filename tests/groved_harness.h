@@ -27,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -262,6 +264,9 @@ typedef struct hstart_opts {
   bool no_debug_log; /* no --log-level debug: extra's, or groved's default (info) */
   bool no_admin;     /* no --admin-listen ipc://DIR/admin.sock: extra's, or groved's default */
   bool no_checkpoint_dirs; /* no --checkpoint-dir for the run's directory and the fixtures */
+  int nofile;        /* > 0: groved's RLIMIT_NOFILE, soft and hard (set before exec) */
+  bool die_with_test; /* groved gets SIGKILL when the thread that started it ends
+                       * (PR_SET_PDEATHSIG): a failed assertion leaves no groved */
 } hstart_opts;
 
 static inline void h_show_log(const hserver *s) {
@@ -333,6 +338,11 @@ static inline void h_start_with(hserver *s, const hstart_opts *opts, const char 
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
   if (pid == 0) {
+    if (opts->die_with_test) prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (opts->nofile > 0) {
+      struct rlimit rl = {(rlim_t)opts->nofile, (rlim_t)opts->nofile};
+      if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
+    }
     int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, STDERR_FILENO);

@@ -17,8 +17,13 @@
  * GROVE_E_DEADLINE_EXCEEDED, GROVE_E_UNAVAILABLE, ...) with the server's
  * message in err, or one of these from the client side:
  *   GROVE_E_UNAVAILABLE        no connection: none of the URLs could be
- *                              reached at open, or every connection was lost
- *                              and no reply came within the timeout
+ *                              reached at open; or the last connection went
+ *                              away (the server exited, was killed or closed
+ *                              it), which fails every call in flight at
+ *                              once; or a call made while no connection is
+ *                              back found none within 2 s of redialing (not
+ *                              its whole timeout: docs/operations.md,
+ *                              "Connections")
  *   GROVE_E_DEADLINE_EXCEEDED  connected, but no reply within the timeout
  *   GROVE_E_FORMAT             the reply did not decode (not a groved?)
  *   GROVE_E_INVALID_ARGUMENT   bad arguments to the call
