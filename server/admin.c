@@ -138,21 +138,28 @@ void grove__admin_plane_free(srv_server *srv) {
 grove_status grove__admin_plane_listen(srv_server *srv, grove_err *err) {
   srv_admin_plane *p = srv->plane;
   size_t used = 0;
+  if (srv->cfg.nadmin_listen) {
+    /* The admin plane's connections have a cap of their own (conns.c), so
+     * that a flood of data connections never locks the operator out. */
+    grove_status cs = grove__conns_watch(
+        srv, srv->admin_sock, "admin", grove__conns_default_cap(srv, false), true, NULL, NULL, err);
+    if (cs) return cs;
+  }
   for (size_t i = 0; i < srv->cfg.nadmin_listen; i++) {
     const char *url = srv->cfg.admin_listen[i];
+    /* Unlike the default --pub, the default admin address is not best
+     * effort: with a second groved on the machine, its reloads and exports
+     * would reach the first one, which holds the address.  Refusing to start
+     * makes the operator name one (or none). */
     int rv = nng_listen(srv->admin_sock, url, NULL, 0);
-    if (rv && srv->cfg.admin_default) {
-      /* Like the default --pub: another groved on this machine may hold the
-       * default address.  No admin plane is the safe way to fail. */
-      grove__slog(GROVE_LOG_WARN, "server.admin_off",
-                  "cannot listen on the default admin address %s (%s): reload, export, hooks "
-                  "and training are off; give groved --admin-listen URL",
-                  url, nng_strerror(rv));
-      continue;
-    }
     if (rv)
-      return grove_err_set(err, GROVE_E_IO, "cannot listen on --admin-listen %s: %s", url,
-                           nng_strerror(rv));
+      return grove_err_set(err, GROVE_E_IO, "cannot listen on %s %s: %s%s",
+                           srv->cfg.admin_default ? "the default admin address" : "--admin-listen",
+                           url, nng_strerror(rv),
+                           srv->cfg.admin_default
+                               ? " (another groved may hold it: give this one --admin-listen "
+                                 "URL, or --admin-listen none)"
+                               : "");
     if (!(p->urls[p->nurls] = strdup(url)))
       return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
     p->nurls++;

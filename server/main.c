@@ -49,8 +49,8 @@ static const char usage_text[] =
     "                          the data plane: predict, status, model metadata\n"
     "  --admin-listen URL|none the admin plane: reload, export, hooks, training, promote\n"
     "                          (repeatable; default " DEFAULT_ADMIN
-    ", best effort: taken,\n"
-    "                          groved serves no admin plane; none: no admin plane)\n"
+    ";\n"
+    "                          taken, groved does not start; none: no admin plane)\n"
     "  --admin-token-file FILE every admin RPC must carry the token in FILE (one line;\n"
     "                          clients read $GROVE_ADMIN_TOKEN or --token-file)\n"
     "  --checkpoint-dir DIR    admin RPCs may also name files in DIR (reload's checkpoint,\n"

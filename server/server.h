@@ -67,7 +67,7 @@ typedef struct srv_config {
   size_t nlisten;
   const char *admin_listen[SRV_MAX_URLS]; /* the admin plane (admin.c) */
   size_t nadmin_listen;
-  bool admin_default;             /* admin_listen is the default only: best effort */
+  bool admin_default;             /* admin_listen is the default only (for messages) */
   const char *admin_token_file;   /* --admin-token-file, or NULL: no token */
   const char *checkpoint_dirs[SRV_MAX_URLS]; /* --checkpoint-dir: more allowed paths */
   size_t ncheckpoint_dirs;
@@ -337,7 +337,8 @@ struct srv_server {
 grove_status grove__admin_plane_init(srv_server *srv, grove_err *err);
 void grove__admin_plane_free(srv_server *srv);
 /* Listens on the --admin-listen URLs (rpc.c, at start).  The default address
- * is best effort: taken, groved serves no admin plane and says so. */
+ * is not best effort: taken, groved does not start (another groved's
+ * admin plane would answer this one's clients). */
 grove_status grove__admin_plane_listen(srv_server *srv, grove_err *err);
 /* Whether r (decoded, on the NNG thread that owns it) may run here: an admin
  * RPC only on the admin listener and with the token, predict only on the

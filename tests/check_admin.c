@@ -20,6 +20,7 @@
 #include <limits.h>
 
 #include "groved_harness.h"
+#include <nng/protocol/reqrep0/rep.h>
 #include "internal.h" /* grove__secret_equal */
 
 #define MODEL "train_server_mlp"
@@ -200,25 +201,49 @@ START_TEST(admin_rpcs_only_on_the_admin_listener) {
 }
 END_TEST
 
-START_TEST(default_admin_address_is_local_and_best_effort) {
-  /* Without --admin-listen groved takes the default (local) address when it
-   * is free; when it is not (another groved holds it: this test does not
-   * know which), it serves no admin plane, says so, and still serves. */
+START_TEST(default_admin_address_taken_stops_groved) {
+  /* Without --admin-listen groved takes the default, local address.  When
+   * it is taken (here by this test; if another process holds it, the same
+   * holds), groved must not start: a second groved without an admin plane
+   * of its own would leave `grove reload` reaching the first one. */
+  ck_assert(strncmp(GROVE_DEFAULT_ADMIN_URL, "tcp://127.0.0.1:", 16) == 0);
+  nng_socket holder;
+  ck_assert_int_eq(nng_rep0_open(&holder), 0);
+  int lrv = nng_listen(holder, GROVE_DEFAULT_ADMIN_URL, NULL, 0);
+  ck_assert_msg(lrv == 0 || lrv == NNG_EADDRINUSE, "listen: %s", nng_strerror(lrv));
+  const char *dir = grove_test_tmpdir();
+  ck_assert_ptr_nonnull(dir);
+  char sock[4200], log[4200];
+  snprintf(sock, sizeof sock, "ipc://%s/data.sock", dir);
+  snprintf(log, sizeof log, "%s/groved.log", dir);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, STDERR_FILENO);
+    dup2(fd, STDOUT_FILENO);
+    alarm(60); /* a groved that started anyway is killed, and fails below */
+    execl(h_groved_path(), h_groved_path(), "--http", "none", "--pub", "none", "--listen", sock,
+          (char *)NULL);
+    _exit(127);
+  }
+  int st;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  char *text = grove_test_read_file(log, NULL);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "wait status %d; log:\n%s", st,
+                text ? text : "");
+  ck_assert_msg(text && strstr(text, "the default admin address " GROVE_DEFAULT_ADMIN_URL) &&
+                    strstr(text, "--admin-listen"),
+                "log:\n%s", text ? text : "");
+  free(text);
+  nng_close(holder);
+
+  /* --admin-listen none: no admin plane at all, said in the refusal. */
   hstart_opts opts = {.no_admin = true};
   hserver s;
-  start(&s, &opts, NULL);
-  bool on = h_log_contains(&s, "admin plane (reload, export, hooks, training) on " GROVE_DEFAULT_ADMIN_URL);
-  bool off = h_log_contains(&s, "server.admin_off");
-  ck_assert_msg(on != off, "admin plane neither on nor off:");
-  ck_assert(strncmp(GROVE_DEFAULT_ADMIN_URL, "tcp://127.0.0.1:", 16) == 0);
   admin_reqs a;
   admin_reqs_init(&a);
   char msg[GROVE_ERR_MSG_MAX];
-  ck_assert_int_eq(send_to(s.tcp, &a.req[0], NULL, msg, sizeof msg), GROVE_E_PERMISSION_DENIED);
-  ck_assert_msg(strstr(msg, on ? GROVE_DEFAULT_ADMIN_URL : "none"), "%s", msg);
-  h_stop(&s);
-
-  /* --admin-listen none: no admin plane at all, said in the refusal. */
   const char *extra[] = {"--admin-listen", "none", NULL};
   start(&s, &opts, extra);
   ck_assert_int_eq(send_to(s.tcp, &a.req[0], NULL, msg, sizeof msg), GROVE_E_PERMISSION_DENIED);
@@ -473,7 +498,7 @@ Suite *admin_suite(void) {
   TCase *p = tcase_create("planes");
   tcase_set_timeout(p, 120);
   tcase_add_test(p, admin_rpcs_only_on_the_admin_listener);
-  tcase_add_test(p, default_admin_address_is_local_and_best_effort);
+  tcase_add_test(p, default_admin_address_taken_stops_groved);
   suite_add_tcase(s, p);
   TCase *t = tcase_create("token");
   tcase_set_timeout(t, 120);
