@@ -47,7 +47,11 @@ grove_status grove_safetensors_write(const char *path, const grove_state_dict *s
 
 /* Reads a torch.save zip archive (.pt/.pth/.bin) with a restricted unpickler
  * that never runs code (docs/checkpoints.md).  Same contract as
- * grove_safetensors_read. */
+ * grove_safetensors_read, except that a tensor may be a strided view of its
+ * storage (as torch.load gives it: a transposed weight, an expanded tensor
+ * of stride 0), never a copy: test grove_tensor_is_contiguous before using
+ * its bytes as a flat array, or copy it (grove_tensor_copy and _clone take
+ * any strides). */
 grove_status grove_torch_read(const char *path, grove_state_dict **out, grove_err *err);
 /* Writes sd as torch.save(sd, path) would: a zip archive with a protocol-2
  * pickle of an OrderedDict (keys in sd's order, sd's module versions as its
