@@ -20,6 +20,10 @@ extern "C" {
 
 /* Largest safetensors header accepted (as the reference reader: 100 MB). */
 #define GROVE_ST_MAX_HEADER (100u * 1000u * 1000u)
+/* Most tensors one safetensors file may list (GROVE_E_LIMIT): far above any
+ * real shard (a few thousand), low enough that a header of zero-size
+ * tensors cannot cost gigabytes (the JSON tree takes about 1 KB a tensor). */
+#define GROVE_ST_MAX_TENSORS (1u << 17)
 
 typedef enum grove_ckpt_format {
   GROVE_CKPT_UNKNOWN = 0,
