@@ -284,8 +284,13 @@ grove_tensor *grove_tensor_new(grove_dtype dt, int ndim, const int64_t *shape, g
   }
   t->data = grove_storage_data(t->storage);
   return t;
-oom:
-  grove_err_set(err, GROVE_E_NOMEM, "out of memory for a tensor");
+oom:;
+  /* The shape and the size, so that a spec asking for 2^40 features says
+   * what could not be allocated (check_shape bounded the product). */
+  char sh[256];
+  grove_err_set(err, GROVE_E_NOMEM, "cannot allocate a %s tensor of shape %s (%llu bytes)",
+                grove_dtype_name(dt), grove_shape_str(ndim, shape, sh, sizeof sh),
+                (unsigned long long)((uint64_t)shape_numel(ndim, shape) * grove_dtype_size(dt)));
   return NULL;
 }
 
