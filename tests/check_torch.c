@@ -779,6 +779,17 @@ START_TEST(test_expanded_views_stay_small) {
   ck_assert_ptr_nonnull(c);
   ck_assert(((const float *)c->data)[(1 << 24) - 1] == 0.0f);
   grove_tensor_release(c);
+  /* Writing them out (grove convert) would copy 64 MiB each: refused,
+   * naming the key, before any copy. */
+  uint8_t *out = NULL;
+  size_t len = 0;
+  before = grove__storage_bytes_allocated();
+  ck_assert_status(grove__torch_write_buffer(sd, "archive", NULL, &out, &len, &err),
+                   GROVE_E_LIMIT);
+  assert_mentions(&err, "key 'e1'"); /* the one past the limit */
+  assert_mentions(&err, "expanded");
+  ck_assert_uint_lt(grove__storage_bytes_allocated() - before, 4096);
+  ck_assert_ptr_null(out);
   grove_sd_free(sd);
   b_free(&b);
 }

@@ -20,6 +20,12 @@ extern "C" {
 
 /* Largest safetensors header accepted (as the reference reader: 100 MB). */
 #define GROVE_ST_MAX_HEADER (100u * 1000u * 1000u)
+/* Writing views that repeat their storages' elements (stride 0, as
+ * torch.load gives expanded tensors) copies at most this many bytes more
+ * than those storages hold, per file; beyond, the writers refuse
+ * (GROVE_E_LIMIT, naming the key), so that converting a small file cannot
+ * cost gigabytes. */
+#define GROVE_MAX_EXPANDED_COPY ((size_t)64 << 20)
 /* Most tensors one safetensors file may list (GROVE_E_LIMIT): far above any
  * real shard (a few thousand), low enough that a header of zero-size
  * tensors cannot cost gigabytes (the JSON tree takes about 1 KB a tensor). */
