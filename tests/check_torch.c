@@ -756,7 +756,7 @@ START_TEST(test_expanded_views_stay_small) {
   b_begin_sd(&b);
   int64_t shape[1] = {INT64_C(1) << 24}, stride[1] = {0}, numels[8];
   for (int i = 0; i < 8; i++) {
-    char key[8], skey[8];
+    char key[16], skey[16];
     snprintf(key, sizeof key, "e%d", i);
     snprintf(skey, sizeof skey, "%d", i);
     b_str(&b, key);

@@ -149,7 +149,7 @@ START_TEST(test_zip_bomb_refused) {
    * on, the last one's data the deflate stream; all deflated (a header
    * inside a deflated range is just bytes to the reader). */
   enum { N = 8 };
-  char names[N][4];
+  char names[N][16];
   zrec r[N];
   bytes b = {0};
   uint64_t total = 0;
