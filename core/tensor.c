@@ -512,6 +512,7 @@ grove_status grove_tensor_copy(grove_tensor *dst, const grove_tensor *src, grove
     return GROVE_OK;
   }
   /* General case: walk a multi-index over the shape. */
+  const bool same = dst->dtype == src->dtype;
   int nd = src->ndim;
   int64_t idx[GROVE_MAX_DIMS] = {0};
   for (int64_t k = 0; k < n; k++) {
@@ -522,7 +523,11 @@ grove_status grove_tensor_copy(grove_tensor *dst, const grove_tensor *src, grove
     }
     const unsigned char *sp = (const unsigned char *)src->data + so * (int64_t)ses;
     unsigned char *dp = (unsigned char *)dst->data + dof * (int64_t)des;
-    if (df) {
+    if (same) {
+      /* Bit for bit, as torch's contiguous(): through float a half's NaN
+       * payload (or a float's signalling NaN) would not survive. */
+      memcpy(dp, sp, des);
+    } else if (df) {
       store_f(dp, dst->dtype, load_f(sp, src->dtype));
     } else if (!store_i(dp, dst->dtype, load_i(sp, src->dtype))) {
       return grove_err_set(err, GROVE_E_RANGE, "value %lld does not fit %s",
