@@ -20,7 +20,10 @@
  * Non-contiguous tensors: the plan refers to a contiguous copy of each
  * (grove_tensor_clone), made while planning and held until the plan is
  * freed, so writing a state_dict of strided views holds copies of all of
- * them at once (the data of contiguous tensors is never copied).
+ * them at once (the data of contiguous tensors is never copied).  Views
+ * larger than their storages (expanded) are copied up to
+ * GROVE_MAX_EXPANDED_COPY bytes beyond the storages' sizes in all, else
+ * refused before any copy (check_expanded).
  *
  * Costs: the safetensors plan is one pass over the keys.  The torch plan
  * also reads every distinct tensor once, because the zip headers carry each
@@ -204,6 +207,35 @@ static grove_file_plan *plan_new(grove_ckpt_format f) {
   return p;
 }
 
+/* Views that repeat elements (expanded tensors, stride 0, as torch_load
+ * hands them out) are larger written out than the storages they read: eight
+ * zeros(1).expand(2**24) in a 1.4 KB .pt are 512 MiB of copies.  Checked
+ * before anything is copied: the tensors idx[0..n) of sd may be copied up
+ * to GROVE_MAX_EXPANDED_COPY bytes beyond their storages' sizes in all;
+ * past it, refused, naming the key that goes over. */
+static grove_status check_expanded(const grove_state_dict *sd, const size_t *idx, size_t n,
+                                   grove_err *err) {
+  size_t spare = GROVE_MAX_EXPANDED_COPY;
+  for (size_t j = 0; j < n; j++) {
+    const grove_tensor *t = grove_sd_tensor(sd, idx[j]);
+    if (grove_tensor_is_contiguous(t)) continue;
+    size_t nbytes = grove_tensor_nbytes(t), have = grove_storage_nbytes(t->storage);
+    if (nbytes <= have) continue;
+    if (nbytes - have > spare) {
+      char sh[200];
+      return grove_err_set(
+          err, GROVE_E_LIMIT,
+          "key '%s': a view of shape %s repeats the elements of its %zu-byte storage (stride 0: "
+          "an expanded tensor) into %zu bytes; Grove copies at most %zu bytes more than the "
+          "views' storages per file (save t.clone() if the copy is meant)",
+          grove_sd_key(sd, idx[j]), grove_shape_str(t->ndim, t->shape, sh, sizeof sh), have,
+          nbytes, (size_t)GROVE_MAX_EXPANDED_COPY);
+    }
+    spare -= nbytes - have;
+  }
+  return GROVE_OK;
+}
+
 /* A tensor whose bytes can be referenced as they are: t itself when
  * contiguous, else a contiguous copy.  The result is a new reference. */
 static grove_tensor *contiguous_ref(grove_tensor *t, const char *key, grove_err *err) {
@@ -328,6 +360,7 @@ grove_status grove_safetensors_plan(const grove_state_dict *sd, grove_file_plan 
   put_own(p, lenbuf, 8);
   put_own(p, hjson, hlen);
   put_own(p, "        ", padded - hlen); /* so that the data starts 8-byte aligned */
+  if (!st) st = check_expanded(sd, order, count, err);
   for (size_t j = 0; j < count && !st; j++) {
     grove_tensor *t = grove_sd_tensor(sd, order[j]);
     size_t nbytes = grove_tensor_nbytes(t);
@@ -720,6 +753,7 @@ grove_status grove__torch_plan_ex(const grove_state_dict *sd, const char *archiv
   st = zadd(&z, rec, NULL, b.p, b.n, err);
   snprintf(rec, alen + 64, "%s/byteorder", archive);
   if (!st) st = zadd(&z, rec, NULL, "little", 6, err);
+  if (!st) st = check_expanded(sd, first, nstorages, err);
   for (size_t k = 0; k < nstorages && !st; k++) {
     grove_tensor *t = grove_sd_tensor(sd, first[k]);
     size_t nbytes = grove_tensor_nbytes(t);

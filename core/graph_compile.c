@@ -333,12 +333,14 @@ typedef struct cctx {
   grove_err *err;
   int cur;             /* index of the node being compiled */
   const json_t *graph; /* the JSON node list */
+  /* Name -> index of every node compiled so far: a jansson object, for its
+   * hash table (a linear scan per argument made N nodes cost O(N^2)). */
+  json_t *names;
 } cctx;
 
 static int node_index(const cctx *c, const char *name) {
-  for (int i = 0; i < c->cur; i++)
-    if (strcmp(c->g->nodes[i].name, name) == 0) return i;
-  return -1;
+  const json_t *i = json_object_get(c->names, name);
+  return i ? (int)json_integer_value(i) : -1;
 }
 
 /* Whether a later node of the JSON graph has this name (for the message). */
@@ -998,21 +1000,30 @@ grove_status grove__graph_compile(grove_module *m, const json_t *obj, const char
   if (!g->nodes) return nomem(err);
   g->nnodes = (int)nn;
   g->output = -1;
-  cctx c = {g, m, path, err, 0, gv};
+  cctx c = {g, m, path, err, 0, gv, json_object()};
+  if (!c.names) return nomem(err);
   for (size_t i = 0; i < nn; i++) {
     char jp[480];
     snprintf(jp, sizeof jp, "%s.graph[%zu]", path, i);
     c.cur = (int)i;
     grove_status s = compile_node(&c, json_array_get(gv, i), jp);
-    if (s) return s;
+    if (!s && json_object_set_new_nocheck(c.names, g->nodes[i].name, json_integer((json_int_t)i)))
+      s = nomem(err);
+    if (s) {
+      json_decref(c.names);
+      return s;
+    }
     gnode *n = &g->nodes[i];
     if (n->op == G_OUTPUT) {
-      if (i + 1 != nn)
+      if (i + 1 != nn) {
+        json_decref(c.names);
         return grove_err_set(err, GROVE_E_SPEC, "%s: the output node must be the last node", jp);
+      }
       g->output = (int)i;
     }
     for (int k = 0; k < n->nargs; k++) count_uses(g->nodes, &n->args[k], (int)i);
   }
+  json_decref(c.names);
   if (g->output < 0)
     return grove_err_set(err, GROVE_E_SPEC,
                          "%s.graph: no output node (the last node must be "

@@ -79,6 +79,26 @@ static inline bool grove__mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out
   return __builtin_mul_overflow(a, b, out);
 }
 
+/* ------------------------------------------------------------ views */
+
+/* The one bounds computation for a strided view of a storage (torch_load,
+ * optim_io, grove_tensor_view_new: every reader of offsets and strides from
+ * a file goes through it).  A view of ndim dims (shape, strides in elements,
+ * both from outside) starting elem_offset elements of es bytes into its
+ * storage reaches up to byte *end (exclusive): (elem_offset + sum((shape_i -
+ * 1) * stride_i) + 1) * es, or elem_offset * es when some shape_i is 0 (an
+ * empty view reaches nothing but must still start inside).  Returns false,
+ * *end untouched, when a shape or stride is negative or any step overflows
+ * 64 bits: the caller refuses the view then, as when *end passes the
+ * storage's size. */
+bool grove__view_end(uint64_t elem_offset, size_t es, int ndim, const int64_t *shape,
+                     const int64_t *strides, uint64_t *end);
+
+/* Bytes of storage allocated by grove_storage_new since the process started
+ * (never decreases; wrapped storages, e.g. mappings of files, do not count).
+ * Lets tests check that reading a small file costs little memory. */
+uint64_t grove__storage_bytes_allocated(void);
+
 /* ------------------------------------------------------------ text */
 
 /* Offset of the first byte of s that does not start a valid UTF-8 sequence,

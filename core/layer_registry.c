@@ -321,6 +321,9 @@ grove_status grove__json_unsupported(const char *path, const char *key, const ch
 }
 
 grove_status grove__json_built(const char *path, grove_status s, grove_err *err) {
+  /* A size the spec asks for that cannot be allocated names the module's
+   * JSON path too (and stays GROVE_E_NOMEM). */
+  if (s == GROVE_E_NOMEM && err) grove_err_prefix(err, "%s", path);
   if (s != GROVE_E_INVALID_ARGUMENT) return s;
   if (!err) return GROVE_E_SPEC;
   grove_err_prefix(err, "%s", path);

@@ -175,7 +175,9 @@ grove_status grove__json_unsupported(const char *path, const char *key, const ch
 /* Passes a constructor's status through, except that GROVE_E_INVALID_ARGUMENT
  * (values the readers let through but the constructor refused: a weight too
  * large to count) becomes GROVE_E_SPEC with path in front of the message:
- * it is still the spec that is wrong. */
+ * it is still the spec that is wrong.  GROVE_E_NOMEM (a size that fits but
+ * cannot be allocated: in_features 2^40) keeps its code and gets path in
+ * front too. */
 grove_status grove__json_built(const char *path, grove_status s, grove_err *err);
 
 /* ------------------------------------------------------------ builders */

@@ -160,7 +160,10 @@ grove_status grove_linear_new(int64_t in_features, int64_t out_features, bool bi
   int64_t wshape[2] = {out_features, in_features};
   grove_tensor *w = grove_tensor_new(GROVE_F32, 2, wshape, err);
   grove_tensor *b = bias ? grove_tensor_new(GROVE_F32, 1, &out_features, err) : NULL;
-  if (!w || (bias && !b)) s = err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
+  if (!w || (bias && !b)) {
+    s = err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
+    grove_err_prefix(err, "Linear: %s", w ? "bias" : "weight");
+  }
   if (!s) s = grove_module_register_parameter(m, "weight", w, err);
   if (!s) s = grove_module_register_parameter(m, "bias", b, err);
   grove_tensor_release(w);

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "internal.h"
 
 /* ============================================================== pointer set */
@@ -260,6 +262,7 @@ void grove_module_release(grove_module *m) {
   free(m->params);
   free(m->buffers);
   free(m->children);
+  json_decref(m->child_index);
   free_hooks(m);
   if (m->type && m->type->free_impl)
     m->type->free_impl(m->impl);
@@ -291,10 +294,34 @@ static long slot_index(const grove_slot *slots, size_t n, const char *name) {
   return -1;
 }
 
+/* Children at which the name index (m->child_index, a jansson object: its
+ * hash table) is built; below, a scan is cheaper. */
+#define CHILD_INDEX_FROM 16
+
 static long child_index(const grove_module *m, const char *name) {
+  if (m->child_index) {
+    const json_t *i = json_object_get(m->child_index, name);
+    return i ? (long)json_integer_value(i) : -1;
+  }
   for (size_t i = 0; i < m->nchildren; i++)
     if (strcmp(m->children[i].name, name) == 0) return (long)i;
   return -1;
+}
+
+/* Records child i in the index, building it when the module grows past
+ * CHILD_INDEX_FROM.  Out of memory only drops the index (lookups scan). */
+static void index_child(grove_module *m, size_t i) {
+  if (!m->child_index && m->nchildren < CHILD_INDEX_FROM) return;
+  bool fresh = !m->child_index;
+  if (fresh && !(m->child_index = json_object())) return;
+  for (size_t k = fresh ? 0 : i; k <= i; k++) {
+    if (json_object_set_new_nocheck(m->child_index, m->children[k].name,
+                                    json_integer((json_int_t)k))) {
+      json_decref(m->child_index);
+      m->child_index = NULL;
+      return;
+    }
+  }
 }
 
 enum { KIND_PARAM, KIND_BUFFER, KIND_MODULE };
@@ -377,6 +404,7 @@ grove_status grove_module_add_module(grove_module *m, const char *name, grove_mo
   if (!nm) return grove_err_set(err, GROVE_E_NOMEM, "out of memory adding module '%s'", name);
   if (child) grove_module_retain(child);
   m->children[m->nchildren++] = (grove_child){nm, child};
+  index_child(m, m->nchildren - 1);
   return GROVE_OK;
 }
 

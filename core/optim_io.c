@@ -401,6 +401,16 @@ static grove_status read_tensor(reader *rd, const grove__pk *v, const char *what
   if (!as_int(a[1], &offset) || offset < 0 || nd < 0 || nd2 != nd)
     return grove_err_set(rd->err, GROVE_E_FORMAT, "%s: %s: bad offset, size or stride", rd->path,
                          what);
+  /* Bounds before anything is read (the view is checked again below); the
+   * same helper as every reader, so that offset * element size and a last
+   * index of 2^64 - 1 cannot wrap. */
+  uint64_t end;
+  char sbuf[200], tbuf[200];
+  if (!grove__view_end((uint64_t)offset, grove_dtype_size(dt), nd, shape, strides, &end))
+    return grove_err_set(rd->err, GROVE_E_BAD_OFFSETS,
+                         "%s: %s: a view of shape %s, stride %s at offset %lld overflows 64 bits",
+                         rd->path, what, grove_shape_str(nd, shape, sbuf, sizeof sbuf),
+                         grove_shape_str(nd, strides, tbuf, sizeof tbuf), (long long)offset);
   char *rec = grove__asprintf("%sdata/%s", rd->prefix, pid[2]->u.str.s);
   if (!rec) return grove_err_set(rd->err, GROVE_E_NOMEM, "out of memory");
   const grove__zip_entry *e = grove__zip_find(&rd->zip, rec);
@@ -414,6 +424,13 @@ static grove_status read_tensor(reader *rd, const grove__pk *v, const char *what
   if (!st) return grove_err_set(rd->err, GROVE_E_NOMEM, "out of memory");
   grove_status s = grove__zip_extract(&rd->zip, e, grove_storage_data(st), rd->err);
   grove_tensor *view = NULL;
+  if (!s && end > grove_storage_nbytes(st))
+    s = grove_err_set(rd->err, GROVE_E_BAD_OFFSETS,
+                      "a view of shape %s, stride %s at offset %lld is out of bounds for storage "
+                      "'%s' (%zu bytes)",
+                      grove_shape_str(nd, shape, sbuf, sizeof sbuf),
+                      grove_shape_str(nd, strides, tbuf, sizeof tbuf), (long long)offset,
+                      pid[2]->u.str.s, grove_storage_nbytes(st));
   if (!s) {
     view = grove_tensor_view_new(st, (size_t)offset * grove_dtype_size(dt), dt, nd, shape, strides,
                                  rd->err);

@@ -11,6 +11,10 @@
  * Metadata::validate) and a few more, each answered with one specific
  * grove_status.  The mapping, reference error -> Grove status:
  *
+ * No message quotes the file's bytes (a file that is not safetensors at
+ * all, a secret behind a symlink, must not have its first bytes shown as a
+ * "header length"): lengths, positions and keys only.
+ *
  *   HeaderTooSmall (file < 8 bytes)          -> GROVE_E_TRUNCATED
  *   InvalidHeaderLength (8 + N > file size)  -> GROVE_E_TRUNCATED
  *   HeaderTooLarge (N > 100 MB)              -> GROVE_E_HEADER_TOO_LARGE
@@ -47,6 +51,9 @@
  *   64 bits: the reference accepts it since 0 x anything is 0, but such a
  *   shape has no representable strides     -> GROVE_E_BAD_SIZE
  *   a file that cannot be read, or changed   -> GROVE_E_IO
+ *   more than GROVE_ST_MAX_TENSORS tensors   -> GROVE_E_LIMIT, counted by a
+ *                                               scan of the header before
+ *                                               any JSON is built
  *
  * A tensor entry's unknown fields are ignored, as the reference does, and a
  * "__metadata__": null is accepted as no metadata (serde reads it as None).
@@ -266,6 +273,34 @@ static const char *dup_token(const json_error_t *je, char *buf, size_t n) {
   return buf;
 }
 
+/* The number of members of the header's top-level object, counted without
+ * building anything (one pass, no allocation): the colons at depth 1
+ * outside strings.  Exact for valid JSON; for invalid JSON any count is
+ * fine, the parser refuses it next. */
+static size_t count_members(const uint8_t *h, size_t n) {
+  size_t count = 0;
+  int depth = 0;
+  bool in_str = false;
+  for (size_t i = 0; i < n; i++) {
+    uint8_t c = h[i];
+    if (in_str) {
+      if (c == '\\')
+        i++;
+      else if (c == '"')
+        in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == '{' || c == '[') {
+      depth++;
+    } else if (c == '}' || c == ']') {
+      depth--;
+    } else if (c == ':' && depth == 1) {
+      count++;
+    }
+  }
+  return count;
+}
+
 /* ------------------------------------------------------------ reader */
 
 /* Builds the tensor of one entry into *out: a view into map when it is given
@@ -298,22 +333,32 @@ static grove_status st_parse(const uint8_t *buf, size_t len, const char *name, g
                          "%s: %zu bytes, too short for the 8-byte header length", name, len);
   uint64_t n = 0;
   memcpy(&n, buf, 8); /* little-endian host: asserted above */
+  /* The length is the file's first 8 bytes: never shown (see the top). */
   if (n > GROVE_ST_MAX_HEADER)
     return grove_err_set(err, GROVE_E_HEADER_TOO_LARGE,
-                         "%s: header length %llu exceeds the limit of %u bytes", name,
-                         (unsigned long long)n, GROVE_ST_MAX_HEADER);
+                         "%s: not a safetensors file (header length exceeds the limit of %u "
+                         "bytes)",
+                         name, GROVE_ST_MAX_HEADER);
   if (n > len - 8)
-    return grove_err_set(err, GROVE_E_TRUNCATED, "%s: header length %llu but only %zu bytes follow",
-                         name, (unsigned long long)n, len - 8);
+    return grove_err_set(err, GROVE_E_TRUNCATED,
+                         "%s: not a safetensors file, or a truncated one (header length exceeds "
+                         "the file, %zu bytes)",
+                         name, len);
   const uint8_t *hdr = buf + 8;
   size_t bad = grove__utf8_invalid_at(hdr, (size_t)n, false);
   if (bad != n)
     return grove_err_set(err, GROVE_E_BAD_UTF8,
-                         "%s: header is not valid UTF-8 (byte %zu of the header, 0x%02x)", name,
-                         bad, hdr[bad]);
+                         "%s: header is not valid UTF-8 (at byte %zu of the header)", name, bad);
   if (n == 0) return grove_err_set(err, GROVE_E_BAD_JSON, "%s: the header is empty", name);
   if (hdr[0] != '{')
     return grove_err_set(err, GROVE_E_BAD_JSON, "%s: the header does not start with '{'", name);
+
+  /* Bounded before the JSON tree (about 1 KB a member) is built. */
+  size_t members = count_members(hdr, (size_t)n);
+  if (members > GROVE_ST_MAX_TENSORS + 1u) /* + 1: __metadata__ */
+    return grove_err_set(err, GROVE_E_LIMIT,
+                         "%s: the header lists %zu tensors; Grove reads at most %u per file", name,
+                         members, GROVE_ST_MAX_TENSORS);
 
   json_error_t je;
   json_t *root = json_loadb((const char *)hdr, (size_t)n, JSON_REJECT_DUPLICATES, &je);
@@ -324,8 +369,10 @@ static grove_status st_parse(const uint8_t *buf, size_t len, const char *name, g
                            "%s: duplicate key %s in the header (byte %d)", name,
                            dup_token(&je, tok, sizeof tok), je.position);
     }
-    return grove_err_set(err, GROVE_E_BAD_JSON, "%s: header: %s (byte %d)", name, je.text,
-                         je.position);
+    /* jansson's text quotes the bytes near the error: position only. */
+    return grove_err_set(err, GROVE_E_BAD_JSON,
+                         "%s: the header is not valid JSON (line %d, column %d, byte %d)", name,
+                         je.line, je.column, je.position);
   }
 
   grove_status st = GROVE_OK;
@@ -354,6 +401,12 @@ static grove_status st_parse(const uint8_t *buf, size_t len, const char *name, g
     if (st != GROVE_OK) goto done;
   }
 
+  if (n_entries > GROVE_ST_MAX_TENSORS) {
+    st = grove_err_set(err, GROVE_E_LIMIT,
+                       "%s: the header lists %zu tensors; Grove reads at most %u per file", name,
+                       n_entries, GROVE_ST_MAX_TENSORS);
+    goto done;
+  }
   st = validate_layout(entries, n_entries, (uint64_t)(len - 8 - (size_t)n), name, err);
   if (st != GROVE_OK) goto done;
 

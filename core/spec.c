@@ -125,6 +125,9 @@ typedef struct tie {
 typedef struct ctx {
   built *mods;
   size_t nmods, capmods;
+  /* path -> index in mods: a jansson object, for its hash table (a linear
+   * scan per ref made N modules cost O(N^2)). */
+  json_t *by_path;
   tie *ties;
   size_t nties, capties;
   grove_err *err;
@@ -135,6 +138,7 @@ static void ctx_fini(ctx *c) {
   for (size_t i = 0; i < c->nties; i++) free(c->ties[i].jpath);
   free(c->mods);
   free(c->ties);
+  json_decref(c->by_path);
 }
 
 static grove_status remember(ctx *c, const char *path, grove_module *m) {
@@ -147,14 +151,23 @@ static grove_status remember(ctx *c, const char *path, grove_module *m) {
   }
   char *copy = grove__strdup(path);
   if (!copy) return nomem(c->err);
+  if (!c->by_path && !(c->by_path = json_object())) {
+    free(copy);
+    return nomem(c->err);
+  }
+  /* The first module built at a path is the one a ref names. */
+  if (!json_object_get(c->by_path, path) &&
+      json_object_set_new_nocheck(c->by_path, path, json_integer((json_int_t)c->nmods))) {
+    free(copy);
+    return nomem(c->err);
+  }
   c->mods[c->nmods++] = (built){copy, m};
   return GROVE_OK;
 }
 
 static grove_module *lookup(const ctx *c, const char *path) {
-  for (size_t i = 0; i < c->nmods; i++)
-    if (strcmp(c->mods[i].path, path) == 0) return c->mods[i].m;
-  return NULL;
+  const json_t *i = c->by_path ? json_object_get(c->by_path, path) : NULL;
+  return i ? c->mods[json_integer_value(i)].m : NULL;
 }
 
 /* Whether path a is mp itself or one of its ancestors ("" is everyone's). */
@@ -665,9 +678,14 @@ grove_status grove_model_from_spec(const char *json_text, const char *origin, gr
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "grove_model_from_spec: NULL argument");
   json_error_t je;
   json_t *doc = json_loads(json_text, JSON_REJECT_DUPLICATES, &je);
+  /* Position only: jansson's text quotes the bytes near the error, and
+   * model.json may be a symlink to a file that is not a spec at all. */
   if (!doc)
-    return grove_err_set(err, GROVE_E_SPEC, "%s: line %d, column %d: %s", origin, je.line,
-                         je.column, je.text);
+    return grove_err_set(err, GROVE_E_SPEC, "%s: not valid JSON (line %d, column %d%s)", origin,
+                         je.line, je.column,
+                         json_error_code(&je) == json_error_duplicate_key
+                             ? ": a key named twice in one object"
+                             : "");
   grove_model *m = calloc(1, sizeof *m);
   grove_status s = m ? parse(doc, m, err) : nomem(err);
   json_decref(doc);

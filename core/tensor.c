@@ -147,6 +147,12 @@ struct grove_storage {
  * those zeros were a full extra copy of the weights during every reload. */
 #define BIG_STORAGE ((size_t)1 << 20)
 
+static _Atomic uint64_t storage_bytes_allocated;
+
+uint64_t grove__storage_bytes_allocated(void) {
+  return atomic_load_explicit(&storage_bytes_allocated, memory_order_relaxed);
+}
+
 grove_storage *grove_storage_new(size_t nbytes) {
   grove_storage *s = malloc(sizeof *s);
   if (!s) return NULL;
@@ -167,6 +173,7 @@ grove_storage *grove_storage_new(size_t nbytes) {
     free(s);
     return NULL;
   }
+  atomic_fetch_add_explicit(&storage_bytes_allocated, nbytes, memory_order_relaxed);
   atomic_init(&s->refcount, 1);
   s->nbytes = nbytes;
   s->release = NULL;
@@ -277,9 +284,33 @@ grove_tensor *grove_tensor_new(grove_dtype dt, int ndim, const int64_t *shape, g
   }
   t->data = grove_storage_data(t->storage);
   return t;
-oom:
-  grove_err_set(err, GROVE_E_NOMEM, "out of memory for a tensor");
+oom:;
+  /* The shape and the size, so that a spec asking for 2^40 features says
+   * what could not be allocated (check_shape bounded the product). */
+  char sh[256];
+  grove_err_set(err, GROVE_E_NOMEM, "cannot allocate a %s tensor of shape %s (%llu bytes)",
+                grove_dtype_name(dt), grove_shape_str(ndim, shape, sh, sizeof sh),
+                (unsigned long long)((uint64_t)shape_numel(ndim, shape) * grove_dtype_size(dt)));
   return NULL;
+}
+
+bool grove__view_end(uint64_t elem_offset, size_t es, int ndim, const int64_t *shape,
+                     const int64_t *strides, uint64_t *end) {
+  uint64_t last = elem_offset;
+  bool empty = false;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0 || strides[i] < 0) return false;
+    if (shape[i] == 0) empty = true;
+  }
+  if (empty) return !grove__mul_overflow_u64(elem_offset, es, end);
+  for (int i = 0; i < ndim; i++) {
+    uint64_t r;
+    if (grove__mul_overflow_u64((uint64_t)(shape[i] - 1), (uint64_t)strides[i], &r) ||
+        __builtin_add_overflow(last, r, &last))
+      return false;
+  }
+  /* last + 1 wraps to 0 when last is 2^64 - 1: checked like the rest. */
+  return !__builtin_add_overflow(last, 1, &last) && !grove__mul_overflow_u64(last, es, end);
 }
 
 grove_tensor *grove_tensor_view_new(grove_storage *storage, size_t byte_offset, grove_dtype dt,
@@ -291,32 +322,17 @@ grove_tensor *grove_tensor_view_new(grove_storage *storage, size_t byte_offset, 
     grove_contiguous_strides(ndim, shape, cstrides);
     strides = cstrides;
   }
-  /* The furthest element the view can reach, in elements, must lie inside
-   * the storage; an empty view reaches nothing. */
-  size_t es = grove_dtype_size(dt);
-  uint64_t last = 0;
-  bool empty = false;
-  for (int i = 0; i < ndim; i++) {
-    if (shape[i] == 0) empty = true;
+  /* The furthest byte the view can reach must lie inside the storage; an
+   * empty view reaches nothing but must start inside. */
+  for (int i = 0; i < ndim; i++)
     if (strides[i] < 0)
       return grove_err_set(err, GROVE_E_RANGE, "negative stride %lld", (long long)strides[i]),
              NULL;
-  }
-  if (!empty) {
-    for (int i = 0; i < ndim; i++) {
-      uint64_t r;
-      if (grove__mul_overflow_u64((uint64_t)(shape[i] - 1), (uint64_t)strides[i], &r) ||
-          __builtin_add_overflow(last, r, &last))
-        goto out_of_bounds;
-    }
-    uint64_t end;
-    if (grove__mul_overflow_u64(last + 1, es, &end) ||
-        __builtin_add_overflow(end, (uint64_t)byte_offset, &end) ||
-        end > grove_storage_nbytes(storage))
-      goto out_of_bounds;
-  } else if (byte_offset > grove_storage_nbytes(storage)) {
+  uint64_t end;
+  if (!grove__view_end(0, grove_dtype_size(dt), ndim, shape, strides, &end) ||
+      __builtin_add_overflow(end, (uint64_t)byte_offset, &end) ||
+      end > grove_storage_nbytes(storage))
     goto out_of_bounds;
-  }
   grove_tensor *t = tensor_alloc(dt, ndim, shape);
   if (!t) {
     grove_err_set(err, GROVE_E_NOMEM, "out of memory for a tensor");
@@ -496,6 +512,7 @@ grove_status grove_tensor_copy(grove_tensor *dst, const grove_tensor *src, grove
     return GROVE_OK;
   }
   /* General case: walk a multi-index over the shape. */
+  const bool same = dst->dtype == src->dtype;
   int nd = src->ndim;
   int64_t idx[GROVE_MAX_DIMS] = {0};
   for (int64_t k = 0; k < n; k++) {
@@ -506,7 +523,11 @@ grove_status grove_tensor_copy(grove_tensor *dst, const grove_tensor *src, grove
     }
     const unsigned char *sp = (const unsigned char *)src->data + so * (int64_t)ses;
     unsigned char *dp = (unsigned char *)dst->data + dof * (int64_t)des;
-    if (df) {
+    if (same) {
+      /* Bit for bit, as torch's contiguous(): through float a half's NaN
+       * payload (or a float's signalling NaN) would not survive. */
+      memcpy(dp, sp, des);
+    } else if (df) {
       store_f(dp, dst->dtype, load_f(sp, src->dtype));
     } else if (!store_i(dp, dst->dtype, load_i(sp, src->dtype))) {
       return grove_err_set(err, GROVE_E_RANGE, "value %lld does not fit %s",

@@ -50,6 +50,7 @@
 
 typedef struct grove__zip_entry {
   char *name;           /* NUL-terminated copy of the record's name */
+  uint64_t header_offset; /* its local header's first byte in the archive */
   uint64_t data_offset; /* first byte of the record's data in the archive */
   uint64_t comp_size;   /* bytes in the archive */
   uint64_t size;        /* bytes once inflated */

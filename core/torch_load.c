@@ -23,8 +23,9 @@
  *   - Storages are read once per key and shared: tied weights (two keys, one
  *     storage) come back as two tensors on one grove_storage.  Offsets and
  *     strides are in elements and checked, overflow-safe, against the
- *     storage.  A contiguous view is a view; a non-contiguous one (a
- *     transposed weight) is gathered into a contiguous copy, bit for bit.
+ *     storage, in grove__view_end.  Every tensor is a view of its storage,
+ *     strides kept (a transposed weight, an expanded one of stride 0), as
+ *     torch.load gives them: memory follows the file, not the numel.
  *   - Stored, little-endian, 4-byte aligned f32 storages of a file read whole
  *     are zero-copy (the contract of grove_safetensors_read); the rest is
  *     copied, inflated, and byte-swapped when the archive is big-endian.
@@ -444,10 +445,9 @@ static grove_status rebuild(loader *ld, const char *key, const grove__pk *storag
     return bad(ld, key, "a tensor's stride must be a tuple of non-negative ints, one per dimension",
                stride_v);
 
-  /* Bounds, in elements of dt, overflow-checked: an empty tensor reaches
-   * nothing; otherwise its last element is offset + sum((shape-1)*stride). */
+  /* The shape's element count must fit (torch's numel is an int64). */
   size_t es = grove_dtype_size(dt);
-  uint64_t numel_t = 1, last = (uint64_t)offset;
+  uint64_t numel_t = 1;
   bool empty = false, overflow = false;
   for (int i = 0; i < nd; i++) {
     if (shape[i] == 0)
@@ -456,7 +456,7 @@ static grove_status rebuild(loader *ld, const char *key, const grove__pk *storag
       overflow |= grove__mul_overflow_u64(numel_t, (uint64_t)shape[i], &numel_t);
   }
   overflow |= numel_t > (uint64_t)INT64_MAX / 8;
-  char sbuf[200];
+  char sbuf[200], tbuf[200];
   if (overflow)
     return grove_err_set(ld->err, GROVE_E_BAD_SIZE, "%s: key '%s': shape %s overflows 64 bits",
                          ld->name, key, grove_shape_str(nd, shape, sbuf, sizeof sbuf));
@@ -464,43 +464,26 @@ static grove_status rebuild(loader *ld, const char *key, const grove__pk *storag
   grove_status st = get_storage(ld, key, skey->u.str.s, sdt, untyped, (uint64_t)numel,
                                 untyped ? es : grove_dtype_size(sdt), &sl);
   if (st != GROVE_OK) return st;
+  /* Bounds, overflow-checked in the one helper every view goes through: a
+   * last index of 2^64 - 1 must not wrap to an end of 0.  torch refuses
+   * these too ("out of bounds for storage"). */
   uint64_t snbytes = grove_storage_nbytes(sl->s), end = 0;
-  bool oob = false;
-  if (!empty) {
-    for (int i = 0; i < nd && !oob; i++) {
-      uint64_t r;
-      oob |= grove__mul_overflow_u64((uint64_t)(shape[i] - 1), (uint64_t)strides[i], &r) ||
-             __builtin_add_overflow(last, r, &last);
-    }
-    oob = oob || grove__mul_overflow_u64(last + 1, es, &end) || end > snbytes;
-  } else {
-    oob = grove__mul_overflow_u64((uint64_t)offset, es, &end) || end > snbytes;
-  }
-  if (oob)
+  if (!grove__view_end((uint64_t)offset, es, nd, shape, strides, &end) || end > snbytes)
     return grove_err_set(ld->err, GROVE_E_BAD_OFFSETS,
-                         "%s: key '%s': a %s view of shape %s at offset %lld reaches past the "
-                         "end of storage '%s' (%llu bytes)",
+                         "%s: key '%s': a %s view of shape %s, stride %s at offset %lld is out of "
+                         "bounds for storage '%s' (%llu bytes)",
                          ld->name, key, grove_dtype_name(dt),
-                         grove_shape_str(nd, shape, sbuf, sizeof sbuf), (long long)offset,
+                         grove_shape_str(nd, shape, sbuf, sizeof sbuf),
+                         grove_shape_str(nd, strides, tbuf, sizeof tbuf), (long long)offset,
                          skey->u.str.s, (unsigned long long)snbytes);
 
-  grove_tensor probe;
-  memset(&probe, 0, sizeof probe);
-  probe.ndim = nd;
-  for (int i = 0; i < nd; i++) probe.shape[i] = shape[i], probe.strides[i] = strides[i];
+  /* The tensor is a view of the storage, strides kept, as torch.load gives
+   * it: an expanded tensor (stride 0) costs its storage, not its numel, and
+   * tied views share one storage.  Consumers that need contiguous memory
+   * (load_state_dict's copy, export, the wire) copy what they use. */
   grove_err local = {0};
   size_t byte_off = empty ? 0 : (size_t)offset * es;
-  grove_tensor *t;
-  if (grove_tensor_is_contiguous(&probe)) {
-    t = grove_tensor_view_new(sl->s, byte_off, dt, nd, shape, NULL, &local);
-  } else {
-    t = grove_tensor_new(dt, nd, shape, &local);
-    if (t) {
-      probe.dtype = dt;
-      probe.data = (uint8_t *)grove_storage_data(sl->s) + byte_off;
-      grove__tensor_gather(&probe, t->data);
-    }
-  }
+  grove_tensor *t = grove_tensor_view_new(sl->s, byte_off, dt, nd, shape, strides, &local);
   if (!t)
     return grove_err_set(ld->err, local.code ? local.code : GROVE_E_NOMEM, "%s: key '%s': %s",
                          ld->name, key, grove_err_msg(&local));

@@ -23,8 +23,12 @@
  * download should be refused, not served.)
  *
  * A deflated record may claim an uncompressed size at most 1032 times its
- * compressed size (deflate's largest ratio), so a small hostile file cannot
- * make the reader allocate gigabytes.
+ * compressed size (deflate's largest ratio), its deflate stream must end
+ * exactly at its last byte, and records may not overlap (each other, the
+ * central directory or the end records): the compressed sizes then add up
+ * to at most the file's size, so the bytes all records inflate to stay
+ * within about 1032 times the file (a 24.5 KB file of overlapping entries
+ * inflated to 512 MiB before).  Overlapping records -> GROVE_E_FORMAT.
  *
  * Writer.  Stored records only (deflate is kept for tests), each one's data
  * 64-byte aligned by a local extra field of id "FB" filled with 'Z', as
@@ -197,6 +201,58 @@ static void sort_by_name(const grove__zip *z, size_t *idx, size_t *tmp, size_t n
   memcpy(idx, tmp, n * sizeof *idx);
 }
 
+/* A record's bytes in the archive: local header, name, extra, data. */
+typedef struct span {
+  uint64_t start, end;
+  size_t entry;
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Refuses records whose bytes overlap one another's or the central
+ * directory's and end records'.  A real writer never does this; a hostile
+ * one points many entries at one deflate stream (or one record's range over
+ * the others') so that a small file inflates to many times its size.  With
+ * the records disjoint, their compressed sizes add up to at most the file's
+ * and the per-record ratio check bounds the total inflated bytes by about
+ * 1032 times the file. */
+static grove_status check_disjoint(const grove__zip *z, uint64_t cd_off, uint64_t cd_end,
+                                   uint64_t cd_limit, grove_err *err) {
+  span *s = malloc((z->count + 2) * sizeof *s);
+  if (!s) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", z->name);
+  size_t n = 0;
+  for (size_t i = 0; i < z->count; i++) {
+    const grove__zip_entry *e = &z->entries[i];
+    s[n++] = (span){e->header_offset, e->data_offset + e->comp_size, i};
+  }
+  if (cd_end > cd_off) s[n++] = (span){cd_off, cd_end, SIZE_MAX};
+  if (z->len > cd_limit) s[n++] = (span){cd_limit, z->len, SIZE_MAX};
+  qsort(s, n, sizeof *s, span_cmp);
+  grove_status st = GROVE_OK;
+  for (size_t i = 1; i < n && st == GROVE_OK; i++) {
+    if (s[i].start >= s[i - 1].end) continue;
+    const span *a = &s[i - 1], *b = &s[i];
+    if (a->entry == SIZE_MAX || b->entry == SIZE_MAX) {
+      const span *r = a->entry == SIZE_MAX ? b : a;
+      st = grove_err_set(err, GROVE_E_FORMAT,
+                         "%s: record '%s' (bytes %llu to %llu) overlaps the central directory",
+                         z->name, z->entries[r->entry].name, (unsigned long long)r->start,
+                         (unsigned long long)r->end);
+    } else {
+      st = grove_err_set(err, GROVE_E_FORMAT,
+                         "%s: records '%s' and '%s' overlap (bytes %llu to %llu and %llu to %llu)",
+                         z->name, z->entries[a->entry].name, z->entries[b->entry].name,
+                         (unsigned long long)a->start, (unsigned long long)a->end,
+                         (unsigned long long)b->start, (unsigned long long)b->end);
+    }
+  }
+  free(s);
+  return st;
+}
+
 /* Parses one central directory entry at *p and its local header. */
 static grove_status read_entry(const grove__zip *z, uint64_t *p, uint64_t cd_end,
                                grove__zip_entry *e, grove_err *err) {
@@ -272,6 +328,7 @@ static grove_status read_entry(const grove__zip *z, uint64_t *p, uint64_t cd_end
   if (size > (uint64_t)SIZE_MAX / 2)
     return grove_err_set(err, GROVE_E_LIMIT, "%s: record '%s': %llu bytes is too large", z->name,
                          e->name, (unsigned long long)size);
+  e->header_offset = lho;
   e->data_offset = data;
   e->comp_size = comp;
   e->size = size;
@@ -308,6 +365,7 @@ grove_status grove__zip_open(grove__zip *z, const void *buf, size_t len, const c
     if (st != GROVE_OK) break;
     z->by_name[i] = i;
   }
+  if (st == GROVE_OK) st = check_disjoint(z, cd_off, cd_end, cd_limit, err);
   if (st == GROVE_OK) {
     sort_by_name(z, z->by_name, tmp, (size_t)count);
     for (size_t i = 1; i < count && st == GROVE_OK; i++)
@@ -403,8 +461,12 @@ static grove_status inflate_into(const grove__zip *z, const grove__zip_entry *e,
     int r = inflate(&s, Z_NO_FLUSH);
     if (r == Z_OK) continue; /* progress was made */
     if (r == Z_STREAM_END) {
-      ok = s.avail_out == 0 && out_left == 0;
-      why = "inflates to fewer bytes than its declared size";
+      /* The stream must use the record's bytes, all of them: the ratio
+       * check (read_entry) trusted the claimed compressed size, and bytes
+       * left over would be room for another record's data. */
+      ok = s.avail_out == 0 && out_left == 0 && s.avail_in == 0 && in_left == 0;
+      why = s.avail_in || in_left ? "ends its deflate stream before the record's last byte"
+                                  : "inflates to fewer bytes than its declared size";
     } else if (r == Z_BUF_ERROR && out_full) {
       why = "inflates to more bytes than its declared size";
     } else if (r == Z_BUF_ERROR && in_done) {

@@ -6,7 +6,9 @@
 #   make fuzz FUZZ_SECONDS=600     longer
 #   make fuzz-smoke                each target for FUZZ_SMOKE_SECONDS (6)
 #
-# Each run starts from the committed seeds in fuzz/corpus/NAME/ (read only)
+# Each run starts from the committed seeds in fuzz/corpus/NAME/ (read only),
+# with the dictionary fuzz/NAME.dict when there is one (pickle, zip,
+# safetensors: huge offsets and strides; fuzz/make_corpus.py writes them),
 # and keeps what it finds in build/fuzz/corpus/NAME/; a crash, leak, UB or
 # an input slower than 10 s fails the run and leaves the input in
 # build/fuzz/crashes/.  Turn every such input into a regression test in
@@ -57,7 +59,8 @@ define fuzz_run
 	@for n in $(FUZZ_NAMES); do \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$n; \
 	  echo "fuzz: $$n for $(1) s"; \
-	  $(FUZZ_BUILD)/fuzz_$$n $(FUZZ_RUN_FLAGS) -max_total_time=$(1) \
+	  dict=; if [ -f fuzz/$$n.dict ]; then dict=-dict=fuzz/$$n.dict; fi; \
+	  $(FUZZ_BUILD)/fuzz_$$n $(FUZZ_RUN_FLAGS) $$dict -max_total_time=$(1) \
 	    -artifact_prefix=$(FUZZ_BUILD)/crashes/$$n- \
 	    $(FUZZ_BUILD)/corpus/$$n fuzz/corpus/$$n > $(FUZZ_BUILD)/fuzz_$$n.log 2>&1 \
 	  || { tail -n 60 $(FUZZ_BUILD)/fuzz_$$n.log; echo "fuzz: $$n FAILED (log: $(FUZZ_BUILD)/fuzz_$$n.log)"; exit 1; }; \

@@ -534,6 +534,51 @@ START_TEST(test_state_dict) {
 }
 END_TEST
 
+/* A generated model.json of 50,000 nodes (a chain of relu) compiles: node
+ * names were found by a linear scan per argument, O(N^2) (over 30 s); now
+ * hashed.  No timing assertion here (bench/ is for figures); the test
+ * asserts that the compile succeeds and that the graph runs. */
+START_TEST(test_large_graph_compiles) {
+  enum { N = 50000 };
+  size_t cap = (size_t)N * 96 + 256, used = 0;
+  char *mod = malloc(cap);
+  ck_assert_ptr_nonnull(mod);
+  used += (size_t)snprintf(mod + used, cap - used,
+                           "{\"type\": \"Deep\", \"graph\": [{\"op\": \"placeholder\", "
+                           "\"name\": \"x\"}");
+  for (int i = 1; i < N; i++) {
+    char prev[16];
+    if (i == 1)
+      snprintf(prev, sizeof prev, "x");
+    else
+      snprintf(prev, sizeof prev, "r%d", i - 1);
+    used += (size_t)snprintf(mod + used, cap - used,
+                             ", {\"op\": \"call_function\", \"name\": \"r%d\", \"target\": "
+                             "\"relu\", \"args\": [{\"node\": \"%s\"}]}",
+                             i, prev);
+  }
+  snprintf(mod + used, cap - used,
+           ", {\"op\": \"output\", \"name\": \"output\", \"args\": [{\"node\": \"r%d\"}]}]}", N - 1);
+  grove_model *m = NULL;
+  grove_err err = {0};
+  ck_assert_ok(from_module(mod, &m, &err), &err);
+  free(mod);
+  grove_arena *arena = grove_arena_new(0);
+  const float xs[8] = {-1, 2, -3, 4, 5, -6, 7, -8};
+  grove_tensor *x = grove_tensor_new(GROVE_F32, 2, (int64_t[]){2, 4}, &err);
+  ck_assert_ptr_nonnull(x);
+  memcpy(x->data, xs, sizeof xs);
+  grove_values out;
+  ck_assert_ok(grove_model_forward(m, arena, x, 1, &out, &err), &err);
+  ck_assert_int_eq(out.n, 1);
+  const float *o = out.v[0].data;
+  ck_assert(o[0] == 0 && o[1] == 2 && o[6] == 7 && o[7] == 0);
+  grove_tensor_release(x);
+  grove_arena_free(arena);
+  grove_model_free(m);
+}
+END_TEST
+
 static Suite *graph_suite(void) {
   Suite *s = suite_create("graph");
   TCase *tc = tcase_create("parity");
@@ -548,6 +593,7 @@ static Suite *graph_suite(void) {
   tcase_add_test(tc, test_liveness);
   tcase_add_test(tc, test_holder_not_callable);
   tcase_add_test(tc, test_state_dict);
+  tcase_add_test(tc, test_large_graph_compiles);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -16,10 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "grove/train.h"
 #include "optim_internal.h"
 #include "testutil.h"
+#include "torch_craft.h"
 
 #define RTOL 1e-4
 #define ATOL 1e-5
@@ -214,6 +216,98 @@ END_TEST
  * Needs a python3 with torch (scripts/torch-python.sh).  weights_only=False:
  * torch 1.13's weights-only unpickler has no BINFLOAT, so it refuses every
  * optimizer state_dict, torch's own included (newer torch reads them). */
+/* An SGD state_dict written by hand whose momentum buffer is a view with
+ * the given offset, shape and strides: {'state': {0: {'momentum_buffer':
+ * tensor}}, 'param_groups': [{'params': [0]}]}, storage of 5 floats. */
+static void write_sgd_view(const char *path, int64_t offset, int nd, const int64_t *shape,
+                           const int64_t *stride) {
+  bytes b = {0};
+  b_op(&b, 0x80);
+  b_op(&b, 2);
+  b_op(&b, '}');
+  b_op(&b, '(');
+  b_str(&b, "state");
+  b_op(&b, '}');
+  b_op(&b, '(');
+  b_int(&b, 0);
+  b_op(&b, '}');
+  b_op(&b, '(');
+  b_str(&b, "momentum_buffer");
+  b_tensor(&b, "FloatStorage", "0", 5, offset, nd, shape, stride);
+  b_op(&b, 'u');
+  b_op(&b, 'u');
+  b_str(&b, "param_groups");
+  b_op(&b, ']');
+  b_op(&b, '(');
+  b_op(&b, '}');
+  b_op(&b, '(');
+  b_str(&b, "params");
+  b_op(&b, ']');
+  b_op(&b, '(');
+  b_int(&b, 0);
+  b_op(&b, 'e');
+  b_op(&b, 'u');
+  b_op(&b, 'e');
+  b_op(&b, 'u');
+  b_op(&b, '.');
+  float data[5] = {1, 2, 3, 4, 5};
+  rec recs[3] = {{"archive/data.pkl", b.p, b.n},
+                 {"archive/data/0", data, sizeof data},
+                 {"archive/version", "3\n", 2}};
+  size_t len;
+  uint8_t *zip = make_zip(recs, 3, NULL, &len);
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(zip, 1, len, f), len);
+  ck_assert_int_eq(fclose(f), 0);
+  free(zip);
+  b_free(&b);
+}
+
+/* Optimizer files (grove train start --resume) whose momentum buffer's
+ * last index is 2^64 - 1: grove_tensor_view_new's "+ 1" wrapped to 0 and
+ * the copy read outside the storage (groved segfaulted).  Refused, naming
+ * the file and the key, the optimizer untouched. */
+START_TEST(test_optim_view_bounds_wrap) {
+  grove_err err = {0};
+  int64_t sh[1] = {5};
+  grove_tensor *p = grove_tensor_new(GROVE_F32, 1, sh, &err);
+  grove_optim_hparams h = grove_optim_defaults(GROVE_OPTIM_SGD);
+  h.lr = 0.1;
+  h.momentum = 0.9;
+  grove_optim *o = NULL;
+  ck_assert_ok(grove_optim_new(GROVE_OPTIM_SGD, &p, 1, NULL, 0, &h, &o, &err), &err);
+  char path[600];
+  snprintf(path, sizeof path, "%s/wrap.pt", grove_test_tmpdir());
+  /* The sane file loads: the harness builds what the reader accepts. */
+  write_sgd_view(path, 0, 1, sh, (int64_t[]){1});
+  ck_assert_ok(grove_optim_load(o, path, &err), &err);
+  ck_assert(((const float *)o->state[0].buf->data)[4] == 5.0f);
+  grove_optim_free(o);
+  o = NULL;
+  ck_assert_ok(grove_optim_new(GROVE_OPTIM_SGD, &p, 1, NULL, 0, &h, &o, &err), &err);
+  /* Last index 2^64 - 1 without the offset (2 * (2^63 - 1) + 1), with it
+   * (the issue's bias: shape [5], offset 3, stride 2^62 - 1), and an
+   * offset whose byte count overflows. */
+  struct {
+    int64_t offset;
+    int nd;
+    int64_t shape[2], stride[2];
+  } cases[] = {{0, 2, {3, 2}, {INT64_MAX, 1}},
+               {3, 1, {5}, {(INT64_C(1) << 62) - 1}},
+               {INT64_MAX / 2, 1, {1}, {1}}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    write_sgd_view(path, cases[c].offset, cases[c].nd, cases[c].shape, cases[c].stride);
+    ck_assert_status(grove_optim_load(o, path, &err), GROVE_E_BAD_OFFSETS);
+    ck_assert_msg(strstr(err.msg, path) && strstr(err.msg, "momentum_buffer"), "%s", err.msg);
+    ck_assert_ptr_null(o->state[0].buf);
+  }
+  unlink(path);
+  grove_optim_free(o);
+  grove_tensor_release(p);
+}
+END_TEST
+
 START_TEST(test_torch_reads_ours) {
   FILE *pf = popen("scripts/torch-python.sh 2>/dev/null", "r");
   char py[512] = "";
@@ -506,6 +600,7 @@ static Suite *optim_suite(void) {
   tcase_add_loop_test(tc, test_optim_parity, 0, NOPTIM);
   tcase_add_loop_test(tc, test_run_parity, 0, NRUNS);
   tcase_add_test(tc, test_optim_errors);
+  tcase_add_test(tc, test_optim_view_bounds_wrap);
   tcase_add_test(tc, test_torch_reads_ours);
   tcase_set_timeout(tc, 120);
   suite_add_tcase(s, tc);

@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -604,6 +605,100 @@ START_TEST(test_bad_utf8) {
 }
 END_TEST
 
+/* A header of n zero-size F32 tensors "t0".."t{n-1}", all at [0, 0]. */
+static char *zero_size_header(size_t n) {
+  size_t cap = n * 64 + 16, used = 0;
+  char *h = malloc(cap);
+  ck_assert_ptr_nonnull(h);
+  h[used++] = '{';
+  for (size_t i = 0; i < n; i++)
+    used += (size_t)snprintf(h + used, cap - used,
+                             "%s\"t%zu\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                             i ? "," : "", i);
+  h[used++] = '}';
+  h[used] = '\0';
+  return h;
+}
+
+/* A million zero-size tensors took 16 s and 1.5 GB to inspect: the count is
+ * bounded (GROVE_ST_MAX_TENSORS) before any JSON is built, and a file of
+ * many small tensors costs no storage. */
+START_TEST(test_tensor_count_bounded) {
+  char *h = zero_size_header(GROVE_ST_MAX_TENSORS + 1u);
+  char want[64];
+  snprintf(want, sizeof want, "lists %u tensors", GROVE_ST_MAX_TENSORS + 1u);
+  uint64_t before = grove__storage_bytes_allocated();
+  expect_refused_header("one tensor over the limit", h, 0, GROVE_E_LIMIT, want);
+  ck_assert_uint_eq(grove__storage_bytes_allocated(), before);
+  free(h);
+
+  /* Under the limit it reads, metadata not counted as a tensor, and keys
+   * holding colons, braces and escaped quotes are one member each. */
+  h = zero_size_header(1000);
+  size_t hl = strlen(h);
+  char *h2 = malloc(hl + 200);
+  snprintf(h2, hl + 200,
+           "{\"__metadata__\":{\"a:b\":\"{[:\"},\"k:\\\":{\":{\"dtype\":\"F32\",\"shape\":[0],"
+           "\"data_offsets\":[0,0]},%s",
+           h + 1);
+  size_t len;
+  uint8_t *img = st_image(h2, 0, &len);
+  grove_err err = {0};
+  grove_state_dict *sd = NULL;
+  before = grove__storage_bytes_allocated();
+  ck_assert_ok(grove_safetensors_read_buffer(img, len, "mem.safetensors", &sd, &err), &err);
+  ck_assert_uint_eq(grove_sd_count(sd), 1001);
+  ck_assert(grove_sd_contains(sd, "k:\":{"));
+  ck_assert_uint_eq(grove__storage_bytes_allocated(), before);
+  grove_sd_free(sd);
+  free(img);
+  free(h2);
+  free(h);
+}
+END_TEST
+
+/* A file that is not safetensors (a secret behind a symlink named
+ * x.safetensors) must not have its bytes quoted back: not its first 8 bytes
+ * as a number, not the JSON text near an error, not a bad byte's value. */
+START_TEST(test_messages_do_not_quote_bytes) {
+  grove_err err = {0};
+  grove_state_dict *sd = NULL;
+  /* "TOKEN=hunter2" as a header length: over the limit. */
+  static const char secret[] = "TOKEN=hunter2-very-secret\n";
+  uint64_t n1;
+  memcpy(&n1, secret, 8);
+  char num[32];
+  snprintf(num, sizeof num, "%llu", (unsigned long long)n1);
+  ck_assert_status(grove_safetensors_read_buffer(secret, sizeof secret - 1, "s.safetensors", &sd,
+                                                 &err),
+                   GROVE_E_HEADER_TOO_LARGE);
+  ck_assert_msg(strstr(err.msg, "not a safetensors file") && !strstr(err.msg, num) &&
+                    !strstr(err.msg, "TOKEN"),
+                "%s", err.msg);
+  /* "pw:" then NULs: a length under the limit but past the file. */
+  static const uint8_t pw[12] = {'p', 'w', ':', 0, 0, 0, 0, 0, 'x', 'y', 'z', '!'};
+  uint64_t n2;
+  memcpy(&n2, pw, 8);
+  snprintf(num, sizeof num, "%llu", (unsigned long long)n2);
+  ck_assert_status(grove_safetensors_read_buffer(pw, sizeof pw, "s.safetensors", &sd, &err),
+                   GROVE_E_TRUNCATED);
+  ck_assert_msg(strstr(err.msg, "header length exceeds the file") && !strstr(err.msg, num), "%s",
+                err.msg);
+  /* JSON text near an error, a bad byte's value. */
+  size_t len;
+  uint8_t *img = st_image("{\"password\": hunter2}", 0, &len);
+  ck_assert_status(grove_safetensors_read_buffer(img, len, "s.safetensors", &sd, &err),
+                   GROVE_E_BAD_JSON);
+  ck_assert_msg(strstr(err.msg, "line 1, column") && !strstr(err.msg, "hunter2"), "%s", err.msg);
+  free(img);
+  img = st_image("{\"\xfe\":1}", 0, &len);
+  ck_assert_status(grove_safetensors_read_buffer(img, len, "s.safetensors", &sd, &err),
+                   GROVE_E_BAD_UTF8);
+  ck_assert_msg(!strstr(err.msg, "0xfe") && !strstr(err.msg, "254"), "%s", err.msg);
+  free(img);
+}
+END_TEST
+
 START_TEST(test_duplicate_keys) {
   expect_refused_header("key twice",
                         "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
@@ -971,6 +1066,8 @@ Suite *safetensors_suite(void) {
   tcase_add_test(tc, test_bad_json);
   tcase_add_test(tc, test_bad_utf8);
   tcase_add_test(tc, test_duplicate_keys);
+  tcase_add_test(tc, test_tensor_count_bounded);
+  tcase_add_test(tc, test_messages_do_not_quote_bytes);
   tcase_add_test(tc, test_bad_offsets);
   tcase_add_test(tc, test_bad_size);
   tcase_add_test(tc, test_bad_dtype);

@@ -381,8 +381,9 @@ typedef struct bad_case {
 
 static const bad_case bad[] = {
     /* JSON itself */
-    {"{'format': 'grove.model/1',", GROVE_E_SPEC, "line 1, column"},
-    {"{'format': 'grove.model/1', 'format': 'grove.model/1'}", GROVE_E_SPEC, "duplicate"},
+    {"{'format': 'grove.model/1',", GROVE_E_SPEC, "not valid JSON (line 1, column"},
+    {"{'format': 'grove.model/1', 'format': 'grove.model/1'}", GROVE_E_SPEC,
+     "not valid JSON (line 1, column 36: a key named twice in one object)"},
     {"[1, 2]", GROVE_E_SPEC, "$: expected an object, got an array of 2 items"},
     /* top level */
     {"{'inputs': []}", GROVE_E_SPEC, "$.format: missing (expected \"grove.model/1\")"},
@@ -990,6 +991,70 @@ END_TEST
 
 /* ============================================================ inputs */
 
+/* model.json that is not JSON (a symlink to a secret, say): the message
+ * gives the position, never the text near it. */
+START_TEST(test_json_error_quotes_nothing) {
+  grove_err err = {0};
+  grove_model *m = NULL;
+  ck_assert_status(grove_model_from_spec("TOKEN=hunter2\n", "model.json", &m, &err), GROVE_E_SPEC);
+  ck_assert_msg(strstr(err.msg, "model.json: not valid JSON (line 1, column") &&
+                    !strstr(err.msg, "TOKEN") && !strstr(err.msg, "hunter2"),
+                "%s", err.msg);
+  ck_assert_status(grove_model_from_spec("{\"format\": hunter2}", "model.json", &m, &err),
+                   GROVE_E_SPEC);
+  ck_assert_msg(!strstr(err.msg, "hunter2"), "%s", err.msg);
+  ck_assert_ptr_null(m);
+}
+END_TEST
+
+/* in_features of 2^40 fits 64 bits but not in memory: the message names the
+ * JSON path of the layer and what could not be allocated, not just "out
+ * of memory". */
+START_TEST(test_huge_layer_names_its_path) {
+  char *doc = with_module(
+      "{'type': 'Sequential', 'children': [" L4 ", {'type': 'Linear', 'in_features': "
+      "1099511627776, 'out_features': 4}]}");
+  grove_err err = {0};
+  grove_model *m = NULL;
+  grove_status s = grove_model_from_spec(doc, "model.json", &m, &err);
+  free(doc);
+  ck_assert_ptr_null(m);
+  ck_assert_msg(s == GROVE_E_NOMEM || s == GROVE_E_SPEC, "%s: %s", grove_status_name(s), err.msg);
+  ck_assert_msg(strstr(err.msg, "$.module.children[1]") && strstr(err.msg, "Linear") &&
+                    strstr(err.msg, "1099511627776"),
+                "%s", err.msg);
+  /* Sizes that overflow are refused as such, naming the path. */
+  doc = with_module("{'type': 'Linear', 'in_features': 9223372036854775807, 'out_features': 4}");
+  ck_assert_status(grove_model_from_spec(doc, "model.json", &m, &err), GROVE_E_SPEC);
+  free(doc);
+  ck_assert_msg(strstr(err.msg, "$.module") && strstr(err.msg, "too many"), "%s", err.msg);
+}
+END_TEST
+
+/* 50,000 modules each a ref to the one before: a ref was looked up by a
+ * linear scan of every module built so far, O(N^2); now hashed.  Asserts
+ * that it builds and shares one module (no timing assertion). */
+START_TEST(test_many_refs_build) {
+  enum { N = 50000 };
+  size_t cap = (size_t)N * 24 + 64, used = 0;
+  char *mod = malloc(cap);
+  ck_assert_ptr_nonnull(mod);
+  used += (size_t)snprintf(mod + used, cap - used, "{'type': 'Sequential', 'children': [" L4);
+  for (int i = 1; i < N; i++)
+    used += (size_t)snprintf(mod + used, cap - used, ", {'ref': '%d'}", i - 1);
+  snprintf(mod + used, cap - used, "]}");
+  char *doc = with_module(mod);
+  free(mod);
+  grove_err err = {0};
+  grove_model *m = NULL;
+  ck_assert_ok(grove_model_from_spec(doc, "model.json", &m, &err), &err);
+  free(doc);
+  grove_module *root = m->root;
+  ck_assert_ptr_eq(grove_module_find(root, "0"), grove_module_find(root, "49999"));
+  grove_model_free(m);
+}
+END_TEST
+
 START_TEST(test_check_inputs) {
   char *dir = fixture_dir("mlp");
   grove_err err = {0};
@@ -1068,6 +1133,9 @@ Suite *spec_suite(void) {
   tcase_add_test(td, test_architecture_that_does_not_run);
   tcase_add_test(td, test_stateless_model_and_derived_outputs);
   tcase_add_test(td, test_check_inputs);
+  tcase_add_test(td, test_json_error_quotes_nothing);
+  tcase_add_test(td, test_huge_layer_names_its_path);
+  tcase_add_test(td, test_many_refs_build);
   suite_add_tcase(s, td);
   return s;
 }

@@ -79,6 +79,15 @@ START_TEST(test_view_bounds_and_strided_copy) {
                                            (int64_t[]){4, 1}, &err));
   ck_assert_ptr_null(grove_tensor_view_new(st, 0, GROVE_F32, 2, (int64_t[]){INT64_MAX / 2, 3},
                                            (int64_t[]){INT64_MAX / 4, 1}, &err));
+  /* A furthest element of exactly 2^64 - 1 (2 * (2^63 - 1) + 1): "+ 1"
+   * wrapped the check to 0 and the view was handed out (issue 15, through
+   * an optimizer checkpoint). */
+  ck_assert_ptr_null(grove_tensor_view_new(st, 0, GROVE_F32, 2, (int64_t[]){3, 2},
+                                           (int64_t[]){INT64_MAX, 1}, &err));
+  ck_assert_int_eq(err.code, GROVE_E_BAD_OFFSETS);
+  ck_assert_ptr_null(grove_tensor_view_new(st, 0, GROVE_F32, 1, (int64_t[]){2},
+                                           (int64_t[]){-1}, &err));
+  ck_assert_int_eq(err.code, GROVE_E_RANGE);
   /* An empty view anywhere inside is fine. */
   grove_tensor *e = grove_tensor_view_new(st, 24, GROVE_F32, 1, (int64_t[]){0}, NULL, &err);
   ck_assert_ptr_nonnull(e);

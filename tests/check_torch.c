@@ -24,7 +24,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "testutil.h"
+#include "torch_craft.h"
 #include "torch_internal.h"
 
 /* ================================================================ helpers */
@@ -118,154 +120,6 @@ static void assert_same_meta(const grove_state_dict *a, const grove_state_dict *
     ck_assert(grove_sd_get_version(b, grove_sd_meta_prefix(a, i), &v));
     ck_assert_int_eq(v, grove_sd_meta_version(a, i));
   }
-}
-
-/* A string literal and its length without the NUL. */
-#define LIT(s) s, sizeof(s) - 1
-
-/* ------------------------------------------------------------ pickle bytes */
-
-typedef struct bytes {
-  uint8_t *p;
-  size_t n, cap;
-} bytes;
-
-static void b_put(bytes *b, const void *d, size_t n) {
-  if (b->n + n > b->cap) {
-    b->cap = (b->n + n) * 2 + 64;
-    b->p = realloc(b->p, b->cap);
-    ck_assert_ptr_nonnull(b->p);
-  }
-  memcpy(b->p + b->n, d, n);
-  b->n += n;
-}
-static void b_op(bytes *b, uint8_t o) {
-  b_put(b, &o, 1);
-}
-static void b_u32(bytes *b, uint32_t v) {
-  uint8_t x[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-  b_put(b, x, 4);
-}
-static void b_str(bytes *b, const char *s) {
-  b_op(b, 'X');
-  b_u32(b, (uint32_t)strlen(s));
-  b_put(b, s, strlen(s));
-}
-static void b_int(bytes *b, int64_t v) {
-  if (v >= 0 && v < 256) {
-    b_op(b, 'K');
-    b_op(b, (uint8_t)v);
-  } else {
-    uint8_t x[10] = {0x8a, 8};
-    for (int i = 0; i < 8; i++) x[2 + i] = (uint8_t)((uint64_t)v >> (8 * i));
-    b_put(b, x, 10);
-  }
-}
-static void b_global(bytes *b, const char *mod, const char *name) {
-  b_op(b, 'c');
-  b_put(b, mod, strlen(mod));
-  b_op(b, '\n');
-  b_put(b, name, strlen(name));
-  b_op(b, '\n');
-}
-static void b_tuple(bytes *b, int n, const int64_t *v) {
-  b_op(b, '(');
-  for (int i = 0; i < n; i++) b_int(b, v[i]);
-  b_op(b, 't');
-}
-static void b_free(bytes *b) {
-  free(b->p);
-}
-
-/* Emits _rebuild_tensor_v2(('storage', torch.<cls>, key, 'cpu', numel),
- * offset, size, stride, False, OrderedDict()). */
-static void b_tensor(bytes *b, const char *cls, const char *key, int64_t numel, int64_t offset,
-                     int nd, const int64_t *shape, const int64_t *stride) {
-  b_global(b, "torch._utils", "_rebuild_tensor_v2");
-  b_op(b, '(');
-  b_op(b, '(');
-  b_str(b, "storage");
-  b_global(b, "torch", cls);
-  b_str(b, key);
-  b_str(b, "cpu");
-  b_int(b, numel);
-  b_op(b, 't');
-  b_op(b, 'Q');
-  b_int(b, offset);
-  b_tuple(b, nd, shape);
-  b_tuple(b, nd, stride);
-  b_op(b, 0x89);
-  b_global(b, "collections", "OrderedDict");
-  b_op(b, ')');
-  b_op(b, 'R');
-  b_op(b, 't');
-  b_op(b, 'R');
-}
-
-/* Starts an OrderedDict and a MARK for its items. */
-static void b_begin_sd(bytes *b) {
-  b_op(b, 0x80);
-  b_op(b, 2);
-  b_global(b, "collections", "OrderedDict");
-  b_op(b, ')');
-  b_op(b, 'R');
-  b_op(b, '(');
-}
-static void b_end_sd(bytes *b) {
-  b_op(b, 'u');
-  b_op(b, '.');
-}
-
-/* ------------------------------------------------------------ archives */
-
-typedef struct rec {
-  const char *name;
-  const void *data;
-  size_t len;
-} rec;
-
-/* A zip archive (in memory, malloc'd) of the given records. */
-static uint8_t *make_zip(const rec *recs, size_t n, const grove__zipw_opts *opts, size_t *len) {
-  grove_err err = {0};
-  grove__zipw *w = grove__zipw_new(-1, "test", opts);
-  ck_assert_ptr_nonnull(w);
-  for (size_t i = 0; i < n; i++)
-    ck_assert_ok(grove__zipw_add(w, recs[i].name, recs[i].data, recs[i].len, &err), &err);
-  ck_assert_ok(grove__zipw_finish(w, &err), &err);
-  const uint8_t *d = grove__zipw_data(w, len);
-  uint8_t *copy = malloc(*len);
-  memcpy(copy, d, *len);
-  grove__zipw_free(w);
-  return copy;
-}
-
-/* An archive of data.pkl = pkl plus storage records data/0.. (f32 arange
- * of the given element counts), read back from memory. */
-static grove_status read_crafted(const bytes *pkl, const int64_t *numels, size_t nstorages,
-                                 grove_state_dict **out, grove_err *err) {
-  rec recs[10];
-  float *data[8] = {0};
-  char names[8][48];
-  size_t n = 0;
-  recs[n++] = (rec){"archive/data.pkl", pkl->p, pkl->n};
-  for (size_t s = 0; s < nstorages; s++) {
-    data[s] = malloc((size_t)numels[s] * sizeof(float) + 1);
-    for (int64_t i = 0; i < numels[s]; i++) data[s][i] = (float)i;
-    snprintf(names[s], sizeof names[s], "archive/data/%zu", s);
-    recs[n++] = (rec){names[s], data[s], (size_t)numels[s] * sizeof(float)};
-  }
-  recs[n++] = (rec){"archive/version", "3\n", 2};
-  size_t len;
-  uint8_t *zip = make_zip(recs, n, NULL, &len);
-  for (size_t s = 0; s < nstorages; s++) free(data[s]);
-  grove_status st = grove__torch_read_buffer(zip, len, "crafted.pt", NULL, out, err);
-  free(zip);
-  return st;
-}
-
-static void assert_mentions(const grove_err *err, const char *text) {
-  ck_assert_msg(strstr(err->msg, text) != NULL, "message '%s' does not mention '%s'", err->msg,
-                text);
 }
 
 static bool status_from_name(const char *name, grove_status *out) {
@@ -363,12 +217,14 @@ START_TEST(test_torch_fixture_details) {
   ck_assert(!grove_sd_contains(sd, "_metadata"));
   grove_sd_free(sd);
 
-  /* A transposed view comes back contiguous with the transposed values. */
+  /* A transposed view comes back as a view (strides kept, as torch.load
+   * gives it) with the transposed values. */
   ck_assert_ok(grove_torch_read(grove_fixture("torch_views.pt"), &sd, &err), &err);
   grove_tensor *t = grove_sd_get(sd, "transposed");
   ck_assert(t && t->ndim == 2 && t->shape[0] == 6 && t->shape[1] == 4);
-  ck_assert(grove_tensor_is_contiguous(t));
-  const float *f = t->data;
+  ck_assert(!grove_tensor_is_contiguous(t) && t->strides[0] == 1 && t->strides[1] == 6);
+  float f[24];
+  grove__tensor_gather(t, f);
   ck_assert(f[0] == 0.0f && f[1] == 6.0f && f[4] == 1.0f && f[23] == 23.0f);
   grove_tensor *narrow = grove_sd_get(sd, "narrow"), *base = grove_sd_get(sd, "base");
   ck_assert(narrow->storage == base->storage);
@@ -807,6 +663,93 @@ static grove_status one_tensor(const char *cls, int64_t numel, int64_t rec_numel
                                grove_err *err) {
   return one_tensor_nd(cls, numel, rec_numel, offset, nd, shape, nd, stride, err);
 }
+
+/* Views whose last index, offset + sum((shape_i - 1) * stride_i), is
+ * exactly 2^64 - 1: "+ 1" wrapped the bounds check to 0 and the reader then
+ * gathered from outside the storage (a segfault in grove inspect and groved;
+ * the second shape served bytes of the zip header as a bias).  torch
+ * refuses both. */
+START_TEST(test_view_bounds_wrap) {
+  grove_err err = {0};
+  int64_t s3[1] = {3}, huge[1] = {INT64_MAX};
+  ck_assert_status(one_tensor("FloatStorage", 6, 6, 1, 1, s3, huge, &err), GROVE_E_BAD_OFFSETS);
+  assert_mentions(&err, "crafted.pt");
+  assert_mentions(&err, "'w'");
+  assert_mentions(&err, "out of bounds");
+  int64_t s5[1] = {5}, st62[1] = {(INT64_C(1) << 62) - 1};
+  ck_assert_status(one_tensor("FloatStorage", 6, 6, 3, 1, s5, st62, &err), GROVE_E_BAD_OFFSETS);
+  assert_mentions(&err, "'w'");
+  /* In two dimensions, and with the largest offset. */
+  int64_t s22[2] = {2, 2}, st2[2] = {INT64_MAX, 1};
+  ck_assert_status(one_tensor("FloatStorage", 6, 6, 0, 2, s22, st2, &err), GROVE_E_BAD_OFFSETS);
+  int64_t s1[1] = {1}, one[1] = {1};
+  ck_assert_status(one_tensor("FloatStorage", 6, 6, INT64_MAX, 1, s1, one, &err),
+                   GROVE_E_BAD_OFFSETS);
+  /* An empty view far past the end is refused as torch does; at the end it
+   * is fine. */
+  int64_t s0[1] = {0};
+  ck_assert_status(one_tensor("FloatStorage", 6, 6, INT64_MAX, 1, s0, one, &err),
+                   GROVE_E_BAD_OFFSETS);
+  ck_assert_ok(one_tensor("FloatStorage", 6, 6, 6, 1, s0, one, &err), &err);
+
+  /* The helper itself: the wrap, the empty case, negative strides. */
+  uint64_t end = 0;
+  ck_assert(!grove__view_end(1, 4, 1, s3, huge, &end));
+  ck_assert(!grove__view_end(3, 4, 1, s5, st62, &end));
+  ck_assert(!grove__view_end(0, 4, 1, s1, (int64_t[]){-1}, &end));
+  ck_assert(grove__view_end(5, 4, 1, s0, huge, &end) && end == 20);
+  ck_assert(grove__view_end(2, 4, 2, (int64_t[]){2, 3}, (int64_t[]){3, 1}, &end) && end == 32);
+  ck_assert(grove__view_end(0, 4, 1, (int64_t[]){1 << 24}, (int64_t[]){0}, &end) && end == 4);
+}
+END_TEST
+
+/* torch.save of zeros(1).expand(2**24), eight times: a file of a few KB that
+ * torch.load reads into 32 bytes of storage.  The reader keeps the views
+ * (stride 0) instead of gathering 512 MiB of copies. */
+START_TEST(test_expanded_views_stay_small) {
+  grove_err err = {0};
+  bytes b = {0};
+  b_begin_sd(&b);
+  int64_t shape[1] = {INT64_C(1) << 24}, stride[1] = {0}, numels[8];
+  for (int i = 0; i < 8; i++) {
+    char key[16], skey[16];
+    snprintf(key, sizeof key, "e%d", i);
+    snprintf(skey, sizeof skey, "%d", i);
+    b_str(&b, key);
+    b_tensor(&b, "FloatStorage", skey, 1, 0, 1, shape, stride);
+    numels[i] = 1;
+  }
+  b_end_sd(&b);
+  grove_state_dict *sd = NULL;
+  uint64_t before = grove__storage_bytes_allocated();
+  ck_assert_ok(read_crafted(&b, numels, 8, &sd, &err), &err);
+  uint64_t cost = grove__storage_bytes_allocated() - before;
+  ck_assert_msg(cost < 4096, "reading eight expanded views allocated %llu bytes",
+                (unsigned long long)cost);
+  ck_assert_uint_eq(grove_sd_count(sd), 8);
+  grove_tensor *t = grove_sd_get(sd, "e7");
+  ck_assert(t && t->shape[0] == shape[0] && t->strides[0] == 0);
+  /* The view reads as torch's does: every element is the one stored. */
+  ck_assert(((const float *)t->data)[0] == 0.0f);
+  grove_tensor *c = grove_tensor_clone(grove_sd_get(sd, "e0"), GROVE_F32, &err);
+  ck_assert_ptr_nonnull(c);
+  ck_assert(((const float *)c->data)[(1 << 24) - 1] == 0.0f);
+  grove_tensor_release(c);
+  /* Writing them out (grove convert) would copy 64 MiB each: refused,
+   * naming the key, before any copy. */
+  uint8_t *out = NULL;
+  size_t len = 0;
+  before = grove__storage_bytes_allocated();
+  ck_assert_status(grove__torch_write_buffer(sd, "archive", NULL, &out, &len, &err),
+                   GROVE_E_LIMIT);
+  assert_mentions(&err, "key 'e1'"); /* the one past the limit */
+  assert_mentions(&err, "expanded");
+  ck_assert_uint_lt(grove__storage_bytes_allocated() - before, 4096);
+  ck_assert_ptr_null(out);
+  grove_sd_free(sd);
+  b_free(&b);
+}
+END_TEST
 
 START_TEST(test_tensor_refusals) {
   grove_err err = {0};
@@ -1419,6 +1362,37 @@ START_TEST(test_fuzz_regressions) {
    * an offset applied to the still-NULL stack). */
   ck_assert_status(unpickle("(e", 2, &err), GROVE_E_FORMAT);
   ck_assert_ok(unpickle("(t.", 3, &err), &err);
+
+  /* fuzz_zip (after views were kept as views): a transposed float16 view
+   * over a storage holding a NaN with a payload (0xfe3a) changed in the
+   * round trip: the writer's contiguous copy went through float.  Copies of
+   * one dtype are bit for bit now. */
+  bytes b = {0};
+  b_begin_sd(&b);
+  b_str(&b, "half_t");
+  b_tensor(&b, "HalfStorage", "0", 6, 0, 2, (int64_t[]){2, 3}, (int64_t[]){1, 2});
+  b_end_sd(&b);
+  static const uint8_t halves[12] = {0x3c, 0x09, 0xb6, 0x5c, 0x38, 0x62,
+                                     0x3a, 0x0b, 0x3a, 0xfe, 0x39, 0x50};
+  rec recs[3] = {{"archive/data.pkl", b.p, b.n},
+                 {"archive/data/0", halves, sizeof halves},
+                 {"archive/version", "3\n", 2}};
+  size_t len, len2;
+  uint8_t *zip = make_zip(recs, 3, NULL, &len), *out = NULL;
+  grove_state_dict *sd = NULL, *back = NULL;
+  ck_assert_ok(grove__torch_read_buffer(zip, len, "crafted.pt", NULL, &sd, &err), &err);
+  ck_assert_ok(grove__torch_write_buffer(sd, "archive", NULL, &out, &len2, &err), &err);
+  ck_assert_ok(grove__torch_read_buffer(out, len2, "back.pt", NULL, &back, &err), &err);
+  uint16_t want[6], got[6];
+  grove__tensor_gather(grove_sd_get(sd, "half_t"), want);
+  grove__tensor_gather(grove_sd_get(back, "half_t"), got);
+  ck_assert_uint_eq(want[2], 0xfe3a); /* element [0, 2]: the NaN */
+  ck_assert_mem_eq(got, want, sizeof want);
+  grove_sd_free(back);
+  grove_sd_free(sd);
+  free(out);
+  free(zip);
+  b_free(&b);
 }
 END_TEST
 
@@ -1439,6 +1413,8 @@ Suite *torch_suite(void) {
   tcase_add_test(tc, test_surrogate_key);
   tcase_add_test(tc, test_write_refusals);
   tcase_add_test(tc, test_crafted_variants_ok);
+  tcase_add_test(tc, test_view_bounds_wrap);
+  tcase_add_test(tc, test_expanded_views_stay_small);
   tcase_add_test(tc, test_tensor_refusals);
   tcase_add_test(tc, test_pickle_refusals);
   tcase_add_test(tc, test_pickle_limits);

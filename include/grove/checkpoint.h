@@ -20,6 +20,16 @@ extern "C" {
 
 /* Largest safetensors header accepted (as the reference reader: 100 MB). */
 #define GROVE_ST_MAX_HEADER (100u * 1000u * 1000u)
+/* Writing views that repeat their storages' elements (stride 0, as
+ * torch.load gives expanded tensors) copies at most this many bytes more
+ * than those storages hold, per file; beyond, the writers refuse
+ * (GROVE_E_LIMIT, naming the key), so that converting a small file cannot
+ * cost gigabytes. */
+#define GROVE_MAX_EXPANDED_COPY ((size_t)64 << 20)
+/* Most tensors one safetensors file may list (GROVE_E_LIMIT): far above any
+ * real shard (a few thousand), low enough that a header of zero-size
+ * tensors cannot cost gigabytes (the JSON tree takes about 1 KB a tensor). */
+#define GROVE_ST_MAX_TENSORS (1u << 17)
 
 typedef enum grove_ckpt_format {
   GROVE_CKPT_UNKNOWN = 0,
@@ -75,7 +85,11 @@ grove_status grove_checkpoint_remove_stale_temps(const char *dir, size_t *remove
 
 /* Reads a torch.save zip archive (.pt/.pth/.bin) with a restricted unpickler
  * that never runs code (docs/checkpoints.md).  Same contract as
- * grove_safetensors_read. */
+ * grove_safetensors_read, except that a tensor may be a strided view of its
+ * storage (as torch.load gives it: a transposed weight, an expanded tensor
+ * of stride 0), never a copy: test grove_tensor_is_contiguous before using
+ * its bytes as a flat array, or copy it (grove_tensor_copy and _clone take
+ * any strides). */
 grove_status grove_torch_read(const char *path, grove_state_dict **out, grove_err *err);
 /* Writes sd as torch.save(sd, path) would: a zip archive with a protocol-2
  * pickle of an OrderedDict (keys in sd's order, sd's module versions as its

@@ -164,6 +164,9 @@ struct grove_module {
   grove_child *children;
   size_t nchildren, children_cap;
   struct grove_hooks *hooks; /* NULL when this module has no hooks */
+  /* Private to core/module.c: a hash of the children's names once there are
+   * many (NULL before), so that adding N children costs O(N), not O(N^2). */
+  void *child_index;
 };
 
 /* A new module of type with no members, training = true (as torch).  Takes
