@@ -228,8 +228,8 @@ static grove_status check_expanded(const grove_state_dict *sd, const size_t *idx
           "key '%s': a view of shape %s repeats the elements of its %zu-byte storage (stride 0: "
           "an expanded tensor) into %zu bytes; Grove copies at most %zu bytes more than the "
           "views' storages per file (save t.clone() if the copy is meant)",
-          grove_sd_key(sd, idx[j]), grove_shape_str(t->ndim, t->shape, sh, sizeof sh), have,
-          nbytes, (size_t)GROVE_MAX_EXPANDED_COPY);
+          grove_sd_key(sd, idx[j]), grove_shape_str(t->ndim, t->shape, sh, sizeof sh), have, nbytes,
+          (size_t)GROVE_MAX_EXPANDED_COPY);
     }
     spare -= nbytes - have;
   }

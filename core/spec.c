@@ -681,11 +681,10 @@ grove_status grove_model_from_spec(const char *json_text, const char *origin, gr
   /* Position only: jansson's text quotes the bytes near the error, and
    * model.json may be a symlink to a file that is not a spec at all. */
   if (!doc)
-    return grove_err_set(err, GROVE_E_SPEC, "%s: not valid JSON (line %d, column %d%s)", origin,
-                         je.line, je.column,
-                         json_error_code(&je) == json_error_duplicate_key
-                             ? ": a key named twice in one object"
-                             : "");
+    return grove_err_set(
+        err, GROVE_E_SPEC, "%s: not valid JSON (line %d, column %d%s)", origin, je.line, je.column,
+        json_error_code(&je) == json_error_duplicate_key ? ": a key named twice in one object"
+                                                         : "");
   grove_model *m = calloc(1, sizeof *m);
   grove_status s = m ? parse(doc, m, err) : nomem(err);
   json_decref(doc);

@@ -49,13 +49,13 @@
 /* ================================================================ zip reader */
 
 typedef struct grove__zip_entry {
-  char *name;           /* NUL-terminated copy of the record's name */
+  char *name;             /* NUL-terminated copy of the record's name */
   uint64_t header_offset; /* its local header's first byte in the archive */
-  uint64_t data_offset; /* first byte of the record's data in the archive */
-  uint64_t comp_size;   /* bytes in the archive */
-  uint64_t size;        /* bytes once inflated */
-  uint32_t crc;         /* CRC-32 from the central directory; 0 = not checked */
-  uint16_t method;      /* 0 stored, 8 deflated */
+  uint64_t data_offset;   /* first byte of the record's data in the archive */
+  uint64_t comp_size;     /* bytes in the archive */
+  uint64_t size;          /* bytes once inflated */
+  uint32_t crc;           /* CRC-32 from the central directory; 0 = not checked */
+  uint16_t method;        /* 0 stored, 8 deflated */
 } grove__zip_entry;
 
 typedef struct grove__zip {

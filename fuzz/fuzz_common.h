@@ -71,7 +71,8 @@ static void fuzz_torch_archive(const uint8_t *data, size_t size) {
   if (st != GROVE_OK) return;
   fuzz_touch(sd);
   size_t total = 0;
-  for (size_t i = 0; i < grove_sd_count(sd); i++) total += grove_tensor_nbytes(grove_sd_tensor(sd, i));
+  for (size_t i = 0; i < grove_sd_count(sd); i++)
+    total += grove_tensor_nbytes(grove_sd_tensor(sd, i));
   if (total > FUZZ_GATHER_MAX) { /* written out, too big to compare quickly */
     grove_sd_free(sd);
     return;

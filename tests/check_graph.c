@@ -558,7 +558,8 @@ START_TEST(test_large_graph_compiles) {
                              i, prev);
   }
   snprintf(mod + used, cap - used,
-           ", {\"op\": \"output\", \"name\": \"output\", \"args\": [{\"node\": \"r%d\"}]}]}", N - 1);
+           ", {\"op\": \"output\", \"name\": \"output\", \"args\": [{\"node\": \"r%d\"}]}]}",
+           N - 1);
   grove_model *m = NULL;
   grove_err err = {0};
   ck_assert_ok(from_module(mod, &m, &err), &err);

@@ -672,9 +672,9 @@ START_TEST(test_messages_do_not_quote_bytes) {
   memcpy(&n1, secret, 8);
   char num[32];
   snprintf(num, sizeof num, "%llu", (unsigned long long)n1);
-  ck_assert_status(grove_safetensors_read_buffer(secret, sizeof secret - 1, "s.safetensors", &sd,
-                                                 &err),
-                   GROVE_E_HEADER_TOO_LARGE);
+  ck_assert_status(
+      grove_safetensors_read_buffer(secret, sizeof secret - 1, "s.safetensors", &sd, &err),
+      GROVE_E_HEADER_TOO_LARGE);
   ck_assert_msg(strstr(err.msg, "not a safetensors file") && !strstr(err.msg, num) &&
                     !strstr(err.msg, "TOKEN"),
                 "%s", err.msg);

@@ -1011,9 +1011,9 @@ END_TEST
  * JSON path of the layer and what could not be allocated, not just "out
  * of memory". */
 START_TEST(test_huge_layer_names_its_path) {
-  char *doc = with_module(
-      "{'type': 'Sequential', 'children': [" L4 ", {'type': 'Linear', 'in_features': "
-      "1099511627776, 'out_features': 4}]}");
+  char *doc = with_module("{'type': 'Sequential', 'children': [" L4
+                          ", {'type': 'Linear', 'in_features': "
+                          "1099511627776, 'out_features': 4}]}");
   grove_err err = {0};
   grove_model *m = NULL;
   grove_status s = grove_model_from_spec(doc, "model.json", &m, &err);

@@ -75,8 +75,8 @@ START_TEST(test_view_bounds_and_strided_copy) {
   /* Views that reach past the storage are refused. */
   ck_assert_ptr_null(grove_tensor_view_new(st, 4, GROVE_F32, 1, (int64_t[]){6}, NULL, &err));
   ck_assert_int_eq(err.code, GROVE_E_BAD_OFFSETS);
-  ck_assert_ptr_null(grove_tensor_view_new(st, 0, GROVE_F32, 2, (int64_t[]){2, 3},
-                                           (int64_t[]){4, 1}, &err));
+  ck_assert_ptr_null(
+      grove_tensor_view_new(st, 0, GROVE_F32, 2, (int64_t[]){2, 3}, (int64_t[]){4, 1}, &err));
   ck_assert_ptr_null(grove_tensor_view_new(st, 0, GROVE_F32, 2, (int64_t[]){INT64_MAX / 2, 3},
                                            (int64_t[]){INT64_MAX / 4, 1}, &err));
   /* A furthest element of exactly 2^64 - 1 (2 * (2^63 - 1) + 1): "+ 1"

@@ -740,8 +740,7 @@ START_TEST(test_expanded_views_stay_small) {
   uint8_t *out = NULL;
   size_t len = 0;
   before = grove__storage_bytes_allocated();
-  ck_assert_status(grove__torch_write_buffer(sd, "archive", NULL, &out, &len, &err),
-                   GROVE_E_LIMIT);
+  ck_assert_status(grove__torch_write_buffer(sd, "archive", NULL, &out, &len, &err), GROVE_E_LIMIT);
   assert_mentions(&err, "key 'e1'"); /* the one past the limit */
   assert_mentions(&err, "expanded");
   ck_assert_uint_lt(grove__storage_bytes_allocated() - before, 4096);

@@ -1,7 +1,7 @@
 /* torch_craft.h: building torch.save archives byte by byte for the Check
  * suites that test the readers' refusals (check_torch.c, check_optim.c):
- * pickle opcodes, _rebuild_tensor_v2 calls, zip archives in memory.  Header-only (static inline) so that each suite links
- * alone, as the Makefile builds them. */
+ * pickle opcodes, _rebuild_tensor_v2 calls, zip archives in memory.  Header-only (static inline) so
+ * that each suite links alone, as the Makefile builds them. */
 #ifndef GROVE_TESTS_TORCH_CRAFT_H
 #define GROVE_TESTS_TORCH_CRAFT_H
 
@@ -72,8 +72,8 @@ static inline void b_free(bytes *b) {
 
 /* Emits _rebuild_tensor_v2(('storage', torch.<cls>, key, 'cpu', numel),
  * offset, size, stride, False, OrderedDict()). */
-static inline void b_tensor(bytes *b, const char *cls, const char *key, int64_t numel, int64_t offset,
-                     int nd, const int64_t *shape, const int64_t *stride) {
+static inline void b_tensor(bytes *b, const char *cls, const char *key, int64_t numel,
+                            int64_t offset, int nd, const int64_t *shape, const int64_t *stride) {
   b_global(b, "torch._utils", "_rebuild_tensor_v2");
   b_op(b, '(');
   b_op(b, '(');
@@ -118,7 +118,8 @@ typedef struct rec {
 } rec;
 
 /* A zip archive (in memory, malloc'd) of the given records. */
-static inline uint8_t *make_zip(const rec *recs, size_t n, const grove__zipw_opts *opts, size_t *len) {
+static inline uint8_t *make_zip(const rec *recs, size_t n, const grove__zipw_opts *opts,
+                                size_t *len) {
   grove_err err = {0};
   grove__zipw *w = grove__zipw_new(-1, "test", opts);
   ck_assert_ptr_nonnull(w);
@@ -135,7 +136,7 @@ static inline uint8_t *make_zip(const rec *recs, size_t n, const grove__zipw_opt
 /* An archive of data.pkl = pkl plus storage records data/0.. (f32 arange
  * of the given element counts), read back from memory. */
 static inline grove_status read_crafted(const bytes *pkl, const int64_t *numels, size_t nstorages,
-                                 grove_state_dict **out, grove_err *err) {
+                                        grove_state_dict **out, grove_err *err) {
   rec recs[10];
   float *data[8] = {0};
   char names[8][48];
