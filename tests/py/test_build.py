@@ -1,0 +1,45 @@
+"""The build asks about installed packages only after installing them.
+
+On a fresh machine the packages scripts/deps.sh installs are not there while
+make reads the makefiles; a pkg-config query (or a probe for torch or clang)
+made then answers "nothing" and stays wrong for the whole run: issue #16's
+groved linked without -luv.  So no $(shell ...) that asks about a package
+may run while the Makefile and mk/*.mk are parsed.  The test runs `make -n
+clean` (a goal whose recipe asks nothing) with a SHELL that logs every
+command make hands it: with -n no recipe runs, so whatever is logged was
+run at parse time.
+"""
+import os
+import re
+import stat
+import subprocess
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# What depends on the installed packages.
+PACKAGE_PROBES = re.compile(r"pkg-config|torch-python|python|command -v|which |dpkg|apt|"
+                            r"\bclang\b|protoc")
+
+
+def parse_time_commands(*args):
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "shell.log")
+        sh = os.path.join(tmp, "logsh")
+        with open(sh, "w") as f:
+            f.write(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{log}"\nexec /bin/sh "$@"\n')
+        os.chmod(sh, stat.S_IRWXU)
+        r = subprocess.run(["make", "--no-print-directory", "-n", *args, f"SHELL={sh}"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        if not os.path.exists(log):
+            return []
+        return open(log).read().splitlines()
+
+
+def test_no_package_probe_while_parsing():
+    for variant in ([], ["SAN=1"], ["SAN=thread"]):
+        cmds = parse_time_commands("clean", *variant)
+        probes = [c for c in cmds if PACKAGE_PROBES.search(c)]
+        assert not probes, (f"make {' '.join(variant)} runs these while it reads the makefiles, "
+                            f"before the dependency stamp installs anything: {probes}")
