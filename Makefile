@@ -1,6 +1,7 @@
 # Grove's build.  `make` builds libgrove, the grove CLI (and later groved);
 # `make test` builds and runs every test; `make test SAN=1` does the same with
-# AddressSanitizer + UndefinedBehaviorSanitizer; `make run` serves the demo;
+# AddressSanitizer + UndefinedBehaviorSanitizer; `make test SAN=thread` runs
+# the concurrency suites under ThreadSanitizer; `make run` serves the demo;
 # `make bench` prints figures beside PyTorch and ONNX Runtime;
 # `make install PREFIX=...`.  Dependencies are installed (or the command to
 # install them printed) by scripts/deps.sh, the first time (docs/building.md).
@@ -19,6 +20,12 @@ PYTHON   = $(shell scripts/torch-python.sh 2>/dev/null)
 ifeq ($(SAN),1)
 BUILD   ?= build/san
 SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+OPT     := -O1 -g
+else ifeq ($(SAN),thread)
+# ThreadSanitizer: only the suites with threads of their own or a groved
+# (TSAN_SUITES below); groved and the CLI they start are built with it too.
+BUILD   ?= build/tsan
+SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
 OPT     := -O1 -g
 else
 BUILD   ?= build/release
@@ -137,9 +144,27 @@ fixtures: | $(DEPS_TEST)
 AVX2_SUITES := $(BUILD)/tests/check_layers $(BUILD)/tests/check_conv $(BUILD)/tests/check_graph \
                $(BUILD)/tests/check_attention
 
-unit-tests: all $(TEST_BIN) $(FIXTURE_STAMP)
-	@fail=0; for t in $(TEST_BIN); do \
-	  GROVE_FIXTURES=$(FIXTURES) GROVE_BIN=$(GROVE_BIN) CK_DEFAULT_TIMEOUT=120 $$t || fail=1; \
+# SAN=thread runs the suites where threads share memory: the compute pools
+# (check_gemm) and every suite that starts a groved and loads it from
+# several threads or processes.  The rest are single-threaded, and the
+# Python tests would only repeat what these drive.
+TSAN_SUITES := $(addprefix $(BUILD)/tests/,check_gemm check_server check_reload check_replicas \
+               check_train_server check_export check_telemetry)
+# halt_on_error: a race ends the process that saw it (a test's child, or
+# the groved it started), so that the test fails; a report alone would not
+# change an exit status that Check looks at.
+ifeq ($(SAN),thread)
+UNIT_SUITES := $(TSAN_SUITES)
+AVX2_SUITES :=
+SAN_ENV     := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)"
+else
+UNIT_SUITES := $(TEST_BIN)
+SAN_ENV     :=
+endif
+
+unit-tests: all $(UNIT_SUITES) $(FIXTURE_STAMP)
+	@fail=0; for t in $(UNIT_SUITES); do \
+	  $(SAN_ENV) GROVE_FIXTURES=$(FIXTURES) GROVE_BIN=$(GROVE_BIN) CK_DEFAULT_TIMEOUT=120 $$t || fail=1; \
 	done; \
 	for t in $(AVX2_SUITES); do \
 	  echo "unit-tests: $$(basename $$t) on the AVX2 kernel (GROVE_GEMM=avx2)"; \
@@ -149,7 +174,11 @@ unit-tests: all $(TEST_BIN) $(FIXTURE_STAMP)
 py-tests: all | $(DEPS_TEST)
 	@$(NEED_PYTHON); GROVE_BIN=$(GROVE_BIN) $$py tests/run_py_tests.py
 
+ifeq ($(SAN),thread)
+test: unit-tests
+else
 test: unit-tests py-tests $(TEST_TARGETS)
+endif
 
 run: all
 	@test -f examples/digits/model.json || { echo "examples/digits is missing: /usr/bin/python3 examples/train_digits.py writes it (scripts/deps.sh --torch installs what it needs)"; exit 1; }

@@ -11,7 +11,8 @@
 # an input slower than 10 s fails the run and leaves the input in
 # build/fuzz/crashes/.  Turn every such input into a regression test in
 # tests/check_torch.c (test_fuzz_regressions).  `make test` runs the smoke
-# pass (not under SAN=1: the fuzz build carries its own sanitizers); clang
+# pass (not under SAN=1 or SAN=thread: the fuzz build carries its own
+# sanitizers); clang
 # and its libFuzzer runtime come with the test dependencies, which the fuzz
 # objects wait for.
 
@@ -73,7 +74,7 @@ fuzz: fuzz-build
 fuzz-smoke: fuzz-build
 	$(call fuzz_run,$(FUZZ_SMOKE_SECONDS))
 
-ifneq ($(SAN),1)
+ifeq ($(filter 1 thread,$(SAN)),)
 TEST_TARGETS += fuzz-smoke
 endif
 
