@@ -11,6 +11,7 @@ status is 1 when any test failed (or a test file did not import), else 0.
 """
 import importlib.util
 import os
+import signal
 import sys
 import time
 import traceback
@@ -20,8 +21,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+def stop_on(sig, frame):
+    # SIGTERM and SIGHUP end the run as Ctrl-C does, by an exception that
+    # unwinds the running test, so that its `with` blocks remove their
+    # temporary directories and stop the servers they started.
+    raise SystemExit(128 + sig)
+
+
 def main(argv):
     filters = argv[1:]
+    signal.signal(signal.SIGTERM, stop_on)
+    signal.signal(signal.SIGHUP, stop_on)
     sys.path.insert(0, os.path.join(ROOT, "tools"))
     sys.path.insert(0, os.path.join(HERE, "py"))
     os.environ.setdefault("GROVE_BIN", os.path.join(ROOT, "build", "grove"))
