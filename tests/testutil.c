@@ -110,6 +110,9 @@ int grove_test_run(Suite *s) {
   }
   setpgid(pid, pid); /* too, against the race with the child's own call */
   runner_pid = pid;
+  /* The suite is the runner's; this process's copy goes (Check frees a
+   * suite only with its runner). */
+  srunner_free(srunner_create(s));
   struct sigaction sa = {.sa_handler = pass_on};
   sigemptyset(&sa.sa_mask);
   for (int i = 0; i < NPASSED; i++) sigaction(passed_on[i], &sa, NULL);
