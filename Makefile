@@ -171,8 +171,15 @@ unit-tests: all $(UNIT_SUITES) $(FIXTURE_STAMP)
 	  GROVE_GEMM=avx2 GROVE_FIXTURES=$(FIXTURES) CK_DEFAULT_TIMEOUT=120 $$t || fail=1; \
 	done; exit $$fail
 
+# SAN=1: python loads the sanitized libgrove-client.so with the ASan runtime
+# preloaded (tests/run_py_tests.py, GROVE_PRELOAD), and libstdc++ with it:
+# ASan finds the __cxa_throw it intercepts only in libraries loaded before
+# it, and torch throws C++ exceptions.
+ifeq ($(SAN),1)
+PY_PRELOAD = GROVE_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libstdc++.so.6)"
+endif
 py-tests: all | $(DEPS_TEST)
-	@$(NEED_PYTHON); GROVE_BIN=$(GROVE_BIN) $$py tests/run_py_tests.py
+	@$(NEED_PYTHON); $(PY_PRELOAD) GROVE_BIN=$(GROVE_BIN) $$py tests/run_py_tests.py
 
 ifeq ($(SAN),thread)
 test: unit-tests
