@@ -43,3 +43,26 @@ def test_no_package_probe_while_parsing():
         probes = [c for c in cmds if PACKAGE_PROBES.search(c)]
         assert not probes, (f"make {' '.join(variant)} runs these while it reads the makefiles, "
                             f"before the dependency stamp installs anything: {probes}")
+
+
+def test_deps_not_root_prints_the_command_and_fails():
+    """Not root, scripts/deps.sh installs nothing: it names what is missing,
+    prints the exact command and fails (so make stops there).  A dpkg-query
+    that knows no package stands in for a fresh machine."""
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)
+        stub = os.path.join(tmp, "dpkg-query")
+        with open(stub, "w") as f:
+            f.write("#!/bin/sh\nexit 1\n")
+        os.chmod(stub, 0o755)
+        env = dict(os.environ, PATH=f"{tmp}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+        cmd = ["bash", os.path.join(ROOT, "scripts", "deps.sh"), "--test"]
+        if os.getuid() == 0:
+            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+        r = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+        assert "grove: missing Debian packages: build-essential" in r.stderr, r.stderr
+        want = ("sudo apt-get update && sudo apt-get install -y --no-install-recommends "
+                "build-essential pkg-config")
+        assert want in r.stderr and "python3-torch" in r.stderr, r.stderr
+        assert not os.path.exists(os.path.join(tmp, "build")), "it began installing"
