@@ -11,6 +11,7 @@ run at parse time.
 """
 import os
 import re
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -56,7 +57,11 @@ def test_deps_not_root_prints_the_command_and_fails():
             f.write("#!/bin/sh\nexit 1\n")
         os.chmod(stub, 0o755)
         env = dict(os.environ, PATH=f"{tmp}:{os.environ.get('PATH', '/usr/bin:/bin')}")
-        cmd = ["bash", os.path.join(ROOT, "scripts", "deps.sh"), "--test"]
+        # A copy: the user it runs as may not read the checkout (/root/...).
+        script = os.path.join(tmp, "deps.sh")
+        shutil.copy(os.path.join(ROOT, "scripts", "deps.sh"), script)
+        os.chmod(script, 0o755)
+        cmd = ["bash", script, "--test"]
         if os.getuid() == 0:
             cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
         r = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=60)
@@ -66,3 +71,4 @@ def test_deps_not_root_prints_the_command_and_fails():
                 "build-essential pkg-config")
         assert want in r.stderr and "python3-torch" in r.stderr, r.stderr
         assert not os.path.exists(os.path.join(tmp, "build")), "it began installing"
+        os.unlink(script)
