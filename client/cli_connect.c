@@ -87,7 +87,8 @@ static int read_token_file(const char *file, char *buf, size_t n) {
   size_t end = strcspn(buf, "\r\n");
   while (end && (buf[end - 1] == ' ' || buf[end - 1] == '\t')) end--;
   buf[end] = '\0';
-  if (more) return grove__cli_fail(EXIT_USAGE, "--token-file %s: longer than %zu bytes", file, n - 2);
+  if (more)
+    return grove__cli_fail(EXIT_USAGE, "--token-file %s: longer than %zu bytes", file, n - 2);
   if (!buf[0]) return grove__cli_fail(EXIT_USAGE, "--token-file %s is empty", file);
   return 0;
 }

@@ -94,7 +94,7 @@ const char *grove__prom_label(const char *s, char *buf, size_t n) {
 }
 
 void grove__prom_histogram(srv_text *b, const char *name, const char *model, const double *le,
-                          int nb, const _Atomic uint64_t *buckets, double sum) {
+                           int nb, const _Atomic uint64_t *buckets, double sum) {
   uint64_t cum = 0;
   for (int i = 0; i < nb; i++) {
     cum += atomic_load_explicit(&buckets[i], memory_order_relaxed);

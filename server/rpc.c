@@ -352,8 +352,7 @@ grove_status grove__rpc_start(srv_server *srv, grove_err *err) {
 grove_status grove__rpc_serve(srv_server *srv, grove_err *err) {
   (void)err;
   for (size_t i = 0; i < srv->nreqs; i++) post_recv(&srv->reqs[i]);
-  grove__slog(GROVE_LOG_DEBUG, "rpc.contexts", "%zu requests may be in flight at once",
-              srv->nreqs);
+  grove__slog(GROVE_LOG_DEBUG, "rpc.contexts", "%zu requests may be in flight at once", srv->nreqs);
   return GROVE_OK;
 }
 

@@ -255,7 +255,6 @@ static void server_metrics(srv_server *srv, srv_text *b) {
     grove__text_printf(b, "grove_model_ready{model=\"%s\"} %d\n",
                        grove__prom_label(srv->models[i].name, lab, sizeof lab),
                        atomic_load(&srv->models[i].version_number) > 0);
-
 }
 
 grove_status grove__status_start(srv_server *srv, grove_err *err) {
