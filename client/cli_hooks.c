@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "cli_args.h"
+#include "cli_connect.h"
 #include "cli_hooks.h"
 #include "cli_remote.h"
 #include "grove/client.h"

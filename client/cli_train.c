@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "cli_args.h"
-#include "cli_remote.h"
+#include "cli_connect.h"
 #include "cli_train.h"
 #include "grove/client.h"
 #include "grove/grove.h"

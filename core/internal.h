@@ -280,6 +280,18 @@ const grove__layer_def *grove__layer_find(const char *type);
 /* All defs, for messages listing what is supported; *n set to the count. */
 const grove__layer_def *grove__layer_defs(size_t *n);
 
+/* ------------------------------------------------------------ model directories */
+
+/* The weights file grove_model_open picks in dir when given none: the one
+ * model.json names ("weights"), else the first of weights.safetensors, .pt,
+ * .pth, .bin that exists (model.c; groved's reload names it before opening:
+ * one search, not two).  *path malloc'd; GROVE_E_NOT_FOUND naming what was
+ * looked for when there is none.  Any thread. */
+grove_status grove__model_dir_weights(const char *dir, char **path, grove_err *err);
+/* Those names, in that order, NULL-terminated (--watch reloads when one is
+ * replaced). */
+extern const char *const grove__model_weight_names[];
+
 /* ------------------------------------------------------------ secrets */
 
 /* Whether given equals secret, in time that depends on secret_len only

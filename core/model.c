@@ -40,8 +40,8 @@
 /* model.json is architecture, not weights: anything this large is not one. */
 #define MAX_SPEC_BYTES (64u << 20)
 
-static const char *const weight_names[] = {"weights.safetensors", "weights.pt", "weights.pth",
-                                           "weights.bin", NULL};
+const char *const grove__model_weight_names[] = {"weights.safetensors", "weights.pt", "weights.pth",
+                                                 "weights.bin", NULL};
 
 static grove_status nomem(grove_err *err) {
   return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
@@ -134,7 +134,7 @@ static char *weights_key(const char *text) {
 }
 
 /* Picks the checkpoint: opts->weights, else the spec's "weights", else the
- * first of weight_names that exists.  *path NULL (and OK) when there is none
+ * first of grove__model_weight_names that exists.  *path NULL (and OK) when there is none
  * and none is needed (the tree has no state at all). */
 static grove_status choose_weights(const char *dir, const char *text, const grove_model_opts *opts,
                                    bool needs_weights, char **path, grove_err *err) {
@@ -160,8 +160,8 @@ static grove_status choose_weights(const char *dir, const char *text, const grov
     *path = p;
     return GROVE_OK;
   }
-  for (int i = 0; weight_names[i]; i++) {
-    char *p = join(dir, weight_names[i]);
+  for (int i = 0; grove__model_weight_names[i]; i++) {
+    char *p = join(dir, grove__model_weight_names[i]);
     if (!p) return nomem(err);
     if (is_file(p)) {
       *path = p;
@@ -174,6 +174,21 @@ static grove_status choose_weights(const char *dir, const char *text, const grov
                        "%s: no weights file (tried weights.safetensors, weights.pt, weights.pth, "
                        "weights.bin)",
                        dir);
+}
+
+grove_status grove__model_dir_weights(const char *dir, char **path, grove_err *err) {
+  *path = NULL;
+  char *spec = join(dir, "model.json");
+  if (!spec) return nomem(err);
+  /* A model.json that cannot be read names nothing: the usual names apply
+   * (grove_model_open reports the model.json itself). */
+  char *text = NULL;
+  grove_err ignore = {0};
+  if (read_text(spec, &text, &ignore)) text = NULL;
+  free(spec);
+  grove_status s = choose_weights(dir, text ? text : "{}", NULL, true, path, err);
+  free(text);
+  return s;
 }
 
 /* ------------------------------------------------------------ ties */

@@ -101,6 +101,7 @@ grove_status grove__admin_plane_init(srv_server *srv, grove_err *err) {
   srv_admin_plane *p = calloc(1, sizeof *p);
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
   srv->plane = p;
+  grove__rpc_set_gate(srv, grove__admin_gate);
   snprintf(p->where, sizeof p->where, "none");
   const srv_config *cfg = &srv->cfg;
   if (cfg->admin_token_file) {

@@ -1,10 +1,10 @@
 /* batcher.c: the libuv loop's side of groved.
  *
  * The loop thread owns every model's queue and the list of idle workers.
- * Two kinds of event reach it through the inbox (a mutex-guarded list that
- * NNG threads and workers append to, then uv_async_send): a validated
- * predict to queue, and a worker that finished its batch.  After each, and
- * when the batch timer fires, schedule() hands batches to idle workers.
+ * Two kinds of event reach it through the inbox (loop.c): a validated
+ * predict to queue, and a worker that finished its batch; lifecycle.c's
+ * wake-up hands them to grove__batcher_take_inbox.  After each, and when the
+ * batch timer fires, schedule() hands batches to idle workers.
  *
  * When a batch is dispatched (per model, models taken round-robin):
  *   - its queued rows reach batching.max_batch_size, or
@@ -25,7 +25,6 @@
  * count in milliseconds and the delays are microseconds. */
 #include <errno.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,32 +32,6 @@
 #include <unistd.h>
 
 #include "server.h"
-
-/* ------------------------------------------------------------ inbox */
-
-void grove__loop_wake(srv_server *srv) {
-  uv_async_send(&srv->async);
-}
-
-void grove__inbox_push_req(srv_server *srv, srv_req *r) {
-  r->next = NULL;
-  pthread_mutex_lock(&srv->inbox_mu);
-  if (srv->inbox_tail)
-    srv->inbox_tail->next = r;
-  else
-    srv->inbox_head = r;
-  srv->inbox_tail = r;
-  pthread_mutex_unlock(&srv->inbox_mu);
-  uv_async_send(&srv->async);
-}
-
-void grove__inbox_push_done(srv_server *srv, srv_worker *w) {
-  pthread_mutex_lock(&srv->inbox_mu);
-  w->next = srv->done_head;
-  srv->done_head = w;
-  pthread_mutex_unlock(&srv->inbox_mu);
-  uv_async_send(&srv->async);
-}
 
 /* ------------------------------------------------------------ timer */
 
@@ -209,83 +182,14 @@ static void schedule(srv_server *srv) {
   arm_timer(srv, srv->idle ? next_at : 0);
 }
 
-/* ------------------------------------------------------------ drain */
-
-static void on_closed(uv_handle_t *h) {
-  (void)h;
-}
-
-/* Everything answered and sent: stop NNG, then close the loop's handles so
- * that uv_run returns. */
-static void shut_down(srv_server *srv) {
-  grove__workers_stop(srv);
-  /* Training threads may still be answering through NNG: join them before
-   * the sockets and their contexts go. */
-  grove__training_stop(srv);
-  grove__rpc_stop(srv);
-  grove__reload_close(srv);
-  grove__export_close(srv);
-  uv_close((uv_handle_t *)&srv->async, on_closed);
-  uv_close((uv_handle_t *)&srv->sig_term, on_closed);
-  uv_close((uv_handle_t *)&srv->sig_int, on_closed);
-  uv_close((uv_handle_t *)&srv->sig_hup, on_closed);
-  uv_close((uv_handle_t *)&srv->timer_poll, on_closed);
-  uv_close((uv_handle_t *)&srv->drain_timer, on_closed);
-}
-
-static bool quiescent(srv_server *srv) {
-  for (size_t i = 0; i < srv->nmodels; i++)
-    if (srv->models[i].head || srv->models[i].running) return false;
-  return atomic_load(&srv->inflight) == 0 && atomic_load(&srv->sending) == 0 &&
-         srv->nidle == (size_t)srv->workers && grove__admin_idle(srv);
-}
-
-static bool stopped;
-
-static void check_drained(srv_server *srv) {
-  if (stopped || !quiescent(srv)) return;
-  stopped = true;
-  grove__slog(GROVE_LOG_INFO, "server.drained", "every queued request is answered; exiting");
-  shut_down(srv);
-}
-
-static void on_drain_timeout(uv_timer_t *t) {
-  srv_server *srv = t->data;
-  if (stopped) return;
-  stopped = true;
-  grove__slog(GROVE_LOG_ERROR, "server.drain_timeout",
-              "still %" PRId64 " requests unanswered and %" PRId64
-              " replies unsent after %d ms; "
-              "exiting anyway",
-              atomic_load(&srv->inflight), atomic_load(&srv->sending), srv->cfg.drain_timeout_ms);
-  srv->exit_code = 1;
-  shut_down(srv);
-}
-
-void grove__batcher_drain(srv_server *srv) {
-  if (atomic_exchange(&srv->draining, true)) {
-    grove__slog(GROVE_LOG_WARN, "server.drain_again",
-                "already draining (%" PRId64 " requests in flight)", atomic_load(&srv->inflight));
-    return;
-  }
-  grove__slog(GROVE_LOG_INFO, "server.drain",
-              "draining: %" PRId64 " requests in flight are answered, new ones get UNAVAILABLE",
-              atomic_load(&srv->inflight));
-  uv_timer_start(&srv->drain_timer, on_drain_timeout, (uint64_t)srv->cfg.drain_timeout_ms, 0);
-  schedule(srv);
-  check_drained(srv);
-}
-
 /* ------------------------------------------------------------ callbacks */
 
-static void on_async(uv_async_t *h) {
-  srv_server *srv = h->data;
-  pthread_mutex_lock(&srv->inbox_mu);
-  srv_req *reqs = srv->inbox_head;
-  srv_worker *done = srv->done_head;
-  srv->inbox_head = srv->inbox_tail = NULL;
-  srv->done_head = NULL;
-  pthread_mutex_unlock(&srv->inbox_mu);
+/* ------------------------------------------------------------ the loop's side */
+
+void grove__batcher_take_inbox(srv_server *srv) {
+  srv_req *reqs;
+  srv_worker *done;
+  grove__inbox_take(srv, &reqs, &done);
   while (done) {
     srv_worker *w = done;
     done = w->next;
@@ -301,9 +205,16 @@ static void on_async(uv_async_t *h) {
     reqs = r->next;
     enqueue(srv, r);
   }
-  if (!stopped) grove__reload_poll(srv); /* an in-place reload waiting for idle workers */
-  if (!stopped) schedule(srv);
-  if (atomic_load(&srv->draining)) check_drained(srv);
+}
+
+void grove__batcher_schedule(srv_server *srv) {
+  schedule(srv);
+}
+
+bool grove__batcher_idle(srv_server *srv) {
+  for (size_t i = 0; i < srv->nmodels; i++)
+    if (srv->models[i].head || srv->models[i].running) return false;
+  return srv->nidle == (size_t)srv->workers;
 }
 
 static void on_timer(uv_poll_t *h, int status, int events) {
@@ -312,30 +223,11 @@ static void on_timer(uv_poll_t *h, int status, int events) {
   while (read(srv->timer_fd, &ticks, sizeof ticks) > 0) {
   }
   srv->timer_at = 0;
-  if (!stopped) schedule(srv);
-}
-
-static void on_signal(uv_signal_t *h, int signum) {
-  srv_server *srv = h->data;
-  if (signum == SIGHUP) {
-    grove__reload_all(srv, "SIGHUP");
-    return;
-  }
-  grove__slog(GROVE_LOG_INFO, "server.signal", "%s received",
-              signum == SIGTERM ? "SIGTERM" : "SIGINT");
-  grove__batcher_drain(srv);
+  if (!srv->stopped) schedule(srv);
 }
 
 grove_status grove__batcher_init(srv_server *srv, grove_err *err) {
   int rv;
-  srv->timer_fd = -1;
-  if ((rv = uv_loop_init(&srv->loop)))
-    return grove_err_set(err, GROVE_E_INTERNAL, "uv_loop_init: %s", uv_strerror(rv));
-  srv->loop_started = true;
-  pthread_mutex_init(&srv->inbox_mu, NULL);
-  srv->async.data = srv;
-  if ((rv = uv_async_init(&srv->loop, &srv->async, on_async)))
-    return grove_err_set(err, GROVE_E_INTERNAL, "uv_async_init: %s", uv_strerror(rv));
   srv->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   if (srv->timer_fd < 0)
     return grove_err_set(err, GROVE_E_INTERNAL, "timerfd_create: %s", strerror(errno));
@@ -343,34 +235,18 @@ grove_status grove__batcher_init(srv_server *srv, grove_err *err) {
   if ((rv = uv_poll_init(&srv->loop, &srv->timer_poll, srv->timer_fd)) ||
       (rv = uv_poll_start(&srv->timer_poll, UV_READABLE, on_timer)))
     return grove_err_set(err, GROVE_E_INTERNAL, "uv_poll: %s", uv_strerror(rv));
-  uv_timer_init(&srv->loop, &srv->drain_timer);
-  srv->drain_timer.data = srv;
-  uv_signal_t *sigs[] = {&srv->sig_term, &srv->sig_int, &srv->sig_hup};
-  int nums[] = {SIGTERM, SIGINT, SIGHUP};
-  for (int i = 0; i < 3; i++) {
-    uv_signal_init(&srv->loop, sigs[i]);
-    sigs[i]->data = srv;
-    if ((rv = uv_signal_start(sigs[i], on_signal, nums[i])))
-      return grove_err_set(err, GROVE_E_INTERNAL, "uv_signal_start: %s", uv_strerror(rv));
-  }
   return GROVE_OK;
 }
 
-static void close_walk(uv_handle_t *h, void *arg) {
-  (void)arg;
-  if (!uv_is_closing(h)) uv_close(h, on_closed);
+static void on_closed(uv_handle_t *h) {
+  (void)h;
+}
+
+void grove__batcher_stop(srv_server *srv) {
+  uv_close((uv_handle_t *)&srv->timer_poll, on_closed);
 }
 
 void grove__batcher_close(srv_server *srv) {
-  if (srv->loop_started) {
-    /* After a failed start the handles are still open: close and let them
-     * finish, so that uv_loop_close succeeds. */
-    uv_walk(&srv->loop, close_walk, NULL);
-    uv_run(&srv->loop, UV_RUN_DEFAULT);
-    uv_loop_close(&srv->loop);
-    pthread_mutex_destroy(&srv->inbox_mu);
-    srv->loop_started = false;
-  }
   if (srv->timer_fd >= 0) close(srv->timer_fd);
   srv->timer_fd = -1;
 }

@@ -450,6 +450,7 @@ static void *sweeper_main(void *arg) {
 
 grove_status grove__conns_start(srv_server *srv, grove_err *err) {
   srv_conns *c = srv->conns;
+  grove__metrics_add_family(srv, grove__conns_metrics);
   if (c->idle_ns <= 0) return GROVE_OK;
   int rv = pthread_create(&c->thread, NULL, sweeper_main, c);
   if (rv)

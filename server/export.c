@@ -273,9 +273,9 @@ static void plan_done(uv_work_t *w, int status) {
   ojob *j = w->data;
   srv_server *srv = j->srv;
   struct srv_exports *x = srv->exports;
-  if (grove__admin_closing(srv)) {
+  if (grove__loopjob_closing(srv)) {
     ojob_free(j);
-    grove__admin_done(srv);
+    grove__loopjob_done(srv);
     return;
   }
   if (status && !j->s)
@@ -287,7 +287,7 @@ static void plan_done(uv_work_t *w, int status) {
     open_fail(j, j->s, "model '%s' version %" PRId64 ": %s", j->m->name, j->v->number,
               grove_err_msg(&j->err));
     ojob_free(j);
-    grove__admin_done(srv);
+    grove__loopjob_done(srv);
     return;
   }
   s->m = j->m;
@@ -316,7 +316,7 @@ static void plan_done(uv_work_t *w, int status) {
   j->r = NULL;
   session_release(s);
   ojob_free(j);
-  grove__admin_done(srv);
+  grove__loopjob_done(srv);
 }
 
 /* Loop: pin the version, take its state_dict, plan in the pool. */
@@ -346,7 +346,7 @@ static void open_on_loop(srv_server *srv, void *arg) {
   }
   if (!j->r) {
     ojob_free(j);
-    grove__admin_done(srv);
+    grove__loopjob_done(srv);
     return;
   }
   /* The state_dict is taken here, on the loop, because an in-place reload
@@ -372,7 +372,7 @@ static void open_on_loop(srv_server *srv, void *arg) {
     open_fail(j, s, "model '%s' version %" PRId64 ": %s", m->name, j->v->number,
               grove_err_msg(&j->err));
     ojob_free(j);
-    grove__admin_done(srv);
+    grove__loopjob_done(srv);
     return;
   }
   j->work.data = j;
@@ -380,7 +380,7 @@ static void open_on_loop(srv_server *srv, void *arg) {
   if (rv) {
     open_fail(j, GROVE_E_INTERNAL, "uv_queue_work: %s", uv_strerror(rv));
     ojob_free(j);
-    grove__admin_done(srv);
+    grove__loopjob_done(srv);
   }
 }
 
@@ -453,7 +453,7 @@ void grove__export_handle(srv_req *r) {
   }
   if (!j || (q->prefix && *q->prefix && !j->prefix) ||
       (q->archive_name && *q->archive_name && !j->archive) ||
-      !grove__admin_post(srv, open_on_loop, open_cancel, j)) {
+      !grove__loopjob_post(srv, open_on_loop, open_cancel, j)) {
     ojob_free(j);
     grove__rpc_reply_error(r, GROVE_E_NOMEM, "out of memory starting the export");
   }
@@ -495,6 +495,8 @@ grove_status grove__export_start(srv_server *srv, grove_err *err) {
   if (!x) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
   srv->exports = x;
   pthread_mutex_init(&x->mu, NULL);
+  grove__rpc_set_handler(srv, GROVE__REQUEST__BODY_EXPORT_STATE_DICT, grove__export_handle, false);
+  grove__metrics_add_family(srv, grove__export_metrics);
   /* Ids differ from one run to the next, so an id from before a restart is
    * not mistaken for a new export. */
   x->next_id = ((uint64_t)grove__now_ns() << 16) | 1;

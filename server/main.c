@@ -360,7 +360,6 @@ int main(int argc, char **argv) {
   grove__slog_init(srv.cfg.log_level);
   grove_set_log(grove__slog_core, NULL);
   srv.t_start = grove__now_ns();
-  srv.timer_fd = -1;
   grove__slog(GROVE_LOG_INFO, "server.start", "groved %s (protocol %d), pid %d", GROVE_VERSION,
               GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION, (int)getpid());
   if (srv.cfg.test_batch_delay_ms)
@@ -369,61 +368,7 @@ int main(int argc, char **argv) {
                 srv.cfg.test_batch_delay_ms);
   choose_threads(&srv);
 
-  grove_err err = {0};
-  /* Before the models open their files: the descriptor budget is set first. */
-  grove_status s = grove__conns_init(&srv, &err);
-  if (s) {
-    grove__slog(GROVE_LOG_ERROR, "server.start_failed", "%s", grove_err_msg(&err));
-    rc = 1;
-    goto out;
-  }
-  s = grove__admin_plane_init(&srv, &err);
-  if (!s) s = grove__registry_load(&srv, &err);
-  if (s) {
-    grove__slog(GROVE_LOG_ERROR, "server.config", "%s", grove_err_msg(&err));
-    rc = s == GROVE_E_INVALID_ARGUMENT ? 2 : 1;
-    goto out;
-  }
-  if (srv.nmodels == 0)
-    grove__slog(GROVE_LOG_WARN, "server.no_models",
-                "no model configured (--model, --model-repo): every predict gets NOT_FOUND");
-  if ((s = grove__batcher_init(&srv, &err)) || (s = grove__reload_start(&srv, &err)) ||
-      (s = grove__export_start(&srv, &err)) || (s = grove__training_start(&srv, &err)) ||
-      (s = grove__workers_start(&srv, &err)) ||
-      (s = grove__telemetry_start(&srv, &err)) || (s = grove__rpc_start(&srv, &err)) ||
-      (s = grove__http_start(&srv, &err)) || (s = grove__conns_start(&srv, &err))) {
-    grove__slog(GROVE_LOG_ERROR, "server.start_failed", "%s", grove_err_msg(&err));
-    rc = 1;
-    goto out;
-  }
-  size_t loaded = 0;
-  for (size_t i = 0; i < srv.nmodels; i++) loaded += srv.models[i].current != NULL;
-  grove__slog(GROVE_LOG_INFO, "server.ready",
-              "serving %zu of %zu models with %d worker%s x %d compute thread%s, %s kernel%s",
-              loaded, srv.nmodels, srv.workers, srv.workers == 1 ? "" : "s", srv.blas_threads,
-              srv.blas_threads == 1 ? "" : "s", grove_compute_kernel(),
-              loaded == srv.nmodels ? "" : " (not ready: see model.load_failed)");
-  uv_run(&srv.loop, UV_RUN_DEFAULT);
-  rc = srv.exit_code;
-  grove__slog(GROVE_LOG_INFO, "server.exit", "exit %d", rc);
-
-out:
-  srv.exit_code = rc; /* what a close that hangs exits with (grove__nng_close_or_exit) */
-  grove__workers_stop(&srv);
-  grove__training_stop(&srv);
-  grove__conns_stop(&srv);
-  grove__rpc_stop(&srv);
-  grove__http_stop(&srv);
-  grove__telemetry_stop(&srv);
-  grove__batcher_close(&srv);
-  grove__workers_free(&srv);
-  grove__telemetry_free(&srv);
-  grove__export_free(&srv);
-  grove__training_free(&srv);
-  grove__reload_free(&srv);
-  grove__registry_free(&srv);
-  grove__admin_plane_free(&srv);
-  grove__conns_free(&srv);
+  rc = grove__server_run(&srv);
   free_flags(&srv.cfg);
   return rc;
 }

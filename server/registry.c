@@ -6,7 +6,9 @@
  * of models never changes after that: any thread may look a name up without
  * a lock.  What changes is a model's current version, a refcounted
  * grove_model that the loop swaps (hot reload) while batches already
- * dispatched keep the one they took. */
+ * dispatched keep the one they took, and whether its batches are held (an
+ * in-place reload): this file is the one place both are written
+ * (grove__model_install, grove__model_set_paused); reload.c decides when. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -43,11 +45,35 @@ srv_version *grove__model_acquire(srv_model *m) {
   return v;
 }
 
+srv_version *grove__model_install(srv_model *m, srv_version *v) {
+  pthread_mutex_lock(&m->mu);
+  srv_version *old = m->current;
+  m->current = v;
+  pthread_mutex_unlock(&m->mu);
+  atomic_store(&m->version_number, v->number);
+  return old;
+}
+
+void grove__model_set_paused(srv_model *m, bool paused) {
+  m->paused = paused;
+}
+
 srv_model *grove__registry_find(srv_server *srv, const char *name) {
   if (!name) return NULL;
   for (size_t i = 0; i < srv->nmodels; i++)
     if (strcmp(srv->models[i].name, name) == 0) return &srv->models[i];
   return NULL;
+}
+
+void grove__registry_names(srv_server *srv, char *buf, size_t n) {
+  size_t used = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < srv->nmodels && used + 1 < n; i++) {
+    int w = snprintf(buf + used, n - used, "%s%s", i ? ", " : "", srv->models[i].name);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  if (srv->nmodels == 0) snprintf(buf, n, "none");
 }
 
 bool grove__registry_ready(srv_server *srv) {
@@ -196,8 +222,7 @@ static grove_status load_one(srv_model *sm, bool name_given, grove_err *oerr) {
   atomic_init(&v->refs, 1);
   v->number = 1;
   v->model = m;
-  sm->current = v;
-  atomic_store(&sm->version_number, 1);
+  grove__model_install(sm, v); /* the first: nothing to release */
   char shape[160];
   const grove_io_spec *in = &m->inputs[0];
   grove__slog(

@@ -30,15 +30,13 @@
  *     loop:  a new version that shares the tree is installed, the model is
  *            resumed; the pause is measured and reported.
  *
- * Jobs reach the loop through grove__admin_post (a mutex-guarded list and a
- * uv_async_t of this file's own); export.c uses the same path to start an
- * export.  The drain waits until no job is in progress.  A job whose pool
+ * Jobs reach the loop through grove__loopjob_post (loopjob.c), as export.c's
+ * and train.c's do.  The drain waits until no job is in progress.  A job whose pool
  * work is still running when the loop shuts down (a drain that timed out)
  * finishes without replying: its request is gone by then. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -50,6 +48,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "internal.h" /* grove__model_dir_weights, grove__model_weight_names */
 #include "server.h"
 
 /* Reload times: 5 ms .. 60 s. */
@@ -96,21 +95,8 @@ typedef struct mstate {
   rhist duration, pause;
 } mstate;
 
-typedef struct post {
-  void (*fn)(srv_server *, void *);
-  void (*cancel)(void *);
-  void *arg;
-  struct post *next;
-} post;
-
 struct srv_admin {
   srv_server *srv;
-  uv_async_t async;
-  bool async_init;
-  pthread_mutex_t mu; /* guards the post list */
-  post *head, *tail;
-  _Atomic int64_t jobs; /* posted or running, not done */
-  atomic_bool closing;
   mstate *ms;
   int ifd; /* inotify, -1 = --watch off */
   uv_poll_t ipoll;
@@ -151,60 +137,6 @@ struct rjob {
 
 /* ================================================================ jobs */
 
-static void on_admin_async(uv_async_t *h) {
-  srv_server *srv = h->data;
-  struct srv_admin *a = srv->admin;
-  pthread_mutex_lock(&a->mu);
-  post *p = a->head;
-  a->head = a->tail = NULL;
-  pthread_mutex_unlock(&a->mu);
-  while (p) {
-    post *next = p->next;
-    if (atomic_load(&a->closing)) {
-      if (p->cancel) p->cancel(p->arg);
-      grove__admin_done(srv);
-    } else {
-      p->fn(srv, p->arg);
-    }
-    free(p);
-    p = next;
-  }
-}
-
-bool grove__admin_post(srv_server *srv, void (*fn)(srv_server *, void *), void (*cancel)(void *),
-                       void *arg) {
-  struct srv_admin *a = srv->admin;
-  post *p = calloc(1, sizeof *p);
-  if (!p) return false;
-  p->fn = fn;
-  p->cancel = cancel;
-  p->arg = arg;
-  atomic_fetch_add(&a->jobs, 1);
-  pthread_mutex_lock(&a->mu);
-  if (a->tail)
-    a->tail->next = p;
-  else
-    a->head = p;
-  a->tail = p;
-  pthread_mutex_unlock(&a->mu);
-  uv_async_send(&a->async);
-  return true;
-}
-
-void grove__admin_done(srv_server *srv) {
-  atomic_fetch_sub(&srv->admin->jobs, 1);
-  /* The drain re-checks on every wake-up. */
-  if (atomic_load(&srv->draining)) grove__loop_wake(srv);
-}
-
-bool grove__admin_idle(srv_server *srv) {
-  return !srv->admin || atomic_load(&srv->admin->jobs) == 0;
-}
-
-bool grove__admin_closing(srv_server *srv) {
-  return srv->admin && atomic_load(&srv->admin->closing);
-}
-
 bool grove__reload_in_place_active(srv_server *srv, const srv_model *m) {
   mstate *ms = &srv->admin->ms[m->index];
   return ms->waiting != NULL || ms->mutating;
@@ -231,38 +163,13 @@ static bool is_file(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The weights file grove_model_open picks in dir when given none: the one
- * model.json names ("weights"), else weights.safetensors, .pt, .pth, .bin.
- * malloc'd; NULL with err set when there is none. */
-static const char *const weight_names[] = {"weights.safetensors", "weights.pt", "weights.pth",
-                                           "weights.bin", NULL};
-
+/* The weights file grove_model_open picks in dir when given none (core's
+ * search, grove__model_dir_weights); malloc'd, NULL with err set when there
+ * is none. */
 static char *dir_weights(const char *dir, grove_err *err) {
-  char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/model.json", dir);
-  json_error_t je;
-  json_t *root = json_load_file(path, 0, &je);
-  const char *named = root ? json_string_value(json_object_get(root, "weights")) : NULL;
-  char *out = NULL;
-  if (named) {
-    snprintf(path, sizeof path, "%s/%s", dir, named);
-    if (is_file(path)) out = strdup(path);
-    if (!out)
-      grove_err_set(err, GROVE_E_NOT_FOUND,
-                    "%s: the weights file model.json names (\"weights\") does not exist", path);
-    json_decref(root);
-    return out;
-  }
-  json_decref(root);
-  for (int i = 0; weight_names[i]; i++) {
-    snprintf(path, sizeof path, "%s/%s", dir, weight_names[i]);
-    if (is_file(path)) return strdup(path);
-  }
-  grove_err_set(err, GROVE_E_NOT_FOUND,
-                "%s: no weights file (tried weights.safetensors, weights.pt, weights.pth, "
-                "weights.bin)",
-                dir);
-  return NULL;
+  char *path = NULL;
+  if (grove__model_dir_weights(dir, &path, err)) return NULL;
+  return path;
 }
 
 /* Freeing a version means unmapping and freeing all its weights: tens of
@@ -298,7 +205,7 @@ static void release_done(uv_work_t *w, int status) {
 void grove__version_release_off_loop(srv_server *srv, srv_version *v) {
   if (!v) return;
   /* refs only falls once v is not current: 1 means this is the last. */
-  if (atomic_load(&v->refs) > 1 || grove__admin_closing(srv) || !srv->admin) {
+  if (atomic_load(&v->refs) > 1 || grove__loopjob_closing(srv) || !srv->admin) {
     grove__version_release(v); /* not the last, or no pool to hand it to */
     return;
   }
@@ -394,11 +301,7 @@ static void install(rjob *j, srv_version *v) {
   srv_model *m = j->m;
   atomic_init(&v->refs, 1);
   v->number = ++j->ms->last_number;
-  pthread_mutex_lock(&m->mu);
-  srv_version *old = m->current;
-  m->current = v;
-  pthread_mutex_unlock(&m->mu);
-  atomic_store(&m->version_number, v->number);
+  srv_version *old = grove__model_install(m, v);
   j->version = v->number;
   /* Hooks re-resolve against the new tree now, so that patterns that
    * stopped matching are logged with the reload, not at the next batch. */
@@ -419,7 +322,7 @@ static void finish(rjob *j) {
   ms->again = false;
   job_free(j);
   rjob *n = NULL;
-  if (again && !atomic_load(&srv->draining) && !grove__admin_closing(srv) &&
+  if (again && !atomic_load(&srv->draining) && !grove__loopjob_closing(srv) &&
       (n = calloc(1, sizeof *n))) {
     n->srv = srv;
     n->m = ms->m;
@@ -427,9 +330,9 @@ static void finish(rjob *j) {
     n->trigger = "again";
     n->in_place = srv->cfg.reload_in_place && ms->m->current != NULL;
     n->t0 = grove__now_ns();
-    atomic_fetch_add(&srv->admin->jobs, 1); /* before this job's done: never idle between */
+    grove__loopjob_begin(srv); /* before this job's done: never idle between */
   }
-  grove__admin_done(srv);
+  grove__loopjob_done(srv);
   if (n) start(n);
 }
 
@@ -602,7 +505,7 @@ static void full_work(uv_work_t *w) {
 static void full_done(uv_work_t *w, int status) {
   rjob *j = w->data;
   srv_server *srv = j->srv;
-  if (grove__admin_closing(srv)) {
+  if (grove__loopjob_closing(srv)) {
     j->r = NULL; /* gone with the socket */
     finish(j);
     return;
@@ -721,7 +624,7 @@ static void load_work(uv_work_t *w) {
 
 static void resume(rjob *j) {
   srv_model *m = j->m;
-  m->paused = false;
+  grove__model_set_paused(m, false);
   atomic_store(&j->ms->paused, 0);
   j->ms->mutating = false;
   j->ms->waiting = NULL;
@@ -733,7 +636,7 @@ static void load_done(uv_work_t *w, int status) {
   rjob *j = w->data;
   srv_server *srv = j->srv;
   resume(j);
-  if (grove__admin_closing(srv)) {
+  if (grove__loopjob_closing(srv)) {
     j->r = NULL;
     finish(j);
     return;
@@ -799,7 +702,7 @@ void grove__reload_poll(srv_server *srv) {
 static void prep_done(uv_work_t *w, int status) {
   rjob *j = w->data;
   srv_server *srv = j->srv;
-  if (grove__admin_closing(srv)) {
+  if (grove__loopjob_closing(srv)) {
     j->r = NULL;
     finish(j);
     return;
@@ -816,7 +719,7 @@ static void prep_done(uv_work_t *w, int status) {
     return;
   }
   /* Hold the model's batches; go on once the running ones are done. */
-  j->m->paused = true;
+  grove__model_set_paused(j->m, true);
   atomic_store(&j->ms->paused, 1);
   j->t_pause = grove__now_ns();
   j->ms->waiting = j;
@@ -833,7 +736,7 @@ static void start(rjob *j) {
   if (atomic_load(&srv->draining)) {
     refuse(j, GROVE_E_UNAVAILABLE, "groved is shutting down; reload refused");
     job_free(j);
-    grove__admin_done(srv);
+    grove__loopjob_done(srv);
     return;
   }
   if (ms->busy) {
@@ -843,7 +746,7 @@ static void start(rjob *j) {
                   "model %s: a reload is in progress; the %s reload follows it", m->name,
                   j->trigger);
       job_free(j);
-      grove__admin_done(srv);
+      grove__loopjob_done(srv);
       return;
     }
     refuse(j, GROVE_E_UNAVAILABLE,
@@ -851,7 +754,7 @@ static void start(rjob *j) {
            "); retry once it has answered",
            m->name, ms->last_number + 1);
     job_free(j);
-    grove__admin_done(srv);
+    grove__loopjob_done(srv);
     return;
   }
   j->cur = grove__model_acquire(m);
@@ -861,14 +764,14 @@ static void start(rjob *j) {
            "model '%s' has no version serving; an in-place reload needs one (use a full reload)",
            m->name);
     job_free(j);
-    grove__admin_done(srv);
+    grove__loopjob_done(srv);
     return;
   }
   const char *dir = j->model_dir ? j->model_dir : j->cur ? j->cur->model->dir : m->dir;
   if (!(j->dir = strdup(dir))) {
     refuse(j, GROVE_E_NOMEM, "out of memory");
     job_free(j);
-    grove__admin_done(srv);
+    grove__loopjob_done(srv);
     return;
   }
   ms->busy = true;
@@ -910,12 +813,12 @@ static void reload_model(srv_server *srv, srv_model *m, const char *trigger) {
   j->trigger = trigger;
   j->in_place = srv->cfg.reload_in_place && m->current != NULL;
   j->t0 = grove__now_ns();
-  atomic_fetch_add(&srv->admin->jobs, 1);
+  grove__loopjob_begin(srv);
   start(j);
 }
 
 void grove__reload_all(srv_server *srv, const char *why) {
-  if (!srv->admin || grove__admin_closing(srv)) return;
+  if (!srv->admin || grove__loopjob_closing(srv)) return;
   if (atomic_load(&srv->draining)) {
     grove__slog(GROVE_LOG_WARN, "reload.signal", "%s: groved is draining; nothing reloaded", why);
     return;
@@ -927,9 +830,8 @@ void grove__reload_all(srv_server *srv, const char *why) {
 
 /* ================================================================ the RPC */
 
-void grove__reload_handle(srv_req *r) {
+void grove__reload_request(srv_req *r, const srv_reload_args *q) {
   srv_server *srv = r->srv;
-  const Grove__ReloadRequest *q = r->msg->reload;
   srv_model *m = grove__registry_find(srv, q->model);
   if (!m) {
     grove__rpc_reply_error(r, GROVE_E_NOT_FOUND, "model '%s' is not served here",
@@ -966,11 +868,21 @@ void grove__reload_handle(srv_req *r) {
   }
   if (!j || (q->checkpoint && *q->checkpoint && !j->checkpoint) ||
       (q->model_dir && *q->model_dir && !j->model_dir) ||
-      !grove__admin_post(srv, start_posted, cancel_posted, j)) {
+      !grove__loopjob_post(srv, start_posted, cancel_posted, j)) {
     if (j) j->r = NULL;
     job_free(j);
     grove__rpc_reply_error(r, GROVE_E_NOMEM, "out of memory starting the reload");
   }
+}
+
+void grove__reload_handle(srv_req *r) {
+  const Grove__ReloadRequest *q = r->msg->reload;
+  srv_reload_args a = {.model = q->model,
+                       .checkpoint = q->checkpoint,
+                       .model_dir = q->model_dir,
+                       .non_strict = q->non_strict,
+                       .in_place = q->in_place};
+  grove__reload_request(r, &a);
 }
 
 /* ================================================================ --watch */
@@ -979,8 +891,8 @@ void grove__reload_handle(srv_req *r) {
 static bool watched_name(const mstate *ms, const char *name) {
   if (!name[0] || name[0] == '.') return false; /* temporary siblings */
   if (strcmp(name, "model.json") == 0) return true;
-  for (int i = 0; weight_names[i]; i++)
-    if (strcmp(name, weight_names[i]) == 0) return true;
+  for (int i = 0; grove__model_weight_names[i]; i++)
+    if (strcmp(name, grove__model_weight_names[i]) == 0) return true;
   /* The file model.json names, or an explicit checkpoint in that directory. */
   srv_version *v = ms->m->current;
   const char *wp = v ? (v->weights_path ? v->weights_path : v->model->weights_path) : NULL;
@@ -1100,15 +1012,12 @@ grove_status grove__reload_start(srv_server *srv, grove_err *err) {
   if (!a) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
   srv->admin = a;
   a->srv = srv;
+  grove__rpc_set_handler(srv, GROVE__REQUEST__BODY_RELOAD, grove__reload_handle, false);
+  grove__metrics_add_family(srv, grove__reload_metrics);
   a->ifd = -1;
-  pthread_mutex_init(&a->mu, NULL);
   a->ms = calloc(srv->nmodels ? srv->nmodels : 1, sizeof *a->ms);
   if (!a->ms) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
   int rv;
-  a->async.data = srv;
-  if ((rv = uv_async_init(&srv->loop, &a->async, on_admin_async)))
-    return grove_err_set(err, GROVE_E_INTERNAL, "uv_async_init: %s", uv_strerror(rv));
-  a->async_init = true;
   for (size_t i = 0; i < srv->nmodels; i++) {
     mstate *ms = &a->ms[i];
     ms->srv = srv;
@@ -1144,11 +1053,7 @@ static void on_closed(uv_handle_t *h) {
 void grove__reload_close(srv_server *srv) {
   struct srv_admin *a = srv->admin;
   if (!a) return;
-  atomic_store(&a->closing, true);
-  /* Jobs still posted will never run: cancel them now. */
-  on_admin_async(&a->async);
-  if (a->async_init && !uv_is_closing((uv_handle_t *)&a->async))
-    uv_close((uv_handle_t *)&a->async, on_closed);
+  /* grove__loopjob_close ran first: the jobs not yet run were cancelled. */
   if (a->ipoll_init && !uv_is_closing((uv_handle_t *)&a->ipoll))
     uv_close((uv_handle_t *)&a->ipoll, on_closed);
   for (size_t i = 0; i < srv->nmodels; i++) {
@@ -1168,15 +1073,9 @@ void grove__reload_close(srv_server *srv) {
 void grove__reload_free(srv_server *srv) {
   struct srv_admin *a = srv->admin;
   if (!a) return;
-  for (post *p = a->head, *next; p; p = next) {
-    next = p->next;
-    if (p->cancel) p->cancel(p->arg);
-    free(p);
-  }
   if (a->ifd >= 0) close(a->ifd);
   for (size_t i = 0; a->ms && i < srv->nmodels; i++) free(a->ms[i].watch_dir);
   free(a->ms);
-  pthread_mutex_destroy(&a->mu);
   free(a);
   srv->admin = NULL;
 }
@@ -1184,17 +1083,8 @@ void grove__reload_free(srv_server *srv) {
 /* ================================================================ metrics */
 
 static void hist_text(srv_text *b, const char *name, const char *model, const rhist *h) {
-  uint64_t cum = 0;
-  for (int i = 0; i < NBUCKETS; i++) {
-    cum += atomic_load(&h->b[i]);
-    grove__text_printf(b, "%s_bucket{model=\"%s\",le=\"%g\"} %" PRIu64 "\n", name, model,
-                       bucket_s[i], cum);
-  }
-  cum += atomic_load(&h->b[NBUCKETS]);
-  grove__text_printf(b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, model, cum);
-  grove__text_printf(b, "%s_sum{model=\"%s\"} %.9g\n", name, model,
-                     (double)atomic_load(&h->sum_ns) * 1e-9);
-  grove__text_printf(b, "%s_count{model=\"%s\"} %" PRIu64 "\n", name, model, cum);
+  grove__prom_histogram(b, name, model, bucket_s, NBUCKETS, h->b,
+                        (double)atomic_load(&h->sum_ns) * 1e-9);
 }
 
 void grove__reload_metrics(srv_server *srv, srv_text *b) {

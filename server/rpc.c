@@ -10,10 +10,12 @@
  *       ^                                                              |
  *       +----------------------(send completed or failed)-------------+
  *
- * The receive callback (an NNG thread) decodes the protobuf and checks a
- * predict completely against the model's input spec; anything wrong is
- * answered there and never reaches the loop.  Status and metadata are
- * answered there too.  A good predict goes to the loop's inbox.
+ * The receive callback (an NNG thread) decodes the protobuf, asks the gate
+ * (admin.c) whether it may run on this plane, and hands it to the handler
+ * its body's owner registered at start (srv->rpc: predict.c, status.c,
+ * reload.c, export.c, telemetry_rpc.c, train.c); a body nobody registered is
+ * answered UNSUPPORTED.  This file calls none of them by name: it is below
+ * every feature (docs/architecture.md, "server/").
  *
  * Two size limits: a request over --max-request-bytes is answered
  * INVALID_ARGUMENT; NNG itself drops the connection of a sender whose
@@ -102,7 +104,7 @@ static bool finish(srv_req *r, nng_msg *msg, grove_status s) {
                 grove__status_label(s));
     if (was_inflight) atomic_fetch_sub(&srv->inflight, 1);
     post_recv(r);
-    if (was_inflight && atomic_load(&srv->draining)) grove__loop_wake(srv);
+    if (was_inflight && atomic_load(&srv->draining)) srv->rpc.wake(srv);
     return false;
   }
   /* sending rises before inflight falls, so that the drain never sees both
@@ -177,272 +179,6 @@ void grove__rpc_reply_error(srv_req *r, grove_status s, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* ------------------------------------------------------------ status */
-
-typedef struct meta_tmp {
-  Grove__IoSpec *specs;
-  Grove__IoSpec **ptrs;
-  Grove__Batching batching;
-  srv_version *v;
-} meta_tmp;
-
-/* Fills md for m.  Strings point into m and its version, which tmp->v keeps
- * alive until meta_done. */
-static bool meta_fill(srv_model *m, Grove__ModelMetadata *md, meta_tmp *tmp) {
-  grove__model_metadata__init(md);
-  memset(tmp, 0, sizeof *tmp);
-  md->name = m->name;
-  md->dir = m->dir;
-  md->queue_depth = atomic_load(&m->queue_depth);
-  srv_version *v = grove__model_acquire(m);
-  tmp->v = v;
-  if (!v) {
-    md->ready = false;
-    md->error = m->error ? m->error : "not loaded";
-    return true;
-  }
-  const grove_model *gm = v->model;
-  md->ready = true;
-  md->version = v->number;
-  md->param_count = gm->param_count;
-  md->weight_bytes = gm->weight_bytes;
-  md->dir = gm->dir ? gm->dir : m->dir; /* a reload may serve another directory */
-  /* An in-place reload names its own weights file on the version. */
-  md->weights_path = v->weights_path ? v->weights_path : gm->weights_path ? gm->weights_path : "";
-  grove__batching__init(&tmp->batching);
-  tmp->batching.max_batch_size = gm->batching.max_batch_size;
-  tmp->batching.max_queue_delay_us = gm->batching.max_queue_delay_us;
-  tmp->batching.max_queue_size = gm->batching.max_queue_size;
-  md->batching = &tmp->batching;
-  size_t n = gm->ninputs + gm->noutputs;
-  if (n) {
-    tmp->specs = calloc(n, sizeof *tmp->specs);
-    tmp->ptrs = calloc(n, sizeof *tmp->ptrs);
-    if (!tmp->specs || !tmp->ptrs) return false;
-  }
-  for (size_t i = 0; i < n; i++) {
-    const grove_io_spec *sp = i < gm->ninputs ? &gm->inputs[i] : &gm->outputs[i - gm->ninputs];
-    Grove__IoSpec *o = &tmp->specs[i];
-    grove__io_spec__init(o);
-    o->name = sp->name ? sp->name : "";
-    o->dtype = (int32_t)sp->dtype;
-    o->n_shape = (size_t)sp->ndim;
-    o->shape = (int64_t *)sp->shape;
-    tmp->ptrs[i] = o;
-  }
-  md->n_inputs = gm->ninputs;
-  md->inputs = tmp->ptrs;
-  md->n_outputs = gm->noutputs;
-  md->outputs = tmp->ptrs ? tmp->ptrs + gm->ninputs : NULL;
-  return true;
-}
-
-static void meta_done(meta_tmp *tmp) {
-  free(tmp->specs);
-  free(tmp->ptrs);
-  grove__version_release(tmp->v);
-}
-
-static void reply_status(srv_req *r) {
-  srv_server *srv = r->srv;
-  Grove__StatusReply st = GROVE__STATUS_REPLY__INIT;
-  st.server_version = GROVE_VERSION;
-  st.protocol = GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION;
-  st.draining = atomic_load(&srv->draining);
-  st.ready = grove__registry_ready(srv) && !st.draining;
-  st.uptime_ms = (uint64_t)((grove__now_ns() - srv->t_start) / 1000000);
-  st.workers = (uint32_t)srv->workers;
-  st.blas_threads = (uint32_t)srv->blas_threads;
-  st.inflight = (uint64_t)atomic_load(&srv->inflight);
-  st.admin_listen = grove__admin_urls(srv, &st.n_admin_listen);
-  st.listen = (char **)srv->cfg.listen;
-  st.n_listen = srv->cfg.nlisten;
-  size_t n = srv->nmodels;
-  Grove__ModelMetadata *mds = n ? calloc(n, sizeof *mds) : NULL;
-  Grove__ModelMetadata **ptrs = n ? calloc(n, sizeof *ptrs) : NULL;
-  meta_tmp *tmps = n ? calloc(n, sizeof *tmps) : NULL;
-  bool ok = !n || (mds && ptrs && tmps);
-  size_t filled = 0;
-  for (size_t i = 0; ok && i < n; i++) {
-    ok = meta_fill(&srv->models[i], &mds[i], &tmps[i]);
-    filled = i + 1;
-    ptrs[i] = &mds[i];
-  }
-  if (ok) {
-    st.n_models = n;
-    st.models = ptrs;
-    Grove__Reply rep = GROVE__REPLY__INIT;
-    rep.protocol = GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION;
-    rep.id = r->id;
-    rep.body_case = GROVE__REPLY__BODY_STATUS_REPLY;
-    rep.status_reply = &st;
-    grove__rpc_send(r, grove__rpc_pack(&rep), GROVE_OK);
-  }
-  for (size_t i = 0; i < filled; i++) meta_done(&tmps[i]);
-  free(mds);
-  free(ptrs);
-  free(tmps);
-  if (!ok) grove__rpc_reply_error(r, GROVE_E_NOMEM, "out of memory building the status reply");
-}
-
-static void reply_metadata(srv_req *r) {
-  const char *name = r->msg->model_metadata->model;
-  srv_model *m = grove__registry_find(r->srv, name);
-  if (!m) {
-    grove__rpc_reply_error(r, GROVE_E_NOT_FOUND, "model '%s' is not served here", name);
-    return;
-  }
-  Grove__ModelMetadata md;
-  meta_tmp tmp;
-  if (!meta_fill(m, &md, &tmp)) {
-    meta_done(&tmp);
-    grove__rpc_reply_error(r, GROVE_E_NOMEM, "out of memory building the metadata reply");
-    return;
-  }
-  Grove__Reply rep = GROVE__REPLY__INIT;
-  rep.protocol = GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION;
-  rep.id = r->id;
-  rep.body_case = GROVE__REPLY__BODY_MODEL_METADATA;
-  rep.model_metadata = &md;
-  grove__rpc_send(r, grove__rpc_pack(&rep), GROVE_OK);
-  meta_done(&tmp);
-}
-
-/* ------------------------------------------------------------ predict */
-
-static void served_names(srv_server *srv, char *buf, size_t n) {
-  size_t used = 0;
-  buf[0] = 0;
-  for (size_t i = 0; i < srv->nmodels && used + 1 < n; i++) {
-    int w = snprintf(buf + used, n - used, "%s%s", i ? ", " : "", srv->models[i].name);
-    if (w < 0) break;
-    used += (size_t)w;
-  }
-  if (srv->nmodels == 0) snprintf(buf, n, "none");
-}
-
-/* Checks the decoded predict against the model and fills r->inputs.
- * Returns GROVE_OK, or GROVE_E_INVALID_ARGUMENT with err naming the field,
- * what came and what was expected. */
-static grove_status check_predict(srv_req *r, const grove_model *gm, grove_err *err) {
-  const Grove__PredictRequest *p = r->msg->predict;
-  const char *mname = r->model->name;
-  if (p->n_inputs != gm->ninputs) {
-    char names[256] = "";
-    size_t used = 0;
-    for (size_t i = 0; i < gm->ninputs && used < sizeof names; i++)
-      used += (size_t)snprintf(names + used, sizeof names - used, "%s'%s'", i ? ", " : "",
-                               gm->inputs[i].name);
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "inputs: model '%s' takes %zu input%s (%s), the request has %zu", mname,
-                         gm->ninputs, gm->ninputs == 1 ? "" : "s", names, p->n_inputs);
-  }
-  for (size_t i = 0; i < p->n_inputs; i++) {
-    const Grove__Tensor *t = p->inputs[i];
-    const grove_io_spec *sp = &gm->inputs[i];
-    char want[160], got[160]; /* formatted only for a message */
-    if (t->dtype < 0 || t->dtype >= GROVE_DTYPE_COUNT || grove_dtype_size(t->dtype) == 0)
-      return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                           "inputs[%zu] ('%s').dtype: %d is not a grove_dtype value; expected %d "
-                           "(%s)",
-                           i, sp->name, t->dtype, (int)sp->dtype, grove_dtype_name(sp->dtype));
-    if (t->n_shape > GROVE_MAX_DIMS || (int)t->n_shape != sp->ndim) {
-      grove_shape_str(sp->ndim, sp->shape, want, sizeof want);
-      return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                           "inputs[%zu] ('%s').shape: %zu dimensions; expected %d (%s %s)", i,
-                           sp->name, t->n_shape, sp->ndim, grove_dtype_name(sp->dtype), want);
-    }
-    uint64_t numel = 1;
-    for (size_t d = 0; d < t->n_shape; d++) {
-      if (t->shape[d] < 0)
-        return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                             "inputs[%zu] ('%s').shape[%zu] is %" PRId64 "; dimensions are >= 0", i,
-                             sp->name, d, t->shape[d]);
-      if (__builtin_mul_overflow(numel, (uint64_t)t->shape[d], &numel))
-        return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                             "inputs[%zu] ('%s').shape: the element count overflows", i, sp->name);
-    }
-    uint64_t bytes;
-    if (__builtin_mul_overflow(numel, (uint64_t)grove_dtype_size(t->dtype), &bytes) ||
-        bytes != (uint64_t)t->data.len) {
-      grove_shape_str((int)t->n_shape, t->shape, got, sizeof got);
-      return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                           "inputs[%zu] ('%s').data: %zu bytes, but %s %s takes %" PRIu64
-                           " bytes (%" PRIu64 " elements of %zu bytes)",
-                           i, sp->name, t->data.len, grove_dtype_name(t->dtype), got, bytes, numel,
-                           grove_dtype_size(t->dtype));
-    }
-    grove_tensor_init(&r->inputs[i], (grove_dtype)t->dtype, (int)t->n_shape, t->shape,
-                      t->data.data);
-  }
-  r->ninputs = p->n_inputs;
-  grove_status s = grove_model_check_inputs(gm, r->inputs, r->ninputs, err);
-  if (s) {
-    /* grove_model_check_inputs says E_DTYPE or E_SHAPE; on the wire a request
-     * that does not fit is INVALID_ARGUMENT, its message says which part. */
-    grove_err_prefix(err, "model '%s'", mname);
-    err->code = GROVE_E_INVALID_ARGUMENT;
-    return GROVE_E_INVALID_ARGUMENT;
-  }
-  int64_t rows = r->inputs[0].shape[0];
-  for (size_t i = 1; i < r->ninputs; i++)
-    if (r->inputs[i].shape[0] != rows)
-      return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                           "inputs[%zu] ('%s') has %" PRId64 " rows, inputs[0] ('%s') has %" PRId64
-                           "; every input has the same rows (dimension 0)",
-                           i, gm->inputs[i].name, r->inputs[i].shape[0], gm->inputs[0].name, rows);
-  if (rows == 0)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "inputs[0] ('%s') has 0 rows; send at least one", gm->inputs[0].name);
-  if (rows > gm->batching.max_batch_size)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "inputs[0] ('%s') has %" PRId64
-                         " rows, more than model '%s' runs at once "
-                         "(batching.max_batch_size %" PRId64 "); split the request",
-                         gm->inputs[0].name, rows, mname, gm->batching.max_batch_size);
-  r->rows = rows;
-  return GROVE_OK;
-}
-
-static void handle_predict(srv_req *r) {
-  srv_server *srv = r->srv;
-  const Grove__PredictRequest *p = r->msg->predict;
-  srv_model *m = grove__registry_find(srv, p->model);
-  if (!m) {
-    char names[512];
-    served_names(srv, names, sizeof names);
-    grove__rpc_reply_error(r, GROVE_E_NOT_FOUND, "model '%s' is not served here (models: %s)",
-                           p->model, names);
-    return;
-  }
-  r->model = m;
-  if (atomic_load(&srv->draining)) {
-    grove__rpc_reply_error(r, GROVE_E_UNAVAILABLE,
-                           "groved is shutting down; send the request to another replica");
-    return;
-  }
-  srv_version *v = grove__model_acquire(m);
-  if (!v) {
-    grove__rpc_reply_error(r, GROVE_E_UNAVAILABLE, "model '%s' is not loaded: %s", m->name,
-                           m->error ? m->error : "unknown error");
-    return;
-  }
-  grove_err err = {0};
-  grove_status s = check_predict(r, v->model, &err);
-  grove__version_release(v);
-  if (s) {
-    grove__rpc_reply_error(r, s, "%s", grove_err_msg(&err));
-    return;
-  }
-  r->deadline = p->timeout_us ? r->t_recv + (int64_t)(p->timeout_us > (uint64_t)INT64_MAX / 2000
-                                                          ? INT64_MAX / 2
-                                                          : p->timeout_us * 1000)
-                              : INT64_MAX;
-  r->accepted = true;
-  atomic_fetch_add(&srv->inflight, 1);
-  grove__inbox_push_req(srv, r);
-}
-
 /* ------------------------------------------------------------ receive */
 
 static void handle(srv_req *r, nng_msg *msg) {
@@ -481,47 +217,32 @@ static void handle(srv_req *r, nng_msg *msg) {
         r->msg->protocol, GROVE_VERSION, GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION);
     return;
   }
-  if (!grove__admin_gate(r)) return; /* the wrong plane, no token, a path outside */
-  switch (r->msg->body_case) {
-    case GROVE__REQUEST__BODY_PREDICT:
-      handle_predict(r);
-      return;
-    case GROVE__REQUEST__BODY_STATUS:
-      r->counted = false;
-      reply_status(r);
-      return;
-    case GROVE__REQUEST__BODY_MODEL_METADATA:
-      r->counted = false;
-      reply_metadata(r);
-      return;
-    case GROVE__REQUEST__BODY_RELOAD: /* reload.c */
-      r->counted = false;
-      grove__reload_handle(r);
-      return;
-    case GROVE__REQUEST__BODY_EXPORT_STATE_DICT: /* export.c */
-      r->counted = false;
-      grove__export_handle(r);
-      return;
-    case GROVE__REQUEST__BODY_REGISTER_HOOK: /* telemetry.c */
-    case GROVE__REQUEST__BODY_REMOVE_HOOK:
-    case GROVE__REQUEST__BODY_LIST_HOOKS:
-      r->counted = false;
-      grove__telemetry_handle(r);
-      return;
-    case GROVE__REQUEST__BODY_START_TRAINING: /* train.c */
-    case GROVE__REQUEST__BODY_TRAIN_STEP:
-    case GROVE__REQUEST__BODY_EVALUATE:
-    case GROVE__REQUEST__BODY_PROMOTE:
-    case GROVE__REQUEST__BODY_STOP_TRAINING:
-      r->counted = false;
-      grove__training_handle(r);
-      return;
-    default:
-      grove__rpc_reply_error(r, GROVE_E_UNSUPPORTED,
-                             "the request carries no RPC that groved %s knows (protocol %d)",
-                             GROVE_VERSION, GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION);
-      return;
+  if (srv->rpc.gate && !srv->rpc.gate(r)) return; /* admin.c: the wrong plane, no token, ... */
+  int body = (int)r->msg->body_case;
+  srv_rpc_handler fn = body > 0 && body < SRV_RPC_BODIES ? srv->rpc.handle[body] : NULL;
+  if (!fn) {
+    grove__rpc_reply_error(r, GROVE_E_UNSUPPORTED,
+                           "the request carries no RPC that groved %s knows (protocol %d)",
+                           GROVE_VERSION, GROVE__PROTOCOL_VERSION__PROTOCOL_VERSION);
+    return;
   }
+  r->counted = srv->rpc.counted[body];
+  fn(r);
+}
+
+void grove__rpc_set_handler(srv_server *srv, int body, srv_rpc_handler fn, bool counted) {
+  /* Our bug if not: the table is sized for proto/grove.proto's bodies. */
+  if (body <= 0 || body >= SRV_RPC_BODIES) abort();
+  srv->rpc.handle[body] = fn;
+  srv->rpc.counted[body] = counted;
+}
+
+void grove__rpc_set_gate(srv_server *srv, bool (*gate)(srv_req *r)) {
+  srv->rpc.gate = gate;
+}
+
+void grove__rpc_set_wake(srv_server *srv, void (*wake)(srv_server *srv)) {
+  srv->rpc.wake = wake;
 }
 
 static void req_cb(void *arg) {
@@ -568,7 +289,7 @@ static void req_cb(void *arg) {
       post_recv(r);
     }
     atomic_fetch_sub(&srv->sending, 1);
-    if (atomic_load(&srv->draining)) grove__loop_wake(srv);
+    if (atomic_load(&srv->draining)) srv->rpc.wake(srv);
   }
 }
 
@@ -625,10 +346,13 @@ grove_status grove__rpc_start(srv_server *srv, grove_err *err) {
       return grove_err_set(err, GROVE_E_IO, "cannot listen on %s: %s", url, nng_strerror(rv));
     grove__slog(GROVE_LOG_INFO, "server.listen", "listening on %s", url);
   }
-  grove_status s = grove__admin_plane_listen(srv, err);
-  if (s) return s;
-  for (size_t i = 0; i < n; i++) post_recv(&srv->reqs[i]);
-  grove__slog(GROVE_LOG_DEBUG, "rpc.contexts", "%zu requests may be in flight at once", n);
+  return GROVE_OK;
+}
+
+grove_status grove__rpc_serve(srv_server *srv, grove_err *err) {
+  (void)err;
+  for (size_t i = 0; i < srv->nreqs; i++) post_recv(&srv->reqs[i]);
+  grove__slog(GROVE_LOG_DEBUG, "rpc.contexts", "%zu requests may be in flight at once", srv->nreqs);
   return GROVE_OK;
 }
 

@@ -1,18 +1,27 @@
 /* server.h: groved's internal types and the functions its parts call on
  * each other.  Never installed; nothing outside server/ includes it.
  *
- * The parts, one file each:
- *   main.c      flags, start-up order, signals, shutdown
- *   registry.c  model directories loaded into refcounted versions
- *   rpc.c       the NNG rep socket: receive, decode, validate, reply
- *   batcher.c   the libuv loop's side: queues per model, batch formation,
- *               handing batches to idle workers, draining
+ * The parts, one file each (docs/architecture.md, "server/", has their
+ * layers; a file calls only those below it, and the layers below call up
+ * only through the tables the owners fill in at start):
+ *   main.c      flags
+ *   lifecycle.c start-up order, signals, drain, shutdown
+ *   registry.c  model directories loaded into refcounted versions; installs
+ *               a model's new version
+ *   rpc.c       the NNG rep sockets: receive, decode, dispatch through the
+ *               handler table, reply
+ *   predict.c   the Predict RPC: validate, hand to the loop
+ *   status.c    the Status and ModelMetadata RPCs
+ *   loop.c      the libuv loop and its inbox
+ *   loopjob.c   the loop-job queue (work other threads run on the loop)
+ *   batcher.c   the libuv loop's side of predicts: queues per model, batch
+ *               formation, handing batches to idle workers
  *   worker.c    worker threads: concatenate rows, forward, split, reply
  *   metrics.c   counters and histograms, Prometheus text
  *   http.c      /healthz, /readyz, /metrics on a libuv HTTP server of its own thread
  *   conns.c     connection caps and idle timeouts of every listener
  *   slog.c      one log line per event
- *   reload.c    hot reload (Reload RPC, SIGHUP, --watch), admin jobs on the loop
+ *   reload.c    hot reload (Reload RPC, SIGHUP, --watch, promote)
  *   telemetry.c forward-hook telemetry: hook tables, workers' statistics, the
  *               PUB socket (with telemetry_stats.c; docs/telemetry.md)
  *   export.c    ExportStateDict: the serving state_dict streamed in byte ranges
@@ -131,6 +140,11 @@ void grove__hist_observe_ns(srv_hist *h, int64_t ns);
 void grove__hist_observe_rows(srv_hist *h, int64_t rows);
 /* Counts one answered request with status s. */
 void grove__metrics_count(srv_metrics *m, grove_status s);
+typedef struct srv_text srv_text; /* below, with the text buffer */
+/* h's lines in b (grove__prom_histogram): a latency in seconds, or with rows
+ * a batch size. */
+void grove__hist_render(srv_text *b, const char *name, const char *model, const srv_hist *h,
+                        bool rows);
 
 /* ================================================================ models */
 
@@ -160,14 +174,14 @@ typedef struct srv_model {
   char *error; /* why the load failed, or NULL; set at start, then read-only */
 
   pthread_mutex_t mu;   /* guards current */
-  srv_version *current; /* NULL when the load failed; written by the loop only */
+  srv_version *current; /* NULL when the load failed; written by grove__model_install only */
 
   /* Loop thread only. */
   srv_req *head, *tail; /* FIFO of queued requests */
   size_t queued;        /* requests in the FIFO */
   int64_t queued_rows;
   int running; /* batches of this model on workers now */
-  bool paused; /* an in-place reload holds this model's batches (reload.c) */
+  bool paused; /* an in-place reload holds this model's batches (grove__model_set_paused) */
 
   /* Any thread. */
   _Atomic uint64_t queue_depth; /* = queued, for /metrics and status */
@@ -180,7 +194,6 @@ typedef struct srv_model {
  * others serve.  Returns GROVE_E_INVALID_ARGUMENT for a bad configuration
  * (duplicate names, an unreadable repository), with err set. */
 typedef struct srv_server srv_server;
-typedef struct srv_text srv_text; /* below, with the metrics */
 grove_status grove__registry_load(srv_server *srv, grove_err *err);
 void grove__registry_free(srv_server *srv);
 /* The model called name, or NULL.  The table never changes after start, so
@@ -189,10 +202,21 @@ srv_model *grove__registry_find(srv_server *srv, const char *name);
 /* A new reference to m's current version, or NULL when it has none.  Any
  * thread. */
 srv_version *grove__model_acquire(srv_model *m);
+/* Loop thread only (or the main thread at start): makes v (refs and number
+ * set) m's current version under m->mu and returns the one it replaces
+ * (NULL: none), whose reference the caller now holds.  The one writer of
+ * m->current and m->version_number. */
+srv_version *grove__model_install(srv_model *m, srv_version *v);
+/* Loop thread only: holds (or lets go) m's batches; the batcher forms none
+ * while paused (an in-place reload). */
+void grove__model_set_paused(srv_model *m, bool paused);
 /* Loop thread only.  Drops v (NULL is a no-op); when that is the last
  * reference, the version is freed in libuv's pool at idle priority
  * (reload.c), not on the loop. */
 void grove__version_release_off_loop(srv_server *srv, srv_version *v);
+/* The served models' names, ", "-separated ("none" without any), cut to
+ * fit n bytes of buf, for messages.  Any thread. */
+void grove__registry_names(srv_server *srv, char *buf, size_t n);
 /* Every configured model loaded? */
 bool grove__registry_ready(srv_server *srv);
 /* What groved needs of a model beyond grove_model_open's checks (declared
@@ -275,6 +299,27 @@ void grove__workers_stop(srv_server *srv);
 /* Frees the workers' arenas and state (after grove__workers_stop). */
 void grove__workers_free(srv_server *srv);
 
+/* ================================================================ tables */
+
+/* An RPC's handler: called on the NNG thread that owns r, which it answers
+ * (now or later, from any thread that then owns r). */
+typedef void (*srv_rpc_handler)(srv_req *r);
+/* Above every Grove__Request body case of proto/grove.proto. */
+#define SRV_RPC_BODIES 32
+/* rpc.c's dispatch table, filled in at start by each RPC's owner (before
+ * grove__rpc_serve; read-only afterwards, so NNG's threads read it without
+ * a lock). */
+typedef struct srv_rpc_table {
+  srv_rpc_handler handle[SRV_RPC_BODIES]; /* by body case; NULL: UNSUPPORTED */
+  bool counted[SRV_RPC_BODIES];           /* counted in grove_requests_total */
+  bool (*gate)(srv_req *r);               /* admin.c: may r run here? NULL: yes */
+  void (*wake)(srv_server *srv);          /* a reply went out while draining */
+} srv_rpc_table;
+
+/* A feature's metric families, appended to b (the HTTP thread). */
+typedef void (*srv_metrics_fn)(srv_server *srv, srv_text *b);
+#define SRV_MAX_FAMILIES 16
+
 /* ================================================================ server */
 
 struct srv_server {
@@ -300,7 +345,9 @@ struct srv_server {
 
   /* libuv (loop thread) */
   uv_loop_t loop;
-  uv_async_t async;
+  uv_async_t async;                /* loop.c: the inbox's wake-up */
+  void (*on_wake)(srv_server *);   /* lifecycle.c's, called on every wake-up */
+  bool stopped;                    /* lifecycle.c: the loop's handles are closing */
   uv_signal_t sig_term, sig_int, sig_hup;
   uv_poll_t timer_poll;
   int timer_fd;
@@ -322,10 +369,15 @@ struct srv_server {
   struct srv_http *http; /* http.c: the HTTP thread */
 
   struct srv_admin *admin;         /* reload.c: reload jobs, --watch, their metrics */
+  struct srv_loopjobs *loopjobs;   /* loopjob.c: the loop-job queue */
   struct srv_exports *exports;     /* export.c: open state_dict exports */
   struct srv_telemetry *telemetry; /* telemetry.c: hooks and the PUB socket */
   struct srv_training *training;   /* train.c: training sessions */
   struct srv_conns *conns;         /* conns.c: connection caps and idle timeouts */
+
+  srv_rpc_table rpc;                        /* rpc.c's handlers (above) */
+  srv_metrics_fn families[SRV_MAX_FAMILIES]; /* metrics.c's families, in order */
+  _Atomic size_t nfamilies;
 
   int exit_code;
 };
@@ -400,8 +452,17 @@ void grove__conns_stop(srv_server *srv);
 void grove__conns_free(srv_server *srv);
 void grove__conns_metrics(srv_server *srv, srv_text *b);
 
-/* rpc.c */
+/* rpc.c.  start opens the sockets and their contexts and listens on the
+ * data plane's URLs; serve posts the contexts' receives (after the admin
+ * plane listens and every handler is registered).  Main thread. */
 grove_status grove__rpc_start(srv_server *srv, grove_err *err);
+grove_status grove__rpc_serve(srv_server *srv, grove_err *err);
+/* The handler of Grove__Request body case body (counted: whether its
+ * answers count in grove_requests_total), the admin plane's gate, and what
+ * wakes the loop.  Start-up only, before grove__rpc_serve. */
+void grove__rpc_set_handler(srv_server *srv, int body, srv_rpc_handler fn, bool counted);
+void grove__rpc_set_gate(srv_server *srv, bool (*gate)(srv_req *r));
+void grove__rpc_set_wake(srv_server *srv, void (*wake)(srv_server *srv));
 /* Closes the socket and waits until no NNG callback runs. */
 void grove__rpc_stop(srv_server *srv);
 /* nng_close(s), given CLOSE_WAIT_MS (rpc.c) to return.  NNG 1.5.2's close
@@ -426,17 +487,64 @@ void grove__rpc_send_chain(srv_req *first);
 /* Packs reply into a new nng_msg; NULL when out of memory. */
 nng_msg *grove__rpc_pack(const Grove__Reply *reply);
 
-/* batcher.c (loop thread unless said otherwise) */
-grove_status grove__batcher_init(srv_server *srv, grove_err *err);
-void grove__batcher_close(srv_server *srv);
+/* lifecycle.c: groved's start, run (until drained) and clean-up, after the
+ * flags were parsed (main thread).  Returns the exit status. */
+int grove__server_run(srv_server *srv);
+
+/* predict.c, status.c: register their RPCs (start-up). */
+grove_status grove__predict_start(srv_server *srv, grove_err *err);
+grove_status grove__status_start(srv_server *srv, grove_err *err);
+
+/* loop.c.  init creates the loop and the inbox; on_wake runs on the loop
+ * after every wake-up.  stop closes the inbox's handle (loop thread, at
+ * shutdown); close closes what is left and the loop (after uv_run). */
+grove_status grove__loop_init(srv_server *srv, void (*on_wake)(srv_server *), grove_err *err);
+void grove__loop_stop(srv_server *srv);
+void grove__loop_close(srv_server *srv);
 /* Any thread: queue r for the loop. */
 void grove__inbox_push_req(srv_server *srv, srv_req *r);
 /* Any thread (a worker): w finished its batch. */
 void grove__inbox_push_done(srv_server *srv, srv_worker *w);
 /* Any thread: wake the loop (for instance to re-check the drain). */
 void grove__loop_wake(srv_server *srv);
-/* Starts the drain (SIGTERM). */
-void grove__batcher_drain(srv_server *srv);
+/* Loop thread: everything queued since the last take (lists linked by next;
+ * the caller owns them). */
+void grove__inbox_take(srv_server *srv, srv_req **reqs, srv_worker **done);
+
+/* loopjob.c: the loop-job queue.  start after grove__loop_init; close from
+ * the shutdown (loop thread; the jobs not yet run are cancelled); free after
+ * the loop ended. */
+grove_status grove__loopjob_start(srv_server *srv, grove_err *err);
+void grove__loopjob_close(srv_server *srv);
+void grove__loopjob_free(srv_server *srv);
+/* Runs fn(srv, arg) on the loop thread soon (any thread).  The job counts as
+ * in progress until grove__loopjob_done; if the server shuts down first, fn
+ * is never called and cancel(arg) is (cancel may be NULL).  Returns false,
+ * and posts nothing, when out of memory. */
+bool grove__loopjob_post(srv_server *srv, void (*fn)(srv_server *, void *), void (*cancel)(void *),
+                         void *arg);
+void grove__loopjob_done(srv_server *srv);
+/* A job the loop thread starts itself (a SIGHUP's reload): in progress, as
+ * a posted one, until grove__loopjob_done. */
+void grove__loopjob_begin(srv_server *srv);
+/* No job is in progress (loop thread; the drain waits). */
+bool grove__loopjob_idle(srv_server *srv);
+/* The loop is shutting down: jobs finishing in libuv's pool must not reply
+ * (their requests are gone).  Any thread. */
+bool grove__loopjob_closing(srv_server *srv);
+
+/* batcher.c (loop thread).  init arms nothing yet (the batch timer); stop
+ * closes the timer's handle at shutdown; close its descriptor at the end. */
+grove_status grove__batcher_init(srv_server *srv, grove_err *err);
+void grove__batcher_stop(srv_server *srv);
+void grove__batcher_close(srv_server *srv);
+/* Takes the inbox (loop.c): finished workers become idle, predicts are
+ * queued (or answered: queue full). */
+void grove__batcher_take_inbox(srv_server *srv);
+/* Hands batches to idle workers, as the batching rules say. */
+void grove__batcher_schedule(srv_server *srv);
+/* Nothing queued, nothing running, every worker idle. */
+bool grove__batcher_idle(srv_server *srv);
 
 /* http.c */
 grove_status grove__http_start(srv_server *srv, grove_err *err);
@@ -444,6 +552,9 @@ void grove__http_stop(srv_server *srv);
 
 /* metrics.c: Prometheus text exposition of everything; *out malloc'd. */
 grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len);
+/* fn's families follow the server's own and those registered before
+ * (start-up, main thread; the HTTP thread may render meanwhile). */
+void grove__metrics_add_family(srv_server *srv, srv_metrics_fn fn);
 
 /* reload.c: hot reload (docs/operations.md, "Hot reload").  start and
  * close run on the loop thread (start after grove__batcher_init; close from
@@ -453,23 +564,23 @@ void grove__reload_close(srv_server *srv);
 void grove__reload_free(srv_server *srv);
 /* The Reload RPC (the NNG thread that owns r). */
 void grove__reload_handle(srv_req *r);
+/* What a reload is asked for: the model, and, each NULL or "" for the
+ * default, the checkpoint and the model directory (borrowed for the call). */
+typedef struct srv_reload_args {
+  const char *model;
+  const char *checkpoint;
+  const char *model_dir;
+  bool non_strict, in_place;
+} srv_reload_args;
+/* Starts the reload a asks for, answering r with its Reload reply when it is
+ * done (or refused); the Reload RPC and train.c's Promote.  The NNG thread
+ * (or a training session's) that owns r; r is the reload's afterwards. */
+void grove__reload_request(srv_req *r, const srv_reload_args *a);
 /* SIGHUP: reload every model from its directory (loop thread). */
 void grove__reload_all(srv_server *srv, const char *why);
 /* Loop thread, after workers came back: an in-place reload waiting for its
  * model's batches to finish may go on. */
 void grove__reload_poll(srv_server *srv);
-/* No reload or export job is in progress (loop thread; the drain waits). */
-bool grove__admin_idle(srv_server *srv);
-/* Runs fn(srv, arg) on the loop thread soon (any thread).  The job counts as
- * in progress until grove__admin_done; if the server shuts down first, fn is
- * never called and cancel(arg) is (cancel may be NULL).  Returns false, and
- * posts nothing, when out of memory. */
-bool grove__admin_post(srv_server *srv, void (*fn)(srv_server *, void *), void (*cancel)(void *),
-                       void *arg);
-void grove__admin_done(srv_server *srv);
-/* The loop is shutting down: jobs finishing in libuv's pool must not reply
- * (their requests are gone).  Any thread. */
-bool grove__admin_closing(srv_server *srv);
 /* An in-place reload is changing m's tree (loop thread): nothing may read
  * the tree's tensors now. */
 bool grove__reload_in_place_active(srv_server *srv, const srv_model *m);
@@ -491,6 +602,9 @@ void grove__export_metrics(srv_server *srv, srv_text *b);
 grove_status grove__telemetry_start(srv_server *srv, grove_err *err);
 void grove__telemetry_stop(srv_server *srv);
 void grove__telemetry_free(srv_server *srv);
+/* telemetry_rpc.c: registers the hook RPCs and metric families (start-up,
+ * after grove__telemetry_start). */
+grove_status grove__telemetry_rpc_start(srv_server *srv, grove_err *err);
 /* RegisterHook, RemoveHook, ListHooks (the NNG thread that owns r). */
 void grove__telemetry_handle(srv_req *r);
 /* Loop thread, at dispatch: a reference to m's hook table for the batch
@@ -541,5 +655,11 @@ void grove__text_printf(srv_text *b, const char *fmt, ...) __attribute__((format
 /* s as a Prometheus label value (\, " and newline escaped) in buf, cut to
  * fit n bytes; returns buf.  Any thread. */
 const char *grove__prom_label(const char *s, char *buf, size_t n);
+/* One Prometheus histogram of one model: its _bucket lines (cumulative; le
+ * the nb upper bounds, in the unit the metric is named in), _sum and _count.
+ * buckets holds nb + 1 non-cumulative counts (the last is +Inf) that other
+ * threads may be bumping.  One thread at a time per b. */
+void grove__prom_histogram(srv_text *b, const char *name, const char *model, const double *le,
+                           int nb, const _Atomic uint64_t *buckets, double sum);
 
 #endif

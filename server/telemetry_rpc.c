@@ -12,17 +12,6 @@
 
 /* ================================================================ RPCs */
 
-static void served_list(srv_server *srv, char *buf, size_t n) {
-  size_t used = 0;
-  buf[0] = 0;
-  for (size_t i = 0; i < srv->nmodels && used + 1 < n; i++) {
-    int w = snprintf(buf + used, n - used, "%s%s", i ? ", " : "", srv->models[i].name);
-    if (w < 0) break;
-    used += (size_t)w;
-  }
-  if (!srv->nmodels) snprintf(buf, n, "none");
-}
-
 /* HookSpec and HookInfo of h; strings point into h (pack before unlocking). */
 typedef struct info_tmp {
   Grove__HookSpec spec;
@@ -120,7 +109,7 @@ static void handle_register(srv_req *r) {
   srv_model *m = grove__registry_find(srv, sp->model);
   if (!m) {
     char names[512];
-    served_list(srv, names, sizeof names);
+    grove__registry_names(srv, names, sizeof names);
     grove__rpc_reply_error(r, GROVE_E_NOT_FOUND, "model '%s' is not served here (models: %s)",
                            sp->model ? sp->model : "", names);
     return;
@@ -297,7 +286,7 @@ static void handle_list(srv_req *r) {
   srv_model *only = NULL;
   if (*model && !(only = grove__registry_find(srv, model))) {
     char names[512];
-    served_list(srv, names, sizeof names);
+    grove__registry_names(srv, names, sizeof names);
     grove__rpc_reply_error(r, GROVE_E_NOT_FOUND, "model '%s' is not served here (models: %s)",
                            model, names);
     return;
@@ -385,4 +374,14 @@ void grove__telemetry_metrics(srv_server *srv, srv_text *b) {
                      "# HELP grove_hook_subscribers Connections to the PUB socket.\n"
                      "# TYPE grove_hook_subscribers gauge\ngrove_hook_subscribers %" PRId64 "\n",
                      tel ? (int64_t)atomic_load(&tel->subscribers) : 0);
+}
+
+grove_status grove__telemetry_rpc_start(srv_server *srv, grove_err *err) {
+  (void)err;
+  static const int bodies[] = {GROVE__REQUEST__BODY_REGISTER_HOOK, GROVE__REQUEST__BODY_REMOVE_HOOK,
+                               GROVE__REQUEST__BODY_LIST_HOOKS};
+  for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
+    grove__rpc_set_handler(srv, bodies[i], grove__telemetry_handle, false);
+  grove__metrics_add_family(srv, grove__telemetry_metrics);
+  return GROVE_OK;
 }

@@ -223,7 +223,7 @@ static void snap_take(srv_server *srv, void *arg) {
   snap_finish(p, s, s ? grove_err_msg(&err) : NULL);
   snap_put(p);
   free(a);
-  grove__admin_done(srv);
+  grove__loopjob_done(srv);
 }
 
 static void snap_cancel(void *arg) {
@@ -408,7 +408,7 @@ static bool run_start(session *s, srv_req *r) {
   p->refs = 2;
   a->p = p;
   a->m = s->m;
-  if (!grove__admin_post(s->srv, snap_take, snap_cancel, a)) {
+  if (!grove__loopjob_post(s->srv, snap_take, snap_cancel, a)) {
     free(a);
     p->refs = 1;
     snap_put(p);
@@ -572,8 +572,8 @@ static void run_eval(session *s, srv_req *r) {
   reply_body(r, GROVE_OK, NULL, &rep);
 }
 
-/* Writes the replica's state_dict, then turns the request into a Reload of
- * the model from that file and hands it to reload.c, which answers it. */
+/* Writes the replica's state_dict, then asks reload.c for a reload of the
+ * model from that file (grove__reload_request), which answers r. */
 static void run_promote(session *s, srv_req *r) {
   const Grove__PromoteRequest *q = r->msg->promote;
   grove_err err = {0};
@@ -604,30 +604,18 @@ static void run_promote(session *s, srv_req *r) {
   if (!st) st = grove_replica_state_dict(s->rep, sd, &err);
   if (!st) st = grove_safetensors_write(path, sd, &err);
   grove_sd_free(sd);
-  Grove__ReloadRequest *rq = st ? NULL : malloc(sizeof *rq);
-  char *name = st ? NULL : strdup(s->m->name);
-  if (!st && (!rq || !name)) st = grove_err_set(&err, GROVE_E_NOMEM, "out of memory");
   if (st) {
     if (created) unlink(path); /* the empty file mkstemps made */
-    free(rq);
-    free(name);
     free(path);
     grove__rpc_reply_error(r, st, "promote: %s", grove_err_msg(&err));
     return;
   }
   grove__slog(GROVE_LOG_INFO, "train.promote", "model %s: promoting step %" PRIu64 " from %s",
               s->m->name, s->steps, path);
-  grove__reload_request__init(rq);
-  rq->model = name;
-  rq->checkpoint = path;
-  rq->in_place = q->in_place;
-  /* The request is freed with the protobuf allocator (malloc/free): the new
-   * body, built with malloc, goes the same way. */
-  grove__promote_request__free_unpacked(r->msg->promote, NULL);
-  r->msg->promote = NULL;
-  r->msg->body_case = GROVE__REQUEST__BODY_RELOAD;
-  r->msg->reload = rq;
-  grove__reload_handle(r);
+  /* The reload answers r (with a Reload reply); it copies what it keeps. */
+  srv_reload_args a = {.model = s->m->name, .checkpoint = path, .in_place = q->in_place};
+  grove__reload_request(r, &a);
+  free(path);
 }
 
 static void run_stop(session *s, srv_req *r) {
@@ -906,6 +894,11 @@ grove_status grove__training_start(srv_server *srv, grove_err *err) {
   tr->srv = srv;
   pthread_mutex_init(&tr->mu, NULL);
   srv->training = tr;
+  static const int bodies[] = {GROVE__REQUEST__BODY_START_TRAINING, GROVE__REQUEST__BODY_TRAIN_STEP,
+                               GROVE__REQUEST__BODY_EVALUATE, GROVE__REQUEST__BODY_PROMOTE,
+                               GROVE__REQUEST__BODY_STOP_TRAINING};
+  for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
+    grove__rpc_set_handler(srv, bodies[i], grove__training_handle, false);
   return GROVE_OK;
 }
 
