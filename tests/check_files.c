@@ -25,35 +25,13 @@
 #include <pthread.h>
 
 #include "groved_harness.h"
+#include "reload_fixtures.h"
 
 #include <nng/protocol/reqrep0/rep.h>
 #include "grove/train.h"
 
 /* ============================================================ helpers */
 
-typedef struct expected {
-  grove_state_dict *sd;
-  grove_tensor *x, *ya, *yb;
-} expected;
-
-static void expected_load(expected *e) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/io.safetensors", grove_fixture("reload_mlp"));
-  grove_err err = {0};
-  ck_assert_ok(grove_safetensors_read(path, &e->sd, &err), &err);
-  e->x = grove_sd_get(e->sd, "x");
-  e->ya = grove_sd_get(e->sd, "ya");
-  e->yb = grove_sd_get(e->sd, "yb");
-  ck_assert(e->x && e->ya && e->yb);
-}
-
-static const char *ckpt(const char *name) {
-  static char buf[4][4096];
-  static int k;
-  k = (k + 1) % 4;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", grove_fixture("reload_ckpt"), name);
-  return buf[k];
-}
 
 /* One predict of the first 8 rows: the version, checked to serve exactly
  * want's outputs. */
@@ -151,17 +129,6 @@ static void write_all(int fd, const char *data, size_t n) {
     data += w;
     n -= (size_t)w;
   }
-}
-
-static int count_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
 }
 
 static void rm_dir(const char *dir) {
@@ -460,7 +427,7 @@ START_TEST(files_failed_promote_leaves_nothing) {
   grove_status st = grove_client_promote(c, name, NULL, false, 20000, &rr, &err);
   grove_reload_result_fini(&rr);
   ck_assert_msg(st == GROVE_E_IO, "promote: %s (%s)", grove_status_name(st), err.msg);
-  ck_assert_msg(count_entries(tmpd) == 0, "the failed promote left a file in %s", tmpd);
+  ck_assert_msg(grove_test_dir_entries(tmpd) == 0, "the failed promote left a file in %s", tmpd);
   uint64_t steps = 0;
   ck_assert_ok(grove_client_stop_training(c, name, NULL, 5000, &steps, &err), &err);
   grove_client_close(c);
@@ -539,7 +506,7 @@ START_TEST(files_export_interrupted_leaves_nothing) {
     kill(pid, sigs[k]);
     int st;
     ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-    ck_assert_msg(count_entries(dir) == 0, "grove export killed by signal %d left a file in %s",
+    ck_assert_msg(grove_test_dir_entries(dir) == 0, "grove export killed by signal %d left a file in %s",
                   sigs[k], dir);
     nng_close(rep);
   }

@@ -22,32 +22,9 @@
 #include <stdatomic.h>
 
 #include "groved_harness.h"
+#include "reload_fixtures.h"
 
 /* ============================================================ fixtures */
-
-typedef struct expected {
-  grove_state_dict *sd;
-  grove_tensor *x, *ya, *yb;
-} expected;
-
-static void expected_load(expected *e) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/io.safetensors", grove_fixture("reload_mlp"));
-  grove_err err = {0};
-  ck_assert_ok(grove_safetensors_read(path, &e->sd, &err), &err);
-  e->x = grove_sd_get(e->sd, "x");
-  e->ya = grove_sd_get(e->sd, "ya");
-  e->yb = grove_sd_get(e->sd, "yb");
-  ck_assert(e->x && e->ya && e->yb);
-}
-
-static const char *ckpt(const char *name) {
-  static char buf[4][4096];
-  static int k;
-  k = (k + 1) % 4;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", grove_fixture("reload_ckpt"), name);
-  return buf[k];
-}
 
 /* out equals rows [r0, r0 + n) of y bit for bit. */
 static bool same_rows(const grove_tensor *out, const grove_tensor *y, int64_t r0, int64_t n) {

@@ -82,18 +82,6 @@ static void teardown_tmp(void) {
   rm_tree(tmpdir);
 }
 
-/* Number of directory entries other than . and .. */
-static int dir_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return -1;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)))
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
-}
-
 /* Whether path is mapped into this process (Linux: /proc/self/maps). */
 static bool mapped(const char *path) {
   FILE *f = fopen("/proc/self/maps", "r");
@@ -282,7 +270,7 @@ START_TEST(test_round_trip) {
   ck_assert_ok(grove_safetensors_read(path, &back, &err), &err);
   assert_same_sd(back, sd);
   grove_sd_free(back);
-  ck_assert_int_eq(dir_entries(tmpdir), 1); /* no temporary left behind */
+  ck_assert_int_eq(grove_test_dir_entries(tmpdir), 1); /* no temporary left behind */
   grove_sd_free(sd);
 }
 END_TEST
@@ -843,7 +831,7 @@ START_TEST(test_write_missing_dir) {
   ck_assert_status(grove_safetensors_write(copy, sd, &err), GROVE_E_IO);
   ck_assert_msg(strstr(err.msg, copy) != NULL, "message lacks the path: %s", err.msg);
   ck_assert_int_eq(access(copy, F_OK), -1);
-  ck_assert_int_eq(dir_entries(tmpdir), 0);
+  ck_assert_int_eq(grove_test_dir_entries(tmpdir), 0);
   grove_sd_free(sd);
 }
 END_TEST
@@ -861,8 +849,8 @@ START_TEST(test_write_failure_leaves_nothing) {
   ck_assert_int_eq(grove_test_write_file(inner, "x", 1), 0);
   ck_assert_status(grove_safetensors_write(target, sd, &err), GROVE_E_IO);
   ck_assert_msg(strstr(err.msg, target) != NULL, "message lacks the path: %s", err.msg);
-  ck_assert_int_eq(dir_entries(tmpdir), 1);
-  ck_assert_int_eq(dir_entries(target), 1);
+  ck_assert_int_eq(grove_test_dir_entries(tmpdir), 1);
+  ck_assert_int_eq(grove_test_dir_entries(target), 1);
   grove_sd_free(sd);
 }
 END_TEST
@@ -949,7 +937,7 @@ START_TEST(test_remove_stale_temps) {
   size_t removed = 0;
   ck_assert_ok(grove_checkpoint_remove_stale_temps(tmpdir, &removed, &err), &err);
   ck_assert_uint_eq(removed, 4);
-  ck_assert_int_eq(dir_entries(tmpdir), 4);
+  ck_assert_int_eq(grove_test_dir_entries(tmpdir), 4);
   for (int i = 0; keep[i]; i++) ck_assert_int_eq(access(tmp_path(keep[i]), F_OK), 0);
   for (int i = 0; keep[i]; i++) unlink(tmp_path(keep[i]));
 }
@@ -961,7 +949,7 @@ START_TEST(test_write_reserved_key) {
   sd_put(sd, "__metadata__", patterned(GROVE_F32, 1, s1, 0));
   grove_err err = {0};
   ck_assert_status(grove_safetensors_write(tmp_path("r.safetensors"), sd, &err), GROVE_E_KEY);
-  ck_assert_int_eq(dir_entries(tmpdir), 0);
+  ck_assert_int_eq(grove_test_dir_entries(tmpdir), 0);
   grove_sd_free(sd);
 }
 END_TEST

@@ -1,6 +1,7 @@
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "testutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <math.h>
@@ -169,6 +170,17 @@ const char *grove_test_tmpdir(void) {
   if (!run_dir[0]) return NULL;
   snprintf(buf, sizeof buf, "%s/XXXXXX", run_dir);
   return mkdtemp(buf);
+}
+
+int grove_test_dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+  closedir(d);
+  return n;
 }
 
 long grove_test_allclose(const float *a, const float *b, size_t n, double rtol, double atol) {

@@ -25,6 +25,9 @@ const char *grove_fixture(const char *name);
 char *grove_test_read_file(const char *path, size_t *len);
 /* Writes len bytes to path; returns 0 on success. */
 int grove_test_write_file(const char *path, const void *data, size_t len);
+/* The number of entries of directory dir other than . and ..; -1 if it
+ * cannot be read. */
+int grove_test_dir_entries(const char *dir);
 /* A fresh temporary directory (mkdtemp) path in a static buffer; NULL if it
  * cannot be made, and outside grove_test_run().  It lies in the run's
  * directory and goes with it at the end, so a test need not remove it
