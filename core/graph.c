@@ -551,11 +551,12 @@ static grove_status run_module(run *r, int i, gval *res) {
       s = grove__conv_bn_relu_forward(mm, n->fuse_bn >= 0 ? r->g->nodes[n->fuse_bn].mod : NULL,
                                       n->fuse_relu >= 0, r->f, &in, &out, cl);
   } else {
-    if (n->mod_kind == MK_MHA) grove__mha_next_call(n->mod, n->need_weights, n->average_weights);
+    if (n->mod_kind == MK_MHA)
+      grove__mha_next_call(r->f, n->mod, n->need_weights, n->average_weights);
     r->f->channels_last_ok = cl;
     s = grove_module_forward(n->mod, r->f, &in, &out);
     /* A pre-hook that failed leaves the call options unread: drop them. */
-    if (n->mod_kind == MK_MHA) grove__mha_next_call(NULL, true, true);
+    if (n->mod_kind == MK_MHA) grove__mha_next_call(r->f, NULL, true, true);
   }
   if (s) return s;
   if (out.n < 1) return grove_err_set(r->f->err, GROVE_E_INTERNAL, "the module returned nothing");
@@ -705,74 +706,6 @@ static grove_status settle(run *r, int i, gval *v, bool external) {
     r->regs[r->nregs++] = (region){keep[k].moved, blk[k].bytes, 0, keep[k].end};
     for (int j = 0; j < v->n; j++)
       if (blk[k].tensors & (1 << j)) r->regs[r->nregs - 1].refs++;
-  }
-  return GROVE_OK;
-}
-
-/* A large copy between two ranges that do not overlap, cut between the
- * compute threads (a node's output moved down onto a dead input at least
- * its size: each chunk's source is read by that chunk only). */
-typedef struct copy_par {
-  char *dst;
-  const char *src;
-  size_t bytes;
-} copy_par;
-
-#define COPY_GRAIN ((int64_t)256 << 10)
-
-static void copy_chunk(void *ctx, int64_t b, int64_t e) {
-  const copy_par *c = ctx;
-  const size_t end = (size_t)e * COPY_GRAIN < c->bytes ? (size_t)e * COPY_GRAIN : c->bytes;
-  memcpy(c->dst + (size_t)b * COPY_GRAIN, c->src + (size_t)b * COPY_GRAIN,
-         end - (size_t)b * COPY_GRAIN);
-}
-
-static void move_down(char *dst, const char *src, size_t bytes) {
-  if (dst + bytes <= src && bytes >= 4 * (size_t)COPY_GRAIN) {
-    copy_par c = {dst, src, bytes};
-    grove__parallel_for((int64_t)((bytes + COPY_GRAIN - 1) / COPY_GRAIN), 1, copy_chunk, &c);
-    return;
-  }
-  memmove(dst, src, bytes);
-}
-
-grove_status grove__arena_keep(grove_arena *a, grove_arena_mark m, grove__keep *keep, int n,
-                               grove_err *err) {
-  if (n == 1) {
-    /* Rewinding never moves memory and the new place is at or below the old
-     * one in the same block (or in another block): memmove is enough. */
-    grove_arena_rewind(a, m);
-    void *p = grove_arena_alloc(a, keep[0].bytes);
-    if (!p) return grove_err_set(err, GROVE_E_NOMEM, "out of scratch memory");
-    if (p != keep[0].start) move_down(p, keep[0].start, keep[0].bytes);
-    keep[0].moved = p;
-    keep[0].end = grove_arena_mark_get(a);
-    return GROVE_OK;
-  }
-  if (n == 0) {
-    grove_arena_rewind(a, m);
-    return GROVE_OK;
-  }
-  /* Several blocks: stage them above everything first, so that placing one
-   * can never overwrite another that is still to be moved. */
-  size_t total = 0;
-  for (int k = 0; k < n; k++) total += (keep[k].bytes + 63) / 64 * 64;
-  char *stage = grove_arena_alloc(a, total);
-  if (!stage) return grove_err_set(err, GROVE_E_NOMEM, "out of scratch memory");
-  size_t off = 0;
-  for (int k = 0; k < n; k++) {
-    memcpy(stage + off, keep[k].start, keep[k].bytes);
-    off += (keep[k].bytes + 63) / 64 * 64;
-  }
-  grove_arena_rewind(a, m);
-  off = 0;
-  for (int k = 0; k < n; k++) {
-    void *p = grove_arena_alloc(a, keep[k].bytes);
-    if (!p) return grove_err_set(err, GROVE_E_NOMEM, "out of scratch memory");
-    memmove(p, stage + off, keep[k].bytes);
-    off += (keep[k].bytes + 63) / 64 * 64;
-    keep[k].moved = p;
-    keep[k].end = grove_arena_mark_get(a);
   }
   return GROVE_OK;
 }
@@ -933,4 +866,36 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
     if ((s = settle(&r, i, v, external))) return node_error(&r, i, s);
   }
   return grove_err_set(f->err, GROVE_E_INTERNAL, "%s: graph without output", g->where);
+}
+
+grove_status grove__graph_arith(int op, gnum x, gnum y, gnum alpha, gnum *out, grove_err *err) {
+  const bool ints = x.is_int && y.is_int && alpha.is_int;
+  switch (op) {
+    case G_ADD:
+    case G_SUB: {
+      const int sign = op == G_ADD ? 1 : -1;
+      *out = ints ? (gnum){true, x.i + sign * alpha.i * y.i, 0}
+                  : (gnum){false, 0, x.f + sign * alpha.f * y.f};
+      break;
+    }
+    case G_MUL:
+      *out = ints ? (gnum){true, x.i * y.i, 0} : (gnum){false, 0, x.f * y.f};
+      break;
+    case G_DIV:
+      if (y.f == 0) return grove_err_set(err, GROVE_E_RANGE, "division by zero");
+      *out = (gnum){false, 0, x.f / y.f};
+      break;
+    default: /* floordiv */
+      if (y.f == 0) return grove_err_set(err, GROVE_E_RANGE, "integer division or modulo by zero");
+      if (ints) {
+        int64_t q = x.i / y.i;
+        if ((x.i % y.i != 0) && ((x.i < 0) != (y.i < 0))) q--;
+        *out = (gnum){true, q, 0};
+      } else {
+        *out = (gnum){false, 0, floor(x.f / y.f)};
+      }
+      break;
+  }
+  if (out->is_int) out->f = (double)out->i;
+  return GROVE_OK;
 }

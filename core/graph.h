@@ -41,26 +41,6 @@ bool grove__is_graph(const grove_module *m);
 
 /* ------------------------------------------------------------ compaction */
 
-/* One block of arena memory a caller wants to keep: [start, start + bytes). */
-typedef struct grove__keep {
-  void *start;
-  size_t bytes;
-  void *moved;          /* set by grove__arena_keep: where the block now starts */
-  grove_arena_mark end; /* set by grove__arena_keep: the arena's top right after it */
-} grove__keep;
-
-/* Forgets every arena allocation made after m except the n blocks in keep,
- * which are moved down to sit, in order, right above m (their bytes are
- * copied; keep[i].moved receives the new start, and callers shift their
- * pointers by moved - start).  The blocks must lie in memory allocated after
- * m and must not overlap one another.  Used after a node (or a layer) ran:
- * its scratch and the intermediates that died are given back, so the next
- * node reuses that memory and the high water is the peak of what is live.
- * GROVE_E_NOMEM when the arena cannot grow (only for several blocks, which
- * are staged above the arena's top first). */
-grove_status grove__arena_keep(grove_arena *a, grove_arena_mark m, grove__keep *keep, int n,
-                               grove_err *err);
-
 /* Bytes a (non-negative strided) tensor's elements span from its data
  * pointer; 0 for an empty tensor. */
 size_t grove__tensor_extent(const grove_tensor *t);

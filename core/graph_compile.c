@@ -21,38 +21,6 @@
 #include "graph_internal.h"
 #include "layers_internal.h"
 
-grove_status grove__graph_arith(int op, gnum x, gnum y, gnum alpha, gnum *out, grove_err *err) {
-  const bool ints = x.is_int && y.is_int && alpha.is_int;
-  switch (op) {
-    case G_ADD:
-    case G_SUB: {
-      const int sign = op == G_ADD ? 1 : -1;
-      *out = ints ? (gnum){true, x.i + sign * alpha.i * y.i, 0}
-                  : (gnum){false, 0, x.f + sign * alpha.f * y.f};
-      break;
-    }
-    case G_MUL:
-      *out = ints ? (gnum){true, x.i * y.i, 0} : (gnum){false, 0, x.f * y.f};
-      break;
-    case G_DIV:
-      if (y.f == 0) return grove_err_set(err, GROVE_E_RANGE, "division by zero");
-      *out = (gnum){false, 0, x.f / y.f};
-      break;
-    default: /* floordiv */
-      if (y.f == 0) return grove_err_set(err, GROVE_E_RANGE, "integer division or modulo by zero");
-      if (ints) {
-        int64_t q = x.i / y.i;
-        if ((x.i % y.i != 0) && ((x.i < 0) != (y.i < 0))) q--;
-        *out = (gnum){true, q, 0};
-      } else {
-        *out = (gnum){false, 0, floor(x.f / y.f)};
-      }
-      break;
-  }
-  if (out->is_int) out->f = (double)out->i;
-  return GROVE_OK;
-}
-
 static void garg_fini(garg *a) {
   if (!a) return;
   free(a->s);

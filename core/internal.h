@@ -233,6 +233,28 @@ void grove__gemm(int flags, int64_t M, int64_t N, int64_t K, const float *A, int
 #define GROVE__TARGET_POP GROVE__PRAGMA(GCC pop_options)
 #endif
 
+/* ------------------------------------------------------------ arena compaction */
+
+/* One block of arena memory a caller wants to keep: [start, start + bytes). */
+typedef struct grove__keep {
+  void *start;
+  size_t bytes;
+  void *moved;          /* set by grove__arena_keep: where the block now starts */
+  grove_arena_mark end; /* set by grove__arena_keep: the arena's top right after it */
+} grove__keep;
+
+/* Forgets every arena allocation made after m except the n blocks in keep,
+ * which are moved down to sit, in order, right above m (their bytes are
+ * copied; keep[i].moved receives the new start, and callers shift their
+ * pointers by moved - start).  The blocks must lie in memory allocated after
+ * m and must not overlap one another.  Used after a node (or a layer) ran:
+ * its scratch and the intermediates that died are given back, so the next
+ * node reuses that memory and the high water is the peak of what is live.
+ * GROVE_E_NOMEM when the arena cannot grow (only for several blocks, which
+ * are staged above the arena's top first); arena_keep.c. */
+grove_status grove__arena_keep(grove_arena *a, grove_arena_mark m, grove__keep *keep, int n,
+                               grove_err *err);
+
 /* ------------------------------------------------------------ channels last */
 
 /* Whether t is a 4-d [N, C, H, W] tensor whose memory is laid out channels
@@ -243,10 +265,38 @@ bool grove__is_nhwc(const grove_tensor *t);
 /* Gives the contiguous 4-d tensor t NHWC strides (same shape, same bytes). */
 void grove__set_nhwc(grove_tensor *t);
 /* dst [C][R] = src [R][C] transposed, float32 (16 x 16 blocks through
- * AVX-512 registers where the CPU has it; layers_conv.c).  Any thread. */
+ * AVX-512 registers where the CPU has it; transpose.c).  Any thread. */
 void grove__transpose_f32(const float *src, float *dst, int64_t R, int64_t C);
+/* dst[i][c] = src[c][i] for a [C, HW] plane, positions [b0 * 16, b1 * 16)
+ * (clipped to HW); transpose.c.  Any thread. */
+void grove__nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t C, int64_t HW,
+                         int64_t b0, int64_t b1);
+/* y[c][p] = act(acc[p][c] * scale[c] + shift[c]) for positions [b0 * 16,
+ * b1 * 16) of P and n channels (acc rows lda floats apart, y rows P floats
+ * apart); transpose.c.  Any thread. */
+void grove__nhwc_epilogue(const float *acc, int64_t lda, float *y, int64_t P, int64_t n,
+                          const float *scale, const float *shift, bool relu, int64_t b0,
+                          int64_t b1);
+
+/* ------------------------------------------------------------ Winograd */
+
+/* An output of the Winograd transform, through the epilogue when set (the
+ * NHWC output of a convolution: scale, shift and ReLU per channel). */
+typedef struct grove__wino_ep {
+  const float *scale, *shift;
+  bool relu;
+} grove__wino_ep;
+/* V[k][c] (k = 4r + q, rows vs floats apart) = (B^T d B)[r][q] for the C
+ * channels of the tile whose 16 input pixels (NHWC) d[i] points at;
+ * winograd.c.  Any thread. */
+void grove__wino_in(const float *const d[16], int64_t C, float *V, int64_t vs);
+/* y[2a + b][c] = (A^T m A)[a][b] for the 16 products m[k] (rows ms floats
+ * apart), through ep when not NULL; y[i] NULL for an output past the edge;
+ * winograd.c.  Any thread. */
+void grove__wino_out(const float *M, int64_t ms, int64_t Co, float *const y[4],
+                     const grove__wino_ep *ep);
 /* t itself when contiguous, else a contiguous copy of it in f's arena (a
- * channels-last float32 tensor by a transpose per image); layers.c.  The
+ * channels-last float32 tensor by a transpose per image); module.c.  The
  * forward's thread. */
 grove_status grove__fwd_contig(grove_fwd *f, const grove_tensor *t, grove_tensor *out);
 /* The same for every NHWC tensor of v (the others are left as they are). */

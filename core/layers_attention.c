@@ -14,8 +14,8 @@
  * argument by name), kdim = vdim = embed_dim, no bias_k/bias_v, no zero
  * attention.  The attention weights (torch's need_weights=True default,
  * averaged over heads unless average_attn_weights=False) are a second output;
- * a graph that calls with need_weights=False says so through
- * grove__mha_next_call and gets one output.
+ * a graph that calls with need_weights=False says so in the forward's
+ * context (grove_fwd.mha, set by grove__mha_next_call) and gets one output.
  *
  * TransformerEncoderLayer runs torch's (slow path) formulation, norm_first
  * either way, relu or gelu, calling its children through
@@ -128,15 +128,10 @@ static grove_status mha_refresh(grove_module *m, grove_err *err) {
   return GROVE_OK;
 }
 
-static _Thread_local struct {
-  const grove_module *m;
-  bool need_weights, average;
-} next_call;
-
-void grove__mha_next_call(const grove_module *m, bool need_weights, bool average) {
-  next_call.m = m;
-  next_call.need_weights = need_weights;
-  next_call.average = average;
+void grove__mha_next_call(grove_fwd *f, const grove_module *m, bool need_weights, bool average) {
+  f->mha.m = m;
+  f->mha.need_weights = need_weights;
+  f->mha.average = average;
 }
 
 /* ------------------------------------------------------------ attention core */
@@ -550,10 +545,10 @@ bool grove__mha_packed(const grove_module *m) {
 static grove_status mha_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                 grove_values *out) {
   bool need = true, avg = true;
-  if (next_call.m == m) {
-    need = next_call.need_weights;
-    avg = next_call.average;
-    next_call.m = NULL;
+  if (f->mha.m == m) {
+    need = f->mha.need_weights;
+    avg = f->mha.average;
+    f->mha.m = NULL;
   }
   if (in->n != 1 && in->n != 3)
     return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
@@ -685,9 +680,9 @@ static grove_status sa_block(const grove_module *m, grove_fwd *f, const grove_te
   const grove_module *sa = grove_module_child(m, "self_attn");
   grove_values in = {.n = 3}, out = {0};
   in.v[0] = in.v[1] = in.v[2] = *x;
-  grove__mha_next_call(sa, false, true);
+  grove__mha_next_call(f, sa, false, true);
   grove_status s = grove_module_forward(sa, f, &in, &out);
-  grove__mha_next_call(NULL, true, true);
+  grove__mha_next_call(f, NULL, true, true);
   if (s) return s;
   return call(m, "dropout1", f, &out.v[0], y);
 }

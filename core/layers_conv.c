@@ -364,311 +364,6 @@ static void epilogue(float *dst, int64_t ldd, const float *src, int64_t lds, int
   }
 }
 
-/* ------------------------------------------------------------ transposes */
-
-/* The rows path moves an NCHW activation into NHWC and back (when the
- * layers around it do not take channels last), so these transposes matter:
- * 16 x 16 blocks go through AVX-512 registers (16 loads, 64 shuffles, 16
- * stores) where the CPU has it; edges and other CPUs take the scalar
- * loops. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define CONV_HAVE_AVX512 1
-#include <immintrin.h>
-#else
-#define CONV_HAVE_AVX512 0
-#endif
-
-/* grove__cpu_avx512 (gemm.c): GROVE_GEMM=avx2 turns this path off too. */
-static bool have_avx512(void) {
-#if CONV_HAVE_AVX512
-  return grove__cpu_avx512();
-#else
-  return false;
-#endif
-}
-
-#if CONV_HAVE_AVX512
-GROVE__TARGET_PUSH("avx512f")
-
-/* out[j] = column j of the 16 x 16 block at src (rows lds floats apart). */
-static inline __attribute__((always_inline)) void tr16(const float *src, int64_t lds,
-                                                       __m512 out[16]) {
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
-  for (int i = 0; i < 8; i++) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  /* u[4g + k]: columns k, k+4, k+8, k+12 of rows 4g..4g+3, one per lane. */
-  __m512 *u = r;
-  for (int g = 0; g < 4; g++) {
-    __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
-    __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
-    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  for (int k = 0; k < 4; k++) {
-    __m512 a = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88);
-    __m512 b = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
-    __m512 c = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xdd);
-    __m512 d = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xdd);
-    out[k] = _mm512_shuffle_f32x4(a, b, 0x88);
-    out[k + 8] = _mm512_shuffle_f32x4(a, b, 0xdd);
-    out[k + 4] = _mm512_shuffle_f32x4(c, d, 0x88);
-    out[k + 12] = _mm512_shuffle_f32x4(c, d, 0xdd);
-  }
-}
-
-static void tr16_store(const float *src, int64_t lds, float *dst, int64_t ldd) {
-  __m512 o[16];
-  tr16(src, lds, o);
-  for (int j = 0; j < 16; j++) _mm512_storeu_ps(dst + j * ldd, o[j]);
-}
-
-/* dst row j (16 floats) = act(column j of src * scale[j] + shift[j]). */
-static void tr16_epilogue(const float *src, int64_t lds, float *dst, int64_t ldd,
-                          const float *scale, const float *shift, bool relu) {
-  __m512 o[16];
-  tr16(src, lds, o);
-  const __m512 zero = _mm512_setzero_ps();
-  for (int j = 0; j < 16; j++) {
-    __m512 v = _mm512_fmadd_ps(o[j], _mm512_set1_ps(scale[j]), _mm512_set1_ps(shift[j]));
-    if (relu) v = _mm512_max_ps(v, zero);
-    _mm512_storeu_ps(dst + j * ldd, v);
-  }
-}
-
-GROVE__TARGET_POP
-#endif /* CONV_HAVE_AVX512 */
-
-/* dst[i][c] = src[c][i] for a [C, HW] plane block, positions [b0 * 16,
- * b1 * 16) (clipped to HW). */
-static void nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t C, int64_t HW,
-                         int64_t b0, int64_t b1) {
-  enum { T = 16 };
-  const bool fast = have_avx512();
-  const int64_t end = b1 * T < HW ? b1 * T : HW;
-  for (int64_t i0 = b0 * T; i0 < end; i0 += T) {
-    const int64_t ni = HW - i0 < T ? HW - i0 : T;
-    for (int64_t c0 = 0; c0 < C; c0 += T) {
-      const int64_t nc = C - c0 < T ? C - c0 : T;
-#if CONV_HAVE_AVX512
-      if (fast && ni == T && nc == T) {
-        tr16_store(src + c0 * HW + i0, HW, dst + i0 * C + c0, C);
-        continue;
-      }
-#endif
-      for (int64_t i = 0; i < ni; i++)
-        for (int64_t c = 0; c < nc; c++) dst[(i0 + i) * C + c0 + c] = src[(c0 + c) * HW + i0 + i];
-    }
-  }
-  (void)fast;
-}
-
-void grove__transpose_f32(const float *src, float *dst, int64_t R, int64_t C) {
-  /* nchw_to_nhwc turns [C', HW'] into [HW', C']: here C' = R, HW' = C. */
-  nchw_to_nhwc(src, dst, R, C, 0, (C + 15) / 16);
-}
-
-/* y[c][p] = act(acc[p][c] * scale[c] + shift[c]) for positions [b0 * 16,
- * b1 * 16) of P and n channels (acc rows lda floats apart, y rows P floats apart). */
-static void nhwc_epilogue(const float *acc, int64_t lda, float *y, int64_t P, int64_t n,
-                          const float *scale, const float *shift, bool relu, int64_t b0,
-                          int64_t b1) {
-  enum { T = 16 };
-  const bool fast = have_avx512();
-  const int64_t end = b1 * T < P ? b1 * T : P;
-  for (int64_t p0 = b0 * T; p0 < end; p0 += T) {
-    const int64_t pn = P - p0 < T ? P - p0 : T;
-    for (int64_t c0 = 0; c0 < n; c0 += T) {
-      const int64_t cn = n - c0 < T ? n - c0 : T;
-#if CONV_HAVE_AVX512
-      if (fast && pn == T && cn == T) {
-        tr16_epilogue(acc + p0 * lda + c0, lda, y + c0 * P + p0, P, scale + c0, shift + c0, relu);
-        continue;
-      }
-#endif
-      for (int64_t c = c0; c < c0 + cn; c++) {
-        const float a = scale[c], b = shift[c];
-        float *yr = y + c * P + p0;
-        const float *ar = acc + p0 * lda + c;
-        for (int64_t q = 0; q < pn; q++) {
-          float v = ar[q * lda] * a + b;
-          yr[q] = relu && v < 0.0f ? 0.0f : v;
-        }
-      }
-    }
-  }
-  (void)fast;
-}
-
-/* ------------------------------------------------------------ Winograd */
-
-/* Winograd F(2x2, 3x3) (Lavin and Gray, 2015): a 2x2 block of outputs of a
- * 3x3 convolution is A^T [(G g G^T) . (B^T d B)] A over the 4x4 input tile d,
- * so one tile costs 16 products per (in, out) channel pair instead of 36:
- * the 16 element positions become 16 matrix products [tiles, cin] x [cin,
- * cout] through the packed GEMM kernel, 2.25 times fewer multiply-adds than
- * the patch rows.  The transforms are additions along channels (NHWC), 16
- * channels per AVX-512 register where the CPU has it. */
-
-/* V[k][c] (k = 4r + q, rows vs floats apart) = (B^T d B)[r][q] for channels
- * [c0, c1) of the tile whose 16 input pixels (NHWC) d[i] points at (zeros
- * where the tile overhangs the padding). */
-static void wino_in_scalar(const float *const d[16], int64_t c0, int64_t c1, float *V, int64_t vs) {
-  for (int64_t c = c0; c < c1; c++) {
-    float t[4][4];
-    for (int j = 0; j < 4; j++) {
-      const float d0 = d[j][c], d1 = d[4 + j][c], d2 = d[8 + j][c], d3 = d[12 + j][c];
-      t[0][j] = d0 - d2;
-      t[1][j] = d1 + d2;
-      t[2][j] = d2 - d1;
-      t[3][j] = d1 - d3;
-    }
-    for (int r = 0; r < 4; r++) {
-      V[(4 * r + 0) * vs + c] = t[r][0] - t[r][2];
-      V[(4 * r + 1) * vs + c] = t[r][1] + t[r][2];
-      V[(4 * r + 2) * vs + c] = t[r][2] - t[r][1];
-      V[(4 * r + 3) * vs + c] = t[r][1] - t[r][3];
-    }
-  }
-}
-
-/* y[2a + b][c] = (A^T m A)[a][b] for the 16 products m[k] (rows ms floats
- * apart), A^T = [1 1 1 0; 0 1 -1 -1]; y[i] NULL for an output past the
- * edge. */
-/* An output of the transform, through the epilogue when ep is set (the
- * NHWC output of a convolution: scale, shift and ReLU per channel). */
-typedef struct wino_ep {
-  const float *scale, *shift;
-  bool relu;
-} wino_ep;
-
-static inline float ep_apply(const wino_ep *ep, int64_t c, float v) {
-  if (!ep) return v;
-  v = fmaf(v, ep->scale[c], ep->shift[c]);
-  return ep->relu && v < 0.0f ? 0.0f : v;
-}
-
-static void wino_out_scalar(const float *M, int64_t ms, int64_t c0, int64_t c1, float *const y[4],
-                            const wino_ep *ep) {
-  for (int64_t c = c0; c < c1; c++) {
-    float s[2][4];
-    for (int q = 0; q < 4; q++) {
-      const float m0 = M[q * ms + c], m1 = M[(4 + q) * ms + c], m2 = M[(8 + q) * ms + c],
-                  m3 = M[(12 + q) * ms + c];
-      s[0][q] = m0 + m1 + m2;
-      s[1][q] = m1 - m2 - m3;
-    }
-    for (int a = 0; a < 2; a++) {
-      if (y[2 * a]) y[2 * a][c] = ep_apply(ep, c, s[a][0] + s[a][1] + s[a][2]);
-      if (y[2 * a + 1]) y[2 * a + 1][c] = ep_apply(ep, c, s[a][1] - s[a][2] - s[a][3]);
-    }
-  }
-}
-
-#if CONV_HAVE_AVX512
-/* The transforms on W lanes of vector type VT, written once for both
- * widths (AVX-512: 16, AVX2: 8; P is the intrinsics' prefix) and compiled
- * in each one's target region below.  The same operations in the same
- * order as the scalar loops (the epilogue's fused multiply-add is fmaf's),
- * so every kernel gives the same bits.  The 4 x 4 loops are unrolled by
- * pragma: at -O2 GCC does not unroll them, and a t[][] indexed by a loop
- * variable lives on the stack (its stores and reloads were most of the
- * AVX-512 function's time). */
-#define WINO_TRANSFORMS(SUF, VT, W, P)                                                       \
-  static void wino_in_##SUF(const float *const d[16], int64_t C, float *V, int64_t vs) {     \
-    int64_t c = 0;                                                                           \
-    for (; c + W <= C; c += W) {                                                             \
-      VT t[4][4];                                                                            \
-      _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {                                  \
-        const VT d0 = P##_loadu_ps(d[j] + c), d1 = P##_loadu_ps(d[4 + j] + c);               \
-        const VT d2 = P##_loadu_ps(d[8 + j] + c), d3 = P##_loadu_ps(d[12 + j] + c);          \
-        t[0][j] = P##_sub_ps(d0, d2);                                                        \
-        t[1][j] = P##_add_ps(d1, d2);                                                        \
-        t[2][j] = P##_sub_ps(d2, d1);                                                        \
-        t[3][j] = P##_sub_ps(d1, d3);                                                        \
-      }                                                                                      \
-      _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) {                                  \
-        P##_storeu_ps(V + (4 * r + 0) * vs + c, P##_sub_ps(t[r][0], t[r][2]));               \
-        P##_storeu_ps(V + (4 * r + 1) * vs + c, P##_add_ps(t[r][1], t[r][2]));               \
-        P##_storeu_ps(V + (4 * r + 2) * vs + c, P##_sub_ps(t[r][2], t[r][1]));               \
-        P##_storeu_ps(V + (4 * r + 3) * vs + c, P##_sub_ps(t[r][1], t[r][3]));               \
-      }                                                                                      \
-    }                                                                                        \
-    if (c < C) wino_in_scalar(d, c, C, V, vs);                                               \
-  }                                                                                          \
-                                                                                             \
-  static inline VT ep_apply_##SUF(const wino_ep *ep, int64_t c, VT v) {                      \
-    if (!ep) return v;                                                                       \
-    v = P##_fmadd_ps(v, P##_loadu_ps(ep->scale + c), P##_loadu_ps(ep->shift + c));           \
-    return ep->relu ? P##_max_ps(v, P##_setzero_ps()) : v;                                   \
-  }                                                                                          \
-                                                                                             \
-  static void wino_out_##SUF(const float *M, int64_t ms, int64_t Co, float *const y[4],      \
-                             const wino_ep *ep) {                                            \
-    int64_t c = 0;                                                                           \
-    for (; c + W <= Co; c += W) {                                                            \
-      VT s[2][4];                                                                            \
-      _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {                                  \
-        const VT m0 = P##_loadu_ps(M + q * ms + c), m1 = P##_loadu_ps(M + (4 + q) * ms + c); \
-        const VT m2 = P##_loadu_ps(M + (8 + q) * ms + c);                                    \
-        const VT m3 = P##_loadu_ps(M + (12 + q) * ms + c);                                   \
-        s[0][q] = P##_add_ps(P##_add_ps(m0, m1), m2);                                        \
-        s[1][q] = P##_sub_ps(P##_sub_ps(m1, m2), m3);                                        \
-      }                                                                                      \
-      _Pragma("GCC unroll 2") for (int a = 0; a < 2; a++) {                                  \
-        const VT lo = P##_add_ps(P##_add_ps(s[a][0], s[a][1]), s[a][2]);                     \
-        const VT hi = P##_sub_ps(P##_sub_ps(s[a][1], s[a][2]), s[a][3]);                     \
-        if (y[2 * a]) P##_storeu_ps(y[2 * a] + c, ep_apply_##SUF(ep, c, lo));                \
-        if (y[2 * a + 1]) P##_storeu_ps(y[2 * a + 1] + c, ep_apply_##SUF(ep, c, hi));        \
-      }                                                                                      \
-    }                                                                                        \
-    if (c < Co) wino_out_scalar(M, ms, c, Co, y, ep);                                        \
-  }
-
-GROVE__TARGET_PUSH("avx512f")
-WINO_TRANSFORMS(avx512, __m512, 16, _mm512)
-GROVE__TARGET_POP
-
-/* For CPUs with AVX2 but not AVX-512, where the scalar loops were 60% of a
- * CNN's forward. */
-GROVE__TARGET_PUSH("avx2,fma")
-WINO_TRANSFORMS(avx2, __m256, 8, _mm256)
-GROVE__TARGET_POP
-
-#endif /* CONV_HAVE_AVX512 */
-
-static void wino_in(const float *const d[16], int64_t C, float *V, int64_t vs) {
-#if CONV_HAVE_AVX512
-  if (have_avx512()) {
-    wino_in_avx512(d, C, V, vs);
-    return;
-  }
-  if (grove__cpu_avx2()) {
-    wino_in_avx2(d, C, V, vs);
-    return;
-  }
-#endif
-  wino_in_scalar(d, 0, C, V, vs);
-}
-
-static void wino_out(const float *M, int64_t ms, int64_t Co, float *const y[4], const wino_ep *ep) {
-#if CONV_HAVE_AVX512
-  if (have_avx512()) {
-    wino_out_avx512(M, ms, Co, y, ep);
-    return;
-  }
-  if (grove__cpu_avx2()) {
-    wino_out_avx2(M, ms, Co, y, ep);
-    return;
-  }
-#endif
-  wino_out_scalar(M, ms, 0, Co, y, ep);
-}
-
 /* ------------------------------------------------------------ threads */
 
 /* The work of the rows path around its products (transposes, Winograd
@@ -704,7 +399,7 @@ static void par_to_nhwc(void *ctx, int64_t b, int64_t e) {
   for (int64_t j = b; j < e;) {
     const int64_t i = j / c->blocks, q0 = j % c->blocks;
     const int64_t q1 = e - i * c->blocks < c->blocks ? e - i * c->blocks : c->blocks;
-    nchw_to_nhwc(c->src + i * c->C * c->HW, c->dst + i * c->HW * c->C, c->C, c->HW, q0, q1);
+    grove__nchw_to_nhwc(c->src + i * c->C * c->HW, c->dst + i * c->HW * c->C, c->C, c->HW, q0, q1);
     j = i * c->blocks + q1;
   }
 }
@@ -717,9 +412,9 @@ static void par_epilogue(void *ctx, int64_t b, int64_t e) {
   for (int64_t j = b; j < e;) {
     const int64_t i = j / c->blocks, q0 = j % c->blocks;
     const int64_t q1 = e - i * c->blocks < c->blocks ? e - i * c->blocks : c->blocks;
-    nhwc_epilogue(c->src + i * c->P * c->cout_g, c->cout_g,
-                  c->dst + (i * Co + c->g * c->cout_g) * c->P, c->P, c->cout_g, c->scale,
-                  c->shift, c->relu, q0, q1);
+    grove__nhwc_epilogue(c->src + i * c->P * c->cout_g, c->cout_g,
+                         c->dst + (i * Co + c->g * c->cout_g) * c->P, c->P, c->cout_g, c->scale,
+                         c->shift, c->relu, q0, q1);
     j = i * c->blocks + q1;
   }
 }
@@ -758,7 +453,7 @@ static void par_wino_in(void *ctx, int64_t b, int64_t e) {
                            ? c->zeros
                            : c->src + i * c->HW * C + (iy * W + ix) * C;
       }
-    wino_in(d, C, c->dst + t * C, c->T * C);
+    grove__wino_in(d, C, c->dst + t * C, c->T * C);
   }
 }
 
@@ -769,7 +464,7 @@ static void par_wino_out(void *ctx, int64_t b, int64_t e) {
   const conv_par *c = ctx;
   const int64_t Co = c->p->cout, OH = c->OH, OW = c->OW, TH = c->TH, TW = c->TW;
   const int64_t ld = c->ldo ? c->ldo : Co;
-  const wino_ep ep = {c->scale, c->shift, c->relu};
+  const grove__wino_ep ep = {c->scale, c->shift, c->relu};
   for (int64_t t = b; t < e; t++) {
     const int64_t i = t / (TH * TW), ty = t / TW % TH, tx = t % TW;
     float *y[4];
@@ -778,7 +473,7 @@ static void par_wino_out(void *ctx, int64_t b, int64_t e) {
         const int64_t oy = 2 * ty + a, ox = 2 * tx + q;
         y[2 * a + q] = (oy < OH && ox < OW) ? c->dst + (i * c->P + oy * OW + ox) * ld : NULL;
       }
-    wino_out(c->src + t * Co, c->T * Co, Co, y, c->ldo ? &ep : NULL);
+    grove__wino_out(c->src + t * Co, c->T * Co, Co, y, c->ldo ? &ep : NULL);
   }
 }
 
@@ -1333,40 +1028,6 @@ grove_status grove_conv2d_new(int64_t in_channels, int64_t out_channels, const g
 
 /* ------------------------------------------------------------ model.json */
 
-/* torch's `int or tuple`: one integer in [min, max] for every dim, or an
- * array of exactly nd of them.  Absent: dflt for every dim (dflt < min
- * means required). */
-static grove_status json_ints(const json_t *obj, const char *path, const char *type,
-                              const char *key, int nd, int64_t dflt, int64_t min, int64_t max,
-                              int64_t *out, grove_err *err) {
-  const json_t *v = json_object_get(obj, key);
-  if (!v) {
-    if (dflt < min)
-      return grove_err_set(err, GROVE_E_SPEC, "%s.%s: missing required argument of %s", path, key,
-                           type);
-    for (int d = 0; d < nd; d++) out[d] = dflt;
-    return GROVE_OK;
-  }
-  if (json_is_integer(v)) {
-    int64_t x;
-    grove_status s = grove__json_int(obj, path, type, key, true, 0, min, max, &x, err);
-    for (int d = 0; d < nd; d++) out[d] = x;
-    return s;
-  }
-  if (!json_is_array(v) || json_array_size(v) != (size_t)nd ||
-      !json_is_integer(json_array_get(v, 0)) ||
-      (nd == 2 && !json_is_integer(json_array_get(v, 1))) ||
-      json_integer_value(json_array_get(v, 0)) < min ||
-      json_integer_value(json_array_get(v, 0)) > max ||
-      (nd == 2 && (json_integer_value(json_array_get(v, 1)) < min ||
-                   json_integer_value(json_array_get(v, 1)) > max)))
-    return grove_err_set(err, GROVE_E_SPEC,
-                         "%s.%s: expected an integer in [%lld, %lld] or a list of %d of them", path,
-                         key, (long long)min, (long long)max, nd);
-  for (int d = 0; d < nd; d++) out[d] = (int64_t)json_integer_value(json_array_get(v, (size_t)d));
-  return GROVE_OK;
-}
-
 #define BIG (1 << 20)
 
 static grove_status conv_from_json(int nd, const json_t *obj, const char *path, grove_module **out,
@@ -1382,9 +1043,9 @@ static grove_status conv_from_json(int nd, const json_t *obj, const char *path, 
   grove_status s = grove__json_check_keys(obj, path, T, keys, err);
   if (!s) s = grove__json_int(obj, path, T, "in_channels", true, 0, 1, INT32_MAX, &cin, err);
   if (!s) s = grove__json_int(obj, path, T, "out_channels", true, 0, 1, INT32_MAX, &cout, err);
-  if (!s) s = json_ints(obj, path, T, "kernel_size", nd, 0, 1, BIG, o.kernel_size, err);
-  if (!s) s = json_ints(obj, path, T, "stride", nd, 1, 1, BIG, o.stride, err);
-  if (!s) s = json_ints(obj, path, T, "dilation", nd, 1, 1, BIG, o.dilation, err);
+  if (!s) s = grove__json_ints(obj, path, T, "kernel_size", nd, 0, 1, BIG, o.kernel_size, err);
+  if (!s) s = grove__json_ints(obj, path, T, "stride", nd, 1, 1, BIG, o.stride, err);
+  if (!s) s = grove__json_ints(obj, path, T, "dilation", nd, 1, 1, BIG, o.dilation, err);
   if (!s) s = grove__json_int(obj, path, T, "groups", false, 1, 1, INT32_MAX, &groups, err);
   if (!s) s = grove__json_bool(obj, path, T, "bias", true, &o.bias, err);
   if (!s) s = grove__json_choice(obj, path, T, "padding_mode", 0, modes, &mode, err);
@@ -1398,7 +1059,7 @@ static grove_status conv_from_json(int nd, const json_t *obj, const char *path, 
     o.padding_same = which == 0;
     o.padding_valid = which == 1;
   } else {
-    s = json_ints(obj, path, T, "padding", nd, 0, 0, BIG, o.padding, err);
+    s = grove__json_ints(obj, path, T, "padding", nd, 0, 0, BIG, o.padding, err);
     if (s) return s;
   }
   if (mode != 0)
@@ -2018,7 +1679,7 @@ static grove_status pool_stride(const json_t *obj, const char *path, const char 
     st[1] = k[1];
     return GROVE_OK;
   }
-  return json_ints(obj, path, T, "stride", 2, 0, 1, BIG, st, err);
+  return grove__json_ints(obj, path, T, "stride", 2, 0, 1, BIG, st, err);
 }
 
 grove_status grove__max_pool2d_from_json(const json_t *obj, const char *path, grove_module **out,
@@ -2029,10 +1690,10 @@ grove_status grove__max_pool2d_from_json(const json_t *obj, const char *path, gr
   int64_t k[2], st[2], pd[2], dl[2];
   bool ri, ceil;
   grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = json_ints(obj, path, T, "kernel_size", 2, 0, 1, BIG, k, err);
+  if (!s) s = grove__json_ints(obj, path, T, "kernel_size", 2, 0, 1, BIG, k, err);
   if (!s) s = pool_stride(obj, path, T, k, st, err);
-  if (!s) s = json_ints(obj, path, T, "padding", 2, 0, 0, BIG, pd, err);
-  if (!s) s = json_ints(obj, path, T, "dilation", 2, 1, 1, BIG, dl, err);
+  if (!s) s = grove__json_ints(obj, path, T, "padding", 2, 0, 0, BIG, pd, err);
+  if (!s) s = grove__json_ints(obj, path, T, "dilation", 2, 1, 1, BIG, dl, err);
   if (!s) s = grove__json_bool(obj, path, T, "return_indices", false, &ri, err);
   if (!s) s = grove__json_bool(obj, path, T, "ceil_mode", false, &ceil, err);
   if (s) return s;
@@ -2053,9 +1714,9 @@ grove_status grove__avg_pool2d_from_json(const json_t *obj, const char *path, gr
   int64_t k[2], st[2], pd[2], div;
   bool ceil, cip, div_null;
   grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = json_ints(obj, path, T, "kernel_size", 2, 0, 1, BIG, k, err);
+  if (!s) s = grove__json_ints(obj, path, T, "kernel_size", 2, 0, 1, BIG, k, err);
   if (!s) s = pool_stride(obj, path, T, k, st, err);
-  if (!s) s = json_ints(obj, path, T, "padding", 2, 0, 0, BIG, pd, err);
+  if (!s) s = grove__json_ints(obj, path, T, "padding", 2, 0, 0, BIG, pd, err);
   if (!s) s = grove__json_bool(obj, path, T, "ceil_mode", false, &ceil, err);
   if (!s) s = grove__json_bool(obj, path, T, "count_include_pad", true, &cip, err);
   if (!s)
@@ -2078,7 +1739,7 @@ grove_status grove__adaptive_avg_pool2d_from_json(const json_t *obj, const char 
     return grove_err_set(err, GROVE_E_SPEC, "%s.output_size: missing required argument of %s", path,
                          T);
   if (json_is_integer(v)) {
-    s = json_ints(obj, path, T, "output_size", 2, 0, 1, BIG, os, err);
+    s = grove__json_ints(obj, path, T, "output_size", 2, 0, 1, BIG, os, err);
     if (s) return s;
   } else {
     bool ok = json_is_array(v) && json_array_size(v) == 2;

@@ -98,11 +98,12 @@ const float *grove__conv_bias(const grove_module *m);
 bool grove__bn2d_affine(const grove_module *m, const float **scale, const float **shift);
 int64_t grove__bn2d_channels(const grove_module *m);
 
-/* Sets, for the calling thread, the need_weights / average_attn_weights of
- * the next forward of the MultiheadAttention m (consumed by it; any other
- * forward ignores it).  Module forwards take tensors only, so a graph passes
- * the call's keyword arguments this way. */
-void grove__mha_next_call(const grove_module *m, bool need_weights, bool average);
+/* Sets, in f (grove_fwd.mha), the need_weights / average_attn_weights of
+ * the next forward of the MultiheadAttention m (read and cleared by it; any
+ * other forward ignores it; m NULL drops them).  Module forwards take
+ * tensors only, so a graph passes the call's keyword arguments this way,
+ * explicitly in the forward's context.  The forward's thread. */
+void grove__mha_next_call(grove_fwd *f, const grove_module *m, bool need_weights, bool average);
 
 /* ------------------------------------------------------------ forward helpers */
 
@@ -166,6 +167,13 @@ grove_status grove__json_choice(const struct json_t *obj, const char *path, cons
 grove_status grove__json_shape(const struct json_t *obj, const char *path, const char *type,
                                const char *key, int max_dims, int *ndim, int64_t *shape,
                                grove_err *err);
+
+/* torch's `int or tuple`: one integer in [min, max] for every one of nd
+ * dims, or an array of exactly nd of them.  Absent: dflt for every dim
+ * (dflt < min means required). */
+grove_status grove__json_ints(const struct json_t *obj, const char *path, const char *type,
+                              const char *key, int nd, int64_t dflt, int64_t min, int64_t max,
+                              int64_t *out, grove_err *err);
 
 /* Reports an argument Grove knows but does not run (Embedding's max_norm):
  * GROVE_E_UNSUPPORTED naming path.key and why. */

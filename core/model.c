@@ -63,19 +63,6 @@ static bool is_file(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-void grove_model_free(grove_model *m) {
-  if (!m) return;
-  free(m->name);
-  free(m->dir);
-  free(m->weights_path);
-  grove_module_release(m->root);
-  for (size_t i = 0; i < m->ninputs; i++) free(m->inputs[i].name);
-  for (size_t i = 0; i < m->noutputs; i++) free(m->outputs[i].name);
-  free(m->inputs);
-  free(m->outputs);
-  free(m);
-}
-
 /* ------------------------------------------------------------ reading */
 
 static grove_status read_text(const char *path, char **out, grove_err *err) {

@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "internal.h"
+#include "layers_internal.h"
 
 /* ============================================================== pointer set */
 
@@ -1090,4 +1091,72 @@ grove_status grove_module_call(const grove_module *m, grove_fwd *f, const grove_
   if (out.n < 1) return grove_err_set(f->err, GROVE_E_INTERNAL, "%s returned nothing", m->type->name);
   *y = out.v[0];
   return GROVE_OK;
+}
+
+/* ------------------------------------------------------------ forward helpers
+ * (every layer file, the graph ops and the trees above use them: a contiguous
+ * view of an input, the one-input check, the float32 copy of a parameter) */
+
+const char *grove_module_type_name(const grove_module *m) {
+  return m && m->type ? m->type->name : NULL;
+}
+
+grove_status grove__fwd_contig(grove_fwd *f, const grove_tensor *t, grove_tensor *out) {
+  if (grove_tensor_is_contiguous(t)) {
+    *out = *t;
+    return GROVE_OK;
+  }
+  grove_status s = grove_fwd_alloc(f, out, t->dtype, t->ndim, t->shape);
+  if (s != GROVE_OK) return s;
+  if (t->dtype == GROVE_F32 && grove__is_nhwc(t)) {
+    /* Channels last (a convolution's result): a transpose per image. */
+    const int64_t C = t->shape[1], HW = t->shape[2] * t->shape[3];
+    for (int64_t i = 0; i < t->shape[0]; i++)
+      grove__transpose_f32((const float *)t->data + i * HW * C, (float *)out->data + i * C * HW, HW,
+                           C);
+    return GROVE_OK;
+  }
+  return grove_tensor_copy(out, t, f->err);
+}
+
+grove_status grove__plain_values(grove_fwd *f, grove_values *v) {
+  for (int k = 0; k < v->n; k++) {
+    if (!grove__is_nhwc(&v->v[k])) continue;
+    grove_tensor c;
+    grove_status s = grove__fwd_contig(f, &v->v[k], &c);
+    if (s) return s;
+    v->v[k] = c;
+  }
+  return GROVE_OK;
+}
+
+grove_status grove__layer_input(const char *layer, grove_fwd *f, const grove_values *in,
+                                grove_dtype dt, grove_tensor *x) {
+  if (in->n != 1)
+    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "%s: expected 1 input tensor, got %d",
+                         layer, in->n);
+  const grove_tensor *t = &in->v[0];
+  if (dt != GROVE_DTYPE_COUNT && t->dtype != dt)
+    return grove_err_set(f->err, GROVE_E_DTYPE, "%s: expected a %s input, got %s", layer,
+                         grove_dtype_name(dt), grove_dtype_name(t->dtype));
+  return grove__fwd_contig(f, t, x);
+}
+
+grove_status grove__copy_f32(float *dst, int64_t n, const grove_tensor *src, const char *layer,
+                             const char *what, grove_err *err) {
+  if (!src) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: %s is None", layer, what);
+  if (grove_tensor_numel(src) != n) {
+    char got[128];
+    grove_shape_str(src->ndim, src->shape, got, sizeof got);
+    return grove_err_set(err, GROVE_E_SHAPE, "%s: %s has shape %s, expected %lld elements", layer,
+                         what, got, (long long)n);
+  }
+  if (n == 0) return GROVE_OK;
+  if (src->dtype == GROVE_F32 && grove_tensor_is_contiguous(src)) {
+    memcpy(dst, src->data, (size_t)n * sizeof(float));
+    return GROVE_OK;
+  }
+  grove_tensor d;
+  grove_tensor_init(&d, GROVE_F32, src->ndim, src->shape, dst);
+  return grove_tensor_copy(&d, src, err);
 }

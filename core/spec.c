@@ -696,3 +696,16 @@ grove_status grove_model_from_spec(const char *json_text, const char *origin, gr
   *out = m;
   return GROVE_OK;
 }
+
+void grove_model_free(grove_model *m) {
+  if (!m) return;
+  free(m->name);
+  free(m->dir);
+  free(m->weights_path);
+  grove_module_release(m->root);
+  for (size_t i = 0; i < m->ninputs; i++) free(m->inputs[i].name);
+  for (size_t i = 0; i < m->noutputs; i++) free(m->outputs[i].name);
+  free(m->inputs);
+  free(m->outputs);
+  free(m);
+}

@@ -91,6 +91,17 @@ typedef struct grove_fwd {
    * grove_module_forward returns contiguous tensors (grove_module_call
    * always does), and hooks always see contiguous ones. */
   bool channels_last_ok;
+  /* The keyword arguments of one MultiheadAttention call (torch's
+   * need_weights and average_attn_weights), which a module forward cannot
+   * take with its tensors: set by the caller (a graph's call node, a
+   * TransformerEncoderLayer's self-attention) just before it calls the
+   * module mha.m, read and cleared by that module's forward; any other
+   * forward ignores it.  mha.m NULL (as in a zeroed grove_fwd): torch's
+   * defaults (true, true). */
+  struct {
+    const struct grove_module *m;
+    bool need_weights, average;
+  } mha;
 } grove_fwd;
 
 /* The index of m in o->modules, or -1 when o is NULL or does not watch m.
