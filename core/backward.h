@@ -61,6 +61,8 @@ typedef enum grove__tkind {
   GROVE__TK_HOLDER, /* ModuleList, ModuleDict, a graph module without graph: not callable */
 } grove__tkind;
 
+struct grove__tape;
+
 typedef struct grove__tinfo {
   grove__tkind kind;
   const char *path; /* "fc1", "" for the root: owned by the replica */
@@ -94,6 +96,10 @@ typedef struct grove__tinfo {
   double ln_eps;
   /* Graph modules. */
   void *graph; /* backward_graph.c's compiled form */
+  /* The op's training forward (backward_*.c), chosen by kind when train.c
+   * decodes the module; NULL for a container without forward. */
+  grove_status (*fn)(struct grove__tape *t, const grove_module *m, const struct grove__tinfo *info,
+                     const int *in, int nin, int *out, int *nout);
 } grove__tinfo;
 
 /* ------------------------------------------------------------ the tape */
@@ -139,6 +145,27 @@ struct grove__tape {
    * the size of the largest product seen, so a step allocates nothing. */
   void *ws;
   size_t ws_cap;
+};
+
+/* The replica (train.c owns it; tape.c reads its random state, settings
+ * and parameter gradients for the ops). */
+struct grove_replica {
+  grove_model *model; /* the tree (train mode) and its io spec */
+  struct json_t *doc; /* the parsed model.json, for settings */
+  grove_replica_opts opts;
+  grove__pmap infos;    /* module -> grove__tinfo* */
+  grove__tinfo **owned; /* every tinfo, to free */
+  size_t nowned, owned_cap;
+  grove_named_tensors params; /* de-duplicated, torch's order */
+  grove_tensor **grads;       /* params.n entries, NULL = None */
+  grove_tensor **spare;       /* gradients zero_grad set to None, kept for reuse */
+  grove__pmap param_index;    /* tensor -> index + 1 */
+  grove__tape tape;
+  grove_err *err_slot;
+  uint64_t rng[4];
+  int in_vars[GROVE_MAX_VALUES], nin;
+  int out_vars[GROVE_MAX_VALUES], nout;
+  bool have_tape, backward_done;
 };
 
 /* A new var holding t (which must be contiguous and live in the arena or

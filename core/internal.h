@@ -330,6 +330,24 @@ const grove__layer_def *grove__layer_find(const char *type);
 /* All defs, for messages listing what is supported; *n set to the count. */
 const grove__layer_def *grove__layer_defs(size_t *n);
 
+/* ------------------------------------------------------------ pointer map */
+
+/* Open addressing from a pointer to a value (ptrmap.c); the keys are modules
+ * and parameter tensors, a few hundred at most.  Zeroed is empty.  One
+ * owner: not thread-safe. */
+typedef struct grove__pmap {
+  const void **keys;
+  void **vals;
+  size_t cap, n;
+} grove__pmap;
+
+/* Sets k's value to v (k not NULL); false when out of memory. */
+bool grove__pmap_put(grove__pmap *m, const void *k, void *v);
+/* k's value, or NULL; *found (when not NULL) says whether k is there. */
+void *grove__pmap_get(const grove__pmap *m, const void *k, bool *found);
+/* Frees the table and leaves it empty. */
+void grove__pmap_fini(grove__pmap *m);
+
 /* ------------------------------------------------------------ secrets */
 
 /* Whether given equals secret, in time that depends on secret_len only

@@ -28,292 +28,14 @@
 #include "graph.h"
 #include "layers_internal.h"
 
-/* ============================================================ pointer map */
-
-/* Open addressing from a pointer to a value; the keys are modules and
- * parameter tensors, a few hundred at most. */
-typedef struct pmap {
-  const void **keys;
-  void **vals;
-  size_t cap, n;
-} pmap;
-
-static size_t phash(const void *p, size_t cap) {
-  uintptr_t x = (uintptr_t)p;
-  x ^= x >> 17;
-  x *= 0xed5ad4bbu;
-  x ^= x >> 11;
-  return x & (cap - 1);
-}
-
-static bool pmap_put(pmap *m, const void *k, void *v) {
-  if ((m->n + 1) * 2 > m->cap) {
-    size_t cap = m->cap ? m->cap * 2 : 64;
-    const void **keys = calloc(cap, sizeof *keys);
-    void **vals = calloc(cap, sizeof *vals);
-    if (!keys || !vals) {
-      free(keys);
-      free(vals);
-      return false;
-    }
-    for (size_t i = 0; i < m->cap; i++) {
-      if (!m->keys[i]) continue;
-      size_t j = phash(m->keys[i], cap);
-      while (keys[j]) j = (j + 1) & (cap - 1);
-      keys[j] = m->keys[i];
-      vals[j] = m->vals[i];
-    }
-    free(m->keys);
-    free(m->vals);
-    m->keys = keys;
-    m->vals = vals;
-    m->cap = cap;
-  }
-  size_t j = phash(k, m->cap);
-  while (m->keys[j] && m->keys[j] != k) j = (j + 1) & (m->cap - 1);
-  if (!m->keys[j]) m->n++;
-  m->keys[j] = k;
-  m->vals[j] = v;
-  return true;
-}
-
-static void *pmap_get(const pmap *m, const void *k, bool *found) {
-  if (found) *found = false;
-  if (!m->cap) return NULL;
-  size_t j = phash(k, m->cap);
-  while (m->keys[j]) {
-    if (m->keys[j] == k) {
-      if (found) *found = true;
-      return m->vals[j];
-    }
-    j = (j + 1) & (m->cap - 1);
-  }
-  return NULL;
-}
-
-static void pmap_fini(pmap *m) {
-  free(m->keys);
-  free(m->vals);
-  memset(m, 0, sizeof *m);
-}
-
-/* ============================================================ the replica */
-
-struct grove_replica {
-  grove_model *model; /* the tree (train mode) and its io spec */
-  json_t *doc;        /* the parsed model.json, for settings */
-  grove_replica_opts opts;
-  pmap infos;           /* module -> grove__tinfo* */
-  grove__tinfo **owned; /* every tinfo, to free */
-  size_t nowned, owned_cap;
-  grove_named_tensors params; /* de-duplicated, torch's order */
-  grove_tensor **grads;       /* params.n entries, NULL = None */
-  grove_tensor **spare;       /* gradients zero_grad set to None, kept for reuse */
-  pmap param_index;           /* tensor -> index + 1 */
-  grove__tape tape;
-  grove_err *err_slot;
-  uint64_t rng[4];
-  int in_vars[GROVE_MAX_VALUES], nin;
-  int out_vars[GROVE_MAX_VALUES], nout;
-  bool have_tape, backward_done;
-};
-
 /* ------------------------------------------------------------ generator */
 
+/* Seeds the tape's xoshiro256** state (tape.c) from one 64-bit seed. */
 static uint64_t splitmix64(uint64_t *x) {
   uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
-}
-
-static inline uint64_t rotl(uint64_t x, int k) {
-  return (x << k) | (x >> (64 - k));
-}
-
-/* xoshiro256**: small, fast, and the same numbers on every platform. */
-static uint64_t rng_next(uint64_t s[4]) {
-  const uint64_t result = rotl(s[1] * 5, 7) * 9;
-  const uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
-}
-
-double grove__tape_uniform(grove__tape *t) {
-  return (double)(rng_next(t->r->rng) >> 11) * 0x1.0p-53;
-}
-
-/* ============================================================ the tape */
-
-int grove__var_new(grove__tape *t, const grove_tensor *value, bool requires_grad) {
-  if (t->nvars == t->vars_cap) {
-    size_t cap = t->vars_cap ? t->vars_cap * 2 : 64;
-    grove__var *v = realloc(t->vars, cap * sizeof *v);
-    if (!v) {
-      grove_err_set(t->err, GROVE_E_NOMEM, "out of memory recording the training forward");
-      return -1;
-    }
-    t->vars = v;
-    t->vars_cap = cap;
-  }
-  grove__var *v = &t->vars[t->nvars];
-  v->t = *value;
-  v->grad = NULL;
-  v->requires_grad = requires_grad;
-  return (int)t->nvars++;
-}
-
-grove_status grove__node_add(grove__tape *t, const grove__node *n) {
-  if (t->nnodes == t->nodes_cap) {
-    size_t cap = t->nodes_cap ? t->nodes_cap * 2 : 64;
-    grove__node *v = realloc(t->nodes, cap * sizeof *v);
-    if (!v)
-      return grove_err_set(t->err, GROVE_E_NOMEM, "out of memory recording the training forward");
-    t->nodes = v;
-    t->nodes_cap = cap;
-  }
-  t->nodes[t->nnodes++] = *n;
-  return GROVE_OK;
-}
-
-grove_status grove__talloc(grove__tape *t, grove_tensor *out, grove_dtype dt, int ndim,
-                           const int64_t *shape) {
-  int64_t n = 1;
-  for (int i = 0; i < ndim; i++) n *= shape[i];
-  void *p = grove_arena_alloc(t->arena, (size_t)n * grove_dtype_size(dt));
-  if (!p) return grove_err_set(t->err, GROVE_E_NOMEM, "out of memory for training activations");
-  grove_tensor_init(out, dt, ndim, shape, p);
-  return GROVE_OK;
-}
-
-void *grove__tscratch(grove__tape *t, size_t n, bool zero) {
-  void *p = grove_arena_alloc(t->arena, n);
-  if (!p) {
-    grove_err_set(t->err, GROVE_E_NOMEM, "out of memory for training scratch");
-    return NULL;
-  }
-  if (zero && n) memset(p, 0, n);
-  return p;
-}
-
-int grove__var_alloc(grove__tape *t, grove_dtype dt, int ndim, const int64_t *shape,
-                     bool requires_grad, float **data) {
-  grove_tensor y;
-  if (grove__talloc(t, &y, dt, ndim, shape)) return -1;
-  if (data) *data = y.data;
-  return grove__var_new(t, &y, requires_grad);
-}
-
-float *grove__grad(grove__tape *t, int v) {
-  grove__var *var = &t->vars[v];
-  if (!var->grad) {
-    size_t n = (size_t)grove_tensor_numel(&var->t);
-    var->grad = grove__tscratch(t, n * sizeof(float), true);
-  }
-  return var->grad;
-}
-
-float *grove__grad_fresh(grove__tape *t, int v, bool *fresh) {
-  grove__var *var = &t->vars[v];
-  *fresh = !var->grad;
-  if (!var->grad) {
-    size_t n = (size_t)grove_tensor_numel(&var->t);
-    var->grad = grove__tscratch(t, n * sizeof(float), false);
-  }
-  return var->grad;
-}
-
-void *grove__tape_ws(grove__tape *t, size_t n) {
-  if (n > t->ws_cap) {
-    /* Freed first: the old contents are dead, and the peak stays one block. */
-    free(t->ws);
-    t->ws_cap = 0;
-    size_t size = (n + 63) / 64 * 64;
-    t->ws = aligned_alloc(64, size);
-    if (!t->ws) {
-      grove_err_set(t->err, GROVE_E_NOMEM, "out of memory for a training product's workspace");
-      return NULL;
-    }
-    t->ws_cap = size;
-  }
-  return t->ws ? t->ws : (void *)t; /* n = 0: any non-NULL pointer (never written) */
-}
-
-grove_status grove__tape_gemm(grove__tape *t, int flags, int64_t M, int64_t N, int64_t K,
-                              const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
-                              int64_t ldc) {
-  const size_t wsn = grove__gemm_ws_size(flags, M, N, K);
-  void *ws = grove__tape_ws(t, wsn);
-  if (!ws) return GROVE_E_NOMEM;
-  grove__gemm(flags, M, N, K, A, lda, B, ldb, C, ldc, ws, wsn);
-  return GROVE_OK;
-}
-
-grove_status grove__tape_linear(grove__tape *t, const float *x, int64_t M, int64_t K,
-                                const float *W, int64_t N, float *y) {
-  return grove__tape_gemm(t, GROVE__GEMM_TRANS_B, M, N, K, x, K, W, K, y, N);
-}
-
-bool grove__any_requires(grove__tape *t, const int *in, int n) {
-  for (int i = 0; i < n; i++)
-    if (in[i] >= 0 && t->vars[in[i]].requires_grad) return true;
-  return false;
-}
-
-grove_status grove__param_grad_fresh(grove__tape *t, const grove_tensor *param, float **g,
-                                     bool *fresh) {
-  grove_replica *r = t->r;
-  bool found;
-  size_t idx = (size_t)(uintptr_t)pmap_get(&r->param_index, param, &found);
-  *g = NULL;
-  *fresh = false;
-  if (!found) return GROVE_OK;
-  idx -= 1;
-  if (!r->grads[idx] && r->spare[idx]) {
-    /* The memory of a .grad zero_grad dropped: reusing it is cheaper than
-     * the page faults of a fresh allocation of the same size every step. */
-    r->grads[idx] = r->spare[idx];
-    r->spare[idx] = NULL;
-    *fresh = true;
-  }
-  if (!r->grads[idx]) {
-    r->grads[idx] = grove_tensor_new(GROVE_F32, param->ndim, param->shape, t->err);
-    if (!r->grads[idx]) return t->err && t->err->code ? t->err->code : GROVE_E_NOMEM;
-    *fresh = true;
-  }
-  *g = r->grads[idx]->data;
-  return GROVE_OK;
-}
-
-grove_status grove__param_grad(grove__tape *t, const grove_tensor *param, float **g) {
-  bool fresh;
-  grove_status s = grove__param_grad_fresh(t, param, g, &fresh);
-  if (!s && fresh) memset(*g, 0, (size_t)grove_tensor_numel(param) * sizeof(float));
-  return s;
-}
-
-grove_status grove__param_f32(grove__tape *t, const grove_module *m, const char *name, int64_t n,
-                              const grove_tensor **out) {
-  const grove_tensor *p = grove_module_param(m, name);
-  *out = p;
-  if (!p) return GROVE_OK;
-  if (p->dtype != GROVE_F32 || !grove_tensor_is_contiguous(p))
-    return grove_err_set(t->err, GROVE_E_DTYPE,
-                         "%s: parameter %s must be a contiguous float32 tensor to train",
-                         m->type->name, name);
-  if (n >= 0 && grove_tensor_numel(p) != n) {
-    char sh[128];
-    grove_shape_str(p->ndim, p->shape, sh, sizeof sh);
-    return grove_err_set(t->err, GROVE_E_SHAPE,
-                         "%s: parameter %s has shape %s, expected %lld elements", m->type->name,
-                         name, sh, (long long)n);
-  }
-  return GROVE_OK;
 }
 
 /* ============================================================ settings */
@@ -357,6 +79,8 @@ static grove_status unsupported(const char *path, const char *type, const char *
                        *path ? path : "the root module", *path ? "'" : "", type, why);
 }
 
+static grove__train_fn train_fn(grove__tkind k);
+
 static grove_status add_info(grove_replica *r, const grove_module *m, const grove__tinfo *src,
                              const char *path, grove_err *err) {
   if (r->nowned == r->owned_cap) {
@@ -375,8 +99,9 @@ static grove_status add_info(grove_replica *r, const grove_module *m, const grov
   }
   *info = *src;
   info->path = p;
+  info->fn = train_fn(info->kind);
   r->owned[r->nowned++] = info; /* owned from here on, graph included */
-  if (!pmap_put(&r->infos, m, info))
+  if (!grove__pmap_put(&r->infos, m, info))
     return grove_err_set(err, GROVE_E_NOMEM, "out of memory building the training replica");
   return GROVE_OK;
 }
@@ -598,7 +323,7 @@ static grove_status visit(grove_replica *r, const grove_module *m, const json_t 
                           const char *path, grove_err *err) {
   if (!m) return GROVE_OK;
   bool found;
-  pmap_get(&r->infos, m, &found);
+  grove__pmap_get(&r->infos, m, &found);
   if (found || json_object_get(j, "ref")) return GROVE_OK; /* shared: seen at its first path */
   grove__tinfo info;
   grove_status s = decode(m, j, path, &info, err);
@@ -663,10 +388,6 @@ static grove_status visit(grove_replica *r, const grove_module *m, const json_t 
   return s;
 }
 
-const grove__tinfo *grove__tinfo_of(grove__tape *t, const grove_module *m) {
-  return pmap_get(&t->r->infos, m, NULL);
-}
-
 /* ============================================================ dispatch */
 
 static grove__train_fn train_fn(grove__tkind k) {
@@ -712,50 +433,6 @@ static grove__train_fn train_fn(grove__tkind k) {
   }
 }
 
-grove_status grove__train_call(grove__tape *t, const grove_module *m, const int *in, int nin,
-                               int *out, int *nout) {
-  const grove__tinfo *info = grove__tinfo_of(t, m);
-  if (!info)
-    return grove_err_set(t->err, GROVE_E_INTERNAL, "training: %s has no training settings",
-                         m->type->name);
-  grove_status s = GROVE_OK;
-  if (info->kind == GROVE__TK_SEQUENTIAL) {
-    int cur[GROVE_MAX_VALUES], ncur = nin;
-    memcpy(cur, in, (size_t)nin * sizeof(int));
-    for (size_t i = 0; i < m->nchildren; i++) {
-      const grove_module *c = m->children[i].module;
-      if (!c)
-        return grove_err_set(t->err, GROVE_E_NOT_CALLABLE,
-                             "Sequential: child '%s' is None and cannot be called",
-                             m->children[i].name);
-      int next[GROVE_MAX_VALUES], nnext = 0;
-      if ((s = grove__train_call(t, c, cur, ncur, next, &nnext))) return s;
-      memcpy(cur, next, sizeof next);
-      ncur = nnext;
-    }
-    memcpy(out, cur, (size_t)ncur * sizeof(int));
-    *nout = ncur;
-    return GROVE_OK;
-  }
-  if (info->kind == GROVE__TK_IDENTITY) {
-    memcpy(out, in, (size_t)nin * sizeof(int));
-    *nout = nin;
-    return GROVE_OK;
-  }
-  grove__train_fn fn = train_fn(info->kind);
-  if (!fn)
-    return grove_err_set(t->err, GROVE_E_NOT_CALLABLE,
-                         "%s is not callable: it holds modules but has no forward", m->type->name);
-  s = fn(t, m, info, in, nin, out, nout);
-  /* The innermost failing module names itself; its parents leave it be. */
-  if (s && t->err && t->err->code == s && strncmp(t->err->msg, "training: ", 10) != 0) {
-    grove_err_prefix(t->err, "training: %s%s%s (%s)", *info->path ? "'" : "",
-                     *info->path ? info->path : "the root module", *info->path ? "'" : "",
-                     m->type->name);
-  }
-  return s;
-}
-
 /* ============================================================ lifecycle */
 
 grove_status grove__refresh_tree(grove_module *root, grove_err *err) {
@@ -777,7 +454,7 @@ void grove_replica_free(grove_replica *r) {
     free(r->owned[i]);
   }
   free(r->owned);
-  pmap_fini(&r->infos);
+  grove__pmap_fini(&r->infos);
   for (size_t i = 0; i < r->params.n; i++) {
     grove_tensor_release(r->grads[i]);
     if (r->spare) grove_tensor_release(r->spare[i]);
@@ -785,7 +462,7 @@ void grove_replica_free(grove_replica *r) {
   free(r->grads);
   free(r->spare);
   grove_named_tensors_fini(&r->params);
-  pmap_fini(&r->param_index);
+  grove__pmap_fini(&r->param_index);
   free(r->tape.vars);
   free(r->tape.nodes);
   free(r->tape.ws);
@@ -828,7 +505,7 @@ grove_status grove_replica_new(const char *model_json, const char *origin,
       s = grove_err_set(err, GROVE_E_UNSUPPORTED,
                         "training: parameter %s is not a contiguous float32 tensor",
                         r->params.items[i].name);
-    else if (!pmap_put(&r->param_index, p, (void *)(uintptr_t)(i + 1)))
+    else if (!grove__pmap_put(&r->param_index, p, (void *)(uintptr_t)(i + 1)))
       s = grove_err_set(err, GROVE_E_NOMEM, "out of memory building the training replica");
   }
   if (!s && !(r->tape.arena = grove_arena_new(1 << 20)))
@@ -1088,18 +765,18 @@ grove_status grove_replica_state_dict(const grove_replica *r, grove_state_dict *
                                       grove_err *err) {
   grove_state_dict *sd = grove_sd_new();
   if (!sd) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
-  pmap copies = {0};
+  grove__pmap copies = {0};
   grove_status s = grove_module_state_dict(r->model->root, "", sd, err);
   for (size_t i = 0; !s && i < grove_sd_count(sd); i++) {
     grove_tensor *src = grove_sd_tensor(sd, i);
-    grove_tensor *c = pmap_get(&copies, src, NULL);
+    grove_tensor *c = grove__pmap_get(&copies, src, NULL);
     if (!c) {
       c = grove_tensor_clone(src, src->dtype, err);
       if (!c) {
         s = err && err->code ? err->code : GROVE_E_NOMEM;
         break;
       }
-      if (!pmap_put(&copies, src, c)) {
+      if (!grove__pmap_put(&copies, src, c)) {
         grove_tensor_release(c);
         s = grove_err_set(err, GROVE_E_NOMEM, "out of memory");
         break;
@@ -1112,7 +789,7 @@ grove_status grove_replica_state_dict(const grove_replica *r, grove_state_dict *
   /* The map holds the clones' only references now. */
   for (size_t i = 0; i < copies.cap; i++)
     if (copies.keys[i]) grove_tensor_release(copies.vals[i]);
-  pmap_fini(&copies);
+  grove__pmap_fini(&copies);
   grove_sd_free(sd);
   return s;
 }
