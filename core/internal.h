@@ -191,6 +191,15 @@ const char *grove__linear_pack_kernel(const grove__linear_pack *p);
  * costs about one. */
 void grove__parallel_for(int64_t n, int64_t grain,
                          void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
+/* The floats of work a chunk of grove__parallel_for should at least hold,
+ * so that a hand-off (about a microsecond) stays small beside it; and the
+ * grain (indices per chunk) that gives it for floats_per_index floats of
+ * work per index. */
+#define GROVE__PAR_FLOATS 8192
+static inline int64_t grove__par_grain(int64_t floats_per_index) {
+  if (floats_per_index < 1) floats_per_index = 1;
+  return (GROVE__PAR_FLOATS + floats_per_index - 1) / floats_per_index;
+}
 
 /* General products on the Linear kernel, for operands that change at every
  * call (training: forward y = x W^T, dX = dY W, dW += dY^T X), row-major as

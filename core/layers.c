@@ -21,15 +21,6 @@
 
 /* ------------------------------------------------------------ helpers */
 
-/* Wraps grove_module_new for the constructors: *out is the module or NULL. */
-static grove_status make(const grove_module_type *type, void *impl, grove_module **out,
-                         grove_err *err) {
-  grove_module *m = grove_module_new(type, impl, err);
-  if (!m) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
-  *out = m;
-  return GROVE_OK;
-}
-
 /* Allocates the output of an elementwise layer: same shape as x, float32. */
 static grove_status same_shape_out(grove_fwd *f, const grove_tensor *x, grove_values *out) {
   grove_status s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, x->ndim, x->shape);
@@ -108,15 +99,15 @@ const grove_module_type grove__module_dict_type = {
 
 grove_status grove_sequential_new(grove_module **out, grove_err *err) {
   *out = NULL;
-  return make(&grove__sequential_type, NULL, out, err);
+  return grove__layer_make(&grove__sequential_type, NULL, out, err);
 }
 grove_status grove_module_list_new(grove_module **out, grove_err *err) {
   *out = NULL;
-  return make(&grove__module_list_type, NULL, out, err);
+  return grove__layer_make(&grove__module_list_type, NULL, out, err);
 }
 grove_status grove_module_dict_new(grove_module **out, grove_err *err) {
   *out = NULL;
-  return make(&grove__module_dict_type, NULL, out, err);
+  return grove__layer_make(&grove__module_dict_type, NULL, out, err);
 }
 
 grove_status grove__sequential_from_json(const json_t *obj, const char *path, grove_module **out,
@@ -151,7 +142,7 @@ const grove_module_type grove__identity_type = {
 
 grove_status grove_identity_new(grove_module **out, grove_err *err) {
   *out = NULL;
-  return make(&grove__identity_type, NULL, out, err);
+  return grove__layer_make(&grove__identity_type, NULL, out, err);
 }
 
 grove_status grove__identity_from_json(const json_t *obj, const char *path, grove_module **out,
@@ -233,7 +224,7 @@ grove_status grove_flatten_new(int start_dim, int end_dim, grove_module **out, g
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "Flatten: out of memory");
   p->start_dim = start_dim;
   p->end_dim = end_dim;
-  return make(&grove__flatten_type, p, out, err);
+  return grove__layer_make(&grove__flatten_type, p, out, err);
 }
 
 grove_status grove__flatten_from_json(const json_t *obj, const char *path, grove_module **out,
@@ -282,7 +273,7 @@ grove_status grove_dropout_new(double p, grove_module **out, grove_err *err) {
   dropout_impl *d = malloc(sizeof *d);
   if (!d) return grove_err_set(err, GROVE_E_NOMEM, "Dropout: out of memory");
   d->p = p;
-  return make(&grove__dropout_type, d, out, err);
+  return grove__layer_make(&grove__dropout_type, d, out, err);
 }
 
 grove_status grove__dropout_from_json(const json_t *obj, const char *path, grove_module **out,
@@ -441,7 +432,7 @@ static grove_status act_new(const grove_module_type *type, float slope, bool tan
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", type->name);
   p->negative_slope = slope;
   p->tanh_approx = tanh_approx;
-  return make(type, p, out, err);
+  return grove__layer_make(type, p, out, err);
 }
 
 grove_status grove_relu_new(grove_module **out, grove_err *err) {
@@ -658,7 +649,7 @@ static grove_status softmax_new(const grove_module_type *type, bool has_dim, int
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", type->name);
   p->has_dim = has_dim;
   p->dim = has_dim ? dim : 0;
-  return make(type, p, out, err);
+  return grove__layer_make(type, p, out, err);
 }
 
 grove_status grove_softmax_new(bool has_dim, int dim, grove_module **out, grove_err *err) {

@@ -37,14 +37,6 @@
 #include "layers_internal.h"
 #include "observe.h"
 
-static grove_status make(const grove_module_type *type, void *impl, grove_module **out,
-                         grove_err *err) {
-  grove_module *m = grove_module_new(type, impl, err);
-  if (!m) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
-  *out = m;
-  return GROVE_OK;
-}
-
 /* Adds *c (just built, with status s) as child name and drops our
  * reference.  *c is read here, after the constructor ran: C leaves the order
  * of argument evaluation open. */
@@ -587,7 +579,7 @@ grove_status grove_multihead_attention_new(int64_t embed_dim, int64_t num_heads,
   p->bias = bias;
   p->batch_first = batch_first;
   grove_module *m = NULL;
-  grove_status s = make(&grove__mha_type, p, &m, err);
+  grove_status s = grove__layer_make(&grove__mha_type, p, &m, err);
   if (s) return s;
   int64_t ws[2] = {3 * E, E}, bs = 3 * E;
   grove_tensor *w = grove_tensor_new(GROVE_F32, 2, ws, err);
@@ -795,7 +787,7 @@ grove_status grove_transformer_encoder_layer_new(const grove_encoder_layer_opts 
   p->o.activation = gelu ? "gelu" : "relu"; /* static strings: the caller's may go away */
   p->gelu = gelu;
   grove_module *m = NULL;
-  grove_status s = make(&grove__tel_type, p, &m, err);
+  grove_status s = grove__layer_make(&grove__tel_type, p, &m, err);
   if (s) return s;
   const int64_t E = o->d_model;
   grove_module *c = NULL;
@@ -912,7 +904,7 @@ grove_status grove_transformer_encoder_new(const grove_encoder_layer_opts *layer
                          "TransformerEncoder: num_layers must be in [0, 4096], got %lld",
                          (long long)num_layers);
   grove_module *m = NULL;
-  grove_status s = make(&grove__te_type, NULL, &m, err);
+  grove_status s = grove__layer_make(&grove__te_type, NULL, &m, err);
   if (s) return s;
   grove_module *list = NULL;
   s = grove_module_list_new(&list, err);

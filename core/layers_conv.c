@@ -1,6 +1,7 @@
-/* layers_conv.c: the convolutional layers, eval mode: torch.nn.Conv1d,
- * Conv2d, BatchNorm2d, MaxPool2d, AvgPool2d and AdaptiveAvgPool2d, with their
- * constructors and model.json builders.
+/* layers_conv.c: the convolutional layers, eval mode: torch.nn.Conv1d and
+ * Conv2d, with their constructors and model.json builders (BatchNorm2d is in
+ * layers_norm.c, the poolings in layers_pool.c, the transposes and Winograd
+ * transforms in transpose.c and winograd.c).
  *
  * Convolution is lowered onto a matrix product, one of two ways, chosen when
  * the weight is packed (refresh):
@@ -68,40 +69,6 @@
 /* The same for the rows path, whose transposes and epilogue also touch
  * every element: a chunk's input, rows and product together (about L2). */
 #define ROWS_BUDGET ((size_t)2 << 20)
-
-static grove_status make(const grove_module_type *type, void *impl, grove_module **out,
-                         grove_err *err) {
-  grove_module *m = grove_module_new(type, impl, err);
-  if (!m) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
-  *out = m;
-  return GROVE_OK;
-}
-
-static grove_status new_param(grove_module *m, const char *name, bool buffer, int ndim,
-                              const int64_t *shape, grove_dtype dt, float fill, grove_err *err) {
-  grove_tensor *t = grove_tensor_new(dt, ndim, shape, err);
-  if (!t) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
-  if (fill != 0.0f) {
-    float *d = t->data;
-    for (int64_t i = 0, n = grove_tensor_numel(t); i < n; i++) d[i] = fill;
-  }
-  grove_status s = buffer ? grove_module_register_buffer(m, name, t, true, err)
-                          : grove_module_register_parameter(m, name, t, err);
-  grove_tensor_release(t);
-  return s;
-}
-
-static grove_status shape_error(grove_fwd *f, const char *layer, const char *want,
-                                const grove_tensor *x) {
-  char got[128];
-  grove_shape_str(x->ndim, x->shape, got, sizeof got);
-  return grove_err_set(f->err, GROVE_E_SHAPE, "%s: expected %s, got input of shape %s", layer, want,
-                       got);
-}
-
-static grove_status scratch_error(grove_fwd *f, const char *layer) {
-  return grove_err_set(f->err, GROVE_E_NOMEM, "%s: scratch arena is exhausted", layer);
-}
 
 /* ============================================================ convolution */
 
@@ -370,14 +337,8 @@ static void epilogue(float *dst, int64_t ldd, const float *src, int64_t lds, int
  * transforms, patch rows, epilogues) is cut by grove__parallel_for over
  * output elements, each computed by the same arithmetic whichever thread
  * takes it, so results do not depend on the thread count.  A chunk is at
- * least PAR_FLOATS floats of work, so that a hand-off (about a
- * microsecond) stays small beside it. */
-#define PAR_FLOATS 8192
-
-static int64_t par_grain(int64_t floats_per_index) {
-  if (floats_per_index < 1) floats_per_index = 1;
-  return (PAR_FLOATS + floats_per_index - 1) / floats_per_index;
-}
+ * least GROVE__PAR_FLOATS floats of work (grove__par_grain), so that a
+ * hand-off (about a microsecond) stays small beside it. */
 
 /* Everything one parallel stage of conv_rows reads; each stage uses some. */
 typedef struct conv_par {
@@ -615,18 +576,18 @@ static void conv_winograd(const conv_impl *p, const float *xt, int64_t cnt, int6
     /* Too few tiles to give every thread rows enough (small images at small
      * batches): the threads share out the 16 products instead, each over
      * every tile, between the two transforms. */
-    grove__parallel_for(T, par_grain(32 * C), par_wino_in, &w.in);
+    grove__parallel_for(T, grove__par_grain(32 * C), par_wino_in, &w.in);
     grove__parallel_for(16, 1, par_wino_k, &w);
-    grove__parallel_for(T, par_grain(20 * Co), par_wino_out, &w.out);
+    grove__parallel_for(T, grove__par_grain(20 * Co), par_wino_out, &w.out);
     return;
   }
   /* OpenBLAS products: each runs on OpenBLAS's threads, between stages. */
-  grove__parallel_for(T, par_grain(32 * C), par_wino_in, &c);
+  grove__parallel_for(T, grove__par_grain(32 * C), par_wino_in, &c);
   for (int k = 0; k < 16; k++)
     grove__linear_run(p->wino[k], V + k * T * C, T, NULL, M + k * T * Co, GROVE__ACT_NONE);
   c.src = M;
   c.dst = acc;
-  grove__parallel_for(T, par_grain(20 * Co), par_wino_out, &c);
+  grove__parallel_for(T, grove__par_grain(20 * Co), par_wino_out, &c);
 }
 
 typedef struct rows_fused {
@@ -696,7 +657,7 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
   if (zeros) memset(zeros, 0, (size_t)C * sizeof(float));
   float *acc = grove_arena_alloc(f->arena, (size_t)(nb * P * cout_g) * sizeof(float) + 1);
   if ((!nhwc_in && !xbuf) || (!direct && !rows) || !acc || (wino && !zeros))
-    return scratch_error(f, T);
+    return grove__scratch_error(f, T);
   for (int64_t n0 = 0; n0 < N; n0 += nb) {
     const int64_t cnt = N - n0 < nb ? N - n0 : nb;
     /* xt: the chunk's images in NHWC (the input itself when it already is). */
@@ -704,7 +665,7 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
     if (!nhwc_in) {
       conv_par c = {.src = xd + n0 * C * HW, .dst = xbuf, .C = C, .HW = HW,
                     .blocks = (HW + 15) / 16};
-      grove__parallel_for(cnt * c.blocks, par_grain(16 * C), par_to_nhwc, &c);
+      grove__parallel_for(cnt * c.blocks, grove__par_grain(16 * C), par_to_nhwc, &c);
     }
     for (int64_t g = 0; g < G; g++) {
       conv_par ep = {.p = p, .src = acc, .C = C, .HW = HW, .P = P, .g = g, .cout_g = cout_g,
@@ -737,17 +698,17 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
         if (!direct) {
           conv_par c = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W, .OH = OH,
                         .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g};
-          grove__parallel_for(cnt * P, par_grain(K), par_rows, &c);
+          grove__parallel_for(cnt * P, grove__par_grain(K), par_rows, &c);
         }
         grove__linear_run(p->packs[g], direct ? xt : rows, cnt * P, NULL, acc, GROVE__ACT_NONE);
       }
       if (nhwc_out) {
         /* acc [cnt * P, cout_g] -> out [n][p][g * cout_g + c]: no transpose. */
-        grove__parallel_for(cnt * P, par_grain(2 * cout_g), par_epilogue_nhwc, &ep);
+        grove__parallel_for(cnt * P, grove__par_grain(2 * cout_g), par_epilogue_nhwc, &ep);
         continue;
       }
       /* acc [cnt * P, cout_g] -> out [n][g * cout_g + c][p]. */
-      grove__parallel_for(cnt * ep.blocks, par_grain(32 * cout_g), par_epilogue, &ep);
+      grove__parallel_for(cnt * ep.blocks, grove__par_grain(32 * cout_g), par_epilogue, &ep);
     }
   }
   return GROVE_OK;
@@ -781,7 +742,7 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
     char want[128];
     snprintf(want, sizeof want, "a %d-d or %d-d input with %lld channels (%s)", full - 1, full,
              (long long)p->cin, p->nd == 1 ? "[N, C, L] or [C, L]" : "[N, C, H, W] or [C, H, W]");
-    return shape_error(f, T, want, &x);
+    return grove__shape_error(f, T, want, &x);
   }
   const int64_t N = batched ? x.shape[0] : 1;
   const int64_t H = p->nd == 2 ? x.shape[x.ndim - 2] : 1, W = x.shape[x.ndim - 1];
@@ -792,7 +753,7 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
              "an input at least as large as the dilated kernel after padding (kernel %lld x "
              "%lld, dilation %lld x %lld)",
              (long long)p->k[0], (long long)p->k[1], (long long)p->dil[0], (long long)p->dil[1]);
-    return shape_error(f, T, want, &x);
+    return grove__shape_error(f, T, want, &x);
   }
   int64_t oshape[GROVE_MAX_DIMS];
   int nd = 0;
@@ -841,7 +802,7 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   float *tmp =
       nb > 1 ? grove_arena_alloc(f->arena, (size_t)nb * (size_t)cout_g * (size_t)P * sizeof(float))
              : NULL;
-  if (!col || (nb > 1 && !tmp)) return scratch_error(f, T);
+  if (!col || (nb > 1 && !tmp)) return grove__scratch_error(f, T);
   for (int64_t n0 = 0; n0 < N; n0 += nb) {
     const int64_t cnt = N - n0 < nb ? N - n0 : nb;
     const int64_t ldc = cnt * P;
@@ -885,7 +846,7 @@ grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_m
     const int64_t C = grove__conv_out_channels(conv);
     const float *cb = grove__conv_bias(conv);
     float *tmp = grove_arena_alloc(f->arena, (size_t)C * 2 * sizeof(float));
-    if (!tmp) return scratch_error(f, conv->type->name);
+    if (!tmp) return grove__scratch_error(f, conv->type->name);
     /* bn(conv(x) + b) = conv(x) * s + (b * s + t). */
     for (int64_t c = 0; c < C; c++) {
       tmp[c] = bs[c];
@@ -995,14 +956,15 @@ static grove_status conv_new(int nd, int64_t cin, int64_t cout, const grove_conv
   p->ones = p->bias + cout;
   for (int64_t c = 0; c < cout; c++) p->ones[c] = 1.0f;
   grove_module *m = NULL;
-  grove_status s = make(nd == 1 ? &grove__conv1d_type : &grove__conv2d_type, p, &m, err);
+  grove_status s =
+      grove__layer_make(nd == 1 ? &grove__conv1d_type : &grove__conv2d_type, p, &m, err);
   if (s) return s;
   int64_t wshape[4] = {cout, cin / groups, k[0], k[1]};
   if (nd == 1) wshape[2] = k[1];
-  s = new_param(m, "weight", false, nd + 2, wshape, GROVE_F32, 0.0f, err);
+  s = grove__layer_param(m, "weight", false, nd + 2, wshape, GROVE_F32, 0.0f, err);
   if (!s) {
     if (o->bias)
-      s = new_param(m, "bias", false, 1, &cout, GROVE_F32, 0.0f, err);
+      s = grove__layer_param(m, "bias", false, 1, &cout, GROVE_F32, 0.0f, err);
     else
       s = grove_module_register_parameter(m, "bias", NULL, err);
   }
@@ -1084,679 +1046,4 @@ grove_status grove__conv1d_from_json(const json_t *obj, const char *path, grove_
 grove_status grove__conv2d_from_json(const json_t *obj, const char *path, grove_module **out,
                                      grove_err *err) {
   return conv_from_json(2, obj, path, out, err);
-}
-
-/* ============================================================ BatchNorm2d */
-
-typedef struct bn2d_impl {
-  int64_t C;
-  double eps, momentum;
-  bool affine, track_running_stats;
-  bool use_running;
-  float *scale, *shift; /* folded running statistics */
-  float *weight, *bias; /* 1 and 0 when None */
-  float data[];
-} bn2d_impl;
-
-static grove_status bn2d_refresh(grove_module *m, grove_err *err) {
-  bn2d_impl *p = m->impl;
-  const int64_t C = p->C;
-  const grove_tensor *all[4] = {grove_module_param(m, "weight"), grove_module_param(m, "bias"),
-                                grove_module_buffer(m, "running_mean"),
-                                grove_module_buffer(m, "running_var")};
-  static const char *const names[4] = {"weight", "bias", "running_mean", "running_var"};
-  if (!all[2] != !all[3])
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "BatchNorm2d: running_mean and running_var must both be tensors or both "
-                         "be None");
-  for (int i = 0; i < 4; i++) {
-    if (!all[i]) continue;
-    if (all[i]->ndim != 1 || all[i]->shape[0] != C) {
-      char got[128];
-      grove_shape_str(all[i]->ndim, all[i]->shape, got, sizeof got);
-      return grove_err_set(err, GROVE_E_SHAPE, "BatchNorm2d: %s has shape %s, expected [%lld]",
-                           names[i], got, (long long)C);
-    }
-    if (!grove_dtype_is_float(all[i]->dtype))
-      return grove_err_set(err, GROVE_E_DTYPE, "BatchNorm2d: %s is %s, expected floating point",
-                           names[i], grove_dtype_name(all[i]->dtype));
-  }
-  grove_status s = GROVE_OK;
-  if (all[0])
-    s = grove__copy_f32(p->weight, C, all[0], "BatchNorm2d", "weight", err);
-  else
-    for (int64_t c = 0; c < C; c++) p->weight[c] = 1.0f;
-  if (!s && all[1])
-    s = grove__copy_f32(p->bias, C, all[1], "BatchNorm2d", "bias", err);
-  else if (!s)
-    memset(p->bias, 0, (size_t)C * sizeof(float));
-  if (s) return s;
-  p->use_running = all[2] != NULL;
-  if (!p->use_running) return GROVE_OK;
-  s = grove__copy_f32(p->scale, C, all[2], "BatchNorm2d", "running_mean", err);
-  if (!s) s = grove__copy_f32(p->shift, C, all[3], "BatchNorm2d", "running_var", err);
-  if (s) return s;
-  for (int64_t c = 0; c < C; c++) {
-    double mean = p->scale[c], var = p->shift[c];
-    double a = (double)p->weight[c] / sqrt(var + p->eps);
-    p->scale[c] = (float)a;
-    p->shift[c] = (float)((double)p->bias[c] - mean * a);
-  }
-  return GROVE_OK;
-}
-
-bool grove__bn2d_affine(const grove_module *m, const float **scale, const float **shift) {
-  const bn2d_impl *p = m->impl;
-  if (m->type != &grove__batch_norm2d_type || !p->use_running || m->training) return false;
-  *scale = p->scale;
-  *shift = p->shift;
-  return true;
-}
-
-int64_t grove__bn2d_channels(const grove_module *m) {
-  return ((const bn2d_impl *)m->impl)->C;
-}
-
-/* y row r = x row r * a[c] + b[c], c = r % C, for rows [b, e) of L floats. */
-typedef struct bn2d_par {
-  const float *x;
-  float *y;
-  int64_t C, L;
-  const float *a, *b;
-} bn2d_par;
-
-static void bn2d_rows(void *ctx, int64_t b, int64_t e) {
-  const bn2d_par *c = ctx;
-  for (int64_t r = b; r < e; r++) {
-    const int64_t ch = r % c->C;
-    epilogue(c->y + r * c->L, c->L, c->x + r * c->L, c->L, 1, c->L, c->a + ch, c->b + ch, false);
-  }
-}
-
-/* NHWC: y position r = x position r * a + b (C channels each), r in [b, e). */
-static void bn2d_positions(void *ctx, int64_t b, int64_t e) {
-  const bn2d_par *c = ctx;
-  const int64_t C = c->C;
-  for (int64_t r = b; r < e; r++) {
-    const float *restrict x = c->x + r * C;
-    float *restrict y = c->y + r * C;
-    for (int64_t k = 0; k < C; k++) y[k] = x[k] * c->a[k] + c->b[k];
-  }
-}
-
-static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
-                                 grove_values *out) {
-  const bn2d_impl *p = m->impl;
-  if (m->training)
-    return grove_err_set(f->err, GROVE_E_UNSUPPORTED,
-                         "BatchNorm2d: training-mode forward is not available on a serving tree");
-  grove_tensor x;
-  grove_status s;
-  /* Channels last (from a convolution) is read as it is when running
-   * statistics are used: the same scale and shift per element. */
-  const bool nhwc = in->n == 1 && p->use_running && in->v[0].dtype == GROVE_F32 &&
-                    grove__is_nhwc(&in->v[0]) && in->v[0].shape[1] == p->C;
-  if (nhwc)
-    x = in->v[0];
-  else if ((s = grove__layer_input("BatchNorm2d", f, in, GROVE_F32, &x)) != GROVE_OK)
-    return s;
-  const int64_t C = p->C;
-  if (x.ndim != 4 || x.shape[1] != C) {
-    char want[96];
-    snprintf(want, sizeof want, "a 4-d input [N, %lld, H, W] (num_features = %lld)", (long long)C,
-             (long long)C);
-    return shape_error(f, "BatchNorm2d", want, &x);
-  }
-  const int64_t N = x.shape[0], L = x.shape[2] * x.shape[3];
-  s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, 4, x.shape);
-  if (s != GROVE_OK) return s;
-  out->n = 1;
-  if (N * L == 0) return GROVE_OK;
-  const float *a = p->scale, *b = p->shift;
-  if (nhwc) {
-    /* Positions of C floats: y = x * a + b per channel, same layout. */
-    grove__set_nhwc(&out->v[0]);
-    bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b};
-    grove__parallel_for(N * L, par_grain(2 * C), bn2d_positions, &c);
-    return GROVE_OK;
-  }
-  if (!p->use_running) {
-    /* Batch statistics, as torch does in eval without running stats. */
-    if (N * L == 1)
-      return shape_error(f, "BatchNorm2d",
-                         "more than 1 value per channel to compute batch statistics "
-                         "(track_running_stats=False)",
-                         &x);
-    double *st = grove_arena_alloc(f->arena, (size_t)C * 2 * sizeof(double));
-    float *ab = grove_arena_alloc(f->arena, (size_t)C * 2 * sizeof(float));
-    if (!st || !ab) return scratch_error(f, "BatchNorm2d");
-    const float *xd = x.data;
-    for (int64_t c = 0; c < C; c++) {
-      double sum = 0, sq = 0;
-      for (int64_t n = 0; n < N; n++) {
-        const float *r = xd + (n * C + c) * L;
-        for (int64_t l = 0; l < L; l++) sum += r[l];
-      }
-      const double mean = sum / (double)(N * L);
-      for (int64_t n = 0; n < N; n++) {
-        const float *r = xd + (n * C + c) * L;
-        for (int64_t l = 0; l < L; l++) {
-          double d = r[l] - mean;
-          sq += d * d;
-        }
-      }
-      double ac = p->weight[c] / sqrt(sq / (double)(N * L) + p->eps);
-      ab[c] = (float)ac;
-      ab[C + c] = (float)(p->bias[c] - mean * ac);
-    }
-    a = ab;
-    b = ab + C;
-  }
-  /* Rows (n, c) of L floats, taken by the compute threads in runs. */
-  bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b};
-  grove__parallel_for(N * C, par_grain(2 * L), bn2d_rows, &c);
-  return GROVE_OK;
-}
-
-/* torch's _NormBase._load_from_state_dict: a checkpoint from before version
- * 2 (every safetensors file: no metadata) may lack num_batches_tracked. */
-static grove_status bn2d_load_fixup(grove_module *m, grove_state_dict *sd, const char *prefix,
-                                    int version, grove_err *err) {
-  const bn2d_impl *p = m->impl;
-  if (version >= 2 || !p->track_running_stats) return GROVE_OK;
-  char key[4096];
-  snprintf(key, sizeof key, "%snum_batches_tracked", prefix ? prefix : "");
-  if (grove_sd_contains(sd, key)) return GROVE_OK;
-  grove_tensor *t = grove_tensor_new(GROVE_I64, 0, NULL, err);
-  if (!t) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
-  grove_status s = grove_sd_set(sd, key, t, err);
-  grove_tensor_release(t);
-  return s;
-}
-
-const grove_module_type grove__batch_norm2d_type = {
-    .name = "BatchNorm2d",
-    .forward = bn2d_forward,
-    .refresh = bn2d_refresh,
-    .load_fixup = bn2d_load_fixup,
-    .version = 2,
-};
-
-grove_status grove_batch_norm2d_new(int64_t num_features, double eps, double momentum, bool affine,
-                                    bool track_running_stats, grove_module **out, grove_err *err) {
-  *out = NULL;
-  if (num_features <= 0 || num_features > INT32_MAX)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "BatchNorm2d: num_features %lld is %s",
-                         (long long)num_features, num_features <= 0 ? "not positive" : "too large");
-  if (!(eps >= 0.0) || isinf(eps))
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "BatchNorm2d: eps must be a finite non-negative number, got %g", eps);
-  const int64_t C = num_features;
-  bn2d_impl *p = calloc(1, sizeof *p + 4 * (size_t)C * sizeof(float));
-  if (!p) return grove_err_set(err, GROVE_E_NOMEM, "BatchNorm2d: out of memory");
-  p->C = C;
-  p->eps = eps;
-  p->momentum = momentum;
-  p->affine = affine;
-  p->track_running_stats = track_running_stats;
-  p->scale = p->data;
-  p->shift = p->data + C;
-  p->weight = p->data + 2 * C;
-  p->bias = p->data + 3 * C;
-  grove_module *m = NULL;
-  grove_status s = make(&grove__batch_norm2d_type, p, &m, err);
-  if (s) return s;
-  if (affine) {
-    s = new_param(m, "weight", false, 1, &C, GROVE_F32, 1.0f, err);
-    if (!s) s = new_param(m, "bias", false, 1, &C, GROVE_F32, 0.0f, err);
-  } else {
-    s = grove_module_register_parameter(m, "weight", NULL, err);
-    if (!s) s = grove_module_register_parameter(m, "bias", NULL, err);
-  }
-  if (!s && track_running_stats) {
-    s = new_param(m, "running_mean", true, 1, &C, GROVE_F32, 0.0f, err);
-    if (!s) s = new_param(m, "running_var", true, 1, &C, GROVE_F32, 1.0f, err);
-    if (!s) s = new_param(m, "num_batches_tracked", true, 0, NULL, GROVE_I64, 0.0f, err);
-  } else if (!s) {
-    s = grove_module_register_buffer(m, "running_mean", NULL, true, err);
-    if (!s) s = grove_module_register_buffer(m, "running_var", NULL, true, err);
-    if (!s) s = grove_module_register_buffer(m, "num_batches_tracked", NULL, true, err);
-  }
-  if (!s) s = bn2d_refresh(m, err);
-  if (s) {
-    grove_module_release(m);
-    return s;
-  }
-  *out = m;
-  return GROVE_OK;
-}
-
-grove_status grove__batch_norm2d_from_json(const json_t *obj, const char *path, grove_module **out,
-                                           grove_err *err) {
-  static const char *const keys[] = {"num_features",        "eps", "momentum", "affine",
-                                     "track_running_stats", NULL};
-  const char *T = "BatchNorm2d";
-  int64_t C;
-  double eps, momentum;
-  bool momentum_null, affine, track;
-  grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = grove__json_int(obj, path, T, "num_features", true, 0, 1, INT32_MAX, &C, err);
-  if (!s) s = grove__json_number(obj, path, T, "eps", 1e-5, 0.0, INFINITY, &eps, err);
-  if (!s)
-    s = grove__json_number_or_null(obj, path, T, "momentum", false, 0.1, -INFINITY, INFINITY,
-                                   &momentum, &momentum_null, err);
-  if (!s) s = grove__json_bool(obj, path, T, "affine", true, &affine, err);
-  if (!s) s = grove__json_bool(obj, path, T, "track_running_stats", true, &track, err);
-  if (s) return s;
-  return grove__json_built(
-      path, grove_batch_norm2d_new(C, eps, momentum_null ? NAN : momentum, affine, track, out, err),
-      err);
-}
-
-/* ============================================================ pooling */
-
-enum { POOL_MAX, POOL_AVG, POOL_ADAPTIVE };
-
-typedef struct pool_impl {
-  int kind;
-  int64_t k[2], stride[2], pad[2], dil[2];
-  bool ceil_mode, count_include_pad;
-  int64_t divisor;  /* 0: None */
-  int64_t osize[2]; /* adaptive: -1 = the input's size */
-} pool_impl;
-
-/* torch's pooling_output_shape. */
-static int64_t pool_out_len(const pool_impl *p, int d, int64_t in) {
-  int64_t eff = p->dil[d] * (p->k[d] - 1) + 1;
-  int64_t num = in + 2 * p->pad[d] - eff + (p->ceil_mode ? p->stride[d] - 1 : 0);
-  if (num < 0) return 0;
-  int64_t o = num / p->stride[d] + 1;
-  if (p->ceil_mode && (o - 1) * p->stride[d] >= in + p->pad[d]) o--;
-  return o;
-}
-
-static void max_plane(const pool_impl *p, const float *restrict x, int64_t H, int64_t W,
-                      float *restrict y, int64_t OH, int64_t OW) {
-  for (int64_t oh = 0; oh < OH; oh++) {
-    const int64_t h0 = oh * p->stride[0] - p->pad[0];
-    for (int64_t ow = 0; ow < OW; ow++) {
-      const int64_t w0 = ow * p->stride[1] - p->pad[1];
-      float best = -INFINITY;
-      for (int64_t i = 0; i < p->k[0]; i++) {
-        const int64_t ih = h0 + i * p->dil[0];
-        if (ih < 0 || ih >= H) continue;
-        const float *r = x + ih * W;
-        for (int64_t j = 0; j < p->k[1]; j++) {
-          const int64_t iw = w0 + j * p->dil[1];
-          if (iw < 0 || iw >= W) continue;
-          const float v = r[iw];
-          /* NaN wins, as in torch. */
-          if (v > best || isnan(v)) best = v;
-        }
-      }
-      y[oh * OW + ow] = best;
-    }
-  }
-}
-
-/* torch's avg_pool2d: the divisor counts the padded window (clipped to the
- * padded input) unless count_include_pad is false. */
-static void avg_plane(const pool_impl *p, const float *restrict x, int64_t H, int64_t W,
-                      float *restrict y, int64_t OH, int64_t OW) {
-  for (int64_t oh = 0; oh < OH; oh++) {
-    int64_t hs = oh * p->stride[0] - p->pad[0];
-    int64_t he = hs + p->k[0] < H + p->pad[0] ? hs + p->k[0] : H + p->pad[0];
-    const int64_t hpool = he - hs;
-    if (hs < 0) hs = 0;
-    if (he > H) he = H;
-    for (int64_t ow = 0; ow < OW; ow++) {
-      int64_t ws = ow * p->stride[1] - p->pad[1];
-      int64_t we = ws + p->k[1] < W + p->pad[1] ? ws + p->k[1] : W + p->pad[1];
-      const int64_t pool = hpool * (we - ws);
-      if (ws < 0) ws = 0;
-      if (we > W) we = W;
-      if (hs >= he || ws >= we) {
-        y[oh * OW + ow] = 0.0f;
-        continue;
-      }
-      double sum = 0;
-      for (int64_t ih = hs; ih < he; ih++)
-        for (int64_t iw = ws; iw < we; iw++) sum += x[ih * W + iw];
-      const int64_t div = p->divisor             ? p->divisor
-                          : p->count_include_pad ? pool
-                                                 : (he - hs) * (we - ws);
-      y[oh * OW + ow] = (float)(sum / (double)div);
-    }
-  }
-}
-
-static void adaptive_plane(const float *restrict x, int64_t H, int64_t W, float *restrict y,
-                           int64_t OH, int64_t OW) {
-  for (int64_t oh = 0; oh < OH; oh++) {
-    const int64_t hs = oh * H / OH, he = ((oh + 1) * H + OH - 1) / OH;
-    for (int64_t ow = 0; ow < OW; ow++) {
-      const int64_t ws = ow * W / OW, we = ((ow + 1) * W + OW - 1) / OW;
-      double sum = 0;
-      for (int64_t ih = hs; ih < he; ih++)
-        for (int64_t iw = ws; iw < we; iw++) sum += x[ih * W + iw];
-      y[oh * OW + ow] = (float)(sum / (double)((he - hs) * (we - ws)));
-    }
-  }
-}
-
-/* Planes [b, e) of one pooling forward (grove__parallel_for). */
-typedef struct pool_par {
-  const pool_impl *p;
-  const float *x;
-  float *y;
-  int64_t H, W, OH, OW;
-  int64_t C;   /* channels last: floats per position */
-  double *acc; /* AdaptiveAvgPool2d to 1 x 1, channels last: C doubles per image */
-} pool_par;
-
-static void pool_planes(void *ctx, int64_t b, int64_t e) {
-  const pool_par *c = ctx;
-  const pool_impl *p = c->p;
-  const int64_t H = c->H, W = c->W, OH = c->OH, OW = c->OW;
-  for (int64_t pl = b; pl < e; pl++) {
-    const float *xp = c->x + pl * H * W;
-    float *yp = c->y + pl * OH * OW;
-    if (p->kind == POOL_MAX)
-      max_plane(p, xp, H, W, yp, OH, OW);
-    else if (p->kind == POOL_AVG)
-      avg_plane(p, xp, H, W, yp, OH, OW);
-    else
-      adaptive_plane(xp, H, W, yp, OH, OW);
-  }
-}
-
-/* AdaptiveAvgPool2d to 1 x 1 of a channels-last input: images [b, e), each
- * the mean of its HW positions per channel, summed in the same order and
- * precision as adaptive_plane does, so the same bits. */
-static void gap_images(void *ctx, int64_t b, int64_t e) {
-  const pool_par *c = ctx;
-  const int64_t C = c->C, HW = c->H * c->W;
-  for (int64_t i = b; i < e; i++) {
-    double *restrict acc = c->acc + i * C;
-    const float *x = c->x + i * HW * C;
-    for (int64_t k = 0; k < C; k++) acc[k] = 0;
-    for (int64_t q = 0; q < HW; q++)
-      for (int64_t k = 0; k < C; k++) acc[k] += x[q * C + k];
-    for (int64_t k = 0; k < C; k++) c->y[i * C + k] = (float)(acc[k] / (double)HW);
-  }
-}
-
-/* MaxPool2d of a channels-last input into a channels-last output: output
- * rows [b, e) (row = image * OH + oh), the window visited in max_plane's
- * order with its NaN rule, C channels at a time, so the same values. */
-static void max_rows_nhwc(void *ctx, int64_t b, int64_t e) {
-  const pool_par *c = ctx;
-  const pool_impl *p = c->p;
-  const int64_t H = c->H, W = c->W, OH = c->OH, OW = c->OW, C = c->C;
-  for (int64_t row = b; row < e; row++) {
-    const int64_t i = row / OH, oh = row % OH;
-    const float *x = c->x + i * H * W * C;
-    const int64_t h0 = oh * p->stride[0] - p->pad[0];
-    for (int64_t ow = 0; ow < OW; ow++) {
-      float *restrict y = c->y + ((i * OH + oh) * OW + ow) * C;
-      for (int64_t k = 0; k < C; k++) y[k] = -INFINITY;
-      const int64_t w0 = ow * p->stride[1] - p->pad[1];
-      for (int64_t a = 0; a < p->k[0]; a++) {
-        const int64_t ih = h0 + a * p->dil[0];
-        if (ih < 0 || ih >= H) continue;
-        for (int64_t j = 0; j < p->k[1]; j++) {
-          const int64_t iw = w0 + j * p->dil[1];
-          if (iw < 0 || iw >= W) continue;
-          const float *restrict v = x + (ih * W + iw) * C;
-          for (int64_t k = 0; k < C; k++) y[k] = (v[k] > y[k] || v[k] != v[k]) ? v[k] : y[k];
-        }
-      }
-    }
-  }
-}
-
-static grove_status pool_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
-                                 grove_values *out) {
-  const pool_impl *p = m->impl;
-  const char *T = m->type->name;
-  grove_tensor x;
-  grove_status s;
-  /* Channels last (from a convolution) is read as it is by MaxPool2d and
-   * by AdaptiveAvgPool2d to 1 x 1; the others get a contiguous copy. */
-  const bool global = p->kind == POOL_ADAPTIVE && p->osize[0] == 1 && p->osize[1] == 1;
-  const bool nhwc = in->n == 1 && in->v[0].dtype == GROVE_F32 && grove__is_nhwc(&in->v[0]) &&
-                    (p->kind == POOL_MAX || global);
-  if (nhwc)
-    x = in->v[0];
-  else if ((s = grove__layer_input(T, f, in, GROVE_F32, &x)) != GROVE_OK)
-    return s;
-
-  if (x.ndim != 3 && x.ndim != 4)
-    return shape_error(f, T, "a 3-d or 4-d input ([C, H, W] or [N, C, H, W])", &x);
-  const int64_t H = x.shape[x.ndim - 2], W = x.shape[x.ndim - 1];
-  const int64_t planes = H * W > 0 ? grove_tensor_numel(&x) / (H * W) : 0;
-  int64_t OH, OW;
-  if (p->kind == POOL_ADAPTIVE) {
-    OH = p->osize[0] < 0 ? H : p->osize[0];
-    OW = p->osize[1] < 0 ? W : p->osize[1];
-    if ((H == 0 || W == 0) && OH * OW > 0)
-      return shape_error(f, T, "non-empty spatial dimensions", &x);
-  } else {
-    OH = pool_out_len(p, 0, H);
-    OW = pool_out_len(p, 1, W);
-    if (OH <= 0 || OW <= 0) {
-      char want[128];
-      snprintf(want, sizeof want, "an input whose pooled size is positive (kernel %lld x %lld)",
-               (long long)p->k[0], (long long)p->k[1]);
-      return shape_error(f, T, want, &x);
-    }
-  }
-  int64_t oshape[4];
-  memcpy(oshape, x.shape, sizeof oshape);
-  oshape[x.ndim - 2] = OH;
-  oshape[x.ndim - 1] = OW;
-  s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, x.ndim, oshape);
-  if (s != GROVE_OK) return s;
-  out->n = 1;
-  if (H * W == 0) return GROVE_OK;
-  if (nhwc) {
-    const int64_t N = x.shape[0], C = x.shape[1];
-    pool_par c = {.p = p, .x = x.data, .y = out->v[0].data, .H = H, .W = W, .OH = OH, .OW = OW,
-                  .C = C};
-    if (global) {
-      /* [N, C, 1, 1] is contiguous in either layout. */
-      if (!(c.acc = grove_arena_alloc(f->arena, (size_t)(N * C) * sizeof(double) + 1)))
-        return scratch_error(f, T);
-      grove__parallel_for(N, (4 * PAR_FLOATS + H * W * C - 1) / (H * W * C), gap_images, &c);
-    } else {
-      grove__set_nhwc(&out->v[0]);
-      const int64_t per = p->k[0] * p->k[1] * OW * C; /* floats read per output row */
-      grove__parallel_for(N * OH, (4 * PAR_FLOATS + per - 1) / per, max_rows_nhwc, &c);
-    }
-    return GROVE_OK;
-  }
-  /* Planes are independent: the compute threads take runs of them. */
-  pool_par c = {.p = p, .x = x.data, .y = out->v[0].data, .H = H, .W = W, .OH = OH, .OW = OW};
-  int64_t per = H * W + OH * OW; /* floats touched per plane, about */
-  grove__parallel_for(planes, (4 * PAR_FLOATS + per - 1) / per, pool_planes, &c);
-  return GROVE_OK;
-}
-
-const grove_module_type grove__max_pool2d_type = {.name = "MaxPool2d", .forward = pool_forward};
-const grove_module_type grove__avg_pool2d_type = {.name = "AvgPool2d", .forward = pool_forward};
-const grove_module_type grove__adaptive_avg_pool2d_type = {.name = "AdaptiveAvgPool2d",
-                                                           .forward = pool_forward};
-
-static grove_status pool_check(const char *T, const pool_impl *p, grove_err *err) {
-  for (int d = 0; d < 2; d++) {
-    if (p->k[d] <= 0 || p->stride[d] <= 0 || p->dil[d] <= 0 || p->pad[d] < 0 || p->k[d] > BIG ||
-        p->stride[d] > BIG || p->dil[d] > BIG)
-      return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                           "%s: kernel_size, stride and dilation must be positive and padding "
-                           "non-negative",
-                           T);
-    /* torch: "pad should be at most half of effective kernel size". */
-    if (p->pad[d] > (p->dil[d] * (p->k[d] - 1) + 1) / 2)
-      return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                           "%s: pad should be at most half of effective kernel size, but got "
-                           "pad=%lld and kernel_size=%lld",
-                           T, (long long)p->pad[d], (long long)p->k[d]);
-  }
-  return GROVE_OK;
-}
-
-grove_status grove_max_pool2d_new(const int64_t kernel_size[2], const int64_t stride[2],
-                                  const int64_t padding[2], const int64_t dilation[2],
-                                  bool ceil_mode, grove_module **out, grove_err *err) {
-  *out = NULL;
-  pool_impl *p = calloc(1, sizeof *p);
-  if (!p) return grove_err_set(err, GROVE_E_NOMEM, "MaxPool2d: out of memory");
-  p->kind = POOL_MAX;
-  for (int d = 0; d < 2; d++) {
-    p->k[d] = kernel_size[d];
-    p->stride[d] = stride ? stride[d] : kernel_size[d];
-    p->pad[d] = padding ? padding[d] : 0;
-    p->dil[d] = dilation ? dilation[d] : 1;
-  }
-  p->ceil_mode = ceil_mode;
-  grove_status s = pool_check("MaxPool2d", p, err);
-  if (s) {
-    free(p);
-    return s;
-  }
-  return make(&grove__max_pool2d_type, p, out, err);
-}
-
-grove_status grove_avg_pool2d_new(const int64_t kernel_size[2], const int64_t stride[2],
-                                  const int64_t padding[2], bool ceil_mode, bool count_include_pad,
-                                  int64_t divisor_override, grove_module **out, grove_err *err) {
-  *out = NULL;
-  if (divisor_override < 0 || divisor_override > INT32_MAX)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "AvgPool2d: divisor_override must be positive or None");
-  pool_impl *p = calloc(1, sizeof *p);
-  if (!p) return grove_err_set(err, GROVE_E_NOMEM, "AvgPool2d: out of memory");
-  p->kind = POOL_AVG;
-  for (int d = 0; d < 2; d++) {
-    p->k[d] = kernel_size[d];
-    p->stride[d] = stride ? stride[d] : kernel_size[d];
-    p->pad[d] = padding ? padding[d] : 0;
-    p->dil[d] = 1;
-  }
-  p->ceil_mode = ceil_mode;
-  p->count_include_pad = count_include_pad;
-  p->divisor = divisor_override;
-  grove_status s = pool_check("AvgPool2d", p, err);
-  if (s) {
-    free(p);
-    return s;
-  }
-  return make(&grove__avg_pool2d_type, p, out, err);
-}
-
-grove_status grove_adaptive_avg_pool2d_new(const int64_t output_size[2], grove_module **out,
-                                           grove_err *err) {
-  *out = NULL;
-  for (int d = 0; d < 2; d++)
-    if (output_size[d] < -1 || output_size[d] == 0 || output_size[d] > BIG)
-      return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                           "AdaptiveAvgPool2d: output_size must be positive or None");
-  pool_impl *p = calloc(1, sizeof *p);
-  if (!p) return grove_err_set(err, GROVE_E_NOMEM, "AdaptiveAvgPool2d: out of memory");
-  p->kind = POOL_ADAPTIVE;
-  p->osize[0] = output_size[0];
-  p->osize[1] = output_size[1];
-  p->k[0] = p->k[1] = p->stride[0] = p->stride[1] = p->dil[0] = p->dil[1] = 1;
-  return make(&grove__adaptive_avg_pool2d_type, p, out, err);
-}
-
-/* torch's stride=None (or absent): the kernel size. */
-static grove_status pool_stride(const json_t *obj, const char *path, const char *T,
-                                const int64_t k[2], int64_t st[2], grove_err *err) {
-  const json_t *v = json_object_get(obj, "stride");
-  if (!v || json_is_null(v)) {
-    st[0] = k[0];
-    st[1] = k[1];
-    return GROVE_OK;
-  }
-  return grove__json_ints(obj, path, T, "stride", 2, 0, 1, BIG, st, err);
-}
-
-grove_status grove__max_pool2d_from_json(const json_t *obj, const char *path, grove_module **out,
-                                         grove_err *err) {
-  static const char *const keys[] = {"kernel_size",    "stride",    "padding", "dilation",
-                                     "return_indices", "ceil_mode", NULL};
-  const char *T = "MaxPool2d";
-  int64_t k[2], st[2], pd[2], dl[2];
-  bool ri, ceil;
-  grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = grove__json_ints(obj, path, T, "kernel_size", 2, 0, 1, BIG, k, err);
-  if (!s) s = pool_stride(obj, path, T, k, st, err);
-  if (!s) s = grove__json_ints(obj, path, T, "padding", 2, 0, 0, BIG, pd, err);
-  if (!s) s = grove__json_ints(obj, path, T, "dilation", 2, 1, 1, BIG, dl, err);
-  if (!s) s = grove__json_bool(obj, path, T, "return_indices", false, &ri, err);
-  if (!s) s = grove__json_bool(obj, path, T, "ceil_mode", false, &ceil, err);
-  if (s) return s;
-  if (ri)
-    return grove__json_unsupported(path, "return_indices",
-                                   "MaxPool2d(return_indices=True) returns a tuple of values and "
-                                   "indices; Grove serves the values only",
-                                   err);
-  return grove__json_built(path, grove_max_pool2d_new(k, st, pd, dl, ceil, out, err), err);
-}
-
-grove_status grove__avg_pool2d_from_json(const json_t *obj, const char *path, grove_module **out,
-                                         grove_err *err) {
-  static const char *const keys[] = {
-      "kernel_size",       "stride",           "padding", "ceil_mode",
-      "count_include_pad", "divisor_override", NULL};
-  const char *T = "AvgPool2d";
-  int64_t k[2], st[2], pd[2], div;
-  bool ceil, cip, div_null;
-  grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = grove__json_ints(obj, path, T, "kernel_size", 2, 0, 1, BIG, k, err);
-  if (!s) s = pool_stride(obj, path, T, k, st, err);
-  if (!s) s = grove__json_ints(obj, path, T, "padding", 2, 0, 0, BIG, pd, err);
-  if (!s) s = grove__json_bool(obj, path, T, "ceil_mode", false, &ceil, err);
-  if (!s) s = grove__json_bool(obj, path, T, "count_include_pad", true, &cip, err);
-  if (!s)
-    s = grove__json_int_or_null(obj, path, T, "divisor_override", true, 0, 1, INT32_MAX, &div,
-                                &div_null, err);
-  if (s) return s;
-  return grove__json_built(
-      path, grove_avg_pool2d_new(k, st, pd, ceil, cip, div_null ? 0 : div, out, err), err);
-}
-
-grove_status grove__adaptive_avg_pool2d_from_json(const json_t *obj, const char *path,
-                                                  grove_module **out, grove_err *err) {
-  static const char *const keys[] = {"output_size", NULL};
-  const char *T = "AdaptiveAvgPool2d";
-  grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (s) return s;
-  const json_t *v = json_object_get(obj, "output_size");
-  int64_t os[2];
-  if (!v)
-    return grove_err_set(err, GROVE_E_SPEC, "%s.output_size: missing required argument of %s", path,
-                         T);
-  if (json_is_integer(v)) {
-    s = grove__json_ints(obj, path, T, "output_size", 2, 0, 1, BIG, os, err);
-    if (s) return s;
-  } else {
-    bool ok = json_is_array(v) && json_array_size(v) == 2;
-    for (size_t i = 0; ok && i < 2; i++) {
-      const json_t *e = json_array_get(v, i);
-      if (json_is_null(e))
-        os[i] = -1;
-      else if (json_is_integer(e) && json_integer_value(e) >= 1 && json_integer_value(e) <= BIG)
-        os[i] = (int64_t)json_integer_value(e);
-      else
-        ok = false;
-    }
-    if (!ok)
-      return grove_err_set(err, GROVE_E_SPEC,
-                           "%s.output_size: expected a positive integer or a list of 2 positive "
-                           "integers or nulls",
-                           path);
-  }
-  return grove__json_built(path, grove_adaptive_avg_pool2d_new(os, out, err), err);
 }

@@ -123,6 +123,20 @@ grove_status grove__layer_input(const char *layer, grove_fwd *f, const grove_val
 grove_status grove__copy_f32(float *dst, int64_t n, const grove_tensor *src, const char *layer,
                              const char *what, grove_err *err);
 
+/* Wraps grove_module_new for the constructors: *out is the module, or NULL
+ * with the status (GROVE_E_NOMEM when err says nothing). */
+grove_status grove__layer_make(const grove_module_type *type, void *impl, grove_module **out,
+                               grove_err *err);
+/* Registers a new tensor of this shape and dtype, every element fill
+ * (float32) or 0, as m's parameter (or persistent buffer) name. */
+grove_status grove__layer_param(grove_module *m, const char *name, bool buffer, int ndim,
+                                const int64_t *shape, grove_dtype dt, float fill, grove_err *err);
+/* GROVE_E_SHAPE: "<layer>: expected <want>, got input of shape [...]". */
+grove_status grove__shape_error(grove_fwd *f, const char *layer, const char *want,
+                                const grove_tensor *x);
+/* GROVE_E_NOMEM: "<layer>: scratch arena is exhausted". */
+grove_status grove__scratch_error(grove_fwd *f, const char *layer);
+
 /* ------------------------------------------------------------ model.json args */
 
 /* Readers of one constructor argument `key` of the JSON object obj at JSON

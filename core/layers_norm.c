@@ -1,11 +1,13 @@
-/* layers_norm.c: torch.nn.BatchNorm1d and torch.nn.LayerNorm, eval mode.
+/* layers_norm.c: torch.nn.BatchNorm1d, BatchNorm2d and LayerNorm, eval mode.
  *
- * BatchNorm1d with running statistics folds them, in refresh, into one scale
- * and one shift per channel (y = x * scale + shift, torch's own eval
- * formulation); without them (track_running_stats=False) it normalises with
- * the batch's statistics even in eval, as torch does.  LayerNorm computes each
- * row's mean and variance in two passes in double, so that rows with a large
- * mean lose nothing to cancellation.
+ * The two BatchNorms share their impl, refresh, checkpoint fixup,
+ * constructor and model.json builder; only their forwards differ (BatchNorm2d
+ * reads a channels-last input from a convolution as it is, and cuts its rows
+ * between the compute threads).  A BatchNorm with running statistics folds them, in refresh, into
+ * one scale and one shift per channel (y = x * scale + shift, torch's own eval formulation);
+ * without them (track_running_stats=False) it normalises with the batch's statistics even in eval,
+ * as torch does.  LayerNorm computes each row's mean and variance in two passes in double, so that
+ * rows with a large mean lose nothing to cancellation.
  *
  * Both copy their (small, per-channel) parameters into impl in refresh, so
  * forward reads nothing but impl and its input.  A strided input is copied
@@ -18,21 +20,7 @@
 
 #include "layers_internal.h"
 
-static grove_status make_param(grove_module *m, const char *name, bool buffer, int ndim,
-                               const int64_t *shape, grove_dtype dt, float fill, grove_err *err) {
-  grove_tensor *t = grove_tensor_new(dt, ndim, shape, err);
-  if (!t) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
-  if (fill != 0.0f) {
-    float *d = t->data;
-    for (int64_t i = 0, n = grove_tensor_numel(t); i < n; i++) d[i] = fill;
-  }
-  grove_status s = buffer ? grove_module_register_buffer(m, name, t, true, err)
-                          : grove_module_register_parameter(m, name, t, err);
-  grove_tensor_release(t);
-  return s;
-}
-
-/* ------------------------------------------------------------ BatchNorm1d */
+/* ------------------------------------------------------------ BatchNorm1d and BatchNorm2d */
 
 typedef struct bn_impl {
   int64_t C;
@@ -45,8 +33,10 @@ typedef struct bn_impl {
   float data[];         /* 4 * C floats behind the four pointers */
 } bn_impl;
 
+/* BatchNorm1d and BatchNorm2d (T, the type's name, in messages). */
 static grove_status bn_refresh(grove_module *m, grove_err *err) {
   bn_impl *p = m->impl;
+  const char *T = m->type->name;
   const int64_t C = p->C;
   const grove_tensor *w = grove_module_param(m, "weight");
   const grove_tensor *b = grove_module_param(m, "bias");
@@ -54,8 +44,9 @@ static grove_status bn_refresh(grove_module *m, grove_err *err) {
   const grove_tensor *rv = grove_module_buffer(m, "running_var");
   if (!rm != !rv)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "BatchNorm1d: running_mean and running_var must both be tensors or both "
-                         "be None");
+                         "%s: running_mean and running_var must both be tensors or both "
+                         "be None",
+                         T);
   /* Validate everything before writing, so a failure leaves impl as it was. */
   const grove_tensor *all[4] = {w, b, rm, rv};
   static const char *const names[4] = {"weight", "bias", "running_mean", "running_var"};
@@ -64,21 +55,21 @@ static grove_status bn_refresh(grove_module *m, grove_err *err) {
     if (grove_tensor_numel(all[i]) != C || all[i]->ndim != 1) {
       char got[128];
       grove_shape_str(all[i]->ndim, all[i]->shape, got, sizeof got);
-      return grove_err_set(err, GROVE_E_SHAPE, "BatchNorm1d: %s has shape %s, expected [%lld]",
-                           names[i], got, (long long)C);
+      return grove_err_set(err, GROVE_E_SHAPE, "%s: %s has shape %s, expected [%lld]", T, names[i],
+                           got, (long long)C);
     }
     if (!grove_dtype_is_float(all[i]->dtype))
-      return grove_err_set(err, GROVE_E_DTYPE, "BatchNorm1d: %s is %s, expected floating point",
-                           names[i], grove_dtype_name(all[i]->dtype));
+      return grove_err_set(err, GROVE_E_DTYPE, "%s: %s is %s, expected floating point", T, names[i],
+                           grove_dtype_name(all[i]->dtype));
   }
   grove_status s = GROVE_OK;
   if (w)
-    s = grove__copy_f32(p->weight, C, w, "BatchNorm1d", "weight", err);
+    s = grove__copy_f32(p->weight, C, w, T, "weight", err);
   else
     for (int64_t c = 0; c < C; c++) p->weight[c] = 1.0f;
   if (s != GROVE_OK) return s;
   if (b)
-    s = grove__copy_f32(p->bias, C, b, "BatchNorm1d", "bias", err);
+    s = grove__copy_f32(p->bias, C, b, T, "bias", err);
   else
     memset(p->bias, 0, (size_t)C * sizeof(float));
   if (s != GROVE_OK) return s;
@@ -86,8 +77,8 @@ static grove_status bn_refresh(grove_module *m, grove_err *err) {
   if (!p->use_running) return GROVE_OK;
   /* scale and shift serve as scratch for the running stats, then are
    * overwritten in place by the folded values. */
-  s = grove__copy_f32(p->scale, C, rm, "BatchNorm1d", "running_mean", err);
-  if (!s) s = grove__copy_f32(p->shift, C, rv, "BatchNorm1d", "running_var", err);
+  s = grove__copy_f32(p->scale, C, rm, T, "running_mean", err);
+  if (!s) s = grove__copy_f32(p->shift, C, rv, T, "running_var", err);
   if (s != GROVE_OK) return s;
   for (int64_t c = 0; c < C; c++) {
     double mean = p->scale[c], var = p->shift[c];
@@ -146,8 +137,8 @@ static void bn_batch_stats(const bn_impl *p, const float *restrict x, int64_t N,
   }
 }
 
-static grove_status bn_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
-                               grove_values *out) {
+static grove_status bn1d_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                 grove_values *out) {
   const bn_impl *p = m->impl;
   if (m->training)
     return grove_err_set(f->err, GROVE_E_UNSUPPORTED,
@@ -191,6 +182,126 @@ static grove_status bn_forward(const grove_module *m, grove_fwd *f, const grove_
   return GROVE_OK;
 }
 
+/* ------------------------------------------------------------ BatchNorm2d */
+
+bool grove__bn2d_affine(const grove_module *m, const float **scale, const float **shift) {
+  const bn_impl *p = m->impl;
+  if (m->type != &grove__batch_norm2d_type || !p->use_running || m->training) return false;
+  *scale = p->scale;
+  *shift = p->shift;
+  return true;
+}
+
+int64_t grove__bn2d_channels(const grove_module *m) {
+  return ((const bn_impl *)m->impl)->C;
+}
+
+/* y row r = x row r * a[c] + b[c], c = r % C, for rows [b, e) of L floats. */
+typedef struct bn2d_par {
+  const float *x;
+  float *y;
+  int64_t C, L;
+  const float *a, *b;
+} bn2d_par;
+
+static void bn2d_rows(void *ctx, int64_t b, int64_t e) {
+  const bn2d_par *c = ctx;
+  for (int64_t r = b; r < e; r++) {
+    const int64_t ch = r % c->C;
+    const float a = c->a[ch], bb = c->b[ch];
+    const float *restrict x = c->x + r * c->L;
+    float *restrict y = c->y + r * c->L;
+    for (int64_t l = 0; l < c->L; l++) y[l] = x[l] * a + bb;
+  }
+}
+
+/* NHWC: y position r = x position r * a + b (C channels each), r in [b, e). */
+static void bn2d_positions(void *ctx, int64_t b, int64_t e) {
+  const bn2d_par *c = ctx;
+  const int64_t C = c->C;
+  for (int64_t r = b; r < e; r++) {
+    const float *restrict x = c->x + r * C;
+    float *restrict y = c->y + r * C;
+    for (int64_t k = 0; k < C; k++) y[k] = x[k] * c->a[k] + c->b[k];
+  }
+}
+
+static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                 grove_values *out) {
+  const bn_impl *p = m->impl;
+  if (m->training)
+    return grove_err_set(f->err, GROVE_E_UNSUPPORTED,
+                         "BatchNorm2d: training-mode forward is not available on a serving tree");
+  grove_tensor x;
+  grove_status s;
+  /* Channels last (from a convolution) is read as it is when running
+   * statistics are used: the same scale and shift per element. */
+  const bool nhwc = in->n == 1 && p->use_running && in->v[0].dtype == GROVE_F32 &&
+                    grove__is_nhwc(&in->v[0]) && in->v[0].shape[1] == p->C;
+  if (nhwc)
+    x = in->v[0];
+  else if ((s = grove__layer_input("BatchNorm2d", f, in, GROVE_F32, &x)) != GROVE_OK)
+    return s;
+  const int64_t C = p->C;
+  if (x.ndim != 4 || x.shape[1] != C) {
+    char want[96];
+    snprintf(want, sizeof want, "a 4-d input [N, %lld, H, W] (num_features = %lld)", (long long)C,
+             (long long)C);
+    return grove__shape_error(f, "BatchNorm2d", want, &x);
+  }
+  const int64_t N = x.shape[0], L = x.shape[2] * x.shape[3];
+  s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, 4, x.shape);
+  if (s != GROVE_OK) return s;
+  out->n = 1;
+  if (N * L == 0) return GROVE_OK;
+  const float *a = p->scale, *b = p->shift;
+  if (nhwc) {
+    /* Positions of C floats: y = x * a + b per channel, same layout. */
+    grove__set_nhwc(&out->v[0]);
+    bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b};
+    grove__parallel_for(N * L, grove__par_grain(2 * C), bn2d_positions, &c);
+    return GROVE_OK;
+  }
+  if (!p->use_running) {
+    /* Batch statistics, as torch does in eval without running stats. */
+    if (N * L == 1)
+      return grove__shape_error(f, "BatchNorm2d",
+                                "more than 1 value per channel to compute batch statistics "
+                                "(track_running_stats=False)",
+                                &x);
+    double *st = grove_arena_alloc(f->arena, (size_t)C * 2 * sizeof(double));
+    float *ab = grove_arena_alloc(f->arena, (size_t)C * 2 * sizeof(float));
+    if (!st || !ab) return grove__scratch_error(f, "BatchNorm2d");
+    const float *xd = x.data;
+    for (int64_t c = 0; c < C; c++) {
+      double sum = 0, sq = 0;
+      for (int64_t n = 0; n < N; n++) {
+        const float *r = xd + (n * C + c) * L;
+        for (int64_t l = 0; l < L; l++) sum += r[l];
+      }
+      const double mean = sum / (double)(N * L);
+      for (int64_t n = 0; n < N; n++) {
+        const float *r = xd + (n * C + c) * L;
+        for (int64_t l = 0; l < L; l++) {
+          double d = r[l] - mean;
+          sq += d * d;
+        }
+      }
+      double ac = p->weight[c] / sqrt(sq / (double)(N * L) + p->eps);
+      ab[c] = (float)ac;
+      ab[C + c] = (float)(p->bias[c] - mean * ac);
+    }
+    a = ab;
+    b = ab + C;
+  }
+  /* Rows (n, c) of L floats, taken by the compute threads in runs. */
+  bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b};
+  grove__parallel_for(N * C, grove__par_grain(2 * L), bn2d_rows, &c);
+  return GROVE_OK;
+}
+
+/* ------------------------------------------------------------ both BatchNorms */
+
 /* torch's _NormBase._load_from_state_dict: checkpoints from before version 2
  * (or without metadata, as every safetensors file) may lack
  * num_batches_tracked; it is added as 0 so that a strict load succeeds. */
@@ -201,7 +312,7 @@ static grove_status bn_load_fixup(grove_module *m, grove_state_dict *sd, const c
   if (!prefix) prefix = "";
   size_t n = strlen(prefix) + sizeof "num_batches_tracked";
   char *key = malloc(n);
-  if (!key) return grove_err_set(err, GROVE_E_NOMEM, "BatchNorm1d: out of memory");
+  if (!key) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", m->type->name);
   snprintf(key, n, "%snum_batches_tracked", prefix);
   grove_status s = GROVE_OK;
   if (!grove_sd_contains(sd, key)) {
@@ -218,24 +329,35 @@ static grove_status bn_load_fixup(grove_module *m, grove_state_dict *sd, const c
 
 const grove_module_type grove__batch_norm1d_type = {
     .name = "BatchNorm1d",
-    .forward = bn_forward,
+    .forward = bn1d_forward,
     .refresh = bn_refresh,
     .load_fixup = bn_load_fixup,
     .version = 2, /* torch's _NormBase._version */
 };
 
-grove_status grove_batch_norm1d_new(int64_t num_features, double eps, double momentum, bool affine,
-                                    bool track_running_stats, grove_module **out, grove_err *err) {
+const grove_module_type grove__batch_norm2d_type = {
+    .name = "BatchNorm2d",
+    .forward = bn2d_forward,
+    .refresh = bn_refresh,
+    .load_fixup = bn_load_fixup,
+    .version = 2,
+};
+
+/* Both BatchNorms: type's name in messages, num_features at most max. */
+static grove_status bn_new(const grove_module_type *type, int64_t max, int64_t num_features,
+                           double eps, double momentum, bool affine, bool track_running_stats,
+                           grove_module **out, grove_err *err) {
+  const char *T = type->name;
   *out = NULL;
-  if (num_features <= 0 || num_features > INT64_MAX / 64)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "BatchNorm1d: num_features %lld is %s",
+  if (num_features <= 0 || num_features > max)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: num_features %lld is %s", T,
                          (long long)num_features, num_features <= 0 ? "not positive" : "too large");
   if (!(eps >= 0.0) || isinf(eps))
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "BatchNorm1d: eps must be a finite non-negative number, got %g", eps);
+                         "%s: eps must be a finite non-negative number, got %g", T, eps);
   const int64_t C = num_features;
   bn_impl *p = calloc(1, sizeof *p + 4 * (size_t)C * sizeof(float));
-  if (!p) return grove_err_set(err, GROVE_E_NOMEM, "BatchNorm1d: out of memory");
+  if (!p) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
   p->C = C;
   p->eps = eps;
   p->momentum = momentum;
@@ -245,23 +367,23 @@ grove_status grove_batch_norm1d_new(int64_t num_features, double eps, double mom
   p->shift = p->data + C;
   p->weight = p->data + 2 * C;
   p->bias = p->data + 3 * C;
-  grove_module *m = grove_module_new(&grove__batch_norm1d_type, p, err);
+  grove_module *m = grove_module_new(type, p, err);
   if (!m) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
 
   /* torch's registration order: weight, bias, then running_mean,
    * running_var, num_batches_tracked; None where the flags say so. */
   grove_status s = GROVE_OK;
   if (affine) {
-    s = make_param(m, "weight", false, 1, &C, GROVE_F32, 1.0f, err);
-    if (!s) s = make_param(m, "bias", false, 1, &C, GROVE_F32, 0.0f, err);
+    s = grove__layer_param(m, "weight", false, 1, &C, GROVE_F32, 1.0f, err);
+    if (!s) s = grove__layer_param(m, "bias", false, 1, &C, GROVE_F32, 0.0f, err);
   } else {
     s = grove_module_register_parameter(m, "weight", NULL, err);
     if (!s) s = grove_module_register_parameter(m, "bias", NULL, err);
   }
   if (!s && track_running_stats) {
-    s = make_param(m, "running_mean", true, 1, &C, GROVE_F32, 0.0f, err);
-    if (!s) s = make_param(m, "running_var", true, 1, &C, GROVE_F32, 1.0f, err);
-    if (!s) s = make_param(m, "num_batches_tracked", true, 0, NULL, GROVE_I64, 0.0f, err);
+    s = grove__layer_param(m, "running_mean", true, 1, &C, GROVE_F32, 0.0f, err);
+    if (!s) s = grove__layer_param(m, "running_var", true, 1, &C, GROVE_F32, 1.0f, err);
+    if (!s) s = grove__layer_param(m, "num_batches_tracked", true, 0, NULL, GROVE_I64, 0.0f, err);
   } else if (!s) {
     s = grove_module_register_buffer(m, "running_mean", NULL, true, err);
     if (!s) s = grove_module_register_buffer(m, "running_var", NULL, true, err);
@@ -276,16 +398,31 @@ grove_status grove_batch_norm1d_new(int64_t num_features, double eps, double mom
   return GROVE_OK;
 }
 
-grove_status grove__batch_norm1d_from_json(const json_t *obj, const char *path, grove_module **out,
-                                           grove_err *err) {
+grove_status grove_batch_norm1d_new(int64_t num_features, double eps, double momentum, bool affine,
+                                    bool track_running_stats, grove_module **out, grove_err *err) {
+  return bn_new(&grove__batch_norm1d_type, INT64_MAX / 64, num_features, eps, momentum, affine,
+                track_running_stats, out, err);
+}
+
+grove_status grove_batch_norm2d_new(int64_t num_features, double eps, double momentum, bool affine,
+                                    bool track_running_stats, grove_module **out, grove_err *err) {
+  return bn_new(&grove__batch_norm2d_type, INT32_MAX, num_features, eps, momentum, affine,
+                track_running_stats, out, err);
+}
+
+/* Both BatchNorms' model.json arguments (num_features at most max). */
+typedef grove_status (*bn_new_fn)(int64_t, double, double, bool, bool, grove_module **,
+                                  grove_err *);
+
+static grove_status bn_from_json(const char *T, int64_t max, bn_new_fn make_bn, const json_t *obj,
+                                 const char *path, grove_module **out, grove_err *err) {
   static const char *const keys[] = {"num_features",        "eps", "momentum", "affine",
                                      "track_running_stats", NULL};
-  const char *T = "BatchNorm1d";
   int64_t C;
   double eps, momentum;
   bool momentum_null, affine, track;
   grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = grove__json_int(obj, path, T, "num_features", true, 0, 1, INT64_MAX, &C, err);
+  if (!s) s = grove__json_int(obj, path, T, "num_features", true, 0, 1, max, &C, err);
   if (!s) s = grove__json_number(obj, path, T, "eps", 1e-5, 0.0, INFINITY, &eps, err);
   if (!s)
     s = grove__json_number_or_null(obj, path, T, "momentum", false, 0.1, -INFINITY, INFINITY,
@@ -294,8 +431,17 @@ grove_status grove__batch_norm1d_from_json(const json_t *obj, const char *path, 
   if (!s) s = grove__json_bool(obj, path, T, "track_running_stats", true, &track, err);
   if (s != GROVE_OK) return s;
   return grove__json_built(
-      path, grove_batch_norm1d_new(C, eps, momentum_null ? NAN : momentum, affine, track, out, err),
-      err);
+      path, make_bn(C, eps, momentum_null ? NAN : momentum, affine, track, out, err), err);
+}
+
+grove_status grove__batch_norm1d_from_json(const json_t *obj, const char *path, grove_module **out,
+                                           grove_err *err) {
+  return bn_from_json("BatchNorm1d", INT64_MAX, grove_batch_norm1d_new, obj, path, out, err);
+}
+
+grove_status grove__batch_norm2d_from_json(const json_t *obj, const char *path, grove_module **out,
+                                           grove_err *err) {
+  return bn_from_json("BatchNorm2d", INT32_MAX, grove_batch_norm2d_new, obj, path, out, err);
 }
 
 /* ------------------------------------------------------------ LayerNorm */
@@ -457,8 +603,8 @@ grove_status grove_layer_norm_new(int ndim, const int64_t *normalized_shape, dou
   if (!m) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
   grove_status s;
   if (elementwise_affine) {
-    s = make_param(m, "weight", false, ndim, normalized_shape, GROVE_F32, 1.0f, err);
-    if (!s) s = make_param(m, "bias", false, ndim, normalized_shape, GROVE_F32, 0.0f, err);
+    s = grove__layer_param(m, "weight", false, ndim, normalized_shape, GROVE_F32, 1.0f, err);
+    if (!s) s = grove__layer_param(m, "bias", false, ndim, normalized_shape, GROVE_F32, 0.0f, err);
   } else {
     s = grove_module_register_parameter(m, "weight", NULL, err);
     if (!s) s = grove_module_register_parameter(m, "bias", NULL, err);

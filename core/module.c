@@ -1160,3 +1160,37 @@ grove_status grove__copy_f32(float *dst, int64_t n, const grove_tensor *src, con
   grove_tensor_init(&d, GROVE_F32, src->ndim, src->shape, dst);
   return grove_tensor_copy(&d, src, err);
 }
+
+grove_status grove__layer_make(const grove_module_type *type, void *impl, grove_module **out,
+                               grove_err *err) {
+  grove_module *m = grove_module_new(type, impl, err);
+  if (!m) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
+  *out = m;
+  return GROVE_OK;
+}
+
+grove_status grove__layer_param(grove_module *m, const char *name, bool buffer, int ndim,
+                                const int64_t *shape, grove_dtype dt, float fill, grove_err *err) {
+  grove_tensor *t = grove_tensor_new(dt, ndim, shape, err);
+  if (!t) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
+  if (fill != 0.0f) {
+    float *d = t->data;
+    for (int64_t i = 0, n = grove_tensor_numel(t); i < n; i++) d[i] = fill;
+  }
+  grove_status s = buffer ? grove_module_register_buffer(m, name, t, true, err)
+                          : grove_module_register_parameter(m, name, t, err);
+  grove_tensor_release(t);
+  return s;
+}
+
+grove_status grove__shape_error(grove_fwd *f, const char *layer, const char *want,
+                                const grove_tensor *x) {
+  char got[128];
+  grove_shape_str(x->ndim, x->shape, got, sizeof got);
+  return grove_err_set(f->err, GROVE_E_SHAPE, "%s: expected %s, got input of shape %s", layer, want,
+                       got);
+}
+
+grove_status grove__scratch_error(grove_fwd *f, const char *layer) {
+  return grove_err_set(f->err, GROVE_E_NOMEM, "%s: scratch arena is exhausted", layer);
+}
