@@ -105,48 +105,6 @@ static inline int panel_width(int64_t N, int64_t p) {
   return (int)((left + 15) / 16 * 16);
 }
 
-/* A CPU feature, asked once: 0 not asked yet, 1 no, 2 yes (threads asking
- * at once agree). */
-static bool cpu_feature(_Atomic int *cached, bool (*ask)(void)) {
-  int v = atomic_load_explicit(cached, memory_order_relaxed);
-  if (!v) {
-    v = ask() ? 2 : 1;
-    atomic_store_explicit(cached, v, memory_order_relaxed);
-  }
-  return v == 2;
-}
-
-#if GEMM_HAVE_AVX512
-static bool ask_avx512(void) {
-  __builtin_cpu_init();
-  const char *force = getenv("GROVE_GEMM");
-  return __builtin_cpu_supports("avx512f") && !(force && strcmp(force, "avx2") == 0);
-}
-
-static bool ask_avx2(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-#endif
-
-bool grove__cpu_avx512(void) {
-#if GEMM_HAVE_AVX512
-  static _Atomic int cached;
-  return cpu_feature(&cached, ask_avx512);
-#else
-  return false;
-#endif
-}
-
-bool grove__cpu_avx2(void) {
-#if GEMM_HAVE_AVX512
-  static _Atomic int cached;
-  return cpu_feature(&cached, ask_avx2);
-#else
-  return false;
-#endif
-}
-
 /* GROVE_GEMM=blas forces the BLAS path and GROVE_GEMM=avx2 the AVX2
  * kernel (where the CPU has it: tests and benchmarks of it on an AVX-512
  * machine); otherwise the widest kernel the CPU runs. */

@@ -167,7 +167,7 @@ bool grove__linear_pack_native(const grove__linear_pack *p);
  * transforms, attention's loops) may run: the CPU has avx512f and
  * GROVE_GEMM is not "avx2", which makes the process behave as an AVX2-only
  * CPU throughout (tests and benchmarks of that path on an AVX-512 host).
- * Read once per process.  Any thread. */
+ * Read once per process (cpu.c).  Any thread. */
 bool grove__cpu_avx512(void);
 /* Whether the CPU has AVX2 and FMA (GROVE_GEMM does not matter).  Read once
  * per process.  Any thread. */

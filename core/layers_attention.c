@@ -140,7 +140,7 @@ void grove__mha_next_call(grove_fwd *f, const grove_module *m, bool need_weights
 #define ATT_HAVE_AVX512 0
 #endif
 
-/* grove__cpu_avx512 (gemm.c): GROVE_GEMM=avx2 turns this path off too. */
+/* grove__cpu_avx512 (cpu.c): GROVE_GEMM=avx2 turns this path off too. */
 static bool att_avx512(void) {
 #if ATT_HAVE_AVX512
   return grove__cpu_avx512();

@@ -22,7 +22,7 @@
 #define CONV_HAVE_AVX512 0
 #endif
 
-/* grove__cpu_avx512 (gemm.c): GROVE_GEMM=avx2 turns this path off too. */
+/* grove__cpu_avx512 (cpu.c): GROVE_GEMM=avx2 turns this path off too. */
 static bool have_avx512(void) {
 #if CONV_HAVE_AVX512
   return grove__cpu_avx512();
