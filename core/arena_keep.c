@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "internal.h"
+#include "kernels.h"
 
 /* A large copy between two ranges that do not overlap, cut between the
  * compute threads (a node's output moved down onto a dead input at least

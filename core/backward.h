@@ -26,7 +26,7 @@
 
 #include "grove/grove.h"
 #include "grove/train.h"
-#include "internal.h"
+#include "module_internal.h"
 
 struct json_t;
 

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "grove/checkpoint.h"
-#include "internal.h"
+#include "fileio.h"
 
 static bool has_ext(const char *path, const char *ext) {
   if (!path) return false;

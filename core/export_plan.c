@@ -37,7 +37,7 @@
 
 #include "export_plan.h"
 #include "grove/checkpoint.h"
-#include "internal.h"
+#include "fileio.h"
 #include "torch_internal.h"
 
 /* ================================================================ the plan */

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "grove/checkpoint.h"
-#include "internal.h"
+#include "fileio.h"
 
 /* Checkpoints are read into memory the process owns, never mapped.  A
  * MAP_PRIVATE mapping shares the page cache with every writer of the file: a

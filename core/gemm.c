@@ -58,7 +58,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "kernels.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define GEMM_HAVE_AVX512 1

@@ -16,7 +16,7 @@
 #include <stddef.h>
 
 #include "grove/grove.h"
-#include "internal.h"
+#include "module_internal.h"
 
 struct json_t;
 

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "grove/grove.h"
-#include "internal.h"
+#include "module_internal.h"
 
 struct json_t;
 

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "grove/train.h"
-#include "internal.h"
+#include "base.h"
 
 grove_loss grove_loss_default(grove_loss_kind kind) {
   return (grove_loss){.kind = kind, .reduction = GROVE_REDUCTION_MEAN, .ignore_index = -100};

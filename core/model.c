@@ -35,7 +35,7 @@
 #include <jansson.h>
 
 #include "grove/grove.h"
-#include "internal.h"
+#include "module_internal.h"
 
 /* model.json is architecture, not weights: anything this large is not one. */
 #define MAX_SPEC_BYTES (64u << 20)

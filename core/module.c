@@ -13,7 +13,7 @@
 
 #include <jansson.h>
 
-#include "internal.h"
+#include "module_internal.h"
 #include "layers_internal.h"
 
 /* ============================================================== pointer set */

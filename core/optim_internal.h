@@ -7,7 +7,8 @@
 #include <stddef.h>
 
 #include "grove/train.h"
-#include "internal.h"
+#include "fileio.h"
+#include "kernels.h"
 
 /* One parameter's state.  has: torch's state[p] exists (the parameter had a
  * gradient at some step). */

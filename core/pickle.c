@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "fileio.h"
 #include "torch_internal.h"
 
 /* ================================================================ allow-list */

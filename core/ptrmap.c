@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 static size_t phash(const void *p, size_t cap) {
   uintptr_t x = (uintptr_t)p;

@@ -73,7 +73,7 @@
 
 #include "export_plan.h"
 #include "grove/checkpoint.h"
-#include "internal.h"
+#include "fileio.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian; Grove supports little-endian hosts only");

@@ -2,7 +2,7 @@
  * differs.  groved's admin token (server/admin.c) is compared with the one a
  * request carries; a plain memcmp stops at the first differing byte, and the
  * time it takes tells a prober how many leading bytes were right. */
-#include "internal.h"
+#include "base.h"
 
 bool grove__secret_equal(const void *secret, size_t secret_len, const void *given,
                          size_t given_len) {

@@ -30,7 +30,7 @@
 
 #include "graph.h"
 #include "grove/grove.h"
-#include "internal.h"
+#include "module_internal.h"
 
 #define SPEC_FORMAT "grove.model/1"
 /* Deeper nesting than this is a broken or hostile file, not a model; the

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "internal.h"
+#include "tensor_internal.h"
 
 /* ============================================================== dtypes */
 

@@ -54,7 +54,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "fileio.h"
 #include "torch_internal.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,

@@ -35,7 +35,7 @@
 #include <stdlib.h>
 
 #include "export_plan.h"
-#include "internal.h"
+#include "fileio.h"
 #include "torch_internal.h"
 
 grove_status grove__torch_write_buffer(const grove_state_dict *sd, const char *archive,

@@ -43,7 +43,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "internal.h"
+#include "fileio.h"
 #include "torch_internal.h"
 
 #define SIG_LOCAL 0x04034b50u

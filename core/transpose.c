@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "kernels.h"
 
 /* ------------------------------------------------------------ transposes */
 

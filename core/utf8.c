@@ -1,7 +1,7 @@
 /* utf8.c: the one UTF-8 validator.  safetensors headers must be strict
  * UTF-8 (Rust's str::from_utf8); pickled str values may carry lone
  * surrogates, which Python writes with "surrogatepass". */
-#include "internal.h"
+#include "base.h"
 
 size_t grove__utf8_invalid_at(const uint8_t *s, size_t len, bool allow_surrogates) {
   size_t i = 0;

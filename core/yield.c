@@ -26,7 +26,7 @@
 #include <sched.h>
 #include <time.h>
 
-#include "internal.h"
+#include "base.h"
 
 _Thread_local int64_t grove__yield_every_ns;
 static _Thread_local int64_t next_ns;
