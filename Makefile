@@ -1,18 +1,31 @@
 # Grove's build.  `make` builds libgrove, the grove CLI (and later groved);
 # `make test` builds and runs every test; `make test SAN=1` does the same with
-# AddressSanitizer + UndefinedBehaviorSanitizer; `make run` serves the demo;
+# AddressSanitizer + UndefinedBehaviorSanitizer; `make test SAN=thread` runs
+# the concurrency suites under ThreadSanitizer; `make run` serves the demo;
 # `make bench` prints figures beside PyTorch and ONNX Runtime;
 # `make install PREFIX=...`.  Dependencies are installed (or the command to
-# install them printed) by scripts/deps.sh, the first time.
+# install them printed) by scripts/deps.sh, the first time (docs/building.md).
+#
+# Nothing here asks about installed packages while make reads the makefiles:
+# on a fresh machine they are not there yet.  Every pkg-config query and the
+# torch interpreter are recursive ("=") variables used only in recipes, which
+# make expands after the dependency stamp below is made.  Keep it so in mk/.
 
 CC      ?= cc
 PREFIX  ?= /usr/local
 SAN     ?= 0
-PYTHON  := $(shell scripts/torch-python.sh 2>/dev/null)
+# The interpreter that imports torch and numpy (recipes only; see above).
+PYTHON   = $(shell scripts/torch-python.sh 2>/dev/null)
 
 ifeq ($(SAN),1)
 BUILD   ?= build/san
 SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+OPT     := -O1 -g
+else ifeq ($(SAN),thread)
+# ThreadSanitizer: only the suites with threads of their own or a groved
+# (TSAN_SUITES below); groved and the CLI they start are built with it too.
+BUILD   ?= build/tsan
+SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
 OPT     := -O1 -g
 else
 BUILD   ?= build/release
@@ -23,13 +36,26 @@ OPT     := -O2 -ftree-vectorize -g
 endif
 
 PKGS     := jansson openblas check zlib
-DEPSTAMP := build/.deps-ok
+
+# Dependencies: a stamp per package set of scripts/deps.sh, made before
+# anything is compiled (every object is order-only on $(DEPSTAMP)).  The
+# goals that run tests need the test set (torch, clang, ...); asking for it
+# from the start installs everything with one apt-get.
+DEPS_BUILD := build/.deps-build
+DEPS_TEST  := build/.deps-test
+DEPS_TEST_GOALS := test unit-tests py-tests server-test fixtures
+ifneq ($(filter $(DEPS_TEST_GOALS),$(MAKECMDGOALS)),)
+DEPSTAMP := $(DEPS_TEST)
+else
+DEPSTAMP := $(DEPS_BUILD)
+endif
 
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wvla
 CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -pthread $(OPT) $(WARN) \
            -Iinclude -Icore -Iclient $(SANFLAGS) -fPIC
 LDFLAGS += $(SANFLAGS) -pthread
 
+# Recursive on purpose (see the top): expanded in recipes, after $(DEPSTAMP).
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs jansson openblas zlib 2>/dev/null) -lm
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
@@ -47,6 +73,17 @@ GROVE_BIN  := $(BUILD)/grove
 
 .DEFAULT_GOAL := all
 
+# Fixtures: the committed ones in tests/fixtures are what `make` alone and
+# an installed Grove see; `make test` regenerates them into the build folder
+# with tests/gen_fixtures.py and the PyTorch on this machine (installed by
+# the test dependencies), so a parity test always compares with it.
+FIXTURES      := $(BUILD)/fixtures
+FIXTURE_STAMP := $(BUILD)/fixtures/.stamp
+# A recipe's "$(NEED_PYTHON); $$py ...": the torch interpreter in $$py,
+# or a clear failure (never a skip: the test dependencies install it).
+NEED_PYTHON = py="$(PYTHON)"; [ -n "$$py" ] || { echo "no python3 here imports torch and numpy: \
+  scripts/deps.sh --test installs python3-torch and python3-numpy" >&2; exit 1; }
+
 # Subsystems with their own rules (server, fuzzing, ...) add a file in mk/;
 # each may append to ALL_TARGETS (built by `make`) and TEST_TARGETS (run by
 # `make test` after the unit and Python tests).
@@ -57,10 +94,16 @@ all: $(LIBGROVE) $(GROVE_BIN) $(ALL_TARGETS)
 	@ln -sfn $(notdir $(BUILD)) build/current
 	@ln -sf current/grove build/grove
 
-$(DEPSTAMP): scripts/deps.sh
+$(DEPS_BUILD): scripts/deps.sh
 	@mkdir -p build
 	@scripts/deps.sh
 	@touch $@
+
+# The test set holds the build set.
+$(DEPS_TEST): scripts/deps.sh
+	@mkdir -p build
+	@scripts/deps.sh --test
+	@touch $@ $(DEPS_BUILD)
 
 deps: $(DEPSTAMP)
 
@@ -85,22 +128,15 @@ TEST_EXTRA_check_npy := $(BUILD)/client/npy.o
 $(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TESTUTIL) $$(TEST_EXTRA_check_$$*) $(LIBGROVE)
 	$(CC) $(LDFLAGS) -o $@ $< $(TESTUTIL) $(TEST_EXTRA_check_$*) $(LIBGROVE) $(PKG_LIBS) $(CHECK_LIBS)
 
-# Fixtures: the committed ones in tests/fixtures, regenerated into the build
-# folder by tests/gen_fixtures.py whenever torch is importable, so a parity
-# test always compares with the PyTorch on this machine when there is one.
-FIXTURES := tests/fixtures
-ifneq ($(PYTHON),)
-FIXTURES := $(BUILD)/fixtures
-$(BUILD)/fixtures/.stamp: tests/gen_fixtures.py tools/grove_export.py $(wildcard tests/fixtures_gen/*.py)
+$(FIXTURE_STAMP): tests/gen_fixtures.py tools/grove_export.py $(wildcard tests/fixtures_gen/*.py) \
+                  | $(DEPS_TEST)
 	@mkdir -p $(dir $@)
-	$(PYTHON) tests/gen_fixtures.py $(BUILD)/fixtures
+	@$(NEED_PYTHON); echo "$$py tests/gen_fixtures.py $(BUILD)/fixtures"; \
+	  $$py tests/gen_fixtures.py $(BUILD)/fixtures
 	@touch $@
-FIXTURE_STAMP := $(BUILD)/fixtures/.stamp
-endif
 
-fixtures:
-	@test -n "$(PYTHON)" || { echo "make fixtures needs python3-torch (scripts/deps.sh --torch)"; exit 1; }
-	$(PYTHON) tests/gen_fixtures.py tests/fixtures
+fixtures: | $(DEPS_TEST)
+	@$(NEED_PYTHON); $$py tests/gen_fixtures.py tests/fixtures
 
 # The suites that run whole layers and graphs run a second time on the AVX2
 # kernel (GROVE_GEMM=avx2; the default kernel where the CPU has no AVX2), so
@@ -108,21 +144,52 @@ fixtures:
 AVX2_SUITES := $(BUILD)/tests/check_layers $(BUILD)/tests/check_conv $(BUILD)/tests/check_graph \
                $(BUILD)/tests/check_attention
 
-unit-tests: all $(TEST_BIN) $(FIXTURE_STAMP)
-	@fail=0; for t in $(TEST_BIN); do \
-	  GROVE_FIXTURES=$(FIXTURES) GROVE_BIN=$(GROVE_BIN) CK_DEFAULT_TIMEOUT=120 $$t || fail=1; \
+# SAN=thread runs the suites that start a groved and load it from several
+# threads or processes (groved's workers, batcher, reloads and training
+# sessions, and the compute pools under them, all under TSan).  check_gemm
+# is left out: it forks with its pool's threads running, which TSan reports
+# in the child by design.  The rest are single-threaded, and the Python
+# tests would only repeat what these drive.
+TSAN_SUITES := $(addprefix $(BUILD)/tests/,check_server check_reload check_replicas \
+               check_train_server check_export check_telemetry)
+# halt_on_error: a race ends the process that saw it (a test's child, or
+# the groved it started), so that the test fails; a report alone would not
+# change an exit status that Check looks at.  tests/tsan.supp: OpenBLAS,
+# which is not built with TSan.
+ifeq ($(SAN),thread)
+UNIT_SUITES := $(TSAN_SUITES)
+AVX2_SUITES :=
+SAN_ENV     := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 \
+               suppressions=$(CURDIR)/tests/tsan.supp $(TSAN_OPTIONS)"
+else
+UNIT_SUITES := $(TEST_BIN)
+SAN_ENV     :=
+endif
+
+unit-tests: all $(UNIT_SUITES) $(FIXTURE_STAMP)
+	@fail=0; for t in $(UNIT_SUITES); do \
+	  $(SAN_ENV) GROVE_FIXTURES=$(FIXTURES) GROVE_BIN=$(GROVE_BIN) CK_DEFAULT_TIMEOUT=120 $$t || fail=1; \
 	done; \
 	for t in $(AVX2_SUITES); do \
 	  echo "unit-tests: $$(basename $$t) on the AVX2 kernel (GROVE_GEMM=avx2)"; \
 	  GROVE_GEMM=avx2 GROVE_FIXTURES=$(FIXTURES) CK_DEFAULT_TIMEOUT=120 $$t || fail=1; \
 	done; exit $$fail
 
-py-tests: all
-	@if [ -n "$(PYTHON)" ]; then \
-	  GROVE_BIN=$(GROVE_BIN) $(PYTHON) tests/run_py_tests.py; \
-	else echo "py-tests: skipped (no python3 with torch; scripts/deps.sh --torch installs it)"; fi
+# SAN=1: python loads the sanitized libgrove-client.so with the ASan runtime
+# preloaded (tests/run_py_tests.py, GROVE_PRELOAD), and libstdc++ with it:
+# ASan finds the __cxa_throw it intercepts only in libraries loaded before
+# it, and torch throws C++ exceptions.
+ifeq ($(SAN),1)
+PY_PRELOAD = GROVE_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libstdc++.so.6)"
+endif
+py-tests: all | $(DEPS_TEST)
+	@$(NEED_PYTHON); $(PY_PRELOAD) GROVE_BIN=$(GROVE_BIN) $$py tests/run_py_tests.py
 
+ifeq ($(SAN),thread)
+test: unit-tests
+else
 test: unit-tests py-tests $(TEST_TARGETS)
+endif
 
 run: all
 	@test -f examples/digits/model.json || { echo "examples/digits is missing: /usr/bin/python3 examples/train_digits.py writes it (scripts/deps.sh --torch installs what it needs)"; exit 1; }

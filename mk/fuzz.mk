@@ -13,8 +13,10 @@
 # an input slower than 10 s fails the run and leaves the input in
 # build/fuzz/crashes/.  Turn every such input into a regression test in
 # tests/check_torch.c (test_fuzz_regressions).  `make test` runs the smoke
-# pass whenever clang is installed (not under SAN=1: the fuzz build carries
-# its own sanitizers).
+# pass (not under SAN=1 or SAN=thread: the fuzz build carries its own
+# sanitizers); clang
+# and its libFuzzer runtime come with the test dependencies, which the fuzz
+# objects wait for.
 
 FUZZ_CC            ?= clang
 FUZZ_SECONDS       ?= 60
@@ -35,16 +37,17 @@ FUZZ_SAN           := -fsanitize=address,undefined -fno-sanitize-recover=undefin
 FUZZ_CFLAGS        := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -pthread -g -O1 \
                       -fno-omit-frame-pointer $(FUZZ_SAN) -Iinclude -Icore \
                       -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+# Recursive: pkg-config is asked in the recipe, after the dependency stamp.
 FUZZ_LIBS           = $(shell pkg-config --libs jansson zlib 2>/dev/null || echo -ljansson -lz) -lm -pthread
 FUZZ_RUN_FLAGS     := -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
 
-.PHONY: fuzz fuzz-build fuzz-smoke
+.PHONY: fuzz fuzz-build fuzz-smoke fuzz-build-all-cores
 
-$(FUZZ_BUILD)/core/%.o: core/%.c | $(DEPSTAMP)
+$(FUZZ_BUILD)/core/%.o: core/%.c | $(DEPS_TEST)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -MMD -MP -c $< -o $@
 
-$(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(FUZZ_OBJ)
+$(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(FUZZ_OBJ) | $(DEPS_TEST)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) -o $@ $< $(FUZZ_OBJ) $(FUZZ_LIBS)
 
 $(FUZZ_BUILD)/fuzz_spec: fuzz/fuzz_spec.c fuzz/fuzz_common.h $(FUZZ_SPEC_OBJ)
@@ -68,16 +71,22 @@ define fuzz_run
 	done
 endef
 
-fuzz: fuzz-build
+# The fuzz build (all of the core again, with clang, ASan and UBSan) is the
+# slowest step of a first `make test`: it runs on every core when make was
+# started without -j (README's plain `make test`; with -j, make's own job
+# count holds).  Only the build: the fuzzing and the tests run one at a time.
+fuzz-build-all-cores: | $(DEPS_TEST)
+	@$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j"$$(nproc)") \
+	  fuzz-build
+
+fuzz: fuzz-build-all-cores
 	$(call fuzz_run,$(FUZZ_SECONDS))
 
-fuzz-smoke: fuzz-build
+fuzz-smoke: fuzz-build-all-cores
 	$(call fuzz_run,$(FUZZ_SMOKE_SECONDS))
 
-ifneq ($(SAN),1)
-ifneq ($(shell command -v $(FUZZ_CC) 2>/dev/null),)
+ifeq ($(filter 1 thread,$(SAN)),)
 TEST_TARGETS += fuzz-smoke
-endif
 endif
 
 -include $(FUZZ_OBJ:.o=.d)

@@ -20,10 +20,13 @@ CLIENTLIB    := $(BUILD)/libgrove-client.a
 CLIENTLIB_OBJ := $(BUILD)/client/client.o $(BUILD)/client/client_train.o $(PROTO_OBJ)
 
 # libnng-dev ships no .pc file (DESIGN.md, build notes): link -lnng directly.
+# PKG_LIBS is recursive ("=", the Makefile), so "+=" keeps this $(shell)
+# unexpanded until a recipe runs; UV_LIBS is recursive for the same reason:
+# pkg-config answers only after the dependency stamp installed libuv1-dev.
 PKGS     += libuv libprotobuf-c
 CFLAGS   += -I$(GEN)
 PKG_LIBS += $(shell pkg-config --libs libprotobuf-c 2>/dev/null) -lnng
-UV_LIBS  := $(shell pkg-config --libs libuv 2>/dev/null)
+UV_LIBS   = $(shell pkg-config --libs libuv 2>/dev/null)
 
 CLIENT_OBJ  += $(PROTO_OBJ)
 ALL_TARGETS += $(GROVED_BIN) $(CLIENTLIB)
@@ -52,10 +55,7 @@ $(CLIENTLIB): $(CLIENTLIB_OBJ)
 # `make server-test`: only the server's integration suite (it also runs in
 # `make test` with the other Check suites).
 .PHONY: server-test install-server
-# (FIXTURE_STAMP is defined after this file is read, so it is made from the
-# recipe.)
-server-test: all $(BUILD)/tests/check_server
-	@if [ -n "$(FIXTURE_STAMP)" ]; then $(MAKE) --no-print-directory $(FIXTURE_STAMP); fi
+server-test: all $(BUILD)/tests/check_server $(FIXTURE_STAMP)
 	GROVE_FIXTURES=$(FIXTURES) GROVE_BIN=$(GROVE_BIN) CK_DEFAULT_TIMEOUT=120 $(BUILD)/tests/check_server
 
 install: install-server

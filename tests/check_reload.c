@@ -159,7 +159,10 @@ typedef struct storm_client {
   const expected *e;
   atomic_bool *stop;
   int id;
-  long requests, failures, mismatches, regressions;
+  /* requests is read by the main thread while the client counts (the
+   * storm waits on it); the others only after the join. */
+  atomic_long requests;
+  long failures, mismatches, regressions;
   int64_t last_version;
   char first_error[512];
 } storm_client;
@@ -180,7 +183,7 @@ static void *storm_loop(void *arg) {
     grove_tensor in = h_rows(sc->e->x, r0, n);
     grove_prediction p;
     grove_status st = grove_client_predict(c, "reload_mlp", &in, 1, 20000, &p, &err);
-    sc->requests++;
+    atomic_fetch_add(&sc->requests, 1);
     if (st) {
       if (!sc->failures)
         snprintf(sc->first_error, sizeof sc->first_error, "%s: %s", grove_status_name(st),
@@ -241,11 +244,11 @@ START_TEST(reload_storm) {
     reload_ok(c, name ? ckpt(name) : NULL, in_place, v);
     /* Let the clients see this version before the next one. */
     long before = 0, after = 0;
-    for (int i = 0; i < NCLIENTS; i++) before += sc[i].requests;
+    for (int i = 0; i < NCLIENTS; i++) before += atomic_load(&sc[i].requests);
     for (int t = 0; t < 2000 && after < before + 3 * NCLIENTS; t++) {
       h_sleep_ms(1);
       after = 0;
-      for (int i = 0; i < NCLIENTS; i++) after += sc[i].requests;
+      for (int i = 0; i < NCLIENTS; i++) after += atomic_load(&sc[i].requests);
     }
   }
   atomic_store(&stop, true);
@@ -253,11 +256,11 @@ START_TEST(reload_storm) {
   for (int i = 0; i < NCLIENTS; i++) {
     pthread_join(th[i], NULL);
     ck_assert_msg(sc[i].failures == 0, "client %d: %ld of %ld requests failed; first: %s", i,
-                  sc[i].failures, sc[i].requests, sc[i].first_error);
+                  sc[i].failures, atomic_load(&sc[i].requests), sc[i].first_error);
     ck_assert_msg(sc[i].mismatches == 0, "client %d: %ld replies differ from their version's", i,
                   sc[i].mismatches);
     ck_assert_msg(sc[i].regressions == 0, "client %d: versions went back", i);
-    total += sc[i].requests;
+    total += atomic_load(&sc[i].requests);
   }
   ck_assert_int_gt(total, NRELOADS);
   fprintf(stderr, "reload_storm: %ld requests over %d reloads\n", total, NRELOADS);

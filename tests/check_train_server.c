@@ -10,6 +10,7 @@
  * Losses and outputs within rtol 1e-4, atol 1e-5. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "groved_harness.h"
 #include "grove/train.h"
@@ -294,8 +295,9 @@ END_TEST
 typedef struct trainer_arg {
   const char *url;
   const grove_state_dict *sd;
-  volatile int stop;
-  int steps;
+  /* Both shared with the main thread while the trainer runs. */
+  atomic_bool stop;
+  atomic_int steps;
 } trainer_arg;
 
 static void *trainer(void *p) {
@@ -303,10 +305,10 @@ static void *trainer(void *p) {
   grove_client *c = h_connect(a->url);
   grove_err err = {0};
   grove_train_step_result st;
-  while (!a->stop) {
+  while (!atomic_load(&a->stop)) {
     if (grove_client_train_step(c, MODEL, grove_sd_get(a->sd, "x.0"), 1, grove_sd_get(a->sd, "t.0"),
                                 10000, &st, &err) == GROVE_OK)
-      a->steps++;
+      atomic_fetch_add(&a->steps, 1);
   }
   grove_client_close(c);
   return NULL;
@@ -342,7 +344,7 @@ START_TEST(predict_while_training) {
   trainer_arg a = {.url = s.tcp, .sd = sd};
   pthread_t th;
   ck_assert_int_eq(pthread_create(&th, NULL, trainer, &a), 0);
-  while (a.steps < 3) h_sleep_ms(5);
+  while (atomic_load(&a.steps) < 3) h_sleep_ms(5);
   for (int i = 0; i < N; i++) {
     double t0 = h_now();
     ck_assert_ok(grove_client_predict(c, MODEL, ref(sd, "xe"), 1, 5000, &p, &err), &err);
@@ -351,16 +353,16 @@ START_TEST(predict_while_training) {
     expect_close("serving while training", p.outputs[0], ref(sd, "eval.before"));
     grove_prediction_fini(&p);
   }
-  a.stop = 1;
+  atomic_store(&a.stop, true);
   pthread_join(th, NULL);
-  ck_assert_int_gt(a.steps, 3);
+  ck_assert_int_gt(atomic_load(&a.steps), 3);
   qsort(idle, N, sizeof idle[0], cmp_double);
   qsort(busy, N, sizeof busy[0], cmp_double);
   fprintf(stderr,
           "predict_while_training: p50 %.0f us, p99 %.0f us idle; p50 %.0f us, p99 %.0f us while "
           "training (%d steps)\n",
           idle[N / 2] * 1e6, idle[N * 99 / 100] * 1e6, busy[N / 2] * 1e6, busy[N * 99 / 100] * 1e6,
-          a.steps);
+          atomic_load(&a.steps));
   grove_client_close(c);
   grove_sd_free(sd);
   ck_assert_int_eq(h_stop(&s), 0);

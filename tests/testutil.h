@@ -10,7 +10,9 @@
 
 /* Runs the suite, prints Check's summary line, exits 0 only when all passed.
  * Removes every directory grove_test_tmpdir() made during the run, however
- * its test ended (testutil.c says how). */
+ * its test ended, and when the run is stopped by SIGINT, SIGTERM, SIGHUP or
+ * SIGALRM (testutil.c says how); fails at once when the run's directory
+ * cannot be made.  Call it once, from main. */
 int grove_test_run(Suite *s);
 #define GROVE_TEST_MAIN(suite_fn) \
   int main(void) { return grove_test_run(suite_fn()); }
@@ -24,9 +26,9 @@ char *grove_test_read_file(const char *path, size_t *len);
 /* Writes len bytes to path; returns 0 on success. */
 int grove_test_write_file(const char *path, const void *data, size_t len);
 /* A fresh temporary directory (mkdtemp) path in a static buffer; NULL if it
- * cannot be made.  Inside grove_test_run() it lies in the run's directory
- * and goes with it at the end, so a test need not remove it (removing it
- * early keeps a long run small). */
+ * cannot be made, and outside grove_test_run().  It lies in the run's
+ * directory and goes with it at the end, so a test need not remove it
+ * (removing it early keeps a long run small). */
 const char *grove_test_tmpdir(void);
 
 /* Element-wise closeness, as torch.allclose: |a-b| <= atol + rtol*|b|.

@@ -4,8 +4,9 @@ The test reads the first ```sh block under "## Five-minute tour" in README.md,
 so a README that drifts from what the tools do fails here.  Its first line
 must be `make run &`; instead of it the test starts groved itself with the
 arguments of the Makefile's run target, on free ports (the defaults may be
-taken by another groved on the machine), and points the commands at them
-with GROVE_SERVER and GROVE_PUB.  `build/grove` becomes $GROVE_BIN (the
+taken by another groved on the machine): every listener whose default port
+`groved --help` names gets one, and the commands are pointed at them with
+GROVE_SERVER and GROVE_PUB.  `build/grove` becomes $GROVE_BIN (the
 variant under test) and /tmp/ a temporary directory.  Every other line runs
 as written, one `bash -c` each from the repository root (a line ending in
 `&` in the background, as a shell would), and must exit 0 with the output
@@ -51,6 +52,25 @@ def run_target_args():
     return ex.group(1).split()
 
 
+def listener_ports():
+    """Every groved option whose default is a port on this machine, as
+    `groved --help` says, each with a free port in the default's form:
+    {"--listen": "tcp://127.0.0.1:P", "--http": "127.0.0.1:P", ...}.  The
+    tour then depends on no default port, listeners added later included."""
+    r = subprocess.run([GROVED, "--help"], capture_output=True, text=True, timeout=30)
+    ports, flag = {}, None
+    for line in (r.stdout + r.stderr).splitlines():
+        m = re.match(r"\s+(--[a-z][\w-]*)", line)
+        if m:
+            flag = m.group(1)
+        d = re.search(r"default ((?:tcp://)?127\.0\.0\.1:)\d+", line)
+        if flag and d and flag not in ports:
+            ports[flag] = f"{d.group(1)}{free_port()}"
+    for needed in ("--listen", "--http", "--pub", "--admin-listen"):
+        assert needed in ports, f"groved --help names no default port for {needed}:\n{r.stdout}"
+    return ports
+
+
 def groved_said(proc, log):
     """groved's state and log, for a failure's message: a tour line that
     fails or hangs is most often a groved that is not there."""
@@ -91,15 +111,14 @@ def test_tour_runs_as_written():
                    "export digits"):
         assert needed in joined, f"the tour lost '{needed}'"
     with tempfile.TemporaryDirectory() as tmp:
-        port, http, pub, admin = free_port(), free_port(), free_port(), free_port()
-        # Free addresses for every listener: the tour's commands find them in
-        # the environment (GROVE_ADMIN: where reload, hook and export go).
-        env = dict(os.environ, GROVE_SERVER=f"tcp://127.0.0.1:{port}",
-                   GROVE_PUB=f"tcp://127.0.0.1:{pub}", GROVE_ADMIN=f"tcp://127.0.0.1:{admin}")
+        ports = listener_ports()
+        # The tour's commands find the addresses in the environment
+        # (GROVE_ADMIN: where reload, hook and export go).
+        env = dict(os.environ, GROVE_SERVER=ports["--listen"], GROVE_PUB=ports["--pub"],
+                   GROVE_ADMIN=ports["--admin-listen"])
         log = open(os.path.join(tmp, "groved.log"), "w+")
-        proc = subprocess.Popen([GROVED, *run_target_args(), "--listen", env["GROVE_SERVER"],
-                                 "--http", f"127.0.0.1:{http}", "--pub", env["GROVE_PUB"],
-                                 "--admin-listen", env["GROVE_ADMIN"], "--workers", "1"],
+        proc = subprocess.Popen([GROVED, *run_target_args(),
+                                 *[a for kv in ports.items() for a in kv], "--workers", "1"],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         seen = {}
         bg = []
