@@ -164,7 +164,7 @@ struct grove_module {
   void *impl; /* type-specific settings and derived data; owned */
   bool training;
   /* The constructor left refresh to the load that follows (grove_model_open
-   * builds so; core/internal.h, "deferred refresh"): impl holds no derived
+   * builds so; core/nn/module_internal.h, "deferred refresh"): impl holds no derived
    * data yet and forward must not run.  Cleared by load_state_dict. */
   bool refresh_pending;
   int refcount; /* atomic */
@@ -175,7 +175,7 @@ struct grove_module {
   grove_child *children;
   size_t nchildren, children_cap;
   struct grove_hooks *hooks; /* NULL when this module has no hooks */
-  /* Private to core/module.c: a hash of the children's names once there are
+  /* Private to core/nn/module.c: a hash of the children's names once there are
    * many (NULL before), so that adding N children costs O(N), not O(N^2). */
   void *child_index;
 };

@@ -164,7 +164,7 @@ grove__linear_pack *grove__linear_pack_new(const float *W, int64_t N, int64_t K)
   enum { KB = 64 };
   const bool strips = p->kind == KIND_AVX2;
   for (int64_t pi = 0; pi < p->npanels; pi++) {
-    grove__yield_point(); /* a background build packs (core/yield.c) */
+    grove__yield_point(); /* a background build packs (core/base/yield.c) */
     int w = panel_width(N, pi);
     float *dst = p->data + pi * K * NR;
     int64_t n0 = pi * NR;
@@ -457,7 +457,7 @@ static void blas_run(const grove__linear_pack *p, const float *x, int64_t M, con
   } else {
     /* N and K fit an int (pack_new); M is cut if it does not, and into
      * blocks of 32 rows on a background thread, whose yield points are
-     * between OpenBLAS's calls (core/yield.c). */
+     * between OpenBLAS's calls (core/base/yield.c). */
     const int64_t step = grove__yield_every_ns ? 32 : INT_MAX;
     for (int64_t r = 0; r < M; r += step) {
       int64_t m = M - r < step ? M - r : step;
@@ -594,7 +594,7 @@ static void claim_chunks(pool *pl, uint32_t gen) {
       continue; /* w now holds the current word */
     run_chunk(&pl->cur, word_next(w));
     atomic_fetch_add_explicit(&pl->done, 1, memory_order_release);
-    grove__yield_point(); /* a background caller's, between its chunks (core/yield.c) */
+    grove__yield_point(); /* a background caller's, between its chunks (core/base/yield.c) */
     w = atomic_load_explicit(&pl->work, memory_order_acquire);
   }
 }
@@ -925,7 +925,7 @@ void grove__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t
     }
   }
   if (grove__yield_every_ns) {
-    /* A background thread (core/yield.c): the chunks' ends are its yield
+    /* A background thread (core/base/yield.c): the chunks' ends are its yield
      * points, as they would be a pool's hand-offs. */
     for (int64_t b = 0; b < n; b += grain) {
       fn(ctx, b, n - b < grain ? n : b + grain);
@@ -938,7 +938,7 @@ void grove__parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t
 
 /* ================================================================ general products */
 
-/* grove__gemm (internal.h): C = op(A) . op(B) (+ C) for operands that change
+/* grove__gemm (kernels.h): C = op(A) . op(B) (+ C) for operands that change
  * at every call, as training's do.  The AVX-512 path packs op(B) into the
  * panels of the Linear kernel (into the caller's workspace, so nothing is
  * allocated) and runs the same register tiles over it (gtile: tile() without

@@ -72,7 +72,7 @@ uint32_t grove__crc32(uint32_t crc, const void *data, size_t len) {
   const uint8_t *p = data;
   uLong c = crc;
   while (len > 0) {
-    /* 64 KB at a time: a background build's yield points (core/yield.c). */
+    /* 64 KB at a time: a background build's yield points (core/base/yield.c). */
     uInt n = len > (1u << 16) ? (1u << 16) : (uInt)len;
     grove__yield_point();
     c = crc32(c, p, n);
@@ -500,7 +500,7 @@ grove_status grove__zip_extract(const grove__zip *z, const grove__zip_entry *e, 
 
 /* The archive layout lives in grove__zip_dir alone: grove__zipw below
  * writes its bytes as they come, and the torch file plan
- * (core/export_plan.c, which grove_torch_write streams) lays the same bytes
+ * (core/io/export_plan.c, which grove_torch_write streams) lays the same bytes
  * out as segments. */
 
 typedef struct zipw_rec {

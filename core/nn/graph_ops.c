@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph.h"
+#include "graph_ops.h"
 #include "layers_internal.h"
 
 size_t grove__tensor_extent(const grove_tensor *t) {

@@ -12,7 +12,7 @@
  * and grove_torch_write build the plan and stream its segments into the
  * file (grove__file_plan_write), so a served export and a written file are
  * the same bytes by construction.  The zip headers themselves are encoded by
- * core/torch_zip.c's grove__zip_dir, shared with the general zip writer.
+ * core/io/torch_zip.c's grove__zip_dir, shared with the general zip writer.
  * tests/check_export.c still compares plans with written files, over
  * state_dicts that reach every branch (tied tensors, views, metadata, more
  * than 256 memo entries and 1000 keys, ZIP64 fields).
@@ -390,7 +390,7 @@ done:
 
 /* ================================================================ pickle */
 
-/* The protocol-2 pickle of core/torch_save.c's format comment. */
+/* The protocol-2 pickle of core/io/torch_save.c's format comment. */
 
 typedef struct pkbuf {
   uint8_t *p;
@@ -675,7 +675,7 @@ static void build_pickle(pkbuf *b, const grove_state_dict *sd, const size_t *sto
 
 /* ================================================================ zip */
 
-/* The archive's records, laid out by core/torch_zip.c's grove__zip_dir (the
+/* The archive's records, laid out by core/io/torch_zip.c's grove__zip_dir (the
  * one encoder of zip headers; grove__zipw writes the same bytes). */
 typedef struct zplan {
   grove_file_plan *p;

@@ -932,7 +932,7 @@ static grove_status refresh_all(grove_module *root, grove_err *err) {
   return refresh_tree(root, false, err);
 }
 
-/* The deferral of constructors' refresh (internal.h). */
+/* The deferral of constructors' refresh (module_internal.h). */
 static _Thread_local int refresh_defer_depth;
 
 void grove__refresh_defer_begin(void) {
@@ -1068,7 +1068,7 @@ static grove_status forward_with_hooks(const grove_module *m, grove_fwd *f, cons
 grove_status grove_module_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                   grove_values *out) {
   if (!m->type->forward) return not_callable(m, f);
-  grove__yield_point(); /* a background build's trial forward (core/yield.c) */
+  grove__yield_point(); /* a background build's trial forward (core/base/yield.c) */
   /* A channels-last result goes back only to a caller that allows it; the
    * flag is the caller's again afterwards, whatever the calls inside set. */
   const bool channels_last = f->channels_last_ok;

@@ -25,7 +25,7 @@ void grove__log(grove_log_level level, const char *id, const char *fmt, ...)
 
 /* ------------------------------------------------------------ yield points
  *
- * A background thread's long loops (grove_thread_yield_every; core/yield.c
+ * A background thread's long loops (grove_thread_yield_every; core/base/yield.c
  * says why) call grove__yield_point() every few tens of microseconds of
  * work; it yields the core once the thread's interval has passed.  On every
  * other thread it is one thread-local load. */

@@ -10,7 +10,7 @@
  * the checkpoint are still what they were when the build began, does the
  * caller get a model.
  *
- * The tree is built with the large layers' refresh deferred (internal.h):
+ * The tree is built with the large layers' refresh deferred (module_internal.h):
  * their weights are packed once, by the load, from the checkpoint's values,
  * and never from the constructors' zeros.
  *
@@ -523,7 +523,7 @@ grove_status grove_model_open(const char *dir, const grove_model_opts *opts, gro
   grove_status s = read_text(spec_path, &text, err);
   /* The checkpoint replaces the constructors' zero weights: packing those
    * first would cost a packed copy of the weights on top of old + new during
-   * every reload (internal.h, "deferred refresh"). */
+   * every reload (module_module_internal.h, "deferred refresh"). */
   grove__refresh_defer_begin();
   if (!s) s = grove_model_from_spec(text, spec_path, &m, err);
   grove__refresh_defer_end();

@@ -733,7 +733,7 @@ grove_status grove_replica_backward(grove_replica *r, const grove_tensor *grad_o
     bool has = false;
     for (int i = 0; i < nd->nout && !has; i++) has = nd->out[i] >= 0 && t->vars[nd->out[i]].grad;
     if (!has) continue;
-    grove__yield_point(); /* a training session's step (core/yield.c) */
+    grove__yield_point(); /* a training session's step (core/base/yield.c) */
     grove_status s = nd->backward(t, nd);
     if (s) return s;
   }

@@ -1,8 +1,8 @@
 /* layers_linear.c: torch.nn.Linear, y = x W^T + b over the last dim.
  *
- * The weight is packed for the GEMM kernel (core/gemm.c) in refresh, which
+ * The weight is packed for the GEMM kernel (core/kernels/gemm.c) in refresh, which
  * runs after construction (unless the tree is built for a load, which packs
- * the loaded weight instead: internal.h, "deferred refresh") and after every
+ * the loaded weight instead: module_internal.h, "deferred refresh") and after every
  * load_state_dict; forward only runs the kernel on the pack, so it allocates
  * nothing but its output.  The bias is copied into impl at the same time, so
  * that forward reads nothing but impl.  A strided input is copied into the
@@ -168,7 +168,7 @@ grove_status grove_linear_new(int64_t in_features, int64_t out_features, bool bi
   if (!s) s = grove_module_register_parameter(m, "bias", b, err);
   grove_tensor_release(w);
   grove_tensor_release(b);
-  /* Packs the zero weight, unless the tree is built for a load (internal.h,
+  /* Packs the zero weight, unless the tree is built for a load (module_internal.h,
    * "deferred refresh"). */
   if (!s) s = grove__refresh_new(m, err);
   if (s != GROVE_OK) {

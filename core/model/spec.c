@@ -1,7 +1,7 @@
 /* spec.c: model.json (format "grove.model/1") parsed into a Module tree and
  * the model's input/output spec and batching settings.
  *
- * The tree is built depth-first through the layer registry (internal.h): each
+ * The tree is built depth-first through the layer registry (module_internal.h): each
  * module object goes to its type's from_json, which reads the constructor
  * arguments and refuses unknown ones; this file reads what is about the tree
  * itself ("children", "ref", "tied", "graph") and the top-level keys.

@@ -107,7 +107,7 @@ const uint8_t *grove__zipw_data(const grove__zipw *w, size_t *len);
 void grove__zipw_free(grove__zipw *w);
 
 /* The archive layout itself, shared by grove__zipw (which writes the bytes
- * as it goes) and the torch file plan (core/export_plan.c, which lays the
+ * as it goes) and the torch file plan (core/io/export_plan.c, which lays the
  * same bytes out as segments for grove_torch_write and groved's export): the
  * records listed so far and the encoding of every header.  Messages are not
  * prefixed with a file name; callers add theirs. */

@@ -1,5 +1,5 @@
 /* backward.h: the tape of a training forward, and what the training ops
- * (core/backward_*.c) share with the replica (core/train.c).  Internal to
+ * (core/backward_*.c) share with the replica (core/train/train.c).  Internal to
  * libgrove (tests may include it).
  *
  * A training forward works on *vars*: every tensor it produces is a var (a
@@ -203,7 +203,7 @@ float *grove__grad_fresh(grove__tape *t, int v, bool *fresh);
  * (reused by the next product: hold it for one call only).  NULL with err
  * set when out of memory. */
 void *grove__tape_ws(grove__tape *t, size_t n);
-/* grove__gemm (core/internal.h: C[M,N] (+)= op(A) . op(B) with flags) on
+/* grove__gemm (core/kernels/kernels.h: C[M,N] (+)= op(A) . op(B) with flags) on
  * the tape's workspace: Grove's kernel where the CPU has it, its yield
  * points included (a background session's products yield too), else
  * cblas_sgemm.  GROVE_E_NOMEM with err set when out of memory.  The tape's

@@ -969,7 +969,7 @@ static grove_status conv_new(int nd, int64_t cin, int64_t cout, const grove_conv
       s = grove_module_register_parameter(m, "bias", NULL, err);
   }
   /* Copies and packs the zero weight, unless the tree is built for a load
-   * (internal.h, "deferred refresh"). */
+   * (module_module_internal.h, "deferred refresh"). */
   if (!s) s = grove__refresh_new(m, err);
   if (s) {
     grove_module_release(m);

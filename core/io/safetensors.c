@@ -465,7 +465,7 @@ grove_status grove_safetensors_read(const char *path, grove_state_dict **out, gr
 /* ------------------------------------------------------------ writer */
 
 /* The layout (header, key order, data order and alignment) is
- * grove_safetensors_plan's (core/export_plan.c), which groved also streams
+ * grove_safetensors_plan's (core/io/export_plan.c), which groved also streams
  * for ExportStateDict; the writer streams the same segments into the file.
  * Non-contiguous tensors are copied contiguous while planning. */
 grove_status grove_safetensors_write(const char *path, const grove_state_dict *sd, grove_err *err) {

@@ -4,7 +4,7 @@
  * norm1/2; layers.N. under an encoder).
  *
  * MultiheadAttention: the input projection is one packed GEMM of the
- * in_proj weight (core/gemm.c) when query, key and value are one tensor
+ * in_proj weight (core/kernels/gemm.c) when query, key and value are one tensor
  * (self-attention), else three.  Scores, softmax and the weighted sum run per
  * batch item and head straight on the projected rows (no transposed copies of
  * q, k, v: a head is a column block of a row-major matrix), with the softmax
@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph.h"
+#include "graph_ops.h"
 #include "layers_internal.h"
 #include "observe.h"
 
@@ -596,7 +596,7 @@ grove_status grove_multihead_attention_new(int64_t embed_dim, int64_t num_heads,
   grove_module *op = NULL;
   if (!s) s = add_child(m, "out_proj", grove_linear_new(E, E, bias, &op, err), &op, err);
   /* Packs the zero in_proj_weight, unless the tree is built for a load
-   * (internal.h, "deferred refresh"). */
+   * (module_module_internal.h, "deferred refresh"). */
   if (!s) s = grove__refresh_new(m, err);
   if (s) {
     grove_module_release(m);

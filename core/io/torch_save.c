@@ -23,8 +23,8 @@
  * torch.save of a tied state_dict does.  Every storage is written
  * contiguous: a non-contiguous tensor is gathered first.
  *
- * The layout is built once, as a file plan (core/export_plan.c: pickle,
- * storages and zip records, the zip headers encoded by core/torch_zip.c's
+ * The layout is built once, as a file plan (core/io/export_plan.c: pickle,
+ * storages and zip records, the zip headers encoded by core/io/torch_zip.c's
  * grove__zip_dir), which groved also streams for ExportStateDict; this
  * file only turns that plan into a file or a buffer.  Non-contiguous
  * tensors are copied contiguous while planning.

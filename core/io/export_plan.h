@@ -1,5 +1,5 @@
-/* export_plan.h: core/export_plan.c's hooks for the writers
- * (core/safetensors.c, core/torch_save.c) and the tests.  Never installed. */
+/* export_plan.h: core/io/export_plan.c's hooks for the writers
+ * (core/io/safetensors.c, core/io/torch_save.c) and the tests.  Never installed. */
 #ifndef GROVE_EXPORT_PLAN_H
 #define GROVE_EXPORT_PLAN_H
 
