@@ -14,6 +14,15 @@
 #include "grove/grove.h"
 #include "tensor_internal.h"
 
+/* Whether this compiler builds the x86 vector paths (AVX-512, AVX2) beside
+ * the portable loops; which of them runs is grove__cpu_avx512 /
+ * grove__cpu_avx2's answer (cpu.c: GROVE_GEMM=avx2 turns AVX-512 off). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define GROVE__X86_SIMD 1
+#else
+#define GROVE__X86_SIMD 0
+#endif
+
 /* ------------------------------------------------------------ linear kernel */
 
 /* The GEMM behind Linear: y[M,N] = act(x[M,K] . W^T + b), W in torch's

@@ -15,23 +15,11 @@
  * 16 x 16 blocks go through AVX-512 registers (16 loads, 64 shuffles, 16
  * stores) where the CPU has it; edges and other CPUs take the scalar
  * loops. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define CONV_HAVE_AVX512 1
+#if GROVE__X86_SIMD
 #include <immintrin.h>
-#else
-#define CONV_HAVE_AVX512 0
 #endif
 
-/* grove__cpu_avx512 (cpu.c): GROVE_GEMM=avx2 turns this path off too. */
-static bool have_avx512(void) {
-#if CONV_HAVE_AVX512
-  return grove__cpu_avx512();
-#else
-  return false;
-#endif
-}
-
-#if CONV_HAVE_AVX512
+#if GROVE__X86_SIMD
 GROVE__TARGET_PUSH("avx512f")
 
 /* out[j] = column j of the 16 x 16 block at src (rows lds floats apart). */
@@ -85,20 +73,20 @@ static void tr16_epilogue(const float *src, int64_t lds, float *dst, int64_t ldd
 }
 
 GROVE__TARGET_POP
-#endif /* CONV_HAVE_AVX512 */
+#endif /* GROVE__X86_SIMD */
 
 /* dst[i][c] = src[c][i] for a [C, HW] plane block, positions [b0 * 16,
  * b1 * 16) (clipped to HW). */
 void grove__nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t C, int64_t HW,
                          int64_t b0, int64_t b1) {
   enum { T = 16 };
-  const bool fast = have_avx512();
+  const bool fast = grove__cpu_avx512();
   const int64_t end = b1 * T < HW ? b1 * T : HW;
   for (int64_t i0 = b0 * T; i0 < end; i0 += T) {
     const int64_t ni = HW - i0 < T ? HW - i0 : T;
     for (int64_t c0 = 0; c0 < C; c0 += T) {
       const int64_t nc = C - c0 < T ? C - c0 : T;
-#if CONV_HAVE_AVX512
+#if GROVE__X86_SIMD
       if (fast && ni == T && nc == T) {
         tr16_store(src + c0 * HW + i0, HW, dst + i0 * C + c0, C);
         continue;
@@ -122,13 +110,13 @@ void grove__nhwc_epilogue(const float *acc, int64_t lda, float *y, int64_t P, in
                           const float *scale, const float *shift, bool relu, int64_t b0,
                           int64_t b1) {
   enum { T = 16 };
-  const bool fast = have_avx512();
+  const bool fast = grove__cpu_avx512();
   const int64_t end = b1 * T < P ? b1 * T : P;
   for (int64_t p0 = b0 * T; p0 < end; p0 += T) {
     const int64_t pn = P - p0 < T ? P - p0 : T;
     for (int64_t c0 = 0; c0 < n; c0 += T) {
       const int64_t cn = n - c0 < T ? n - c0 : T;
-#if CONV_HAVE_AVX512
+#if GROVE__X86_SIMD
       if (fast && pn == T && cn == T) {
         tr16_epilogue(acc + p0 * lda + c0, lda, y + c0 * P + p0, P, scale + c0, shift + c0, relu);
         continue;

@@ -8,21 +8,9 @@
 
 #include "kernels.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define CONV_HAVE_AVX512 1
+#if GROVE__X86_SIMD
 #include <immintrin.h>
-#else
-#define CONV_HAVE_AVX512 0
 #endif
-
-/* grove__cpu_avx512 (cpu.c): GROVE_GEMM=avx2 turns this path off too. */
-static bool have_avx512(void) {
-#if CONV_HAVE_AVX512
-  return grove__cpu_avx512();
-#else
-  return false;
-#endif
-}
 
 /* ------------------------------------------------------------ Winograd */
 
@@ -82,7 +70,7 @@ static void wino_out_scalar(const float *M, int64_t ms, int64_t c0, int64_t c1, 
   }
 }
 
-#if CONV_HAVE_AVX512
+#if GROVE__X86_SIMD
 /* The transforms on W lanes of vector type VT, written once for both
  * widths (AVX-512: 16, AVX2: 8; P is the intrinsics' prefix) and compiled
  * in each one's target region below.  The same operations in the same
@@ -152,11 +140,11 @@ GROVE__TARGET_PUSH("avx2,fma")
 WINO_TRANSFORMS(avx2, __m256, 8, _mm256)
 GROVE__TARGET_POP
 
-#endif /* CONV_HAVE_AVX512 */
+#endif /* GROVE__X86_SIMD */
 
 void grove__wino_in(const float *const d[16], int64_t C, float *V, int64_t vs) {
-#if CONV_HAVE_AVX512
-  if (have_avx512()) {
+#if GROVE__X86_SIMD
+  if (grove__cpu_avx512()) {
     wino_in_avx512(d, C, V, vs);
     return;
   }
@@ -170,8 +158,8 @@ void grove__wino_in(const float *const d[16], int64_t C, float *V, int64_t vs) {
 
 void grove__wino_out(const float *M, int64_t ms, int64_t Co, float *const y[4],
                      const grove__wino_ep *ep) {
-#if CONV_HAVE_AVX512
-  if (have_avx512()) {
+#if GROVE__X86_SIMD
+  if (grove__cpu_avx512()) {
     wino_out_avx512(M, ms, Co, y, ep);
     return;
   }
