@@ -134,8 +134,11 @@ $(BUILD)/%.o: %.c | $(DEPSTAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -MMD -MP -c $< -o $@
 
+# Made afresh: `ar r` into an existing archive keeps the members of files
+# that were since removed or moved, which would still be linked.
 $(LIBGROVE): $(CORE_OBJ)
 	@mkdir -p $(dir $@)
+	@rm -f $@
 	ar rcs $@ $^
 
 $(GROVE_BIN): $(CLIENT_OBJ) $(LIBGROVE)
