@@ -51,8 +51,28 @@ DEPSTAMP := $(DEPS_BUILD)
 endif
 
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Wvla
+# core/ is in folders that are its layers (docs/architecture.md, "core/"),
+# each using only those below it.  A folder's objects compile with the
+# include paths of its own layer and those below only (INC, set per folder
+# below), so that an #include of a higher layer's header does not compile;
+# tools/check_layers.py checks the calls (mk/layers_core.mk).  io/ sits
+# beside kernels/ and nn/ on top of tensor/; graph/ sees both nn/ and io/.
+# Everything else (server/, client/, tests/, bench/) gets CORE_INC_ALL and
+# -Iclient; core/internal.h, on no layer's path, gathers the lower layers'
+# internal headers for it.
+CORE_LAYERS      := base tensor kernels nn io graph model train
+CORE_INC_base    := -Icore/base
+CORE_INC_tensor  := $(CORE_INC_base) -Icore/tensor
+CORE_INC_kernels := $(CORE_INC_tensor) -Icore/kernels
+CORE_INC_nn      := $(CORE_INC_kernels) -Icore/nn
+CORE_INC_io      := $(CORE_INC_tensor) -Icore/io
+CORE_INC_graph   := $(CORE_INC_nn) -Icore/io -Icore/graph
+CORE_INC_model   := $(CORE_INC_graph) -Icore/model
+CORE_INC_train   := $(CORE_INC_model) -Icore/train
+CORE_INC_ALL     := -Icore $(CORE_INC_train)
+INC              := $(CORE_INC_ALL) -Iclient
 CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -pthread $(OPT) $(WARN) \
-           -Iinclude -Icore -Iclient $(SANFLAGS) -fPIC
+           -Iinclude $(INC) $(SANFLAGS) -fPIC
 LDFLAGS += $(SANFLAGS) -pthread
 
 # Recursive on purpose (see the top): expanded in recipes, after $(DEPSTAMP).
@@ -60,7 +80,7 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs jansson openblas zlib 2>/dev/null) -lm
 CHECK_LIBS = $(shell pkg-config --libs check 2>/dev/null)
 
-CORE_SRC   := $(wildcard core/*.c)
+CORE_SRC   := $(foreach d,$(CORE_LAYERS),$(wildcard core/$(d)/*.c))
 CORE_OBJ   := $(CORE_SRC:%.c=$(BUILD)/%.o)
 CLIENT_SRC := $(wildcard client/*.c)
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/%.o)
@@ -107,12 +127,18 @@ $(DEPS_TEST): scripts/deps.sh
 
 deps: $(DEPSTAMP)
 
+# A core folder's own include paths (see CORE_LAYERS above).
+$(foreach d,$(CORE_LAYERS),$(eval $(BUILD)/core/$(d)/%.o: INC := $(CORE_INC_$(d))))
+
 $(BUILD)/%.o: %.c | $(DEPSTAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -MMD -MP -c $< -o $@
 
+# Made afresh: `ar r` into an existing archive keeps the members of files
+# that were since removed or moved, which would still be linked.
 $(LIBGROVE): $(CORE_OBJ)
 	@mkdir -p $(dir $@)
+	@rm -f $@
 	ar rcs $@ $^
 
 $(GROVE_BIN): $(CLIENT_OBJ) $(LIBGROVE)
@@ -209,7 +235,7 @@ install: all
 	install -m 644 tools/grove_export.py $(DESTDIR)$(PREFIX)/share/grove/
 
 fmt:
-	clang-format -i $(CORE_SRC) $(CLIENT_SRC) $(TEST_SRC) include/grove/*.h core/*.h
+	clang-format -i $(CORE_SRC) $(CLIENT_SRC) $(TEST_SRC) include/grove/*.h core/*.h core/*/*.h
 
 clean:
 	rm -rf build

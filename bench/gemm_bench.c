@@ -5,9 +5,9 @@
  * then one bias+ReLU pass).
  *
  * Build and run (`make gemm-bench` has the rule, in mk/gemm_bench.mk; or):
- *   cc -O2 -std=c11 -D_DEFAULT_SOURCE -pthread -Iinclude -Icore \
- *      $(pkg-config --cflags openblas) bench/gemm_bench.c core/gemm.c core/log.c \
- *      -o build/gemm_bench $(pkg-config --libs openblas) -lm
+ *   cc -O2 -std=c11 -D_DEFAULT_SOURCE -pthread -Iinclude -Icore -Icore/base -Icore/nn \
+ *      -Icore/tensor -Icore/kernels $(pkg-config --cflags openblas) bench/gemm_bench.c \
+ *      build/release/libgrove.a -o build/gemm_bench $(pkg-config --libs jansson openblas zlib) -lm
  *   build/gemm_bench [--threads T] [--seconds S] [--batches 1,64,256] [--layers]
  *
  * The machine this was written on is a 2-vCPU VM whose host is shared, so

@@ -22,7 +22,7 @@
 # reloads that fail at once, the clients' and RPCs' share of a storm, and train: a training
 # session stepping flat out beside the predicts; default all but control and train),
 # GROVE_RELOAD_BENCH_NO_YIELD=1 (every measurement also runs with --background-yield-us 0,
-# alternating: what the background threads' yields are worth, core/yield.c).
+# alternating: what the background threads' yields are worth, core/base/yield.c).
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,5 +1,5 @@
 /* fuzz_pickle.c: libFuzzer target for the restricted unpickler
- * (core/pickle.c) and the state_dict walker behind it (core/torch_load.c).
+ * (core/io/pickle.c) and the state_dict walker behind it (core/io/torch_load.c).
  * Input: a data.pkl.  When it unpickles, it is put in an archive beside
  * storages data/0 .. data/7 of 256 bytes each (the seed pickles refer to
  * those) and read as a checkpoint. */

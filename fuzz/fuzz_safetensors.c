@@ -1,5 +1,5 @@
 /* fuzz_safetensors.c: libFuzzer target for the safetensors reader
- * (core/safetensors.c).  Input: a whole safetensors file. */
+ * (core/io/safetensors.c).  Input: a whole safetensors file. */
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

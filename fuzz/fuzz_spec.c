@@ -1,4 +1,4 @@
-/* fuzz_spec.c: libFuzzer target for model.json (core/spec.c, the layer
+/* fuzz_spec.c: libFuzzer target for model.json (core/model/spec.c, the layer
  * builders, graph_compile.c) and for running what it builds (graph.c, the
  * layers' forwards).  Input: a model.json text.
  *

@@ -1,6 +1,6 @@
 /* fuzz_zip.c: libFuzzer target for torch.save archives: the zip directory
- * reader (core/torch_zip.c) and everything behind it (core/pickle.c,
- * core/torch_load.c), with a round trip through the writer.  Input: a whole
+ * reader (core/io/torch_zip.c) and everything behind it (core/io/pickle.c,
+ * core/io/torch_load.c), with a round trip through the writer.  Input: a whole
  * .pt file. */
 #include "fuzz_common.h"
 

@@ -23,10 +23,11 @@ FUZZ_SECONDS       ?= 60
 FUZZ_SMOKE_SECONDS ?= 6
 FUZZ_BUILD         := build/fuzz
 FUZZ_NAMES         := safetensors zip pickle spec
-FUZZ_SRC           := core/safetensors.c core/torch_zip.c core/pickle.c core/torch_load.c \
-                      core/export_plan.c \
-                      core/torch_save.c core/checkpoint.c core/tensor.c core/state_dict.c \
-                      core/status.c core/log.c core/fileio.c core/utf8.c core/yield.c
+FUZZ_SRC           := core/io/safetensors.c core/io/torch_zip.c core/io/pickle.c \
+                      core/io/torch_load.c core/io/export_plan.c core/io/torch_save.c \
+                      core/io/checkpoint.c core/io/fileio.c core/tensor/tensor.c \
+                      core/tensor/state_dict.c core/base/status.c core/base/log.c \
+                      core/base/utf8.c core/base/yield.c
 FUZZ_OBJ           := $(FUZZ_SRC:core/%.c=$(FUZZ_BUILD)/core/%.o)
 # fuzz_spec builds and runs models: all of the core, and BLAS.
 FUZZ_SPEC_OBJ      := $(CORE_SRC:core/%.c=$(FUZZ_BUILD)/core/%.o)
@@ -35,7 +36,7 @@ FUZZ_SAN           := -fsanitize=address,undefined -fno-sanitize-recover=undefin
 # FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION (the usual libFuzzer convention)
 # turns off the zip reader's CRC check, so that mutated archives get past it.
 FUZZ_CFLAGS        := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -pthread -g -O1 \
-                      -fno-omit-frame-pointer $(FUZZ_SAN) -Iinclude -Icore \
+                      -fno-omit-frame-pointer $(FUZZ_SAN) -Iinclude $(CORE_INC_ALL) \
                       -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
 # Recursive: pkg-config is asked in the recipe, after the dependency stamp.
 FUZZ_LIBS           = $(shell pkg-config --libs jansson zlib 2>/dev/null || echo -ljansson -lz) -lm -pthread

@@ -1,4 +1,4 @@
-# torch.save checkpoints (core/torch_zip.c inflates deflated records with
+# torch.save checkpoints (core/io/torch_zip.c inflates deflated records with
 # zlib, which the Makefile's PKGS carries).
 
 # `make bench-torch-load`: loading a ~500 MB state_dict as .pt and

@@ -8,7 +8,7 @@
  *      pinned (a reference) and its tree's state_dict taken (parameters and
  *      persistent buffers, torch's order, the dtypes as loaded); then, in
  *      libuv's pool, grove_safetensors_plan / grove_torch_plan describe the
- *      file as segments (core/export_plan.c: headers built, tensor data
+ *      file as segments (core/io/export_plan.c: headers built, tensor data
  *      referenced in place; the .pt plan reads every tensor once for the zip
  *      CRCs).  The export is registered and the reply carries its id, the
  *      version, the file's size and the first range asked for.

@@ -385,12 +385,12 @@ static void count_result(rjob *j) {
  * priority back (that needs CAP_SYS_NICE), and libuv's pool threads must
  * keep theirs for in-place loads, which run while the model is paused.
  * Only with one compute thread per forward: a thread at idle priority that
- * started a pool of compute helpers (core/gemm.c) would leave them at idle
+ * started a pool of compute helpers (core/kernels/gemm.c) would leave them at idle
  * priority for the workers that use them later.  What the build shares with
  * normal threads (a malloc arena, the address space's lock around mmap) it
  * holds briefly, and nothing on a worker's path takes either.  SCHED_IDLE
  * alone was not enough: the thread is also a background one
- * (grove_thread_yield_every: core/yield.c), which yields its core every
+ * (grove_thread_yield_every: core/base/yield.c), which yields its core every
  * --background-yield-us (100) of its work, or threads woken onto that core
  * wait for it for up to a scheduler tick. */
 #define BUILD_NICE 10
@@ -978,7 +978,7 @@ static void on_debounce_fire(uv_timer_t *t) {
    * half a file: wait for its close.  Whatever slips past (two writers, a
    * write that comes with no event) is caught by the build itself, which
    * refuses a file that changes while it is read or built from
-   * (core/model.c), and the write's own event brings the next reload. */
+   * (core/model/model.c), and the write's own event brings the next reload. */
   if (ms->writing && grove__now_ns() - ms->last_change < WATCH_OPEN_WRITER_MAX_NS) {
     uv_timer_start(&ms->debounce, on_debounce_fire, (uint64_t)ms->srv->cfg.watch_debounce_ms, 0);
     return;

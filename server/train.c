@@ -646,7 +646,7 @@ static void *session_main(void *arg) {
   if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10) != 0)
     grove__slog(GROVE_LOG_DEBUG, "train.nice", "could not lower the session's priority: %s",
                 strerror(errno));
-  /* ... and a background thread (core/yield.c): its steps yield the core
+  /* ... and a background thread (core/base/yield.c): its steps yield the core
    * every --background-yield-us of their work.  At nice 10 alone, a session
    * training flat out left predicts woken onto its core waiting for it for
    * up to a scheduler tick (p99 3 x steady). */

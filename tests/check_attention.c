@@ -140,7 +140,7 @@ static void run_case(const acase *c, grove_module *m, fixture *fx, const char *w
   for (int pass = 0; pass < 2; pass++) {
     grove_values out = {0};
     bool mha = m->type == &grove__mha_type;
-    if (mha) grove__mha_next_call(m, c->need_weights, c->average);
+    if (mha) grove__mha_next_call(&f, m, c->need_weights, c->average);
     size_t grows = grove_arena_grow_count(arena);
     ck_assert_ok(grove_module_forward(m, &f, &fx->in, &out), &err);
     if (pass == 1) ck_assert_uint_eq(grove_arena_grow_count(arena), grows);
@@ -201,7 +201,7 @@ START_TEST(test_mha_defaults) {
   assert_close("mha", &out.v[0], fx.y);
   assert_close("mha weights", &out.v[1], fx.a);
   /* A call set for another module does not apply. */
-  grove__mha_next_call(NULL, false, false);
+  grove__mha_next_call(&f, NULL, false, false);
   in.n = 1;
   ck_assert_ok(grove_module_forward(m, &f, &in, &out), &err);
   ck_assert_int_eq(out.n, 2);

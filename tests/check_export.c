@@ -1,7 +1,7 @@
 /* check_export.c: exporting a state_dict.
  *
  * Two parts:
- *   - plan: grove_safetensors_plan / grove_torch_plan (core/export_plan.c)
+ *   - plan: grove_safetensors_plan / grove_torch_plan (core/io/export_plan.c)
  *     produce, byte for byte, the files grove_safetensors_write and
  *     grove_torch_write write, over state_dicts that reach every branch of
  *     the writers (dtypes, empty and scalar tensors, tied tensors, strided

@@ -16,7 +16,7 @@
  *   - `grove export` killed part way leaves no file.
  *
  * The moment of a write inside a build is made exact by groved's testing aid
- * GROVE_TEST_LOAD_PAUSE (core/model.c): the build waits, between reading the
+ * GROVE_TEST_LOAD_PAUSE (core/model/model.c): the build waits, between reading the
  * checkpoint and building from it, until the test says go.  The model is
  * tests/fixtures_gen/reload.py's reload_mlp, whose outputs are exact
  * integers (A: ya, B: yb), and training.py's train_server_mlp.  No assertion

@@ -426,7 +426,7 @@ START_TEST(test_parallel_for) {
 }
 END_TEST
 
-/* A background thread (grove_thread_yield_every; core/yield.c) yields at
+/* A background thread (grove_thread_yield_every; core/base/yield.c) yields at
  * the products' and the parallel loops' yield points once its interval has
  * passed, and computes the same bits; a foreground thread never yields. */
 START_TEST(test_background_yields) {

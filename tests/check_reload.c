@@ -120,7 +120,7 @@ START_TEST(reload_basic) {
    * the log says the policy the build thread read back from the kernel. */
   ck_assert(h_log_contains(&s, ", built at SCHED_IDLE, "));
   /* ... as a background thread, which yields its core every 100 us of its
-   * work (server/reload.c, "priority"; core/yield.c). */
+   * work (server/reload.c, "priority"; core/base/yield.c). */
   ck_assert(h_log_contains(&s, ", built at SCHED_IDLE, yielding every 100 us ("));
   ck_assert(!h_log_contains(&s, ", built at nice 10, "));
   ck_assert(!h_log_contains(&s, ", built at normal priority, "));
@@ -247,7 +247,7 @@ START_TEST(reload_storm) {
   ck_assert(h_metric(&s, "grove_requests_total{model=\"reload_mlp\",status=\"OK\"}") ==
             (double)total + 1);
   /* Each build packs and runs a trial forward, whose products and modules
-   * are yield points (core/yield.c). */
+   * are yield points (core/base/yield.c). */
   ck_assert_msg(max_yields_every(&s, 1) > 0, "no build yielded: are builds background threads?");
   grove_sd_free(e.sd);
   ck_assert_int_eq(h_stop(&s), 0);

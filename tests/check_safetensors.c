@@ -1,5 +1,5 @@
-/* check_safetensors.c: the safetensors reader and writer (core/safetensors.c)
- * and the checkpoint dispatcher (core/checkpoint.c).
+/* check_safetensors.c: the safetensors reader and writer (core/io/safetensors.c)
+ * and the checkpoint dispatcher (core/io/checkpoint.c).
  *
  * Round trips of every dtype, zero-copy observed through storage pointers, a
  * file written by the Python side (tests/fixtures_gen/safetensors.py), and

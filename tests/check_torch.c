@@ -1,5 +1,5 @@
-/* check_torch.c: torch.save checkpoints (core/torch_zip.c, core/pickle.c,
- * core/torch_load.c, core/torch_save.c).
+/* check_torch.c: torch.save checkpoints (core/io/torch_zip.c, core/io/pickle.c,
+ * core/io/torch_load.c, core/io/torch_save.c).
  *
  * - Files written by real torch.save (tests/fixtures_gen/torch_ckpt.py) read
  *   by Grove and compared bit for bit with the same tensors saved as

@@ -1,5 +1,5 @@
 /* check_zip.c: hostile zip archives for the torch.save reader
- * (core/torch_zip.c), built here byte by byte: records that overlap one
+ * (core/io/torch_zip.c), built here byte by byte: records that overlap one
  * another or the central directory (the zip bombs that made a 24.5 KB file
  * inflate to 512 MiB), and deflate streams that end before their record.
  * The well-formed archives and the other refusals are in check_torch.c. */

@@ -583,9 +583,9 @@ def _expected_keys(model):
 # ---------------------------------------------------------------- graphs (torch.fx)
 
 # Operations a graph may call, by the callable fx records: the canonical name
-# Grove knows it by (core/graph.c's table) and the callable's own positional
+# Grove knows it by (core/graph/graph.c's table) and the callable's own positional
 # parameters, which the exporter binds to names.  Methods of Tensor are keyed
-# by name.  Keep in step with opdefs in core/graph.c and docs/model-spec.md.
+# by name.  Keep in step with opdefs in core/graph/graph.c and docs/model-spec.md.
 _OPS = None
 _METHODS = {
     "add": ("input", "other"), "sub": ("input", "other"), "mul": ("input", "other"),
@@ -597,7 +597,7 @@ _METHODS = {
     "mean": ("input", "dim", "keepdim", "dtype"), "sum": ("input", "dim", "keepdim", "dtype"),
     "size": ("input", "dim"), "contiguous": ("input", "memory_format"),
 }
-# Canonical parameter order (core/graph.c), for writing args positionally.
+# Canonical parameter order (core/graph/graph.c), for writing args positionally.
 _CANON = {
     "add": ("input", "other", "alpha"), "sub": ("input", "other", "alpha"),
     "mul": ("input", "other"), "div": ("input", "other", "rounding_mode"),

@@ -107,7 +107,7 @@ grove_status grove_checkpoint_read(const char *path, grove_state_dict **out, gro
 
 /* ------------------------------------------------------------ file plans */
 
-/* A checkpoint file described instead of written (core/export_plan.c): the
+/* A checkpoint file described instead of written (core/io/export_plan.c): the
  * exact bytes grove_safetensors_write or grove_torch_write would write for a
  * state_dict, as a list of segments (headers, pickle and zip records owned by
  * the plan, the tensors' data referenced in place), so that any byte range of

@@ -42,7 +42,7 @@ const char *grove_compute_kernel(void);
  * (matrix products and their packing, module forwards and backwards, graph
  * nodes, optimizer updates, checkpoint checks) it calls sched_yield() at
  * least every interval_us, so that threads woken onto its core run without
- * waiting for the scheduler's tick (core/yield.c says why; OpenBLAS's own
+ * waiting for the scheduler's tick (core/base/yield.c says why; OpenBLAS's own
  * loops have no yield points).  0 makes it a foreground thread again, the
  * default.  Affects the calling thread only; call it from that thread.
  * grove_thread_yields: how many times the calling thread has yielded. */

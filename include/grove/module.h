@@ -91,6 +91,17 @@ typedef struct grove_fwd {
    * grove_module_forward returns contiguous tensors (grove_module_call
    * always does), and hooks always see contiguous ones. */
   bool channels_last_ok;
+  /* The keyword arguments of one MultiheadAttention call (torch's
+   * need_weights and average_attn_weights), which a module forward cannot
+   * take with its tensors: set by the caller (a graph's call node, a
+   * TransformerEncoderLayer's self-attention) just before it calls the
+   * module mha.m, read and cleared by that module's forward; any other
+   * forward ignores it.  mha.m NULL (as in a zeroed grove_fwd): torch's
+   * defaults (true, true). */
+  struct {
+    const struct grove_module *m;
+    bool need_weights, average;
+  } mha;
 } grove_fwd;
 
 /* The index of m in o->modules, or -1 when o is NULL or does not watch m.
@@ -153,7 +164,7 @@ struct grove_module {
   void *impl; /* type-specific settings and derived data; owned */
   bool training;
   /* The constructor left refresh to the load that follows (grove_model_open
-   * builds so; core/internal.h, "deferred refresh"): impl holds no derived
+   * builds so; core/nn/module_internal.h, "deferred refresh"): impl holds no derived
    * data yet and forward must not run.  Cleared by load_state_dict. */
   bool refresh_pending;
   int refcount; /* atomic */
@@ -164,7 +175,7 @@ struct grove_module {
   grove_child *children;
   size_t nchildren, children_cap;
   struct grove_hooks *hooks; /* NULL when this module has no hooks */
-  /* Private to core/module.c: a hash of the children's names once there are
+  /* Private to core/nn/module.c: a hash of the children's names once there are
    * many (NULL before), so that adding N children costs O(N), not O(N^2). */
   void *child_index;
 };

@@ -1,4 +1,4 @@
-"""Fixtures for check_torch (core/torch_*.c, core/pickle.c): checkpoints
+"""Fixtures for check_torch (core/torch_*.c, core/io/pickle.c): checkpoints
 written by real torch.save, each beside a safetensors file of the same
 tensors (contiguous, by tools/grove_export.py's save_safetensors) that the C
 test compares with bit for bit, and files Grove must refuse.

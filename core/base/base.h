@@ -1,0 +1,101 @@
+/* base.h: the non-public helpers of core/base/, the bottom layer of
+ * libgrove (grove__ prefix): logging, yield points, strings, UTF-8,
+ * instruction-set regions, the pointer map, secrets.  Each layer above has
+ * its own internal header that includes this one (tensor_internal.h,
+ * kernels.h, fileio.h, module_internal.h, ...; docs/architecture.md).  Never
+ * installed; client/ must not include it.  Tests, bench/, fuzz/ and
+ * server/admin.c (grove__secret_equal) include core/internal.h, which
+ * gathers all of them. */
+#ifndef GROVE_CORE_BASE_H
+#define GROVE_CORE_BASE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "grove/grove.h"
+
+/* ------------------------------------------------------------ logging */
+
+/* Formats and hands one event to the installed log callback; does nothing
+ * (not even format) when none is installed.  Any thread. */
+void grove__log(grove_log_level level, const char *id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ------------------------------------------------------------ yield points
+ *
+ * A background thread's long loops (grove_thread_yield_every; core/base/yield.c
+ * says why) call grove__yield_point() every few tens of microseconds of
+ * work; it yields the core once the thread's interval has passed.  On every
+ * other thread it is one thread-local load. */
+extern _Thread_local int64_t grove__yield_every_ns;
+void grove__yield_due(void);
+/* CLOCK_MONOTONIC in nanoseconds (yield.c; the compute pool's spins use it
+ * too).  Any thread. */
+int64_t grove__clock_ns(void);
+static inline void grove__yield_point(void) {
+  if (__builtin_expect(grove__yield_every_ns != 0, 0)) grove__yield_due();
+}
+
+/* ------------------------------------------------------------ helpers */
+
+/* strdup that returns NULL on NULL. */
+char *grove__strdup(const char *s);
+/* A new malloc'd printf-formatted string; NULL when out of memory. */
+char *grove__asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Overflow-checked a * b; false on overflow. */
+static inline bool grove__mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+
+/* ------------------------------------------------------------ text */
+
+/* Offset of the first byte of s that does not start a valid UTF-8 sequence,
+ * or len when all of it is valid.  Strict (no overlong forms, nothing past
+ * U+10FFFF); surrogates pass only when allow_surrogates. */
+size_t grove__utf8_invalid_at(const uint8_t *s, size_t len, bool allow_surrogates);
+
+/* ------------------------------------------------------------ instruction sets */
+
+/* Code between GROVE__TARGET_PUSH("avx2,fma") and GROVE__TARGET_POP is
+ * compiled for those instruction sets (GCC's target pragma, clang's
+ * attribute), while the rest of the library keeps the distribution's
+ * baseline flags; callers choose such a function only once the CPU is
+ * known to have them (__builtin_cpu_supports, grove__cpu_avx512). */
+#define GROVE__PRAGMA(...) _Pragma(#__VA_ARGS__)
+#if defined(__clang__)
+#define GROVE__TARGET_PUSH(T) \
+  GROVE__PRAGMA(clang attribute push(__attribute__((target(T))), apply_to = function))
+#define GROVE__TARGET_POP GROVE__PRAGMA(clang attribute pop)
+#else
+#define GROVE__TARGET_PUSH(T) GROVE__PRAGMA(GCC push_options) GROVE__PRAGMA(GCC target(T))
+#define GROVE__TARGET_POP GROVE__PRAGMA(GCC pop_options)
+#endif
+
+/* ------------------------------------------------------------ pointer map */
+
+/* Open addressing from a pointer to a value (ptrmap.c); the keys are modules
+ * and parameter tensors, a few hundred at most.  Zeroed is empty.  One
+ * owner: not thread-safe. */
+typedef struct grove__pmap {
+  const void **keys;
+  void **vals;
+  size_t cap, n;
+} grove__pmap;
+
+/* Sets k's value to v (k not NULL); false when out of memory. */
+bool grove__pmap_put(grove__pmap *m, const void *k, void *v);
+/* k's value, or NULL; *found (when not NULL) says whether k is there. */
+void *grove__pmap_get(const grove__pmap *m, const void *k, bool *found);
+/* Frees the table and leaves it empty. */
+void grove__pmap_fini(grove__pmap *m);
+
+/* ------------------------------------------------------------ secrets */
+
+/* Whether given equals secret, in time that depends on secret_len only
+ * (secret.c; groved's admin token).  Any thread. */
+bool grove__secret_equal(const void *secret, size_t secret_len, const void *given,
+                         size_t given_len);
+
+#endif

@@ -1,0 +1,1006 @@
+/* graph_compile.c: a graph module's model.json object compiled into nodes
+ * (graph_internal.h), once, when the tree is built; graph.c runs them.
+ *
+ * Every node's target is resolved (call_module to a module of the subtree,
+ * get_attr to a parameter or buffer slot, call_function/call_method to one of
+ * the operations of the table below), its arguments are bound to the
+ * operation's parameters (positional, then keyword, then torch's defaults)
+ * and checked where they are constants, and each node learns how many
+ * argument slots read it and the index of its last reader (graph.c's
+ * liveness).  Anything Grove cannot run is refused here, naming the JSON
+ * path of the node.  Fusion is planned last: a Conv2d -> BatchNorm2d -> ReLU
+ * chain (or a part of it, and Linear -> ReLU) whose intermediates have no
+ * other reader.  (Which results may be channels last is decided when the
+ * graph runs: graph.c, channels_last_for.) */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+#include "layers_internal.h"
+
+static void garg_fini(garg *a) {
+  if (!a) return;
+  free(a->s);
+  for (int i = 0; i < a->n; i++) garg_fini(&a->items[i]);
+  free(a->items);
+  memset(a, 0, sizeof *a);
+}
+
+void grove__graph_free_impl(void *impl) {
+  graph_impl *g = impl;
+  if (!g) return;
+  for (int i = 0; i < g->nnodes; i++) {
+    gnode *n = &g->nodes[i];
+    free(n->name);
+    free(n->source);
+    free(n->attr);
+    for (int k = 0; k < n->nargs; k++) garg_fini(&n->args[k]);
+    free(n->args);
+    garg_fini(&n->dflt);
+    if (n->own_mod) grove_module_release(n->mod);
+  }
+  free(g->nodes);
+  free(g->placeholders);
+  free(g->type_name);
+  free(g->where);
+  free(g);
+}
+
+bool grove__is_graph(const grove_module *m) {
+  return m && m->type && m->type->free_impl == grove__graph_free_impl;
+}
+
+/* ============================================================ small helpers */
+
+static grove_status nomem(grove_err *err) {
+  return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
+}
+
+static bool is_identifier(const char *s) {
+  if (!s || !*s || !((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_'))
+    return false;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '_'))
+      return false;
+  return true;
+}
+
+/* ============================================================ building */
+
+static grove_status declare_tensors(grove_module *m, const json_t *decl, const char *path,
+                                    const char *key, bool buffers, grove_err *err) {
+  if (!decl) return GROVE_OK;
+  if (!json_is_object(decl))
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%s.%s: expected an object mapping a name to {\"shape\": [...], "
+                         "\"dtype\": ...}",
+                         path, key);
+  const char *name;
+  json_t *v;
+  json_object_foreach((json_t *)decl, name, v) {
+    static const char *const pkeys[] = {"shape", "dtype", NULL};
+    static const char *const bkeys[] = {"shape", "dtype", "persistent", NULL};
+    const char *const *allowed = buffers ? bkeys : pkeys;
+    if (json_is_null(v)) { /* a None slot */
+      grove_err e = {0};
+      grove_status s = buffers ? grove_module_register_buffer(m, name, NULL, true, &e)
+                               : grove_module_register_parameter(m, name, NULL, &e);
+      if (s)
+        return grove_err_set(err, s == GROVE_E_NOMEM ? s : GROVE_E_SPEC, "%s.%s.%s: %s", path, key,
+                             name, grove_err_msg(&e));
+      continue;
+    }
+    if (!json_is_object(v))
+      return grove_err_set(err, GROVE_E_SPEC, "%s.%s.%s: expected {\"shape\": [...]} or null", path,
+                           key, name);
+    const char *k;
+    json_t *kv;
+    json_object_foreach(v, k, kv) {
+      bool ok = false;
+      for (int i = 0; allowed[i]; i++) ok |= strcmp(allowed[i], k) == 0;
+      if (!ok)
+        return grove_err_set(err, GROVE_E_SPEC, "%s.%s.%s.%s: unknown key (known: %s)", path, key,
+                             name, k, buffers ? "shape, dtype, persistent" : "shape, dtype");
+    }
+    const json_t *sh = json_object_get(v, "shape");
+    int64_t shape[GROVE_MAX_DIMS];
+    size_t nd = json_is_array(sh) ? json_array_size(sh) : 0;
+    bool ok = json_is_array(sh) && nd <= GROVE_MAX_DIMS;
+    for (size_t i = 0; ok && i < nd; i++) {
+      const json_t *d = json_array_get(sh, i);
+      ok = json_is_integer(d) && json_integer_value(d) >= 0 &&
+           json_integer_value(d) <= ((json_int_t)1 << 40);
+      if (ok) shape[i] = (int64_t)json_integer_value(d);
+    }
+    if (!ok)
+      return grove_err_set(err, GROVE_E_SPEC,
+                           "%s.%s.%s.shape: expected a list of at most %d non-negative integers",
+                           path, key, name, GROVE_MAX_DIMS);
+    grove_dtype dt = GROVE_F32;
+    const json_t *dv = json_object_get(v, "dtype");
+    if (dv && (!json_is_string(dv) || !grove_dtype_from_name(json_string_value(dv), &dt)))
+      return grove_err_set(err, GROVE_E_SPEC,
+                           "%s.%s.%s.dtype: expected a dtype name (float32, "
+                           "int64, ...)",
+                           path, key, name);
+    if (!buffers && !grove_dtype_is_float(dt))
+      return grove_err_set(err, GROVE_E_SPEC,
+                           "%s.%s.%s.dtype: a parameter is floating point, got %s", path, key, name,
+                           grove_dtype_name(dt));
+    if (grove_dtype_is_float(dt)) dt = GROVE_F32; /* Grove computes in float32 */
+    bool persistent = true;
+    const json_t *pv = json_object_get(v, "persistent");
+    if (pv && !json_is_boolean(pv))
+      return grove_err_set(err, GROVE_E_SPEC, "%s.%s.%s.persistent: expected true or false", path,
+                           key, name);
+    if (pv) persistent = json_is_true(pv);
+    if (!persistent)
+      return grove_err_set(err, GROVE_E_UNSUPPORTED,
+                           "%s.%s.%s.persistent: a non-persistent buffer is not in the state_dict, "
+                           "so Grove could not load its value",
+                           path, key, name);
+    grove_err e = {0};
+    grove_tensor *t = grove_tensor_new(dt, (int)nd, shape, &e);
+    if (!t)
+      return grove_err_set(err, e.code ? e.code : GROVE_E_NOMEM, "%s.%s.%s: %s", path, key, name,
+                           grove_err_msg(&e));
+    grove_status s = buffers ? grove_module_register_buffer(m, name, t, true, &e)
+                             : grove_module_register_parameter(m, name, t, &e);
+    grove_tensor_release(t);
+    if (s)
+      return grove_err_set(err, s == GROVE_E_NOMEM ? s : GROVE_E_SPEC, "%s.%s.%s: %s", path, key,
+                           name, grove_err_msg(&e));
+  }
+  return GROVE_OK;
+}
+
+grove_status grove__graph_from_json(const json_t *obj, const char *path, grove_module **out,
+                                    grove_err *err) {
+  static const char *const keys[] = {"type",    "graph", "children", "parameters",
+                                     "buffers", "tied",  NULL};
+  *out = NULL;
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)obj, key, v) {
+    bool ok = false;
+    for (int i = 0; keys[i]; i++) ok |= strcmp(keys[i], key) == 0;
+    if (!ok)
+      return grove_err_set(err, GROVE_E_SPEC,
+                           "%s.%s: unknown key of a module with a graph (known: type, graph, "
+                           "children, parameters, buffers, tied)",
+                           path, key);
+  }
+  const json_t *tv = json_object_get(obj, "type");
+  if (!json_is_string(tv) || !is_identifier(json_string_value(tv)))
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%s.type: expected the module's Python class name (an identifier)", path);
+  const json_t *gv = json_object_get(obj, "graph");
+  if (!json_is_array(gv) && !json_is_null(gv))
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%s.graph: expected the list of torch.fx nodes, or null for a module "
+                         "whose forward Grove never calls",
+                         path);
+  const json_t *kids = json_object_get(obj, "children");
+  if (kids && !json_is_object(kids))
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%s.children: expected an object mapping attribute names to modules",
+                         path);
+  graph_impl *g = calloc(1, sizeof *g);
+  if (!g) return nomem(err);
+  g->type_name = grove__strdup(json_string_value(tv));
+  if (!g->type_name) {
+    free(g);
+    return nomem(err);
+  }
+  g->type.name = g->type_name;
+  g->type.forward = NULL; /* until compiled */
+  g->type.free_impl = grove__graph_free_impl;
+  grove_module *m = grove_module_new(&g->type, g, err);
+  if (!m) return err && err->code ? err->code : GROVE_E_NOMEM;
+  grove_status s =
+      declare_tensors(m, json_object_get(obj, "parameters"), path, "parameters", false, err);
+  if (!s) s = declare_tensors(m, json_object_get(obj, "buffers"), path, "buffers", true, err);
+  if (s) {
+    grove_module_release(m);
+    return s;
+  }
+  *out = m;
+  return GROVE_OK;
+}
+
+/* ------------------------------------------------------------ the op table */
+
+enum { D_REQ, D_NONE, D_INT, D_FLOAT, D_BOOL, D_STR };
+
+typedef struct pdef {
+  const char *name;
+  int dk;
+  double dv;
+  const char *ds;
+} pdef;
+
+typedef struct opdef {
+  const char *name;
+  int op;
+  int varargs; /* a parameter that gathers extra positional arguments, or -1 */
+  pdef p[5];
+} opdef;
+
+#define REQ(n) \
+  { n, D_REQ, 0, NULL }
+#define DNONE(n) \
+  { n, D_NONE, 0, NULL }
+#define DINT(n, v) \
+  { n, D_INT, v, NULL }
+#define DBOOL(n, v) \
+  { n, D_BOOL, v, NULL }
+#define DSTR(n, v) \
+  { n, D_STR, 0, v }
+
+static const opdef opdefs[] = {
+    {"add", G_ADD, -1, {REQ("input"), REQ("other"), DINT("alpha", 1)}},
+    {"sub", G_SUB, -1, {REQ("input"), REQ("other"), DINT("alpha", 1)}},
+    {"mul", G_MUL, -1, {REQ("input"), REQ("other")}},
+    {"div", G_DIV, -1, {REQ("input"), REQ("other"), DNONE("rounding_mode")}},
+    {"floordiv", G_FLOORDIV, -1, {REQ("input"), REQ("other")}},
+    {"matmul", G_MATMUL, -1, {REQ("input"), REQ("other")}},
+    {"relu", G_RELU, -1, {REQ("input"), DBOOL("inplace", 0)}},
+    {"gelu", G_GELU, -1, {REQ("input"), DSTR("approximate", "none")}},
+    {"sigmoid", G_SIGMOID, -1, {REQ("input")}},
+    {"tanh", G_TANH, -1, {REQ("input")}},
+    {"softmax",
+     G_SOFTMAX,
+     -1,
+     {REQ("input"), DNONE("dim"), DINT("_stacklevel", 3), DNONE("dtype")}},
+    {"log_softmax",
+     G_LOG_SOFTMAX,
+     -1,
+     {REQ("input"), DNONE("dim"), DINT("_stacklevel", 3), DNONE("dtype")}},
+    {"dropout",
+     G_DROPOUT,
+     -1,
+     {REQ("input"), {"p", D_FLOAT, 0.5, NULL}, DBOOL("training", 1), DBOOL("inplace", 0)}},
+    {"flatten", G_FLATTEN, -1, {REQ("input"), DINT("start_dim", 0), DINT("end_dim", -1)}},
+    {"reshape", G_RESHAPE, 1, {REQ("input"), REQ("shape")}},
+    {"view", G_VIEW, 1, {REQ("input"), REQ("shape")}},
+    {"permute", G_PERMUTE, 1, {REQ("input"), REQ("dims")}},
+    {"transpose", G_TRANSPOSE, -1, {REQ("input"), REQ("dim0"), REQ("dim1")}},
+    {"cat", G_CAT, -1, {REQ("tensors"), DINT("dim", 0)}},
+    {"concat", G_CAT, -1, {REQ("tensors"), DINT("dim", 0)}},
+    {"mean", G_MEAN, -1, {REQ("input"), DNONE("dim"), DBOOL("keepdim", 0), DNONE("dtype")}},
+    {"sum", G_SUM, -1, {REQ("input"), DNONE("dim"), DBOOL("keepdim", 0), DNONE("dtype")}},
+    {"getitem", G_GETITEM, -1, {REQ("a"), REQ("b")}},
+    {"size", G_SIZE, -1, {REQ("input"), DNONE("dim")}},
+    {"getattr", G_GETATTR, -1, {REQ("input"), REQ("name")}},
+    {"contiguous", G_CONTIGUOUS, -1, {REQ("input"), DNONE("memory_format")}},
+};
+#define NOPDEFS ((int)(sizeof opdefs / sizeof opdefs[0]))
+
+static int nparams(const opdef *d) {
+  int n = 0;
+  while (n < 5 && d->p[n].name) n++;
+  return n;
+}
+
+static const opdef *find_op(const char *name) {
+  for (int i = 0; i < NOPDEFS; i++)
+    if (strcmp(opdefs[i].name, name) == 0) return &opdefs[i];
+  return NULL;
+}
+
+/* ------------------------------------------------------------ arguments */
+
+typedef struct cctx {
+  graph_impl *g;
+  grove_module *m;
+  const char *path; /* JSON path of the module object */
+  grove_err *err;
+  int cur;             /* index of the node being compiled */
+  const json_t *graph; /* the JSON node list */
+  /* Name -> index of every node compiled so far: a jansson object, for its
+   * hash table (a linear scan per argument made N nodes cost O(N^2)). */
+  json_t *names;
+} cctx;
+
+static int node_index(const cctx *c, const char *name) {
+  const json_t *i = json_object_get(c->names, name);
+  return i ? (int)json_integer_value(i) : -1;
+}
+
+/* Whether a later node of the JSON graph has this name (for the message). */
+static bool later_node(const cctx *c, const char *name) {
+  for (size_t i = (size_t)c->cur; i < json_array_size(c->graph); i++) {
+    const json_t *nv = json_object_get(json_array_get(c->graph, i), "name");
+    if (json_is_string(nv) && strcmp(json_string_value(nv), name) == 0) return true;
+  }
+  return false;
+}
+
+static grove_status parse_arg(cctx *c, const json_t *v, const char *jp, garg *out, int depth) {
+  memset(out, 0, sizeof *out);
+  if (depth > 16) return grove_err_set(c->err, GROVE_E_SPEC, "%s: arguments nested too deeply", jp);
+  switch (json_typeof(v)) {
+    case JSON_INTEGER:
+      out->kind = A_INT;
+      out->i = (int64_t)json_integer_value(v);
+      return GROVE_OK;
+    case JSON_REAL:
+      out->kind = A_FLOAT;
+      out->f = json_real_value(v);
+      return GROVE_OK;
+    case JSON_TRUE:
+    case JSON_FALSE:
+      out->kind = A_BOOL;
+      out->i = json_is_true(v);
+      return GROVE_OK;
+    case JSON_NULL:
+      out->kind = A_NONE;
+      return GROVE_OK;
+    case JSON_STRING:
+      out->kind = A_STR;
+      out->s = grove__strdup(json_string_value(v));
+      return out->s ? GROVE_OK : nomem(c->err);
+    case JSON_ARRAY: {
+      out->kind = A_LIST;
+      size_t n = json_array_size(v);
+      if (n > 64)
+        return grove_err_set(c->err, GROVE_E_SPEC, "%s: a list of more than 64 arguments", jp);
+      out->items = calloc(n ? n : 1, sizeof(garg));
+      if (!out->items) return nomem(c->err);
+      for (size_t i = 0; i < n; i++) {
+        char sub[640];
+        snprintf(sub, sizeof sub, "%s[%zu]", jp, i);
+        grove_status s = parse_arg(c, json_array_get(v, i), sub, &out->items[i], depth + 1);
+        out->n = (int)i + 1;
+        if (s) return s;
+      }
+      return GROVE_OK;
+    }
+    case JSON_OBJECT: {
+      const json_t *nv = json_object_get(v, "node"), *sv = json_object_get(v, "slice"),
+                   *ev = json_object_get(v, "ellipsis");
+      if (json_object_size(v) == 1 && nv) {
+        if (!json_is_string(nv))
+          return grove_err_set(c->err, GROVE_E_SPEC, "%s.node: expected a node name", jp);
+        int k = node_index(c, json_string_value(nv));
+        if (k < 0) {
+          bool later = later_node(c, json_string_value(nv));
+          return grove_err_set(c->err, GROVE_E_SPEC,
+                               "%s.node: \"%s\" %s (arguments refer to earlier nodes by name)", jp,
+                               json_string_value(nv),
+                               later ? "is defined after this node" : "names no node of the graph");
+        }
+        if (c->g->nodes[k].op == G_OUTPUT)
+          return grove_err_set(c->err, GROVE_E_SPEC, "%s.node: \"%s\" is the output node", jp,
+                               json_string_value(nv));
+        out->kind = A_NODE;
+        out->node = k;
+        return GROVE_OK;
+      }
+      if (json_object_size(v) == 1 && sv) {
+        if (!json_is_array(sv) || json_array_size(sv) != 3)
+          return grove_err_set(c->err, GROVE_E_SPEC, "%s.slice: expected [start, stop, step]", jp);
+        out->kind = A_SLICE;
+        out->items = calloc(3, sizeof(garg));
+        if (!out->items) return nomem(c->err);
+        out->n = 3;
+        for (size_t i = 0; i < 3; i++) {
+          char sub[640];
+          snprintf(sub, sizeof sub, "%s.slice[%zu]", jp, i);
+          grove_status s = parse_arg(c, json_array_get(sv, i), sub, &out->items[i], depth + 1);
+          if (s) return s;
+          int k = out->items[i].kind;
+          if (k != A_INT && k != A_NONE && k != A_NODE)
+            return grove_err_set(c->err, GROVE_E_SPEC, "%s: expected an integer, null or a node",
+                                 sub);
+        }
+        return GROVE_OK;
+      }
+      if (json_object_size(v) == 1 && json_is_true(ev)) {
+        out->kind = A_ELLIPSIS;
+        return GROVE_OK;
+      }
+      return grove_err_set(c->err, GROVE_E_SPEC,
+                           "%s: expected a constant, a list, {\"node\": NAME}, {\"slice\": [start, "
+                           "stop, step]} or {\"ellipsis\": true}",
+                           jp);
+    }
+  }
+  return grove_err_set(c->err, GROVE_E_SPEC, "%s: unexpected JSON value", jp);
+}
+
+static void count_uses(gnode *nodes, const garg *a, int reader) {
+  if (a->kind == A_NODE) {
+    nodes[a->node].uses++;
+    nodes[a->node].last_use = reader;
+  }
+  for (int i = 0; i < a->n; i++) count_uses(nodes, &a->items[i], reader);
+}
+
+/* Binds positional args and kwargs (JSON) to the op's parameters. */
+static grove_status bind(cctx *c, gnode *n, const opdef *d, const json_t *args,
+                         const json_t *kwargs, const char *jp) {
+  const int np = nparams(d);
+  n->args = calloc((size_t)np, sizeof(garg));
+  if (!n->args) return nomem(c->err);
+  n->nargs = np;
+  bool set[5] = {false};
+  size_t na = args ? json_array_size(args) : 0;
+  grove_status s;
+  for (size_t i = 0; i < na; i++) {
+    char sub[640];
+    snprintf(sub, sizeof sub, "%s.args[%zu]", jp, i);
+    int slot = (int)i;
+    if (d->varargs >= 0 && slot >= d->varargs) {
+      /* view(x, 2, -1) is view(x, [2, -1]); view(x, [2, -1]) stays. */
+      garg *va = &n->args[d->varargs];
+      if (na == (size_t)d->varargs + 1) {
+        if ((s = parse_arg(c, json_array_get(args, i), sub, va, 0))) return s;
+      } else {
+        if (!va->items) {
+          va->kind = A_LIST;
+          va->items = calloc(na - (size_t)d->varargs, sizeof(garg));
+          if (!va->items) return nomem(c->err);
+        }
+        if ((s = parse_arg(c, json_array_get(args, i), sub, &va->items[va->n], 0))) return s;
+        va->n++;
+      }
+      set[d->varargs] = true;
+      continue;
+    }
+    if (slot >= np)
+      return grove_err_set(c->err, GROVE_E_SPEC, "%s: %s takes at most %d arguments, got %zu", sub,
+                           d->name, np, na);
+    if ((s = parse_arg(c, json_array_get(args, i), sub, &n->args[slot], 0))) return s;
+    set[slot] = true;
+  }
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)kwargs, k, v) {
+    char sub[640];
+    snprintf(sub, sizeof sub, "%s.kwargs.%s", jp, k);
+    int slot = -1;
+    for (int i = 0; i < np; i++)
+      if (strcmp(d->p[i].name, k) == 0) slot = i;
+    if (slot < 0) {
+      char list[256] = "";
+      size_t used = 0;
+      for (int i = 0; i < np && used < sizeof list; i++)
+        used +=
+            (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", d->p[i].name);
+      return grove_err_set(c->err, GROVE_E_SPEC, "%s: %s has no argument \"%s\" (it takes: %s)",
+                           sub, d->name, k, list);
+    }
+    if (set[slot])
+      return grove_err_set(c->err, GROVE_E_SPEC, "%s: %s got multiple values for argument \"%s\"",
+                           sub, d->name, k);
+    if ((s = parse_arg(c, v, sub, &n->args[slot], 0))) return s;
+    set[slot] = true;
+  }
+  for (int i = 0; i < np; i++) {
+    if (set[i]) continue;
+    garg *a = &n->args[i];
+    switch (d->p[i].dk) {
+      case D_REQ:
+        return grove_err_set(c->err, GROVE_E_SPEC, "%s: %s is missing its argument \"%s\"", jp,
+                             d->name, d->p[i].name);
+      case D_NONE:
+        a->kind = A_NONE;
+        break;
+      case D_INT:
+        a->kind = A_INT;
+        a->i = (int64_t)d->p[i].dv;
+        break;
+      case D_FLOAT:
+        a->kind = A_FLOAT;
+        a->f = d->p[i].dv;
+        break;
+      case D_BOOL:
+        a->kind = A_BOOL;
+        a->i = d->p[i].dv != 0;
+        break;
+      case D_STR:
+        a->kind = A_STR;
+        if (!(a->s = grove__strdup(d->p[i].ds))) return nomem(c->err);
+        break;
+    }
+  }
+  return GROVE_OK;
+}
+
+static bool is_int_const(const garg *a) {
+  return a->kind == A_INT || a->kind == A_BOOL;
+}
+
+static grove_status want_const(cctx *c, const char *jp, const gnode *n, int i, const char *what) {
+  return grove_err_set(c->err, GROVE_E_SPEC, "%s: %s's argument %d must be %s", jp, n->what, i,
+                       what);
+}
+
+/* Marks a hidden layer built by a constructor; a refused argument is the
+ * spec's fault. */
+static grove_status hidden(cctx *c, gnode *n, grove_status s, const char *jp) {
+  if (s) return grove__json_built(jp, s, c->err);
+  grove_module_eval(n->mod);
+  n->own_mod = true;
+  return GROVE_OK;
+}
+
+/* Constant checks and hidden layers of one operation node. */
+static grove_status check_op(cctx *c, gnode *n, const char *jp) {
+  garg *a = n->args;
+  switch (n->op) {
+    case G_DIV:
+      if (a[2].kind != A_NONE)
+        return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                             "%s: div with rounding_mode is not supported (only true division)",
+                             jp);
+      return GROVE_OK;
+    case G_RELU:
+      return hidden(c, n, grove_relu_new(&n->mod, c->err), jp);
+    case G_SIGMOID:
+      return hidden(c, n, grove_sigmoid_new(&n->mod, c->err), jp);
+    case G_TANH:
+      return hidden(c, n, grove_tanh_new(&n->mod, c->err), jp);
+    case G_GELU:
+      if (a[1].kind != A_STR || (strcmp(a[1].s, "none") && strcmp(a[1].s, "tanh")))
+        return grove_err_set(c->err, GROVE_E_SPEC,
+                             "%s: gelu's approximate must be \"none\" or \"tanh\"", jp);
+      return hidden(c, n, grove_gelu_new(a[1].s, &n->mod, c->err), jp);
+    case G_SOFTMAX:
+    case G_LOG_SOFTMAX: {
+      if (a[1].kind != A_NONE && a[1].kind != A_INT)
+        return want_const(c, jp, n, 1, "an integer constant or null");
+      if (a[3].kind != A_NONE)
+        return grove_err_set(c->err, GROVE_E_UNSUPPORTED, "%s: %s with a dtype is not supported",
+                             jp, n->what);
+      if (a[1].kind == A_INT && (a[1].i < -GROVE_MAX_DIMS || a[1].i >= GROVE_MAX_DIMS))
+        return grove_err_set(c->err, GROVE_E_SPEC, "%s: dim %lld is out of range", jp,
+                             (long long)a[1].i);
+      bool has = a[1].kind == A_INT;
+      int dim = has ? (int)a[1].i : 0;
+      return hidden(c, n,
+                    n->op == G_SOFTMAX ? grove_softmax_new(has, dim, &n->mod, c->err)
+                                       : grove_log_softmax_new(has, dim, &n->mod, c->err),
+                    jp);
+    }
+    case G_DROPOUT:
+      if (a[2].kind != A_BOOL || a[2].i)
+        return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                             "%s: dropout with training=True drops activations at random even in "
+                             "eval mode; pass training=self.training (Grove serves eval mode)",
+                             jp);
+      return GROVE_OK;
+    case G_FLATTEN:
+      if (!is_int_const(&a[1]) || !is_int_const(&a[2]) || a[1].i < -GROVE_MAX_DIMS ||
+          a[1].i >= GROVE_MAX_DIMS || a[2].i < -GROVE_MAX_DIMS || a[2].i >= GROVE_MAX_DIMS)
+        return want_const(c, jp, n, 1, "an integer constant (start_dim, end_dim)");
+      return hidden(c, n, grove_flatten_new((int)a[1].i, (int)a[2].i, &n->mod, c->err), jp);
+    case G_MEAN:
+    case G_SUM:
+      if (a[3].kind != A_NONE)
+        return grove_err_set(c->err, GROVE_E_UNSUPPORTED, "%s: %s with a dtype is not supported",
+                             jp, n->what);
+      if (a[2].kind != A_BOOL && a[2].kind != A_INT)
+        return want_const(c, jp, n, 2, "true or false (keepdim)");
+      return GROVE_OK;
+    case G_GETATTR:
+      if (a[1].kind != A_STR || (strcmp(a[1].s, "shape") && strcmp(a[1].s, "ndim")))
+        return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                             "%s: getattr of a tensor supports \"shape\" and \"ndim\" only", jp);
+      return GROVE_OK;
+    case G_CAT:
+      if (a[0].kind != A_LIST && a[0].kind != A_NODE)
+        return want_const(c, jp, n, 0, "a list of tensors");
+      return GROVE_OK;
+    default:
+      return GROVE_OK;
+  }
+}
+
+/* ------------------------------------------------------------ call_module */
+
+typedef struct mdef {
+  int kind;
+  const char *type;
+  pdef p[7];
+} mdef;
+
+static const mdef mdefs[] = {
+    {MK_MHA,
+     "MultiheadAttention",
+     {REQ("query"), REQ("key"), REQ("value"), DNONE("key_padding_mask"), DBOOL("need_weights", 1),
+      DNONE("attn_mask"), DBOOL("average_attn_weights", 1)}},
+    {MK_ENCODER,
+     "TransformerEncoderLayer",
+     {REQ("src"), DNONE("src_mask"), DNONE("src_key_padding_mask"), DBOOL("is_causal", 0)}},
+    {MK_ENCODER,
+     "TransformerEncoder",
+     {REQ("src"), DNONE("mask"), DNONE("src_key_padding_mask"), DNONE("is_causal")}},
+};
+
+static grove_status bind_module(cctx *c, gnode *n, const json_t *args, const json_t *kwargs,
+                                const char *jp) {
+  const grove_module *t = n->mod;
+  if (!t->type->forward)
+    return grove_err_set(c->err, GROVE_E_SPEC,
+                         "%s.target: \"%s\" is a %s, which has no forward (Grove cannot call it)",
+                         jp, n->attr, t->type->name);
+  const mdef *md = NULL;
+  for (size_t i = 0; i < sizeof mdefs / sizeof mdefs[0]; i++)
+    if (!grove__is_graph(t) && strcmp(t->type->name, mdefs[i].type) == 0) md = &mdefs[i];
+  size_t na = args ? json_array_size(args) : 0;
+  grove_status s;
+  if (!md) {
+    /* Any other module takes tensors only, positionally. */
+    if (json_object_size(kwargs) > 0)
+      return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                           "%s.kwargs: keyword arguments to a %s are not supported (Grove passes "
+                           "tensors positionally)",
+                           jp, t->type->name);
+    n->args = calloc(na ? na : 1, sizeof(garg));
+    if (!n->args) return nomem(c->err);
+    for (size_t i = 0; i < na; i++) {
+      char sub[640];
+      snprintf(sub, sizeof sub, "%s.args[%zu]", jp, i);
+      if ((s = parse_arg(c, json_array_get(args, i), sub, &n->args[i], 0))) return s;
+      n->nargs = (int)i + 1;
+      if (n->args[i].kind != A_NODE && n->args[i].kind != A_NONE)
+        return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                             "%s: a constant argument to a %s; Grove passes only tensors between "
+                             "modules",
+                             sub, t->type->name);
+    }
+    /* Trailing Nones are the callee's defaults. */
+    while (n->nargs > 0 && n->args[n->nargs - 1].kind == A_NONE) n->nargs--;
+    for (int i = 0; i < n->nargs; i++)
+      if (n->args[i].kind == A_NONE)
+        return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                             "%s.args[%d]: None before a tensor argument of a %s", jp, i,
+                             t->type->name);
+    if (n->nargs > GROVE_MAX_VALUES)
+      return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                           "%s.args: a module call takes at most %d tensors", jp, GROVE_MAX_VALUES);
+    if (grove__is_graph(t)) n->tuple = ((const graph_impl *)t->impl)->returns_tuple;
+    return GROVE_OK;
+  }
+  int np = 0;
+  while (np < 7 && md->p[np].name) np++;
+  n->args = calloc((size_t)np, sizeof(garg));
+  if (!n->args) return nomem(c->err);
+  n->nargs = np;
+  bool set[7] = {false};
+  for (size_t i = 0; i < na; i++) {
+    char sub[640];
+    snprintf(sub, sizeof sub, "%s.args[%zu]", jp, i);
+    if ((int)i >= np)
+      return grove_err_set(c->err, GROVE_E_SPEC, "%s: %s takes at most %d arguments", sub,
+                           t->type->name, np);
+    if ((s = parse_arg(c, json_array_get(args, i), sub, &n->args[i], 0))) return s;
+    set[i] = true;
+  }
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)kwargs, k, v) {
+    char sub[640];
+    snprintf(sub, sizeof sub, "%s.kwargs.%s", jp, k);
+    int slot = -1;
+    for (int i = 0; i < np; i++)
+      if (strcmp(md->p[i].name, k) == 0) slot = i;
+    if (slot < 0)
+      return grove_err_set(c->err, GROVE_E_SPEC, "%s: %s.forward has no argument \"%s\"", sub,
+                           t->type->name, k);
+    if (set[slot])
+      return grove_err_set(c->err, GROVE_E_SPEC, "%s: multiple values for \"%s\"", sub, k);
+    if ((s = parse_arg(c, v, sub, &n->args[slot], 0))) return s;
+    set[slot] = true;
+  }
+  for (int i = 0; i < np; i++) {
+    garg *a = &n->args[i];
+    if (!set[i]) {
+      if (md->p[i].dk == D_REQ)
+        return grove_err_set(c->err, GROVE_E_SPEC, "%s: %s is missing its argument \"%s\"", jp,
+                             t->type->name, md->p[i].name);
+      a->kind = md->p[i].dk == D_BOOL ? A_BOOL : A_NONE;
+      a->i = md->p[i].dv != 0;
+    }
+    const char *pn = md->p[i].name;
+    bool tensor = md->p[i].dk == D_REQ;
+    if (tensor && a->kind != A_NODE)
+      return grove_err_set(c->err, GROVE_E_SPEC, "%s: argument \"%s\" of %s must be a tensor", jp,
+                           pn, t->type->name);
+    if (strstr(pn, "mask") && a->kind != A_NONE)
+      return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                           "%s: argument \"%s\" of %s: masks are not supported (attention runs "
+                           "over every position)",
+                           jp, pn, t->type->name);
+    if (strcmp(pn, "is_causal") == 0 && a->kind != A_NONE && !(a->kind == A_BOOL && !a->i))
+      return grove_err_set(c->err, GROVE_E_UNSUPPORTED, "%s: is_causal=True is not supported", jp);
+    if ((strcmp(pn, "need_weights") == 0 || strcmp(pn, "average_attn_weights") == 0) &&
+        a->kind != A_BOOL)
+      return grove_err_set(c->err, GROVE_E_SPEC, "%s: argument \"%s\" must be true or false", jp,
+                           pn);
+  }
+  n->mod_kind = md->kind;
+  if (md->kind == MK_MHA) {
+    n->need_weights = n->args[4].i != 0;
+    n->average_weights = n->args[6].i != 0;
+    n->tuple = true;
+    /* Only the tensors stay as arguments: query, key, value. */
+    for (int i = 3; i < np; i++) garg_fini(&n->args[i]);
+    n->nargs = 3;
+  } else {
+    for (int i = 1; i < np; i++) garg_fini(&n->args[i]);
+    n->nargs = 1;
+  }
+  return GROVE_OK;
+}
+
+/* ------------------------------------------------------------ nodes */
+
+static grove_status resolve_attr(cctx *c, gnode *n, const char *target, const char *jp) {
+  const char *dot = strrchr(target, '.');
+  char *mp = dot ? strndup(target, (size_t)(dot - target)) : grove__strdup("");
+  if (!mp) return nomem(c->err);
+  grove_module *owner = grove_module_find(c->m, mp);
+  const char *slot = dot ? dot + 1 : target;
+  grove_status s = GROVE_OK;
+  if (!owner) {
+    s = grove_err_set(c->err, GROVE_E_SPEC,
+                      "%s.target: \"%s\": this module has no submodule \"%s\"", jp, target, mp);
+  } else if (!grove_module_param(owner, slot) && !grove_module_buffer(owner, slot)) {
+    s = grove_err_set(c->err, GROVE_E_SPEC,
+                      "%s.target: \"%s\": the %s has no parameter or buffer \"%s\" (declare the "
+                      "module's own tensors under \"parameters\"/\"buffers\")",
+                      jp, target, owner->type->name, slot);
+  } else {
+    n->mod = owner;
+    if (!(n->attr = grove__strdup(slot))) s = nomem(c->err);
+  }
+  free(mp);
+  return s;
+}
+
+static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
+  gnode *n = &c->g->nodes[c->cur];
+  n->fuse_bn = n->fuse_relu = n->fused_into = -1;
+  n->last_use = -1;
+  if (!json_is_object(v))
+    return grove_err_set(c->err, GROVE_E_SPEC, "%s: expected a node object {\"op\", \"name\", ...}",
+                         jp);
+  static const char *const keys[] = {"op",     "name",    "target", "args",
+                                     "kwargs", "default", "source", NULL};
+  const char *key;
+  json_t *kv;
+  json_object_foreach((json_t *)v, key, kv) {
+    bool ok = false;
+    for (int i = 0; keys[i]; i++) ok |= strcmp(keys[i], key) == 0;
+    if (!ok)
+      return grove_err_set(c->err, GROVE_E_SPEC,
+                           "%s.%s: unknown key of a node (known: op, name, target, args, kwargs, "
+                           "default, source)",
+                           jp, key);
+  }
+  const json_t *opv = json_object_get(v, "op"), *namev = json_object_get(v, "name"),
+               *tv = json_object_get(v, "target"), *args = json_object_get(v, "args"),
+               *kwargs = json_object_get(v, "kwargs"), *srcv = json_object_get(v, "source");
+  if (!json_is_string(namev) || json_string_length(namev) == 0)
+    return grove_err_set(c->err, GROVE_E_SPEC, "%s.name: expected a non-empty string", jp);
+  if (node_index(c, json_string_value(namev)) >= 0)
+    return grove_err_set(c->err, GROVE_E_SPEC, "%s.name: \"%s\" is the name of an earlier node", jp,
+                         json_string_value(namev));
+  if (!(n->name = grove__strdup(json_string_value(namev)))) return nomem(c->err);
+  if (srcv && !json_is_string(srcv))
+    return grove_err_set(c->err, GROVE_E_SPEC, "%s.source: expected a string", jp);
+  if (srcv && !(n->source = grove__strdup(json_string_value(srcv)))) return nomem(c->err);
+  if (args && !json_is_array(args))
+    return grove_err_set(c->err, GROVE_E_SPEC, "%s.args: expected a list", jp);
+  if (kwargs && !json_is_object(kwargs))
+    return grove_err_set(c->err, GROVE_E_SPEC, "%s.kwargs: expected an object", jp);
+  if (!json_is_string(opv))
+    return grove_err_set(c->err, GROVE_E_SPEC,
+                         "%s.op: expected one of \"placeholder\", \"get_attr\", \"call_module\", "
+                         "\"call_function\", \"call_method\", \"output\"",
+                         jp);
+  const char *op = json_string_value(opv);
+  bool needs_target = strcmp(op, "placeholder") && strcmp(op, "output");
+  if (needs_target && (!json_is_string(tv) || json_string_length(tv) == 0))
+    return grove_err_set(c->err, GROVE_E_SPEC, "%s.target: expected a non-empty string", jp);
+  const char *target = needs_target ? json_string_value(tv) : NULL;
+  if (strcmp(op, "placeholder") != 0 && json_object_get(v, "default"))
+    return grove_err_set(c->err, GROVE_E_SPEC, "%s.default: only a placeholder has a default", jp);
+  if (strcmp(op, "placeholder") == 0) {
+    n->op = G_PLACEHOLDER;
+    n->what = "placeholder";
+    if (args || kwargs)
+      return grove_err_set(c->err, GROVE_E_SPEC,
+                           "%s: a placeholder has no args (a default goes in "
+                           "\"default\")",
+                           jp);
+    if (strncmp(n->name, "*", 1) == 0)
+      return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                           "%s: a forward with *args or **kwargs is not supported", jp);
+    const json_t *dv = json_object_get(v, "default");
+    if (dv) {
+      char sub[640];
+      snprintf(sub, sizeof sub, "%s.default", jp);
+      grove_status s = parse_arg(c, dv, sub, &n->dflt, 0);
+      if (s) return s;
+      if (n->dflt.kind == A_NODE || n->dflt.kind == A_LIST)
+        return grove_err_set(c->err, GROVE_E_SPEC, "%s: expected a constant", sub);
+      n->has_default = true;
+    }
+    int *p = realloc(c->g->placeholders, (size_t)(c->g->nplaceholders + 1) * sizeof(int));
+    if (!p) return nomem(c->err);
+    c->g->placeholders = p;
+    p[c->g->nplaceholders++] = c->cur;
+    return GROVE_OK;
+  }
+  if (strcmp(op, "output") == 0) {
+    n->op = G_OUTPUT;
+    n->what = "output";
+    if (!args || json_array_size(args) != 1 || json_object_size(kwargs) > 0)
+      return grove_err_set(c->err, GROVE_E_SPEC,
+                           "%s.args: the output node takes one argument: a node or a list of "
+                           "nodes",
+                           jp);
+    n->args = calloc(1, sizeof(garg));
+    if (!n->args) return nomem(c->err);
+    n->nargs = 1;
+    char sub[640];
+    snprintf(sub, sizeof sub, "%s.args[0]", jp);
+    grove_status s = parse_arg(c, json_array_get(args, 0), sub, &n->args[0], 0);
+    if (s) return s;
+    garg *a = &n->args[0];
+    if (a->kind == A_LIST) {
+      if (a->n < 1 || a->n > GROVE_MAX_VALUES)
+        return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                             "%s: a model returns 1 to %d tensors, this returns %d", sub,
+                             GROVE_MAX_VALUES, a->n);
+      for (int i = 0; i < a->n; i++)
+        if (a->items[i].kind != A_NODE)
+          return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                               "%s[%d]: the output must be tensors (nodes), not constants", sub, i);
+      c->g->returns_tuple = true;
+    } else if (a->kind != A_NODE) {
+      return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                           "%s: the output must be a tensor (a node), not a constant", sub);
+    }
+    return GROVE_OK;
+  }
+  if (strcmp(op, "get_attr") == 0) {
+    n->op = G_GET_ATTR;
+    n->what = "get_attr";
+    if (args || kwargs)
+      return grove_err_set(c->err, GROVE_E_SPEC, "%s: get_attr takes no arguments", jp);
+    return resolve_attr(c, n, target, jp);
+  }
+  if (strcmp(op, "call_module") == 0) {
+    n->op = G_CALL_MODULE;
+    n->what = "call_module";
+    n->mod = grove_module_find(c->m, target);
+    if (!n->mod)
+      return grove_err_set(c->err, GROVE_E_SPEC,
+                           "%s.target: \"%s\" names no submodule of this module", jp, target);
+    if (!(n->attr = grove__strdup(target))) return nomem(c->err);
+    return bind_module(c, n, args, kwargs, jp);
+  }
+  if (strcmp(op, "call_function") != 0 && strcmp(op, "call_method") != 0)
+    return grove_err_set(c->err, GROVE_E_SPEC,
+                         "%s.op: \"%s\" is not a torch.fx node kind (placeholder, get_attr, "
+                         "call_module, call_function, call_method, output)",
+                         jp, op);
+  const opdef *d = find_op(target);
+  if (!d) {
+    char list[600] = "";
+    size_t used = 0;
+    for (int i = 0; i < NOPDEFS && used < sizeof list; i++)
+      used +=
+          (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", opdefs[i].name);
+    return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                         "%s.target: \"%s\" is not an operation Grove runs (supported: %s)", jp,
+                         target, list);
+  }
+  n->op = d->op;
+  n->what = d->name;
+  grove_status s = bind(c, n, d, args, kwargs, jp);
+  if (!s) s = check_op(c, n, jp);
+  return s;
+}
+
+/* ------------------------------------------------------------ fusion */
+
+/* The single reader of node i, when it reads nothing but i, else -1. */
+static int sole_reader(const graph_impl *g, int i) {
+  if (g->nodes[i].uses != 1) return -1;
+  int r = g->nodes[i].last_use;
+  const gnode *n = &g->nodes[r];
+  if (n->op == G_CALL_MODULE && n->nargs == 1 && n->args[0].kind == A_NODE &&
+      n->args[0].node == i && n->mod_kind == MK_PLAIN && !n->tuple)
+    return r;
+  if (n->op == G_RELU && n->args[0].kind == A_NODE && n->args[0].node == i) return r;
+  return -1;
+}
+
+static bool is_relu_node(const graph_impl *g, int r) {
+  const gnode *n = &g->nodes[r];
+  return n->op == G_RELU || (n->op == G_CALL_MODULE && n->mod->type == &grove__relu_type);
+}
+
+static void plan_fusion(graph_impl *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    gnode *n = &g->nodes[i];
+    if (n->op != G_CALL_MODULE || n->fused_into >= 0 || n->nargs != 1) continue;
+    const grove_module_type *t = n->mod->type;
+    bool conv = t == &grove__conv1d_type || t == &grove__conv2d_type;
+    if (!conv && t != &grove__linear_type) continue;
+    int r = sole_reader(g, i);
+    if (r < 0) continue;
+    if (conv && t == &grove__conv2d_type && g->nodes[r].op == G_CALL_MODULE &&
+        g->nodes[r].mod->type == &grove__batch_norm2d_type &&
+        grove__bn2d_channels(g->nodes[r].mod) == grove__conv_out_channels(n->mod)) {
+      n->fuse_bn = r;
+      g->nodes[r].fused_into = i;
+      r = sole_reader(g, r);
+      if (r < 0) continue;
+    }
+    if (is_relu_node(g, r)) {
+      n->fuse_relu = r;
+      g->nodes[r].fused_into = i;
+    }
+  }
+}
+
+grove_status grove__graph_compile(grove_module *m, const json_t *obj, const char *path,
+                                  const char *where, grove_err *err) {
+  graph_impl *g = m->impl;
+  if (!(g->where = grove__strdup(where))) return nomem(err);
+  const json_t *gv = json_object_get(obj, "graph");
+  if (json_is_null(gv)) return GROVE_OK; /* a holder */
+  size_t nn = json_array_size(gv);
+  if (nn > 100000)
+    return grove_err_set(err, GROVE_E_SPEC, "%s.graph: more than 100000 nodes", path);
+  g->nodes = calloc(nn ? nn : 1, sizeof(gnode));
+  if (!g->nodes) return nomem(err);
+  g->nnodes = (int)nn;
+  g->output = -1;
+  cctx c = {g, m, path, err, 0, gv, json_object()};
+  if (!c.names) return nomem(err);
+  for (size_t i = 0; i < nn; i++) {
+    char jp[480];
+    snprintf(jp, sizeof jp, "%s.graph[%zu]", path, i);
+    c.cur = (int)i;
+    grove_status s = compile_node(&c, json_array_get(gv, i), jp);
+    if (!s && json_object_set_new_nocheck(c.names, g->nodes[i].name, json_integer((json_int_t)i)))
+      s = nomem(err);
+    if (s) {
+      json_decref(c.names);
+      return s;
+    }
+    gnode *n = &g->nodes[i];
+    if (n->op == G_OUTPUT) {
+      if (i + 1 != nn) {
+        json_decref(c.names);
+        return grove_err_set(err, GROVE_E_SPEC, "%s: the output node must be the last node", jp);
+      }
+      g->output = (int)i;
+    }
+    for (int k = 0; k < n->nargs; k++) count_uses(g->nodes, &n->args[k], (int)i);
+  }
+  json_decref(c.names);
+  if (g->output < 0)
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%s.graph: no output node (the last node must be "
+                         "{\"op\": \"output\", ...})",
+                         path);
+  /* Regions: at most one per tensor a node produces. */
+  g->max_regions = g->nnodes * GROVE_MAX_VALUES + GROVE_MAX_VALUES;
+  plan_fusion(g);
+  g->compiled = true;
+  g->type.forward = grove__graph_forward;
+  return GROVE_OK;
+}

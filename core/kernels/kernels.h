@@ -1,0 +1,176 @@
+/* kernels.h: core/kernels/, the compute kernels under the layers: the GEMM
+ * kernels and their packs (gemm.c), CPU detection (cpu.c), the compute
+ * thread pool (grove__parallel_for, gemm.c), arena compaction
+ * (arena_keep.c), the NCHW/NHWC transposes (transpose.c) and the Winograd
+ * transforms (winograd.c).  Never installed (tests and bench/ may include
+ * it). */
+#ifndef GROVE_CORE_KERNELS_H
+#define GROVE_CORE_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "grove/grove.h"
+#include "tensor_internal.h"
+
+/* Whether this compiler builds the x86 vector paths (AVX-512, AVX2) beside
+ * the portable loops; which of them runs is grove__cpu_avx512 /
+ * grove__cpu_avx2's answer (cpu.c: GROVE_GEMM=avx2 turns AVX-512 off). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define GROVE__X86_SIMD 1
+#else
+#define GROVE__X86_SIMD 0
+#endif
+
+/* ------------------------------------------------------------ linear kernel */
+
+/* The GEMM behind Linear: y[M,N] = act(x[M,K] . W^T + b), W in torch's
+ * [N,K] row-major layout.  A pack is built from W once, when weights are
+ * loaded (refresh), in whatever layout the kernel runs fastest; it copies W,
+ * so W may go away afterwards.  run() may be called from any number of
+ * threads at once on one pack; it never allocates. */
+typedef enum grove__act {
+  GROVE__ACT_NONE = 0,
+  GROVE__ACT_RELU = 1,
+} grove__act;
+
+typedef struct grove__linear_pack grove__linear_pack;
+
+/* NULL when out of memory. */
+grove__linear_pack *grove__linear_pack_new(const float *W, int64_t N, int64_t K);
+void grove__linear_pack_free(grove__linear_pack *p);
+/* bias may be NULL.  x is [M,K] contiguous, y is [M,N] contiguous. */
+void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, const float *bias,
+                       float *y, grove__act act);
+
+/* grove__linear_run on the calling thread alone: for the fn of a
+ * grove__parallel_for, whose chunks are already spread over the compute
+ * threads (a convolution computes each block of its output positions from
+ * patch rows to epilogue in one chunk, in cache).  Call it there only on a
+ * pack for which grove__linear_pack_native is true: a BLAS pack calls
+ * OpenBLAS, whose own threads must not run inside the pool's chunks.  Any
+ * thread; the same results, bit for bit, as grove__linear_run. */
+void grove__linear_run_alone(const grove__linear_pack *p, const float *x, int64_t M,
+                             const float *bias, float *y, grove__act act);
+/* Whether p runs Grove's own kernel (AVX-512 or AVX2), not OpenBLAS. */
+bool grove__linear_pack_native(const grove__linear_pack *p);
+/* Whether Grove's AVX-512 code (outside the packs: the convolutions'
+ * transforms, attention's loops) may run: the CPU has avx512f and
+ * GROVE_GEMM is not "avx2", which makes the process behave as an AVX2-only
+ * CPU throughout (tests and benchmarks of that path on an AVX-512 host).
+ * Read once per process (cpu.c).  Any thread. */
+bool grove__cpu_avx512(void);
+/* Whether the CPU has AVX2 and FMA (GROVE_GEMM does not matter).  Read once
+ * per process.  Any thread. */
+bool grove__cpu_avx2(void);
+/* The kernel p runs: "avx512", "avx2" or "blas" (a static string; tests and
+ * logs).  Any thread. */
+const char *grove__linear_pack_kernel(const grove__linear_pack *p);
+
+/* Runs fn over [0, n) in chunks of grain indices (the last one shorter):
+ * the calling thread and the helpers of a compute-thread pool (gemm.c) each
+ * claim chunks until none is left, and the call returns when every chunk is
+ * done.  With one compute thread, n <= grain, or no free pool (another
+ * worker thread holds it), it is fn(ctx, 0, n) on the caller.  So fn must
+ * give the same result however [0, n) is cut, which it does when every
+ * index writes its own outputs with the same arithmetic; it must not call
+ * grove__parallel_for or grove__linear_run itself (those would compute
+ * alone; grove__linear_run_alone says so).  Safe from several threads at
+ * once, like grove__linear_run; it never allocates once the pool is
+ * running.  grain: indices per chunk (raised when n / grain would exceed
+ * 65535 chunks), at least a few microseconds of work, since a hand-off
+ * costs about one. */
+void grove__parallel_for(int64_t n, int64_t grain,
+                         void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
+/* The floats of work a chunk of grove__parallel_for should at least hold,
+ * so that a hand-off (about a microsecond) stays small beside it; and the
+ * grain (indices per chunk) that gives it for floats_per_index floats of
+ * work per index. */
+#define GROVE__PAR_FLOATS 8192
+static inline int64_t grove__par_grain(int64_t floats_per_index) {
+  if (floats_per_index < 1) floats_per_index = 1;
+  return (GROVE__PAR_FLOATS + floats_per_index - 1) / floats_per_index;
+}
+
+/* General products on the Linear kernel, for operands that change at every
+ * call (training: forward y = x W^T, dX = dY W, dW += dY^T X), row-major as
+ * cblas_sgemm: C[M,N] = op(A)[M,K] . op(B)[K,N], plus C with
+ * GROVE__GEMM_ACCUMULATE (beta = 1; else beta = 0 and C is only written).
+ * op(A)[i,k] is A[i*lda + k], or A[k*lda + i] with GROVE__GEMM_TRANS_A;
+ * op(B)[k,n] is B[k*ldb + n], or B[n*ldb + k] with GROVE__GEMM_TRANS_B.
+ * ws is the caller's workspace of ws_bytes bytes, 64-byte aligned, which the
+ * call overwrites (the packed operands), so a training loop allocates it once
+ * and nothing is allocated per call.  The AVX-512 kernel runs when the CPU
+ * has it, GROVE_GEMM is not "blas" (read at each call) and ws_bytes is at
+ * least grove__gemm_ws_size(flags, M, N, K); otherwise cblas_sgemm (sizes
+ * must then fit an int).  Uses the compute threads like grove__linear_run; safe from
+ * several threads at once with a workspace each. */
+enum {
+  GROVE__GEMM_TRANS_A = 1,
+  GROVE__GEMM_TRANS_B = 2,
+  GROVE__GEMM_ACCUMULATE = 4,
+};
+/* Bytes of workspace for these arguments; 0 when the BLAS path will run or
+ * there is nothing to compute. */
+size_t grove__gemm_ws_size(int flags, int64_t M, int64_t N, int64_t K);
+void grove__gemm(int flags, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float *C, int64_t ldc, void *ws, size_t ws_bytes);
+
+/* ------------------------------------------------------------ arena compaction */
+
+/* One block of arena memory a caller wants to keep: [start, start + bytes). */
+typedef struct grove__keep {
+  void *start;
+  size_t bytes;
+  void *moved;          /* set by grove__arena_keep: where the block now starts */
+  grove_arena_mark end; /* set by grove__arena_keep: the arena's top right after it */
+} grove__keep;
+
+/* Forgets every arena allocation made after m except the n blocks in keep,
+ * which are moved down to sit, in order, right above m (their bytes are
+ * copied; keep[i].moved receives the new start, and callers shift their
+ * pointers by moved - start).  The blocks must lie in memory allocated after
+ * m and must not overlap one another.  Used after a node (or a layer) ran:
+ * its scratch and the intermediates that died are given back, so the next
+ * node reuses that memory and the high water is the peak of what is live.
+ * GROVE_E_NOMEM when the arena cannot grow (only for several blocks, which
+ * are staged above the arena's top first); arena_keep.c. */
+grove_status grove__arena_keep(grove_arena *a, grove_arena_mark m, grove__keep *keep, int n,
+                               grove_err *err);
+
+/* ------------------------------------------------------------ transposes */
+
+/* dst [C][R] = src [R][C] transposed, float32 (16 x 16 blocks through
+ * AVX-512 registers where the CPU has it; transpose.c).  Any thread. */
+void grove__transpose_f32(const float *src, float *dst, int64_t R, int64_t C);
+/* dst[i][c] = src[c][i] for a [C, HW] plane, positions [b0 * 16, b1 * 16)
+ * (clipped to HW); transpose.c.  Any thread. */
+void grove__nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t C, int64_t HW,
+                         int64_t b0, int64_t b1);
+/* y[c][p] = act(acc[p][c] * scale[c] + shift[c]) for positions [b0 * 16,
+ * b1 * 16) of P and n channels (acc rows lda floats apart, y rows P floats
+ * apart); transpose.c.  Any thread. */
+void grove__nhwc_epilogue(const float *acc, int64_t lda, float *y, int64_t P, int64_t n,
+                          const float *scale, const float *shift, bool relu, int64_t b0,
+                          int64_t b1);
+
+/* ------------------------------------------------------------ Winograd */
+
+/* An output of the Winograd transform, through the epilogue when set (the
+ * NHWC output of a convolution: scale, shift and ReLU per channel). */
+typedef struct grove__wino_ep {
+  const float *scale, *shift;
+  bool relu;
+} grove__wino_ep;
+/* V[k][c] (k = 4r + q, rows vs floats apart) = (B^T d B)[r][q] for the C
+ * channels of the tile whose 16 input pixels (NHWC) d[i] points at;
+ * winograd.c.  Any thread. */
+void grove__wino_in(const float *const d[16], int64_t C, float *V, int64_t vs);
+/* y[2a + b][c] = (A^T m A)[a][b] for the 16 products m[k] (rows ms floats
+ * apart), through ep when not NULL; y[i] NULL for an output past the edge;
+ * winograd.c.  Any thread. */
+void grove__wino_out(const float *M, int64_t ms, int64_t Co, float *const y[4],
+                     const grove__wino_ep *ep);
+
+#endif

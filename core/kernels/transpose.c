@@ -1,0 +1,137 @@
+/* transpose.c: the float32 transposes between NCHW and NHWC that the
+ * convolution's rows path and the channels-last layout need (layers_conv.c,
+ * grove__fwd_contig), and the NHWC epilogue (scale, shift, ReLU per channel
+ * on the way back to NCHW).  Split out of layers_conv.c: a kernel, no layer.
+ * Pure functions of their arguments: any thread. */
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels.h"
+
+/* ------------------------------------------------------------ transposes */
+
+/* The rows path moves an NCHW activation into NHWC and back (when the
+ * layers around it do not take channels last), so these transposes matter:
+ * 16 x 16 blocks go through AVX-512 registers (16 loads, 64 shuffles, 16
+ * stores) where the CPU has it; edges and other CPUs take the scalar
+ * loops. */
+#if GROVE__X86_SIMD
+#include <immintrin.h>
+#endif
+
+#if GROVE__X86_SIMD
+GROVE__TARGET_PUSH("avx512f")
+
+/* out[j] = column j of the 16 x 16 block at src (rows lds floats apart). */
+static inline __attribute__((always_inline)) void tr16(const float *src, int64_t lds,
+                                                       __m512 out[16]) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  /* u[4g + k]: columns k, k+4, k+8, k+12 of rows 4g..4g+3, one per lane. */
+  __m512 *u = r;
+  for (int g = 0; g < 4; g++) {
+    __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+    __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int k = 0; k < 4; k++) {
+    __m512 a = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88);
+    __m512 b = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
+    __m512 c = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xdd);
+    __m512 d = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xdd);
+    out[k] = _mm512_shuffle_f32x4(a, b, 0x88);
+    out[k + 8] = _mm512_shuffle_f32x4(a, b, 0xdd);
+    out[k + 4] = _mm512_shuffle_f32x4(c, d, 0x88);
+    out[k + 12] = _mm512_shuffle_f32x4(c, d, 0xdd);
+  }
+}
+
+static void tr16_store(const float *src, int64_t lds, float *dst, int64_t ldd) {
+  __m512 o[16];
+  tr16(src, lds, o);
+  for (int j = 0; j < 16; j++) _mm512_storeu_ps(dst + j * ldd, o[j]);
+}
+
+/* dst row j (16 floats) = act(column j of src * scale[j] + shift[j]). */
+static void tr16_epilogue(const float *src, int64_t lds, float *dst, int64_t ldd,
+                          const float *scale, const float *shift, bool relu) {
+  __m512 o[16];
+  tr16(src, lds, o);
+  const __m512 zero = _mm512_setzero_ps();
+  for (int j = 0; j < 16; j++) {
+    __m512 v = _mm512_fmadd_ps(o[j], _mm512_set1_ps(scale[j]), _mm512_set1_ps(shift[j]));
+    if (relu) v = _mm512_max_ps(v, zero);
+    _mm512_storeu_ps(dst + j * ldd, v);
+  }
+}
+
+GROVE__TARGET_POP
+#endif /* GROVE__X86_SIMD */
+
+/* dst[i][c] = src[c][i] for a [C, HW] plane block, positions [b0 * 16,
+ * b1 * 16) (clipped to HW). */
+void grove__nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t C, int64_t HW,
+                         int64_t b0, int64_t b1) {
+  enum { T = 16 };
+  const bool fast = grove__cpu_avx512();
+  const int64_t end = b1 * T < HW ? b1 * T : HW;
+  for (int64_t i0 = b0 * T; i0 < end; i0 += T) {
+    const int64_t ni = HW - i0 < T ? HW - i0 : T;
+    for (int64_t c0 = 0; c0 < C; c0 += T) {
+      const int64_t nc = C - c0 < T ? C - c0 : T;
+#if GROVE__X86_SIMD
+      if (fast && ni == T && nc == T) {
+        tr16_store(src + c0 * HW + i0, HW, dst + i0 * C + c0, C);
+        continue;
+      }
+#endif
+      for (int64_t i = 0; i < ni; i++)
+        for (int64_t c = 0; c < nc; c++) dst[(i0 + i) * C + c0 + c] = src[(c0 + c) * HW + i0 + i];
+    }
+  }
+  (void)fast;
+}
+
+void grove__transpose_f32(const float *src, float *dst, int64_t R, int64_t C) {
+  /* grove__nchw_to_nhwc turns [C', HW'] into [HW', C']: here C' = R, HW' = C. */
+  grove__nchw_to_nhwc(src, dst, R, C, 0, (C + 15) / 16);
+}
+
+/* y[c][p] = act(acc[p][c] * scale[c] + shift[c]) for positions [b0 * 16,
+ * b1 * 16) of P and n channels (acc rows lda floats apart, y rows P floats apart). */
+void grove__nhwc_epilogue(const float *acc, int64_t lda, float *y, int64_t P, int64_t n,
+                          const float *scale, const float *shift, bool relu, int64_t b0,
+                          int64_t b1) {
+  enum { T = 16 };
+  const bool fast = grove__cpu_avx512();
+  const int64_t end = b1 * T < P ? b1 * T : P;
+  for (int64_t p0 = b0 * T; p0 < end; p0 += T) {
+    const int64_t pn = P - p0 < T ? P - p0 : T;
+    for (int64_t c0 = 0; c0 < n; c0 += T) {
+      const int64_t cn = n - c0 < T ? n - c0 : T;
+#if GROVE__X86_SIMD
+      if (fast && pn == T && cn == T) {
+        tr16_epilogue(acc + p0 * lda + c0, lda, y + c0 * P + p0, P, scale + c0, shift + c0, relu);
+        continue;
+      }
+#endif
+      for (int64_t c = c0; c < c0 + cn; c++) {
+        const float a = scale[c], b = shift[c];
+        float *yr = y + c * P + p0;
+        const float *ar = acc + p0 * lda + c;
+        for (int64_t q = 0; q < pn; q++) {
+          float v = ar[q * lda] * a + b;
+          yr[q] = relu && v < 0.0f ? 0.0f : v;
+        }
+      }
+    }
+  }
+  (void)fast;
+}

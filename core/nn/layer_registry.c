@@ -1,0 +1,56 @@
+/* layer_registry.c: the table of torch.nn types that model.json may name,
+ * each with its builder (the layer files' *_from_json).  The typed readers
+ * the builders use are in layer_json.c, below the layers. */
+#include <jansson.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers_internal.h"
+
+/* ------------------------------------------------------------ the table */
+
+/* Sorted as torch.nn's documentation lists them: containers first. */
+static const grove__layer_def defs[] = {
+    {"Sequential", grove__sequential_from_json, true},
+    {"ModuleList", grove__module_list_from_json, true},
+    {"ModuleDict", grove__module_dict_from_json, true},
+    {"Linear", grove__linear_from_json, false},
+    {"Identity", grove__identity_from_json, false},
+    {"Flatten", grove__flatten_from_json, false},
+    {"Dropout", grove__dropout_from_json, false},
+    {"ReLU", grove__relu_from_json, false},
+    {"LeakyReLU", grove__leaky_relu_from_json, false},
+    {"GELU", grove__gelu_from_json, false},
+    {"SiLU", grove__silu_from_json, false},
+    {"Sigmoid", grove__sigmoid_from_json, false},
+    {"Tanh", grove__tanh_from_json, false},
+    {"Softmax", grove__softmax_from_json, false},
+    {"LogSoftmax", grove__log_softmax_from_json, false},
+    {"BatchNorm1d", grove__batch_norm1d_from_json, false},
+    {"LayerNorm", grove__layer_norm_from_json, false},
+    {"Embedding", grove__embedding_from_json, false},
+    {"Conv1d", grove__conv1d_from_json, false},
+    {"Conv2d", grove__conv2d_from_json, false},
+    {"BatchNorm2d", grove__batch_norm2d_from_json, false},
+    {"MaxPool2d", grove__max_pool2d_from_json, false},
+    {"AvgPool2d", grove__avg_pool2d_from_json, false},
+    {"AdaptiveAvgPool2d", grove__adaptive_avg_pool2d_from_json, false},
+    {"MultiheadAttention", grove__multihead_attention_from_json, false},
+    {"TransformerEncoderLayer", grove__transformer_encoder_layer_from_json, false},
+    {"TransformerEncoder", grove__transformer_encoder_from_json, false},
+};
+
+const grove__layer_def *grove__layer_find(const char *type) {
+  if (!type) return NULL;
+  for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
+    if (strcmp(defs[i].type, type) == 0) return &defs[i];
+  return NULL;
+}
+
+const grove__layer_def *grove__layer_defs(size_t *n) {
+  if (n) *n = sizeof defs / sizeof defs[0];
+  return defs;
+}

@@ -1,0 +1,1049 @@
+/* layers_conv.c: the convolutional layers, eval mode: torch.nn.Conv1d and
+ * Conv2d, with their constructors and model.json builders (BatchNorm2d is in
+ * layers_norm.c, the poolings in layers_pool.c, the transposes and Winograd
+ * transforms in transpose.c and winograd.c).
+ *
+ * Convolution is lowered onto a matrix product, one of two ways, chosen when
+ * the weight is packed (refresh):
+ *
+ *  - rows (8 or more input and output channels per group, the usual case):
+ *    images go through in chunks that fit in cache (ROWS_BUDGET); a chunk is
+ *    transposed to NHWC, every output position's patch becomes one row of
+ *    K = kh * kw * cin_g floats (whole kernel rows copied kw * C floats at a
+ *    time), and Grove's packed GEMM kernel (grove__linear_run, the kernel
+ *    behind Linear: AVX-512 where the CPU has it) multiplies the rows by the
+ *    weight, packed once with K in the same (ki, kj, c) order.  The product
+ *    is [positions, cout_g]; the epilogue transposes it into the NCHW output.
+ *    3x3 convolutions with stride 1 (no dilation, one group) take Winograd
+ *    F(2x2, 3x3) instead of patch rows: 16 packed products over 4x4 tiles,
+ *    2.25 times fewer multiply-adds (see conv_winograd).
+ *  - columns (grouped convolutions with fewer than 8 channels per group,
+ *    depthwise ones; also GROVE_CONV=columns):
+ *    im2col into [K, positions] columns and cblas_sgemm W_g [cout_g, K] x
+ *    col, for a run of images at once (COL_BUDGET), so the product is NCHW
+ *    already.  A 1x1 convolution with stride 1 and no padding needs no
+ *    unrolling in either way.
+ *
+ * Measured on bench/models_extra.py's CNN (one thread, batch 64, this 2-vCPU
+ * AMD EPYC): the columns path through OpenBLAS 0.3.21 (which picks its
+ * Haswell kernel here) ran 520 samples/s, the rows path 1070 (cache-sized
+ * chunks instead of whole-batch passes, and AVX-512 16 x 16 transposes, were
+ * most of the difference between the first rows version and that), with
+ * Winograd for the 3x3 layers 1570.
+ *
+ * Channels last: when its caller allows it (grove_fwd.channels_last_ok: a
+ * graph or Sequential whose next layer reads the result), a batched Conv2d
+ * on the rows path returns its [N, C, H, W] result laid out NHWC, and
+ * reads an NHWC input as it is.  BatchNorm2d, the activations, a residual
+ * add (graph_ops.c) and AdaptiveAvgPool2d to 1 x 1 keep or read that
+ * layout; any other layer gets a contiguous copy (grove_tensor_copy, one
+ * transpose), and grove_module_forward makes the result contiguous for a
+ * caller that did not ask.  So a ResNet's activations stay NHWC from the
+ * stem to the pooling and no convolution transposes its input or output.
+ *
+ * The bias, and when a graph fuses a following BatchNorm2d and ReLU into the
+ * convolution their per-channel scale, shift and clamp, are applied in the
+ * one pass that writes the NCHW output (the epilogue).
+ *
+ * Padding is zeros (torch's padding_mode="zeros"; the other modes are refused
+ * by the builders) and may be asymmetric: padding="same" with an even
+ * effective kernel pads one more on the right/bottom, as torch does.
+ *
+ * Every layer here accepts torch's unbatched input too ([C, L] for Conv1d,
+ * [C, H, W] for the 2-d layers, except BatchNorm2d, which torch requires to
+ * be 4-d). */
+#include <assert.h>
+#include <cblas.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "layers_internal.h"
+
+/* Bytes of im2col scratch a convolution takes at most per chunk of images
+ * (at least one image's worth, whatever its size). */
+#define COL_BUDGET ((size_t)4 << 20)
+/* The same for the rows path, whose transposes and epilogue also touch
+ * every element: a chunk's input, rows and product together (about L2). */
+#define ROWS_BUDGET ((size_t)2 << 20)
+
+/* ============================================================ convolution */
+
+typedef struct conv_impl {
+  int nd; /* spatial dims: 1 (Conv1d) or 2 (Conv2d) */
+  int64_t cin, cout, groups;
+  /* Per spatial dim, index 0 = H (1-d: unused, kernel 1) and 1 = W. */
+  int64_t k[2], stride[2], dil[2], pad_lo[2], pad_hi[2];
+  int64_t padding[2]; /* as given (for the exporter's round trip) */
+  int pad_kind;       /* 0 numbers, 1 "same", 2 "valid" */
+  bool use_bias;
+  int64_t K; /* cin/groups * kh * kw: one row of weight.view(out, -1) */
+  /* [cout, K] float32, copied from the weight in refresh for the columns
+   * path; left untouched (its zero pages cost no memory) while the rows
+   * path runs, which computes from its packs alone. */
+  float *w;
+  float *bias;
+  float *ones; /* cout ones: the scale of a plain convolution */
+  /* The rows path (see conv_rows): one pack per group of the weight with K
+   * reordered to (ki, kj, c), or NULL when the column path runs. */
+  grove__linear_pack **packs;
+  /* Winograd F(2x2, 3x3) (see conv_winograd): the 16 transformed weight
+   * matrices [cout, cin], packed; wino[0] NULL when it does not run. */
+  grove__linear_pack *wino[16];
+  float data[];
+} conv_impl;
+
+static void conv_free_packs(conv_impl *p) {
+  for (int k = 0; k < 16; k++) {
+    grove__linear_pack_free(p->wino[k]);
+    p->wino[k] = NULL;
+  }
+  if (!p->packs) return;
+  for (int64_t g = 0; g < p->groups; g++) grove__linear_pack_free(p->packs[g]);
+  free(p->packs);
+  p->packs = NULL;
+}
+
+static void conv_free_impl(void *impl) {
+  conv_impl *p = impl;
+  if (!p) return;
+  conv_free_packs(p);
+  free(p);
+}
+
+/* Which lowering a convolution takes.  The rows path gathers cin_g floats at
+ * a time from an NHWC copy of the input, so a grouped convolution wants
+ * enough channels per group for it; GROVE_CONV=rows|columns|winograd
+ * overrides (for measurements and tests). */
+static bool want_rows(const conv_impl *p) {
+  const char *force = getenv("GROVE_CONV");
+  if (force && (strcmp(force, "rows") == 0 || strcmp(force, "winograd") == 0)) return true;
+  if (force && strcmp(force, "columns") == 0) return false;
+  /* Ungrouped convolutions always: the image stem (3 input channels) too, so
+   * that a model's convolutions never mix OpenBLAS's threads with Grove's
+   * (with both pools spinning, two cores run three threads). */
+  return p->groups == 1 || (p->cin / p->groups >= 8 && p->cout / p->groups >= 8);
+}
+
+/* Winograd F(2x2, 3x3) takes the 3x3, stride 1, undilated, ungrouped
+ * convolutions of the rows path (GROVE_CONV=rows keeps them on plain rows). */
+static bool want_winograd(const conv_impl *p) {
+  const char *force = getenv("GROVE_CONV");
+  if (force && strcmp(force, "winograd") != 0) return false;
+  return p->nd == 2 && p->k[0] == 3 && p->k[1] == 3 && p->stride[0] == 1 && p->stride[1] == 1 &&
+         p->dil[0] == 1 && p->dil[1] == 1 && p->groups == 1 && p->cin >= 8 && p->cout >= 8;
+}
+
+/* U = G g G^T for every (out, in) pair, G = [1 0 0; .5 .5 .5; .5 -.5 .5;
+ * 0 0 1]: the 16 matrices [cout, cin] of the transformed weight, packed. */
+static grove_status wino_pack(conv_impl *p, grove__linear_pack *out[16]) {
+  const int64_t Co = p->cout, Ci = p->cin;
+  float *u = malloc((size_t)(16 * Co * Ci) * sizeof(float) + 1);
+  if (!u) return GROVE_E_NOMEM;
+  for (int64_t o = 0; o < Co; o++)
+    for (int64_t c = 0; c < Ci; c++) {
+      const float *g = p->w + (o * Ci + c) * 9; /* [3][3] */
+      float t[4][3];
+      for (int j = 0; j < 3; j++) {
+        t[0][j] = g[j];
+        t[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+        t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+        t[3][j] = g[6 + j];
+      }
+      for (int r = 0; r < 4; r++) {
+        const float v[4] = {t[r][0], 0.5f * (t[r][0] + t[r][1] + t[r][2]),
+                            0.5f * (t[r][0] - t[r][1] + t[r][2]), t[r][2]};
+        for (int q = 0; q < 4; q++) u[((r * 4 + q) * Co + o) * Ci + c] = v[q];
+      }
+    }
+  grove_status s = GROVE_OK;
+  for (int k = 0; k < 16; k++) {
+    out[k] = grove__linear_pack_new(u + k * Co * Ci, Co, Ci);
+    if (!out[k]) s = GROVE_E_NOMEM;
+  }
+  free(u);
+  if (s)
+    for (int k = 0; k < 16; k++) {
+      grove__linear_pack_free(out[k]);
+      out[k] = NULL;
+    }
+  return s;
+}
+
+/* Packs of the weight for the rows path, K reordered to (ki, kj, c). */
+static grove_status conv_pack(conv_impl *p, grove_err *err, const char *T) {
+  const int64_t G = p->groups, cin_g = p->cin / G, cout_g = p->cout / G, K = p->K;
+  const int64_t kk = p->k[0] * p->k[1];
+  grove__linear_pack **packs = calloc((size_t)G, sizeof *packs);
+  float *tmp = malloc((size_t)(cout_g * K) * sizeof(float) + 1);
+  grove_status s = GROVE_OK;
+  if (!packs || !tmp)
+    s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing the weight", T);
+  for (int64_t g = 0; !s && g < G; g++) {
+    for (int64_t o = 0; o < cout_g; o++) {
+      const float *src = p->w + (g * cout_g + o) * K; /* (c, ki, kj) */
+      float *dst = tmp + o * K;                       /* (ki, kj, c) */
+      for (int64_t c = 0; c < cin_g; c++)
+        for (int64_t q = 0; q < kk; q++) dst[q * cin_g + c] = src[c * kk + q];
+    }
+    packs[g] = grove__linear_pack_new(tmp, cout_g, K);
+    if (!packs[g]) s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing the weight", T);
+  }
+  free(tmp);
+  if (s) {
+    for (int64_t g = 0; packs && g < G; g++) grove__linear_pack_free(packs[g]);
+    free(packs);
+    return s;
+  }
+  grove__linear_pack *wino[16] = {NULL};
+  if (want_winograd(p) && wino_pack(p, wino)) {
+    for (int64_t g = 0; g < G; g++) grove__linear_pack_free(packs[g]);
+    free(packs);
+    return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing the weight", T);
+  }
+  conv_free_packs(p);
+  p->packs = packs;
+  memcpy(p->wino, wino, sizeof wino);
+  return GROVE_OK;
+}
+
+static grove_status conv_refresh(grove_module *m, grove_err *err) {
+  conv_impl *p = m->impl;
+  const char *T = m->type->name;
+  const grove_tensor *w = grove_module_param(m, "weight");
+  const grove_tensor *b = grove_module_param(m, "bias");
+  if (!w) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: weight is None", T);
+  int64_t want[3] = {p->cout, p->cin / p->groups, p->k[1]};
+  int wnd = 3;
+  if (p->nd == 2) {
+    want[2] = p->k[0];
+    wnd = 4;
+  }
+  bool ok = w->ndim == wnd && w->shape[0] == want[0] && w->shape[1] == want[1] &&
+            w->shape[2] == want[2] && (wnd == 3 || w->shape[3] == p->k[1]);
+  if (!ok) {
+    char got[128], exp[128];
+    int64_t e[4] = {want[0], want[1], p->k[0], p->k[1]};
+    if (p->nd == 1) e[2] = p->k[1];
+    grove_shape_str(w->ndim, w->shape, got, sizeof got);
+    grove_shape_str(wnd, e, exp, sizeof exp);
+    return grove_err_set(err, GROVE_E_SHAPE, "%s: weight has shape %s, expected %s", T, got, exp);
+  }
+  if (b && (b->ndim != 1 || b->shape[0] != p->cout)) {
+    char got[128];
+    grove_shape_str(b->ndim, b->shape, got, sizeof got);
+    return grove_err_set(err, GROVE_E_SHAPE, "%s: bias has shape %s, expected [%lld]", T, got,
+                         (long long)p->cout);
+  }
+  if (!grove_dtype_is_float(w->dtype) || (b && !grove_dtype_is_float(b->dtype)))
+    return grove_err_set(err, GROVE_E_DTYPE, "%s: weight and bias must be floating point", T);
+  /* Copies go to scratch first so that a failure leaves impl as it was. */
+  float *wf = malloc((size_t)(p->cout * p->K) * sizeof(float) + 1);
+  if (!wf) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+  grove_status s = grove__copy_f32(wf, p->cout * p->K, w, T, "weight", err);
+  float *old = p->w;
+  if (!s) {
+    p->w = wf;
+    if (want_rows(p)) {
+      s = conv_pack(p, err, T);
+    } else {
+      conv_free_packs(p);
+    }
+    p->w = old;
+  }
+  /* A copy the rows path never reads would be one more resident copy of
+   * the weights in every serving version. */
+  if (!s && !p->packs) memcpy(p->w, wf, (size_t)(p->cout * p->K) * sizeof(float));
+  free(wf);
+  if (!s && b) s = grove__copy_f32(p->bias, p->cout, b, T, "bias", err);
+  if (s) return s;
+  if (!b) memset(p->bias, 0, (size_t)p->cout * sizeof(float));
+  p->use_bias = b != NULL;
+  return GROVE_OK;
+}
+
+/* Output length of one spatial dim, torch's formula. */
+static int64_t conv_out_len(const conv_impl *p, int d, int64_t in) {
+  int64_t eff = p->dil[d] * (p->k[d] - 1) + 1;
+  int64_t span = in + p->pad_lo[d] + p->pad_hi[d] - eff;
+  return span < 0 ? -1 : span / p->stride[d] + 1;
+}
+
+/* Unrolls the patches of one image's group of channels (x: cin_g planes of
+ * H x W) into col rows ((c, ki, kj) major, matching the weight's layout), one
+ * column per output position, at column offset col0 of rows ldc long. */
+static void im2col(const conv_impl *p, const float *restrict x, int64_t cin_g, int64_t H, int64_t W,
+                   int64_t OH, int64_t OW, float *restrict col, int64_t ldc) {
+  const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
+  const int64_t dh = p->dil[0], dw = p->dil[1], ph = p->pad_lo[0], pw = p->pad_lo[1];
+  for (int64_t c = 0; c < cin_g; c++) {
+    const float *xc = x + c * H * W;
+    for (int64_t ki = 0; ki < kh; ki++) {
+      for (int64_t kj = 0; kj < kw; kj++) {
+        float *row = col + ((c * kh + ki) * kw + kj) * ldc;
+        /* Output columns ow whose input column iw = ow*sw - pw + kj*dw lies
+         * in [0, W): ow in [lo, hi). */
+        const int64_t off = kj * dw - pw;
+        int64_t lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+        int64_t hi = W - off <= 0 ? 0 : (W - off + sw - 1) / sw;
+        if (hi > OW) hi = OW;
+        if (lo > hi) lo = hi;
+        for (int64_t oh = 0; oh < OH; oh++) {
+          float *r = row + oh * OW;
+          const int64_t ih = oh * sh - ph + ki * dh;
+          if (ih < 0 || ih >= H) {
+            memset(r, 0, (size_t)OW * sizeof(float));
+            continue;
+          }
+          const float *xr = xc + ih * W + off;
+          for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0.0f;
+          if (sw == 1) {
+            memcpy(r + lo, xr + lo, (size_t)(hi - lo) * sizeof(float));
+          } else {
+            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * sw];
+          }
+          for (int64_t ow = hi; ow < OW; ow++) r[ow] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+/* dst[c][j] = act(src[c][j] * scale[c] + shift[c]) for rows of n floats. */
+static void epilogue(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                     int64_t n, const float *restrict scale, const float *restrict shift,
+                     bool relu) {
+  for (int64_t c = 0; c < rows; c++) {
+    const float a = scale[c], b = shift[c];
+    const float *s = src + c * lds;
+    float *d = dst + c * ldd;
+    if (relu) {
+      for (int64_t j = 0; j < n; j++) {
+        float v = s[j] * a + b;
+        d[j] = v < 0.0f ? 0.0f : v;
+      }
+    } else {
+      for (int64_t j = 0; j < n; j++) d[j] = s[j] * a + b;
+    }
+  }
+}
+
+/* ------------------------------------------------------------ threads */
+
+/* The work of the rows path around its products (transposes, Winograd
+ * transforms, patch rows, epilogues) is cut by grove__parallel_for over
+ * output elements, each computed by the same arithmetic whichever thread
+ * takes it, so results do not depend on the thread count.  A chunk is at
+ * least GROVE__PAR_FLOATS floats of work (grove__par_grain), so that a
+ * hand-off (about a microsecond) stays small beside it. */
+
+/* Everything one parallel stage of conv_rows reads; each stage uses some. */
+typedef struct conv_par {
+  const conv_impl *p;
+  const float *src;
+  float *dst;
+  int64_t C, H, W, OH, OW, HW, P;
+  int64_t blocks; /* per image: 16-position blocks (transposes) */
+  int64_t TH, TW, T; /* Winograd tiles per column, per row, in the chunk */
+  int64_t g, cin_g, cout_g;
+  const float *zeros, *scale, *shift;
+  bool relu;
+  int64_t ldo; /* nhwc_out: floats per output position */
+} conv_par;
+
+/* Images [i / blocks] of a chunk into NHWC, 16 positions a step. */
+static void par_to_nhwc(void *ctx, int64_t b, int64_t e) {
+  const conv_par *c = ctx;
+  for (int64_t j = b; j < e;) {
+    const int64_t i = j / c->blocks, q0 = j % c->blocks;
+    const int64_t q1 = e - i * c->blocks < c->blocks ? e - i * c->blocks : c->blocks;
+    grove__nchw_to_nhwc(c->src + i * c->C * c->HW, c->dst + i * c->HW * c->C, c->C, c->HW, q0, q1);
+    j = i * c->blocks + q1;
+  }
+}
+
+/* acc [cnt * P, cout_g] -> out [n][g * cout_g + c][p], 16 positions a step
+ * (dst is the chunk's first output image). */
+static void par_epilogue(void *ctx, int64_t b, int64_t e) {
+  const conv_par *c = ctx;
+  const int64_t Co = c->p->cout;
+  for (int64_t j = b; j < e;) {
+    const int64_t i = j / c->blocks, q0 = j % c->blocks;
+    const int64_t q1 = e - i * c->blocks < c->blocks ? e - i * c->blocks : c->blocks;
+    grove__nhwc_epilogue(c->src + i * c->P * c->cout_g, c->cout_g,
+                         c->dst + (i * Co + c->g * c->cout_g) * c->P, c->P, c->cout_g, c->scale,
+                         c->shift, c->relu, q0, q1);
+    j = i * c->blocks + q1;
+  }
+}
+
+/* acc [cnt * P, cout_g] -> out [n][p][g * cout_g + c] for rows [b, e). */
+static void par_epilogue_nhwc(void *ctx, int64_t b, int64_t e) {
+  const conv_par *c = ctx;
+  const int64_t n = c->cout_g;
+  const float *sc = c->scale, *sf = c->shift;
+  for (int64_t r = b; r < e; r++) {
+    const float *ar = c->src + r * n;
+    float *yr = c->dst + r * c->ldo + c->g * n;
+    if (c->relu) {
+      for (int64_t k = 0; k < n; k++) {
+        float v = ar[k] * sc[k] + sf[k];
+        yr[k] = v < 0.0f ? 0.0f : v;
+      }
+    } else {
+      for (int64_t k = 0; k < n; k++) yr[k] = ar[k] * sc[k] + sf[k];
+    }
+  }
+}
+
+/* Winograd input transform of tiles [b, e) of the chunk: src NHWC, dst V. */
+static void par_wino_in(void *ctx, int64_t b, int64_t e) {
+  const conv_par *c = ctx;
+  const int64_t C = c->C, H = c->H, W = c->W, TH = c->TH, TW = c->TW;
+  const int64_t ph = c->p->pad_lo[0], pw = c->p->pad_lo[1];
+  for (int64_t t = b; t < e; t++) {
+    const int64_t i = t / (TH * TW), ty = t / TW % TH, tx = t % TW;
+    const float *d[16];
+    for (int a = 0; a < 4; a++)
+      for (int q = 0; q < 4; q++) {
+        const int64_t iy = 2 * ty - ph + a, ix = 2 * tx - pw + q;
+        d[4 * a + q] = (iy < 0 || iy >= H || ix < 0 || ix >= W)
+                           ? c->zeros
+                           : c->src + i * c->HW * C + (iy * W + ix) * C;
+      }
+    grove__wino_in(d, C, c->dst + t * C, c->T * C);
+  }
+}
+
+/* Winograd output transform of tiles [b, e): src M, dst acc (NHWC); with
+ * ldo set, dst is the NHWC output itself (ldo floats per position) and the
+ * epilogue is applied on the way. */
+static void par_wino_out(void *ctx, int64_t b, int64_t e) {
+  const conv_par *c = ctx;
+  const int64_t Co = c->p->cout, OH = c->OH, OW = c->OW, TH = c->TH, TW = c->TW;
+  const int64_t ld = c->ldo ? c->ldo : Co;
+  const grove__wino_ep ep = {c->scale, c->shift, c->relu};
+  for (int64_t t = b; t < e; t++) {
+    const int64_t i = t / (TH * TW), ty = t / TW % TH, tx = t % TW;
+    float *y[4];
+    for (int a = 0; a < 2; a++)
+      for (int q = 0; q < 2; q++) {
+        const int64_t oy = 2 * ty + a, ox = 2 * tx + q;
+        y[2 * a + q] = (oy < OH && ox < OW) ? c->dst + (i * c->P + oy * OW + ox) * ld : NULL;
+      }
+    grove__wino_out(c->src + t * Co, c->T * Co, Co, y, c->ldo ? &ep : NULL);
+  }
+}
+
+/* Patch rows [b, e) of the chunk (row = (image, oh, ow)), group g, from the
+ * NHWC src into dst rows of K floats. */
+static void par_rows(void *ctx, int64_t b, int64_t e) {
+  const conv_par *c = ctx;
+  const conv_impl *p = c->p;
+  const int64_t C = c->C, H = c->H, W = c->W, OH = c->OH, OW = c->OW, K = p->K;
+  const int64_t cin_g = c->cin_g, G = p->groups;
+  const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
+  const int64_t dh = p->dil[0], dw = p->dil[1], ph = p->pad_lo[0], pw = p->pad_lo[1];
+  for (int64_t row = b; row < e; row++) {
+    const int64_t i = row / (OH * OW), oh = row / OW % OH, ow = row % OW;
+    const float *xi = c->src + i * c->HW * C + c->g * cin_g;
+    float *r = c->dst + row * K;
+    const int64_t iw0 = ow * sw - pw;
+    /* With one group and no dilation, a kernel row's kw pixels are
+     * kw * C contiguous floats of the NHWC input. */
+    const bool whole = G == 1 && dw == 1 && iw0 >= 0 && iw0 + kw <= W;
+    for (int64_t ki = 0; ki < kh; ki++) {
+      const int64_t ih = oh * sh - ph + ki * dh;
+      if (whole) {
+        if (ih < 0 || ih >= H)
+          memset(r, 0, (size_t)(kw * C) * sizeof(float));
+        else
+          memcpy(r, xi + (ih * W + iw0) * C, (size_t)(kw * C) * sizeof(float));
+        r += kw * C;
+        continue;
+      }
+      for (int64_t kj = 0; kj < kw; kj++, r += cin_g) {
+        const int64_t iw = ow * sw - pw + kj * dw;
+        if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+          memset(r, 0, (size_t)cin_g * sizeof(float));
+        else
+          memcpy(r, xi + (ih * W + iw) * C, (size_t)cin_g * sizeof(float));
+      }
+    }
+  }
+}
+
+/* ------------------------------------------------------------ fused chunks
+ *
+ * With Grove's own kernel (grove__linear_pack_native), a chunk of output
+ * positions goes from patch rows (or Winograd input transform) through its
+ * products to the epilogue (or output transform) on one thread, in cache:
+ * one parallel region per convolution instead of one per stage and product
+ * (a Winograd convolution made 18, and at batch 1 those hand-offs were what
+ * a second thread lost).  Each stage writes the same slice of the same
+ * buffer as when the stages run one after another, with the same
+ * arithmetic per element, so results do not depend on how the range is
+ * cut or on the thread count. */
+
+/* Multiply-adds a fused chunk is given at least, so that a hand-off (about
+ * a microsecond) stays small beside it. */
+#define FUSED_MIN_MACS ((int64_t)256 << 10)
+/* Floats of V and M (Winograd) or of patch rows one pass of a fused chunk
+ * touches at most: about a quarter of L2. */
+#define FUSED_STEP_FLOATS ((int64_t)64 << 10)
+
+/* Product rows a fused chunk is given at least where it can: each chunk
+ * reads the whole weight, so fewer rows would make the products wait for
+ * it (2-row chunks of an 8 x 8 layer at batch 1 read 1 MB per 2 rows). */
+#define FUSED_MIN_ROWS 24
+
+/* Indices per chunk for n indices of macs multiply-adds and rows product
+ * rows each: at least FUSED_MIN_MACS of work and FUSED_MIN_ROWS rows, and
+ * about four chunks per compute thread, so that a helper that comes late
+ * still finds work. */
+static int64_t fused_grain(int64_t n, int64_t macs, int64_t rows) {
+  int64_t lo = (FUSED_MIN_MACS + macs - 1) / (macs > 0 ? macs : 1);
+  int64_t lr = (FUSED_MIN_ROWS + rows - 1) / rows;
+  int64_t per = (n + 4 * grove_compute_threads() - 1) / (4 * grove_compute_threads());
+  if (lr > lo) lo = lr;
+  return per > lo ? per : lo;
+}
+
+typedef struct wino_fused {
+  conv_par in, out; /* the input transform's (src xt, dst V) and the output transform's */
+  float *V, *M;     /* [16][T][cin], [16][T][cout] */
+  int64_t step;     /* tiles per pass */
+} wino_fused;
+
+/* Tiles [b, e) of a Winograd chunk: transform, 16 products, transform. */
+static void par_wino_fused(void *ctx, int64_t b, int64_t e) {
+  const wino_fused *w = ctx;
+  const conv_impl *p = w->in.p;
+  const int64_t C = p->cin, Co = p->cout, T = w->in.T;
+  for (int64_t t0 = b; t0 < e; t0 += w->step) {
+    const int64_t t1 = e - t0 < w->step ? e : t0 + w->step;
+    par_wino_in((void *)&w->in, t0, t1);
+    for (int k = 0; k < 16; k++)
+      grove__linear_run_alone(p->wino[k], w->V + (k * T + t0) * C, t1 - t0, NULL,
+                              w->M + (k * T + t0) * Co, GROVE__ACT_NONE);
+    par_wino_out((void *)&w->out, t0, t1);
+  }
+}
+
+/* Products [b, e) of the 16 of a Winograd chunk, each over all its tiles. */
+static void par_wino_k(void *ctx, int64_t b, int64_t e) {
+  const wino_fused *w = ctx;
+  const conv_impl *p = w->in.p;
+  const int64_t T = w->in.T;
+  for (int64_t k = b; k < e; k++)
+    grove__linear_run_alone(p->wino[k], w->V + k * T * p->cin, T, NULL, w->M + k * T * p->cout,
+                            GROVE__ACT_NONE);
+}
+
+/* The product stage of the rows path by Winograd: cnt images of xt (NHWC)
+ * into acc [cnt * P, cout] (NHWC), or, with ldo set, straight into the NHWC
+ * output y (ldo floats per position) through the epilogue (scale, shift,
+ * relu).  V, M and zeros are scratch of 16 * tiles * cin, 16 * tiles * cout
+ * and cin floats. */
+static void conv_winograd(const conv_impl *p, const float *xt, int64_t cnt, int64_t H, int64_t W,
+                          int64_t OH, int64_t OW, float *V, float *M, const float *zeros,
+                          float *acc, int64_t ldo, const float *scale, const float *shift,
+                          bool relu) {
+  const int64_t C = p->cin, Co = p->cout;
+  const int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, T = cnt * TH * TW;
+  conv_par c = {.p = p, .src = xt, .dst = V, .C = C, .H = H, .W = W, .OH = OH, .OW = OW,
+                .HW = H * W, .P = OH * OW, .TH = TH, .TW = TW, .T = T, .zeros = zeros};
+  if (grove__linear_pack_native(p->wino[0])) {
+    wino_fused w = {.in = c, .out = c, .V = V, .M = M};
+    w.out.src = M;
+    w.out.dst = acc;
+    if (ldo) {
+      w.out.ldo = ldo;
+      w.out.scale = scale;
+      w.out.shift = shift;
+      w.out.relu = relu;
+    }
+    w.step = FUSED_STEP_FLOATS / (16 * (C + Co));
+    if (w.step < 1) w.step = 1;
+    const int threads = grove_compute_threads();
+    if (threads == 1 || T >= 2 * threads * FUSED_MIN_ROWS) {
+      grove__parallel_for(T, fused_grain(T, 16 * C * Co, 1), par_wino_fused, &w);
+      return;
+    }
+    /* Too few tiles to give every thread rows enough (small images at small
+     * batches): the threads share out the 16 products instead, each over
+     * every tile, between the two transforms. */
+    grove__parallel_for(T, grove__par_grain(32 * C), par_wino_in, &w.in);
+    grove__parallel_for(16, 1, par_wino_k, &w);
+    grove__parallel_for(T, grove__par_grain(20 * Co), par_wino_out, &w.out);
+    return;
+  }
+  /* OpenBLAS products: each runs on OpenBLAS's threads, between stages. */
+  grove__parallel_for(T, grove__par_grain(32 * C), par_wino_in, &c);
+  for (int k = 0; k < 16; k++)
+    grove__linear_run(p->wino[k], V + k * T * C, T, NULL, M + k * T * Co, GROVE__ACT_NONE);
+  c.src = M;
+  c.dst = acc;
+  grove__parallel_for(T, grove__par_grain(20 * Co), par_wino_out, &c);
+}
+
+typedef struct rows_fused {
+  conv_par rows, ep; /* patch rows (src xt, dst rows) and epilogue (src acc, dst y) */
+  const grove__linear_pack *pack;
+  const float *x; /* the product's input rows: rows, or xt (direct) */
+  float *acc;
+  bool direct, nhwc_out;
+  int64_t blocks, P, K, step; /* 16-position blocks per image; blocks per pass */
+} rows_fused;
+
+/* The row of the chunk where 16-position block j begins. */
+static int64_t block_row(const rows_fused *w, int64_t j) {
+  const int64_t q = (j % w->blocks) * 16;
+  return j / w->blocks * w->P + (q < w->P ? q : w->P);
+}
+
+/* Blocks [b, e) of a rows chunk: patch rows, product, epilogue. */
+static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
+  rows_fused *w = ctx;
+  const int64_t n = w->ep.cout_g;
+  for (int64_t j0 = b; j0 < e; j0 += w->step) {
+    const int64_t j1 = e - j0 < w->step ? e : j0 + w->step;
+    const int64_t r0 = block_row(w, j0), r1 = block_row(w, j1);
+    if (!w->direct) par_rows(&w->rows, r0, r1);
+    grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, NULL, w->acc + r0 * n,
+                            GROVE__ACT_NONE);
+    if (w->nhwc_out)
+      par_epilogue_nhwc(&w->ep, r0, r1);
+    else
+      par_epilogue(&w->ep, j0, j1);
+  }
+}
+
+/* The rows path: the input is transposed to NHWC once, each output
+ * position's patch becomes one row of K = kh * kw * cin_g floats (copied
+ * cin_g at a time, zeros for padding), and Grove's packed GEMM kernel
+ * (grove__linear_run: AVX-512 where the CPU has it, and the compute threads)
+ * computes rows . W_g^T = [positions, cout_g], which the epilogue transposes
+ * into the NCHW output.  A 1x1 convolution with stride 1 and no padding uses
+ * the NHWC input itself as its rows. */
+static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd, int64_t N,
+                              int64_t H, int64_t W, int64_t OH, int64_t OW, float *yd,
+                              const float *scale, const float *shift, bool relu, bool nhwc_in,
+                              bool nhwc_out, const char *T) {
+  const int64_t G = p->groups, C = p->cin, cin_g = C / G, cout_g = p->cout / G, K = p->K;
+  const int64_t P = OH * OW, HW = H * W;
+  const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
+  const int64_t ph = p->pad_lo[0], pw = p->pad_lo[1];
+  const bool direct = G == 1 && kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 &&
+                      p->pad_hi[0] == 0 && p->pad_hi[1] == 0;
+  /* Images go through in chunks whose transposed input, rows and product
+   * all stay in cache: each chunk reads its input once and writes its
+   * output once. */
+  const bool wino = p->wino[0] != NULL;
+  const int64_t tiles = ((OH + 1) / 2) * ((OW + 1) / 2);
+  const int64_t work = wino ? 16 * tiles * (C + p->cout) : direct ? 0 : P * K;
+  const size_t per_image = (size_t)(work + HW * C + P * cout_g) * sizeof(float);
+  int64_t nb = (int64_t)(ROWS_BUDGET / (per_image ? per_image : 1));
+  if (nb < 1) nb = 1;
+  if (nb > N) nb = N;
+  float *xbuf =
+      nhwc_in ? NULL : grove_arena_alloc(f->arena, (size_t)(nb * HW * C) * sizeof(float) + 1);
+  float *rows =
+      direct ? NULL : grove_arena_alloc(f->arena, (size_t)(nb * work) * sizeof(float) + 1);
+  float *zeros = wino ? grove_arena_alloc(f->arena, (size_t)C * sizeof(float)) : NULL;
+  if (zeros) memset(zeros, 0, (size_t)C * sizeof(float));
+  float *acc = grove_arena_alloc(f->arena, (size_t)(nb * P * cout_g) * sizeof(float) + 1);
+  if ((!nhwc_in && !xbuf) || (!direct && !rows) || !acc || (wino && !zeros))
+    return grove__scratch_error(f, T);
+  for (int64_t n0 = 0; n0 < N; n0 += nb) {
+    const int64_t cnt = N - n0 < nb ? N - n0 : nb;
+    /* xt: the chunk's images in NHWC (the input itself when it already is). */
+    const float *xt = nhwc_in ? xd + n0 * HW * C : xbuf;
+    if (!nhwc_in) {
+      conv_par c = {.src = xd + n0 * C * HW, .dst = xbuf, .C = C, .HW = HW,
+                    .blocks = (HW + 15) / 16};
+      grove__parallel_for(cnt * c.blocks, grove__par_grain(16 * C), par_to_nhwc, &c);
+    }
+    for (int64_t g = 0; g < G; g++) {
+      conv_par ep = {.p = p, .src = acc, .C = C, .HW = HW, .P = P, .g = g, .cout_g = cout_g,
+                     .scale = scale + g * cout_g, .shift = shift + g * cout_g, .relu = relu};
+      if (nhwc_out) {
+        ep.dst = yd + n0 * P * p->cout;
+        ep.ldo = p->cout;
+      } else {
+        ep.dst = yd + n0 * p->cout * P;
+        ep.blocks = (P + 15) / 16;
+      }
+      if (wino) {
+        /* With an NHWC output, the output transform applies the epilogue. */
+        const bool into_y = nhwc_out && grove__linear_pack_native(p->wino[0]);
+        conv_winograd(p, xt, cnt, H, W, OH, OW, rows, rows + 16 * cnt * tiles * C, zeros,
+                      into_y ? ep.dst : acc, into_y ? ep.ldo : 0, ep.scale, ep.shift, relu);
+        if (into_y) continue;
+      } else if (grove__linear_pack_native(p->packs[g])) {
+        rows_fused w = {.rows = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W,
+                                 .OH = OH, .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g},
+                        .ep = ep, .pack = p->packs[g], .x = direct ? xt : rows, .acc = acc,
+                        .direct = direct, .nhwc_out = nhwc_out, .blocks = (P + 15) / 16,
+                        .P = P, .K = direct ? C : K};
+        w.step = FUSED_STEP_FLOATS / (16 * (K + cout_g));
+        if (w.step < 1) w.step = 1;
+        const int64_t nblk = cnt * w.blocks;
+        grove__parallel_for(nblk, fused_grain(nblk, 16 * K * cout_g, 16), par_rows_fused, &w);
+        continue;
+      } else {
+        if (!direct) {
+          conv_par c = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W, .OH = OH,
+                        .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g};
+          grove__parallel_for(cnt * P, grove__par_grain(K), par_rows, &c);
+        }
+        grove__linear_run(p->packs[g], direct ? xt : rows, cnt * P, NULL, acc, GROVE__ACT_NONE);
+      }
+      if (nhwc_out) {
+        /* acc [cnt * P, cout_g] -> out [n][p][g * cout_g + c]: no transpose. */
+        grove__parallel_for(cnt * P, grove__par_grain(2 * cout_g), par_epilogue_nhwc, &ep);
+        continue;
+      }
+      /* acc [cnt * P, cout_g] -> out [n][g * cout_g + c][p]. */
+      grove__parallel_for(cnt * ep.blocks, grove__par_grain(32 * cout_g), par_epilogue, &ep);
+    }
+  }
+  return GROVE_OK;
+}
+
+bool grove__conv_rows_path(const grove_module *m) {
+  const conv_impl *p = m->impl;
+  return p->packs != NULL && p->nd == 2;
+}
+
+grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                    grove_values *out, const float *scale, const float *shift,
+                                    bool relu, bool out_nhwc) {
+  const conv_impl *p = m->impl;
+  const char *T = m->type->name;
+  grove_tensor x;
+  grove_status s;
+  /* An NHWC input (from a convolution before this one) is read as it is by
+   * the rows path; anything else strided is made contiguous first. */
+  const bool nhwc_in = in->n == 1 && p->packs && p->nd == 2 && in->v[0].dtype == GROVE_F32 &&
+                       grove__is_nhwc(&in->v[0]);
+  if (nhwc_in) {
+    x = in->v[0];
+  } else if ((s = grove__layer_input(T, f, in, GROVE_F32, &x)) != GROVE_OK) {
+    return s;
+  }
+  /* Batched [N, C, (H,) W] or unbatched [C, (H,) W]. */
+  const int full = p->nd + 2;
+  bool batched = x.ndim == full;
+  if ((x.ndim != full && x.ndim != full - 1) || x.shape[batched ? 1 : 0] != p->cin) {
+    char want[128];
+    snprintf(want, sizeof want, "a %d-d or %d-d input with %lld channels (%s)", full - 1, full,
+             (long long)p->cin, p->nd == 1 ? "[N, C, L] or [C, L]" : "[N, C, H, W] or [C, H, W]");
+    return grove__shape_error(f, T, want, &x);
+  }
+  const int64_t N = batched ? x.shape[0] : 1;
+  const int64_t H = p->nd == 2 ? x.shape[x.ndim - 2] : 1, W = x.shape[x.ndim - 1];
+  const int64_t OH = conv_out_len(p, 0, H), OW = conv_out_len(p, 1, W);
+  if (OH <= 0 || OW <= 0) {
+    char want[160];
+    snprintf(want, sizeof want,
+             "an input at least as large as the dilated kernel after padding (kernel %lld x "
+             "%lld, dilation %lld x %lld)",
+             (long long)p->k[0], (long long)p->k[1], (long long)p->dil[0], (long long)p->dil[1]);
+    return grove__shape_error(f, T, want, &x);
+  }
+  int64_t oshape[GROVE_MAX_DIMS];
+  int nd = 0;
+  if (batched) oshape[nd++] = N;
+  oshape[nd++] = p->cout;
+  if (p->nd == 2) oshape[nd++] = OH;
+  oshape[nd++] = OW;
+  s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, nd, oshape);
+  if (s != GROVE_OK) return s;
+  out->n = 1;
+  out_nhwc = out_nhwc && p->packs && p->nd == 2 && batched;
+  /* The same [N, Cout, OH, OW] tensor, its memory laid out NHWC. */
+  if (out_nhwc) grove__set_nhwc(&out->v[0]);
+  if (N == 0) return GROVE_OK;
+  if (!scale) scale = p->ones;
+  if (!shift) shift = p->bias;
+
+  const int64_t G = p->groups, cin_g = p->cin / G, cout_g = p->cout / G, K = p->K;
+  const int64_t P = OH * OW, HW = H * W;
+  const float *xd = x.data;
+  float *yd = out->v[0].data;
+  if (p->packs)
+    return conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, nhwc_in, out_nhwc, T);
+  const bool direct = p->k[0] == 1 && p->k[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
+                      p->pad_lo[0] == 0 && p->pad_lo[1] == 0 && p->pad_hi[0] == 0 &&
+                      p->pad_hi[1] == 0;
+  if (direct) {
+    /* A 1x1 convolution: each image's group is already [cin_g, P]. */
+    for (int64_t n = 0; n < N; n++) {
+      for (int64_t g = 0; g < G; g++) {
+        float *y = yd + (n * p->cout + g * cout_g) * P;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)cout_g, (blasint)P,
+                    (blasint)K, 1.0f, p->w + g * cout_g * K, (blasint)K,
+                    xd + (n * p->cin + g * cin_g) * HW, (blasint)P, 0.0f, y, (blasint)P);
+        epilogue(y, P, y, P, cout_g, P, scale + g * cout_g, shift + g * cout_g, relu);
+      }
+    }
+    return GROVE_OK;
+  }
+  /* Images per chunk: as many as fit the column budget, at least one. */
+  const size_t per_image = (size_t)K * (size_t)P * sizeof(float);
+  int64_t nb = (int64_t)(COL_BUDGET / (per_image ? per_image : 1));
+  if (nb < 1) nb = 1;
+  if (nb > N) nb = N;
+  float *col = grove_arena_alloc(f->arena, (size_t)nb * per_image);
+  float *tmp =
+      nb > 1 ? grove_arena_alloc(f->arena, (size_t)nb * (size_t)cout_g * (size_t)P * sizeof(float))
+             : NULL;
+  if (!col || (nb > 1 && !tmp)) return grove__scratch_error(f, T);
+  for (int64_t n0 = 0; n0 < N; n0 += nb) {
+    const int64_t cnt = N - n0 < nb ? N - n0 : nb;
+    const int64_t ldc = cnt * P;
+    for (int64_t g = 0; g < G; g++) {
+      for (int64_t i = 0; i < cnt; i++)
+        im2col(p, xd + ((n0 + i) * p->cin + g * cin_g) * HW, cin_g, H, W, OH, OW, col + i * P, ldc);
+      if (cnt == 1) {
+        float *y = yd + (n0 * p->cout + g * cout_g) * P;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)cout_g, (blasint)P,
+                    (blasint)K, 1.0f, p->w + g * cout_g * K, (blasint)K, col, (blasint)P, 0.0f, y,
+                    (blasint)P);
+        epilogue(y, P, y, P, cout_g, P, scale + g * cout_g, shift + g * cout_g, relu);
+        continue;
+      }
+      /* tmp [cout_g, cnt * P]: image i's block sits at column i * P. */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)cout_g, (blasint)ldc,
+                  (blasint)K, 1.0f, p->w + g * cout_g * K, (blasint)K, col, (blasint)ldc, 0.0f, tmp,
+                  (blasint)ldc);
+      for (int64_t i = 0; i < cnt; i++)
+        epilogue(yd + ((n0 + i) * p->cout + g * cout_g) * P, P, tmp + i * P, ldc, cout_g, P,
+                 scale + g * cout_g, shift + g * cout_g, relu);
+    }
+  }
+  return GROVE_OK;
+}
+
+static grove_status conv_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                 grove_values *out) {
+  return grove__conv_forward_ex(m, f, in, out, NULL, NULL, false, f->channels_last_ok);
+}
+
+grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_module *bn,
+                                         bool relu, grove_fwd *f, const grove_values *in,
+                                         grove_values *out, bool out_nhwc) {
+  const float *scale = NULL, *shift = NULL;
+  if (bn) {
+    const float *bs, *bt;
+    bool ok = grove__bn2d_affine(bn, &bs, &bt);
+    assert(ok); /* the caller checked grove__conv_bn_fusable */
+    (void)ok;
+    const int64_t C = grove__conv_out_channels(conv);
+    const float *cb = grove__conv_bias(conv);
+    float *tmp = grove_arena_alloc(f->arena, (size_t)C * 2 * sizeof(float));
+    if (!tmp) return grove__scratch_error(f, conv->type->name);
+    /* bn(conv(x) + b) = conv(x) * s + (b * s + t). */
+    for (int64_t c = 0; c < C; c++) {
+      tmp[c] = bs[c];
+      tmp[C + c] = cb[c] * bs[c] + bt[c];
+    }
+    scale = tmp;
+    shift = tmp + C;
+  }
+  return grove__conv_forward_ex(conv, f, in, out, scale, shift, relu, out_nhwc);
+}
+
+bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn) {
+  const float *a, *b;
+  return conv->type == &grove__conv2d_type && bn->type == &grove__batch_norm2d_type &&
+         grove__bn2d_channels(bn) == grove__conv_out_channels(conv) &&
+         grove__bn2d_affine(bn, &a, &b);
+}
+
+const grove_module_type grove__conv1d_type = {
+    .name = "Conv1d",
+    .forward = conv_forward,
+    .refresh = conv_refresh,
+    .free_impl = conv_free_impl,
+};
+const grove_module_type grove__conv2d_type = {
+    .name = "Conv2d",
+    .forward = conv_forward,
+    .refresh = conv_refresh,
+    .free_impl = conv_free_impl,
+};
+
+int64_t grove__conv_out_channels(const grove_module *m) {
+  return ((const conv_impl *)m->impl)->cout;
+}
+
+const float *grove__conv_bias(const grove_module *m) {
+  return ((const conv_impl *)m->impl)->bias;
+}
+
+static grove_status conv_new(int nd, int64_t cin, int64_t cout, const grove_conv_opts *o,
+                             grove_module **out, grove_err *err) {
+  *out = NULL;
+  const char *T = nd == 1 ? "Conv1d" : "Conv2d";
+  if (!o) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: no options", T);
+  int64_t groups = o->groups ? o->groups : 1;
+  if (cin <= 0 || cout <= 0 || groups <= 0)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: in_channels, out_channels and groups must be positive, got %lld, "
+                         "%lld and %lld",
+                         T, (long long)cin, (long long)cout, (long long)groups);
+  if (cin % groups)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: in_channels must be divisible by groups", T);
+  if (cout % groups)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: out_channels must be divisible by groups", T);
+  int64_t k[2], st[2], dl[2], pd[2];
+  for (int d = 0; d < 2; d++) {
+    /* 1-d layers use index 0 of the options for their one dim (W). */
+    int src = nd == 1 ? 0 : d;
+    bool used = nd == 2 || d == 1;
+    k[d] = used ? o->kernel_size[src] : 1;
+    st[d] = used ? (o->stride[src] ? o->stride[src] : 1) : 1;
+    dl[d] = used ? (o->dilation[src] ? o->dilation[src] : 1) : 1;
+    pd[d] = used ? o->padding[src] : 0;
+    if (k[d] <= 0 || st[d] <= 0 || dl[d] <= 0 || pd[d] < 0 || k[d] > (1 << 20) ||
+        st[d] > (1 << 20) || dl[d] > (1 << 20) || pd[d] > (1 << 20))
+      return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                           "%s: kernel_size, stride and dilation must be positive and padding "
+                           "non-negative (and each at most 2^20)",
+                           T);
+  }
+  if (o->padding_same && (st[0] != 1 || st[1] != 1))
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: padding='same' is not supported for strided convolutions", T);
+  uint64_t K, nw;
+  if (grove__mul_overflow_u64((uint64_t)(cin / groups), (uint64_t)(k[0] * k[1]), &K) ||
+      grove__mul_overflow_u64(K, (uint64_t)cout, &nw) || nw > ((uint64_t)1 << 40))
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: the weight is too large", T);
+  conv_impl *p = calloc(1, sizeof *p + ((size_t)nw + 3 * (size_t)cout) * sizeof(float));
+  if (!p) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+  p->nd = nd;
+  p->cin = cin;
+  p->cout = cout;
+  p->groups = groups;
+  p->K = (int64_t)K;
+  p->pad_kind = o->padding_same ? 1 : o->padding_valid ? 2 : 0;
+  for (int d = 0; d < 2; d++) {
+    p->k[d] = k[d];
+    p->stride[d] = st[d];
+    p->dil[d] = dl[d];
+    p->padding[d] = pd[d];
+    if (o->padding_same) {
+      /* torch's _conv_forward: total = dilation * (kernel - 1), the odd one
+       * out on the right. */
+      int64_t total = dl[d] * (k[d] - 1);
+      p->pad_lo[d] = total / 2;
+      p->pad_hi[d] = total - total / 2;
+    } else if (o->padding_valid) {
+      p->pad_lo[d] = p->pad_hi[d] = 0;
+    } else {
+      p->pad_lo[d] = p->pad_hi[d] = pd[d];
+    }
+  }
+  p->w = p->data;
+  p->bias = p->w + nw;
+  p->ones = p->bias + cout;
+  for (int64_t c = 0; c < cout; c++) p->ones[c] = 1.0f;
+  grove_module *m = NULL;
+  grove_status s =
+      grove__layer_make(nd == 1 ? &grove__conv1d_type : &grove__conv2d_type, p, &m, err);
+  if (s) return s;
+  int64_t wshape[4] = {cout, cin / groups, k[0], k[1]};
+  if (nd == 1) wshape[2] = k[1];
+  s = grove__layer_param(m, "weight", false, nd + 2, wshape, GROVE_F32, 0.0f, err);
+  if (!s) {
+    if (o->bias)
+      s = grove__layer_param(m, "bias", false, 1, &cout, GROVE_F32, 0.0f, err);
+    else
+      s = grove_module_register_parameter(m, "bias", NULL, err);
+  }
+  /* Copies and packs the zero weight, unless the tree is built for a load
+   * (module_module_internal.h, "deferred refresh"). */
+  if (!s) s = grove__refresh_new(m, err);
+  if (s) {
+    grove_module_release(m);
+    return s;
+  }
+  *out = m;
+  return GROVE_OK;
+}
+
+grove_status grove_conv1d_new(int64_t in_channels, int64_t out_channels, const grove_conv_opts *o,
+                              grove_module **out, grove_err *err) {
+  return conv_new(1, in_channels, out_channels, o, out, err);
+}
+grove_status grove_conv2d_new(int64_t in_channels, int64_t out_channels, const grove_conv_opts *o,
+                              grove_module **out, grove_err *err) {
+  return conv_new(2, in_channels, out_channels, o, out, err);
+}
+
+/* ------------------------------------------------------------ model.json */
+
+#define BIG (1 << 20)
+
+static grove_status conv_from_json(int nd, const json_t *obj, const char *path, grove_module **out,
+                                   grove_err *err) {
+  static const char *const keys[] = {
+      "in_channels", "out_channels", "kernel_size", "stride",       "padding",
+      "dilation",    "groups",       "bias",        "padding_mode", NULL};
+  static const char *const modes[] = {"zeros", "reflect", "replicate", "circular", NULL};
+  const char *T = nd == 1 ? "Conv1d" : "Conv2d";
+  int64_t cin, cout, groups;
+  grove_conv_opts o = {0};
+  int mode = 0;
+  grove_status s = grove__json_check_keys(obj, path, T, keys, err);
+  if (!s) s = grove__json_int(obj, path, T, "in_channels", true, 0, 1, INT32_MAX, &cin, err);
+  if (!s) s = grove__json_int(obj, path, T, "out_channels", true, 0, 1, INT32_MAX, &cout, err);
+  if (!s) s = grove__json_ints(obj, path, T, "kernel_size", nd, 0, 1, BIG, o.kernel_size, err);
+  if (!s) s = grove__json_ints(obj, path, T, "stride", nd, 1, 1, BIG, o.stride, err);
+  if (!s) s = grove__json_ints(obj, path, T, "dilation", nd, 1, 1, BIG, o.dilation, err);
+  if (!s) s = grove__json_int(obj, path, T, "groups", false, 1, 1, INT32_MAX, &groups, err);
+  if (!s) s = grove__json_bool(obj, path, T, "bias", true, &o.bias, err);
+  if (!s) s = grove__json_choice(obj, path, T, "padding_mode", 0, modes, &mode, err);
+  if (s) return s;
+  const json_t *pad = json_object_get(obj, "padding");
+  if (json_is_string(pad)) {
+    static const char *const pads[] = {"same", "valid", NULL};
+    int which;
+    s = grove__json_choice(obj, path, T, "padding", 0, pads, &which, err);
+    if (s) return s;
+    o.padding_same = which == 0;
+    o.padding_valid = which == 1;
+  } else {
+    s = grove__json_ints(obj, path, T, "padding", nd, 0, 0, BIG, o.padding, err);
+    if (s) return s;
+  }
+  if (mode != 0)
+    return grove__json_unsupported(path, "padding_mode", "only padding_mode=\"zeros\" is supported",
+                                   err);
+  o.groups = groups;
+  if (cin % groups || cout % groups)
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%s.groups: in_channels (%lld) and out_channels (%lld) must both be "
+                         "divisible by groups (%lld)",
+                         path, (long long)cin, (long long)cout, (long long)groups);
+  return grove__json_built(path,
+                           nd == 1 ? grove_conv1d_new(cin, cout, &o, out, err)
+                                   : grove_conv2d_new(cin, cout, &o, out, err),
+                           err);
+}
+
+grove_status grove__conv1d_from_json(const json_t *obj, const char *path, grove_module **out,
+                                     grove_err *err) {
+  return conv_from_json(1, obj, path, out, err);
+}
+grove_status grove__conv2d_from_json(const json_t *obj, const char *path, grove_module **out,
+                                     grove_err *err) {
+  return conv_from_json(2, obj, path, out, err);
+}

@@ -1,0 +1,265 @@
+/* layers_internal.h: what the layer files (layers*.c, layer_registry.c) share
+ * with each other and with tests/check_layers.c.  Never installed.
+ *
+ * - the module types, so that Sequential can recognise a Linear followed by a
+ *   ReLU and fuse them, and tests can look at a layer's settings;
+ * - each layer's model.json builder, which layer_registry.c puts in its table;
+ * - the typed JSON argument readers every builder uses, so that all of them
+ *   word their GROVE_E_SPEC errors the same way ("$.module.children[2].
+ *   out_features: expected a positive integer, got -3");
+ * - small forward helpers (one input, float32, contiguous). */
+#ifndef GROVE_CORE_LAYERS_INTERNAL_H
+#define GROVE_CORE_LAYERS_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "grove/grove.h"
+#include "module_internal.h"
+
+struct json_t;
+
+/* ------------------------------------------------------------ module types */
+
+extern const grove_module_type grove__sequential_type;
+extern const grove_module_type grove__module_list_type;
+extern const grove_module_type grove__module_dict_type;
+extern const grove_module_type grove__linear_type;
+extern const grove_module_type grove__identity_type;
+extern const grove_module_type grove__flatten_type;
+extern const grove_module_type grove__dropout_type;
+extern const grove_module_type grove__relu_type;
+extern const grove_module_type grove__leaky_relu_type;
+extern const grove_module_type grove__gelu_type;
+extern const grove_module_type grove__silu_type;
+extern const grove_module_type grove__sigmoid_type;
+extern const grove_module_type grove__tanh_type;
+extern const grove_module_type grove__softmax_type;
+extern const grove_module_type grove__log_softmax_type;
+extern const grove_module_type grove__batch_norm1d_type;
+extern const grove_module_type grove__layer_norm_type;
+extern const grove_module_type grove__embedding_type;
+extern const grove_module_type grove__conv1d_type;
+extern const grove_module_type grove__conv2d_type;
+extern const grove_module_type grove__batch_norm2d_type;
+extern const grove_module_type grove__max_pool2d_type;
+extern const grove_module_type grove__avg_pool2d_type;
+extern const grove_module_type grove__adaptive_avg_pool2d_type;
+extern const grove_module_type grove__mha_type;
+extern const grove_module_type grove__tel_type;
+extern const grove_module_type grove__te_type;
+
+/* Linear's forward with an activation applied in the same pass over the
+ * output.  Sequential calls it with GROVE__ACT_RELU for a Linear followed by
+ * a ReLU when no forward hook is registered anywhere; the result is exactly
+ * that of Linear then ReLU. */
+grove_status grove__linear_forward_act(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                       grove_values *out, grove__act act);
+
+/* Whether a Linear, a MultiheadAttention holds its packed weights (for
+ * tests: a tree built for a load packs nothing until the load; internal.h,
+ * "deferred refresh").  A Conv2d's are grove__conv_rows_path's packs. */
+bool grove__linear_packed(const grove_module *m);
+bool grove__mha_packed(const grove_module *m);
+
+/* Embedding's padding_idx (-1 for None), for tests and for the exporter's
+ * round trip. */
+int64_t grove__embedding_padding_idx(const grove_module *m);
+
+/* Convolution with a per-output-channel epilogue: y = act(conv(x) * scale +
+ * shift).  scale NULL means 1 and shift NULL the conv's bias, which is the
+ * plain forward; a graph that fuses a following BatchNorm2d passes the
+ * folded scale and (bias * scale + bn shift).  relu clamps at zero.
+ * out_nhwc (honoured on the rows path, batched Conv2d; pass
+ * f->channels_last_ok or what a container knows of the reader) lays the
+ * output's memory out NHWC: the same [N, C, H, W] tensor with strides [HWC,
+ * 1, WC, C], which a following convolution, BatchNorm2d, activation or
+ * residual add reads without transposing (and anything else reads as the
+ * strided tensor it is). */
+grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                    grove_values *out, const float *scale, const float *shift,
+                                    bool relu, bool out_nhwc);
+/* conv, then the BatchNorm2d bn folded into its epilogue (bn NULL: none;
+ * grove__conv_bn_fusable must hold), then ReLU when relu: one pass, as a
+ * graph or a Sequential fuses them when nothing observes the layers. */
+grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_module *bn,
+                                         bool relu, grove_fwd *f, const grove_values *in,
+                                         grove_values *out, bool out_nhwc);
+/* Whether bn is an eval BatchNorm2d with running statistics over conv's
+ * output channels, conv a Conv2d: then it folds into the convolution. */
+bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn);
+/* Whether the Conv2d m runs the rows path (and so reads and writes NHWC). */
+bool grove__conv_rows_path(const grove_module *m);
+int64_t grove__conv_out_channels(const grove_module *m);
+/* The conv's bias as float32 (zeros when it has none); out_channels floats. */
+const float *grove__conv_bias(const grove_module *m);
+/* BatchNorm2d's folded eval scale and shift (per channel), when it has
+ * running statistics and is in eval mode; false otherwise. */
+bool grove__bn2d_affine(const grove_module *m, const float **scale, const float **shift);
+int64_t grove__bn2d_channels(const grove_module *m);
+
+/* Sets, in f (grove_fwd.mha), the need_weights / average_attn_weights of
+ * the next forward of the MultiheadAttention m (read and cleared by it; any
+ * other forward ignores it; m NULL drops them).  Module forwards take
+ * tensors only, so a graph passes the call's keyword arguments this way,
+ * explicitly in the forward's context.  The forward's thread. */
+void grove__mha_next_call(grove_fwd *f, const grove_module *m, bool need_weights, bool average);
+
+/* ------------------------------------------------------------ forward helpers */
+
+/* Checks that in holds exactly one tensor of dtype dt (GROVE_DTYPE_COUNT:
+ * any dtype, for the layers that only move data) and sets *x to it, or,
+ * when it is not contiguous, to a contiguous copy in f's arena (inputs from a
+ * user may be strided views; every layer runs on contiguous memory).  layer
+ * names the layer in messages.  GROVE_E_INVALID_ARGUMENT for a wrong count,
+ * GROVE_E_DTYPE for a wrong dtype, GROVE_E_NOMEM when the arena cannot grow. */
+grove_status grove__layer_input(const char *layer, grove_fwd *f, const grove_values *in,
+                                grove_dtype dt, grove_tensor *x);
+
+/* Copies a parameter or buffer of exactly n elements into dst as float32
+ * (any strides, any float dtype).  For refresh slots: derived copies live in
+ * impl so that forward reads nothing else.  GROVE_E_SHAPE naming layer and
+ * what when the element count differs. */
+grove_status grove__copy_f32(float *dst, int64_t n, const grove_tensor *src, const char *layer,
+                             const char *what, grove_err *err);
+
+/* Wraps grove_module_new for the constructors: *out is the module, or NULL
+ * with the status (GROVE_E_NOMEM when err says nothing). */
+grove_status grove__layer_make(const grove_module_type *type, void *impl, grove_module **out,
+                               grove_err *err);
+/* Registers a new tensor of this shape and dtype, every element fill
+ * (float32) or 0, as m's parameter (or persistent buffer) name. */
+grove_status grove__layer_param(grove_module *m, const char *name, bool buffer, int ndim,
+                                const int64_t *shape, grove_dtype dt, float fill, grove_err *err);
+/* GROVE_E_SHAPE: "<layer>: expected <want>, got input of shape [...]". */
+grove_status grove__shape_error(grove_fwd *f, const char *layer, const char *want,
+                                const grove_tensor *x);
+/* GROVE_E_NOMEM: "<layer>: scratch arena is exhausted". */
+grove_status grove__scratch_error(grove_fwd *f, const char *layer);
+
+/* ------------------------------------------------------------ model.json args */
+
+/* Readers of one constructor argument `key` of the JSON object obj at JSON
+ * path `path` (the object's own path, "$.module.children[2]").  Each returns
+ * GROVE_OK and sets *out, or GROVE_E_SPEC with a message naming path.key, what
+ * was expected and what was found.  When the key is absent, a required one is
+ * an error ("missing required argument") and an optional one sets *out to
+ * dflt.  `type` is the torch class name, for messages. */
+
+/* Every key of obj must be one of allowed (NULL-terminated) or one of the
+ * keys spec.c reads (type, children, ref, tied, graph). */
+grove_status grove__json_check_keys(const struct json_t *obj, const char *path, const char *type,
+                                    const char *const *allowed, grove_err *err);
+
+/* A JSON integer in [min, max]. */
+grove_status grove__json_int(const struct json_t *obj, const char *path, const char *type,
+                             const char *key, bool required, int64_t dflt, int64_t min, int64_t max,
+                             int64_t *out, grove_err *err);
+/* As grove__json_int, but null is allowed too and sets *is_null (an absent
+ * key means null when dflt_null, else dflt). */
+grove_status grove__json_int_or_null(const struct json_t *obj, const char *path, const char *type,
+                                     const char *key, bool dflt_null, int64_t dflt, int64_t min,
+                                     int64_t max, int64_t *out, bool *is_null, grove_err *err);
+/* A JSON number (integer or real) in [min, max]. */
+grove_status grove__json_number(const struct json_t *obj, const char *path, const char *type,
+                                const char *key, double dflt, double min, double max, double *out,
+                                grove_err *err);
+/* A number or null (absent = dflt, or null when dflt_null). */
+grove_status grove__json_number_or_null(const struct json_t *obj, const char *path,
+                                        const char *type, const char *key, bool dflt_null,
+                                        double dflt, double min, double max, double *out,
+                                        bool *is_null, grove_err *err);
+/* true or false. */
+grove_status grove__json_bool(const struct json_t *obj, const char *path, const char *type,
+                              const char *key, bool dflt, bool *out, grove_err *err);
+/* One of the strings in choices (NULL-terminated); *out is its index. */
+grove_status grove__json_choice(const struct json_t *obj, const char *path, const char *type,
+                                const char *key, int dflt, const char *const *choices, int *out,
+                                grove_err *err);
+/* A shape: one positive integer, or a non-empty array of at most max_dims of
+ * them (torch's `int or list or torch.Size`).  Required. */
+grove_status grove__json_shape(const struct json_t *obj, const char *path, const char *type,
+                               const char *key, int max_dims, int *ndim, int64_t *shape,
+                               grove_err *err);
+
+/* torch's `int or tuple`: one integer in [min, max] for every one of nd
+ * dims, or an array of exactly nd of them.  Absent: dflt for every dim
+ * (dflt < min means required). */
+grove_status grove__json_ints(const struct json_t *obj, const char *path, const char *type,
+                              const char *key, int nd, int64_t dflt, int64_t min, int64_t max,
+                              int64_t *out, grove_err *err);
+
+/* Reports an argument Grove knows but does not run (Embedding's max_norm):
+ * GROVE_E_UNSUPPORTED naming path.key and why. */
+grove_status grove__json_unsupported(const char *path, const char *key, const char *why,
+                                     grove_err *err);
+
+/* Passes a constructor's status through, except that GROVE_E_INVALID_ARGUMENT
+ * (values the readers let through but the constructor refused: a weight too
+ * large to count) becomes GROVE_E_SPEC with path in front of the message:
+ * it is still the spec that is wrong.  GROVE_E_NOMEM (a size that fits but
+ * cannot be allocated: in_features 2^40) keeps its code and gets path in
+ * front too. */
+grove_status grove__json_built(const char *path, grove_status s, grove_err *err);
+
+/* ------------------------------------------------------------ builders */
+
+/* One per torch.nn type: reads obj's arguments (see grove__from_json_fn in
+ * internal.h) and builds the module with its constructor. */
+grove_status grove__sequential_from_json(const struct json_t *obj, const char *path,
+                                         grove_module **out, grove_err *err);
+grove_status grove__module_list_from_json(const struct json_t *obj, const char *path,
+                                          grove_module **out, grove_err *err);
+grove_status grove__module_dict_from_json(const struct json_t *obj, const char *path,
+                                          grove_module **out, grove_err *err);
+grove_status grove__linear_from_json(const struct json_t *obj, const char *path, grove_module **out,
+                                     grove_err *err);
+grove_status grove__identity_from_json(const struct json_t *obj, const char *path,
+                                       grove_module **out, grove_err *err);
+grove_status grove__flatten_from_json(const struct json_t *obj, const char *path,
+                                      grove_module **out, grove_err *err);
+grove_status grove__dropout_from_json(const struct json_t *obj, const char *path,
+                                      grove_module **out, grove_err *err);
+grove_status grove__relu_from_json(const struct json_t *obj, const char *path, grove_module **out,
+                                   grove_err *err);
+grove_status grove__leaky_relu_from_json(const struct json_t *obj, const char *path,
+                                         grove_module **out, grove_err *err);
+grove_status grove__gelu_from_json(const struct json_t *obj, const char *path, grove_module **out,
+                                   grove_err *err);
+grove_status grove__silu_from_json(const struct json_t *obj, const char *path, grove_module **out,
+                                   grove_err *err);
+grove_status grove__sigmoid_from_json(const struct json_t *obj, const char *path,
+                                      grove_module **out, grove_err *err);
+grove_status grove__tanh_from_json(const struct json_t *obj, const char *path, grove_module **out,
+                                   grove_err *err);
+grove_status grove__softmax_from_json(const struct json_t *obj, const char *path,
+                                      grove_module **out, grove_err *err);
+grove_status grove__log_softmax_from_json(const struct json_t *obj, const char *path,
+                                          grove_module **out, grove_err *err);
+grove_status grove__batch_norm1d_from_json(const struct json_t *obj, const char *path,
+                                           grove_module **out, grove_err *err);
+grove_status grove__layer_norm_from_json(const struct json_t *obj, const char *path,
+                                         grove_module **out, grove_err *err);
+grove_status grove__embedding_from_json(const struct json_t *obj, const char *path,
+                                        grove_module **out, grove_err *err);
+grove_status grove__conv1d_from_json(const struct json_t *obj, const char *path,
+                                     grove_module **out, grove_err *err);
+grove_status grove__conv2d_from_json(const struct json_t *obj, const char *path,
+                                     grove_module **out, grove_err *err);
+grove_status grove__batch_norm2d_from_json(const struct json_t *obj, const char *path,
+                                           grove_module **out, grove_err *err);
+grove_status grove__max_pool2d_from_json(const struct json_t *obj, const char *path,
+                                         grove_module **out, grove_err *err);
+grove_status grove__avg_pool2d_from_json(const struct json_t *obj, const char *path,
+                                         grove_module **out, grove_err *err);
+grove_status grove__adaptive_avg_pool2d_from_json(const struct json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err);
+grove_status grove__multihead_attention_from_json(const struct json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err);
+grove_status grove__transformer_encoder_layer_from_json(const struct json_t *obj,
+                                                        const char *path, grove_module **out,
+                                                        grove_err *err);
+grove_status grove__transformer_encoder_from_json(const struct json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err);
+
+#endif
