@@ -723,7 +723,7 @@ static grove_status op_call(machine *m, uint8_t op, bool newobj) {
   }
 }
 
-static bool makes_tensor(grove__pk_tag tag) {
+bool grove__pk_tag_makes_tensor(grove__pk_tag tag) {
   switch (tag) {
     case GROVE__TAG_REBUILD_TENSOR:
     case GROVE__TAG_REBUILD_TENSOR_V2:
@@ -748,7 +748,7 @@ static grove_status op_build(machine *m, uint8_t op) {
    * Parameters only: here, dicts from OrderedDict() and the results of the
    * tensor-building calls. */
   bool ok = (inst->kind == GROVE__PK_DICT && inst->ordered) ||
-            (inst->kind == GROVE__PK_CALL && makes_tensor(inst->u.call.func->u.global.tag));
+            (inst->kind == GROVE__PK_CALL && grove__pk_tag_makes_tensor(inst->u.call.func->u.global.tag));
   if (!ok) {
     char d[160];
     return grove_err_set(m->err, GROVE_E_REFUSED,

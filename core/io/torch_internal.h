@@ -243,6 +243,9 @@ const char *grove__pk_describe(const grove__pk *v, char *buf, size_t n);
 /* Looks key up in a DICT; the last pair with that string key wins, as in
  * Python.  NULL when absent or when d is not a DICT. */
 const grove__pk *grove__pk_dict_get(const grove__pk *d, const char *key);
+/* Whether a call of the global tagged tag builds a tensor (the _rebuild_*
+ * functions and Parameter): what the pickle reader and torch_load both ask. */
+bool grove__pk_tag_makes_tensor(grove__pk_tag tag);
 
 /* ================================================================ torch */
 

@@ -491,24 +491,8 @@ static grove_status rebuild(loader *ld, const char *key, const grove__pk *storag
   return GROVE_OK;
 }
 
-static bool is_tensor_tag(grove__pk_tag tag) {
-  switch (tag) {
-    case GROVE__TAG_REBUILD_TENSOR:
-    case GROVE__TAG_REBUILD_TENSOR_V2:
-    case GROVE__TAG_REBUILD_TENSOR_V3:
-    case GROVE__TAG_REBUILD_PARAMETER:
-    case GROVE__TAG_REBUILD_PARAMETER_WITH_STATE:
-    case GROVE__TAG_REBUILD_FROM_TYPE_V2:
-    case GROVE__TAG_REBUILD_UNSUPPORTED:
-    case GROVE__TAG_PARAMETER:
-      return true;
-    default:
-      return false;
-  }
-}
-
 static bool is_tensor_value(const grove__pk *v) {
-  return v && v->kind == GROVE__PK_CALL && is_tensor_tag(v->u.call.func->u.global.tag);
+  return v && v->kind == GROVE__PK_CALL && grove__pk_tag_makes_tensor(v->u.call.func->u.global.tag);
 }
 
 static grove_status build_tensor(loader *ld, const char *key, const grove__pk *v, int depth,
@@ -517,7 +501,7 @@ static grove_status build_tensor(loader *ld, const char *key, const grove__pk *v
 /* Interprets func(args) for a tensor-making func. */
 static grove_status build_call(loader *ld, const char *key, const grove__pk *func,
                                const grove__pk *args, int depth, grove_tensor **out) {
-  if (func->kind != GROVE__PK_GLOBAL || !is_tensor_tag(func->u.global.tag))
+  if (func->kind != GROVE__PK_GLOBAL || !grove__pk_tag_makes_tensor(func->u.global.tag))
     return bad(ld, key, "expected a tensor-building function", func);
   if (args->kind != GROVE__PK_TUPLE) return bad(ld, key, "expected an argument tuple", args);
   size_t n = args->u.seq.n;
