@@ -58,6 +58,7 @@ typedef struct run {
   const grove_values *in;
   bool fuse;
   bool channels_last; /* the graph's caller takes channels-last results */
+  const grove__graph_tape *tr; /* the training option, or NULL */
 } run;
 
 static grove_status node_error(const run *r, int i, grove_status s) {
@@ -69,6 +70,12 @@ static grove_status node_error(const run *r, int i, grove_status s) {
     snprintf(what, sizeof what, "call_module '%s'", n->attr);
   else
     snprintf(what, sizeof what, "%s", n->what);
+  if (r->tr) {
+    /* The trainer names the module path itself ("training: ..."). */
+    if (strncmp(e->msg, "training: ", 10) == 0) return s;
+    if (n->source) return grove_err_prefix(e, "graph node '%s' (%s, %s)", n->name, what, n->source);
+    return grove_err_prefix(e, "graph node '%s' (%s)", n->name, what);
+  }
   if (n->source)
     return grove_err_prefix(e, "%s: graph node '%s' (%s, %s)", r->g->where, n->name, what,
                             n->source);
@@ -104,11 +111,39 @@ static bool can_overwrite(const run *r, const gnode *n, const garg *a) {
  * which tensor arguments it may write its result over. */
 static grove_status run_op(run *r, int i, gval *res) {
   const gnode *n = &r->g->nodes[i];
+  if (r->tr) {
+    const grove__opctx c = {r->f, n->def, n->args, r->vals, NULL, 0};
+    return r->tr->op(r->tr->tape, n, &c, res);
+  }
   unsigned overwrite = 0;
   for (int k = 0; k < n->nargs && k < 32; k++)
     if (can_overwrite(r, n, &n->args[k])) overwrite |= 1u << k;
   const grove__opctx c = {r->f, n->def, n->args, r->vals, NULL, overwrite};
   return n->def->forward(&c, res);
+}
+
+/* The training output: the vars of the tensors the output node names. */
+static grove_status tape_output(run *r, grove_values *out, int *out_vars) {
+  const gnode *n = &r->g->nodes[r->g->output];
+  const garg *a = &n->args[0];
+  const garg *items = a->kind == A_LIST ? a->items : a;
+  const int ni = a->kind == A_LIST ? a->n : 1;
+  out->n = 0;
+  for (int k = 0; k < ni; k++) {
+    const gval *v = items[k].kind == A_NODE ? &r->vals[items[k].node] : NULL;
+    const int cnt = !v ? 0 : v->kind == V_TENSOR ? 1 : v->kind == V_TUPLE ? v->n : 0;
+    if (cnt == 0 || (v->kind == V_TUPLE && v->none_mask))
+      return grove_err_set(r->f->err, GROVE_E_UNSUPPORTED,
+                           "the graph returns a number or None, but a model returns tensors only");
+    for (int j = 0; j < cnt; j++) {
+      if (out->n >= GROVE_MAX_VALUES)
+        return grove_err_set(r->f->err, GROVE_E_UNSUPPORTED,
+                             "the graph returns more than %d tensors", GROVE_MAX_VALUES);
+      out_vars[out->n] = v->reg[j];
+      out->v[out->n++] = v->t[j];
+    }
+  }
+  return GROVE_OK;
 }
 
 /* ------------------------------------------------------------ modules */
@@ -259,7 +294,7 @@ static int classify(run *r, int i, gval *v, bool external, newblk *blk) {
     char *p = t->data;
     int g = find_region(r, p);
     if (g >= 0) {
-      v->reg[k] = (int16_t)g;
+      v->reg[k] = (int32_t)g;
       r->regs[g].refs++;
       continue;
     }
@@ -307,7 +342,7 @@ static grove_status settle(run *r, int i, gval *v, bool external) {
     for (int j = 0; j < v->n; j++) {
       if (!(blk[k].tensors & (1 << j))) continue;
       v->t[j].data = (char *)v->t[j].data + delta;
-      v->reg[j] = (int16_t)r->nregs;
+      v->reg[j] = (int32_t)r->nregs;
     }
     r->regs[r->nregs++] = (region){keep[k].moved, blk[k].bytes, 0, keep[k].end};
     for (int j = 0; j < v->n; j++)
@@ -392,18 +427,29 @@ static grove_status run_output(run *r, grove_values *out) {
 
 grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                   grove_values *out) {
+  return grove__graph_run(m, f, in, NULL, NULL, out, NULL);
+}
+
+grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_values *in,
+                              const int *in_vars, const grove__graph_tape *tr, grove_values *out,
+                              int *out_vars) {
   const graph_impl *g = m->impl;
   if (in->n > g->nplaceholders)
-    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "%s: forward takes %d input(s), got %d",
-                         g->where, g->nplaceholders, in->n);
+    return tr ? grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
+                              "forward takes %d input(s), got %d", g->nplaceholders, in->n)
+              : grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
+                              "%s: forward takes %d input(s), got %d", g->where, g->nplaceholders,
+                              in->n);
   run r = {.g = g,
            .f = f,
            .in = in,
-           .fuse = grove__no_forward_hooks(),
-           .channels_last = f->channels_last_ok};
+           .fuse = !tr && grove__no_forward_hooks(),
+           .channels_last = !tr && f->channels_last_ok,
+           .tr = tr};
   r.vals = grove_arena_alloc(f->arena, (size_t)g->nnodes * sizeof(gval));
-  r.regs = grove_arena_alloc(f->arena, (size_t)g->max_regions * sizeof(region));
-  if (!r.vals || !r.regs) return grove_err_set(f->err, GROVE_E_NOMEM, "out of scratch memory");
+  r.regs = tr ? NULL : grove_arena_alloc(f->arena, (size_t)g->max_regions * sizeof(region));
+  if (!r.vals || (!tr && !r.regs))
+    return grove_err_set(f->err, GROVE_E_NOMEM, "out of scratch memory");
   r.base = grove_arena_mark_get(f->arena);
   int next_input = 0;
   for (int i = 0; i < g->nnodes; i++) {
@@ -413,6 +459,7 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
     v->kind = V_NONE;
     v->n = 0;
     v->none_mask = 0;
+    for (int k = 0; k < GROVE_MAX_VALUES; k++) v->reg[k] = -1;
     grove_status s = GROVE_OK;
     bool external = false;
     switch (n->op) {
@@ -420,6 +467,7 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
         external = true;
         if (next_input < in->n) {
           set_tensor(v, &in->v[next_input]);
+          if (tr) v->reg[0] = (int32_t)in_vars[next_input];
         } else if (n->has_default) {
           const garg *d = &n->dflt;
           v->kind = d->kind == A_INT     ? V_INT
@@ -429,14 +477,21 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
           v->i = d->i;
           v->f = d->f;
         } else {
-          return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
-                               "%s: forward takes %d input(s), got %d ('%s' is missing)", g->where,
-                               g->nplaceholders, in->n, n->name);
+          return tr ? grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
+                                    "forward takes %d input(s), got %d ('%s' is missing)",
+                                    g->nplaceholders, in->n, n->name)
+                    : grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
+                                    "%s: forward takes %d input(s), got %d ('%s' is missing)",
+                                    g->where, g->nplaceholders, in->n, n->name);
         }
         next_input++;
         break;
       case G_GET_ATTR: {
         external = true;
+        if (tr) {
+          s = tr->get_attr(tr->tape, n, v);
+          break;
+        }
         const grove_tensor *t = grove_module_param(n->mod, n->attr);
         if (!t) t = grove_module_buffer(n->mod, n->attr);
         if (!t) {
@@ -449,6 +504,10 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
         break;
       }
       case G_CALL_MODULE:
+        if (tr) {
+          s = tr->call_module(tr->tape, n, r.vals, v);
+          break;
+        }
         if (n->fused_into >= 0 && fused(&r, n->fused_into)) {
           *v = r.vals[n->args[0].node]; /* computed by the node that absorbed it */
           v->reg[0] = -1;
@@ -457,7 +516,7 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
         s = run_module(&r, i, v);
         break;
       case G_OUTPUT:
-        s = run_output(&r, out);
+        s = tr ? tape_output(&r, out, out_vars) : run_output(&r, out);
         if (s) return node_error(&r, i, s);
         return GROVE_OK;
       default:
@@ -469,7 +528,7 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
         break;
     }
     if (s) return node_error(&r, i, s);
-    if ((s = settle(&r, i, v, external))) return node_error(&r, i, s);
+    if (!tr && (s = settle(&r, i, v, external))) return node_error(&r, i, s);
   }
   return grove_err_set(f->err, GROVE_E_INTERNAL, "%s: graph without output", g->where);
 }

@@ -51,6 +51,34 @@ typedef struct graph_impl {
   int max_regions;
 } graph_impl;
 
+/* ------------------------------------------------------------ the training option */
+
+/* How the one evaluator (graph.c) runs a graph on a training tape.  train/
+ * fills it (core/train/train_graph.c) and passes it to grove__graph_run;
+ * graph/ only calls through these pointers, so no call goes up from graph/
+ * to train/.  With a tape, each tensor of a value carries its tape var in
+ * gval.reg[] (the slot that holds an arena region when serving), every
+ * activation stays on the tape (no liveness, no compaction), nothing is
+ * fused and nothing is written in place.  The tape's thread. */
+typedef struct grove__graph_tape {
+  void *tape;
+  /* Operation node n: its training forward, recording its backward; c as
+   * for the entry's forward (c->overwrite is 0). */
+  grove_status (*op)(void *tape, const gnode *n, const grove__opctx *c, gval *res);
+  /* call_module node n on the values vals. */
+  grove_status (*call_module)(void *tape, const gnode *n, const gval *vals, gval *res);
+  /* get_attr node n: a parameter read becomes a var whose gradient goes to
+   * the parameter's .grad. */
+  grove_status (*get_attr)(void *tape, const gnode *n, gval *res);
+} grove__graph_tape;
+
+/* Runs graph module m: serving (tr NULL; in_vars, out_vars NULL), or on the
+ * tape tr, the inputs' vars in in_vars and the outputs' written to
+ * out_vars.  Errors name the node. */
+grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_values *in,
+                              const int *in_vars, const grove__graph_tape *tr, grove_values *out,
+                              int *out_vars);
+
 /* The vtable slots every graph module's own type points at. */
 grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                   grove_values *out);

@@ -72,7 +72,8 @@ typedef struct gval {
   int8_t kind;
   int8_t n;                      /* V_TUPLE: tensors; V_INTS: ints */
   uint8_t none_mask;             /* V_TUPLE: entries that are None */
-  int16_t reg[GROVE_MAX_VALUES]; /* the evaluator's: region of each tensor (graph.c) */
+  int32_t reg[GROVE_MAX_VALUES]; /* the evaluator's handle of each tensor: its arena region
+                                    when serving, its tape var when training (graph.c) */
   int64_t i;                     /* V_INT, V_BOOL */
   double f;                      /* V_FLOAT */
   int64_t ints[GROVE_MAX_DIMS];  /* V_INTS */
@@ -281,6 +282,16 @@ bool grove__op_wrap_dim(int dim, int ndim, int *out);
  * (expected in [lo, hi])". */
 grove_status grove__op_dim_error(grove_fwd *f, const char *layer, const char *what, int dim,
                                  int ndim);
+/* A list of tensors (cat's): a list argument of tensor nodes, or a tuple
+ * value; at most max; slots (may be NULL) gets each one's gval.reg. */
+grove_status grove__op_tensors(const grove__opctx *c, const garg *a, grove_tensor *ts,
+                               int32_t *slots, int max, int *n);
+/* getitem's index (an int, a slice, None, Ellipsis or a list of them) as
+ * graph_ops.h's basic-indexing list; ixs has room for GROVE_MAX_DIMS + 4.
+ * (ops_shape.c) */
+struct grove__index;
+grove_status grove__op_index_list(const grove__opctx *c, const garg *ix, struct grove__index *ixs,
+                                  int *n);
 /* Results. */
 void grove__op_set_tensor(gval *v, const grove_tensor *t);
 void grove__op_set_int(gval *v, int64_t i);

@@ -178,3 +178,27 @@ grove_status grove__op_dim_error(grove_fwd *f, const char *layer, const char *wh
                        "%s: %s %d is out of range for a %d-d input (expected in [%d, %d])", layer,
                        what, dim, ndim, -n, n - 1);
 }
+
+grove_status grove__op_tensors(const grove__opctx *c, const garg *a, grove_tensor *ts,
+                               int32_t *slots, int max, int *n) {
+  int nt = 0;
+  const gval *tv = grove__op_val(c, a);
+  if (tv && tv->kind == V_TUPLE) {
+    for (int k = 0; k < tv->n && nt < max; k++) {
+      if (tv->none_mask & (1u << k)) return grove__op_want(c, "tensors to concatenate, not None");
+      if (slots) slots[nt] = tv->reg[k];
+      ts[nt++] = tv->t[k];
+    }
+  } else if (a->kind == A_LIST) {
+    for (int k = 0; k < a->n && nt < max; k++) {
+      const gval *v = grove__op_val(c, &a->items[k]);
+      if (!v || v->kind != V_TENSOR) return grove__op_want(c, "a tensor argument");
+      if (slots) slots[nt] = v->reg[0];
+      ts[nt++] = v->t[0];
+    }
+  } else {
+    return grove__op_want(c, "a list of tensors");
+  }
+  *n = nt;
+  return GROVE_OK;
+}

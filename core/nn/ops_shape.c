@@ -95,28 +95,18 @@ grove_status grove_flatten_new(int start_dim, int end_dim, grove_module **out, g
 
 /* ------------------------------------------------------------ views */
 
-static grove_status reshape_fwd(const grove__opctx *c, gval *res) {
+/* reshape / view (a shape) and permute (dims): a tensor and a list of ints. */
+static grove_status ints_view_fwd(const grove__opctx *c, gval *res) {
   const grove_tensor *x;
   grove_tensor y;
   int64_t ints[GROVE_MAX_DIMS];
   int ni;
   grove_status s;
-  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_ints(c, &c->args[1], true, ints, &ni)) ||
-      (s = grove__op_reshape(c->f, x, ints, ni, &y)))
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_ints(c, &c->args[1], true, ints, &ni)))
     return s;
-  grove__op_set_tensor(res, &y);
-  return GROVE_OK;
-}
-
-static grove_status permute_fwd(const grove__opctx *c, gval *res) {
-  const grove_tensor *x;
-  grove_tensor y;
-  int64_t ints[GROVE_MAX_DIMS];
-  int ni;
-  grove_status s;
-  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_ints(c, &c->args[1], true, ints, &ni)) ||
-      (s = grove__op_permute(c->f, x, ints, ni, &y)))
-    return s;
+  s = c->def->id == G_PERMUTE ? grove__op_permute(c->f, x, ints, ni, &y)
+                              : grove__op_reshape(c->f, x, ints, ni, &y);
+  if (s) return s;
   grove__op_set_tensor(res, &y);
   return GROVE_OK;
 }
@@ -152,7 +142,7 @@ const grove__opdef grove__opdef_reshape = {
                                    NULL},
     .varargs = 1,
     .p = {INPUT, SHAPE_VARARG("shape")},
-    .forward = reshape_fwd,
+    .forward = ints_view_fwd,
 };
 
 const grove__opdef grove__opdef_view = {
@@ -161,7 +151,7 @@ const grove__opdef grove__opdef_view = {
     .torch = (const char *const[]){"Tensor.view(input,*shape)", NULL},
     .varargs = 1,
     .p = {INPUT, SHAPE_VARARG("shape")},
-    .forward = reshape_fwd,
+    .forward = ints_view_fwd,
 };
 
 const grove__opdef grove__opdef_permute = {
@@ -171,7 +161,7 @@ const grove__opdef grove__opdef_permute = {
                                    NULL},
     .varargs = 1,
     .p = {INPUT, SHAPE_VARARG("dims")},
-    .forward = permute_fwd,
+    .forward = ints_view_fwd,
 };
 
 const grove__opdef grove__opdef_transpose = {
@@ -196,27 +186,13 @@ const grove__opdef grove__opdef_contiguous = {
 /* ------------------------------------------------------------ cat */
 
 static grove_status cat_fwd(const grove__opctx *c, gval *res) {
-  const garg *a = c->args;
   grove_tensor ts[64], y;
-  int nt = 0;
-  grove_status s;
-  const gval *tv = grove__op_val(c, &a[0]);
-  if (tv && tv->kind == V_TUPLE) {
-    for (int k = 0; k < tv->n; k++) {
-      if (tv->none_mask & (1u << k)) return grove__op_want(c, "tensors to concatenate, not None");
-      ts[nt++] = tv->t[k];
-    }
-  } else if (a[0].kind == A_LIST) {
-    for (int k = 0; k < a[0].n && k < 64; k++) {
-      const gval *v = grove__op_val(c, &a[0].items[k]);
-      if (!v || v->kind != V_TENSOR) return grove__op_want(c, "a tensor argument");
-      ts[nt++] = v->t[0];
-    }
-  } else {
-    return grove__op_want(c, "a list of tensors");
-  }
+  int nt;
   int64_t dim;
-  if ((s = grove__op_int(c, &a[1], &dim)) || (s = grove__op_cat(c->f, ts, nt, dim, &y))) return s;
+  grove_status s;
+  if ((s = grove__op_tensors(c, &c->args[0], ts, NULL, 64, &nt)) ||
+      (s = grove__op_int(c, &c->args[1], &dim)) || (s = grove__op_cat(c->f, ts, nt, dim, &y)))
+    return s;
   grove__op_set_tensor(res, &y);
   return GROVE_OK;
 }
@@ -291,17 +267,13 @@ static grove_status getitem_seq(const grove__opctx *c, const gval *v, const garg
     res->kind = V_NONE;
   } else {
     grove__op_set_tensor(res, &v->t[k]);
+    res->reg[0] = v->reg[k]; /* the evaluator's handle travels with the tensor */
   }
   return GROVE_OK;
 }
 
-static grove_status getitem_fwd(const grove__opctx *c, gval *res) {
-  const gval *v = grove__op_val(c, &c->args[0]);
-  const garg *ix = &c->args[1];
-  if (!v) return grove__op_want(c, "a tensor, a tuple or a size to index");
-  if (v->kind == V_TUPLE || v->kind == V_INTS) return getitem_seq(c, v, ix, res);
-  if (v->kind != V_TENSOR) return grove__op_want(c, "a tensor, a tuple or a size to index");
-  grove__index ixs[GROVE_MAX_DIMS + 4];
+grove_status grove__op_index_list(const grove__opctx *c, const garg *ix, grove__index *ixs,
+                                  int *n) {
   const garg *items = ix->kind == A_LIST ? ix->items : ix;
   int ni = ix->kind == A_LIST ? ix->n : 1;
   if (ni > GROVE_MAX_DIMS + 4) return grove__op_want(c, "fewer indices");
@@ -325,9 +297,22 @@ static grove_status getitem_fwd(const grove__opctx *c, gval *res) {
       if ((s = grove__op_int(c, e, &o->start))) return s;
     }
   }
-  grove_tensor y;
-  grove_status s = grove__op_index(c->f, &v->t[0], ixs, ni, &y);
+  *n = ni;
+  return GROVE_OK;
+}
+
+static grove_status getitem_fwd(const grove__opctx *c, gval *res) {
+  const gval *v = grove__op_val(c, &c->args[0]);
+  const garg *ix = &c->args[1];
+  if (!v) return grove__op_want(c, "a tensor, a tuple or a size to index");
+  if (v->kind == V_TUPLE || v->kind == V_INTS) return getitem_seq(c, v, ix, res);
+  if (v->kind != V_TENSOR) return grove__op_want(c, "a tensor, a tuple or a size to index");
+  grove__index ixs[GROVE_MAX_DIMS + 4];
+  int ni;
+  grove_status s = grove__op_index_list(c, ix, ixs, &ni);
   if (s) return s;
+  grove_tensor y;
+  if ((s = grove__op_index(c->f, &v->t[0], ixs, ni, &y))) return s;
   grove__op_set_tensor(res, &y);
   return GROVE_OK;
 }
