@@ -3,9 +3,11 @@
  * module and varargs refer into, module entries that build from model.json
  * through the registry and run the entry's forward), checks that
  * tools/grove_ops.json, which the exporter reads, is the table as it is
- * now, and that an op's declared dtypes are enforced with a message naming
- * the op, the argument and the dtype. */
+ * now, that an op's declared dtypes are enforced with a message naming
+ * the op, the argument and the dtype, and that a layer's settings are read
+ * back from the module its builder made (grove__layer_settings_of). */
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -207,6 +209,88 @@ START_TEST(test_declared_dtypes) {
 }
 END_TEST
 
+/* A layer's settings come from the module its builder made (the training
+ * replica reads them there, never from model.json again): every value the
+ * JSON gave, and the builders' defaults where it gave none. */
+static grove_module *build(const char *json) {
+  json_error_t je;
+  json_t *obj = json_loads(json, 0, &je);
+  ck_assert_msg(obj != NULL, "%s", je.text);
+  const grove__layer_def *ld = grove__layer_find(json_string_value(json_object_get(obj, "type")));
+  ck_assert_ptr_nonnull(ld);
+  grove_module *m = NULL;
+  grove_err err = {0};
+  ck_assert_ok(ld->from_json(obj, "$.module", &m, &err), &err);
+  json_decref(obj);
+  return m;
+}
+
+START_TEST(test_layer_settings) {
+  grove__layer_settings s;
+  grove_module *m = build("{\"type\": \"LeakyReLU\", \"negative_slope\": 0.25}");
+  ck_assert(grove__layer_settings_of(m, &s));
+  ck_assert(s.slope == 0.25);
+  grove_module_release(m);
+  m = build("{\"type\": \"GELU\", \"approximate\": \"tanh\"}");
+  ck_assert(grove__layer_settings_of(m, &s) && s.tanh_approx);
+  grove_module_release(m);
+  m = build("{\"type\": \"LogSoftmax\", \"dim\": -2}");
+  ck_assert(grove__layer_settings_of(m, &s) && s.has_dim && s.dim == -2);
+  grove_module_release(m);
+  m = build("{\"type\": \"Dropout\", \"p\": 0.3}");
+  ck_assert(grove__layer_settings_of(m, &s) && s.p == 0.3);
+  grove_module_release(m);
+  m = build("{\"type\": \"Flatten\", \"end_dim\": 2}");
+  ck_assert(grove__layer_settings_of(m, &s) && s.start_dim == 1 && s.end_dim == 2);
+  grove_module_release(m);
+  m = build("{\"type\": \"Conv1d\", \"in_channels\": 4, \"out_channels\": 6, "
+            "\"kernel_size\": 3, \"groups\": 2, \"padding\": \"same\", \"dilation\": 2}");
+  ck_assert(grove__layer_settings_of(m, &s));
+  ck_assert_int_eq(s.conv_dims, 1);
+  ck_assert_int_eq(s.in_channels, 4);
+  ck_assert_int_eq(s.out_channels, 6);
+  ck_assert_int_eq(s.groups, 2);
+  ck_assert_int_eq(s.kernel[0], 1);
+  ck_assert_int_eq(s.kernel[1], 3);
+  ck_assert_int_eq(s.dilation[1], 2);
+  ck_assert_int_eq(s.pad_lo[1], 2);
+  ck_assert_int_eq(s.pad_hi[1], 2);
+  grove_module_release(m);
+  m = build("{\"type\": \"BatchNorm2d\", \"num_features\": 3, \"eps\": 0.001, "
+            "\"momentum\": null, \"affine\": false}");
+  ck_assert(grove__layer_settings_of(m, &s));
+  ck_assert(s.eps == 0.001 && isnan(s.momentum) && !s.affine && s.track && s.conv_dims == 2);
+  grove_module_release(m);
+  m = build("{\"type\": \"LayerNorm\", \"normalized_shape\": [2, 5], "
+            "\"elementwise_affine\": false}");
+  ck_assert(grove__layer_settings_of(m, &s));
+  ck_assert(s.ln_ndim == 2 && s.ln_shape[0] == 2 && s.ln_shape[1] == 5 && !s.affine);
+  grove_module_release(m);
+  m = build("{\"type\": \"Embedding\", \"num_embeddings\": 5, \"embedding_dim\": 2, "
+            "\"padding_idx\": -1, \"scale_grad_by_freq\": true}");
+  ck_assert(grove__layer_settings_of(m, &s));
+  ck_assert(s.padding_idx == 4 && s.scale_grad_by_freq && !s.sparse);
+  grove_module_release(m);
+  m = build("{\"type\": \"AvgPool2d\", \"kernel_size\": [2, 3], \"padding\": 1, "
+            "\"ceil_mode\": true, \"count_include_pad\": false, \"divisor_override\": 5}");
+  ck_assert(grove__layer_settings_of(m, &s));
+  ck_assert(s.kernel[0] == 2 && s.kernel[1] == 3 && s.stride[0] == 2 && s.stride[1] == 3);
+  ck_assert(s.pad_lo[0] == 1 && s.pad_hi[1] == 1 && s.ceil_mode && !s.count_include_pad);
+  ck_assert(s.divisor_override == 5);
+  grove_module_release(m);
+  m = build("{\"type\": \"TransformerEncoderLayer\", \"d_model\": 8, \"nhead\": 2, "
+            "\"dim_feedforward\": 16, \"dropout\": 0.2, \"activation\": \"gelu\", "
+            "\"layer_norm_eps\": 0.0001, \"batch_first\": true, \"norm_first\": true}");
+  ck_assert(grove__layer_settings_of(m, &s));
+  ck_assert(s.embed_dim == 8 && s.num_heads == 2 && s.dim_feedforward == 16 && s.p == 0.2);
+  ck_assert(s.gelu_ff && s.ln_eps == 0.0001 && s.batch_first && s.norm_first);
+  grove_module_release(m);
+  m = build("{\"type\": \"Linear\", \"in_features\": 2, \"out_features\": 3}");
+  ck_assert(!grove__layer_settings_of(m, &s)); /* nothing to read */
+  grove_module_release(m);
+}
+END_TEST
+
 static Suite *ops_suite(void) {
   Suite *s = suite_create("ops");
   TCase *tc = tcase_create("table");
@@ -215,6 +299,7 @@ static Suite *ops_suite(void) {
   tcase_add_test(tc, test_module_arguments);
   tcase_add_test(tc, test_generated_file_matches);
   tcase_add_test(tc, test_declared_dtypes);
+  tcase_add_test(tc, test_layer_settings);
   suite_add_tcase(s, tc);
   return s;
 }

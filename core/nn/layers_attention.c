@@ -72,6 +72,14 @@ static void mha_free_impl(void *impl) {
   free(p);
 }
 
+void grove__mha_settings(const grove_module *m, grove__layer_settings *s) {
+  const mha_impl *p = m->impl;
+  s->embed_dim = p->E;
+  s->num_heads = p->H;
+  s->p = p->dropout;
+  s->batch_first = p->batch_first;
+}
+
 static grove_status mha_refresh(grove_module *m, grove_err *err) {
   mha_impl *p = m->impl;
   const int64_t E = p->E;
@@ -651,6 +659,18 @@ typedef struct tel_impl {
   grove_encoder_layer_opts o;
   bool gelu;
 } tel_impl;
+
+void grove__tel_settings(const grove_module *m, grove__layer_settings *s) {
+  const tel_impl *p = m->impl;
+  s->embed_dim = p->o.d_model;
+  s->num_heads = p->o.nhead;
+  s->dim_feedforward = p->o.dim_feedforward;
+  s->p = p->o.dropout;
+  s->gelu_ff = p->gelu;
+  s->ln_eps = p->o.layer_norm_eps;
+  s->batch_first = p->o.batch_first;
+  s->norm_first = p->o.norm_first;
+}
 
 static grove_status call(const grove_module *m, const char *child, grove_fwd *f,
                          const grove_tensor *x, grove_tensor *y) {

@@ -886,6 +886,22 @@ const float *grove__conv_bias(const grove_module *m) {
   return ((const conv_impl *)m->impl)->bias;
 }
 
+void grove__conv_settings(const grove_module *m, grove__layer_settings *s) {
+  const conv_impl *p = m->impl;
+  s->conv_dims = p->nd;
+  s->in_channels = p->cin;
+  s->out_channels = p->cout;
+  s->groups = p->groups;
+  for (int d = 0; d < 2; d++) {
+    s->kernel[d] = p->k[d];
+    s->stride[d] = p->stride[d];
+    s->dilation[d] = p->dil[d];
+    s->pad_lo[d] = p->pad_lo[d];
+    s->pad_hi[d] = p->pad_hi[d];
+  }
+  if (p->nd == 1) s->pad_lo[0] = s->pad_hi[0] = 0;
+}
+
 static grove_status conv_new(int nd, int64_t cin, int64_t cout, const grove_conv_opts *o,
                              grove_module **out, grove_err *err) {
   *out = NULL;

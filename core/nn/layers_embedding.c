@@ -18,7 +18,15 @@
 typedef struct embedding_impl {
   int64_t num_embeddings, embedding_dim;
   int64_t padding_idx; /* -1 for None; only matters for training */
+  bool scale_grad_by_freq, sparse; /* only matter for training */
 } embedding_impl;
+
+void grove__embedding_settings(const grove_module *m, grove__layer_settings *s) {
+  const embedding_impl *p = m->impl;
+  s->padding_idx = p->padding_idx;
+  s->scale_grad_by_freq = p->scale_grad_by_freq;
+  s->sparse = p->sparse;
+}
 
 int64_t grove__embedding_padding_idx(const grove_module *m) {
   const embedding_impl *p = m->impl;
@@ -114,7 +122,7 @@ grove_status grove_embedding_new(int64_t num_embeddings, int64_t embedding_dim, 
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          "Embedding: padding_idx %lld must be within num_embeddings %lld",
                          (long long)padding_idx, (long long)num_embeddings);
-  embedding_impl *p = malloc(sizeof *p);
+  embedding_impl *p = calloc(1, sizeof *p);
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "Embedding: out of memory");
   p->num_embeddings = num_embeddings;
   p->embedding_dim = embedding_dim;
@@ -135,7 +143,7 @@ grove_status grove_embedding_new(int64_t num_embeddings, int64_t embedding_dim, 
 }
 
 /* torch's arguments.  scale_grad_by_freq and sparse only matter to training
- * and are accepted and ignored; so is norm_type, which only matters with
+ * and are kept for the replica; norm_type is accepted and ignored, which only matters with
  * max_norm.  max_norm renormalises the weight rows during forward (it writes
  * to the weight), which a serving tree never does: refused. */
 grove_status grove__embedding_from_json(const json_t *obj, const char *path, grove_module **out,
@@ -145,7 +153,7 @@ grove_status grove__embedding_from_json(const json_t *obj, const char *path, gro
       "norm_type",      "scale_grad_by_freq", "sparse",      NULL};
   const char *T = "Embedding";
   int64_t V, D, pad;
-  bool pad_null, flag;
+  bool pad_null, scale, sparse;
   double norm_type;
   grove_status s = grove__json_check_keys(obj, path, T, keys, err);
   if (!s) s = grove__json_int(obj, path, T, "num_embeddings", true, 0, 1, INT64_MAX, &V, err);
@@ -161,10 +169,15 @@ grove_status grove__embedding_from_json(const json_t *obj, const char *path, gro
                                    "the weight during forward); export with max_norm=None",
                                    err);
   s = grove__json_number(obj, path, T, "norm_type", 2.0, -INFINITY, INFINITY, &norm_type, err);
-  if (!s) s = grove__json_bool(obj, path, T, "scale_grad_by_freq", false, &flag, err);
-  if (!s) s = grove__json_bool(obj, path, T, "sparse", false, &flag, err);
+  if (!s) s = grove__json_bool(obj, path, T, "scale_grad_by_freq", false, &scale, err);
+  if (!s) s = grove__json_bool(obj, path, T, "sparse", false, &sparse, err);
   if (s != GROVE_OK) return s;
   /* torch normalises a negative padding_idx to padding_idx + num_embeddings. */
   if (!pad_null && pad < 0) pad += V;
-  return grove__json_built(path, grove_embedding_new(V, D, pad_null ? -1 : pad, out, err), err);
+  s = grove__json_built(path, grove_embedding_new(V, D, pad_null ? -1 : pad, out, err), err);
+  if (s) return s;
+  embedding_impl *p = (*out)->impl;
+  p->scale_grad_by_freq = scale;
+  p->sparse = sparse;
+  return GROVE_OK;
 }

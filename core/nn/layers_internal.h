@@ -105,6 +105,60 @@ int64_t grove__bn2d_channels(const grove_module *m);
  * explicitly in the forward's context.  The forward's thread. */
 void grove__mha_next_call(grove_fwd *f, const grove_module *m, bool need_weights, bool average);
 
+/* ------------------------------------------------------------ settings */
+
+/* A layer's constructor settings as its builder read them from model.json
+ * and its impl keeps them: what the training replica (core/train/train.c)
+ * runs a layer with, so that model.json is decoded once, by the builders.
+ * Conv1d's one spatial size is index 1 of the pairs (it runs as a conv over
+ * [N, C, 1, L]). */
+/* (A macro, so that the training replica's grove__tinfo can hold the same
+ * fields both as one grove__layer_settings and by name: backward.h.) */
+#define GROVE__LAYER_SETTINGS_FIELDS \
+  /* Activations (op modules). */                                   \
+  double slope;     /* LeakyReLU */                                 \
+  bool tanh_approx; /* GELU */                                      \
+  bool has_dim;     /* Softmax / LogSoftmax (false: dim=None) */    \
+  int dim;                                                          \
+  /* Flatten. */                                                    \
+  int start_dim, end_dim;                                           \
+  /* Dropout (and the dropout of MHA / TEL). */                     \
+  double p;                                                         \
+  /* Norms. */                                                      \
+  double eps, momentum; /* momentum NaN = None */                   \
+  bool affine, track;                                               \
+  int conv_dims; /* BatchNorm: 1 or 2; Conv: 1 or 2 */              \
+  int ln_ndim;   /* LayerNorm's normalized_shape */                 \
+  int64_t ln_shape[GROVE_MAX_DIMS];                                 \
+  /* Embedding. */                                                  \
+  int64_t padding_idx; /* -1 for None */                            \
+  bool scale_grad_by_freq, sparse;                                  \
+  /* Conv and pools: [0] = H, [1] = W (1-d: [0] unused = 1 / 0). */ \
+  int64_t in_channels, out_channels, groups;                        \
+  int64_t kernel[2], stride[2], pad_lo[2], pad_hi[2], dilation[2];  \
+  bool ceil_mode, count_include_pad;                                \
+  int64_t divisor_override; /* 0 = None */                          \
+  int64_t out_size[2];      /* AdaptiveAvgPool2d, -1 = None */      \
+  /* Attention. */                                                  \
+  int64_t embed_dim, num_heads, dim_feedforward;                    \
+  bool batch_first, norm_first, gelu_ff;                            \
+  double ln_eps;
+
+typedef struct grove__layer_settings {
+  GROVE__LAYER_SETTINGS_FIELDS
+} grove__layer_settings;
+
+/* m's settings (layer_settings.c, from the files' accessors below); false
+ * for a module without any (Linear, containers, graphs).  Any thread. */
+bool grove__layer_settings_of(const grove_module *m, grove__layer_settings *s);
+void grove__conv_settings(const grove_module *m, grove__layer_settings *s);
+void grove__bn_settings(const grove_module *m, grove__layer_settings *s);
+void grove__ln_settings(const grove_module *m, grove__layer_settings *s);
+void grove__pool_settings(const grove_module *m, grove__layer_settings *s);
+void grove__embedding_settings(const grove_module *m, grove__layer_settings *s);
+void grove__mha_settings(const grove_module *m, grove__layer_settings *s);
+void grove__tel_settings(const grove_module *m, grove__layer_settings *s);
+
 /* ------------------------------------------------------------ forward helpers */
 
 /* Checks that in holds exactly one tensor of dtype dt (GROVE_DTYPE_COUNT:

@@ -344,6 +344,15 @@ const grove_module_type grove__batch_norm2d_type = {
 };
 
 /* Both BatchNorms: type's name in messages, num_features at most max. */
+void grove__bn_settings(const grove_module *m, grove__layer_settings *s) {
+  const bn_impl *p = m->impl;
+  s->conv_dims = m->type == &grove__batch_norm1d_type ? 1 : 2;
+  s->eps = p->eps;
+  s->momentum = p->momentum;
+  s->affine = p->affine;
+  s->track = p->track_running_stats;
+}
+
 static grove_status bn_new(const grove_module_type *type, int64_t max, int64_t num_features,
                            double eps, double momentum, bool affine, bool track_running_stats,
                            grove_module **out, grove_err *err) {
@@ -452,9 +461,18 @@ typedef struct ln_impl {
   int64_t D;                     /* its element count */
   double eps;
   bool use_weight, use_bias; /* the parameters are not None */
+  bool affine;               /* elementwise_affine */
   float *weight, *bias;
   float data[]; /* 2 * D floats */
 } ln_impl;
+
+void grove__ln_settings(const grove_module *m, grove__layer_settings *s) {
+  const ln_impl *p = m->impl;
+  s->eps = p->eps;
+  s->affine = p->affine;
+  s->ln_ndim = p->ndim;
+  memcpy(s->ln_shape, p->shape, sizeof s->ln_shape);
+}
 
 static grove_status ln_refresh(grove_module *m, grove_err *err) {
   ln_impl *p = m->impl;
@@ -597,6 +615,7 @@ grove_status grove_layer_norm_new(int ndim, const int64_t *normalized_shape, dou
   memcpy(p->shape, normalized_shape, (size_t)ndim * sizeof(int64_t));
   p->D = D;
   p->eps = eps;
+  p->affine = elementwise_affine;
   p->weight = p->data;
   p->bias = p->data + D;
   grove_module *m = grove_module_new(&grove__layer_norm_type, p, err);

@@ -29,6 +29,20 @@ typedef struct pool_impl {
 } pool_impl;
 
 /* torch's pooling_output_shape. */
+void grove__pool_settings(const grove_module *m, grove__layer_settings *s) {
+  const pool_impl *p = m->impl;
+  for (int d = 0; d < 2; d++) {
+    s->kernel[d] = p->k[d];
+    s->stride[d] = p->stride[d];
+    s->pad_lo[d] = s->pad_hi[d] = p->pad[d];
+    s->dilation[d] = p->kind == POOL_MAX ? p->dil[d] : 1;
+    s->out_size[d] = p->osize[d];
+  }
+  s->ceil_mode = p->ceil_mode;
+  s->count_include_pad = p->kind == POOL_MAX || p->count_include_pad;
+  s->divisor_override = p->divisor;
+}
+
 static int64_t pool_out_len(const pool_impl *p, int d, int64_t in) {
   int64_t eff = p->dil[d] * (p->k[d] - 1) + 1;
   int64_t num = in + 2 * p->pad[d] - eff + (p->ceil_mode ? p->stride[d] - 1 : 0);

@@ -13,8 +13,8 @@
  * inputs and outputs by var index instead of copying them.
  *
  * Ops never read a layer's private impl: their settings (grove__tinfo) come
- * from the model.json object the module was built from, decoded once when the
- * replica is made.  And they compute from the parameter tensors themselves,
+ * from the layers' settings accessors (grove__layer_settings_of, nn/), read
+ * once when the replica is made.  And they compute from the parameter tensors themselves,
  * not from the packed copies a serving forward uses, so the optimizer may
  * change parameters between steps without any refresh. */
 #ifndef GROVE_CORE_BACKWARD_H
@@ -26,6 +26,7 @@
 
 #include "grove/grove.h"
 #include "grove/train.h"
+#include "layers_internal.h"
 #include "module_internal.h"
 
 struct json_t;
@@ -66,34 +67,15 @@ struct grove__tape;
 typedef struct grove__tinfo {
   grove__tkind kind;
   const char *path; /* "fc1", "" for the root: owned by the replica */
-  /* Activations. */
-  double slope;     /* LeakyReLU */
-  bool tanh_approx; /* GELU */
-  bool has_dim;     /* Softmax / LogSoftmax (false: dim=None) */
-  int dim;
-  /* Flatten. */
-  int start_dim, end_dim;
-  /* Dropout (and the dropout of MHA / TEL). */
-  double p;
-  /* Norms. */
-  double eps, momentum; /* momentum NaN = None */
-  bool affine, track;
-  int conv_dims; /* BatchNorm: 1 or 2; Conv: 1 or 2 */
-  int ln_ndim;   /* LayerNorm's normalized_shape */
-  int64_t ln_shape[GROVE_MAX_DIMS];
-  /* Embedding. */
-  int64_t padding_idx; /* -1 for None */
-  bool scale_grad_by_freq;
-  /* Conv and pools: [0] = H, [1] = W (1-d: [0] unused = 1 / 0). */
-  int64_t in_channels, out_channels, groups;
-  int64_t kernel[2], stride[2], pad_lo[2], pad_hi[2], dilation[2];
-  bool ceil_mode, count_include_pad;
-  int64_t divisor_override; /* 0 = None */
-  int64_t out_size[2];      /* AdaptiveAvgPool2d, -1 = None */
-  /* Attention. */
-  int64_t embed_dim, num_heads, dim_feedforward;
-  bool batch_first, norm_first, gelu_ff;
-  double ln_eps;
+  /* The layer's settings (layers_internal.h), read from the module the
+   * serving builder made (grove__layer_settings_of), never from model.json
+   * again: as one struct (set) and by name (info->eps). */
+  union {
+    grove__layer_settings set;
+    struct {
+      GROVE__LAYER_SETTINGS_FIELDS
+    };
+  };
   /* Graph modules. */
   void *graph; /* backward_graph.c's compiled form */
   /* The op's training forward (backward_*.c), chosen by kind when train.c
@@ -151,7 +133,6 @@ struct grove__tape {
  * and parameter gradients for the ops). */
 struct grove_replica {
   grove_model *model; /* the tree (train mode) and its io spec */
-  struct json_t *doc; /* the parsed model.json, for settings */
   grove_replica_opts opts;
   grove__pmap infos;    /* module -> grove__tinfo* */
   grove__tinfo **owned; /* every tinfo, to free */
@@ -347,10 +328,9 @@ grove_status grove__mha_run(grove__tape *t, const grove_module *m, const grove__
  * that the serving forward sees the parameters the optimizer changed. */
 grove_status grove__refresh_tree(grove_module *root, grove_err *err);
 
-/* Decodes the settings of a graph module (backward_graph.c): compiles its
- * "graph" JSON into info->graph.  path is the module's dotted path. */
-grove_status grove__tgraph_compile(grove__tinfo *info, const grove_module *m,
-                                   const struct json_t *obj, grove_err *err);
+/* The settings of a graph module (train_graph.c): info->graph borrows the
+ * node list graph_compile.c compiled for serving. */
+grove_status grove__tgraph_compile(grove__tinfo *info, const grove_module *m, grove_err *err);
 void grove__tgraph_free(void *graph);
 
 #endif

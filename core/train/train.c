@@ -6,9 +6,9 @@
  * module: the ops in backward_*.c compute train-mode results (batch
  * statistics, active dropout) from the parameter tensors themselves and push
  * the nodes backward needs.  They read their settings (a LeakyReLU's slope,
- * a conv's padding) from the model.json object each module was built from,
- * decoded here once into a grove__tinfo per module, because those settings
- * live in each layer file's private impl.  The serving forward runs on the
+ * a conv's padding) from a grove__tinfo per module, filled here once from
+ * the module the serving builder made (grove__layer_settings_of: the layers'
+ * accessors in nn/), so model.json is decoded once, by the builders.  The serving forward runs on the
  * replica only for grove_replica_evaluate, after every module's refresh
  * has re-derived its packed weights from the trained parameters.
  *
@@ -17,7 +17,6 @@
  * var and node lists are heap arrays that keep their capacity.  Parameter
  * gradients are heap tensors, allocated on first use and dropped by
  * zero_grad(set_to_none). */
-#include <jansson.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -26,6 +25,7 @@
 
 #include "backward.h"
 #include "graph.h"
+#include "graph_internal.h"
 #include "layers_internal.h"
 
 /* ------------------------------------------------------------ generator */
@@ -39,39 +39,6 @@ static uint64_t splitmix64(uint64_t *x) {
 }
 
 /* ============================================================ settings */
-
-static int64_t jint(const json_t *o, const char *k, int64_t dflt) {
-  const json_t *v = json_object_get(o, k);
-  return json_is_integer(v) ? (int64_t)json_integer_value(v) : dflt;
-}
-
-static double jnum(const json_t *o, const char *k, double dflt) {
-  const json_t *v = json_object_get(o, k);
-  return json_is_number(v) ? json_number_value(v) : dflt;
-}
-
-static bool jbool(const json_t *o, const char *k, bool dflt) {
-  const json_t *v = json_object_get(o, k);
-  return json_is_boolean(v) ? json_is_true(v) : dflt;
-}
-
-static bool jnull(const json_t *o, const char *k) {
-  const json_t *v = json_object_get(o, k);
-  return !v || json_is_null(v);
-}
-
-/* An int or a list of n ints (torch's _pair / _single); dflt for absent. */
-static void jpair(const json_t *o, const char *k, int n, int64_t dflt, int64_t out[2]) {
-  const json_t *v = json_object_get(o, k);
-  out[0] = out[1] = dflt;
-  if (json_is_integer(v)) {
-    out[0] = out[1] = json_integer_value(v);
-  } else if (json_is_array(v)) {
-    for (int i = 0; i < n && i < (int)json_array_size(v); i++)
-      out[i] = json_integer_value(json_array_get(v, (size_t)i));
-    if (json_array_size(v) == 1) out[1] = out[0];
-  }
-}
 
 static grove_status unsupported(const char *path, const char *type, const char *why,
                                 grove_err *err) {
@@ -110,8 +77,8 @@ static char *child_path(const char *path, const char *name) {
   return *path ? grove__asprintf("%s.%s", path, name) : grove__strdup(name);
 }
 
-static grove_status visit(grove_replica *r, const grove_module *m, const json_t *j,
-                          const char *path, grove_err *err);
+static grove_status visit(grove_replica *r, const grove_module *m, const char *path,
+                          grove_err *err);
 
 /* Children built by a composite layer (no JSON of their own) get their
  * settings from the layer. */
@@ -128,19 +95,6 @@ static grove_status visit_fixed(grove_replica *r, const grove_module *m, const c
   }
   free(cp);
   return s;
-}
-
-static void tel_settings(const json_t *j, grove__tinfo *info) {
-  info->kind = GROVE__TK_TEL;
-  info->embed_dim = jint(j, "d_model", 0);
-  info->num_heads = jint(j, "nhead", 1);
-  info->dim_feedforward = jint(j, "dim_feedforward", 2048);
-  info->p = jnum(j, "dropout", 0.1);
-  const json_t *act = json_object_get(j, "activation");
-  info->gelu_ff = json_is_string(act) && strcmp(json_string_value(act), "gelu") == 0;
-  info->ln_eps = jnum(j, "layer_norm_eps", 1e-5);
-  info->batch_first = jbool(j, "batch_first", false);
-  info->norm_first = jbool(j, "norm_first", false);
 }
 
 static grove_status visit_tel(grove_replica *r, const grove_module *m, const grove__tinfo *tel,
@@ -168,167 +122,69 @@ static grove_status visit_tel(grove_replica *r, const grove_module *m, const gro
   return s;
 }
 
-/* Decodes m's own settings from its model.json object j. */
-static grove_status decode(const grove_module *m, const json_t *j, const char *path,
-                           grove__tinfo *info, grove_err *err) {
+/* m's kind and settings: the settings are the ones m's builder read from
+ * model.json and keeps in its impl (grove__layer_settings_of, nn/). */
+static grove_status decode(const grove_module *m, const char *path, grove__tinfo *info,
+                           grove_err *err) {
   const grove_module_type *ty = m->type;
   const char *T = ty->name;
   memset(info, 0, sizeof *info);
-  info->padding_idx = -1;
-  if (ty == &grove__sequential_type) {
-    info->kind = GROVE__TK_SEQUENTIAL;
-  } else if (ty == &grove__module_list_type || ty == &grove__module_dict_type) {
-    info->kind = GROVE__TK_HOLDER;
-  } else if (ty == &grove__linear_type) {
-    info->kind = GROVE__TK_LINEAR;
-  } else if (ty == &grove__identity_type) {
-    info->kind = GROVE__TK_IDENTITY;
-  } else if (ty == &grove__flatten_type) {
-    info->kind = GROVE__TK_FLATTEN;
-    info->start_dim = (int)jint(j, "start_dim", 1);
-    info->end_dim = (int)jint(j, "end_dim", -1);
-  } else if (ty == &grove__dropout_type) {
-    info->kind = GROVE__TK_DROPOUT;
-    info->p = jnum(j, "p", 0.5);
-  } else if (ty == &grove__relu_type) {
-    info->kind = GROVE__TK_RELU;
-  } else if (ty == &grove__leaky_relu_type) {
-    info->kind = GROVE__TK_LEAKY_RELU;
-    info->slope = jnum(j, "negative_slope", 0.01);
-  } else if (ty == &grove__gelu_type) {
-    info->kind = GROVE__TK_GELU;
-    const json_t *a = json_object_get(j, "approximate");
-    info->tanh_approx = json_is_string(a) && strcmp(json_string_value(a), "tanh") == 0;
-  } else if (ty == &grove__silu_type) {
-    info->kind = GROVE__TK_SILU;
-  } else if (ty == &grove__sigmoid_type) {
-    info->kind = GROVE__TK_SIGMOID;
-  } else if (ty == &grove__tanh_type) {
-    info->kind = GROVE__TK_TANH;
-  } else if (ty == &grove__softmax_type || ty == &grove__log_softmax_type) {
-    info->kind = ty == &grove__softmax_type ? GROVE__TK_SOFTMAX : GROVE__TK_LOG_SOFTMAX;
-    info->has_dim = !jnull(j, "dim");
-    info->dim = (int)jint(j, "dim", 0);
-  } else if (ty == &grove__batch_norm1d_type || ty == &grove__batch_norm2d_type) {
-    info->kind = GROVE__TK_BATCH_NORM;
-    info->conv_dims = ty == &grove__batch_norm1d_type ? 1 : 2;
-    info->eps = jnum(j, "eps", 1e-5);
-    const json_t *mo = json_object_get(j, "momentum");
-    info->momentum = mo && json_is_null(mo) ? NAN : jnum(j, "momentum", 0.1);
-    info->affine = jbool(j, "affine", true);
-    info->track = jbool(j, "track_running_stats", true);
-  } else if (ty == &grove__layer_norm_type) {
-    info->kind = GROVE__TK_LAYER_NORM;
-    info->eps = jnum(j, "eps", 1e-5);
-    info->affine = jbool(j, "elementwise_affine", true);
-    const json_t *ns = json_object_get(j, "normalized_shape");
-    if (json_is_integer(ns)) {
-      info->ln_ndim = 1;
-      info->ln_shape[0] = json_integer_value(ns);
-    } else {
-      info->ln_ndim = (int)json_array_size(ns);
-      for (int i = 0; i < info->ln_ndim && i < GROVE_MAX_DIMS; i++)
-        info->ln_shape[i] = json_integer_value(json_array_get(ns, (size_t)i));
-    }
-  } else if (ty == &grove__embedding_type) {
-    info->kind = GROVE__TK_EMBEDDING;
-    info->padding_idx = grove__embedding_padding_idx(m);
-    info->scale_grad_by_freq = jbool(j, "scale_grad_by_freq", false);
-    if (jbool(j, "sparse", false))
-      return unsupported(path, T,
-                         "has sparse=True: Grove's gradients are dense (export with "
-                         "sparse=False; the update is the same)",
-                         err);
-  } else if (ty == &grove__conv1d_type || ty == &grove__conv2d_type) {
-    info->kind = GROVE__TK_CONV;
-    int nd = info->conv_dims = ty == &grove__conv1d_type ? 1 : 2;
-    info->in_channels = jint(j, "in_channels", 1);
-    info->out_channels = jint(j, "out_channels", 1);
-    info->groups = jint(j, "groups", 1);
-    int64_t k[2], st[2], dil[2], pad[2];
-    jpair(j, "kernel_size", nd, 1, k);
-    jpair(j, "stride", nd, 1, st);
-    jpair(j, "dilation", nd, 1, dil);
-    const json_t *pv = json_object_get(j, "padding");
-    bool same = json_is_string(pv) && strcmp(json_string_value(pv), "same") == 0;
-    bool valid = json_is_string(pv) && strcmp(json_string_value(pv), "valid") == 0;
-    if (same || valid)
-      pad[0] = pad[1] = 0;
-    else
-      jpair(j, "padding", nd, 0, pad);
-    /* Conv1d runs as a conv over [N, C, 1, L]: its one size goes to W. */
-    for (int d = 0; d < 2; d++) {
-      int src = nd == 2 ? d : 0;
-      bool live = nd == 2 || d == 1;
-      info->kernel[d] = live ? k[src] : 1;
-      info->stride[d] = live ? st[src] : 1;
-      info->dilation[d] = live ? dil[src] : 1;
-      int64_t lo = live ? pad[src] : 0, hi = lo;
-      if (same && live) {
-        int64_t total = info->dilation[d] * (info->kernel[d] - 1);
-        lo = total / 2;
-        hi = total - lo;
-      }
-      info->pad_lo[d] = lo;
-      info->pad_hi[d] = hi;
-    }
-  } else if (ty == &grove__max_pool2d_type || ty == &grove__avg_pool2d_type) {
-    bool mx = ty == &grove__max_pool2d_type;
-    info->kind = mx ? GROVE__TK_MAX_POOL2D : GROVE__TK_AVG_POOL2D;
-    jpair(j, "kernel_size", 2, 1, info->kernel);
-    if (jnull(j, "stride"))
-      memcpy(info->stride, info->kernel, sizeof info->stride);
-    else
-      jpair(j, "stride", 2, 1, info->stride);
-    jpair(j, "padding", 2, 0, info->pad_lo);
-    memcpy(info->pad_hi, info->pad_lo, sizeof info->pad_hi);
-    if (mx)
-      jpair(j, "dilation", 2, 1, info->dilation);
-    else
-      info->dilation[0] = info->dilation[1] = 1;
-    info->ceil_mode = jbool(j, "ceil_mode", false);
-    info->count_include_pad = jbool(j, "count_include_pad", true);
-    info->divisor_override = jnull(j, "divisor_override") ? 0 : jint(j, "divisor_override", 0);
-  } else if (ty == &grove__adaptive_avg_pool2d_type) {
-    info->kind = GROVE__TK_ADAPTIVE_AVG_POOL2D;
-    const json_t *os = json_object_get(j, "output_size");
-    if (json_is_integer(os)) {
-      info->out_size[0] = info->out_size[1] = json_integer_value(os);
-    } else {
-      for (int i = 0; i < 2; i++) {
-        const json_t *e = json_array_get(os, (size_t)(json_array_size(os) == 1 ? 0 : i));
-        info->out_size[i] = json_is_integer(e) ? json_integer_value(e) : -1;
-      }
-    }
-  } else if (ty == &grove__mha_type) {
-    info->kind = GROVE__TK_MHA;
-    info->embed_dim = jint(j, "embed_dim", 1);
-    info->num_heads = jint(j, "num_heads", 1);
-    info->p = jnum(j, "dropout", 0.0);
-    info->batch_first = jbool(j, "batch_first", false);
-  } else if (ty == &grove__tel_type) {
-    tel_settings(j, info);
-  } else if (ty == &grove__te_type) {
-    info->kind = GROVE__TK_TE;
-  } else if (grove__is_graph(m)) {
-    const json_t *g = json_object_get(j, "graph");
-    info->kind = g && !json_is_null(g) ? GROVE__TK_GRAPH : GROVE__TK_HOLDER;
-  } else {
-    return unsupported(path, T, "is not a module type Grove can train", err);
-  }
+  grove__layer_settings_of(m, &info->set);
+  static const struct {
+    const grove_module_type *type;
+    grove__tkind kind;
+  } kinds[] = {
+      {&grove__sequential_type, GROVE__TK_SEQUENTIAL},
+      {&grove__module_list_type, GROVE__TK_HOLDER},
+      {&grove__module_dict_type, GROVE__TK_HOLDER},
+      {&grove__linear_type, GROVE__TK_LINEAR},
+      {&grove__identity_type, GROVE__TK_IDENTITY},
+      {&grove__flatten_type, GROVE__TK_FLATTEN},
+      {&grove__dropout_type, GROVE__TK_DROPOUT},
+      {&grove__relu_type, GROVE__TK_RELU},
+      {&grove__leaky_relu_type, GROVE__TK_LEAKY_RELU},
+      {&grove__gelu_type, GROVE__TK_GELU},
+      {&grove__silu_type, GROVE__TK_SILU},
+      {&grove__sigmoid_type, GROVE__TK_SIGMOID},
+      {&grove__tanh_type, GROVE__TK_TANH},
+      {&grove__softmax_type, GROVE__TK_SOFTMAX},
+      {&grove__log_softmax_type, GROVE__TK_LOG_SOFTMAX},
+      {&grove__batch_norm1d_type, GROVE__TK_BATCH_NORM},
+      {&grove__batch_norm2d_type, GROVE__TK_BATCH_NORM},
+      {&grove__layer_norm_type, GROVE__TK_LAYER_NORM},
+      {&grove__embedding_type, GROVE__TK_EMBEDDING},
+      {&grove__conv1d_type, GROVE__TK_CONV},
+      {&grove__conv2d_type, GROVE__TK_CONV},
+      {&grove__max_pool2d_type, GROVE__TK_MAX_POOL2D},
+      {&grove__avg_pool2d_type, GROVE__TK_AVG_POOL2D},
+      {&grove__adaptive_avg_pool2d_type, GROVE__TK_ADAPTIVE_AVG_POOL2D},
+      {&grove__mha_type, GROVE__TK_MHA},
+      {&grove__tel_type, GROVE__TK_TEL},
+      {&grove__te_type, GROVE__TK_TE},
+  };
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (kinds[i].type == ty) info->kind = kinds[i].kind;
+  if (grove__is_graph(m))
+    info->kind = ((const graph_impl *)m->impl)->compiled ? GROVE__TK_GRAPH : GROVE__TK_HOLDER;
+  if (!info->kind) return unsupported(path, T, "is not a module type Grove can train", err);
+  if (info->kind == GROVE__TK_EMBEDDING && info->sparse)
+    return unsupported(path, T,
+                       "has sparse=True: Grove's gradients are dense (export with "
+                       "sparse=False; the update is the same)",
+                       err);
   return GROVE_OK;
 }
 
-static grove_status visit(grove_replica *r, const grove_module *m, const json_t *j,
-                          const char *path, grove_err *err) {
+static grove_status visit(grove_replica *r, const grove_module *m, const char *path,
+                          grove_err *err) {
   if (!m) return GROVE_OK;
   bool found;
   grove__pmap_get(&r->infos, m, &found);
-  if (found || json_object_get(j, "ref")) return GROVE_OK; /* shared: seen at its first path */
+  if (found) return GROVE_OK; /* shared: seen at its first path */
   grove__tinfo info;
-  grove_status s = decode(m, j, path, &info, err);
+  grove_status s = decode(m, path, &info, err);
   if (!s && info.kind == GROVE__TK_GRAPH) {
-    if ((s = grove__tgraph_compile(&info, m, j, err))) return s;
+    if ((s = grove__tgraph_compile(&info, m, err))) return s;
     if ((s = add_info(r, m, &info, path, err))) {
       /* add_info owns the graph only once it holds the copy. */
       bool held = r->nowned && r->owned[r->nowned - 1]->graph == info.graph;
@@ -347,19 +203,20 @@ static grove_status visit(grove_replica *r, const grove_module *m, const json_t 
     case GROVE__TK_TEL:
       return visit_tel(r, m, &info, path, err);
     case GROVE__TK_TE: {
-      const json_t *el = json_object_get(j, "encoder_layer");
-      grove__tinfo tel, holder = {.kind = GROVE__TK_HOLDER};
-      memset(&tel, 0, sizeof tel);
-      tel_settings(el, &tel);
+      grove__tinfo holder = {.kind = GROVE__TK_HOLDER};
       const grove_module *layers = grove_module_child(m, "layers");
       char *lp = child_path(path, "layers");
       if (!lp) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
       s = layers ? add_info(r, layers, &holder, lp, err) : GROVE_OK;
       for (size_t i = 0; !s && layers && i < layers->nchildren; i++) {
+        /* Each layer is a TransformerEncoderLayer its builder made. */
+        const grove_module *lm = layers->children[i].module;
+        grove__tinfo tel;
         char *cp = child_path(lp, layers->children[i].name);
         if (!cp) s = grove_err_set(err, GROVE_E_NOMEM, "out of memory");
-        if (!s) s = add_info(r, layers->children[i].module, &tel, cp, err);
-        if (!s) s = visit_tel(r, layers->children[i].module, &tel, cp, err);
+        if (!s) s = decode(lm, cp, &tel, err);
+        if (!s) s = add_info(r, lm, &tel, cp, err);
+        if (!s) s = visit_tel(r, lm, &tel, cp, err);
         free(cp);
       }
       free(lp);
@@ -367,7 +224,7 @@ static grove_status visit(grove_replica *r, const grove_module *m, const json_t 
       if (!s && norm) {
         char *np = child_path(path, "norm");
         if (!np) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
-        s = visit(r, norm, json_object_get(j, "norm"), np, err);
+        s = visit(r, norm, np, err);
         free(np);
       }
       return s;
@@ -375,14 +232,11 @@ static grove_status visit(grove_replica *r, const grove_module *m, const json_t 
     default:
       break;
   }
-  /* Containers and graphs: the JSON children mirror the tree's. */
-  const json_t *kids = json_object_get(j, "children");
+  /* Containers and graphs: their children. */
   for (size_t i = 0; !s && i < m->nchildren; i++) {
-    const json_t *cj =
-        json_is_array(kids) ? json_array_get(kids, i) : json_object_get(kids, m->children[i].name);
     char *cp = child_path(path, m->children[i].name);
     if (!cp) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
-    s = visit(r, m->children[i].module, cj, cp, err);
+    s = visit(r, m->children[i].module, cp, err);
     free(cp);
   }
   return s;
@@ -468,7 +322,6 @@ void grove_replica_free(grove_replica *r) {
   free(r->tape.ws);
   grove_arena_free(r->tape.arena);
   grove_model_free(r->model);
-  json_decref(r->doc);
   free(r);
 }
 
@@ -488,12 +341,7 @@ grove_status grove_replica_new(const char *model_json, const char *origin,
     grove_load_opts lo = {.strict = !r->opts.non_strict, .assign = false};
     s = grove_module_load_state_dict(r->model->root, weights, &lo, NULL, err);
   }
-  if (!s) {
-    json_error_t je;
-    r->doc = json_loads(model_json, 0, &je);
-    if (!r->doc) s = grove_err_set(err, GROVE_E_BAD_JSON, "%s: %s", origin, je.text);
-  }
-  if (!s) s = visit(r, r->model->root, json_object_get(r->doc, "module"), "", err);
+  if (!s) s = visit(r, r->model->root, "", err);
   if (!s) s = grove_module_named_parameters(r->model->root, "", true, true, &r->params, err);
   if (!s && r->params.n &&
       (!(r->grads = calloc(r->params.n, sizeof *r->grads)) ||

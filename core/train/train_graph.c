@@ -30,8 +30,7 @@
 #include "graph_internal.h"
 #include "layers_internal.h"
 
-grove_status grove__tgraph_compile(grove__tinfo *info, const grove_module *m,
-                                   const struct json_t *obj, grove_err *err) {
+grove_status grove__tgraph_compile(grove__tinfo *info, const grove_module *m, grove_err *err) {
   const graph_impl *g = m->impl;
   if (!g || !g->compiled)
     return grove_err_set(err, GROVE_E_INTERNAL, "training: %s has no compiled graph",
