@@ -1,4 +1,4 @@
-/* layers.c: the containers (Sequential with its fusions, ModuleList,
+/* layers_container.c: the containers (Sequential with its fusions, ModuleList,
  * ModuleDict) and Identity, with their constructors and model.json
  * builders.  The parameter-free layers that are operations (ReLU, GELU,
  * Softmax, Flatten, Dropout ...) are op entries (ops.h, ops_activation.c,
