@@ -292,6 +292,12 @@ grove_status grove__op_tensors(const grove__opctx *c, const garg *a, grove_tenso
 struct grove__index;
 grove_status grove__op_index_list(const grove__opctx *c, const garg *ix, struct grove__index *ixs,
                                   int *n);
+/* x's shape with dims sd..ed (wrapped, sd <= ed) merged into one, as
+ * torch.flatten (a 0-d x becomes [1]); returns the new ndim.  The serving
+ * forward and both training forwards (module and graph node) use it. */
+int grove__flatten_shape(const grove_tensor *x, int sd, int ed, int64_t *shape);
+/* softmax's dim: dim, or torch's _get_softmax_dim for dim=None. */
+int grove__softmax_dim(bool has_dim, int dim, int ndim);
 /* Results. */
 void grove__op_set_tensor(gval *v, const grove_tensor *t);
 void grove__op_set_int(gval *v, int64_t i);

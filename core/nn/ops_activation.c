@@ -226,7 +226,7 @@ static grove_status softmax_common(const grove__opctx *c, gval *res, bool as_log
   if ((s = grove__layer_input(layer, c->f, &in, GROVE_F32, &x)) != GROVE_OK) return s;
   /* torch's _get_softmax_dim for dim=None. */
   const bool has_dim = c->args[1].kind == A_INT;
-  int dim = has_dim ? (int)c->args[1].i : (x.ndim == 0 || x.ndim == 1 || x.ndim == 3) ? 0 : 1;
+  int dim = grove__softmax_dim(has_dim, has_dim ? (int)c->args[1].i : 0, x.ndim);
   int d;
   if (!grove__op_wrap_dim(dim, x.ndim, &d)) return grove__op_dim_error(c->f, layer, "dim", dim, x.ndim);
   if ((s = grove_fwd_alloc(c->f, &y, GROVE_F32, x.ndim, x.shape))) return s;

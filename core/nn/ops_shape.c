@@ -15,6 +15,28 @@
 
 /* ------------------------------------------------------------ flatten */
 
+int grove__flatten_shape(const grove_tensor *x, int sd, int ed, int64_t *shape) {
+  int nd = 0;
+  if (x->ndim == 0) {
+    shape[nd++] = 1;
+    return nd;
+  }
+  int64_t merged = 1;
+  for (int i = 0; i < x->ndim; i++) {
+    if (i < sd || i > ed) {
+      shape[nd++] = x->shape[i];
+    } else {
+      merged *= x->shape[i];
+      if (i == ed) shape[nd++] = merged;
+    }
+  }
+  return nd;
+}
+
+int grove__softmax_dim(bool has_dim, int dim, int ndim) {
+  return has_dim ? dim : (ndim == 0 || ndim == 1 || ndim == 3) ? 0 : 1;
+}
+
 /* torch.flatten: a view of the (contiguous) input with dims start..end
  * merged into one.  No data moves unless the input was strided. */
 static grove_status flatten_fwd(const grove__opctx *c, gval *res) {
@@ -37,20 +59,7 @@ static grove_status flatten_fwd(const grove__opctx *c, gval *res) {
                          "%s: start_dim %d comes after end_dim %d for a %d-d input", layer, start,
                          end, x.ndim);
   int64_t shape[GROVE_MAX_DIMS];
-  int nd = 0;
-  if (x.ndim == 0) {
-    shape[nd++] = 1;
-  } else {
-    int64_t merged = 1;
-    for (int i = 0; i < x.ndim; i++) {
-      if (i < sd || i > ed)
-        shape[nd++] = x.shape[i];
-      else {
-        merged *= x.shape[i];
-        if (i == ed) shape[nd++] = merged;
-      }
-    }
-  }
+  const int nd = grove__flatten_shape(&x, sd, ed, shape);
   grove_tensor y;
   grove_tensor_init(&y, x.dtype, nd, shape, x.data);
   grove__op_set_tensor(res, &y);

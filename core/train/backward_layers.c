@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backward.h"
+#include "ops.h"
 
 static inline grove_tensor *val(grove__tape *t, int v) {
   return &t->vars[v].t;
@@ -69,7 +70,7 @@ grove_status grove__tf_softmax(grove__tape *t, const grove_module *m, const grov
   if (s) return s;
   const int nd = val(t, in[0])->ndim;
   /* torch's _get_softmax_dim for dim=None. */
-  int dim = info->has_dim ? info->dim : (nd == 0 || nd == 1 || nd == 3) ? 0 : 1, d;
+  int dim = grove__softmax_dim(info->has_dim, info->dim, nd), d;
   if (!wrap_dim(dim, nd, &d))
     return grove_err_set(t->err, GROVE_E_SHAPE, "%s: dim %d is out of range for a %d-d input",
                          m->type->name, dim, nd);
@@ -91,20 +92,7 @@ grove_status grove__tf_flatten(grove__tape *t, const grove_module *m, const grov
                          "Flatten: start_dim %d and end_dim %d do not fit a %d-d input",
                          info->start_dim, info->end_dim, x->ndim);
   int64_t shape[GROVE_MAX_DIMS];
-  int nd = 0;
-  if (x->ndim == 0) {
-    shape[nd++] = 1;
-  } else {
-    int64_t merged = 1;
-    for (int i = 0; i < x->ndim; i++) {
-      if (i < sd || i > ed) {
-        shape[nd++] = x->shape[i];
-      } else {
-        merged *= x->shape[i];
-        if (i == ed) shape[nd++] = merged;
-      }
-    }
-  }
+  const int nd = grove__flatten_shape(x, sd, ed, shape);
   s = grove__top_reshape(t, in[0], nd, shape, &out[0]);
   if (!s) *nout = 1;
   return s;

@@ -238,7 +238,7 @@ static grove_status tr_softmax(grove__tape *t, const grove__opctx *c, gval *res)
   grove_status s = arg_var(c, &c->args[0], &x);
   if (s) return s;
   const int nd = val(t, x)->ndim;
-  int64_t dim = (nd == 0 || nd == 1 || nd == 3) ? 0 : 1, d;
+  int64_t dim = grove__softmax_dim(false, 0, nd), d;
   if (c->args[1].kind != A_NONE && (s = grove__op_int(c, &c->args[1], &dim))) return s;
   if (!wrap(dim, nd, &d)) return dim_error(t, dim, nd);
   if ((s = grove__top_softmax(t, x, nd == 0 ? 0 : (int)d, c->def->id == G_LOG_SOFTMAX, &y)))
@@ -269,20 +269,7 @@ static grove_status tr_flatten(grove__tape *t, const grove__opctx *c, gval *res)
                          "flatten: start_dim %lld and end_dim %lld do not fit a %d-d input",
                          (long long)sd, (long long)ed, xt->ndim);
   int64_t shape[GROVE_MAX_DIMS];
-  int nd = 0;
-  if (xt->ndim == 0) {
-    shape[nd++] = 1;
-  } else {
-    int64_t merged = 1;
-    for (int i = 0; i < xt->ndim; i++) {
-      if (i < wsd || i > wed) {
-        shape[nd++] = xt->shape[i];
-      } else {
-        merged *= xt->shape[i];
-        if (i == wed) shape[nd++] = merged;
-      }
-    }
-  }
+  const int nd = grove__flatten_shape(xt, (int)wsd, (int)wed, shape);
   if ((s = grove__top_reshape(t, x, nd, shape, &y))) return s;
   set_var(t, res, y);
   return GROVE_OK;
