@@ -74,11 +74,13 @@ grove_status grove__op_module_forward(const grove_module *m, grove_fwd *f, const
   if (in->n != 1)
     return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "%s: expected 1 input tensor, got %d",
                          cls, in->n);
-  gval x;
+  gval x = {0};
+  for (int k = 0; k < GROVE_MAX_VALUES; k++) x.reg[k] = -1;
   grove__op_set_tensor(&x, &in->v[0]);
   const grove__opctx c = {f, p->def, p->args, &x, m, 0};
-  gval res;
+  gval res; /* the forward sets what it returns */
   res.kind = V_NONE;
+  res.none_mask = 0;
   grove_status s = p->def->forward(&c, &res);
   if (s) return s;
   if (res.kind == V_TENSOR) {
