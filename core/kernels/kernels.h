@@ -1,6 +1,6 @@
 /* kernels.h: core/kernels/, the compute kernels under the layers: the GEMM
- * kernels and their packs (gemm.c), CPU detection (cpu.c), the compute
- * thread pool (grove__parallel_for, gemm.c), arena compaction
+ * kernels and their packs (gemm*.c, gemm_internal.h), CPU detection (cpu.c),
+ * the compute thread pool (grove__parallel_for, threadpool.c), arena compaction
  * (arena_keep.c), the NCHW/NHWC transposes (transpose.c) and the Winograd
  * transforms (winograd.c).  Never installed (tests and bench/ may include
  * it). */
@@ -69,7 +69,7 @@ bool grove__cpu_avx2(void);
 const char *grove__linear_pack_kernel(const grove__linear_pack *p);
 
 /* Runs fn over [0, n) in chunks of grain indices (the last one shorter):
- * the calling thread and the helpers of a compute-thread pool (gemm.c) each
+ * the calling thread and the helpers of a compute-thread pool (threadpool.c) each
  * claim chunks until none is left, and the call returns when every chunk is
  * done.  With one compute thread, n <= grain, or no free pool (another
  * worker thread holds it), it is fn(ctx, 0, n) on the caller.  So fn must
