@@ -550,32 +550,35 @@ static bool same_view(const grove_tensor *a, const grove_tensor *b) {
  * order of first appearance. */
 static grove_status plan_storages(const grove_state_dict *sd, size_t *storage_of, size_t *first,
                                   size_t *nstorages) {
-  size_t n = grove_sd_count(sd), cap = 16;
-  while (cap < 2 * n) cap *= 2;
-  size_t *table = calloc(cap, sizeof *table); /* tensor index + 1, 0 = empty */
-  if (!table) return GROVE_E_NOMEM;
+  /* The distinct views by their data address (the hash table, base.h):
+   * data -> the first record's tensor index + 1, and the records' tensors
+   * of one address chained through next (index + 1, 0 = end), so that each
+   * tensor is compared only with the views of its own address. */
+  static const char no_data; /* the key of tensors without data (empty) */
+  size_t n = grove_sd_count(sd);
+  size_t *next = calloc(n ? n : 1, sizeof *next);
+  grove__pmap by_data = {0};
+  if (!next || !grove__pmap_reserve(&by_data, n)) {
+    free(next);
+    return GROVE_E_NOMEM;
+  }
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     const grove_tensor *t = grove_sd_tensor(sd, i);
-    uintptr_t h = (uintptr_t)t->data;
-    h ^= h >> 17;
-    h *= (uintptr_t)0x9E3779B97F4A7C15ull;
-    size_t j = (size_t)(h >> 7) & (cap - 1);
-    bool found = false;
-    for (; table[j]; j = (j + 1) & (cap - 1)) {
-      if (same_view(grove_sd_tensor(sd, table[j] - 1), t)) {
-        storage_of[i] = storage_of[table[j] - 1];
-        found = true;
-        break;
-      }
+    const void *key = t->data ? t->data : &no_data;
+    size_t head = (size_t)(uintptr_t)grove__pmap_get(&by_data, key, NULL), j = head;
+    while (j && !same_view(grove_sd_tensor(sd, j - 1), t)) j = next[j - 1];
+    if (j) {
+      storage_of[i] = storage_of[j - 1];
+      continue;
     }
-    if (!found) {
-      table[j] = i + 1;
-      first[k] = i;
-      storage_of[i] = k++;
-    }
+    next[i] = head; /* reserved: never fails */
+    grove__pmap_put(&by_data, key, (void *)(uintptr_t)(i + 1));
+    first[k] = i;
+    storage_of[i] = k++;
   }
-  free(table);
+  grove__pmap_fini(&by_data);
+  free(next);
   *nstorages = k;
   return GROVE_OK;
 }
