@@ -1,9 +1,9 @@
 /* kernels.h: core/kernels/, the compute kernels under the layers: the GEMM
  * kernels and their packs (gemm*.c, gemm_internal.h), CPU detection (cpu.c),
- * the compute thread pool (grove__parallel_for, threadpool.c), arena compaction
- * (arena_keep.c), the NCHW/NHWC transposes (transpose.c) and the Winograd
- * transforms (winograd.c).  Never installed (tests and bench/ may include
- * it). */
+ * the compute thread pool (grove__parallel_for, threadpool.c), arena
+ * compaction (arena_keep.c), the NCHW/NHWC transposes (transpose.c), a
+ * convolution's patches (im2col.c) and the Winograd transforms (winograd.c).
+ * Never installed (tests and bench/ may include it). */
 #ifndef GROVE_CORE_KERNELS_H
 #define GROVE_CORE_KERNELS_H
 
@@ -154,6 +154,30 @@ void grove__nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t
 void grove__nhwc_epilogue(const float *acc, int64_t lda, float *y, int64_t P, int64_t n,
                           const float *scale, const float *shift, bool relu, int64_t b0,
                           int64_t b1);
+
+/* ------------------------------------------------------------ im2col */
+
+/* The geometry of a convolution's patches over one image's planes: input
+ * planes H x W, output Ho x Wo, kernel kh x kw, strides, leading paddings
+ * (the trailing ones only shape Ho and Wo) and dilations.  Conv1d is
+ * H = kh = 1. */
+typedef struct grove__conv_geom {
+  int64_t H, W, Ho, Wo;
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+} grove__conv_geom;
+/* The patch rows of input channels [c0, c1) of x (planes of H x W): row
+ * (c * kh + i) * kw + j of col, ldc floats apart (at least Ho * Wo), holds
+ * the input under kernel tap (i, j) at each output position, zero where it
+ * falls into the padding; the layout of a [C_out, C * kh * kw] weight, so a
+ * GEMM of the two is the convolution (serving's columns path, training's
+ * forward and weight gradient).  im2col.c.  Any thread. */
+void grove__im2col(const grove__conv_geom *g, const float *x, int64_t c0, int64_t c1, float *col,
+                   int64_t ldc);
+/* The adjoint: dx (planes of H x W) += the patch rows of channels [c0, c1)
+ * of col, each added back where grove__im2col took it from (training's input
+ * gradient).  im2col.c.  Any thread. */
+void grove__col2im(const grove__conv_geom *g, const float *col, int64_t ldc, float *dx, int64_t c0,
+                   int64_t c1);
 
 /* ------------------------------------------------------------ Winograd */
 
