@@ -144,6 +144,10 @@ grove_status grove__arena_keep(grove_arena *a, grove_arena_mark m, grove__keep *
 /* dst [C][R] = src [R][C] transposed, float32 (16 x 16 blocks through
  * AVX-512 registers where the CPU has it; transpose.c).  Any thread. */
 void grove__transpose_f32(const float *src, float *dst, int64_t R, int64_t C);
+/* The same with row strides: dst[c * ldd + r] = src[r * lds + c] for r < R,
+ * c < C (transpose.c).  Any thread. */
+void grove__transpose_f32_ld(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t R,
+                             int64_t C);
 /* dst[i][c] = src[c][i] for a [C, HW] plane, positions [b0 * 16, b1 * 16)
  * (clipped to HW); transpose.c.  Any thread. */
 void grove__nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t C, int64_t HW,
