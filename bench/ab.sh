@@ -104,24 +104,8 @@ bin_of() { echo "$work/$1/build/release/$2"; }
 model_dir="$work/mlp"
 if has_part mlp; then
   builder="$peers/models.py:mlp"
-  if [ ! -f "$peers/models.py" ]; then
-    # The same builder as peers/models.py (bench/run.sh has the same fallback).
-    cat >"$work/models.py" <<'EOF'
-import torch
-import torch.nn as nn
-
-
-def mlp():
-    torch.manual_seed(0)
-    m = nn.Sequential(
-        nn.Linear(784, 1024), nn.ReLU(),
-        nn.Linear(1024, 1024), nn.ReLU(),
-        nn.Linear(1024, 10),
-    ).eval()
-    return m, torch.randn(1, 784)
-EOF
-    builder="$work/models.py:mlp"
-  fi
+  # The same builder as peers/models.py where that folder is absent.
+  [ -f "$peers/models.py" ] || builder="$root/bench/models_extra.py:mlp"
   if ! "$python" "$root/tools/grove_export.py" --builder "$builder" "$model_dir" >"$work/export.log" 2>&1; then
     echo "bench/ab.sh: could not export the reference MLP; part mlp skipped:" >&2
     head -20 "$work/export.log" | sed 's/^/  /' >&2
