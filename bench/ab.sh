@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/ab.sh [--rounds N] [--parts gemm,mlp,server] REV_A REV_B: Grove's figures for two
+# bench/ab.sh [--rounds N] [--parts gemm,mlp,cpu,server] REV_A REV_B: Grove's figures for two
 # revisions, measured in one run on this machine, in alternating rounds, as a table of
 # medians with B/A ratios.  For a restructuring ("no speed change") or a speed-up, the lead
 # runs it on the tree before and after.
@@ -17,6 +17,9 @@
 #        mlp     `grove bench --local MLP --batch B --seconds S` for each batch (`make
 #                bench`'s end-to-end Grove figures; the PyTorch and ONNX Runtime columns of
 #                `make bench` are the same programs for both revisions and are left out)
+#        cpu     the same at --threads 1 under /usr/bin/time: samples per CPU second (user +
+#                sys, the load and warm-up included), which a busy machine disturbs far less
+#                than samples/s, since it counts only the time the process ran
 #        server  this tree's bench/server_bench.sh on the revision's grove and groved, one
 #                round (GROVE_SERVER_BENCH_ROUNDS=1) per round here
 #   4. a table: for each figure the median over the rounds of A and of B, and B/A (for
@@ -31,7 +34,7 @@ set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=3
-parts=gemm,mlp,server
+parts=gemm,mlp,cpu,server
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -44,12 +47,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ $# -ne 2 ]; then
-  echo "usage: bench/ab.sh [--rounds N] [--parts gemm,mlp,server] REV_A REV_B" >&2
+  echo "usage: bench/ab.sh [--rounds N] [--parts gemm,mlp,cpu,server] REV_A REV_B" >&2
   exit 2
 fi
 case "$rounds" in '' | *[!0-9]* | 0) echo "bench/ab.sh: --rounds wants a positive number" >&2; exit 2 ;; esac
 for p in ${parts//,/ }; do
-  case "$p" in gemm | mlp | server) ;; *) echo "bench/ab.sh: unknown part '$p' (gemm, mlp, server)" >&2; exit 2 ;; esac
+  case "$p" in gemm | mlp | cpu | server) ;; *) echo "bench/ab.sh: unknown part '$p' (gemm, mlp, cpu, server)" >&2; exit 2 ;; esac
 done
 has_part() { case ",$parts," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 seconds=${AB_SECONDS:-2}
@@ -102,14 +105,14 @@ bin_of() { echo "$work/$1/build/release/$2"; }
 
 # ------------------------------------------------------------------ the model
 model_dir="$work/mlp"
-if has_part mlp; then
+if has_part mlp || has_part cpu; then
   builder="$peers/models.py:mlp"
   # The same builder as peers/models.py where that folder is absent.
   [ -f "$peers/models.py" ] || builder="$root/bench/models_extra.py:mlp"
   if ! "$python" "$root/tools/grove_export.py" --builder "$builder" "$model_dir" >"$work/export.log" 2>&1; then
-    echo "bench/ab.sh: could not export the reference MLP; part mlp skipped:" >&2
+    echo "bench/ab.sh: could not export the reference MLP; parts mlp and cpu skipped:" >&2
     head -20 "$work/export.log" | sed 's/^/  /' >&2
-    parts=$(echo ",$parts," | sed 's/,mlp,/,/; s/^,//; s/,$//')
+    parts=$(echo ",$parts," | sed 's/,mlp,/,/; s/,cpu,/,/; s/^,//; s/,$//')
   fi
 fi
 
@@ -146,6 +149,23 @@ run_mlp() {
     # Last line: batch=B samples_per_s=X ms_per_batch=X
     v=$(tail -n 1 "$out" | tr ' ' '\n' | sed -n 's/^samples_per_s=//p')
     [ -n "$v" ] && record "$side" "$r" mlp "grove bench --local batch $b" "samples/s" "$v"
+  done
+}
+
+run_cpu() {
+  local side=$1 r=$2 b out sps cpu
+  for b in ${batches//,/ }; do
+    out="$work/cpu-$side-$r-$b.out"
+    if ! /usr/bin/time -f "ab_cpu %U %S" "$(bin_of "$side" grove)" bench --local "$model_dir" --batch "$b" \
+      --threads 1 --seconds "$seconds" >"$out" 2>&1; then
+      echo "   grove bench --local --threads 1 of ${side^^} failed (round $r, batch $b): $(tail -1 "$out")"
+      continue
+    fi
+    sps=$(grep samples_per_s= "$out" | tail -n 1 | tr ' ' '\n' | sed -n 's/^samples_per_s=//p')
+    cpu=$(awk '/^ab_cpu / { print $2 + $3 }' "$out")
+    [ -n "$sps" ] && [ -n "$cpu" ] &&
+      record "$side" "$r" cpu "grove bench --local --threads 1 batch $b" "samples/CPU s" \
+        "$(awk -v s="$sps" -v t="$seconds" -v c="$cpu" 'BEGIN { printf "%.1f", c > 0 ? s * t / c : 0 }')"
   done
 }
 
