@@ -10,6 +10,9 @@ exports them with their torch.fx graphs.
                  TransformerEncoder of 2 layers (4 heads, feed-forward 256, batch_first), the
                  mean over tokens, Linear(128, 4).  16 tokens a sample (SEQ), as
                  `grove bench` feeds any free dimension.
+    mlp          the reference MLP of ../shared/peers/models.py (Linear(784,1024) ReLU
+                 Linear(1024,1024) ReLU Linear(1024,10), the same seed), for bench/run.sh,
+                 bench/server_bench.sh and bench/ab.sh where that folder is absent.
 """
 import torch
 import torch.nn as nn
@@ -82,6 +85,16 @@ def cnn():
 def transformer():
     torch.manual_seed(3)
     return TextClassifier().eval(), torch.randint(0, 1000, (1, SEQ))
+
+
+def mlp():
+    torch.manual_seed(0)
+    m = nn.Sequential(
+        nn.Linear(784, 1024), nn.ReLU(),
+        nn.Linear(1024, 1024), nn.ReLU(),
+        nn.Linear(1024, 10),
+    ).eval()
+    return m, torch.randn(1, 784)
 
 
 BUILDERS = {"cnn": cnn, "transformer": transformer}

@@ -72,21 +72,7 @@ if [ ! -x "$peers/run.sh" ] || [ ! -f "$peers/models.py" ]; then
   echo "peers: $peers/run.sh not found; skipping PyTorch and ONNX Runtime (set GROVE_PEERS)"
   have_peers=0
   # The same builder as peers/models.py, so Grove still has its model.
-  cat >"$work/models.py" <<'EOF'
-import torch
-import torch.nn as nn
-
-
-def mlp():
-    torch.manual_seed(0)
-    m = nn.Sequential(
-        nn.Linear(784, 1024), nn.ReLU(),
-        nn.Linear(1024, 1024), nn.ReLU(),
-        nn.Linear(1024, 10),
-    ).eval()
-    return m, torch.randn(1, 784)
-EOF
-  builder="$work/models.py:mlp"
+  builder="$root/bench/models_extra.py:mlp"
 else
   builder="$peers/models.py:mlp"
 fi

@@ -64,21 +64,7 @@ trap cleanup EXIT
 if [ -f "$peers/models.py" ]; then
   builder="$peers/models.py:mlp"
 else
-  cat >"$work/models.py" <<'EOF'
-import torch
-import torch.nn as nn
-
-
-def mlp():
-    torch.manual_seed(0)
-    m = nn.Sequential(
-        nn.Linear(784, 1024), nn.ReLU(),
-        nn.Linear(1024, 1024), nn.ReLU(),
-        nn.Linear(1024, 10),
-    ).eval()
-    return m, torch.randn(1, 784)
-EOF
-  builder="$work/models.py:mlp"
+  builder="$root/bench/models_extra.py:mlp" # the same builder
 fi
 model_dir="$work/mlp"
 if ! "$python" "$root/tools/grove_export.py" --builder "$builder" "$model_dir" --name mlp \

@@ -32,6 +32,7 @@
  * Pipes are kept in one open-addressing table keyed by NNG's pipe id (ids
  * are unique in the process), guarded by one mutex: every operation on it is
  * O(1) but the sweep, which is O(table) once per sweep interval. */
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -43,6 +44,7 @@
 
 #include <nng/nng.h>
 
+#include "base.h"
 #include "server.h"
 
 #define MAX_PLANES 8
@@ -73,8 +75,9 @@ struct srv_conns {
   pthread_mutex_t mu;
   node *nodes;
   uint32_t nnodes, free_head;
-  uint32_t *tab;  /* node index + 1 by pipe id; 0: empty */
-  size_t tab_cap; /* power of two, at least twice nnodes */
+  /* pipe id -> node index + 1 (both as pointers; core/base's hash table),
+   * reserved for nnodes at the start, so that adding never allocates */
+  grove__pmap tab;
   size_t nplanes;
   srv_plane planes[MAX_PLANES];
   struct {
@@ -124,12 +127,6 @@ static uint64_t raise_fd_limit(void) {
   return rl.rlim_cur == RLIM_INFINITY ? (uint64_t)1 << 20 : (uint64_t)rl.rlim_cur;
 }
 
-static size_t pow2_above(size_t n) {
-  size_t c = 64;
-  while (c < n && c < ((size_t)1 << 30)) c <<= 1;
-  return c;
-}
-
 grove_status grove__conns_init(srv_server *srv, grove_err *err) {
   srv_conns *c = calloc(1, sizeof *c);
   if (!c) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
@@ -171,10 +168,8 @@ grove_status grove__conns_init(srv_server *srv, grove_err *err) {
   uint64_t nn = (uint64_t)c->data_cap + slack_of(c->data_cap) +
                 (SMALL_PLANES + 1) * ((uint64_t)c->small_cap + slack_of(c->small_cap));
   c->nnodes = nn > UINT32_MAX / 4 ? UINT32_MAX / 4 : (uint32_t)nn;
-  c->tab_cap = pow2_above(2 * (size_t)c->nnodes + 1);
   c->nodes = calloc(c->nnodes, sizeof *c->nodes);
-  c->tab = calloc(c->tab_cap, sizeof *c->tab);
-  if (!c->nodes || !c->tab)
+  if (!c->nodes || !grove__pmap_reserve(&c->tab, c->nnodes))
     return grove_err_set(err, GROVE_E_NOMEM, "out of memory for the connection table");
   for (uint32_t i = 0; i < c->nnodes; i++) c->nodes[i].next = i + 2 <= c->nnodes ? i + 2 : 0;
   c->free_head = c->nnodes ? 1 : 0;
@@ -192,39 +187,18 @@ size_t grove__conns_default_cap(srv_server *srv, bool data) {
 
 /* ------------------------------------------------------------ table */
 
-static size_t slot_of(const srv_conns *c, uint32_t id) {
-  uint32_t h = id * 2654435761u; /* Knuth's multiplicative hash */
-  return (size_t)h & (c->tab_cap - 1);
-}
-
 static node *N(srv_conns *c, uint32_t link) {
   return &c->nodes[link - 1];
 }
 
-/* The table slot of pipe id, or SIZE_MAX (c->mu held, as for everything
- * below). */
-static size_t find(srv_conns *c, uint32_t id) {
-  for (size_t i = slot_of(c, id), n = 0; n < c->tab_cap; i = (i + 1) & (c->tab_cap - 1), n++) {
-    if (c->tab[i] == 0) return SIZE_MAX;
-    if (N(c, c->tab[i])->id == id) return i;
-  }
-  return SIZE_MAX;
+/* Pipe ids (never 0) and links are the table's keys and values. */
+static const void *key_of(uint32_t id) {
+  return (const void *)(uintptr_t)id;
 }
 
-/* Linear probing's deletion without tombstones: the entries after the hole
- * that would no longer be found move back into it. */
-static void tab_erase(srv_conns *c, size_t i) {
-  size_t mask = c->tab_cap - 1;
-  c->tab[i] = 0;
-  for (size_t j = (i + 1) & mask; c->tab[j] != 0; j = (j + 1) & mask) {
-    size_t home = slot_of(c, N(c, c->tab[j])->id);
-    /* Does home lie cyclically in (i, j]?  Then j stays where it is. */
-    bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-    if (stays) continue;
-    c->tab[i] = c->tab[j];
-    c->tab[j] = 0;
-    i = j;
-  }
+/* Pipe id's link, or 0 (c->mu held, as for everything below). */
+static uint32_t find(srv_conns *c, uint32_t id) {
+  return (uint32_t)(uintptr_t)grove__pmap_get(&c->tab, key_of(id), NULL);
 }
 
 static void lru_unlink(srv_conns *c, uint32_t k) {
@@ -260,9 +234,10 @@ static bool add(srv_conns *c, uint32_t id, uint8_t pl) {
   if (!k) return false;
   c->free_head = N(c, k)->next;
   *N(c, k) = (node){.id = id, .plane = pl, .last_ns = grove__now_ns()};
-  size_t i = slot_of(c, id);
-  while (c->tab[i]) i = (i + 1) & (c->tab_cap - 1);
-  c->tab[i] = k;
+  /* Cannot fail: a node was free, so the table holds fewer than nnodes. */
+  bool added = grove__pmap_put(&c->tab, key_of(id), (void *)(uintptr_t)k);
+  assert(added);
+  (void)added;
   lru_push(c, k);
   return true;
 }
@@ -326,13 +301,12 @@ static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
     }
   } else if (ev == NNG_PIPE_EV_REM_POST) {
     pthread_mutex_lock(&c->mu);
-    size_t i = find(c, id);
-    if (i != SIZE_MAX) {
-      uint32_t k = c->tab[i];
+    uint32_t k = find(c, id);
+    if (k) {
       node *e = N(c, k);
       if (e->closing) c->lru[e->plane].closing--;
       lru_unlink(c, k);
-      tab_erase(c, i);
+      grove__pmap_del(&c->tab, key_of(id));
       e->id = 0;
       e->next = c->free_head;
       c->free_head = k;
@@ -379,9 +353,8 @@ void grove__conns_busy(srv_server *srv, uint32_t pipe_id, int delta) {
   srv_conns *c = srv->conns;
   if (!c || pipe_id == 0) return;
   pthread_mutex_lock(&c->mu);
-  size_t i = find(c, pipe_id);
-  if (i != SIZE_MAX) {
-    uint32_t k = c->tab[i];
+  uint32_t k = find(c, pipe_id);
+  if (k) {
     node *e = N(c, k);
     e->last_ns = grove__now_ns();
     if (delta > 0) {
@@ -476,7 +449,7 @@ void grove__conns_free(srv_server *srv) {
   grove__conns_stop(srv);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
-  free(c->tab);
+  grove__pmap_fini(&c->tab);
   free(c->nodes);
   free(c);
   srv->conns = NULL;

@@ -385,7 +385,7 @@ static void count_result(rjob *j) {
  * priority back (that needs CAP_SYS_NICE), and libuv's pool threads must
  * keep theirs for in-place loads, which run while the model is paused.
  * Only with one compute thread per forward: a thread at idle priority that
- * started a pool of compute helpers (core/kernels/gemm.c) would leave them at idle
+ * started a pool of compute helpers (core/kernels/threadpool.c) would leave them at idle
  * priority for the workers that use them later.  What the build shares with
  * normal threads (a malloc arena, the address space's lock around mmap) it
  * holds briefly, and nothing on a worker's path takes either.  SCHED_IDLE

@@ -73,23 +73,46 @@ size_t grove__utf8_invalid_at(const uint8_t *s, size_t len, bool allow_surrogate
 #define GROVE__TARGET_POP GROVE__PRAGMA(GCC pop_options)
 #endif
 
-/* ------------------------------------------------------------ pointer map */
+/* ------------------------------------------------------------ hash table */
 
-/* Open addressing from a pointer to a value (ptrmap.c); the keys are modules
- * and parameter tensors, a few hundred at most.  Zeroed is empty.  One
- * owner: not thread-safe. */
+/* Grove's one hash table (ptrmap.c): open addressing from a key to a value.
+ * Keys are pointers compared by identity, or, when the map is made with
+ * .strkeys = true, NUL-terminated strings compared by content; a key is never
+ * NULL.  The map owns its two arrays only: the caller keeps every key alive
+ * (and unchanged) while it is in the map, and owns the values.  Zeroed is an
+ * empty pointer map, {.strkeys = true} an empty string map.  The filled slots
+ * may be walked: keys[i] != NULL for i < cap (any order).  Every operation
+ * costs O(1) on average (the table is at most half full).  One owner: not
+ * thread-safe. */
 typedef struct grove__pmap {
   const void **keys;
   void **vals;
   size_t cap, n;
+  bool strkeys;
 } grove__pmap;
 
-/* Sets k's value to v (k not NULL); false when out of memory. */
+/* Sets k's value to v, adding k if absent; false (and m unchanged) when out
+ * of memory. */
 bool grove__pmap_put(grove__pmap *m, const void *k, void *v);
+/* Adds k with value v if absent: 1 when added, 0 when k was there (its value
+ * unchanged), -1 when out of memory (m unchanged).  A set is a map whose
+ * values are NULL. */
+int grove__pmap_add(grove__pmap *m, const void *k, void *v);
 /* k's value, or NULL; *found (when not NULL) says whether k is there. */
 void *grove__pmap_get(const grove__pmap *m, const void *k, bool *found);
-/* Frees the table and leaves it empty. */
+/* Removes k; whether it was there.  Never allocates. */
+bool grove__pmap_del(grove__pmap *m, const void *k);
+/* Makes room for n entries, so that adding up to n in all never allocates
+ * or fails (groved's connection table, filled under a lock); false when out
+ * of memory (m unchanged). */
+bool grove__pmap_reserve(grove__pmap *m, size_t n);
+/* Removes every entry, keeping the arrays. */
+void grove__pmap_clear(grove__pmap *m);
+/* Frees the arrays and leaves the map empty (of the same kind). */
 void grove__pmap_fini(grove__pmap *m);
+/* The string hash (64-bit FNV-1a) of the string maps, for anyone else who
+ * hashes names.  Any thread. */
+uint64_t grove__hash_str(const char *s);
 
 /* ------------------------------------------------------------ secrets */
 

@@ -390,99 +390,8 @@ done:
 
 /* ================================================================ pickle */
 
-/* The protocol-2 pickle of core/io/torch_save.c's format comment. */
-
-typedef struct pkbuf {
-  uint8_t *p;
-  size_t n, cap;
-  bool oom;
-  uint32_t memo;
-} pkbuf;
-
-static void put(pkbuf *b, const void *data, size_t n) {
-  if (b->oom) return;
-  if (!grow((void **)&b->p, &b->cap, b->n + n, 1)) {
-    b->oom = true;
-    return;
-  }
-  memcpy(b->p + b->n, data, n);
-  b->n += n;
-}
-
-static void op(pkbuf *b, uint8_t o) {
-  put(b, &o, 1);
-}
-
-static void op_u32(pkbuf *b, uint8_t o, uint32_t v) {
-  uint8_t x[5] = {o, (uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-  put(b, x, 5);
-}
-
-static uint32_t memo_put(pkbuf *b) {
-  uint32_t i = b->memo++;
-  if (i < 256) {
-    uint8_t x[2] = {'q', (uint8_t)i};
-    put(b, x, 2);
-  } else {
-    op_u32(b, 'r', i);
-  }
-  return i;
-}
-
-static void memo_get(pkbuf *b, uint32_t i) {
-  if (i < 256) {
-    uint8_t x[2] = {'h', (uint8_t)i};
-    put(b, x, 2);
-  } else {
-    op_u32(b, 'j', i);
-  }
-}
-
-static void str(pkbuf *b, const char *s) {
-  size_t n = strlen(s);
-  op_u32(b, 'X', (uint32_t)n); /* lengths were checked to fit */
-  put(b, s, n);
-}
-
-static void integer(pkbuf *b, int64_t v) {
-  if (v >= 0 && v < 256) {
-    uint8_t x[2] = {'K', (uint8_t)v};
-    put(b, x, 2);
-  } else if (v >= 0 && v < 65536) {
-    uint8_t x[3] = {'M', (uint8_t)v, (uint8_t)(v >> 8)};
-    put(b, x, 3);
-  } else if (v >= INT32_MIN && v <= INT32_MAX) {
-    op_u32(b, 'J', (uint32_t)(int32_t)v);
-  } else {
-    /* LONG1: little-endian two's complement, as short as Python writes. */
-    uint8_t x[10] = {0x8a, 8};
-    uint64_t u = (uint64_t)v;
-    for (int i = 0; i < 8; i++) x[2 + i] = (uint8_t)(u >> (8 * i));
-    int n = 8;
-    while (n > 1 && ((x[1 + n] == 0x00 && !(x[n] & 0x80)) || (x[1 + n] == 0xFF && (x[n] & 0x80))))
-      n--;
-    x[1] = (uint8_t)n;
-    put(b, x, 2 + (size_t)n);
-  }
-}
-
-static void int_tuple(pkbuf *b, int n, const int64_t *v) {
-  if (n == 0) {
-    op(b, ')');
-    return;
-  }
-  if (n > 3) op(b, '(');
-  for (int i = 0; i < n; i++) integer(b, v[i]);
-  op(b, n == 1 ? 0x85 : n == 2 ? 0x86 : n == 3 ? 0x87 : 't');
-}
-
-static void global(pkbuf *b, const char *module, const char *name) {
-  op(b, 'c');
-  put(b, module, strlen(module));
-  op(b, '\n');
-  put(b, name, strlen(name));
-  op(b, '\n');
-}
+/* The protocol-2 pickle of core/io/torch_save.c's format comment, through
+ * the pickle writer (pickle_write.c). */
 
 static const char *storage_class(grove_dtype dt) {
   switch (dt) {
@@ -550,127 +459,130 @@ static bool same_view(const grove_tensor *a, const grove_tensor *b) {
  * order of first appearance. */
 static grove_status plan_storages(const grove_state_dict *sd, size_t *storage_of, size_t *first,
                                   size_t *nstorages) {
-  size_t n = grove_sd_count(sd), cap = 16;
-  while (cap < 2 * n) cap *= 2;
-  size_t *table = calloc(cap, sizeof *table); /* tensor index + 1, 0 = empty */
-  if (!table) return GROVE_E_NOMEM;
+  /* The distinct views by their data address (the hash table, base.h):
+   * data -> the first record's tensor index + 1, and the records' tensors
+   * of one address chained through next (index + 1, 0 = end), so that each
+   * tensor is compared only with the views of its own address. */
+  static const char no_data; /* the key of tensors without data (empty) */
+  size_t n = grove_sd_count(sd);
+  size_t *next = calloc(n ? n : 1, sizeof *next);
+  grove__pmap by_data = {0};
+  if (!next || !grove__pmap_reserve(&by_data, n)) {
+    free(next);
+    return GROVE_E_NOMEM;
+  }
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     const grove_tensor *t = grove_sd_tensor(sd, i);
-    uintptr_t h = (uintptr_t)t->data;
-    h ^= h >> 17;
-    h *= (uintptr_t)0x9E3779B97F4A7C15ull;
-    size_t j = (size_t)(h >> 7) & (cap - 1);
-    bool found = false;
-    for (; table[j]; j = (j + 1) & (cap - 1)) {
-      if (same_view(grove_sd_tensor(sd, table[j] - 1), t)) {
-        storage_of[i] = storage_of[table[j] - 1];
-        found = true;
-        break;
-      }
+    const void *key = t->data ? t->data : &no_data;
+    size_t head = (size_t)(uintptr_t)grove__pmap_get(&by_data, key, NULL), j = head;
+    while (j && !same_view(grove_sd_tensor(sd, j - 1), t)) j = next[j - 1];
+    if (j) {
+      storage_of[i] = storage_of[j - 1];
+      continue;
     }
-    if (!found) {
-      table[j] = i + 1;
-      first[k] = i;
-      storage_of[i] = k++;
-    }
+    next[i] = head; /* reserved: never fails */
+    grove__pmap_put(&by_data, key, (void *)(uintptr_t)(i + 1));
+    first[k] = i;
+    storage_of[i] = k++;
   }
-  free(table);
+  grove__pmap_fini(&by_data);
+  free(next);
   *nstorages = k;
   return GROVE_OK;
 }
 
-static void build_pickle(pkbuf *b, const grove_state_dict *sd, const size_t *storage_of) {
+static void build_pickle(grove__pkw *b, const grove_state_dict *sd, const size_t *storage_of) {
   size_t n = grove_sd_count(sd);
   uint32_t m_od, m_rebuild = UINT32_MAX, m_storage = UINT32_MAX, m_cpu = UINT32_MAX,
                  m_version = UINT32_MAX;
   uint32_t m_class[GROVE_DTYPE_COUNT];
   for (int i = 0; i < GROVE_DTYPE_COUNT; i++) m_class[i] = UINT32_MAX;
   uint8_t proto[2] = {0x80, 2};
-  put(b, proto, 2);
-  global(b, "collections", "OrderedDict");
-  m_od = memo_put(b);
-  op(b, ')');
-  op(b, 'R');
-  memo_put(b);
+  grove__pkw_put(b, proto, 2);
+  grove__pkw_global(b, "collections", "OrderedDict");
+  m_od = grove__pkw_memo_put(b);
+  grove__pkw_op(b, ')');
+  grove__pkw_op(b, 'R');
+  grove__pkw_memo_put(b);
 
   /* Items in batches of 1000 per SETITEMS, as Python's pickler does. */
   for (size_t i = 0; i < n; i++) {
-    if (i % 1000 == 0) op(b, '(');
+    if (i % 1000 == 0) grove__pkw_op(b, '(');
     const grove_tensor *t = grove_sd_tensor(sd, i);
-    str(b, grove_sd_key(sd, i));
-    memo_put(b);
+    grove__pkw_str(b, grove_sd_key(sd, i));
+    grove__pkw_memo_put(b);
     if (m_rebuild == UINT32_MAX) {
-      global(b, "torch._utils", "_rebuild_tensor_v2");
-      m_rebuild = memo_put(b);
+      grove__pkw_global(b, "torch._utils", "_rebuild_tensor_v2");
+      m_rebuild = grove__pkw_memo_put(b);
     } else {
-      memo_get(b, m_rebuild);
+      grove__pkw_memo_get(b, m_rebuild);
     }
-    op(b, '(');
+    grove__pkw_op(b, '(');
     /* The persistent id ('storage', torch.XStorage, key, 'cpu', numel). */
-    op(b, '(');
+    grove__pkw_op(b, '(');
     if (m_storage == UINT32_MAX) {
-      str(b, "storage");
-      m_storage = memo_put(b);
+      grove__pkw_str(b, "storage");
+      m_storage = grove__pkw_memo_put(b);
     } else {
-      memo_get(b, m_storage);
+      grove__pkw_memo_get(b, m_storage);
     }
     if (m_class[t->dtype] == UINT32_MAX) {
-      global(b, "torch", storage_class(t->dtype));
-      m_class[t->dtype] = memo_put(b);
+      grove__pkw_global(b, "torch", storage_class(t->dtype));
+      m_class[t->dtype] = grove__pkw_memo_put(b);
     } else {
-      memo_get(b, m_class[t->dtype]);
+      grove__pkw_memo_get(b, m_class[t->dtype]);
     }
     char key[32];
     snprintf(key, sizeof key, "%zu", storage_of[i]);
-    str(b, key);
+    grove__pkw_str(b, key);
     if (m_cpu == UINT32_MAX) {
-      str(b, "cpu");
-      m_cpu = memo_put(b);
+      grove__pkw_str(b, "cpu");
+      m_cpu = grove__pkw_memo_put(b);
     } else {
-      memo_get(b, m_cpu);
+      grove__pkw_memo_get(b, m_cpu);
     }
-    integer(b, grove_tensor_numel(t));
-    op(b, 't');
-    op(b, 'Q'); /* BINPERSID */
-    integer(b, 0);
+    grove__pkw_int(b, grove_tensor_numel(t));
+    grove__pkw_op(b, 't');
+    grove__pkw_op(b, 'Q'); /* BINPERSID */
+    grove__pkw_int(b, 0);
     int64_t strides[GROVE_MAX_DIMS];
     grove_contiguous_strides(t->ndim, t->shape, strides);
-    int_tuple(b, t->ndim, t->shape);
-    int_tuple(b, t->ndim, strides);
-    op(b, 0x89); /* requires_grad=False */
-    memo_get(b, m_od);
-    op(b, ')');
-    op(b, 'R'); /* backward_hooks=OrderedDict() */
-    op(b, 't');
-    op(b, 'R');
-    if (i % 1000 == 999 || i + 1 == n) op(b, 'u');
+    grove__pkw_int_tuple(b, t->ndim, t->shape);
+    grove__pkw_int_tuple(b, t->ndim, strides);
+    grove__pkw_op(b, 0x89); /* requires_grad=False */
+    grove__pkw_memo_get(b, m_od);
+    grove__pkw_op(b, ')');
+    grove__pkw_op(b, 'R'); /* backward_hooks=OrderedDict() */
+    grove__pkw_op(b, 't');
+    grove__pkw_op(b, 'R');
+    if (i % 1000 == 999 || i + 1 == n) grove__pkw_op(b, 'u');
   }
 
   /* BUILD {"_metadata": OrderedDict(prefix -> {"version": v})}. */
-  op(b, '}');
-  str(b, "_metadata");
-  memo_get(b, m_od);
-  op(b, ')');
-  op(b, 'R');
+  grove__pkw_op(b, '}');
+  grove__pkw_str(b, "_metadata");
+  grove__pkw_memo_get(b, m_od);
+  grove__pkw_op(b, ')');
+  grove__pkw_op(b, 'R');
   size_t nm = grove_sd_meta_count(sd);
   for (size_t i = 0; i < nm; i++) {
-    if (i % 1000 == 0) op(b, '(');
-    str(b, grove_sd_meta_prefix(sd, i));
-    op(b, '}');
+    if (i % 1000 == 0) grove__pkw_op(b, '(');
+    grove__pkw_str(b, grove_sd_meta_prefix(sd, i));
+    grove__pkw_op(b, '}');
     if (m_version == UINT32_MAX) {
-      str(b, "version");
-      m_version = memo_put(b);
+      grove__pkw_str(b, "version");
+      m_version = grove__pkw_memo_put(b);
     } else {
-      memo_get(b, m_version);
+      grove__pkw_memo_get(b, m_version);
     }
-    integer(b, grove_sd_meta_version(sd, i));
-    op(b, 's');
-    if (i % 1000 == 999 || i + 1 == nm) op(b, 'u');
+    grove__pkw_int(b, grove_sd_meta_version(sd, i));
+    grove__pkw_op(b, 's');
+    if (i % 1000 == 999 || i + 1 == nm) grove__pkw_op(b, 'u');
   }
-  op(b, 's');
-  op(b, 'b');
-  op(b, '.');
+  grove__pkw_op(b, 's');
+  grove__pkw_op(b, 'b');
+  grove__pkw_op(b, '.');
 }
 
 /* ================================================================ zip */
@@ -735,7 +647,7 @@ grove_status grove__torch_plan_ex(const grove_state_dict *sd, const char *archiv
   size_t *first = malloc((n ? n : 1) * sizeof *first);
   size_t alen = strlen(archive);
   char *rec = malloc(alen + 64);
-  pkbuf b = {0};
+  grove__pkw b = {0};
   zplan z = {.p = plan_new(GROVE_CKPT_TORCH_ZIP),
              .dir = grove__zip_dir_new(opts && opts->force_zip64),
              .deflate = opts && opts->deflate};
@@ -775,7 +687,7 @@ grove_status grove__torch_plan_ex(const grove_state_dict *sd, const char *archiv
   if (!st) st = zfinish(&z, err);
 done:
   grove__zip_dir_free(z.dir);
-  free(b.p);
+  grove__pkw_fini(&b);
   free(rec);
   free(storage_of);
   free(first);

@@ -1,6 +1,7 @@
 /* torch_internal.h: the pieces of Grove's torch.save support, for the files
- * that implement it (torch_zip.c, pickle.c, torch_load.c, torch_save.c,
- * export_plan.c), the tests and the fuzz targets.  Never installed.
+ * that implement it (torch_zip.c, pickle.c, pickle_write.c, torch_load.c,
+ * torch_save.c, export_plan.c), core/train/optim_io.c, the tests and the
+ * fuzz targets.  Never installed.
  *
  * Three layers, each with one job:
  *   - torch_zip.c reads a zip archive held in memory (stored and deflated
@@ -273,5 +274,36 @@ grove_status grove__torch_write(const char *path, const grove_state_dict *sd,
 grove_status grove__torch_write_buffer(const grove_state_dict *sd, const char *archive_name,
                                        const grove__torch_write_opts *opts, uint8_t **out,
                                        size_t *len, grove_err *err);
+
+/* ------------------------------------------------------------ pickle writer */
+
+/* A protocol-2 pickle built in a growing buffer (pickle_write.c): p[0 .. n)
+ * so far.  The first allocation that fails sets oom, and every later call
+ * leaves the buffer as it is, so a writer checks oom once at the end.
+ * Zeroed is empty; memo counts the memo slots handed out. */
+typedef struct grove__pkw {
+  uint8_t *p;
+  size_t n, cap;
+  bool oom;
+  uint32_t memo;
+} grove__pkw;
+
+/* Raw bytes; one opcode. */
+void grove__pkw_put(grove__pkw *b, const void *data, size_t n);
+void grove__pkw_op(grove__pkw *b, uint8_t o);
+/* MEMOIZE the top of the stack into the next memo slot (BINPUT or
+ * LONG_BINPUT), which it returns; push memo slot i (BINGET, LONG_BINGET). */
+uint32_t grove__pkw_memo_put(grove__pkw *b);
+void grove__pkw_memo_get(grove__pkw *b, uint32_t i);
+/* A str (BINUNICODE; s is UTF-8 shorter than 4 GiB, which callers check), an
+ * int, a float, a bool, a tuple of ints, a global (module.name). */
+void grove__pkw_str(grove__pkw *b, const char *s);
+void grove__pkw_int(grove__pkw *b, int64_t v);
+void grove__pkw_float(grove__pkw *b, double v);
+void grove__pkw_bool(grove__pkw *b, bool v);
+void grove__pkw_int_tuple(grove__pkw *b, int n, const int64_t *v);
+void grove__pkw_global(grove__pkw *b, const char *module, const char *name);
+/* Frees the buffer and leaves b empty. */
+void grove__pkw_fini(grove__pkw *b);
 
 #endif

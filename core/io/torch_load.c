@@ -110,49 +110,34 @@ typedef struct loader {
   bool big_endian;
   grove_storage *map; /* the file read whole (grove__read_file), or NULL */
   grove_err *err;
-  slot *slots;        /* storages read so far, hashed by key */
-  size_t nslots, cap; /* cap is a power of two (or 0) */
+  grove__pmap slots; /* storages read so far: a string map (base.h), key -> slot */
 } loader;
 
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
-}
-
 static slot *slot_find(loader *ld, const char *key) {
-  if (!ld->cap) return NULL;
-  for (size_t i = hash_str(key) & (ld->cap - 1);; i = (i + 1) & (ld->cap - 1)) {
-    if (!ld->slots[i].key) return NULL;
-    if (strcmp(ld->slots[i].key, key) == 0) return &ld->slots[i];
-  }
+  return grove__pmap_get(&ld->slots, key, NULL);
 }
 
+/* A new slot for key (absent: the caller checked; key outlives the loader's
+ * use of it), or NULL when out of memory. */
 static slot *slot_add(loader *ld, const char *key) {
-  if ((ld->nslots + 1) * 2 > ld->cap) {
-    size_t cap = ld->cap ? ld->cap * 2 : 64;
-    slot *ns = calloc(cap, sizeof *ns);
-    if (!ns) return NULL;
-    for (size_t i = 0; i < ld->cap; i++) {
-      if (!ld->slots[i].key) continue;
-      size_t j = hash_str(ld->slots[i].key) & (cap - 1);
-      while (ns[j].key) j = (j + 1) & (cap - 1);
-      ns[j] = ld->slots[i];
-    }
-    free(ld->slots);
-    ld->slots = ns;
-    ld->cap = cap;
+  slot *sl = calloc(1, sizeof *sl);
+  if (!sl) return NULL;
+  sl->key = key;
+  if (!grove__pmap_put(&ld->slots, key, sl)) {
+    free(sl);
+    return NULL;
   }
-  size_t j = hash_str(key) & (ld->cap - 1);
-  while (ld->slots[j].key) j = (j + 1) & (ld->cap - 1);
-  ld->slots[j].key = key;
-  ld->nslots++;
-  return &ld->slots[j];
+  return sl;
 }
 
 static void loader_fini(loader *ld) {
-  for (size_t i = 0; i < ld->cap; i++) grove_storage_release(ld->slots[i].s);
-  free(ld->slots);
+  for (size_t i = 0; i < ld->slots.cap; i++) {
+    slot *sl = ld->slots.vals[i];
+    if (!ld->slots.keys[i]) continue;
+    grove_storage_release(sl->s);
+    free(sl);
+  }
+  grove__pmap_fini(&ld->slots);
   free(ld->prefix);
   grove__zip_close(&ld->zip);
 }
@@ -651,7 +636,7 @@ grove_status grove__torch_read_buffer(const void *buf, size_t len, const char *n
   grove_status st = check_kind(buf, len, name, err);
   if (st != GROVE_OK) return st;
 
-  loader ld = {0};
+  loader ld = {.slots = {.strkeys = true}};
   ld.name = name;
   ld.map = map;
   ld.err = err;

@@ -1,9 +1,9 @@
 /* kernels.h: core/kernels/, the compute kernels under the layers: the GEMM
- * kernels and their packs (gemm.c), CPU detection (cpu.c), the compute
- * thread pool (grove__parallel_for, gemm.c), arena compaction
- * (arena_keep.c), the NCHW/NHWC transposes (transpose.c) and the Winograd
- * transforms (winograd.c).  Never installed (tests and bench/ may include
- * it). */
+ * kernels and their packs (gemm*.c, gemm_internal.h), CPU detection (cpu.c),
+ * the compute thread pool (grove__parallel_for, threadpool.c), arena
+ * compaction (arena_keep.c), the NCHW/NHWC transposes (transpose.c), a
+ * convolution's patches (im2col.c) and the Winograd transforms (winograd.c).
+ * Never installed (tests and bench/ may include it). */
 #ifndef GROVE_CORE_KERNELS_H
 #define GROVE_CORE_KERNELS_H
 
@@ -69,7 +69,7 @@ bool grove__cpu_avx2(void);
 const char *grove__linear_pack_kernel(const grove__linear_pack *p);
 
 /* Runs fn over [0, n) in chunks of grain indices (the last one shorter):
- * the calling thread and the helpers of a compute-thread pool (gemm.c) each
+ * the calling thread and the helpers of a compute-thread pool (threadpool.c) each
  * claim chunks until none is left, and the call returns when every chunk is
  * done.  With one compute thread, n <= grain, or no free pool (another
  * worker thread holds it), it is fn(ctx, 0, n) on the caller.  So fn must
@@ -144,6 +144,10 @@ grove_status grove__arena_keep(grove_arena *a, grove_arena_mark m, grove__keep *
 /* dst [C][R] = src [R][C] transposed, float32 (16 x 16 blocks through
  * AVX-512 registers where the CPU has it; transpose.c).  Any thread. */
 void grove__transpose_f32(const float *src, float *dst, int64_t R, int64_t C);
+/* The same with row strides: dst[c * ldd + r] = src[r * lds + c] for r < R,
+ * c < C (transpose.c).  Any thread. */
+void grove__transpose_f32_ld(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t R,
+                             int64_t C);
 /* dst[i][c] = src[c][i] for a [C, HW] plane, positions [b0 * 16, b1 * 16)
  * (clipped to HW); transpose.c.  Any thread. */
 void grove__nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t C, int64_t HW,
@@ -154,6 +158,30 @@ void grove__nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t
 void grove__nhwc_epilogue(const float *acc, int64_t lda, float *y, int64_t P, int64_t n,
                           const float *scale, const float *shift, bool relu, int64_t b0,
                           int64_t b1);
+
+/* ------------------------------------------------------------ im2col */
+
+/* The geometry of a convolution's patches over one image's planes: input
+ * planes H x W, output Ho x Wo, kernel kh x kw, strides, leading paddings
+ * (the trailing ones only shape Ho and Wo) and dilations.  Conv1d is
+ * H = kh = 1. */
+typedef struct grove__conv_geom {
+  int64_t H, W, Ho, Wo;
+  int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+} grove__conv_geom;
+/* The patch rows of input channels [c0, c1) of x (planes of H x W): row
+ * (c * kh + i) * kw + j of col, ldc floats apart (at least Ho * Wo), holds
+ * the input under kernel tap (i, j) at each output position, zero where it
+ * falls into the padding; the layout of a [C_out, C * kh * kw] weight, so a
+ * GEMM of the two is the convolution (serving's columns path, training's
+ * forward and weight gradient).  im2col.c.  Any thread. */
+void grove__im2col(const grove__conv_geom *g, const float *x, int64_t c0, int64_t c1, float *col,
+                   int64_t ldc);
+/* The adjoint: dx (planes of H x W) += the patch rows of channels [c0, c1)
+ * of col, each added back where grove__im2col took it from (training's input
+ * gradient).  im2col.c.  Any thread. */
+void grove__col2im(const grove__conv_geom *g, const float *col, int64_t ldc, float *dx, int64_t c0,
+                   int64_t c1);
 
 /* ------------------------------------------------------------ Winograd */
 

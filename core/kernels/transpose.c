@@ -1,7 +1,7 @@
 /* transpose.c: the float32 transposes between NCHW and NHWC that the
  * convolution's rows path and the channels-last layout need (layers_conv.c,
- * grove__fwd_contig), and the NHWC epilogue (scale, shift, ReLU per channel
- * on the way back to NCHW).  Split out of layers_conv.c: a kernel, no layer.
+ * grove__fwd_contig) and attention's keys (layers_attention.c), and the NHWC
+ * epilogue (scale, shift, ReLU per channel on the way back to NCHW).  Split out of layers_conv.c: a kernel, no layer.
  * Pure functions of their arguments: any thread. */
 #include <stdbool.h>
 #include <stdint.h>
@@ -75,33 +75,45 @@ static void tr16_epilogue(const float *src, int64_t lds, float *dst, int64_t ldd
 GROVE__TARGET_POP
 #endif /* GROVE__X86_SIMD */
 
-/* dst[i][c] = src[c][i] for a [C, HW] plane block, positions [b0 * 16,
- * b1 * 16) (clipped to HW). */
-void grove__nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t C, int64_t HW,
-                         int64_t b0, int64_t b1) {
+/* dst[j * ldd + r] = src[r * lds + j] for the R rows of src and its columns
+ * [j0, j1): 16 x 16 blocks through registers, the ragged edges one by one.
+ * The one transpose of this file, which the three entries below cut. */
+static void tr_cols(const float *restrict src, int64_t lds, float *restrict dst, int64_t ldd,
+                    int64_t R, int64_t j0, int64_t j1) {
   enum { T = 16 };
   const bool fast = grove__cpu_avx512();
-  const int64_t end = b1 * T < HW ? b1 * T : HW;
-  for (int64_t i0 = b0 * T; i0 < end; i0 += T) {
-    const int64_t ni = HW - i0 < T ? HW - i0 : T;
-    for (int64_t c0 = 0; c0 < C; c0 += T) {
-      const int64_t nc = C - c0 < T ? C - c0 : T;
+  for (int64_t i0 = j0; i0 < j1; i0 += T) {
+    const int64_t ni = j1 - i0 < T ? j1 - i0 : T;
+    for (int64_t c0 = 0; c0 < R; c0 += T) {
+      const int64_t nc = R - c0 < T ? R - c0 : T;
 #if GROVE__X86_SIMD
       if (fast && ni == T && nc == T) {
-        tr16_store(src + c0 * HW + i0, HW, dst + i0 * C + c0, C);
+        tr16_store(src + c0 * lds + i0, lds, dst + i0 * ldd + c0, ldd);
         continue;
       }
 #endif
       for (int64_t i = 0; i < ni; i++)
-        for (int64_t c = 0; c < nc; c++) dst[(i0 + i) * C + c0 + c] = src[(c0 + c) * HW + i0 + i];
+        for (int64_t c = 0; c < nc; c++)
+          dst[(i0 + i) * ldd + c0 + c] = src[(c0 + c) * lds + i0 + i];
     }
   }
   (void)fast;
 }
 
+/* dst[i][c] = src[c][i] for a [C, HW] plane block, positions [b0 * 16,
+ * b1 * 16) (clipped to HW). */
+void grove__nchw_to_nhwc(const float *restrict src, float *restrict dst, int64_t C, int64_t HW,
+                         int64_t b0, int64_t b1) {
+  tr_cols(src, HW, dst, C, C, b0 * 16, b1 * 16 < HW ? b1 * 16 : HW);
+}
+
 void grove__transpose_f32(const float *src, float *dst, int64_t R, int64_t C) {
-  /* grove__nchw_to_nhwc turns [C', HW'] into [HW', C']: here C' = R, HW' = C. */
-  grove__nchw_to_nhwc(src, dst, R, C, 0, (C + 15) / 16);
+  tr_cols(src, C, dst, R, R, 0, C);
+}
+
+void grove__transpose_f32_ld(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t R,
+                             int64_t C) {
+  tr_cols(src, lds, dst, ldd, R, 0, C);
 }
 
 /* y[c][p] = act(acc[p][c] * scale[c] + shift[c]) for positions [b0 * 16,

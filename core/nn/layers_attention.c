@@ -240,41 +240,6 @@ static void mix_avx512(const float *p, const float *v, int64_t rsv, float *o, in
   }
 }
 
-/* kt[t][s] = k[s][t] for S keys of d floats (rows rsk apart), 16 x 16
- * blocks through registers; ragged edges one by one. */
-static void transpose_k_avx512(const float *k, int64_t rsk, int64_t S, int64_t d, float *kt) {
-  const int64_t S16 = S / 16 * 16, d16 = d / 16 * 16;
-  for (int64_t s0 = 0; s0 < S16; s0 += 16)
-    for (int64_t t0 = 0; t0 < d16; t0 += 16) {
-      __m512 r[16], t[16];
-      for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(k + (s0 + i) * rsk + t0);
-      for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-      }
-      for (int g = 0; g < 4; g++) {
-        __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
-        __m512d c = _mm512_castps_pd(t[4 * g + 2]), e = _mm512_castps_pd(t[4 * g + 3]);
-        r[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
-        r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
-      }
-      for (int j = 0; j < 4; j++) {
-        __m512 a = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
-        __m512 b = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-        __m512 c = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
-        __m512 e = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
-        _mm512_storeu_ps(kt + (t0 + j) * S + s0, _mm512_shuffle_f32x4(a, b, 0x88));
-        _mm512_storeu_ps(kt + (t0 + j + 8) * S + s0, _mm512_shuffle_f32x4(a, b, 0xdd));
-        _mm512_storeu_ps(kt + (t0 + j + 4) * S + s0, _mm512_shuffle_f32x4(c, e, 0x88));
-        _mm512_storeu_ps(kt + (t0 + j + 12) * S + s0, _mm512_shuffle_f32x4(c, e, 0xdd));
-      }
-    }
-  for (int64_t s = 0; s < S; s++)
-    for (int64_t t = (s < S16 ? d16 : 0); t < d; t++) kt[t * S + s] = k[s * rsk + t];
-}
-
 /* exp(x) for 16 lanes (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2,
  * exp(r) by a degree-7 polynomial, times 2^n), within 2 ulp. */
 static inline __m512 exp512(__m512 x) {
@@ -342,12 +307,11 @@ static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, con
                 q, (blasint)rsq, k, (blasint)rsk, 0.0f, sc, (blasint)S);
   } else if (fast) {
 #if ATT_HAVE_AVX512
-    transpose_k_avx512(k, rsk, S, d, kt);
+    grove__transpose_f32_ld(k, rsk, kt, S, S, d); /* kt[t][s] = k[s][t] */
     scores_avx512(q, rsq, kt, L, S, d, scale, sc);
 #endif
   } else {
-    for (int64_t s = 0; s < S; s++)
-      for (int64_t t = 0; t < d; t++) kt[t * S + s] = k[s * rsk + t];
+    grove__transpose_f32_ld(k, rsk, kt, S, S, d);
     for (int64_t l = 0; l < L; l++) {
       const float *ql = q + l * rsq;
       float *restrict row = sc + l * S;

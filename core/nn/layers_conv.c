@@ -274,42 +274,13 @@ static int64_t conv_out_len(const conv_impl *p, int d, int64_t in) {
 
 /* Unrolls the patches of one image's group of channels (x: cin_g planes of
  * H x W) into col rows ((c, ki, kj) major, matching the weight's layout), one
- * column per output position, at column offset col0 of rows ldc long. */
+ * column per output position, rows ldc floats apart (core/kernels/im2col.c). */
 static void im2col(const conv_impl *p, const float *restrict x, int64_t cin_g, int64_t H, int64_t W,
                    int64_t OH, int64_t OW, float *restrict col, int64_t ldc) {
-  const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
-  const int64_t dh = p->dil[0], dw = p->dil[1], ph = p->pad_lo[0], pw = p->pad_lo[1];
-  for (int64_t c = 0; c < cin_g; c++) {
-    const float *xc = x + c * H * W;
-    for (int64_t ki = 0; ki < kh; ki++) {
-      for (int64_t kj = 0; kj < kw; kj++) {
-        float *row = col + ((c * kh + ki) * kw + kj) * ldc;
-        /* Output columns ow whose input column iw = ow*sw - pw + kj*dw lies
-         * in [0, W): ow in [lo, hi). */
-        const int64_t off = kj * dw - pw;
-        int64_t lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
-        int64_t hi = W - off <= 0 ? 0 : (W - off + sw - 1) / sw;
-        if (hi > OW) hi = OW;
-        if (lo > hi) lo = hi;
-        for (int64_t oh = 0; oh < OH; oh++) {
-          float *r = row + oh * OW;
-          const int64_t ih = oh * sh - ph + ki * dh;
-          if (ih < 0 || ih >= H) {
-            memset(r, 0, (size_t)OW * sizeof(float));
-            continue;
-          }
-          const float *xr = xc + ih * W + off;
-          for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0.0f;
-          if (sw == 1) {
-            memcpy(r + lo, xr + lo, (size_t)(hi - lo) * sizeof(float));
-          } else {
-            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * sw];
-          }
-          for (int64_t ow = hi; ow < OW; ow++) r[ow] = 0.0f;
-        }
-      }
-    }
-  }
+  const grove__conv_geom g = {.H = H, .W = W, .Ho = OH, .Wo = OW, .kh = p->k[0], .kw = p->k[1],
+                              .sh = p->stride[0], .sw = p->stride[1], .ph = p->pad_lo[0],
+                              .pw = p->pad_lo[1], .dh = p->dil[0], .dw = p->dil[1]};
+  grove__im2col(&g, x, 0, cin_g, col, ldc);
 }
 
 /* dst[c][j] = act(src[c][j] * scale[c] + shift[c]) for rows of n floats. */

@@ -1,6 +1,6 @@
 /* layers_linear.c: torch.nn.Linear, y = x W^T + b over the last dim.
  *
- * The weight is packed for the GEMM kernel (core/kernels/gemm.c) in refresh, which
+ * The weight is packed for the GEMM kernel (core/kernels/gemm_pack.c) in refresh, which
  * runs after construction (unless the tree is built for a load, which packs
  * the loaded weight instead: module_internal.h, "deferred refresh") and after every
  * load_state_dict; forward only runs the kernel on the pack, so it allocates

@@ -16,54 +16,6 @@
 #include "module_internal.h"
 #include "layers_internal.h"
 
-/* ============================================================== pointer set */
-
-/* The `memo` sets of named_modules / _named_members: open addressing on
- * pointers, so that traversals of big trees stay linear. */
-typedef struct ptrset {
-  const void **slots;
-  size_t cap, n;
-} ptrset;
-
-static size_t ptr_hash(const void *p, size_t cap) {
-  uintptr_t x = (uintptr_t)p;
-  x ^= x >> 17;
-  x *= 0xed5ad4bbu;
-  x ^= x >> 11;
-  return x & (cap - 1);
-}
-
-/* Adds p; returns 1 if added, 0 if present, -1 when out of memory. */
-static int ptrset_add(ptrset *s, const void *p) {
-  if ((s->n + 1) * 2 > s->cap) {
-    size_t cap = s->cap ? s->cap * 2 : 32;
-    const void **slots = calloc(cap, sizeof *slots);
-    if (!slots) return -1;
-    for (size_t i = 0; i < s->cap; i++) {
-      if (!s->slots[i]) continue;
-      size_t j = ptr_hash(s->slots[i], cap);
-      while (slots[j]) j = (j + 1) & (cap - 1);
-      slots[j] = s->slots[i];
-    }
-    free(s->slots);
-    s->slots = slots;
-    s->cap = cap;
-  }
-  size_t j = ptr_hash(p, s->cap);
-  while (s->slots[j]) {
-    if (s->slots[j] == p) return 0;
-    j = (j + 1) & (s->cap - 1);
-  }
-  s->slots[j] = p;
-  s->n++;
-  return 1;
-}
-
-static void ptrset_fini(ptrset *s) {
-  free(s->slots);
-  memset(s, 0, sizeof *s);
-}
-
 /* ============================================================== hooks */
 
 enum {
@@ -501,10 +453,11 @@ void grove_named_modules_fini(grove_named_modules *l) {
 }
 
 /* torch's named_modules(memo, prefix, remove_duplicate): pre-order. */
-static grove_status named_modules_rec(const grove_module *m, const char *prefix, ptrset *memo,
-                                      bool dedup, grove_named_modules *out, grove_err *err) {
+static grove_status named_modules_rec(const grove_module *m, const char *prefix,
+                                      grove__pmap *memo, bool dedup, grove_named_modules *out,
+                                      grove_err *err) {
   if (dedup) {
-    int r = ptrset_add(memo, m);
+    int r = grove__pmap_add(memo, m, NULL);
     if (r < 0) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
     if (r == 0) return GROVE_OK;
   }
@@ -525,25 +478,25 @@ static grove_status named_modules_rec(const grove_module *m, const char *prefix,
 grove_status grove_module_named_modules(const grove_module *m, const char *prefix,
                                         bool remove_duplicate, grove_named_modules *out,
                                         grove_err *err) {
-  ptrset memo = {0};
+  grove__pmap memo = {0}; /* a set (base.h), as torch's memo */
   grove_status s = named_modules_rec(m, prefix ? prefix : "", &memo, remove_duplicate, out, err);
-  ptrset_fini(&memo);
+  grove__pmap_fini(&memo);
   if (s) grove_named_modules_fini(out);
   return s;
 }
 
 grove_status grove_module_named_children(const grove_module *m, grove_named_modules *out,
                                          grove_err *err) {
-  ptrset memo = {0};
+  grove__pmap memo = {0};
   grove_status s = GROVE_OK;
   for (size_t i = 0; i < m->nchildren && !s; i++) {
     grove_module *c = m->children[i].module;
     if (!c) continue;
-    int r = ptrset_add(&memo, c);
+    int r = grove__pmap_add(&memo, c, NULL);
     if (r < 0) s = grove_err_set(err, GROVE_E_NOMEM, "out of memory");
     if (r > 0) s = push_module(out, grove__strdup(m->children[i].name), c, err);
   }
-  ptrset_fini(&memo);
+  grove__pmap_fini(&memo);
   if (s) grove_named_modules_fini(out);
   return s;
 }
@@ -562,7 +515,7 @@ static grove_status named_members(const grove_module *m, const char *prefix, boo
     s = push_module(&mods, grove__strdup(prefix ? prefix : ""), (grove_module *)m, err);
   }
   if (s) return s;
-  ptrset memo = {0};
+  grove__pmap memo = {0};
   for (size_t i = 0; i < mods.n && !s; i++) {
     const grove_module *mm = mods.items[i].module;
     const grove_slot *slots = buffers ? mm->buffers : mm->params;
@@ -571,7 +524,7 @@ static grove_status named_members(const grove_module *m, const char *prefix, boo
       grove_tensor *t = slots[j].tensor;
       if (!t) continue;
       if (dedup) { /* without de-duplication torch's memo stays empty */
-        int r = ptrset_add(&memo, t);
+        int r = grove__pmap_add(&memo, t, NULL);
         if (r < 0) {
           s = grove_err_set(err, GROVE_E_NOMEM, "out of memory");
           break;
@@ -581,7 +534,7 @@ static grove_status named_members(const grove_module *m, const char *prefix, boo
       s = push_tensor(out, join_name(mods.items[i].name, slots[j].name), t, err);
     }
   }
-  ptrset_fini(&memo);
+  grove__pmap_fini(&memo);
   grove_named_modules_fini(&mods);
   if (s) grove_named_tensors_fini(out);
   return s;

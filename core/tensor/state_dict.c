@@ -1,7 +1,7 @@
 /* state_dict.c: an insertion-ordered map from key to heap tensor, with an
- * open-addressing hash index so that lookups stay O(1) on state_dicts of
- * thousands of keys, and per-prefix module versions (torch's _metadata),
- * kept in a second table of the same kind. */
+ * index in Grove's hash table (grove__pmap, base.h) so that lookups stay
+ * O(1) on state_dicts of thousands of keys, and per-prefix module versions
+ * (torch's _metadata), kept in a second table of the same kind. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,54 +13,24 @@ typedef struct entry {
   char *key;
   grove_tensor *tensor; /* the tensors table */
   int version;          /* the metadata table */
-  uint64_t hash;
 } entry;
 
-/* Entries in insertion order; removal compacts them. */
+/* Entries in insertion order; removal compacts them.  index maps each
+ * entry's key (the entry's own copy) to its position + 1. */
 typedef struct table {
   entry *items;
   size_t n, cap;
-  size_t *index;    /* slot -> item position + 1; 0 = empty */
-  size_t index_cap; /* power of two, or 0 */
+  grove__pmap index; /* a string map (base.h) */
 } table;
 
-static uint64_t hash_str(const char *s) { /* FNV-1a */
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-static bool rebuild_index(table *t, size_t want) {
-  size_t cap = 16;
-  while (cap < want * 2) cap *= 2;
-  size_t *idx = calloc(cap, sizeof *idx);
-  if (!idx) return false;
-  for (size_t i = 0; i < t->n; i++) {
-    size_t s = t->items[i].hash & (cap - 1);
-    while (idx[s]) s = (s + 1) & (cap - 1);
-    idx[s] = i + 1;
-  }
-  free(t->index);
-  t->index = idx;
-  t->index_cap = cap;
-  return true;
-}
-
 /* Position of key, or -1. */
-static long table_find(const table *t, const char *key, uint64_t h) {
-  if (!t->index_cap) return -1;
-  size_t s = h & (t->index_cap - 1);
-  while (t->index[s]) {
-    const entry *e = &t->items[t->index[s] - 1];
-    if (e->hash == h && strcmp(e->key, key) == 0) return (long)(t->index[s] - 1);
-    s = (s + 1) & (t->index_cap - 1);
-  }
-  return -1;
+static long table_find(const table *t, const char *key) {
+  return (long)(uintptr_t)grove__pmap_get(&t->index, key, NULL) - 1;
 }
 
 /* Appends a new entry for key (absent: the caller checked); returns it, or
  * NULL when out of memory (the table is unchanged then). */
-static entry *table_append(table *t, const char *key, uint64_t h) {
+static entry *table_append(table *t, const char *key) {
   if (t->n == t->cap) {
     size_t cap = t->cap ? t->cap * 2 : 16;
     entry *items = realloc(t->items, cap * sizeof *items);
@@ -68,30 +38,27 @@ static entry *table_append(table *t, const char *key, uint64_t h) {
     t->items = items;
     t->cap = cap;
   }
-  if ((t->n + 1) * 2 > t->index_cap && !rebuild_index(t, t->n + 1)) return NULL;
   char *k = grove__strdup(key);
   if (!k) return NULL;
-  entry *e = &t->items[t->n];
-  *e = (entry){.key = k, .hash = h};
-  size_t s = h & (t->index_cap - 1);
-  while (t->index[s]) s = (s + 1) & (t->index_cap - 1);
-  t->index[s] = ++t->n;
+  if (!grove__pmap_put(&t->index, k, (void *)(uintptr_t)(t->n + 1))) {
+    free(k);
+    return NULL;
+  }
+  entry *e = &t->items[t->n++];
+  *e = (entry){.key = k};
   return e;
 }
 
 static void table_remove_at(table *t, size_t at) {
+  grove__pmap_del(&t->index, t->items[at].key);
   free(t->items[at].key);
   grove_tensor_release(t->items[at].tensor);
   memmove(&t->items[at], &t->items[at + 1], (t->n - at - 1) * sizeof(entry));
   t->n--;
-  /* Positions after `at` moved: re-insert everything into the same index
-   * array, which needs no memory (it only ever had room for more). */
-  memset(t->index, 0, t->index_cap * sizeof *t->index);
-  for (size_t i = 0; i < t->n; i++) {
-    size_t s = t->items[i].hash & (t->index_cap - 1);
-    while (t->index[s]) s = (s + 1) & (t->index_cap - 1);
-    t->index[s] = i + 1;
-  }
+  /* Positions after `at` moved down by one: the keys stay where they are in
+   * the index (which needs no memory), only their values change. */
+  for (size_t i = at; i < t->n; i++)
+    grove__pmap_put(&t->index, t->items[i].key, (void *)(uintptr_t)(i + 1));
 }
 
 static void table_fini(table *t) {
@@ -100,7 +67,7 @@ static void table_fini(table *t) {
     grove_tensor_release(t->items[i].tensor);
   }
   free(t->items);
-  free(t->index);
+  grove__pmap_fini(&t->index);
 }
 
 /* ============================================================== state_dict */
@@ -110,7 +77,11 @@ struct grove_state_dict {
   table metas;
 };
 
-grove_state_dict *grove_sd_new(void) { return calloc(1, sizeof(grove_state_dict)); }
+grove_state_dict *grove_sd_new(void) {
+  grove_state_dict *sd = calloc(1, sizeof(grove_state_dict));
+  if (sd) sd->tensors.index.strkeys = sd->metas.index.strkeys = true;
+  return sd;
+}
 
 void grove_sd_free(grove_state_dict *sd) {
   if (!sd) return;
@@ -123,8 +94,7 @@ static grove_status put(grove_state_dict *sd, const char *key, grove_tensor *t, 
                         grove_err *err) {
   if (!key || !t)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "state_dict: NULL key or tensor");
-  uint64_t h = hash_str(key);
-  long at = table_find(&sd->tensors, key, h);
+  long at = table_find(&sd->tensors, key);
   if (at >= 0) {
     if (!replace) return grove_err_set(err, GROVE_E_DUPLICATE_KEY, "duplicate key '%s'", key);
     grove_tensor_retain(t);
@@ -132,7 +102,7 @@ static grove_status put(grove_state_dict *sd, const char *key, grove_tensor *t, 
     sd->tensors.items[at].tensor = t;
     return GROVE_OK;
   }
-  entry *e = table_append(&sd->tensors, key, h);
+  entry *e = table_append(&sd->tensors, key);
   if (!e) return grove_err_set(err, GROVE_E_NOMEM, "state_dict: out of memory adding '%s'", key);
   grove_tensor_retain(t);
   e->tensor = t;
@@ -148,16 +118,16 @@ grove_status grove_sd_add(grove_state_dict *sd, const char *key, grove_tensor *t
 }
 
 grove_tensor *grove_sd_get(const grove_state_dict *sd, const char *key) {
-  long at = table_find(&sd->tensors, key, hash_str(key));
+  long at = table_find(&sd->tensors, key);
   return at < 0 ? NULL : sd->tensors.items[at].tensor;
 }
 
 bool grove_sd_contains(const grove_state_dict *sd, const char *key) {
-  return table_find(&sd->tensors, key, hash_str(key)) >= 0;
+  return table_find(&sd->tensors, key) >= 0;
 }
 
 bool grove_sd_remove(grove_state_dict *sd, const char *key) {
-  long at = table_find(&sd->tensors, key, hash_str(key));
+  long at = table_find(&sd->tensors, key);
   if (at < 0) return false;
   table_remove_at(&sd->tensors, (size_t)at);
   return true;
@@ -177,16 +147,15 @@ size_t grove_sd_nbytes(const grove_state_dict *sd) {
 
 grove_status grove_sd_set_version(grove_state_dict *sd, const char *prefix, int version,
                                   grove_err *err) {
-  uint64_t h = hash_str(prefix);
-  long at = table_find(&sd->metas, prefix, h);
-  entry *e = at >= 0 ? &sd->metas.items[at] : table_append(&sd->metas, prefix, h);
+  long at = table_find(&sd->metas, prefix);
+  entry *e = at >= 0 ? &sd->metas.items[at] : table_append(&sd->metas, prefix);
   if (!e) return grove_err_set(err, GROVE_E_NOMEM, "state_dict: out of memory");
   e->version = version;
   return GROVE_OK;
 }
 
 bool grove_sd_get_version(const grove_state_dict *sd, const char *prefix, int *version) {
-  long at = table_find(&sd->metas, prefix, hash_str(prefix));
+  long at = table_find(&sd->metas, prefix);
   if (at < 0) return false;
   *version = sd->metas.items[at].version;
   return true;

@@ -32,103 +32,34 @@ typedef struct conv_geom {
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;
 } conv_geom;
 
-/* The output columns ow whose input column iw = ow * sw - pw + j * dw lies
- * inside the row, [*lo, *hi): the patch rows copy those and are zero
- * elsewhere, so the loops below test no bounds per element (a test per
- * element made im2col and col2im a third of a CNN's training step). */
-static void ow_range(const conv_geom *g, int64_t j, int64_t *lo, int64_t *hi) {
-  const int64_t a = g->pw - j * g->dw;            /* ow * sw >= a */
-  const int64_t b = g->W - 1 + g->pw - j * g->dw; /* ow * sw <= b */
-  *lo = a > 0 ? (a + g->sw - 1) / g->sw : 0;
-  *hi = b < 0 ? 0 : b / g->sw + 1;
-  if (*hi > g->Wo) *hi = g->Wo;
-  if (*lo > *hi) *lo = *hi;
-}
-
-/* GCC turns the short zero loops below back into memset calls unless told
- * not to. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define NO_LIBC_LOOPS __attribute__((optimize("no-tree-loop-distribute-patterns")))
-#else
-#define NO_LIBC_LOOPS
-#endif
-
-/* The patch rows of input channels [c0, c1). */
-NO_LIBC_LOOPS static void im2col_range(const conv_geom *g, const float *x, float *col, int64_t c0,
-                                       int64_t c1) {
-  const int64_t HW = g->Ho * g->Wo;
-  for (int64_t c = c0; c < c1; c++)
-    for (int64_t i = 0; i < g->kh; i++)
-      for (int64_t j = 0; j < g->kw; j++) {
-        float *row = col + ((c * g->kh + i) * g->kw + j) * HW;
-        const float *xc = x + c * g->H * g->W;
-        int64_t lo, hi;
-        ow_range(g, j, &lo, &hi);
-        const int64_t off = j * g->dw - g->pw, sw = g->sw;
-        for (int64_t oh = 0; oh < g->Ho; oh++) {
-          const int64_t ih = oh * g->sh - g->ph + i * g->dh;
-          float *r = row + oh * g->Wo;
-          if (ih < 0 || ih >= g->H) {
-            memset(r, 0, (size_t)g->Wo * sizeof(float));
-            continue;
-          }
-          /* Loops, not memset / memcpy: a row's pieces are a few floats (a
-           * 3 x 3 kernel's padding is one), and the calls cost more than the
-           * copying.  Indices, not a pointer moved by off, which may point
-           * before the row. */
-          const float *xr = xc + ih * g->W;
-          for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0.0f;
-          if (sw == 1)
-            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow + off];
-          else
-            for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * sw + off];
-          for (int64_t ow = hi; ow < g->Wo; ow++) r[ow] = 0.0f;
-        }
-      }
-}
-
-/* dx += the patch gradients of input channels [c0, c1). */
-static void col2im_range(const conv_geom *g, const float *col, float *dx, int64_t c0, int64_t c1) {
-  const int64_t HW = g->Ho * g->Wo;
-  for (int64_t c = c0; c < c1; c++)
-    for (int64_t i = 0; i < g->kh; i++)
-      for (int64_t j = 0; j < g->kw; j++) {
-        const float *row = col + ((c * g->kh + i) * g->kw + j) * HW;
-        float *dc = dx + c * g->H * g->W;
-        int64_t lo, hi;
-        ow_range(g, j, &lo, &hi);
-        const int64_t off = j * g->dw - g->pw, sw = g->sw;
-        for (int64_t oh = 0; oh < g->Ho; oh++) {
-          const int64_t ih = oh * g->sh - g->ph + i * g->dh;
-          if (ih < 0 || ih >= g->H) continue;
-          const float *r = row + oh * g->Wo;
-          float *dr = dc + ih * g->W;
-          if (sw == 1)
-            for (int64_t ow = lo; ow < hi; ow++) dr[ow + off] += r[ow];
-          else
-            for (int64_t ow = lo; ow < hi; ow++) dr[ow * sw + off] += r[ow];
-        }
-      }
-}
-
-/* im2col and col2im over the compute threads, a chunk of input channels
- * each: every channel's patch rows (and its dx plane) belong to one chunk,
- * written with the same arithmetic whatever thread takes it, so the results
- * do not depend on the thread count. */
+/* im2col and col2im (core/kernels/im2col.c) over the compute threads, a
+ * chunk of input channels each: every channel's patch rows (and its dx plane)
+ * belong to one chunk, written with the same arithmetic whatever thread takes
+ * it, so the results do not depend on the thread count. */
 typedef struct col_job {
-  const conv_geom *g;
+  grove__conv_geom k; /* the patches' geometry (kernels.h) */
+  int64_t ldc;
   const float *src;
   float *dst;
 } col_job;
 
+static col_job col_job_of(const conv_geom *g, const float *src, float *dst) {
+  return (col_job){.k = {.H = g->H, .W = g->W, .Ho = g->Ho, .Wo = g->Wo, .kh = g->kh, .kw = g->kw,
+                         .sh = g->sh, .sw = g->sw, .ph = g->ph, .pw = g->pw, .dh = g->dh,
+                         .dw = g->dw},
+                   .ldc = g->Ho * g->Wo,
+                   .src = src,
+                   .dst = dst};
+}
+
 static void im2col_chunk(void *ctx, int64_t c0, int64_t c1) {
   const col_job *j = ctx;
-  im2col_range(j->g, j->src, j->dst, c0, c1);
+  grove__im2col(&j->k, j->src, c0, c1, j->dst, j->ldc);
 }
 
 static void col2im_chunk(void *ctx, int64_t c0, int64_t c1) {
   const col_job *j = ctx;
-  col2im_range(j->g, j->src, j->dst, c0, c1);
+  grove__col2im(&j->k, j->src, j->ldc, j->dst, c0, c1);
 }
 
 /* Channels per chunk: at least 16K floats of patch rows, so that a hand-off
@@ -139,12 +70,12 @@ static int64_t col_grain(const conv_geom *g) {
 }
 
 static void im2col(const conv_geom *g, const float *x, float *col) {
-  col_job j = {g, x, col};
+  col_job j = col_job_of(g, x, col);
   grove__parallel_for(g->Cg, col_grain(g), im2col_chunk, &j);
 }
 
 static void col2im(const conv_geom *g, const float *col, float *dx) {
-  col_job j = {g, col, dx};
+  col_job j = col_job_of(g, col, dx);
   grove__parallel_for(g->Cg, col_grain(g), col2im_chunk, &j);
 }
 

@@ -34,25 +34,24 @@ bool grove_loss_kind_from_name(const char *name, grove_loss_kind *out) {
   return false;
 }
 
-/* Elements of t in row-major order, whatever its strides, as float. */
-static float at_f32(const grove_tensor *t, int64_t flat) {
+/* The element offset of t's flat (row-major) index, whatever its strides. */
+static int64_t flat_offset(const grove_tensor *t, int64_t flat) {
   int64_t off = 0;
   for (int d = t->ndim - 1; d >= 0; d--) {
     int64_t i = t->shape[d] ? flat % t->shape[d] : 0;
     flat = t->shape[d] ? flat / t->shape[d] : 0;
     off += i * t->strides[d];
   }
-  return ((const float *)t->data)[off];
+  return off;
+}
+
+/* Elements of t in row-major order, as float or int64. */
+static float at_f32(const grove_tensor *t, int64_t flat) {
+  return ((const float *)t->data)[flat_offset(t, flat)];
 }
 
 static int64_t at_i64(const grove_tensor *t, int64_t flat) {
-  int64_t off = 0;
-  for (int d = t->ndim - 1; d >= 0; d--) {
-    int64_t i = t->shape[d] ? flat % t->shape[d] : 0;
-    flat = t->shape[d] ? flat / t->shape[d] : 0;
-    off += i * t->strides[d];
-  }
-  return ((const int64_t *)t->data)[off];
+  return ((const int64_t *)t->data)[flat_offset(t, flat)];
 }
 
 static grove_status check_same(const char *what, const grove_tensor *input,

@@ -27,88 +27,13 @@
 
 /* ================================================================ pickle out */
 
+/* The pickle (the writer of core/io/pickle_write.c) and the tensors whose
+ * storages it names, in order. */
 typedef struct pkw {
-  uint8_t *p;
-  size_t n, cap;
-  bool oom;
+  grove__pkw w;
   const grove_tensor **tensors; /* storage k = tensors[k] */
   size_t ntensors, tcap;
 } pkw;
-
-static void put(pkw *b, const void *data, size_t n) {
-  if (b->oom) return;
-  if (n > b->cap - b->n) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap - b->n < n) cap *= 2;
-    uint8_t *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->n, data, n);
-  b->n += n;
-}
-
-static void op(pkw *b, uint8_t o) {
-  put(b, &o, 1);
-}
-
-static void str(pkw *b, const char *s) {
-  size_t n = strlen(s);
-  uint8_t x[5] = {'X', (uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
-  put(b, x, 5);
-  put(b, s, n);
-}
-
-static void integer(pkw *b, int64_t v) {
-  if (v >= 0 && v < 256) {
-    uint8_t x[2] = {'K', (uint8_t)v};
-    put(b, x, 2);
-  } else if (v >= INT32_MIN && v <= INT32_MAX) {
-    uint32_t u = (uint32_t)(int32_t)v;
-    uint8_t x[5] = {'J', (uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
-    put(b, x, 5);
-  } else {
-    uint8_t x[10] = {0x8a, 8}; /* LONG1 */
-    uint64_t u = (uint64_t)v;
-    for (int i = 0; i < 8; i++) x[2 + i] = (uint8_t)(u >> (8 * i));
-    put(b, x, 10);
-  }
-}
-
-/* BINFLOAT: a big-endian double. */
-static void number(pkw *b, double v) {
-  uint64_t u;
-  memcpy(&u, &v, sizeof u);
-  uint8_t x[9] = {'G'};
-  for (int i = 0; i < 8; i++) x[1 + i] = (uint8_t)(u >> (56 - 8 * i));
-  put(b, x, 9);
-}
-
-static void boolean(pkw *b, bool v) {
-  op(b, v ? 0x88 : 0x89);
-}
-
-static void global(pkw *b, const char *module, const char *name) {
-  op(b, 'c');
-  put(b, module, strlen(module));
-  op(b, '\n');
-  put(b, name, strlen(name));
-  op(b, '\n');
-}
-
-static void int_tuple(pkw *b, int n, const int64_t *v) {
-  if (n == 0) {
-    op(b, ')');
-    return;
-  }
-  op(b, '(');
-  for (int i = 0; i < n; i++) integer(b, v[i]);
-  op(b, 't');
-}
 
 /* _rebuild_tensor_v2(('storage', torch.FloatStorage, 'K', 'cpu', numel),
  * 0, size, stride, False, OrderedDict()) on a new storage K. */
@@ -117,7 +42,7 @@ static void tensor(pkw *b, const grove_tensor *t) {
     size_t cap = b->tcap ? b->tcap * 2 : 16;
     const grove_tensor **ts = realloc(b->tensors, cap * sizeof *ts);
     if (!ts) {
-      b->oom = true;
+      b->w.oom = true;
       return;
     }
     b->tensors = ts;
@@ -125,29 +50,29 @@ static void tensor(pkw *b, const grove_tensor *t) {
   }
   size_t k = b->ntensors;
   b->tensors[b->ntensors++] = t;
-  global(b, "torch._utils", "_rebuild_tensor_v2");
-  op(b, '(');
-  op(b, '(');
-  str(b, "storage");
-  global(b, "torch", "FloatStorage");
+  grove__pkw_global(&b->w, "torch._utils", "_rebuild_tensor_v2");
+  grove__pkw_op(&b->w, '(');
+  grove__pkw_op(&b->w, '(');
+  grove__pkw_str(&b->w, "storage");
+  grove__pkw_global(&b->w, "torch", "FloatStorage");
   char key[32];
   snprintf(key, sizeof key, "%zu", k);
-  str(b, key);
-  str(b, "cpu");
-  integer(b, grove_tensor_numel(t));
-  op(b, 't');
-  op(b, 'Q');
-  integer(b, 0);
+  grove__pkw_str(&b->w, key);
+  grove__pkw_str(&b->w, "cpu");
+  grove__pkw_int(&b->w, grove_tensor_numel(t));
+  grove__pkw_op(&b->w, 't');
+  grove__pkw_op(&b->w, 'Q');
+  grove__pkw_int(&b->w, 0);
   int64_t strides[GROVE_MAX_DIMS];
   grove_contiguous_strides(t->ndim, t->shape, strides);
-  int_tuple(b, t->ndim, t->shape);
-  int_tuple(b, t->ndim, strides);
-  boolean(b, false);
-  global(b, "collections", "OrderedDict");
-  op(b, ')');
-  op(b, 'R');
-  op(b, 't');
-  op(b, 'R');
+  grove__pkw_int_tuple(&b->w, t->ndim, t->shape);
+  grove__pkw_int_tuple(&b->w, t->ndim, strides);
+  grove__pkw_bool(&b->w, false);
+  grove__pkw_global(&b->w, "collections", "OrderedDict");
+  grove__pkw_op(&b->w, ')');
+  grove__pkw_op(&b->w, 'R');
+  grove__pkw_op(&b->w, 't');
+  grove__pkw_op(&b->w, 'R');
 }
 
 /* torch's packed index of every parameter: its position in the
@@ -160,64 +85,64 @@ static void packed_index(const grove_optim *o, size_t *packed) {
 
 static void group_dict(pkw *b, const grove_optim *o, size_t g, size_t *next) {
   const grove_optim_hparams *h = &o->groups[g].h;
-  op(b, '}');
-  op(b, '(');
-  str(b, "lr");
-  number(b, h->lr);
+  grove__pkw_op(&b->w, '}');
+  grove__pkw_op(&b->w, '(');
+  grove__pkw_str(&b->w, "lr");
+  grove__pkw_float(&b->w, h->lr);
   if (o->kind == GROVE_OPTIM_SGD) {
-    str(b, "momentum");
-    number(b, h->momentum);
-    str(b, "dampening");
-    number(b, h->dampening);
-    str(b, "weight_decay");
-    number(b, h->weight_decay);
-    str(b, "nesterov");
-    boolean(b, h->nesterov);
-    str(b, "maximize");
-    boolean(b, h->maximize);
-    str(b, "foreach");
-    op(b, 'N');
-    str(b, "differentiable");
-    boolean(b, false);
+    grove__pkw_str(&b->w, "momentum");
+    grove__pkw_float(&b->w, h->momentum);
+    grove__pkw_str(&b->w, "dampening");
+    grove__pkw_float(&b->w, h->dampening);
+    grove__pkw_str(&b->w, "weight_decay");
+    grove__pkw_float(&b->w, h->weight_decay);
+    grove__pkw_str(&b->w, "nesterov");
+    grove__pkw_bool(&b->w, h->nesterov);
+    grove__pkw_str(&b->w, "maximize");
+    grove__pkw_bool(&b->w, h->maximize);
+    grove__pkw_str(&b->w, "foreach");
+    grove__pkw_op(&b->w, 'N');
+    grove__pkw_str(&b->w, "differentiable");
+    grove__pkw_bool(&b->w, false);
   } else {
-    str(b, "betas");
-    number(b, h->beta1);
-    number(b, h->beta2);
-    op(b, 0x86); /* TUPLE2 */
-    str(b, "eps");
-    number(b, h->eps);
-    str(b, "weight_decay");
-    number(b, h->weight_decay);
-    str(b, "amsgrad");
-    boolean(b, h->amsgrad);
+    grove__pkw_str(&b->w, "betas");
+    grove__pkw_float(&b->w, h->beta1);
+    grove__pkw_float(&b->w, h->beta2);
+    grove__pkw_op(&b->w, 0x86); /* TUPLE2 */
+    grove__pkw_str(&b->w, "eps");
+    grove__pkw_float(&b->w, h->eps);
+    grove__pkw_str(&b->w, "weight_decay");
+    grove__pkw_float(&b->w, h->weight_decay);
+    grove__pkw_str(&b->w, "amsgrad");
+    grove__pkw_bool(&b->w, h->amsgrad);
     if (o->kind == GROVE_OPTIM_ADAM) {
-      str(b, "maximize");
-      boolean(b, h->maximize);
-      str(b, "foreach");
-      op(b, 'N');
+      grove__pkw_str(&b->w, "maximize");
+      grove__pkw_bool(&b->w, h->maximize);
+      grove__pkw_str(&b->w, "foreach");
+      grove__pkw_op(&b->w, 'N');
     } else {
-      str(b, "foreach");
-      op(b, 'N');
-      str(b, "maximize");
-      boolean(b, h->maximize);
+      grove__pkw_str(&b->w, "foreach");
+      grove__pkw_op(&b->w, 'N');
+      grove__pkw_str(&b->w, "maximize");
+      grove__pkw_bool(&b->w, h->maximize);
     }
-    str(b, "capturable");
-    boolean(b, false);
+    grove__pkw_str(&b->w, "capturable");
+    grove__pkw_bool(&b->w, false);
     if (o->kind == GROVE_OPTIM_ADAM) {
-      str(b, "differentiable");
-      boolean(b, false);
-      str(b, "fused");
-      boolean(b, false);
+      grove__pkw_str(&b->w, "differentiable");
+      grove__pkw_bool(&b->w, false);
+      grove__pkw_str(&b->w, "fused");
+      grove__pkw_bool(&b->w, false);
     }
   }
-  str(b, "params");
-  op(b, ']');
+  grove__pkw_str(&b->w, "params");
+  grove__pkw_op(&b->w, ']');
   if (o->groups[g].n) {
-    op(b, '(');
-    for (size_t j = 0; j < o->groups[g].n; j++) integer(b, (int64_t)(*next)++);
-    op(b, 'e');
+    grove__pkw_op(&b->w, '(');
+    for (size_t j = 0; j < o->groups[g].n; j++) grove__pkw_int(&b->w, (int64_t)(*next)++);
+    grove__pkw_op(&b->w, 'e');
   }
-  op(b, 'u');
+  grove__pkw_op(&b->w, 'u');
 }
 
 /* The 0-d float32 "step" tensors live here while the pickle is written. */
@@ -226,24 +151,24 @@ static grove_status build(pkw *b, const grove_optim *o, grove_tensor **steps, gr
   if (!packed) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
   packed_index(o, packed);
   uint8_t proto[2] = {0x80, 2};
-  put(b, proto, 2);
-  op(b, '}');
-  op(b, '(');
-  str(b, "state");
-  op(b, '}');
-  if (o->norder) op(b, '(');
+  grove__pkw_put(&b->w, proto, 2);
+  grove__pkw_op(&b->w, '}');
+  grove__pkw_op(&b->w, '(');
+  grove__pkw_str(&b->w, "state");
+  grove__pkw_op(&b->w, '}');
+  if (o->norder) grove__pkw_op(&b->w, '(');
   for (size_t k = 0; k < o->norder; k++) {
     size_t i = o->order[k];
     const grove__pstate *st = &o->state[i];
-    integer(b, (int64_t)packed[i]);
-    op(b, '}');
-    op(b, '(');
+    grove__pkw_int(&b->w, (int64_t)packed[i]);
+    grove__pkw_op(&b->w, '}');
+    grove__pkw_op(&b->w, '(');
     if (o->kind == GROVE_OPTIM_SGD) {
-      str(b, "momentum_buffer");
+      grove__pkw_str(&b->w, "momentum_buffer");
       if (st->buf)
         tensor(b, st->buf);
       else
-        op(b, 'N');
+        grove__pkw_op(&b->w, 'N');
     } else {
       steps[k] = grove_tensor_new(GROVE_F32, 0, NULL, err);
       if (!steps[k]) {
@@ -251,30 +176,30 @@ static grove_status build(pkw *b, const grove_optim *o, grove_tensor **steps, gr
         return err && err->code ? err->code : GROVE_E_NOMEM;
       }
       *(float *)steps[k]->data = st->step;
-      str(b, "step");
+      grove__pkw_str(&b->w, "step");
       tensor(b, steps[k]);
-      str(b, "exp_avg");
+      grove__pkw_str(&b->w, "exp_avg");
       tensor(b, st->buf);
-      str(b, "exp_avg_sq");
+      grove__pkw_str(&b->w, "exp_avg_sq");
       tensor(b, st->sq);
       if (st->maxsq) {
-        str(b, "max_exp_avg_sq");
+        grove__pkw_str(&b->w, "max_exp_avg_sq");
         tensor(b, st->maxsq);
       }
     }
-    op(b, 'u');
+    grove__pkw_op(&b->w, 'u');
   }
-  if (o->norder) op(b, 'u');
-  str(b, "param_groups");
-  op(b, ']');
-  op(b, '(');
+  if (o->norder) grove__pkw_op(&b->w, 'u');
+  grove__pkw_str(&b->w, "param_groups");
+  grove__pkw_op(&b->w, ']');
+  grove__pkw_op(&b->w, '(');
   size_t next = 0;
   for (size_t g = 0; g < o->ngroups; g++) group_dict(b, o, g, &next);
-  op(b, 'e');
-  op(b, 'u');
-  op(b, '.');
+  grove__pkw_op(&b->w, 'e');
+  grove__pkw_op(&b->w, 'u');
+  grove__pkw_op(&b->w, '.');
   free(packed);
-  return b->oom ? grove_err_set(err, GROVE_E_NOMEM, "out of memory") : GROVE_OK;
+  return b->w.oom ? grove_err_set(err, GROVE_E_NOMEM, "out of memory") : GROVE_OK;
 }
 
 static char *archive_of(const char *path) {
@@ -301,7 +226,7 @@ grove_status grove_optim_save(const grove_optim *o, const char *path, grove_err 
   size_t alen = archive ? strlen(archive) + 64 : 0;
   if (!s) {
     snprintf(rec, alen, "%s/data.pkl", archive);
-    s = grove__zipw_add(w, rec, b.p, b.n, err);
+    s = grove__zipw_add(w, rec, b.w.p, b.w.n, err);
   }
   if (!s) {
     snprintf(rec, alen, "%s/byteorder", archive);
@@ -320,7 +245,7 @@ grove_status grove_optim_save(const grove_optim *o, const char *path, grove_err 
   if (opened) s = grove__atomic_finish(&f, s, err);
   for (size_t k = 0; steps && k < o->norder; k++) grove_tensor_release(steps[k]);
   free(steps);
-  free(b.p);
+  grove__pkw_fini(&b.w);
   free(b.tensors);
   free(archive);
   free(rec);
