@@ -1,0 +1,306 @@
+/* oip_json.c: the Open Inference Protocol's tensor codec (oip.c's): the
+ * datatype names, a JSON "data" array (flat or nested, row-major) into a
+ * tensor's bytes, a tensor's bytes into a JSON array, JSON strings.
+ *
+ * Pure functions of their arguments: any thread (oip.c decodes on the HTTP
+ * thread and encodes on the worker that computed the outputs).
+ *
+ * Layer: below oip.c; calls nothing of server/ but metrics.c's text buffer. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <inttypes.h>
+
+#include "oip.h"
+
+/* OIP datatype names (kserve required_api.md, "Tensor Data Types") and
+ * Triton's model-configuration names, by grove_dtype. */
+static const struct {
+  grove_dtype dt;
+  const char *oip, *triton;
+} dtypes[] = {
+    {GROVE_BOOL, "BOOL", "TYPE_BOOL"},  {GROVE_U8, "UINT8", "TYPE_UINT8"},
+    {GROVE_I8, "INT8", "TYPE_INT8"},    {GROVE_I16, "INT16", "TYPE_INT16"},
+    {GROVE_I32, "INT32", "TYPE_INT32"}, {GROVE_I64, "INT64", "TYPE_INT64"},
+    {GROVE_F16, "FP16", "TYPE_FP16"},   {GROVE_BF16, "BF16", "TYPE_BF16"},
+    {GROVE_F32, "FP32", "TYPE_FP32"},   {GROVE_F64, "FP64", "TYPE_FP64"},
+};
+#define NDTYPES (sizeof dtypes / sizeof dtypes[0])
+
+const char *grove__oip_dtype_name(grove_dtype dt) {
+  for (size_t i = 0; i < NDTYPES; i++)
+    if (dtypes[i].dt == dt) return dtypes[i].oip;
+  return "INVALID";
+}
+
+const char *grove__oip_triton_type(grove_dtype dt) {
+  for (size_t i = 0; i < NDTYPES; i++)
+    if (dtypes[i].dt == dt) return dtypes[i].triton;
+  return "TYPE_INVALID";
+}
+
+bool grove__oip_dtype_parse(const char *name, grove_dtype *dt) {
+  for (size_t i = 0; i < NDTYPES; i++)
+    if (strcmp(dtypes[i].oip, name) == 0) {
+      *dt = dtypes[i].dt;
+      return true;
+    }
+  return false;
+}
+
+const char *grove__oip_dtype_list(void) {
+  return "BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, BF16, FP32, FP64";
+}
+
+/* ------------------------------------------------------------ decoding */
+
+/* Leaves of a nested array, or -1 past max (the shape's element count: a
+ * longer array is refused without walking the rest), or -2 at a leaf that
+ * is an object or a string. */
+static int64_t count_leaves(const json_t *a, int64_t max, int depth) {
+  if (!json_is_array(a)) return json_is_object(a) || json_is_string(a) ? -2 : 1;
+  if (depth > GROVE_MAX_DIMS) return -2;
+  int64_t n = 0;
+  size_t len = json_array_size(a);
+  for (size_t i = 0; i < len; i++) {
+    int64_t k = count_leaves(json_array_get(a, i), max - n, depth + 1);
+    if (k < 0) return k;
+    n += k;
+    if (n > max) return -1;
+  }
+  return n;
+}
+
+typedef struct filler {
+  grove_dtype dt;
+  unsigned char *p;
+  size_t i;
+  const char *bad; /* the first value the dtype cannot hold */
+} filler;
+
+static void put(filler *f, const json_t *v) {
+  unsigned char *p = f->p + f->i * grove_dtype_size(f->dt);
+  f->i++;
+  if (f->bad) return;
+  if (f->dt == GROVE_BOOL) {
+    if (!json_is_boolean(v)) {
+      f->bad = "BOOL takes true or false";
+      return;
+    }
+    *p = json_is_true(v) ? 1 : 0;
+    return;
+  }
+  bool is_float = f->dt == GROVE_F32 || f->dt == GROVE_F64 || f->dt == GROVE_F16 ||
+                  f->dt == GROVE_BF16;
+  if (is_float) {
+    if (!json_is_number(v)) {
+      f->bad = "a floating-point datatype takes numbers";
+      return;
+    }
+    double d = json_number_value(v);
+    switch (f->dt) {
+      case GROVE_F64:
+        memcpy(p, &d, 8);
+        break;
+      case GROVE_F32: {
+        float x = (float)d;
+        memcpy(p, &x, 4);
+        break;
+      }
+      case GROVE_F16: {
+        uint16_t h = grove_f32_to_f16((float)d);
+        memcpy(p, &h, 2);
+        break;
+      }
+      default: {
+        uint16_t h = grove_f32_to_bf16((float)d);
+        memcpy(p, &h, 2);
+        break;
+      }
+    }
+    return;
+  }
+  if (!json_is_integer(v)) {
+    f->bad = "an integer datatype takes integers";
+    return;
+  }
+  json_int_t x = json_integer_value(v);
+  switch (f->dt) {
+    case GROVE_I64: {
+      int64_t y = (int64_t)x;
+      memcpy(p, &y, 8);
+      return;
+    }
+    case GROVE_I32:
+      if (x < INT32_MIN || x > INT32_MAX) break;
+      {
+        int32_t y = (int32_t)x;
+        memcpy(p, &y, 4);
+      }
+      return;
+    case GROVE_I16:
+      if (x < INT16_MIN || x > INT16_MAX) break;
+      {
+        int16_t y = (int16_t)x;
+        memcpy(p, &y, 2);
+      }
+      return;
+    case GROVE_I8:
+      if (x < INT8_MIN || x > INT8_MAX) break;
+      *(int8_t *)p = (int8_t)x;
+      return;
+    case GROVE_U8:
+      if (x < 0 || x > UINT8_MAX) break;
+      *p = (uint8_t)x;
+      return;
+    default:
+      break;
+  }
+  f->bad = "a value is out of the datatype's range";
+}
+
+static void fill(filler *f, const json_t *a) {
+  if (!json_is_array(a)) {
+    put(f, a);
+    return;
+  }
+  size_t len = json_array_size(a);
+  for (size_t i = 0; i < len && !f->bad; i++) fill(f, json_array_get(a, i));
+}
+
+bool grove__oip_json_data(const json_t *data, grove_dtype dt, uint64_t numel, void **out,
+                          char *why, size_t n) {
+  *out = NULL;
+  int64_t max = numel > (uint64_t)INT64_MAX / 2 ? INT64_MAX / 2 : (int64_t)numel;
+  int64_t got = count_leaves(data, max, 0);
+  if (got == -2) {
+    snprintf(why, n, "holds a string, an object or too deep a nesting; %s takes numbers",
+             grove__oip_dtype_name(dt));
+    return false;
+  }
+  if (got < 0 || (uint64_t)got != numel) {
+    if (got < 0)
+      snprintf(why, n, "holds more values than the shape's %" PRIu64 " elements", numel);
+    else
+      snprintf(why, n, "holds %" PRId64 " values, but the shape has %" PRIu64 " elements", got,
+               numel);
+    return false;
+  }
+  /* numel values each took at least two bytes of the body: this fits. */
+  filler f = {.dt = dt, .p = malloc(numel * grove_dtype_size(dt) + 1)};
+  if (!f.p) {
+    snprintf(why, n, "out of memory for %" PRIu64 " values", numel);
+    return false;
+  }
+  fill(&f, data);
+  if (f.bad) {
+    snprintf(why, n, "value %zu: %s", f.i - 1, f.bad);
+    free(f.p);
+    return false;
+  }
+  *out = f.p;
+  return true;
+}
+
+/* ------------------------------------------------------------ encoding */
+
+void grove__oip_write_string(srv_text *b, const char *s) {
+  char tmp[256];
+  size_t j = 0;
+  grove__text_append(b, "\"", 1);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (j + 8 > sizeof tmp) {
+      grove__text_append(b, tmp, j);
+      j = 0;
+    }
+    if (*p == '"' || *p == '\\') {
+      tmp[j++] = '\\';
+      tmp[j++] = (char)*p;
+    } else if (*p < 0x20) {
+      j += (size_t)snprintf(tmp + j, sizeof tmp - j, "\\u%04x", *p);
+    } else {
+      tmp[j++] = (char)*p;
+    }
+  }
+  grove__text_append(b, tmp, j);
+  grove__text_append(b, "\"", 1);
+}
+
+/* One float as JSON with the digits that read back to the same value (9
+ * for a float, 17 for a double); NaN and the infinities as Python's json module writes them, since JSON
+ * has no spelling for them. */
+static int put_double(char *t, size_t n, double d, int digits) {
+  if (isnan(d)) return snprintf(t, n, "NaN");
+  if (isinf(d)) return snprintf(t, n, d < 0 ? "-Infinity" : "Infinity");
+  return snprintf(t, n, "%.*g", digits, d);
+}
+
+void grove__oip_write_data(srv_text *b, grove_dtype dt, const void *data, uint64_t numel) {
+  const unsigned char *p = data;
+  char tmp[4096];
+  size_t j = 0;
+  size_t es = grove_dtype_size(dt);
+  grove__text_append(b, "[", 1);
+  for (uint64_t i = 0; i < numel; i++, p += es) {
+    if (j + 40 > sizeof tmp) {
+      grove__text_append(b, tmp, j);
+      j = 0;
+    }
+    if (i) tmp[j++] = ',';
+    int w = 0;
+    switch (dt) {
+      case GROVE_F32: {
+        float x;
+        memcpy(&x, p, 4);
+        w = put_double(tmp + j, sizeof tmp - j, x, 9);
+        break;
+      }
+      case GROVE_F64: {
+        double x;
+        memcpy(&x, p, 8);
+        w = put_double(tmp + j, sizeof tmp - j, x, 17);
+        break;
+      }
+      case GROVE_F16:
+      case GROVE_BF16: {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        w = put_double(tmp + j, sizeof tmp - j,
+                       dt == GROVE_F16 ? grove_f16_to_f32(h) : grove_bf16_to_f32(h), 9);
+        break;
+      }
+      case GROVE_BOOL:
+        w = snprintf(tmp + j, sizeof tmp - j, "%s", *p ? "true" : "false");
+        break;
+      case GROVE_I64: {
+        int64_t x;
+        memcpy(&x, p, 8);
+        w = snprintf(tmp + j, sizeof tmp - j, "%" PRId64, x);
+        break;
+      }
+      case GROVE_I32: {
+        int32_t x;
+        memcpy(&x, p, 4);
+        w = snprintf(tmp + j, sizeof tmp - j, "%" PRId32, x);
+        break;
+      }
+      case GROVE_I16: {
+        int16_t x;
+        memcpy(&x, p, 2);
+        w = snprintf(tmp + j, sizeof tmp - j, "%d", (int)x);
+        break;
+      }
+      case GROVE_I8:
+        w = snprintf(tmp + j, sizeof tmp - j, "%d", (int)*(const int8_t *)p);
+        break;
+      default:
+        w = snprintf(tmp + j, sizeof tmp - j, "%u", (unsigned)*p);
+        break;
+    }
+    if (w > 0) j += (size_t)w;
+  }
+  grove__text_append(b, tmp, j);
+  grove__text_append(b, "]", 1);
+}
