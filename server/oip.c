@@ -248,7 +248,15 @@ typedef struct binsec {
 
 /* Fills o's predict from the JSON request root; false when refused (o
  * answered). */
-static bool decode_infer(oip_req *o, const json_t *root, const grove_model *gm, binsec *bs) {
+/* The inputs' data arrays grove__oip_cut_data took out of the text. */
+typedef struct cutdata {
+  const char *text; /* the original JSON */
+  oip_span spans[GROVE_MAX_VALUES];
+  size_t n;
+} cutdata;
+
+static bool decode_infer(oip_req *o, const json_t *root, const grove_model *gm, binsec *bs,
+                         const cutdata *cut) {
   const char *mname = o->model_name;
   json_t *id = json_object_get(root, "id");
   if (id && !json_is_string(id)) {
@@ -398,7 +406,11 @@ static bool decode_infer(oip_req *o, const json_t *root, const grove_model *gm, 
         return false;
       }
       char why[256];
-      if (!grove__oip_json_data(data, dt, numel, &o->owned[slot], why, sizeof why)) {
+      const oip_span *sp = NULL;
+      for (size_t k = 0; json_is_null(data) && k < cut->n; k++)
+        if (cut->spans[k].input == j) sp = &cut->spans[k];
+      if (sp ? !grove__oip_text_data(cut->text, sp, dt, numel, &o->owned[slot], why, sizeof why)
+             : !grove__oip_json_data(data, dt, numel, &o->owned[slot], why, sizeof why)) {
         refuse(o, GROVE_E_INVALID_ARGUMENT, "inputs[%zu] ('%s').data %s", j, name, why);
         return false;
       }
@@ -498,8 +510,20 @@ static void infer(srv_server *srv, const srv_hreq *q, srv_model *m, const char *
     refuse(o, GROVE_E_INVALID_ARGUMENT, "the request has no JSON body");
     return;
   }
+  /* The numbers of the data arrays are read straight into the tensors;
+   * jansson parses the rest (oip_json.c, "the fast path"). */
+  cutdata cut = {.text = q->body};
+  char *text = malloc(jlen + 1);
+  if (!text) {
+    refuse(o, GROVE_E_NOMEM, "out of memory for the request's JSON");
+    return;
+  }
+  size_t tlen = grove__oip_cut_data(q->body, jlen, text, cut.spans, GROVE_MAX_VALUES, &cut.n);
   json_error_t jerr;
-  json_t *root = json_loadb(q->body, jlen, JSON_REJECT_DUPLICATES, &jerr);
+  json_t *root = json_loadb(text, tlen, JSON_REJECT_DUPLICATES, &jerr);
+  free(text);
+  if (!root && cut.n) /* where the error is, in the text the client sent */
+    root = json_loadb(q->body, jlen, JSON_REJECT_DUPLICATES, &jerr);
   if (!root || !json_is_object(root)) {
     if (root)
       refuse(o, GROVE_E_INVALID_ARGUMENT, "the request's JSON is not an object");
@@ -515,7 +539,7 @@ static void infer(srv_server *srv, const srv_hreq *q, srv_model *m, const char *
     grove__predict_submit(&o->r); /* not loaded: UNAVAILABLE, as the RPC's */
     return;
   }
-  bool ok = decode_infer(o, root, v->model, &bs);
+  bool ok = decode_infer(o, root, v->model, &bs, &cut);
   grove__version_release(v);
   json_decref(root);
   if (ok) grove__predict_submit(&o->r);

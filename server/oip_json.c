@@ -5,7 +5,17 @@
  * Pure functions of their arguments: any thread (oip.c decodes on the HTTP
  * thread and encodes on the worker that computed the outputs).
  *
+ * The fast path: jansson makes one allocated json_t per number, which on
+ * the HTTP thread capped JSON infers at a fifth of binary ones.  So before
+ * jansson sees a request, grove__oip_cut_data takes every inputs[i].data
+ * that is an array of numbers out of the text (one pass, no allocation),
+ * and grove__oip_text_data converts those straight into the tensor's
+ * bytes.  Anything else (strings, booleans, a malformed number) is left in
+ * the text for jansson and the general decoder above, so the answers and
+ * their messages are the same either way.
+ *
  * Layer: below oip.c; calls nothing of server/ but metrics.c's text buffer. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -303,4 +313,250 @@ void grove__oip_write_data(srv_text *b, grove_dtype dt, const void *data, uint64
   }
   grove__text_append(b, tmp, j);
   grove__text_append(b, "]", 1);
+}
+
+/* ------------------------------------------------------------ the fast path */
+
+/* A JSON number at p (strict grammar: -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?);
+ * its end, or NULL.  *integral: no fraction, no exponent. */
+static const char *scan_number(const char *p, const char *end, bool *integral) {
+  *integral = true;
+  if (p < end && *p == '-') p++;
+  if (p >= end) return NULL;
+  if (*p == '0') {
+    p++;
+  } else if (*p >= '1' && *p <= '9') {
+    while (p < end && *p >= '0' && *p <= '9') p++;
+  } else {
+    return NULL;
+  }
+  if (p < end && *p == '.') {
+    *integral = false;
+    p++;
+    const char *d = p;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+    if (p == d) return NULL;
+  }
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    *integral = false;
+    p++;
+    if (p < end && (*p == '+' || *p == '-')) p++;
+    const char *d = p;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+    if (p == d) return NULL;
+  }
+  return p;
+}
+
+static const char *skip_ws(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+  return p;
+}
+
+/* An array of numbers (nested at most GROVE_MAX_DIMS deep) at p == '[':
+ * its end and its leaves, or NULL when it is anything else (jansson then
+ * parses it, and words what is wrong with it). */
+static const char *scan_number_array(const char *p, const char *end, uint64_t *leaves) {
+  int depth = 0;
+  *leaves = 0;
+  for (;;) {
+    /* at a value */
+    p = skip_ws(p, end);
+    if (p >= end) return NULL;
+    if (*p == '[') {
+      if (++depth > GROVE_MAX_DIMS) return NULL;
+      p = skip_ws(p + 1, end);
+      if (p < end && *p == ']') {
+        depth--;
+        p++;
+        goto after_value;
+      }
+      continue;
+    }
+    bool integral;
+    if (!(p = scan_number(p, end, &integral))) return NULL;
+    (*leaves)++;
+  after_value:
+    for (;;) {
+      if (depth == 0) return p;
+      p = skip_ws(p, end);
+      if (p >= end) return NULL;
+      if (*p == ',') {
+        p++;
+        break;
+      }
+      if (*p != ']') return NULL;
+      depth--;
+      p++;
+    }
+  }
+}
+
+size_t grove__oip_cut_data(const char *json, size_t len, char *out, oip_span *spans, size_t max,
+                           size_t *nspans) {
+  /* The containers open at p: kind, the key being read or whose value
+   * follows (1: "inputs", 2: "data", 0: another), the key each container
+   * was opened under, an array's element index. */
+  enum { MAXD = 8 };
+  char kind[MAXD];
+  int key[MAXD], under[MAXD];
+  size_t index[MAXD];
+  int depth = 0;
+  const char *p = json, *end = json + len, *copied = json;
+  size_t o = 0;
+  *nspans = 0;
+  while (p < end) {
+    char c = *p;
+    if (c == '"') {
+      const char *s = ++p;
+      while (p < end && *p != '"') p += *p == '\\' ? 2 : 1;
+      if (p >= end) break; /* unterminated: jansson says so */
+      size_t n = (size_t)(p - s);
+      p++;
+      if (depth > 0 && depth <= MAXD && kind[depth - 1] == '{') {
+        const char *q = skip_ws(p, end);
+        if (q < end && *q == ':') /* a key */
+          key[depth - 1] = n == 6 && memcmp(s, "inputs", 6) == 0 ? 1
+                           : n == 4 && memcmp(s, "data", 4) == 0 ? 2
+                                                                 : 0;
+      }
+      continue;
+    }
+    if (c == '[' && depth == 3 && kind[2] == '{' && key[2] == 2 && under[1] == 1 &&
+        kind[1] == '[' && *nspans < max) {
+      uint64_t leaves;
+      const char *e = scan_number_array(p, end, &leaves);
+      if (e && e - p >= 4) { /* shorter ones stay: "null" must not grow the text */
+        /* inputs[index[1]].data: cut out, "null" in its place. */
+        memcpy(out + o, copied, (size_t)(p - copied));
+        o += (size_t)(p - copied);
+        memcpy(out + o, "null", 4);
+        o += 4;
+        spans[*nspans] = (oip_span){.input = index[1],
+                                    .off = (size_t)(p - json),
+                                    .len = (size_t)(e - p),
+                                    .leaves = leaves};
+        (*nspans)++;
+        p = copied = e;
+        continue;
+      }
+    }
+    if (c == '{' || c == '[') {
+      if (depth < MAXD) {
+        kind[depth] = c;
+        key[depth] = 0;
+        index[depth] = 0;
+        under[depth] = depth > 0 && kind[depth - 1] == '{' ? key[depth - 1] : 0;
+      }
+      depth++;
+    } else if (c == '}' || c == ']') {
+      if (depth > 0) depth--;
+    } else if (c == ',' && depth > 0 && depth <= MAXD) {
+      if (kind[depth - 1] == '[') index[depth - 1]++;
+      key[depth - 1] = 0;
+    }
+    p++;
+  }
+  memcpy(out + o, copied, (size_t)(end - copied));
+  o += (size_t)(end - copied);
+  out[o] = 0;
+  return o;
+}
+
+bool grove__oip_text_data(const char *text, const oip_span *sp, grove_dtype dt, uint64_t numel,
+                          void **out, char *why, size_t n) {
+  *out = NULL;
+  if (sp->leaves > numel) {
+    snprintf(why, n, "holds more values than the shape's %" PRIu64 " elements", numel);
+    return false;
+  }
+  if (sp->leaves != numel) {
+    snprintf(why, n, "holds %" PRIu64 " values, but the shape has %" PRIu64 " elements",
+             sp->leaves, numel);
+    return false;
+  }
+  if (dt == GROVE_BOOL && numel > 0) {
+    snprintf(why, n, "value 0: BOOL takes true or false");
+    return false;
+  }
+  size_t es = grove_dtype_size(dt);
+  unsigned char *buf = malloc(numel * es + 1), *w = buf;
+  if (!buf) {
+    snprintf(why, n, "out of memory for %" PRIu64 " values", numel);
+    return false;
+  }
+  bool is_float = dt == GROVE_F32 || dt == GROVE_F64 || dt == GROVE_F16 || dt == GROVE_BF16;
+  const char *p = text + sp->off, *end = p + sp->len;
+  for (uint64_t i = 0; i < numel; i++) {
+    while (p < end && !(*p == '-' || (*p >= '0' && *p <= '9'))) p++;
+    bool integral;
+    const char *e = scan_number(p, end, &integral);
+    const char *bad = NULL;
+    if (is_float) {
+      double d = strtod(p, NULL);
+      switch (dt) {
+        case GROVE_F64:
+          memcpy(w, &d, 8);
+          break;
+        case GROVE_F32: {
+          float x = (float)d;
+          memcpy(w, &x, 4);
+          break;
+        }
+        case GROVE_F16: {
+          uint16_t h = grove_f32_to_f16((float)d);
+          memcpy(w, &h, 2);
+          break;
+        }
+        default: {
+          uint16_t h = grove_f32_to_bf16((float)d);
+          memcpy(w, &h, 2);
+          break;
+        }
+      }
+    } else if (!integral) {
+      bad = "an integer datatype takes integers";
+    } else {
+      errno = 0;
+      long long x = strtoll(p, NULL, 10);
+      bool range = errno == 0;
+      switch (dt) {
+        case GROVE_I64: {
+          int64_t y = x;
+          memcpy(w, &y, 8);
+          break;
+        }
+        case GROVE_I32: {
+          range = range && x >= INT32_MIN && x <= INT32_MAX;
+          int32_t y = (int32_t)x;
+          memcpy(w, &y, 4);
+          break;
+        }
+        case GROVE_I16: {
+          range = range && x >= INT16_MIN && x <= INT16_MAX;
+          int16_t y = (int16_t)x;
+          memcpy(w, &y, 2);
+          break;
+        }
+        case GROVE_I8:
+          range = range && x >= INT8_MIN && x <= INT8_MAX;
+          *(int8_t *)w = (int8_t)x;
+          break;
+        default:
+          range = range && x >= 0 && x <= UINT8_MAX;
+          *w = (uint8_t)x;
+          break;
+      }
+      if (!range) bad = "a value is out of the datatype's range";
+    }
+    if (bad) {
+      snprintf(why, n, "value %" PRIu64 ": %s", i, bad);
+      free(buf);
+      return false;
+    }
+    w += es;
+    p = e;
+  }
+  *out = buf;
+  return true;
 }

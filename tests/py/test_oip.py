@@ -557,3 +557,72 @@ def test_oip_not_ready_and_draining():
             srv.stop()
     finally:
         shutil.rmtree(tmp)
+
+
+def test_oip_integer_inputs_and_data_forms():
+    """INT64 indices into an Embedding, as JSON (flat, nested) and binary;
+    values the datatype cannot hold are refused naming the value; numbers
+    and other JSON forms of the same tensor give the same answer."""
+    tmp = tempfile.mkdtemp()
+    try:
+        torch.manual_seed(5)
+        emb = nn.Sequential(nn.Embedding(10, 3)).eval()
+        d = os.path.join(tmp, "emb")
+        grove_export.export(emb, d, example_input=torch.zeros(1, 4, dtype=torch.int64))
+        with Groved(tmp, {"emb": d, "mlp": export_mlp(tmp)}) as srv:
+            meta = json.loads(get(srv, "/v2/models/emb")[2])
+            assert meta["inputs"][0]["datatype"] == "INT64", meta
+            idx = torch.tensor([[1, 2, 3, 9], [0, 0, 5, 7]])
+            with torch.no_grad():
+                ref = emb(idx).numpy()
+            name = meta["inputs"][0]["name"]
+            for data in (idx.flatten().tolist(), idx.tolist()):
+                doc = {"inputs": [{"name": name, "shape": [2, 4], "datatype": "INT64",
+                                   "data": data}]}
+                code, _, body = infer(srv, doc, model="emb")
+                assert code == 200, body
+                out = json.loads(body)["outputs"][0]
+                assert out["shape"] == [2, 4, 3], out
+                np.testing.assert_allclose(np.array(out["data"], np.float32).reshape(2, 4, 3),
+                                           ref, atol=TOL, rtol=TOL)
+            head = json.dumps({"inputs": [{"name": name, "shape": [2, 4], "datatype": "INT64",
+                                           "parameters": {"binary_data_size": 64}}]}).encode()
+            code, _, body = request(srv, "POST", "/v2/models/emb/infer",
+                                    head + idx.numpy().astype("<i8").tobytes(),
+                                    {"Inference-Header-Content-Length": str(len(head))})
+            assert code == 200, body
+            out = json.loads(body)["outputs"][0]
+            np.testing.assert_allclose(np.array(out["data"], np.float32).reshape(2, 4, 3), ref,
+                                       atol=TOL, rtol=TOL)
+            for data, words in (([1, 2, 3.5, 0] * 2, "value 2: an integer datatype takes integers"),
+                                ([1, 2, True, 0] * 2, "value 2: an integer datatype takes integers"),
+                                ([1, 2, 3, 0, 1, 2, 3] + ["x"], "holds a string")):
+                doc = {"inputs": [{"name": name, "shape": [2, 4], "datatype": "INT64",
+                                   "data": data}]}
+                msg = error_of(infer(srv, doc, model="emb"), 400)
+                assert words in msg, msg
+            doc = {"inputs": [{"name": name, "shape": [1, 4], "datatype": "INT32",
+                               "data": [1, 2, 2 ** 33, 0]}]}
+            msg = error_of(infer(srv, doc, model="emb"), 400)
+            assert "value 2: a value is out of the datatype's range" in msg, msg
+            # FP32 data written as integers, and nested one level more
+            # than needed: the same numbers, the same answer.
+            x = torch.arange(32, dtype=torch.float32).reshape(2, 16) / 8
+            ints = {"name": "x", "shape": [2, 16], "datatype": "FP32",
+                    "data": [[int(v * 8) / 8 if v * 8 % 8 else int(v) for v in row]
+                             for row in x.tolist()]}
+            code, _, body = infer(srv, {"inputs": [ints]})
+            assert code == 200, body
+            np.testing.assert_allclose(np.array(json.loads(body)["outputs"][0]["data"],
+                                                np.float32).reshape(2, 4), want(x),
+                                       atol=TOL, rtol=TOL)
+            # A malformed number inside a data array: jansson's words, with
+            # the position in the text that was sent.
+            bad = b'{"inputs":[{"name":"x","shape":[1,16],"datatype":"FP32","data":[1,2,03]}]}'
+            msg = error_of(infer(srv, bad), 400)
+            assert msg.startswith("malformed JSON at line 1, column"), msg
+            col = int(re.search(r"column (\d+)", msg).group(1))
+            assert abs(col - bad.index(b"03")) <= 3, (col, msg)
+            still_serves(srv)
+    finally:
+        shutil.rmtree(tmp)
