@@ -18,7 +18,9 @@
  *               formation, handing batches to idle workers
  *   worker.c    worker threads: concatenate rows, forward, split, reply
  *   metrics.c   counters and histograms, Prometheus text
- *   http.c      /healthz, /readyz, /metrics on a libuv HTTP server of its own thread
+ *   http.c      /healthz, /readyz, /metrics and registered routes on a libuv HTTP
+ *               server of its own thread
+ *   oip.c       the Open Inference Protocol on the HTTP listener (with oip_json.c)
  *   conns.c     connection caps and idle timeouts of every listener
  *   slog.c      one log line per event
  *   reload.c    hot reload (Reload RPC, SIGHUP, --watch, promote)
@@ -39,7 +41,9 @@
  *     goes out on NNG from the worker thread: one hop less than going back
  *     through the loop, and the loop never waits on a socket).
  *   - A request (srv_req) belongs to exactly one of them at a time, so it
- *     carries no lock: NNG thread -> loop -> worker -> NNG again.
+ *     carries no lock: NNG thread -> loop -> worker -> NNG again.  An OIP
+ *     infer (oip.c) goes HTTP thread -> loop -> worker -> HTTP thread (the
+ *     worker encodes the answer and posts it: grove__http_post).
  *   - Metrics are atomics any thread may bump and the HTTP thread reads.
  *   - A model's current version is swapped only by the loop (the hot-reload
  *     issue) under srv_model.mu; readers on other threads take a reference
