@@ -554,13 +554,23 @@ static void shape_json(srv_text *b, const grove_io_spec *sp, int from) {
   grove__text_append(b, "]", 1);
 }
 
-static void specs_json(srv_text *b, const char *key, const grove_io_spec *sp, size_t n) {
+/* The inputs or outputs of a model as a JSON array, under key: OIP's
+ * metadata ("datatype" FP32, "shape" with -1 for the batch) or, with
+ * triton, Triton's configuration ("data_type" TYPE_FP32, "dims" without
+ * the batch dimension, which max_batch_size > 0 says is there). */
+static void specs_json(srv_text *b, const char *key, const grove_io_spec *sp, size_t n,
+                       bool triton) {
   grove__text_printf(b, ",\"%s\":[", key);
   for (size_t i = 0; i < n; i++) {
     grove__text_append(b, i ? ",{\"name\":" : "{\"name\":", i ? 9 : 8);
     grove__oip_write_string(b, sp[i].name ? sp[i].name : "");
-    grove__text_printf(b, ",\"datatype\":\"%s\",\"shape\":", grove__oip_dtype_name(sp[i].dtype));
-    shape_json(b, &sp[i], 0);
+    if (triton)
+      grove__text_printf(b, ",\"data_type\":\"%s\",\"dims\":",
+                         grove__oip_triton_type(sp[i].dtype));
+    else
+      grove__text_printf(b, ",\"datatype\":\"%s\",\"shape\":",
+                         grove__oip_dtype_name(sp[i].dtype));
+    shape_json(b, &sp[i], triton ? 1 : 0);
     grove__text_append(b, "}", 1);
   }
   grove__text_append(b, "]", 1);
@@ -571,27 +581,14 @@ static void model_metadata(srv_model *m, const grove_model *gm, int64_t version,
   grove__text_append(&b, "{\"name\":", 8);
   grove__oip_write_string(&b, m->name);
   grove__text_printf(&b, ",\"versions\":[\"%" PRId64 "\"],\"platform\":\"grove\"", version);
-  specs_json(&b, "inputs", gm->inputs, gm->ninputs);
-  specs_json(&b, "outputs", gm->outputs, gm->noutputs);
+  specs_json(&b, "inputs", gm->inputs, gm->ninputs, false);
+  specs_json(&b, "outputs", gm->outputs, gm->noutputs, false);
   grove__text_append(&b, "}", 1);
   set_json(res, 200, &b);
 }
 
 /* Triton's model configuration, as much of it as perf_analyzer and
- * tritonclient read: dims without the batch dimension (max_batch_size > 0
- * says it is there). */
-static void triton_specs(srv_text *b, const char *key, const grove_io_spec *sp, size_t n) {
-  grove__text_printf(b, ",\"%s\":[", key);
-  for (size_t i = 0; i < n; i++) {
-    grove__text_append(b, i ? ",{\"name\":" : "{\"name\":", i ? 9 : 8);
-    grove__oip_write_string(b, sp[i].name ? sp[i].name : "");
-    grove__text_printf(b, ",\"data_type\":\"%s\",\"dims\":", grove__oip_triton_type(sp[i].dtype));
-    shape_json(b, &sp[i], 1);
-    grove__text_append(b, "}", 1);
-  }
-  grove__text_append(b, "]", 1);
-}
-
+ * tritonclient read. */
 static void model_config(srv_model *m, const grove_model *gm, srv_hres *res) {
   srv_text b = {0};
   grove__text_append(&b, "{\"name\":", 8);
@@ -601,8 +598,8 @@ static void model_config(srv_model *m, const grove_model *gm, srv_hres *res) {
                      ",\"dynamic_batching\":{\"max_queue_delay_microseconds\":%" PRId64
                      "},\"version_policy\":{\"latest\":{\"num_versions\":1}}",
                      gm->batching.max_batch_size, gm->batching.max_queue_delay_us);
-  triton_specs(&b, "input", gm->inputs, gm->ninputs);
-  triton_specs(&b, "output", gm->outputs, gm->noutputs);
+  specs_json(&b, "input", gm->inputs, gm->ninputs, true);
+  specs_json(&b, "output", gm->outputs, gm->noutputs, true);
   grove__text_append(&b, "}", 1);
   set_json(res, 200, &b);
 }

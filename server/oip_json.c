@@ -83,6 +83,64 @@ static int64_t count_leaves(const json_t *a, int64_t max, int depth) {
   return n;
 }
 
+/* One value into element p of dt: a float datatype's (rounded as torch
+ * rounds a Python float into the tensor), an integer one's (false when out
+ * of its range). */
+static bool is_float(grove_dtype dt) {
+  return dt == GROVE_F32 || dt == GROVE_F64 || dt == GROVE_F16 || dt == GROVE_BF16;
+}
+
+static void store_float(grove_dtype dt, unsigned char *p, double d) {
+  switch (dt) {
+    case GROVE_F64:
+      memcpy(p, &d, 8);
+      break;
+    case GROVE_F32: {
+      float x = (float)d;
+      memcpy(p, &x, 4);
+      break;
+    }
+    case GROVE_F16: {
+      uint16_t h = grove_f32_to_f16((float)d);
+      memcpy(p, &h, 2);
+      break;
+    }
+    default: {
+      uint16_t h = grove_f32_to_bf16((float)d);
+      memcpy(p, &h, 2);
+      break;
+    }
+  }
+}
+
+static bool store_int(grove_dtype dt, unsigned char *p, long long x) {
+  switch (dt) {
+    case GROVE_I64: {
+      int64_t y = x;
+      memcpy(p, &y, 8);
+      return true;
+    }
+    case GROVE_I32: {
+      int32_t y = (int32_t)x;
+      memcpy(p, &y, 4);
+      return x >= INT32_MIN && x <= INT32_MAX;
+    }
+    case GROVE_I16: {
+      int16_t y = (int16_t)x;
+      memcpy(p, &y, 2);
+      return x >= INT16_MIN && x <= INT16_MAX;
+    }
+    case GROVE_I8:
+      *(int8_t *)p = (int8_t)x;
+      return x >= INT8_MIN && x <= INT8_MAX;
+    default: /* GROVE_U8 */
+      *p = (uint8_t)x;
+      return x >= 0 && x <= UINT8_MAX;
+  }
+}
+
+static const char out_of_range[] = "a value is out of the datatype's range";
+
 typedef struct filler {
   grove_dtype dt;
   unsigned char *p;
@@ -102,73 +160,19 @@ static void put(filler *f, const json_t *v) {
     *p = json_is_true(v) ? 1 : 0;
     return;
   }
-  bool is_float = f->dt == GROVE_F32 || f->dt == GROVE_F64 || f->dt == GROVE_F16 ||
-                  f->dt == GROVE_BF16;
-  if (is_float) {
+  if (is_float(f->dt)) {
     if (!json_is_number(v)) {
       f->bad = "a floating-point datatype takes numbers";
       return;
     }
-    double d = json_number_value(v);
-    switch (f->dt) {
-      case GROVE_F64:
-        memcpy(p, &d, 8);
-        break;
-      case GROVE_F32: {
-        float x = (float)d;
-        memcpy(p, &x, 4);
-        break;
-      }
-      case GROVE_F16: {
-        uint16_t h = grove_f32_to_f16((float)d);
-        memcpy(p, &h, 2);
-        break;
-      }
-      default: {
-        uint16_t h = grove_f32_to_bf16((float)d);
-        memcpy(p, &h, 2);
-        break;
-      }
-    }
+    store_float(f->dt, p, json_number_value(v));
     return;
   }
   if (!json_is_integer(v)) {
     f->bad = "an integer datatype takes integers";
     return;
   }
-  json_int_t x = json_integer_value(v);
-  switch (f->dt) {
-    case GROVE_I64: {
-      int64_t y = (int64_t)x;
-      memcpy(p, &y, 8);
-      return;
-    }
-    case GROVE_I32:
-      if (x < INT32_MIN || x > INT32_MAX) break;
-      {
-        int32_t y = (int32_t)x;
-        memcpy(p, &y, 4);
-      }
-      return;
-    case GROVE_I16:
-      if (x < INT16_MIN || x > INT16_MAX) break;
-      {
-        int16_t y = (int16_t)x;
-        memcpy(p, &y, 2);
-      }
-      return;
-    case GROVE_I8:
-      if (x < INT8_MIN || x > INT8_MAX) break;
-      *(int8_t *)p = (int8_t)x;
-      return;
-    case GROVE_U8:
-      if (x < 0 || x > UINT8_MAX) break;
-      *p = (uint8_t)x;
-      return;
-    default:
-      break;
-  }
-  f->bad = "a value is out of the datatype's range";
+  if (!store_int(f->dt, p, (long long)json_integer_value(v))) f->bad = out_of_range;
 }
 
 static void fill(filler *f, const json_t *a) {
@@ -485,69 +489,20 @@ bool grove__oip_text_data(const char *text, const oip_span *sp, grove_dtype dt, 
     snprintf(why, n, "out of memory for %" PRIu64 " values", numel);
     return false;
   }
-  bool is_float = dt == GROVE_F32 || dt == GROVE_F64 || dt == GROVE_F16 || dt == GROVE_BF16;
   const char *p = text + sp->off, *end = p + sp->len;
   for (uint64_t i = 0; i < numel; i++) {
     while (p < end && !(*p == '-' || (*p >= '0' && *p <= '9'))) p++;
     bool integral;
     const char *e = scan_number(p, end, &integral);
     const char *bad = NULL;
-    if (is_float) {
-      double d = strtod(p, NULL);
-      switch (dt) {
-        case GROVE_F64:
-          memcpy(w, &d, 8);
-          break;
-        case GROVE_F32: {
-          float x = (float)d;
-          memcpy(w, &x, 4);
-          break;
-        }
-        case GROVE_F16: {
-          uint16_t h = grove_f32_to_f16((float)d);
-          memcpy(w, &h, 2);
-          break;
-        }
-        default: {
-          uint16_t h = grove_f32_to_bf16((float)d);
-          memcpy(w, &h, 2);
-          break;
-        }
-      }
+    if (is_float(dt)) {
+      store_float(dt, w, strtod(p, NULL));
     } else if (!integral) {
       bad = "an integer datatype takes integers";
     } else {
       errno = 0;
       long long x = strtoll(p, NULL, 10);
-      bool range = errno == 0;
-      switch (dt) {
-        case GROVE_I64: {
-          int64_t y = x;
-          memcpy(w, &y, 8);
-          break;
-        }
-        case GROVE_I32: {
-          range = range && x >= INT32_MIN && x <= INT32_MAX;
-          int32_t y = (int32_t)x;
-          memcpy(w, &y, 4);
-          break;
-        }
-        case GROVE_I16: {
-          range = range && x >= INT16_MIN && x <= INT16_MAX;
-          int16_t y = (int16_t)x;
-          memcpy(w, &y, 2);
-          break;
-        }
-        case GROVE_I8:
-          range = range && x >= INT8_MIN && x <= INT8_MAX;
-          *(int8_t *)w = (int8_t)x;
-          break;
-        default:
-          range = range && x >= 0 && x <= UINT8_MAX;
-          *w = (uint8_t)x;
-          break;
-      }
-      if (!range) bad = "a value is out of the datatype's range";
+      if (!store_int(dt, w, x) || errno) bad = out_of_range;
     }
     if (bad) {
       snprintf(why, n, "value %" PRIu64 ": %s", i, bad);
