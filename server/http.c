@@ -22,7 +22,8 @@
  * The server is what its endpoints need: GET, HEAD and POST, keep-alive
  * (HTTP/1.1's default; "Connection: close" and HTTP/1.0 close after the
  * answer), one request at a time per connection (pipelined ones wait their
- * turn, so answers come in order), a request head of at most HEAD_MAX bytes
+ * turn, so answers come in order; while they fill the buffer, reading stops
+ * until the answer is out), a request head of at most HEAD_MAX bytes
  * (431 beyond), a body by Content-Length of at most --max-request-bytes, the
  * RPC's limit (413 from the headers alone, before any of it is read; a
  * chunked body is refused with 411), "Expect: 100-continue" answered with
@@ -74,6 +75,7 @@ struct hconn {
   bool in_body;   /* reading the current request's body */
   bool head_only; /* the current request is a HEAD */
   bool req_close; /* close after the current request's answer */
+  bool read_stopped; /* buf is full of pipelined requests: reading waits for the answer */
   size_t len;       /* bytes in buf */
   size_t head_used; /* the current request's head, at the start of buf (0: none) */
   char buf[HEAD_MAX];
@@ -235,6 +237,15 @@ static const char *reason(uint16_t code) {
 }
 
 static void process(hconn *c);
+static void on_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *b);
+static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b);
+
+/* Reading again once the answer made room in buf. */
+static void resume_read(hconn *c) {
+  if (!c->read_stopped || c->closing || c->len == sizeof c->buf) return;
+  c->read_stopped = false;
+  if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) conn_close(c);
+}
 
 static void call_done(hconn *c) {
   void (*done)(void *) = c->done;
@@ -255,6 +266,7 @@ static void on_written(uv_write_t *wr, int status) {
   }
   arm_idle(c);
   process(c); /* a pipelined request may be waiting in buf */
+  resume_read(c);
 }
 
 /* The current request is answered: its head and body go. */
@@ -574,10 +586,13 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b) {
     c->len += (size_t)n;
   touch(c);
   arm_idle(c); /* also bounds how long half a request may take */
-  /* A peer that fills the buffer with pipelined requests while an answer
-   * is being written gets no more room (on_alloc): libuv reports
-   * UV_ENOBUFS and the connection closes. */
   process(c);
+  /* Pipelined requests filled buf while one is computed or written: stop
+   * reading (TCP holds the peer back) until its answer makes room. */
+  if (!c->closing && !c->in_body && c->len == sizeof c->buf && (c->writing || c->pending)) {
+    uv_read_stop(st);
+    c->read_stopped = true;
+  }
 }
 
 static void on_connection(uv_stream_t *server, int status) {
