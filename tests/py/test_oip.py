@@ -631,3 +631,46 @@ def test_oip_integer_inputs_and_data_forms():
             still_serves(srv)
     finally:
         shutil.rmtree(tmp)
+
+
+def test_oip_queue_full_and_deadline():
+    """The batcher's answers reach OIP clients as HTTP codes: a full queue
+    429, a request past parameters.timeout 504 (never computed)."""
+    tmp = tempfile.mkdtemp()
+    try:
+        d = os.path.join(tmp, "mlp")
+        grove_export.export(mlp(), d, example_input=torch.zeros(1, 16),
+                            batching={"max_queue_size": 1})
+        with Groved(tmp, {"mlp": d}, extra=["--workers", "1",
+                                             "--test-batch-delay-ms", "500"]) as srv:
+            x = x_rows(1)
+            results = {}
+
+            def send(key, doc):
+                results[key] = infer(srv, doc)
+
+            busy = threading.Thread(target=send, args=("busy", {"inputs": [json_input(x)]}))
+            busy.start()
+            time.sleep(0.2)  # computing (held 0.5 s)
+            # Queued behind it with a 100 ms deadline: expired when its turn comes.
+            late = threading.Thread(target=send, args=("late", {
+                "inputs": [json_input(x)], "parameters": {"timeout": 100000}}))
+            late.start()
+            time.sleep(0.1)
+            msg = error_of(infer(srv, {"inputs": [json_input(x)]}), 429)
+            assert "queue full" in msg, msg
+            busy.join(30)
+            late.join(30)
+            assert results["busy"][0] == 200, results["busy"]
+            msg = error_of(results["late"], 504)
+            assert "past its timeout; it was not computed" in msg, msg
+            msg = error_of(infer(srv, {"inputs": [json_input(x)], "parameters": {"timeout": -1}}),
+                           400)
+            assert "parameters.timeout" in msg, msg
+            assert metric(srv, 'grove_requests_total{model="mlp",status="DEADLINE_EXCEEDED",'
+                               'protocol="oip"}') == 1
+            assert metric(srv, 'grove_requests_total{model="mlp",status="RESOURCE_EXHAUSTED",'
+                               'protocol="oip"}') == 1
+            still_serves(srv)
+    finally:
+        shutil.rmtree(tmp)
