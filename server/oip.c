@@ -56,6 +56,7 @@ typedef struct oip_req {
   int want[GROVE_MAX_VALUES];
   bool want_binary[GROVE_MAX_VALUES];
   bool binary_all; /* parameters.binary_data_output */
+  bool sending;    /* counted in srv.sending until the answer is written */
   srv_hres res;    /* the answer, posted to the HTTP thread */
 } oip_req;
 
@@ -118,7 +119,7 @@ static void oip_free(oip_req *o) {
 static void answer_done(void *arg) {
   oip_req *o = arg;
   srv_server *srv = o->srv;
-  if (o->r.deadline == INT64_MIN) { /* counted in srv.sending: see finish() */
+  if (o->sending) {
     atomic_fetch_sub(&srv->sending, 1);
     if (atomic_load(&srv->draining)) srv->rpc.wake(srv);
   }
@@ -135,15 +136,14 @@ static void answer(srv_http_job *job) {
 /* o's answer is in o->res: count it and hand it to the HTTP thread.  An
  * accepted predict counts in srv.sending until the answer is written (it
  * rises before srv.inflight falls, as rpc.c's do, so the drain never sees
- * both at zero while the answer is on its way); its deadline field, of no
- * more use, marks it for answer_done. */
+ * both at zero while the answer is on its way). */
 static void finish(oip_req *o, grove_status s) {
   srv_server *srv = o->srv;
   grove__metrics_answer(srv, &o->r, s);
   if (o->r.accepted) {
     atomic_fetch_add(&srv->sending, 1);
     atomic_fetch_sub(&srv->inflight, 1);
-    o->r.deadline = INT64_MIN;
+    o->sending = true;
   }
   o->r.accepted = false;
   o->job.fn = answer;
@@ -181,6 +181,7 @@ static void oip_outputs(srv_req *r, const srv_batch *b, const grove_values *out,
   int n = o->nwant ? o->nwant : out->n;
   const void *bin[GROVE_MAX_VALUES];
   size_t binlen[GROVE_MAX_VALUES], nbin = 0;
+  int written = 0;
   for (int i = 0; i < n; i++) {
     int k = o->nwant ? o->want[i] : i;
     if (k >= out->n) continue; /* a reload changed the outputs: the ones left */
@@ -189,7 +190,8 @@ static void oip_outputs(srv_req *r, const srv_batch *b, const grove_values *out,
     const unsigned char *p = (const unsigned char *)t->data + row_bytes * (size_t)row0;
     size_t nbytes = row_bytes * (size_t)r->rows;
     char nb[32];
-    grove__text_append(&j, i ? ",{\"name\":" : "{\"name\":", i ? 9 : 8);
+    grove__text_append(&j, written ? ",{\"name\":" : "{\"name\":", written ? 9 : 8);
+    written++;
     grove__oip_write_string(&j, output_name(gm, k, nb, sizeof nb));
     grove__text_printf(&j, ",\"datatype\":\"%s\",\"shape\":[%" PRId64,
                        grove__oip_dtype_name(t->dtype), r->rows);
@@ -246,8 +248,6 @@ typedef struct binsec {
   size_t json_len; /* the JSON header's bytes before p */
 } binsec;
 
-/* Fills o's predict from the JSON request root; false when refused (o
- * answered). */
 /* The inputs' data arrays grove__oip_cut_data took out of the text. */
 typedef struct cutdata {
   const char *text; /* the original JSON */
@@ -255,6 +255,9 @@ typedef struct cutdata {
   size_t n;
 } cutdata;
 
+/* Fills o's predict from the JSON request root (binary tensors from bs,
+ * data arrays cut out of the text from cut); false when refused (o
+ * answered). */
 static bool decode_infer(oip_req *o, const json_t *root, const grove_model *gm, binsec *bs,
                          const cutdata *cut) {
   const char *mname = o->model_name;
