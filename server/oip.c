@@ -492,6 +492,11 @@ static void infer(srv_server *srv, const srv_hreq *q, srv_model *m, const char *
   /* The JSON: the whole body, or its first Inference-Header-Content-Length
    * bytes, the binary tensors following. */
   char hv[32];
+  if (grove__http_header(q, "Content-Encoding", hv, sizeof hv) && strcmp(hv, "identity") != 0) {
+    refuse(o, GROVE_E_INVALID_ARGUMENT,
+           "Content-Encoding '%s' is not supported: send the body uncompressed", hv);
+    return;
+  }
   size_t jlen = q->body_len;
   binsec bs = {0};
   if (grove__http_header(q, "Inference-Header-Content-Length", hv, sizeof hv)) {

@@ -357,6 +357,10 @@ def test_oip_errors_keep_serving():
                 assert words in msg, (doc if isinstance(doc, bytes) else json.dumps(doc)[:200],
                                       msg)
                 still_serves(srv)
+            # A compressed body (tritonclient's request_compression_algorithm).
+            msg = error_of(request(srv, "POST", "/v2/models/mlp/infer", b"\x1f\x8b\x08",
+                                   {"Content-Encoding": "gzip"}), 400)
+            assert "Content-Encoding 'gzip' is not supported" in msg, msg
             # Unknown model: 404 worded as the RPC's.
             msg = error_of(infer(srv, {"inputs": [good]}, model="nope"), 404)
             assert msg == "model 'nope' is not served here (models: mlp)", msg
