@@ -766,7 +766,6 @@ grove_status grove__http_start(srv_server *srv, grove_err *err) {
     return grove_err_set(err, GROVE_E_INTERNAL, "cannot start the HTTP thread: %s", strerror(rv));
   }
   h->thread_started = true;
-  srv->http = h;
   grove__slog(GROVE_LOG_INFO, "server.http", "HTTP on http://%s (/healthz /readyz /metrics%s)", spec,
               srv->http_route ? " /v2" : "");
   return GROVE_OK;

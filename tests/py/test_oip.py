@@ -98,9 +98,12 @@ class Groved:
         return self
 
     def __exit__(self, *exc):
+        said = self.text()
         rc = self.stop()
-        if exc[0] is None:
-            assert rc == 0, f"groved exited {rc}"
+        if exc[0] is not None:  # what groved said, for the failure's reader
+            sys.stderr.write(f"--- groved (exit {rc}) said:\n{said[-6000:]}\n")
+        else:
+            assert rc == 0, f"groved exited {rc}:\n{said[-6000:]}"
 
 
 def request(srv, method, path, body=None, headers=None):
@@ -161,6 +164,14 @@ def metric(srv, line):
     text = get(srv, "/metrics")[2].decode()
     m = re.search("^" + re.escape(line) + r" (\S+)$", text, re.M)
     return float(m.group(1)) if m else None
+
+
+def wait_for(srv, line, value):
+    """Until the metric line reads value (20 s at most)."""
+    deadline = time.monotonic() + 20
+    while metric(srv, line) != value:
+        assert time.monotonic() < deadline, (line, metric(srv, line))
+        time.sleep(0.02)
 
 
 def test_oip_metadata_and_health():
@@ -488,12 +499,12 @@ def test_oip_keepalive_pipelining_and_continue():
 
 def test_oip_batches_with_the_rpc():
     """OIP infers join the model's queue and ride in one batch with NNG
-    predicts: one worker, held 0.4 s per batch, one request to make it busy,
-    then four OIP infers and four `grove predict`s while it is."""
+    predicts: one worker, held 1.5 s per batch, one request to make it busy,
+    then four OIP infers and four `grove predict`s queued while it is."""
     tmp = tempfile.mkdtemp()
     try:
         with Groved(tmp, {"mlp": export_mlp(tmp)},
-                    extra=["--workers", "1", "--test-batch-delay-ms", "400"]) as srv:
+                    extra=["--workers", "1", "--test-batch-delay-ms", "1500"]) as srv:
             np.save(os.path.join(tmp, "x.npy"), x_rows(1).numpy())
             results = []
 
@@ -508,10 +519,11 @@ def test_oip_batches_with_the_rpc():
 
             first = threading.Thread(target=oip)
             first.start()
-            time.sleep(0.15)  # the first batch is computing
+            wait_for(srv, "grove_inflight_requests", 1)  # the first batch is computing
             ts = [threading.Thread(target=f) for f in (oip, rpc) * 4]
             for t in ts:
                 t.start()
+            wait_for(srv, 'grove_queue_depth{model="mlp"}', 8)  # all eight wait behind it
             for t in [first] + ts:
                 t.join(60)
             assert results == [200] * 9, results
@@ -533,7 +545,7 @@ def test_oip_not_ready_and_draining():
         with open(os.path.join(broken, "model.json"), "w") as f:
             f.write("{not json")
         srv = Groved(tmp, {"mlp": export_mlp(tmp), "broken": broken},
-                     extra=["--workers", "1", "--test-batch-delay-ms", "600"], wait_ready=False)
+                     extra=["--workers", "1", "--test-batch-delay-ms", "1500"], wait_ready=False)
         try:
             # A model that did not load: 503 everywhere it is asked for.
             msg = error_of(get(srv, "/v2/health/ready"), 503)
@@ -548,9 +560,9 @@ def test_oip_not_ready_and_draining():
             done = []
             t = threading.Thread(target=lambda: done.append(infer(srv, {"inputs": [json_input(x)]})))
             t.start()
-            time.sleep(0.2)  # accepted, held in its batch
+            wait_for(srv, "grove_inflight_requests", 1)  # accepted, held in its batch
             srv.p.send_signal(signal.SIGTERM)
-            time.sleep(0.1)
+            wait_for(srv, "grove_draining", 1)
             msg = error_of(infer(srv, {"inputs": [json_input(x)]}), 503)
             assert "shutting down" in msg, msg
             error_of(get(srv, "/v2/health/ready"), 503)
@@ -646,7 +658,7 @@ def test_oip_queue_full_and_deadline():
         grove_export.export(mlp(), d, example_input=torch.zeros(1, 16),
                             batching={"max_queue_size": 1})
         with Groved(tmp, {"mlp": d}, extra=["--workers", "1",
-                                             "--test-batch-delay-ms", "500"]) as srv:
+                                             "--test-batch-delay-ms", "1500"]) as srv:
             x = x_rows(1)
             results = {}
 
@@ -655,12 +667,12 @@ def test_oip_queue_full_and_deadline():
 
             busy = threading.Thread(target=send, args=("busy", {"inputs": [json_input(x)]}))
             busy.start()
-            time.sleep(0.2)  # computing (held 0.5 s)
+            wait_for(srv, "grove_inflight_requests", 1)  # computing (held 1.5 s)
             # Queued behind it with a 100 ms deadline: expired when its turn comes.
             late = threading.Thread(target=send, args=("late", {
                 "inputs": [json_input(x)], "parameters": {"timeout": 100000}}))
             late.start()
-            time.sleep(0.1)
+            wait_for(srv, 'grove_queue_depth{model="mlp"}', 1)
             msg = error_of(infer(srv, {"inputs": [json_input(x)]}), 429)
             assert "queue full" in msg, msg
             busy.join(30)
