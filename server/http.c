@@ -15,7 +15,7 @@
  * EMFILE it spins at 100% CPU, and it can neither cap its connections nor
  * close idle ones.  Here a connection over the HTTP plane's cap (conns.c) is
  * accepted after closing the connection quiet longest (none with an answer
- * being written: then the new one is closed at once), one idle for --idle-timeout (or holding half
+ * being computed or written: then the new one is closed at once), one idle for --idle-timeout (or holding half
  * a request that long) is closed, and libuv's accept keeps a spare descriptor for EMFILE (it
  * accepts and drops the backlog instead of spinning).
  *
@@ -447,6 +447,30 @@ static bool parse_head(hconn *c, size_t used, char *method, char *target, size_t
   return true;
 }
 
+/* Whether target is under the registered route's prefix. */
+static bool under_route(const srv_server *srv, const char *target) {
+  size_t n = srv->http_route ? strlen(srv->http_prefix) : 0;
+  return n && strncmp(target, srv->http_prefix, n) == 0 && (target[n] == 0 || target[n] == '/' ||
+                                                           target[n] == '?');
+}
+
+/* A transport error of a route's request in the route's form, {"error":
+ * "..."} (the Open Inference Protocol's; these messages hold no character
+ * JSON would escape but the newline, which goes). */
+static void as_json_error(hres *res) {
+  const char *text = res->body ? res->body : res->static_body ? res->static_body : "";
+  size_t n = res->len;
+  while (n && text[n - 1] == '\n') n--;
+  char *j = malloc(n + 16);
+  if (!j) return; /* the plain text goes out instead */
+  int len = snprintf(j, n + 16, "{\"error\":\"%.*s\"}", (int)n, text);
+  free(res->body);
+  res->body = j;
+  res->static_body = NULL;
+  res->len = (size_t)len;
+  res->ctype = "application/json";
+}
+
 static const char continue_100[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 static void on_written_100(uv_write_t *wr, int status) {
@@ -460,8 +484,7 @@ static void dispatch(hconn *c, const char *method, char *target) {
   srv_server *srv = c->h->srv;
   char *q = strchr(target, '?');
   if (q) *q = 0;
-  if (srv->http_route && strncmp(target, srv->http_prefix, strlen(srv->http_prefix)) == 0 &&
-      (target[strlen(srv->http_prefix)] == 0 || target[strlen(srv->http_prefix)] == '/')) {
+  if (under_route(srv, target)) {
     srv_hreq hq = {.method = method,
                    .path = target,
                    .head = c->buf,
@@ -523,6 +546,7 @@ static void process(hconn *c) {
   size_t clen = 0;
   bool expect100 = false;
   if (!parse_head(c, used, method, target, &clen, &expect100, &res)) {
+    if (under_route(c->h->srv, target)) as_json_error(&res);
     send_res(c, &res, c->head_only, true);
     return;
   }
@@ -612,7 +636,8 @@ static void on_connection(uv_stream_t *server, int status) {
     conn_close(c);
     return;
   }
-  if (atomic_load(&h->plane->open) >= h->plane->cap && h->tail && !h->tail->writing) {
+  if (atomic_load(&h->plane->open) >= h->plane->cap && h->tail && !h->tail->writing &&
+      !h->tail->pending) {
     /* Make room: the quietest goes (conns.c does the same for NNG's). */
     atomic_fetch_add(&h->plane->evicted, 1);
     conn_close(h->tail);
