@@ -9,10 +9,13 @@
 #        grove bench --local DIR --batch 32                        (throughput reference)
 #        grove --server ipc bench mlp --concurrency 32 --batch 1    (32 clients, one row each)
 #        grove --server tcp bench mlp --concurrency 32 --batch 1
+#        bench/oip_load: OIP JSON infers, 32 keep-alive connections x batch 1 (HTTP listener)
+#        bench/oip_load: OIP binary tensor data infers, likewise
 #        grove bench --local DIR --batch 1 --threads T              (one forward, T = blas threads)
 #        grove --server ipc bench mlp --concurrency 1 --batch 1     (one client: latency)
 #   4. a table (best and median round): server samples/s against local batch 32, p50/p99,
-#      and the latency one client adds over a local forward (server p50 - local ms/batch).
+#      the OIP rows against the NNG tcp row of the same round, and the latency one client adds
+#      over a local forward (server p50 - local ms/batch).
 #
 # The bench client runs on the same machine as groved and takes its share of the cores, as
 # it would for any client on the box.  Environment: GROVE_SERVER_BENCH_ROUNDS (3),
@@ -81,6 +84,29 @@ tcp="tcp://127.0.0.1:$port"
 args=(--model "mlp=$model_dir" --listen "$ipc" --listen "$tcp" --http "127.0.0.1:$hport"
   --blas-threads "$blas" --log-level warn)
 [ -n "$workers" ] && args+=(--workers "$workers")
+oip_load=
+if cc -std=c11 -O2 -o "$work/oip_load" "$root/bench/oip_load.c" 2>"$work/cc.log"; then
+  oip_load="$work/oip_load"
+  # One row of the reference MLP's 784 inputs, as JSON and as binary tensor data (the answer
+  # binary too).
+  "$python" - "$work" <<'EOF'
+import json, random, struct, sys
+random.seed(0)
+x = [random.uniform(-1, 1) for _ in range(784)]
+d = sys.argv[1]
+with open(d + "/oip.json", "w") as f:
+    json.dump({"inputs": [{"name": "x", "shape": [1, 784], "datatype": "FP32", "data": x}]}, f)
+head = json.dumps({"inputs": [{"name": "x", "shape": [1, 784], "datatype": "FP32",
+                               "parameters": {"binary_data_size": 784 * 4}}],
+                   "parameters": {"binary_data_output": True}}).encode()
+with open(d + "/oip.bin", "wb") as f:
+    f.write(head + struct.pack("<784f", *x))
+with open(d + "/oip.bin.len", "w") as f:
+    f.write(str(len(head)))
+EOF
+else
+  echo "server bench: cannot compile bench/oip_load.c; the OIP rows are skipped"
+fi
 "$groved_bin" "${args[@]}" 2>"$work/groved.log" &
 groved_pid=$!
 for _ in $(seq 1 300); do
@@ -134,6 +160,11 @@ for r in $(seq 1 "$rounds"); do
   read -r b1 s1 < <(batch_stats)
   echo "{\"kind\": \"ipc32_batches\", \"round\": $r, \"batches\": $((b1 - b0)), \"rows\": $((s1 - s0))}" >>"$results"
   run tcp32 "$r" "$grove_bin" --server "$tcp" bench mlp --concurrency 32 --batch 1 --seconds "$seconds"
+  if [ -n "$oip_load" ]; then
+    run oipjson32 "$r" "$oip_load" 127.0.0.1 "$hport" /v2/models/mlp/infer "$work/oip.json" 0 32 "$seconds"
+    run oipbin32 "$r" "$oip_load" 127.0.0.1 "$hport" /v2/models/mlp/infer "$work/oip.bin" \
+      "$(cat "$work/oip.bin.len")" 32 "$seconds"
+  fi
   run local1 "$r" "$grove_bin" bench --local "$model_dir" --batch 1 --threads "$blas" --seconds "$seconds"
   run ipc1 "$r" "$grove_bin" --server "$ipc" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
   run tcp1 "$r" "$grove_bin" --server "$tcp" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
@@ -165,6 +196,21 @@ for title, f, lo in (("best round", max, min),
         ratio = s / local32 if s and local32 else None
         print(f"  groved {kind[:3]} 32 clients x batch 1:          {fmt(s)} samples/s"
               f" = {fmt(ratio and 100 * ratio, 0)}% of local batch 32; p50 {fmt(p50, 3)} ms,"
+              f" p99 {fmt(p99, 3)} ms")
+    # The Open Inference Protocol on the HTTP listener against the NNG tcp row: by round
+    # (the same round's tcp32 figure), then best or median of those ratios.
+    tcp_by_round = {r["round"]: r["samples_per_s"] for r in rows if r["kind"] == "tcp32"}
+    for kind, label in (("oipjson32", "OIP JSON  "), ("oipbin32", "OIP binary")):
+        s = agg(kind, "samples_per_s", f)
+        if s is None:
+            continue
+        p50 = agg(kind, "p50_ms", lo)
+        p99 = agg(kind, "p99_ms", lo)
+        ratios = [r["samples_per_s"] / tcp_by_round[r["round"]] for r in rows
+                  if r["kind"] == kind and tcp_by_round.get(r["round"])]
+        ratio = f(ratios) if ratios else None
+        print(f"  groved {label} 32 connections x batch 1: {fmt(s)} samples/s"
+              f" = {fmt(ratio and 100 * ratio, 0)}% of NNG tcp (same round); p50 {fmt(p50, 3)} ms,"
               f" p99 {fmt(p99, 3)} ms")
     local1 = agg("local1", "ms_per_batch", lo)
     for kind in ("ipc1", "tcp1"):

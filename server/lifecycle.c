@@ -164,7 +164,7 @@ int grove__server_run(srv_server *srv) {
       (s = grove__workers_start(srv, &err)) || (s = grove__telemetry_start(srv, &err)) ||
       (s = grove__telemetry_rpc_start(srv, &err)) || (s = grove__rpc_start(srv, &err)) ||
       (s = grove__admin_plane_listen(srv, &err)) || (s = grove__rpc_serve(srv, &err)) ||
-      (s = grove__http_start(srv, &err)) || (s = grove__conns_start(srv, &err))) {
+      (s = grove__oip_start(srv, &err)) || (s = grove__http_start(srv, &err)) || (s = grove__conns_start(srv, &err))) {
     grove__slog(GROVE_LOG_ERROR, "server.start_failed", "%s", grove_err_msg(&err));
     rc = 1;
     goto out;

@@ -37,7 +37,8 @@
 
 static const char usage_text[] =
     "usage: groved [OPTIONS]\n"
-    "Serves Grove model directories over NNG (protobuf RPCs) with dynamic batching.\n"
+    "Serves Grove model directories over NNG (protobuf RPCs) and the Open Inference\n"
+    "Protocol (KServe V2 REST, on --http) with dynamic batching.\n"
     "\n"
     "  --model [NAME=]DIR      serve the model directory DIR (repeatable); NAME defaults to\n"
     "                          model.json's \"name\", else the directory's name\n"
@@ -56,7 +57,8 @@ static const char usage_text[] =
     "  --checkpoint-dir DIR    admin RPCs may also name files in DIR (reload's checkpoint,\n"
     "                          promote's path, optimizer files; repeatable); besides it,\n"
     "                          only files inside the model's own directory\n"
-    "  --http HOST:PORT|none   /healthz /readyz /metrics (default " DEFAULT_HTTP
+    "  --http HOST:PORT|none   /healthz /readyz /metrics and the Open Inference Protocol\n"
+    "                          (/v2/...; default " DEFAULT_HTTP
     ")\n"
     "  --pub URL|none          PUB socket of forward-hook telemetry (default " DEFAULT_PUB
     ";\n"
@@ -65,7 +67,8 @@ static const char usage_text[] =
     "  --blas-threads N        compute threads per forward (default 1);\n"
     "                          workers x blas threads never exceeds the cores\n"
     "  --log-level LEVEL       debug, info (default), warn, error\n"
-    "  --max-request-bytes N   refuse larger requests with INVALID_ARGUMENT (default 64 MiB)\n"
+    "  --max-request-bytes N   refuse larger requests with INVALID_ARGUMENT, larger HTTP\n"
+    "                          bodies with 413 (default 64 MiB)\n"
     "  --drain-timeout S       on SIGTERM, answer what is queued for at most S seconds\n"
     "                          (default 30)\n"
     "  --watch                 reload a model when its weights file (or model.json) is\n"

@@ -35,9 +35,20 @@ void grove__hist_observe_rows(srv_hist *h, int64_t rows) {
   observe(h, batch_bounds, SRV_BATCH_BUCKETS, rows);
 }
 
-void grove__metrics_count(srv_metrics *m, grove_status s) {
+void grove__metrics_count(srv_metrics *m, srv_proto p, grove_status s) {
   unsigned i = (unsigned)s < SRV_NSTATUS ? (unsigned)s : SRV_NSTATUS - 1;
-  atomic_fetch_add_explicit(&m->requests[i], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&m->requests[p][i], 1, memory_order_relaxed);
+}
+
+const char *grove__proto_label(srv_proto p) {
+  return p == SRV_PROTO_OIP ? "oip" : "grove";
+}
+
+void grove__metrics_answer(srv_server *srv, const srv_req *r, grove_status s) {
+  srv_proto p = r->origin ? r->origin->protocol : SRV_PROTO_GROVE;
+  if (r->counted) grove__metrics_count(r->model ? &r->model->metrics : &srv->unrouted, p, s);
+  if (r->accepted)
+    grove__hist_observe_ns(&r->model->metrics.total_lat[p], grove__now_ns() - r->t_recv);
 }
 
 const char *grove__status_label(grove_status s) {
@@ -76,6 +87,23 @@ void grove__text_printf(srv_text *b, const char *fmt, ...) {
   }
 }
 
+void grove__text_append(srv_text *b, const void *p, size_t n) {
+  if (b->oom || n == 0) return;
+  if (b->cap - b->len < n + 1) {
+    size_t cap = b->cap * 2 + n + 256;
+    char *g = cap > b->cap ? realloc(b->p, cap) : NULL;
+    if (!g) {
+      b->oom = true;
+      return;
+    }
+    b->p = g;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, p, n);
+  b->len += n;
+  b->p[b->len] = 0;
+}
+
 const char *grove__prom_label(const char *s, char *buf, size_t n) {
   size_t j = 0;
   for (; *s && j + 3 < n; s++) {
@@ -93,36 +121,35 @@ const char *grove__prom_label(const char *s, char *buf, size_t n) {
   return buf;
 }
 
-void grove__prom_histogram(srv_text *b, const char *name, const char *model, const double *le,
+void grove__prom_histogram(srv_text *b, const char *name, const char *labels, const double *le,
                            int nb, const _Atomic uint64_t *buckets, double sum) {
   uint64_t cum = 0;
   for (int i = 0; i < nb; i++) {
     cum += atomic_load_explicit(&buckets[i], memory_order_relaxed);
-    grove__text_printf(b, "%s_bucket{model=\"%s\",le=\"%g\"} %" PRIu64 "\n", name, model, le[i],
-                       cum);
+    grove__text_printf(b, "%s_bucket{%s,le=\"%g\"} %" PRIu64 "\n", name, labels, le[i], cum);
   }
   cum += atomic_load_explicit(&buckets[nb], memory_order_relaxed);
-  grove__text_printf(b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %" PRIu64 "\n", name, model, cum);
-  grove__text_printf(b, "%s_sum{model=\"%s\"} %.9g\n", name, model, sum);
+  grove__text_printf(b, "%s_bucket{%s,le=\"+Inf\"} %" PRIu64 "\n", name, labels, cum);
+  grove__text_printf(b, "%s_sum{%s} %.9g\n", name, labels, sum);
   /* _count equals the +Inf bucket, as the format requires, even while other
    * threads are observing. */
-  grove__text_printf(b, "%s_count{model=\"%s\"} %" PRIu64 "\n", name, model, cum);
+  grove__text_printf(b, "%s_count{%s} %" PRIu64 "\n", name, labels, cum);
 }
 
-static void hist_lines(srv_text *b, const char *name, const char *label, const srv_hist *h,
+static void hist_lines(srv_text *b, const char *name, const char *labels, const srv_hist *h,
                        const int64_t *bounds, int nb, double scale) {
   double le[SRV_LAT_BUCKETS > SRV_BATCH_BUCKETS ? SRV_LAT_BUCKETS : SRV_BATCH_BUCKETS];
   for (int i = 0; i < nb; i++) le[i] = (double)bounds[i] * scale;
-  grove__prom_histogram(b, name, label, le, nb, h->buckets,
+  grove__prom_histogram(b, name, labels, le, nb, h->buckets,
                         (double)atomic_load_explicit(&h->sum, memory_order_relaxed) * scale);
 }
 
-void grove__hist_render(srv_text *b, const char *name, const char *model, const srv_hist *h,
+void grove__hist_render(srv_text *b, const char *name, const char *labels, const srv_hist *h,
                         bool rows) {
   if (rows)
-    hist_lines(b, name, model, h, batch_bounds, SRV_BATCH_BUCKETS, 1.0);
+    hist_lines(b, name, labels, h, batch_bounds, SRV_BATCH_BUCKETS, 1.0);
   else
-    hist_lines(b, name, model, h, lat_bounds_ns, SRV_LAT_BUCKETS, 1e-9);
+    hist_lines(b, name, labels, h, lat_bounds_ns, SRV_LAT_BUCKETS, 1e-9);
 }
 
 grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len) {

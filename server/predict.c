@@ -94,7 +94,7 @@ static grove_status check_predict(srv_req *r, const grove_model *gm, grove_err *
   return GROVE_OK;
 }
 
-static void handle_predict(srv_req *r) {
+void grove__predict_submit(srv_req *r) {
   srv_server *srv = r->srv;
   const Grove__PredictRequest *p = r->msg->predict;
   srv_model *m = grove__registry_find(srv, p->model);
@@ -135,6 +135,6 @@ static void handle_predict(srv_req *r) {
 
 grove_status grove__predict_start(srv_server *srv, grove_err *err) {
   (void)err;
-  grove__rpc_set_handler(srv, GROVE__REQUEST__BODY_PREDICT, handle_predict, true);
+  grove__rpc_set_handler(srv, GROVE__REQUEST__BODY_PREDICT, grove__predict_submit, true);
   return GROVE_OK;
 }

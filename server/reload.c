@@ -1083,7 +1083,9 @@ void grove__reload_free(srv_server *srv) {
 /* ================================================================ metrics */
 
 static void hist_text(srv_text *b, const char *name, const char *model, const rhist *h) {
-  grove__prom_histogram(b, name, model, bucket_s, NBUCKETS, h->b,
+  char labels[600];
+  snprintf(labels, sizeof labels, "model=\"%s\"", model);
+  grove__prom_histogram(b, name, labels, bucket_s, NBUCKETS, h->b,
                         (double)atomic_load(&h->sum_ns) * 1e-9);
 }
 

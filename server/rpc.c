@@ -90,10 +90,8 @@ static bool finish(srv_req *r, nng_msg *msg, grove_status s) {
     grove__request__free_unpacked(r->msg, NULL);
     r->msg = NULL;
   }
-  if (r->counted) grove__metrics_count(r->model ? &r->model->metrics : &srv->unrouted, s);
+  grove__metrics_answer(srv, r, s);
   bool was_inflight = r->accepted;
-  if (was_inflight)
-    grove__hist_observe_ns(&r->model->metrics.total_lat, grove__now_ns() - r->t_recv);
   r->model = NULL;
   r->accepted = false;
   grove__conns_busy(srv, r->pipe_id, -1); /* answered: the connection may go idle */
@@ -175,7 +173,13 @@ static void reply_errorv(srv_req *r, grove_status s, const char *fmt, va_list ap
 void grove__rpc_reply_error(srv_req *r, grove_status s, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  reply_errorv(r, s, fmt, ap);
+  if (r->origin) { /* another protocol's request (oip.c): its own error reply */
+    char text[GROVE_ERR_MSG_MAX];
+    vsnprintf(text, sizeof text, fmt, ap);
+    r->origin->error(r, s, text);
+  } else {
+    reply_errorv(r, s, fmt, ap);
+  }
   va_end(ap);
 }
 

@@ -18,7 +18,9 @@
  *               formation, handing batches to idle workers
  *   worker.c    worker threads: concatenate rows, forward, split, reply
  *   metrics.c   counters and histograms, Prometheus text
- *   http.c      /healthz, /readyz, /metrics on a libuv HTTP server of its own thread
+ *   http.c      /healthz, /readyz, /metrics and registered routes on a libuv HTTP
+ *               server of its own thread
+ *   oip.c       the Open Inference Protocol on the HTTP listener (with oip_json.c)
  *   conns.c     connection caps and idle timeouts of every listener
  *   slog.c      one log line per event
  *   reload.c    hot reload (Reload RPC, SIGHUP, --watch, promote)
@@ -39,7 +41,9 @@
  *     goes out on NNG from the worker thread: one hop less than going back
  *     through the loop, and the loop never waits on a socket).
  *   - A request (srv_req) belongs to exactly one of them at a time, so it
- *     carries no lock: NNG thread -> loop -> worker -> NNG again.
+ *     carries no lock: NNG thread -> loop -> worker -> NNG again.  An OIP
+ *     infer (oip.c) goes HTTP thread -> loop -> worker -> HTTP thread (the
+ *     worker encodes the answer and posts it: grove__http_post).
  *   - Metrics are atomics any thread may bump and the HTTP thread reads.
  *   - A model's current version is swapped only by the loop (the hot-reload
  *     issue) under srv_model.mu; readers on other threads take a reference
@@ -130,20 +134,31 @@ typedef struct srv_hist {
   _Atomic uint64_t sum; /* ns for latencies, rows for batch sizes */
 } srv_hist;
 
+/* The protocol a request came by: the `protocol` label of
+ * grove_requests_total and grove_request_latency_seconds. */
+typedef enum srv_proto {
+  SRV_PROTO_GROVE = 0, /* protobuf over NNG (rpc.c) */
+  SRV_PROTO_OIP = 1,   /* the Open Inference Protocol over HTTP (oip.c) */
+  SRV_NPROTO
+} srv_proto;
+
 typedef struct srv_metrics {
-  _Atomic uint64_t requests[SRV_NSTATUS]; /* answered, by status */
-  srv_hist queue_lat, compute_lat, total_lat;
+  _Atomic uint64_t requests[SRV_NPROTO][SRV_NSTATUS]; /* answered, by protocol and status */
+  srv_hist queue_lat, compute_lat;
+  srv_hist total_lat[SRV_NPROTO]; /* by protocol */
   srv_hist batch_size;
 } srv_metrics;
 
 void grove__hist_observe_ns(srv_hist *h, int64_t ns);
 void grove__hist_observe_rows(srv_hist *h, int64_t rows);
-/* Counts one answered request with status s. */
-void grove__metrics_count(srv_metrics *m, grove_status s);
+/* Counts one answered request of protocol p with status s. */
+void grove__metrics_count(srv_metrics *m, srv_proto p, grove_status s);
+/* "grove", "oip". */
+const char *grove__proto_label(srv_proto p);
 typedef struct srv_text srv_text; /* below, with the text buffer */
-/* h's lines in b (grove__prom_histogram): a latency in seconds, or with rows
- * a batch size. */
-void grove__hist_render(srv_text *b, const char *name, const char *model, const srv_hist *h,
+/* h's lines in b (grove__prom_histogram; labels as it takes them): a latency
+ * in seconds, or with rows a batch size. */
+void grove__hist_render(srv_text *b, const char *name, const char *labels, const srv_hist *h,
                         bool rows);
 
 /* ================================================================ models */
@@ -233,9 +248,32 @@ typedef enum srv_req_state {
   REQ_SEND,     /* a reply is being sent */
 } srv_req_state;
 
+/* Where a predict came from when not from an NNG context (oip.c): who
+ * answers it.  rpc.c and worker.c call these instead of their own replies
+ * when srv_req.origin is set; either takes r, which is the origin's
+ * afterwards (it counts the answer: grove__metrics_answer, and drops
+ * srv.inflight for an accepted one).
+ *   error:   any thread that owns r (predict.c's checks, the batcher's queue
+ *            full and deadline, a worker's failed batch); msg is borrowed.
+ *   outputs: the worker thread, once its batch's forward succeeded: r's
+ *            rows are out's rows [row0, row0 + r->rows), valid for this
+ *            call only (the worker's arena). */
+typedef struct srv_batch srv_batch;
+typedef struct srv_origin {
+  srv_proto protocol;
+  void (*error)(srv_req *r, grove_status s, const char *msg);
+  void (*outputs)(srv_req *r, const srv_batch *b, const grove_values *out, int64_t row0,
+                  int64_t compute_ns);
+} srv_origin;
+
 /* One in-flight RPC: an NNG context with its aio, reused for request after
- * request.  Its predict fields are valid while state == REQ_WORK. */
+ * request.  Its predict fields are valid while state == REQ_WORK.  With
+ * origin set it is no NNG context's but a request of another protocol
+ * (oip.c's, which allocates it) handed to the same predict path: msg is
+ * then that protocol's own (not unpacked by protobuf-c, never freed by
+ * rpc.c), and ctx, aio, state and the reply chain are unused. */
 struct srv_req {
+  const srv_origin *origin; /* NULL: the NNG RPC */
   srv_server *srv;
   nng_ctx ctx;
   nng_aio *aio;
@@ -267,14 +305,14 @@ struct srv_req {
 
 /* ================================================================ workers */
 
-typedef struct srv_batch {
+struct srv_batch {
   srv_model *model;
   srv_version *version;   /* reference held until the batch is done */
   struct tel_table *hooks; /* the model's hook table, likewise; NULL: none */
   srv_req *reqs;        /* linked by next, in queue order */
   size_t nreqs;
   int64_t rows;
-} srv_batch;
+};
 
 typedef struct srv_worker srv_worker;
 struct srv_worker {
@@ -315,6 +353,12 @@ typedef struct srv_rpc_table {
   bool (*gate)(srv_req *r);               /* admin.c: may r run here? NULL: yes */
   void (*wake)(srv_server *srv);          /* a reply went out while draining */
 } srv_rpc_table;
+
+/* http.c's routes (below, with http.c): a route answers a request whose
+ * path has its prefix. */
+typedef struct srv_hreq srv_hreq;
+typedef struct srv_hres srv_hres;
+typedef bool (*srv_http_route)(srv_server *srv, const srv_hreq *q, srv_hres *res);
 
 /* A feature's metric families, appended to b (the HTTP thread). */
 typedef void (*srv_metrics_fn)(srv_server *srv, srv_text *b);
@@ -367,6 +411,8 @@ struct srv_server {
 
   /* HTTP */
   struct srv_http *http; /* http.c: the HTTP thread */
+  const char *http_prefix; /* grove__http_set_route's (one route: oip.c's /v2) */
+  srv_http_route http_route;
 
   struct srv_admin *admin;         /* reload.c: reload jobs, --watch, their metrics */
   struct srv_loopjobs *loopjobs;   /* loopjob.c: the loop-job queue */
@@ -493,6 +539,17 @@ int grove__server_run(srv_server *srv);
 
 /* predict.c, status.c: register their RPCs (start-up). */
 grove_status grove__predict_start(srv_server *srv, grove_err *err);
+/* The Predict RPC's path for r, whose msg holds a predict (r->msg->predict:
+ * the model, its inputs and timeout), however it came: finds the model,
+ * refuses while draining or not loaded, checks the inputs and queues it
+ * for the loop, or answers it (grove__rpc_reply_error: the origin's error
+ * for another protocol's request).  r->t_recv set; the thread that owns r,
+ * which is the predict path's afterwards. */
+void grove__predict_submit(srv_req *r);
+/* Counts r's answer with status s under its model (or srv.unrouted):
+ * grove_requests_total when r->counted, and for an accepted predict
+ * grove_request_latency_seconds, by r's protocol.  Any thread that owns r. */
+void grove__metrics_answer(srv_server *srv, const srv_req *r, grove_status s);
 grove_status grove__status_start(srv_server *srv, grove_err *err);
 
 /* loop.c.  init creates the loop and the inbox; on_wake runs on the loop
@@ -546,9 +603,62 @@ void grove__batcher_schedule(srv_server *srv);
 /* Nothing queued, nothing running, every worker idle. */
 bool grove__batcher_idle(srv_server *srv);
 
-/* http.c */
+/* http.c: groved's HTTP/1.1 listener (--http).  Its own endpoints
+ * (/healthz, /readyz, /metrics) and the routes other parts register (oip.c's
+ * /v2), each request answered on the HTTP thread now or later. */
+typedef struct hconn hconn; /* one connection (http.c's) */
+/* One request as a route sees it.  Everything is the connection's, valid
+ * until the route's answer (grove__http_answer): the connection reads no
+ * further request meanwhile, so a route may keep pointers into body. */
+struct srv_hreq {
+  const char *method; /* "GET", "HEAD", "POST", ... */
+  const char *path;   /* the target without its query */
+  const char *head;   /* the request head, for grove__http_header */
+  size_t head_len;
+  char *body; /* body_len bytes (+ a NUL), NULL without a body */
+  size_t body_len;
+  hconn *conn;
+};
+/* An answer.  body is malloc'd (taken) or NULL with static_body; extra holds
+ * header lines ("Name: value\r\n" each) or is empty; done (optional) is
+ * called on the HTTP thread once the answer was written or dropped (its
+ * connection closed). */
+struct srv_hres {
+  uint16_t code;
+  const char *ctype;
+  char *body;
+  const char *static_body;
+  size_t len;
+  char extra[192];
+  void (*done)(void *arg);
+  void *done_arg;
+};
+/* A route (srv_http_route) answers q now (fills res, returns true) or later
+ * (returns false: the connection waits for grove__http_answer).  HTTP
+ * thread. */
+/* Requests whose path starts with prefix go to fn.  Start-up, before
+ * grove__http_start. */
+void grove__http_set_route(srv_server *srv, const char *prefix, srv_http_route fn);
+/* The value of header name in q (case-insensitive name, blanks trimmed) in
+ * buf (cut to n bytes); false when q has no such header.  HTTP thread. */
+bool grove__http_header(const srv_hreq *q, const char *name, char *buf, size_t n);
+/* Answers the request a route left pending on c (takes res's body).  HTTP
+ * thread only. */
+void grove__http_answer(hconn *c, srv_hres *res);
+/* Work handed to the HTTP thread: fn(job) runs there soon (any thread may
+ * post; the job is the poster's until fn runs, then fn's). */
+typedef struct srv_http_job {
+  void (*fn)(struct srv_http_job *job);
+  struct srv_http_job *next;
+} srv_http_job;
+void grove__http_post(srv_server *srv, srv_http_job *job);
 grove_status grove__http_start(srv_server *srv, grove_err *err);
 void grove__http_stop(srv_server *srv);
+
+/* oip.c: the Open Inference Protocol (KServe V2 REST) on the HTTP listener
+ * (docs/protocol.md).  Registers its route; start-up, before
+ * grove__http_start. */
+grove_status grove__oip_start(srv_server *srv, grove_err *err);
 
 /* metrics.c: Prometheus text exposition of everything; *out malloc'd. */
 grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len);
@@ -652,14 +762,18 @@ struct srv_text {
   bool oom;
 };
 void grove__text_printf(srv_text *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* n bytes of p appended as they are. */
+void grove__text_append(srv_text *b, const void *p, size_t n);
 /* s as a Prometheus label value (\, " and newline escaped) in buf, cut to
  * fit n bytes; returns buf.  Any thread. */
 const char *grove__prom_label(const char *s, char *buf, size_t n);
 /* One Prometheus histogram of one model: its _bucket lines (cumulative; le
  * the nb upper bounds, in the unit the metric is named in), _sum and _count.
+ * labels is the text of the labels before le, escaped: model="digits" or
+ * model="digits",protocol="oip".
  * buckets holds nb + 1 non-cumulative counts (the last is +Inf) that other
  * threads may be bumping.  One thread at a time per b. */
-void grove__prom_histogram(srv_text *b, const char *name, const char *model, const double *le,
+void grove__prom_histogram(srv_text *b, const char *name, const char *labels, const double *le,
                            int nb, const _Atomic uint64_t *buckets, double sum);
 
 #endif

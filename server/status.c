@@ -144,24 +144,28 @@ static void reply_metadata(srv_req *r) {
 /* ------------------------------------------------------------ /metrics */
 
 static void requests_lines(srv_text *b, const char *label, const srv_metrics *m, bool always_ok) {
-  for (unsigned s = 0; s < SRV_NSTATUS; s++) {
-    uint64_t v = atomic_load_explicit(&m->requests[s], memory_order_relaxed);
-    if (v == 0 && !(s == 0 && always_ok)) continue;
-    grove__text_printf(b, "grove_requests_total{model=\"%s\",status=\"%s\"} %" PRIu64 "\n", label,
-                       grove__status_label((grove_status)s), v);
-  }
+  for (int p = 0; p < SRV_NPROTO; p++)
+    for (unsigned s = 0; s < SRV_NSTATUS; s++) {
+      uint64_t v = atomic_load_explicit(&m->requests[p][s], memory_order_relaxed);
+      if (v == 0 && !(s == 0 && always_ok)) continue;
+      grove__text_printf(b,
+                         "grove_requests_total{model=\"%s\",status=\"%s\",protocol=\"%s\"} %" PRIu64
+                         "\n",
+                         label, grove__status_label((grove_status)s),
+                         grove__proto_label((srv_proto)p), v);
+    }
 }
 
 typedef enum { H_QUEUE, H_COMPUTE, H_TOTAL, H_BATCH } hist_kind;
 
-static const srv_hist *pick(const srv_metrics *m, hist_kind k) {
+static const srv_hist *pick(const srv_metrics *m, hist_kind k, srv_proto p) {
   switch (k) {
     case H_QUEUE:
       return &m->queue_lat;
     case H_COMPUTE:
       return &m->compute_lat;
     case H_TOTAL:
-      return &m->total_lat;
+      return &m->total_lat[p];
     case H_BATCH:
       return &m->batch_size;
   }
@@ -228,9 +232,20 @@ static void server_metrics(srv_server *srv, srv_text *b) {
     grove__text_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", hists[k].name, hists[k].help,
                        hists[k].name);
     for (size_t i = 0; i < srv->nmodels; i++) {
-      const srv_hist *h = pick(&srv->models[i].metrics, hists[k].kind);
-      grove__prom_label(srv->models[i].name, lab, sizeof lab);
-      grove__hist_render(b, hists[k].name, lab, h, hists[k].kind == H_BATCH);
+      /* The request latency is the protocol's (its decoding and encoding
+       * differ); queue, compute and batch are the batch's, whoever sent it. */
+      int np = hists[k].kind == H_TOTAL ? SRV_NPROTO : 1;
+      for (int p = 0; p < np; p++) {
+        const srv_hist *h = pick(&srv->models[i].metrics, hists[k].kind, (srv_proto)p);
+        char labels[600];
+        grove__prom_label(srv->models[i].name, lab, sizeof lab);
+        if (hists[k].kind == H_TOTAL)
+          snprintf(labels, sizeof labels, "model=\"%s\",protocol=\"%s\"", lab,
+                   grove__proto_label((srv_proto)p));
+        else
+          snprintf(labels, sizeof labels, "model=\"%s\"", lab);
+        grove__hist_render(b, hists[k].name, labels, h, hists[k].kind == H_BATCH);
+      }
     }
   }
 

@@ -159,14 +159,25 @@ static void run_batch(srv_worker *w) {
     grove__slog(GROVE_LOG_ERROR, "batch.forward_failed", "model %s: %s", m->name, msg);
     fail_batch(b, s, msg);
   } else {
+    /* NNG's requests get their replies encoded and chained; another
+     * protocol's (srv_req.origin) take their rows here, from the arena. */
     int64_t row0 = 0;
-    for (srv_req *r = b->reqs; r; r = r->next) {
-      encode_rows(r, b, &out, row0, compute_ns);
-      row0 += r->rows;
+    srv_req *nng = NULL, **tail = &nng;
+    for (srv_req *r = b->reqs, *next; r; r = next) {
+      next = r->next;
+      int64_t rows = r->rows; /* r is its origin's once handed over */
+      if (r->origin) {
+        r->origin->outputs(r, b, &out, row0, compute_ns);
+      } else {
+        encode_rows(r, b, &out, row0, compute_ns);
+        *tail = r;
+        tail = &r->next;
+      }
+      row0 += rows;
     }
-    srv_req *reqs = b->reqs;
+    *tail = NULL;
     b->reqs = NULL;
-    grove__rpc_send_chain(reqs);
+    grove__rpc_send_chain(nng);
   }
   grove_arena_reset(a);
 }

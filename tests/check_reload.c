@@ -244,7 +244,7 @@ START_TEST(reload_storm) {
   ck_assert_int_eq(predict_check(c, &e, 0, 8), 1 + NRELOADS);
   grove_client_close(c);
   ck_assert(h_metric(&s, "grove_reloads_total{model=\"reload_mlp\",result=\"ok\"}") == NRELOADS);
-  ck_assert(h_metric(&s, "grove_requests_total{model=\"reload_mlp\",status=\"OK\"}") ==
+  ck_assert(h_metric(&s, "grove_requests_total{model=\"reload_mlp\",status=\"OK\",protocol=\"grove\"}") ==
             (double)total + 1);
   /* Each build packs and runs a trial forward, whose products and modules
    * are yield points (core/base/yield.c). */

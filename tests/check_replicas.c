@@ -29,9 +29,9 @@ static void replica_start(hserver *s) {
   h_start_with(s, &opts, extra);
 }
 
-/* grove_requests_total{model="server_mlp",status="OK"} of a live replica. */
+/* grove_requests_total{model="server_mlp",status="OK",protocol="grove"} of a live replica. */
 static double ok_count(const hserver *s) {
-  return h_metric(s, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}");
+  return h_metric(s, "grove_requests_total{model=\"server_mlp\",status=\"OK\",protocol=\"grove\"}");
 }
 
 /* ============================================================ the test */

@@ -413,10 +413,10 @@ START_TEST(http_endpoints) {
   ck_assert_status(raw_predict(A.ipc, "server_mlp", GROVE_F32, 2, shape, 64, 0, msg, sizeof msg),
                    GROVE_OK);
   ck_assert_int_eq(h_http_get(A.http_port, "/metrics", &body), 200);
-  ck_assert_msg(h_metric_in(body, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}") >= 1,
+  ck_assert_msg(h_metric_in(body, "grove_requests_total{model=\"server_mlp\",status=\"OK\",protocol=\"grove\"}") >= 1,
                 "%s", body);
-  ck_assert(h_metric_in(body, "grove_requests_total{model=\"\",status=\"NOT_FOUND\"}") >= 1);
-  ck_assert(h_metric_in(body, "grove_request_latency_seconds_count{model=\"server_mlp\"}") >= 1);
+  ck_assert(h_metric_in(body, "grove_requests_total{model=\"\",status=\"NOT_FOUND\",protocol=\"grove\"}") >= 1);
+  ck_assert(h_metric_in(body, "grove_request_latency_seconds_count{model=\"server_mlp\",protocol=\"grove\"}") >= 1);
   ck_assert(h_metric_in(
                 body, "grove_queue_latency_seconds_bucket{model=\"server_mlp\",le=\"+Inf\"}") >= 1);
   ck_assert(h_metric_in(body, "grove_compute_latency_seconds_count{model=\"server_mlp\"}") >= 1);
@@ -526,7 +526,7 @@ START_TEST(concurrent_clients_get_their_rows) {
   char *before = NULL;
   ck_assert_int_eq(h_http_get(B.http_port, "/metrics", &before), 200);
   double batches0 = h_metric_in(before, "grove_batch_size_count{model=\"server_mlp\"}");
-  double ok0 = h_metric_in(before, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}");
+  double ok0 = h_metric_in(before, "grove_requests_total{model=\"server_mlp\",status=\"OK\",protocol=\"grove\"}");
   free(before);
   /* 24 requests from 3 clients (8 in flight each) over both transports;
    * the first batch holds the only worker for 150 ms while the rest queue,
@@ -554,7 +554,7 @@ START_TEST(concurrent_clients_get_their_rows) {
   char *after = NULL;
   ck_assert_int_eq(h_http_get(B.http_port, "/metrics", &after), 200);
   double batches = h_metric_in(after, "grove_batch_size_count{model=\"server_mlp\"}") - batches0;
-  double ok = h_metric_in(after, "grove_requests_total{model=\"server_mlp\",status=\"OK\"}") - ok0;
+  double ok = h_metric_in(after, "grove_requests_total{model=\"server_mlp\",status=\"OK\",protocol=\"grove\"}") - ok0;
   ck_assert_msg(ok == N, "OK count grew by %g", ok);
   ck_assert_msg(batches < N, "%g batches for %d requests: nothing was batched", batches, N);
   free(after);

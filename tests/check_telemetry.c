@@ -1130,7 +1130,7 @@ START_TEST(subscriber_that_never_reads) {
   double published = metric(sv.http_port, "grove_hook_events_published_total{model=\"net\"} ");
   ck_assert_msg(dropped > 0, "no event counted as dropped (published %g)", published);
   ck_assert_double_le(dropped, published);
-  ck_assert_double_eq(metric(sv.http_port, "grove_requests_total{model=\"net\",status=\"OK\"} "),
+  ck_assert_double_eq(metric(sv.http_port, "grove_requests_total{model=\"net\",status=\"OK\",protocol=\"grove\"} "),
                       1000);
   ck_assert(!log_contains(&sv, " error "));
   close(stuck);

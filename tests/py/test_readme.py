@@ -126,6 +126,8 @@ def test_tour_runs_as_written():
             for line in lines[1:]:
                 # /tmp first: the checkout itself may live under /tmp (CI's may).
                 cmd = line.replace("/tmp/", tmp + "/").replace("build/grove ", GROVE + " ")
+                # The HTTP listener's default address (curl's URL) is a free port here.
+                cmd = cmd.replace("127.0.0.1:7701", ports["--http"])
                 if line.endswith("&"):
                     # In the background, as a shell runs it: not waited for here.
                     bg.append(subprocess.Popen(["bash", "-c", cmd[:-1]], cwd=ROOT, env=env,
@@ -138,6 +140,8 @@ def test_tour_runs_as_written():
                 words = line.split()
                 if words[0] == "build/grove":
                     seen[" ".join(words[1:3])] = out
+                elif words[0] == "curl":
+                    seen["curl"] = out
         finally:
             for b in bg:
                 try:
@@ -162,6 +166,9 @@ def test_tour_runs_as_written():
         out = seen["predict digits"]
         assert out.startswith("y float32 [8, 10]\n"), out
         assert len(out.splitlines()) == 9, out
+        if "curl" in joined:  # the OIP infer: one row of 10 logits
+            (o,) = json.loads(seen["curl"])["outputs"]
+            assert o["shape"] == [1, 10] and len(o["data"]) == 10, seen["curl"]
         assert "version 2 serving (was 1)" in seen["reload digits"], seen["reload digits"]
         assert seen["hook add"].strip() == "1", seen["hook add"]
         events = [json.loads(x) for x in seen["watch digits"].splitlines()]
