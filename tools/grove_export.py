@@ -659,33 +659,46 @@ def _ops():
 
 def _fn_name(fn):
     """A readable name for a callable fx recorded: torch.sin, operator.neg,
-    torch.nn.functional.linear."""
+    torch.nn.functional.linear; another package's function by the shortest
+    module path that exports it (torchvision.ops.stochastic_depth, not
+    torch.stochastic_depth)."""
     mod = getattr(fn, "__module__", None) or ""
+    top = mod.split(".")[0]  # a package name, not a prefix: torchvision is not torch
+    name = getattr(fn, "__name__", repr(fn))
     if mod in ("_operator", "operator"):
         mod = "operator"
     elif mod.startswith("torch._C._nn") or mod.startswith("torch.nn.functional"):
         mod = "torch.nn.functional"
-    elif mod.startswith("torch"):
+    elif top == "torch":
         mod = "torch"
-    name = getattr(fn, "__name__", repr(fn))
+    elif mod:
+        parts = mod.split(".")
+        for k in range(1, len(parts) + 1):
+            owner = sys.modules.get(".".join(parts[:k]))
+            if owner is not None and getattr(owner, name, None) is fn:
+                mod = ".".join(parts[:k])
+                break
     return f"{mod}.{name}" if mod else name
 
 
 def _source(node):
     """'file.py:42: code' for the line of forward a node came from (the first
-    frame of its recorded stack outside torch), or None."""
+    frame of its recorded stack outside torch's own package), or None.  The
+    test is on directories, not on a string prefix: torchvision (installed
+    beside torch, /usr/lib/python3/dist-packages/torchvision) is the model's
+    code, and its frames are the ones to quote."""
     import os
     import re
     import torch
     trace = node.stack_trace or ""
-    torch_dir = os.path.dirname(torch.__file__)
+    torch_dir = os.path.join(os.path.realpath(os.path.dirname(torch.__file__)), "")
     lines = trace.splitlines()
     for i, line in enumerate(lines):
         mt = re.match(r'\s*File "(.*)", line (\d+), in (.*)', line)
         if not mt:
             continue
         fname = mt.group(1)
-        if fname.startswith(torch_dir) or fname == __file__:
+        if os.path.realpath(fname).startswith(torch_dir) or fname == __file__:
             continue
         code = lines[i + 1].strip() if i + 1 < len(lines) and \
             not lines[i + 1].lstrip().startswith("File ") else ""
@@ -755,6 +768,40 @@ def _trace(m, path):
             delattr(m, k)
 
 
+def _drop_shape_guards(graph):
+    """Removes the torch._assert(cond, msg) calls of a traced forward and
+    the nodes that only computed their conditions (h == self.image_size,
+    x.dim() == 3).  Traced on the example, such a guard checks the shapes of
+    the example; what it guards is what model.json's input shapes fix (a
+    dim the model does not take one larger is fixed, _io), and Grove checks
+    every request against those, so the guard has nothing left to do."""
+    import torch
+    guards = [n for n in graph.nodes if n.op == "call_function" and n.target is torch._assert]
+    if not guards:
+        return
+    feeding = set()
+    todo = list(guards)
+    while todo:
+        n = todo.pop()
+        for a in n.all_input_nodes:
+            if a not in feeding:
+                feeding.add(a)
+                todo.append(a)
+    import builtins
+    import operator
+    for n in guards:
+        graph.erase_node(n)
+
+    def shape_read(n):  # `n, c, h, w = x.shape` leaves the unused n behind
+        return (n.op == "call_function" and n.target in (builtins.getattr, operator.getitem)) or \
+            (n.op == "call_method" and n.target in ("size", "dim"))
+
+    for n in reversed(list(graph.nodes)):
+        if not n.users and (n in feeding and n.op in ("call_function", "call_method", "get_attr")
+                            or shape_read(n)):
+            graph.erase_node(n)
+
+
 def _graph(m, path):
     """The "graph" of a custom module: its fx nodes in the format of
     docs/model-spec.md.  Refuses, naming the operation and the line of
@@ -763,6 +810,7 @@ def _graph(m, path):
     import torch
     import torch.fx as fx
     graph = _trace(m, path)
+    _drop_shape_guards(graph)
     ops = _ops()
     out = []
 
@@ -1082,10 +1130,40 @@ def _io(model, example_input):
                     shapes[i][d] = -1
                 except Exception:
                     pass
-    x2 = [_zeros(x.dtype, [x.shape[0] + 1] + [x.shape[k] + 1 if shapes[i][k] == -1 else x.shape[k]
-                                               for k in range(1, x.dim())])
-          for i, x in enumerate(x1)]
-    y2 = _outputs(run(x2, what + " (with every free dimension one larger)"), what)
+    def larger(batch):
+        """x1 with the batch one larger (when batch) and every free dim too."""
+        return [_zeros(x.dtype, [x.shape[0] + int(batch)] +
+                       [x.shape[k] + 1 if shapes[i][k] == -1 else x.shape[k]
+                        for k in range(1, x.dim())])
+                for i, x in enumerate(x1)]
+
+    def fits(xs):
+        try:
+            with torch.no_grad():
+                _outputs(model(*xs), "a probe")
+            return True
+        except Exception:
+            return False
+
+    x2 = larger(True)
+    if not fits(x2):
+        # A dim the first layer leaves free may still be fixed by the model
+        # (an Embedding -> Flatten -> Linear over 6 tokens takes 6 tokens
+        # only): each free dim that does not survive one larger alone is
+        # fixed at the example's size, not a reason to refuse.  The batch dim
+        # stays free; a model that cannot take another batch is refused below.
+        for i, x in enumerate(x1):
+            for d in range(1, x.dim()):
+                if shapes[i][d] != -1:
+                    continue
+                probe = list(x1)
+                sh = list(x.shape)
+                sh[d] += 1
+                probe[i] = _zeros(x.dtype, sh)
+                if not fits(probe):
+                    shapes[i][d] = x.shape[d]
+        x2 = larger(True)
+    y2 = _outputs(run(x2, what + " (with the batch and every free dimension one larger)"), what)
     outputs = []
     names = ["y"] if len(y1) == 1 else [f"y{i}" for i in range(len(y1))]
     for name, a, b in zip(names, y1, y2):
