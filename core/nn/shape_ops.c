@@ -1,6 +1,6 @@
 /* shape_ops.c: the shape operations of the torchvision zoo and of masks
- * (tensor_ops.h): chunk, split, unbind, narrow, unsqueeze, squeeze, expand
- * and flatten as views of their input (no copy, as in torch), and stack,
+ * (tensor_ops.h): chunk, split, unbind, narrow, unsqueeze, squeeze and
+ * expand as views of their input (no copy, as in torch), and stack,
  * repeat, roll and index_select, which copy.
  *
  * A view keeps its input's dtype, storage and strides; the evaluator
@@ -223,56 +223,6 @@ grove_status grove__op_expand(grove_fwd *f, const grove_tensor *x, const int64_t
   }
   *out = y;
   return GROVE_OK;
-}
-
-grove_status grove__op_flatten(grove_fwd *f, const grove_tensor *x, int64_t start_dim,
-                               int64_t end_dim, grove_tensor *out) {
-  int a, b;
-  grove_status s;
-  if ((s = grove__dim_index(f, start_dim, x->ndim, &a)) ||
-      (s = grove__dim_index(f, end_dim, x->ndim, &b)))
-    return s;
-  if (x->ndim == 0) {
-    grove_tensor y = *x;
-    y.ndim = 1;
-    y.shape[0] = 1;
-    y.strides[0] = 1;
-    *out = y;
-    return GROVE_OK;
-  }
-  if (a > b)
-    return grove_err_set(f->err, GROVE_E_SHAPE, "flatten() has invalid args: start_dim cannot "
-                                                "come after end_dim");
-  int64_t sh[GROVE_MAX_DIMS];
-  int nd = 0;
-  for (int d = 0; d < a; d++) sh[nd++] = x->shape[d];
-  int64_t m = 1;
-  for (int d = a; d <= b; d++) m *= x->shape[d];
-  sh[nd++] = m;
-  for (int d = b + 1; d < x->ndim; d++) sh[nd++] = x->shape[d];
-  /* A view when dims a..b are one linear run of memory. */
-  bool run = true;
-  for (int d = a; d < b && run; d++)
-    run = x->shape[d + 1] == 1 || x->shape[d] == 1 ||
-          x->strides[d] == x->strides[d + 1] * x->shape[d + 1];
-  if (run) {
-    int64_t inner = 1;
-    for (int d = b; d >= a; d--)
-      if (x->shape[d] != 1) {
-        inner = x->strides[d];
-        break;
-      }
-    grove_tensor y = *x;
-    y.ndim = nd;
-    int k = 0;
-    for (int d = 0; d < a; d++, k++) y.strides[k] = x->strides[d];
-    y.strides[k++] = inner;
-    for (int d = b + 1; d < x->ndim; d++, k++) y.strides[k] = x->strides[d];
-    memcpy(y.shape, sh, sizeof sh);
-    *out = y;
-    return GROVE_OK;
-  }
-  return grove__op_reshape(f, x, sh, nd, out);
 }
 
 grove_status grove__op_stack(grove_fwd *f, const grove_tensor *ts, int n, int64_t dim,

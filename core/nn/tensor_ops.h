@@ -126,6 +126,11 @@ grove_status grove__op_instance_norm(grove_fwd *f, const grove_tensor *x,
 grove_status grove__op_local_response_norm(grove_fwd *f, const grove_tensor *x, int64_t size,
                                            double alpha, double beta, double k, grove_tensor *out);
 
+/* layers_norm.c: LayerNorm over rows of D floats (nn.LayerNorm's forward and
+ * F.layer_norm): w, b NULL or D floats; statistics in double. */
+void grove__layer_norm_rows(const float *x, float *y, int64_t rows, int64_t D, const float *w,
+                            const float *b, double eps);
+
 /* ------------------------------------------------------------ resample.c */
 
 enum {
@@ -179,11 +184,6 @@ grove_status grove__op_squeeze(grove_fwd *f, const grove_tensor *x, const int64_
                                grove_tensor *out);
 grove_status grove__op_expand(grove_fwd *f, const grove_tensor *x, const int64_t *sizes, int n,
                               grove_tensor *out);
-/* torch.flatten(x, start_dim, end_dim): a view when the dims merge (a
- * contiguous run), else a reshape of a contiguous copy. */
-grove_status grove__op_flatten(grove_fwd *f, const grove_tensor *x, int64_t start_dim,
-                               int64_t end_dim, grove_tensor *out);
-
 /* torch.stack(ts, dim): every tensor of one shape, a new dim at dim (torch.cat
  * of their unsqueezed views). */
 grove_status grove__op_stack(grove_fwd *f, const grove_tensor *ts, int n, int64_t dim,
