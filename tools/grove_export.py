@@ -15,6 +15,7 @@ writer below is self-contained (Debian packages no safetensors module).
 import argparse
 import importlib.util
 import json
+import operator
 import os
 import shutil
 import struct
@@ -311,7 +312,39 @@ def _kinds():
         _Kind(nn.ModuleList, none, container=True, callable_=False),
         _Kind(nn.ModuleDict, none, container=True, callable_=False),
     ]
-    return {k.cls: k for k in ks}
+    kinds = {k.cls: k for k in ks}
+    # The parameter-free modules of the op table (ReLU6, Hardswish, ...,
+    # tools/grove_ops.json): their constructor arguments are the table's,
+    # read off the instance by name.
+    with open(_OPS_FILE) as f:
+        doc = json.load(f)
+    for op in doc["ops"]:
+        mod = op.get("module")
+        cls = getattr(nn, mod["class"], None) if mod else None
+        if cls is None or cls in kinds:
+            continue
+        names = [a["name"] for a in mod["args"]]
+        kinds[cls] = _Kind(cls, (lambda names: lambda m, path: {
+            n: _plain(getattr(m, n)) for n in names})(names), shape_preserving=op["name"] in
+            _SHAPE_KEEPING)
+    return kinds
+
+
+# Op-table modules that keep their input's shape (input inference looks
+# through them).
+_SHAPE_KEEPING = {"relu6", "hardswish", "hardsigmoid", "hardtanh", "elu", "selu", "celu",
+                  "softplus", "mish"}
+
+
+def _plain(v):
+    """A module attribute as model.json writes it (a tuple becomes a list)."""
+    if isinstance(v, bool) or v is None or isinstance(v, (int, str)):
+        return v
+    if isinstance(v, float):
+        return float(v)
+    if isinstance(v, (tuple, list)):
+        return [_plain(x) for x in v]
+    return v
 
 
 _KINDS = None
@@ -623,6 +656,13 @@ def _table():
                     methods[attr] = (name, params)
                     continue
                 parts = head.split(".")
+                if parts[0] not in roots:
+                    # Another package's function (torchvision.ops.stochastic_depth):
+                    # resolved when that package is installed, skipped otherwise.
+                    try:
+                        roots[parts[0]] = importlib.import_module(parts[0])
+                    except ImportError:
+                        roots[parts[0]] = None
                 obj = roots.get(parts[0])
                 for part in parts[1:]:
                     obj = getattr(obj, part, None)
@@ -795,6 +835,28 @@ def _graph(m, path):
         where = f"forward line {src}" if src else f"node '{node.name}' of its forward"
         raise ExportError(f"cannot export {_where(path, m)}: {where}: {why}")
 
+    dict_keys = {}  # id(submodule) -> the keys of the dict its forward returns
+
+    def key_index(node, src, key):
+        """features["out"] on what a submodule returned as a dict (torchvision's
+        IntermediateLayerGetter): Grove passes that dict as a tuple in the
+        order of its keys (the submodule's graph writes its values so), so
+        the key becomes its position."""
+        keys = None
+        if isinstance(src, fx.Node) and src.op == "call_module":
+            sub = m.get_submodule(src.target)
+            if _kind_of(sub, _join(path, src.target)) is None:
+                if id(sub) not in dict_keys:
+                    out = [n for n in _trace(sub, _join(path, src.target)).nodes
+                           if n.op == "output"]
+                    res = out[0].args[0] if out else None
+                    dict_keys[id(sub)] = list(res) if isinstance(res, dict) else None
+                keys = dict_keys[id(sub)]
+        if keys is None or key not in keys:
+            refuse(node, f"indexing by the key {key!r} is supported only on the dict a submodule "
+                         "returns")
+        return keys.index(key)
+
     def enc(node, a):
         if isinstance(a, fx.Node):
             return {"node": a.name}
@@ -908,6 +970,8 @@ def _graph(m, path):
                 spec["kwargs"] = {k: enc(node, v) for k, v in node.kwargs.items()}
             _check_module_call(node, sub, refuse)
         elif node.op == "call_function":
+            if node.target is operator.getitem and isinstance(node.args[1], str):
+                node.args = (node.args[0], key_index(node, node.args[0], node.args[1]))
             if node.target not in ops:
                 refuse(node, f"operation {_fn_name(node.target)} is not supported by Grove "
                              f"(supported: {', '.join(sorted(set(n for n, _ in ops.values())))})")
@@ -922,6 +986,8 @@ def _graph(m, path):
                                               dict(node.kwargs)))
         elif node.op == "output":
             res = node.args[0]
+            if isinstance(res, dict):  # torchvision's segmentation nets: {"out": ..., "aux": ...}
+                res = tuple(res.values())
             items = list(res) if isinstance(res, (list, tuple)) else [res]
             if not items or not all(isinstance(x, fx.Node) for x in items) or len(items) > 4:
                 refuse(node, "forward must return a tensor or a tuple of 1 to 4 tensors")
@@ -1034,6 +1100,8 @@ def _input_names(model, n):
 
 def _outputs(y, what):
     import torch
+    if isinstance(y, dict):  # named outputs, in the dict's order (_output_names)
+        y = tuple(y.values())
     ys = list(y) if isinstance(y, (tuple, list)) else [y]
     if not ys or len(ys) > 4 or not all(isinstance(t, torch.Tensor) for t in ys):
         got = type(y).__name__ if not isinstance(y, (tuple, list)) else \
@@ -1088,7 +1156,8 @@ def _io(model, example_input):
 
     what = "example_input" if example_input is not None else \
         f"an input of the inferred shape {shapes[0]} ({dtypes[0]})"
-    y1 = _outputs(run(x1, what), what)
+    first = run(x1, what)
+    y1 = _outputs(first, what)
     # An integer input (token ids) whose other dims the model also takes at
     # another size gets those dims free.
     if custom:
@@ -1144,6 +1213,8 @@ def _io(model, example_input):
     y2 = _outputs(run(x2, what + " (with the batch and every free dimension one larger)"), what)
     outputs = []
     names = ["y"] if len(y1) == 1 else [f"y{i}" for i in range(len(y1))]
+    if isinstance(first, dict) and all(isinstance(k, str) and k for k in first):
+        names = list(first)  # a dict's keys name the outputs ("out", "aux")
     for name, a, b in zip(names, y1, y2):
         oshape = list(a.shape)
         if b.dim() == a.dim():

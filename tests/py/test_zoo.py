@@ -58,7 +58,7 @@ GIANTS = {
     "regnet_y_3_2gf", "regnet_y_8gf", "regnet_y_16gf", "regnet_y_32gf", "regnet_y_128gf",
     "convnext_small", "convnext_base", "convnext_large", "swin_t", "swin_s", "swin_b",
     "swin_v2_t", "swin_v2_s", "swin_v2_b", "maxvit_t", "vit_b_16", "vit_b_32", "vit_l_16",
-    "vit_l_32", "vit_h_14",
+    "vit_l_32", "vit_h_14", "fcn_resnet50",
 }
 # Names whose classifier's hidden Linear layers are 64 wide instead of 4096.
 SMALL_CLASSIFIER = {"alexnet", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn",
@@ -140,7 +140,7 @@ def _shrinker(name):
     import torchvision.models as M
     if name not in GIANTS:
         return None
-    if name.startswith(("resnet", "resnext", "wide_resnet")):
+    if name.startswith(("resnet", "resnext", "wide_resnet", "fcn_resnet")):
         def f(a, k):
             _arg(a, k, 1, "layers", lambda v: _cap(v, 2))
             return a, k
@@ -177,8 +177,8 @@ def _shrinker(name):
                  lambda v: 1 if name.startswith(("vit_l", "vit_h")) else 2)
             return a, k
         return M.vision_transformer, "_vision_transformer", f
-    if name in ("inception_v3", "fcn_resnet50"):
-        return None  # full size: inception at its 75x75 minimum, fcn on resnet50
+    if name == "inception_v3":
+        return None  # full size, at its 75x75 minimum
     raise AssertionError(f"no shrinker for {name}")
 
 
