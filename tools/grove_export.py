@@ -157,6 +157,12 @@ def _bn_args(m, path):
             "affine": bool(m.affine), "track_running_stats": bool(m.track_running_stats)}
 
 
+def _instance_norm_args(m, path):
+    return {"num_features": m.num_features, "eps": float(m.eps),
+            "momentum": None if m.momentum is None else float(m.momentum),
+            "affine": bool(m.affine), "track_running_stats": bool(m.track_running_stats)}
+
+
 def _conv_args(m, path):
     if m.padding_mode != "zeros":
         raise ExportError(f"cannot export {_where(path, m)}: padding_mode={m.padding_mode!r}; "
@@ -273,6 +279,9 @@ def _kinds():
     bn_slots = dict(params=("weight", "bias"),
                     buffers=("running_mean", "running_var", "num_batches_tracked"),
                     shape_preserving=True)
+    in_slots = dict(params=("weight", "bias"),
+                    buffers=("running_mean", "running_var", "num_batches_tracked"),
+                    shape_preserving=True)
     ks = [
         _Kind(nn.Linear, lambda m, path: {"in_features": m.in_features,
                                           "out_features": m.out_features,
@@ -303,6 +312,15 @@ def _kinds():
         _Kind(nn.MaxPool2d, _max_pool_args),
         _Kind(nn.AvgPool2d, _avg_pool_args),
         _Kind(nn.AdaptiveAvgPool2d, lambda m, path: {"output_size": _ints(m.output_size)}),
+        _Kind(nn.GroupNorm, lambda m, path: {"num_groups": m.num_groups,
+                                             "num_channels": m.num_channels, "eps": float(m.eps),
+                                             "affine": bool(m.affine)},
+              params=("weight", "bias"), shape_preserving=True),
+        _Kind(nn.InstanceNorm1d, _instance_norm_args, **in_slots),
+        _Kind(nn.InstanceNorm2d, _instance_norm_args, **in_slots),
+        # PReLU's init only fills the weight, which the state_dict replaces.
+        _Kind(nn.PReLU, lambda m, path: {"num_parameters": m.num_parameters},
+              params=("weight",), shape_preserving=True),
         _Kind(nn.MultiheadAttention, _mha_args,
               params=("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
                       "in_proj_bias"), composite=True),

@@ -158,6 +158,17 @@ static grove_status stochastic_depth_fwd(const grove__opctx *c, gval *res) {
   return GROVE_OK;
 }
 
+static grove_status prelu_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x, *w;
+  grove_tensor y;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_tensor(c, 1, &w)) ||
+      (s = grove__op_prelu(c->f, x, w, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
 static grove_status stochastic_depth_check(const grove__opdef *d, const garg *a, const char *jp,
                                            grove_err *err) {
   if (a[3].kind != A_BOOL || a[3].i)
@@ -349,6 +360,17 @@ const grove__opdef grove__opdef_numel = {
     .varargs = -1,
     .p = {INPUT},
     .forward = numel_fwd,
+};
+
+/* nn.PReLU (a parameter: layers_norm_group.c) runs the same kernel. */
+const grove__opdef grove__opdef_prelu = {
+    .name = "prelu",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.prelu(input,weight)",
+                                   "torch.prelu(input,weight)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_REQ("weight", P_TENSOR)},
+    .forward = prelu_fwd,
 };
 
 const grove__opdef grove__opdef_stochastic_depth = {

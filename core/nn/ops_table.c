@@ -24,7 +24,20 @@ extern const grove__opdef grove__opdef_mean, grove__opdef_sum;
 
 /* The torchvision zoo's operations (#18): ops_pointwise.c, ops_split.c,
  * ops_select.c, ops_resample.c. */
-extern const grove__opdef grove__opdef_relu6, grove__opdef_hardswish, grove__opdef_hardsigmoid, grove__opdef_mish, grove__opdef_selu, grove__opdef_hardtanh, grove__opdef_elu, grove__opdef_celu, grove__opdef_softplus, grove__opdef_clamp, grove__opdef_exp, grove__opdef_log, grove__opdef_sqrt, grove__opdef_rsqrt, grove__opdef_abs, grove__opdef_neg, grove__opdef_pow, grove__opdef_float, grove__opdef_long, grove__opdef_bool, grove__opdef_dim, grove__opdef_numel, grove__opdef_stochastic_depth, grove__opdef_chunk, grove__opdef_split, grove__opdef_unbind, grove__opdef_stack, grove__opdef_expand, grove__opdef_repeat, grove__opdef_unsqueeze, grove__opdef_squeeze, grove__opdef_roll, grove__opdef_narrow, grove__opdef_index_select, grove__opdef_eq, grove__opdef_ne, grove__opdef_lt, grove__opdef_le, grove__opdef_gt, grove__opdef_ge, grove__opdef_where, grove__opdef_masked_fill, grove__opdef_amax, grove__opdef_amin, grove__opdef_max, grove__opdef_min, grove__opdef_argmax, grove__opdef_argmin, grove__opdef_interpolate, grove__opdef_pad, grove__opdef_pixel_shuffle, grove__opdef_layer_norm, grove__opdef_group_norm, grove__opdef_instance_norm, grove__opdef_local_response_norm;
+extern const grove__opdef grove__opdef_relu6, grove__opdef_hardswish, grove__opdef_hardsigmoid,
+    grove__opdef_mish, grove__opdef_selu, grove__opdef_hardtanh, grove__opdef_elu,
+    grove__opdef_celu, grove__opdef_softplus, grove__opdef_clamp, grove__opdef_exp,
+    grove__opdef_log, grove__opdef_sqrt, grove__opdef_rsqrt, grove__opdef_abs, grove__opdef_neg,
+    grove__opdef_pow, grove__opdef_float, grove__opdef_long, grove__opdef_bool, grove__opdef_dim,
+    grove__opdef_numel, grove__opdef_prelu, grove__opdef_stochastic_depth, grove__opdef_chunk,
+    grove__opdef_split, grove__opdef_unbind, grove__opdef_stack, grove__opdef_expand,
+    grove__opdef_repeat, grove__opdef_unsqueeze, grove__opdef_squeeze, grove__opdef_roll,
+    grove__opdef_narrow, grove__opdef_index_select, grove__opdef_eq, grove__opdef_ne,
+    grove__opdef_lt, grove__opdef_le, grove__opdef_gt, grove__opdef_ge, grove__opdef_where,
+    grove__opdef_masked_fill, grove__opdef_amax, grove__opdef_amin, grove__opdef_max,
+    grove__opdef_min, grove__opdef_argmax, grove__opdef_argmin, grove__opdef_interpolate,
+    grove__opdef_pad, grove__opdef_pixel_shuffle, grove__opdef_layer_norm,
+    grove__opdef_group_norm, grove__opdef_instance_norm, grove__opdef_local_response_norm;
 
 static const grove__opdef *const table[] = {
     &grove__opdef_add,        &grove__opdef_sub,       &grove__opdef_mul,        &grove__opdef_div,
@@ -57,6 +70,7 @@ static const grove__opdef *const table[] = {
     &grove__opdef_bool,
     &grove__opdef_dim,
     &grove__opdef_numel,
+    &grove__opdef_prelu,
     &grove__opdef_stochastic_depth,
     &grove__opdef_chunk,
     &grove__opdef_split,

@@ -141,6 +141,35 @@ class Norms(nn.Module):
                 self.lrn(x) + F.local_response_norm(x, 2))
 
 
+class ParamNorms(nn.Module):
+    """The modules with parameters (GroupNorm, InstanceNorm1d/2d, PReLU),
+    after a convolution (channels-last input) and on a plain one."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.gn = nn.GroupNorm(3, 6)
+        self.inorm = nn.InstanceNorm2d(6, affine=True)
+        self.irun = nn.InstanceNorm2d(6, track_running_stats=True)
+        self.i1 = nn.InstanceNorm1d(3)
+        self.prelu = nn.PReLU(6)
+        self.prelu1 = nn.PReLU()
+        self.slope = nn.Parameter(torch.full((3,), 0.1))
+        with torch.no_grad():
+            for mod in (self.gn, self.inorm, self.prelu):
+                mod.weight.uniform_(0.5, 1.5)
+            self.gn.bias.normal_(0, 0.2)
+            self.inorm.bias.normal_(0, 0.2)
+            self.irun.running_mean.normal_(0, 0.3)
+            self.irun.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):  # x [N, 3, 5, 4]
+        h = self.conv(x)
+        return (self.gn(h) + self.prelu(h), self.inorm(h) + self.irun(h),
+                self.i1(x.flatten(2)) + self.prelu1(x.flatten(2)),
+                F.prelu(x, self.slope))
+
+
 class Depth(nn.Module):
     """torchvision's StochasticDepth (identity in eval) and size arithmetic
     with dim() and numel()."""
@@ -170,6 +199,8 @@ CASES = [
     ("zoo_pad_shuffle", PadShuffle, lambda: (torch.randn(2, 8, 5, 6),),
      lambda: (torch.randn(3, 8, 5, 6),)),
     ("zoo_norms", Norms, lambda: (torch.randn(2, 6, 5, 4),), lambda: (torch.randn(3, 6, 5, 4),)),
+    ("zoo_param_norms", ParamNorms, lambda: (torch.randn(2, 3, 5, 4),),
+     lambda: (torch.randn(3, 3, 5, 4),)),
     ("zoo_depth", Depth, lambda: (torch.randn(2, 3, 6),), lambda: (torch.randn(5, 3, 6),)),
 ]
 
