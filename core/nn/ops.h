@@ -272,6 +272,11 @@ grove_status grove__op_int(const grove__opctx *c, const garg *a, int64_t *out);
 /* A list of ints: [2, n, -1], a size() tuple node, or (allow_one) one int. */
 grove_status grove__op_ints(const grove__opctx *c, const garg *a, bool allow_one, int64_t *out,
                             int *n);
+/* A P_TENSORS argument (a list of tensor nodes, or a module's tuple) into
+ * ts (at most max); *n set.  GROVE_E_INVALID_ARGUMENT "expected ..." for
+ * anything else (cat, stack). */
+grove_status grove__op_tensor_list(const grove__opctx *c, const garg *a, grove_tensor *ts,
+                                   int max, int *n);
 /* Number of parameters of d. */
 int grove__op_nparams(const grove__opdef *d);
 /* Wraps a possibly negative dim into [0, ndim) as torch's maybe_wrap_dim

@@ -178,3 +178,23 @@ grove_status grove__op_dim_error(grove_fwd *f, const char *layer, const char *wh
                        "%s: %s %d is out of range for a %d-d input (expected in [%d, %d])", layer,
                        what, dim, ndim, -n, n - 1);
 }
+
+grove_status grove__op_tensor_list(const grove__opctx *c, const garg *a, grove_tensor *ts,
+                                   int max, int *n) {
+  *n = 0;
+  const gval *tv = grove__op_val(c, a);
+  if (tv && tv->kind == V_TUPLE) {
+    for (int k = 0; k < tv->n && *n < max; k++) {
+      if (tv->none_mask & (1u << k)) return grove__op_want(c, "tensors, not None");
+      ts[(*n)++] = tv->t[k];
+    }
+    return GROVE_OK;
+  }
+  if (a->kind != A_LIST) return grove__op_want(c, "a list of tensors");
+  for (int k = 0; k < a->n && *n < max; k++) {
+    const gval *v = grove__op_val(c, &a->items[k]);
+    if (!v || v->kind != V_TENSOR) return grove__op_want(c, "a tensor argument");
+    ts[(*n)++] = v->t[0];
+  }
+  return GROVE_OK;
+}

@@ -41,22 +41,7 @@ static grove_status compare(const grove__opctx *c, gval *res, int op) {
     if (!grove__op_number(c, &c->args[0], &x1, &i1, &int1) ||
         !grove__op_number(c, &c->args[1], &x2, &i2, &int2))
       return grove__op_want(c, "tensors or numbers to compare");
-    bool r;
-    if (int1 && int2) {
-      r = op == GROVE__CMP_EQ   ? i1 == i2
-          : op == GROVE__CMP_NE ? i1 != i2
-          : op == GROVE__CMP_LT ? i1 < i2
-          : op == GROVE__CMP_LE ? i1 <= i2
-          : op == GROVE__CMP_GT ? i1 > i2
-                                : i1 >= i2;
-    } else {
-      r = op == GROVE__CMP_EQ   ? x1 == x2
-          : op == GROVE__CMP_NE ? x1 != x2
-          : op == GROVE__CMP_LT ? x1 < x2
-          : op == GROVE__CMP_LE ? x1 <= x2
-          : op == GROVE__CMP_GT ? x1 > x2
-                                : x1 >= x2;
-    }
+    const bool r = int1 && int2 ? grove__cmp_i64(op, i1, i2) : grove__cmp_f64(op, x1, x2);
     grove__op_set_int(res, r);
     res->kind = V_BOOL;
     return GROVE_OK;

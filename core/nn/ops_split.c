@@ -69,20 +69,9 @@ static grove_status stack_fwd(const grove__opctx *c, gval *res) {
   grove_tensor ts[64], y;
   int nt = 0;
   grove_status s;
-  const gval *tv = grove__op_val(c, &a[0]);
-  if (tv && tv->kind == V_TUPLE) {
-    for (int k = 0; k < tv->n; k++) ts[nt++] = tv->t[k];
-  } else if (a[0].kind == A_LIST) {
-    for (int k = 0; k < a[0].n && k < 64; k++) {
-      const gval *v = grove__op_val(c, &a[0].items[k]);
-      if (!v || v->kind != V_TENSOR) return grove__op_want(c, "a list of tensors");
-      ts[nt++] = v->t[0];
-    }
-  } else {
-    return grove__op_want(c, "a list of tensors");
-  }
   int64_t dim;
-  if ((s = grove__op_int(c, &a[1], &dim)) || (s = grove__op_stack(c->f, ts, nt, dim, &y)))
+  if ((s = grove__op_tensor_list(c, &a[0], ts, 64, &nt)) || (s = grove__op_int(c, &a[1], &dim)) ||
+      (s = grove__op_stack(c->f, ts, nt, dim, &y)))
     return s;
   grove__op_set_tensor(res, &y);
   return GROVE_OK;

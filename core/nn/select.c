@@ -45,27 +45,21 @@ static grove_status check_dtype(grove_fwd *f, const char *what, const grove_tens
   return GROVE_OK;
 }
 
-static inline bool cmp_d(int op, double a, double b) {
-  switch (op) {
-    case GROVE__CMP_EQ: return a == b;
-    case GROVE__CMP_NE: return a != b;
-    case GROVE__CMP_LT: return a < b;
-    case GROVE__CMP_LE: return a <= b;
-    case GROVE__CMP_GT: return a > b;
-    default: return a >= b;
+/* a OP b, once for doubles and once for int64 (ops_select.c compares two
+ * Python numbers with them too). */
+#define CMP_BODY                     \
+  switch (op) {                      \
+    case GROVE__CMP_EQ: return a == b; \
+    case GROVE__CMP_NE: return a != b; \
+    case GROVE__CMP_LT: return a < b;  \
+    case GROVE__CMP_LE: return a <= b; \
+    case GROVE__CMP_GT: return a > b;  \
+    default: return a >= b;            \
   }
-}
-
-static inline bool cmp_i(int op, int64_t a, int64_t b) {
-  switch (op) {
-    case GROVE__CMP_EQ: return a == b;
-    case GROVE__CMP_NE: return a != b;
-    case GROVE__CMP_LT: return a < b;
-    case GROVE__CMP_LE: return a <= b;
-    case GROVE__CMP_GT: return a > b;
-    default: return a >= b;
-  }
-}
+bool grove__cmp_f64(int op, double a, double b) { CMP_BODY }
+bool grove__cmp_i64(int op, int64_t a, int64_t b) { CMP_BODY }
+#define cmp_d grove__cmp_f64
+#define cmp_i grove__cmp_i64
 
 /* Walks the nd-d index space of shape in row-major order, keeping each
  * operand's element offset (strides st[k], 0 where broadcast). */

@@ -93,6 +93,10 @@ grove_status grove__op_compare(grove_fwd *f, int op, const grove_tensor *a, cons
 grove_status grove__op_compare_scalar(grove_fwd *f, int op, const grove_tensor *a, double b,
                                       grove_tensor *out);
 
+/* a OP b for two numbers (GROVE__CMP_*). */
+bool grove__cmp_f64(int op, double a, double b);
+bool grove__cmp_i64(int op, int64_t a, int64_t b);
+
 /* torch.where(cond, a, b): cond bool (or any dtype, != 0), a and b float32
  * tensors, all broadcast together.  A NULL a or b is the number av / bv
  * (torch.where(mask, x, 0.0)). */
