@@ -65,34 +65,21 @@ SMALL_CLASSIFIER = {"alexnet", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16"
                     "vgg19", "vgg19_bn"}
 
 # What Grove refuses today, and the refusal each gives (a part of the
-# exporter's message).  Shrinks as #18's operations land.
+# exporter's message).  Shrinks as #18's operations land: the functional
+# pools are the convolution/pooling helper's (zooperf), Swin's shifted
+# windows and MaxViT's partitions come last.
 _POOL = "operation torch.nn.functional.adaptive_avg_pool2d is not supported"
-_SD = "operation torchvision.ops.stochastic_depth is not supported"
-_LN = "operation torch.nn.functional.layer_norm is not supported"
-_HSWISH = "torch.nn.Hardswish is not a type Grove runs"
-_CHUNK = "method Tensor.chunk is not supported"
 _RELBIAS = "operation torchvision.models.swin_transformer._get_relative_position_bias is not"
-_EXPAND = "method Tensor.expand is not supported"
-_INTERP = "operation torch.nn.functional.interpolate is not supported"
 EXPECTED_REFUSALS = {
-    "convnext_tiny": _LN, "convnext_small": _LN, "convnext_base": _LN, "convnext_large": _LN,
     "densenet121": _POOL, "densenet161": _POOL, "densenet169": _POOL, "densenet201": _POOL,
     "mobilenet_v2": _POOL,
-    "efficientnet_b0": _SD, "efficientnet_b1": _SD, "efficientnet_b2": _SD,
-    "efficientnet_b3": _SD, "efficientnet_b4": _SD, "efficientnet_b5": _SD,
-    "efficientnet_b6": _SD, "efficientnet_b7": _SD, "efficientnet_v2_s": _SD,
-    "efficientnet_v2_m": _SD, "efficientnet_v2_l": _SD,
     "inception_v3": "operation torch.nn.functional.avg_pool2d is not supported",
     "maxvit_t": "a WindowPartition called with a constant argument",
-    "mobilenet_v3_large": _HSWISH, "mobilenet_v3_small": _HSWISH,
-    "shufflenet_v2_x0_5": _CHUNK, "shufflenet_v2_x1_0": _CHUNK, "shufflenet_v2_x1_5": _CHUNK,
-    "shufflenet_v2_x2_0": _CHUNK,
     "swin_t": _RELBIAS, "swin_s": _RELBIAS, "swin_b": _RELBIAS,
     "swin_v2_t": _RELBIAS, "swin_v2_s": _RELBIAS, "swin_v2_b": _RELBIAS,
-    "vit_b_16": _EXPAND, "vit_b_32": _EXPAND, "vit_l_16": _EXPAND, "vit_l_32": _EXPAND,
-    "vit_h_14": _EXPAND,
-    "fcn_resnet50": _INTERP, "deeplabv3_mobilenet_v3_large": _INTERP,
-    "lraspp_mobilenet_v3_large": _INTERP,
+    # Its head is called with the backbone's dict (input["low"]): a dict
+    # passed between modules.
+    "lraspp_mobilenet_v3_large": "indexing by the key 'low' is supported only on the dict",
 }
 
 
@@ -270,7 +257,9 @@ def run_one(name, tmp):
     x = rng.standard_normal((2, 3, size, size)).astype(np.float32)
     d = os.path.join(tmp, name)
     try:
-        export(m, d, example_input=torch.zeros(1, 3, size, size))
+        # max_batch_size 2: grove's open-time trial forward runs at the
+        # largest batch (64 by default), which would cost more than the test.
+        export(m, d, example_input=torch.zeros(1, 3, size, size), batching={"max_batch_size": 2})
     except ExportError as e:
         return "refused", str(e)
     with torch.no_grad():
