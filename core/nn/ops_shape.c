@@ -9,6 +9,7 @@
 #include "graph_ops.h"
 #include "layers_internal.h"
 #include "ops.h"
+#include "tensor_ops.h"
 
 #define INPUT \
   { .name = "input", .kind = P_TENSOR, .dk = D_REQ }
@@ -292,7 +293,31 @@ static grove_status getitem_fwd(const grove__opctx *c, gval *res) {
   const garg *items = ix->kind == A_LIST ? ix->items : ix;
   int ni = ix->kind == A_LIST ? ix->n : 1;
   if (ni > GROVE_MAX_DIMS + 4) return grove__op_want(c, "fewer indices");
+  /* One integer tensor among slices (x[ids], x[:, ids], Swin's
+   * table[index]): the slices as a view, then the ids along their dim. */
+  const grove_tensor *ids = NULL;
+  int ids_at = -1;
   for (int i = 0; i < ni; i++) {
+    const gval *ev = grove__op_val(c, &items[i]);
+    if (!ev || ev->kind != V_TENSOR) continue;
+    const grove_dtype dt = ev->t[0].dtype;
+    bool slices_only = ids == NULL;
+    for (int k = 0; k < ni && slices_only; k++) slices_only = k == i || items[k].kind == A_SLICE;
+    if (!slices_only || (dt != GROVE_I64 && dt != GROVE_I32))
+      return grove_err_set(c->f->err, GROVE_E_UNSUPPORTED,
+                           "indexing with a tensor is supported for one int64 index tensor among "
+                           "slices (x[ids], x[:, ids]); got a %s tensor%s",
+                           grove_dtype_name(dt), slices_only ? "" : " with other indices");
+    ids = &ev->t[0];
+    ids_at = i;
+  }
+  for (int i = 0; i < ni; i++) {
+    if (i == ids_at) {
+      memset(&ixs[i], 0, sizeof ixs[i]);
+      ixs[i].kind = GROVE__IX_SLICE;
+      ixs[i].step = 1;
+      continue;
+    }
     const garg *e = &items[i];
     grove__index *o = &ixs[i];
     memset(o, 0, sizeof *o);
@@ -312,9 +337,13 @@ static grove_status getitem_fwd(const grove__opctx *c, gval *res) {
       if ((s = grove__op_int(c, e, &o->start))) return s;
     }
   }
-  grove_tensor y;
+  grove_tensor y, z;
   grove_status s = grove__op_index(c->f, &v->t[0], ixs, ni, &y);
   if (s) return s;
+  if (ids) {
+    if ((s = grove__op_index_select(c->f, &y, ids_at, ids, true, &z))) return s;
+    y = z;
+  }
   grove__op_set_tensor(res, &y);
   return GROVE_OK;
 }

@@ -165,7 +165,7 @@ static grove_status index_select_fwd(const grove__opctx *c, gval *res) {
   grove_status s;
   if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &dim)) ||
       (s = grove__op_tensor(c, 2, &ix)) ||
-      (s = grove__op_index_select(c->f, x, dim, ix, &y)))
+      (s = grove__op_index_select(c->f, x, dim, ix, false, &y)))
     return s;
   grove__op_set_tensor(res, &y);
   return GROVE_OK;

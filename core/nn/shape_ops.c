@@ -332,7 +332,8 @@ grove_status grove__op_roll(grove_fwd *f, const grove_tensor *x, const int64_t *
 }
 
 grove_status grove__op_index_select(grove_fwd *f, const grove_tensor *x, int64_t dim,
-                                    const grove_tensor *index, grove_tensor *out) {
+                                    const grove_tensor *index, bool negative,
+                                    grove_tensor *out) {
   int d;
   grove_status s;
   if (index->dtype != GROVE_I64 && index->dtype != GROVE_I32)
@@ -372,11 +373,12 @@ grove_status grove__op_index_select(grove_fwd *f, const grove_tensor *x, int64_t
   for (int64_t i = 0; i < ni; i++) {
     int64_t id = ix.dtype == GROVE_I64 ? ((const int64_t *)ix.data)[i]
                                        : ((const int32_t *)ix.data)[i];
-    /* torch.index_select takes no negative ids (indexing x[ids] would). */
-    if (id < 0 || id >= len)
+    /* torch.index_select takes no negative ids; indexing x[ids] does. */
+    if (id < (negative ? -len : 0) || id >= len)
       return grove_err_set(f->err, GROVE_E_RANGE,
                            "index %lld is out of bounds for dimension %d with size %lld",
                            (long long)id, d, (long long)len);
+    if (id < 0) id += len;
     grove_tensor si = src, di = dst;
     si.data = (char *)x->data + (size_t)(id * x->strides[d]) * es;
     di.data = (char *)out->data + (size_t)(i * post) * es;

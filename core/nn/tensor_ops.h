@@ -199,11 +199,13 @@ grove_status grove__op_repeat(grove_fwd *f, const grove_tensor *x, const int64_t
  * shifts[0] and keeps the shape. */
 grove_status grove__op_roll(grove_fwd *f, const grove_tensor *x, const int64_t *shifts,
                             const int64_t *dims, int ndims, grove_tensor *out);
-/* torch.index_select(x, dim, index) and x[index] (dim 0) with an int64 (or
- * int32) index tensor of any shape: its shape replaces dim.  An id out of
- * [0, size) is GROVE_E_RANGE naming it (as torch.index_select). */
+/* torch.index_select(x, dim, index) and x[index] / x[:, index] with an
+ * int64 (or int32) index tensor of any shape: its shape replaces dim.  An
+ * id out of [0, size) is GROVE_E_RANGE naming it, as torch.index_select;
+ * with negative (indexing), ids from -size count from the end. */
 grove_status grove__op_index_select(grove_fwd *f, const grove_tensor *x, int64_t dim,
-                                    const grove_tensor *index, grove_tensor *out);
+                                    const grove_tensor *index, bool negative,
+                                    grove_tensor *out);
 
 /* ------------------------------------------------------------ pick_reduce.c */
 

@@ -92,6 +92,22 @@ class Shapes(nn.Module):
                 o, i + x[:, ::2].mean())
 
 
+class TensorIndex(nn.Module):
+    """x[ids] and x[:, ids] with int64 index tensors (negative ids count from
+    the end), as Swin's relative position table is read."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("rows", torch.tensor([[2, -1], [0, 1], [3, 3]]))
+        self.register_buffer("cols", torch.tensor([3, 0, -2]))
+        self.register_buffer("two", torch.tensor([[1], [-4]]))
+        self.table = nn.Parameter(torch.randn(5, 3))
+
+    def forward(self, x):  # x [N, 4, 5]
+        return (x[:, self.cols], self.table[self.rows].sum(-1) + x[:, ::2, self.cols].mean(),
+                x.transpose(1, 2)[:, self.two])
+
+
 class Picks(nn.Module):
     def forward(self, x):  # x [N, 5, 7]
         v, idx = x.max(dim=1)
@@ -193,6 +209,8 @@ CASES = [
     ("zoo_compare", Compare, lambda: (torch.randn(2, 5), torch.randn(2, 5)),
      lambda: (torch.randn(3, 5), torch.randn(3, 5))),
     ("zoo_shapes", Shapes, lambda: (torch.randn(2, 4, 6),), lambda: (torch.randn(3, 4, 6),)),
+    ("zoo_tensor_index", TensorIndex, lambda: (torch.randn(2, 4, 5),),
+     lambda: (torch.randn(3, 4, 5),)),
     ("zoo_picks", Picks, lambda: (torch.randn(2, 5, 7),), lambda: (torch.randn(3, 5, 7),)),
     ("zoo_resample", Resample, lambda: (torch.randn(1, 3, 7, 9),),
      lambda: (torch.randn(2, 3, 7, 9),)),
