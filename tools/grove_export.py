@@ -888,6 +888,10 @@ def _graph(m, path):
             return [enc(node, x) for x in a]
         if isinstance(a, slice):
             return {"slice": [enc(node, a.start), enc(node, a.stop), enc(node, a.step)]}
+        if isinstance(a, torch.dtype):  # x.to(torch.float32): model.json's dtype names
+            return str(a).replace("torch.", "")
+        if isinstance(a, torch.device):  # x.to(device): Grove serves on the CPU
+            return str(a)
         if a is Ellipsis:
             return {"ellipsis": True}
         if isinstance(a, torch.Tensor):

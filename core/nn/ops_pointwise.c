@@ -132,6 +132,34 @@ static grove_status bool_fwd(const grove__opctx *c, gval *res) {
   return convert(c, res, GROVE_BOOL);
 }
 
+/* x.to(dtype) / x.to(device) / x.to(other) / x.type(dtype) / x.type_as(other):
+ * argument 1 is a dtype name ("float32", "int64", "bool": the exporter writes
+ * torch.float32 so), "cpu" (Grove serves on the CPU: the identity), or a
+ * tensor whose dtype is taken. */
+static grove_status to_fwd(const grove__opctx *c, gval *res) {
+  const garg *a = &c->args[1];
+  const gval *v = grove__op_val(c, a);
+  grove_dtype dt;
+  if (v && v->kind == V_TENSOR) {
+    dt = v->t[0].dtype;
+  } else if (a->kind == A_STR && strcmp(a->s, "cpu") == 0) {
+    const grove_tensor *x;
+    grove_status s = grove__op_tensor(c, 0, &x);
+    if (s) return s;
+    grove__op_set_tensor(res, x);
+    return GROVE_OK;
+  } else if (a->kind != A_STR || !grove_dtype_from_name(a->s, &dt)) {
+    return grove_err_set(c->f->err, GROVE_E_UNSUPPORTED,
+                         "%s: expected a dtype (\"float32\", \"int64\", \"bool\", ...), \"cpu\" or "
+                         "a tensor, got %s%s",
+                         c->def->name, a->kind == A_STR ? a->s : "another value",
+                         a->kind == A_STR && strncmp(a->s, "cuda", 4) == 0
+                             ? " (Grove serves on the CPU)"
+                             : "");
+  }
+  return convert(c, res, dt);
+}
+
 static grove_status dim_fwd(const grove__opctx *c, gval *res) {
   const grove_tensor *x;
   grove_status s = grove__op_tensor(c, 0, &x);
@@ -347,6 +375,26 @@ const grove__opdef grove__opdef_pow = {
       .p = {{.name = "input", .kind = P_TENSOR, .dk = D_REQ, .dtypes = 0}}, \
       .forward = fwd,                                                        \
   }
+
+const grove__opdef grove__opdef_to = {
+    .name = "to",
+    .id = G_OP,
+    .torch = (const char *const[]){"Tensor.to(input,dtype)", "Tensor.type(input,dtype)", NULL},
+    .varargs = -1,
+    .p = {{.name = "input", .kind = P_TENSOR, .dk = D_REQ, .dtypes = 0},
+          OP_REQ("dtype", P_ANY)},
+    .forward = to_fwd,
+};
+
+const grove__opdef grove__opdef_type_as = {
+    .name = "type_as",
+    .id = G_OP,
+    .torch = (const char *const[]){"Tensor.type_as(input,other)", NULL},
+    .varargs = -1,
+    .p = {{.name = "input", .kind = P_TENSOR, .dk = D_REQ, .dtypes = 0},
+          OP_REQ("other", P_TENSOR)},
+    .forward = to_fwd,
+};
 
 METHOD0(float, float_fwd);
 METHOD0(long, long_fwd);

@@ -186,6 +186,17 @@ class ParamNorms(nn.Module):
                 F.prelu(x, self.slope))
 
 
+class Convert(nn.Module):
+    """Tensor.to / type / type_as / float / long / bool between float32,
+    int64 and bool (float -> int64 truncates toward zero)."""
+
+    def forward(self, x):  # x [N, 3]
+        m = (x > 0.3).to(torch.float32) + (x < 0).type(torch.float32)
+        t = (x * 3).to(torch.int64).to(torch.float) + (x * 2).long().float()
+        return (m + x.to("cpu"), t + x.bool().float(),
+                (x * 4).long().type_as(x) * x + (x * 5).to(dtype=torch.int64).to(torch.float32))
+
+
 class Depth(nn.Module):
     """torchvision's StochasticDepth (identity in eval) and size arithmetic
     with dim() and numel()."""
@@ -219,6 +230,7 @@ CASES = [
     ("zoo_norms", Norms, lambda: (torch.randn(2, 6, 5, 4),), lambda: (torch.randn(3, 6, 5, 4),)),
     ("zoo_param_norms", ParamNorms, lambda: (torch.randn(2, 3, 5, 4),),
      lambda: (torch.randn(3, 3, 5, 4),)),
+    ("zoo_convert", Convert, lambda: (torch.randn(2, 3),), lambda: (torch.randn(4, 3),)),
     ("zoo_depth", Depth, lambda: (torch.randn(2, 3, 6),), lambda: (torch.randn(5, 3, 6),)),
 ]
 
