@@ -10,7 +10,8 @@ constructor arguments, inputs/outputs, batching) and weights.safetensors
 described in docs/model-spec.md, the exporter in docs/exporter.md.
 
 Needs torch (Debian: python3-torch, under /usr/bin/python3).  The safetensors
-writer below is self-contained (Debian packages no safetensors module).
+writer is tools/grove_safetensors.py (self-contained: Debian packages no
+safetensors module).
 """
 import argparse
 import importlib.util
@@ -18,7 +19,6 @@ import json
 import operator
 import os
 import shutil
-import struct
 import sys
 import tempfile
 
@@ -29,62 +29,11 @@ FORMAT = "grove.model/1"
 WEIGHT_NAMES = ("weights.safetensors", "weights.pt", "weights.pth", "weights.bin")
 BATCHING_KEYS = ("max_batch_size", "max_queue_delay_us", "max_queue_size")
 
-_ST_DTYPES = None
-
-
-def _st_dtypes():
-    global _ST_DTYPES
-    if _ST_DTYPES is None:
-        import torch
-        _ST_DTYPES = {
-            torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-            torch.float64: "F64", torch.int64: "I64", torch.int32: "I32",
-            torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL",
-        }
-    return _ST_DTYPES
-
-
-def save_safetensors(tensors, path, metadata=None):
-    """Writes an ordered mapping name -> torch.Tensor as a safetensors file:
-    8-byte little-endian header length, JSON header (padded with spaces to a
-    multiple of 8), then the tensors' little-endian bytes.  The header keeps
-    the mapping's order; the data is laid out by decreasing element size (as
-    the reference writer does), so every tensor is aligned to its element
-    size and Grove maps every float32 tensor without copying it."""
-    import torch
-    dtypes = _st_dtypes()
-    header = {}
-    if metadata is None:
-        metadata = {"format": "pt"}
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    entries = []
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: not a tensor ({type(t).__name__})")
-        if t.dtype not in dtypes:
-            raise TypeError(f"{name}: dtype {t.dtype} has no safetensors name")
-        t = t.detach().cpu().contiguous()
-        if t.dtype == torch.bfloat16:
-            data = t.view(torch.int16).numpy().astype("<i2").tobytes()
-        else:
-            data = t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape)}
-        entries.append((name, t.element_size(), data))
-    offset = 0
-    blobs = []
-    for name, _, data in sorted(entries, key=lambda e: -e[1]):  # stable: key order within a size
-        header[name]["data_offsets"] = [offset, offset + len(data)]
-        blobs.append(data)
-        offset += len(data)
-    hjson = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hjson += b" " * ((8 - len(hjson) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hjson)))
-        f.write(hjson)
-        for b in blobs:
-            f.write(b)
-
+# The safetensors writer (self-contained: Debian packages no safetensors
+# module) lives beside this file; exported from here for the callers that
+# have always imported it from grove_export.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from grove_safetensors import save_safetensors  # noqa: E402,F401
 
 # ---------------------------------------------------------------- errors
 
