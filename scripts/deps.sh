@@ -7,7 +7,8 @@
 #                            libraries and their headers, Check
 #   scripts/deps.sh --test   `make test`: also clang (the fuzz targets' short
 #                            pass), python3-torch and python3-numpy (fixtures,
-#                            parity and integration tests), python3-yaml and
+#                            parity and integration tests), python3-torchvision
+#                            (tests/py/test_zoo.py), python3-yaml and
 #                            systemd and procps (deploy/'s manifests and the
 #                            unit, whose ExecReload is /bin/kill, checked)
 #   scripts/deps.sh --all    also python3-sklearn (examples/train_digits.py
@@ -16,7 +17,8 @@
 set -euo pipefail
 pkgs=(build-essential pkg-config libuv1-dev libnng-dev libprotobuf-c-dev protobuf-c-compiler
       libopenblas-dev check libjansson-dev zlib1g-dev)
-test_pkgs=(clang libclang-rt-14-dev python3 python3-torch python3-numpy python3-yaml systemd procps)
+test_pkgs=(clang libclang-rt-14-dev python3 python3-torch python3-torchvision python3-numpy python3-yaml
+           systemd procps)
 case "${1:-}" in
   "") ;;
   --test) pkgs+=("${test_pkgs[@]}") ;;

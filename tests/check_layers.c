@@ -841,7 +841,7 @@ static void json_err(const char *text, grove_status code, const char *msg) {
 START_TEST(test_registry) {
   size_t n;
   const grove__layer_def *defs = grove__layer_defs(&n);
-  ck_assert_uint_eq(n, 27);
+  ck_assert_uint_eq(n, 42);
   for (size_t i = 0; i < n; i++) ck_assert_ptr_eq(grove__layer_find(defs[i].type), &defs[i]);
   ck_assert_ptr_null(grove__layer_find("Conv3d"));
   ck_assert_ptr_null(grove__layer_find("linear"));
@@ -866,6 +866,30 @@ START_TEST(test_registry) {
   json_ok("{\"type\": \"SiLU\"}", "SiLU");
   json_ok("{\"type\": \"Sigmoid\"}", "Sigmoid");
   json_ok("{\"type\": \"Tanh\"}", "Tanh");
+  /* The zoo's layers (#18). */
+  json_ok("{\"type\": \"ReLU6\", \"inplace\": true}", "ReLU6");
+  json_ok("{\"type\": \"Hardswish\"}", "Hardswish");
+  json_ok("{\"type\": \"Hardsigmoid\"}", "Hardsigmoid");
+  json_ok("{\"type\": \"Hardtanh\", \"min_val\": -2, \"max_val\": 2.5}", "Hardtanh");
+  json_ok("{\"type\": \"ELU\", \"alpha\": 0.5}", "ELU");
+  json_ok("{\"type\": \"SELU\"}", "SELU");
+  json_ok("{\"type\": \"CELU\", \"alpha\": 2}", "CELU");
+  json_ok("{\"type\": \"Softplus\", \"beta\": 2, \"threshold\": 10}", "Softplus");
+  json_ok("{\"type\": \"Mish\"}", "Mish");
+  json_ok("{\"type\": \"PixelShuffle\", \"upscale_factor\": 3}", "PixelShuffle");
+  json_ok("{\"type\": \"LocalResponseNorm\", \"size\": 5, \"alpha\": 1e-3}",
+          "LocalResponseNorm");
+  json_ok("{\"type\": \"GroupNorm\", \"num_groups\": 2, \"num_channels\": 6}", "GroupNorm");
+  json_ok("{\"type\": \"GroupNorm\", \"num_groups\": 3, \"num_channels\": 6, \"eps\": 1e-6, "
+          "\"affine\": false}",
+          "GroupNorm");
+  json_ok("{\"type\": \"InstanceNorm2d\", \"num_features\": 4}", "InstanceNorm2d");
+  json_ok("{\"type\": \"InstanceNorm1d\", \"num_features\": 4, \"affine\": true, "
+          "\"track_running_stats\": true, \"momentum\": null}",
+          "InstanceNorm1d");
+  json_ok("{\"type\": \"PReLU\", \"num_parameters\": 8, \"init\": 0.1}", "PReLU");
+  json_err("{\"type\": \"GroupNorm\", \"num_groups\": 4, \"num_channels\": 6}", GROVE_E_SPEC,
+           "$.module: GroupNorm: num_channels (6) must be divisible by num_groups (4)");
   json_ok("{\"type\": \"Softmax\", \"dim\": -1}", "Softmax");
   json_ok("{\"type\": \"Softmax\", \"dim\": null}", "Softmax");
   json_ok("{\"type\": \"LogSoftmax\"}", "LogSoftmax");

@@ -10,14 +10,15 @@ constructor arguments, inputs/outputs, batching) and weights.safetensors
 described in docs/model-spec.md, the exporter in docs/exporter.md.
 
 Needs torch (Debian: python3-torch, under /usr/bin/python3).  The safetensors
-writer below is self-contained (Debian packages no safetensors module).
+writer is tools/grove_safetensors.py (self-contained: Debian packages no
+safetensors module).
 """
 import argparse
 import importlib.util
 import json
+import operator
 import os
 import shutil
-import struct
 import sys
 import tempfile
 
@@ -28,62 +29,11 @@ FORMAT = "grove.model/1"
 WEIGHT_NAMES = ("weights.safetensors", "weights.pt", "weights.pth", "weights.bin")
 BATCHING_KEYS = ("max_batch_size", "max_queue_delay_us", "max_queue_size")
 
-_ST_DTYPES = None
-
-
-def _st_dtypes():
-    global _ST_DTYPES
-    if _ST_DTYPES is None:
-        import torch
-        _ST_DTYPES = {
-            torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-            torch.float64: "F64", torch.int64: "I64", torch.int32: "I32",
-            torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL",
-        }
-    return _ST_DTYPES
-
-
-def save_safetensors(tensors, path, metadata=None):
-    """Writes an ordered mapping name -> torch.Tensor as a safetensors file:
-    8-byte little-endian header length, JSON header (padded with spaces to a
-    multiple of 8), then the tensors' little-endian bytes.  The header keeps
-    the mapping's order; the data is laid out by decreasing element size (as
-    the reference writer does), so every tensor is aligned to its element
-    size and Grove maps every float32 tensor without copying it."""
-    import torch
-    dtypes = _st_dtypes()
-    header = {}
-    if metadata is None:
-        metadata = {"format": "pt"}
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    entries = []
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: not a tensor ({type(t).__name__})")
-        if t.dtype not in dtypes:
-            raise TypeError(f"{name}: dtype {t.dtype} has no safetensors name")
-        t = t.detach().cpu().contiguous()
-        if t.dtype == torch.bfloat16:
-            data = t.view(torch.int16).numpy().astype("<i2").tobytes()
-        else:
-            data = t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape)}
-        entries.append((name, t.element_size(), data))
-    offset = 0
-    blobs = []
-    for name, _, data in sorted(entries, key=lambda e: -e[1]):  # stable: key order within a size
-        header[name]["data_offsets"] = [offset, offset + len(data)]
-        blobs.append(data)
-        offset += len(data)
-    hjson = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    hjson += b" " * ((8 - len(hjson) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hjson)))
-        f.write(hjson)
-        for b in blobs:
-            f.write(b)
-
+# The safetensors writer (self-contained: Debian packages no safetensors
+# module) lives beside this file; exported from here for the callers that
+# have always imported it from grove_export.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from grove_safetensors import save_safetensors  # noqa: E402,F401
 
 # ---------------------------------------------------------------- errors
 
@@ -151,6 +101,12 @@ def _ints(v):
 
 
 def _bn_args(m, path):
+    return {"num_features": m.num_features, "eps": float(m.eps),
+            "momentum": None if m.momentum is None else float(m.momentum),
+            "affine": bool(m.affine), "track_running_stats": bool(m.track_running_stats)}
+
+
+def _instance_norm_args(m, path):
     return {"num_features": m.num_features, "eps": float(m.eps),
             "momentum": None if m.momentum is None else float(m.momentum),
             "affine": bool(m.affine), "track_running_stats": bool(m.track_running_stats)}
@@ -272,6 +228,9 @@ def _kinds():
     bn_slots = dict(params=("weight", "bias"),
                     buffers=("running_mean", "running_var", "num_batches_tracked"),
                     shape_preserving=True)
+    in_slots = dict(params=("weight", "bias"),
+                    buffers=("running_mean", "running_var", "num_batches_tracked"),
+                    shape_preserving=True)
     ks = [
         _Kind(nn.Linear, lambda m, path: {"in_features": m.in_features,
                                           "out_features": m.out_features,
@@ -302,6 +261,15 @@ def _kinds():
         _Kind(nn.MaxPool2d, _max_pool_args),
         _Kind(nn.AvgPool2d, _avg_pool_args),
         _Kind(nn.AdaptiveAvgPool2d, lambda m, path: {"output_size": _ints(m.output_size)}),
+        _Kind(nn.GroupNorm, lambda m, path: {"num_groups": m.num_groups,
+                                             "num_channels": m.num_channels, "eps": float(m.eps),
+                                             "affine": bool(m.affine)},
+              params=("weight", "bias"), shape_preserving=True),
+        _Kind(nn.InstanceNorm1d, _instance_norm_args, **in_slots),
+        _Kind(nn.InstanceNorm2d, _instance_norm_args, **in_slots),
+        # PReLU's init only fills the weight, which the state_dict replaces.
+        _Kind(nn.PReLU, lambda m, path: {"num_parameters": m.num_parameters},
+              params=("weight",), shape_preserving=True),
         _Kind(nn.MultiheadAttention, _mha_args,
               params=("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
                       "in_proj_bias"), composite=True),
@@ -311,7 +279,39 @@ def _kinds():
         _Kind(nn.ModuleList, none, container=True, callable_=False),
         _Kind(nn.ModuleDict, none, container=True, callable_=False),
     ]
-    return {k.cls: k for k in ks}
+    kinds = {k.cls: k for k in ks}
+    # The parameter-free modules of the op table (ReLU6, Hardswish, ...,
+    # tools/grove_ops.json): their constructor arguments are the table's,
+    # read off the instance by name.
+    with open(_OPS_FILE) as f:
+        doc = json.load(f)
+    for op in doc["ops"]:
+        mod = op.get("module")
+        cls = getattr(nn, mod["class"], None) if mod else None
+        if cls is None or cls in kinds:
+            continue
+        names = [a["name"] for a in mod["args"]]
+        kinds[cls] = _Kind(cls, (lambda names: lambda m, path: {
+            n: _plain(getattr(m, n)) for n in names})(names), shape_preserving=op["name"] in
+            _SHAPE_KEEPING)
+    return kinds
+
+
+# Op-table modules that keep their input's shape (input inference looks
+# through them).
+_SHAPE_KEEPING = {"relu6", "hardswish", "hardsigmoid", "hardtanh", "elu", "selu", "celu",
+                  "softplus", "mish"}
+
+
+def _plain(v):
+    """A module attribute as model.json writes it (a tuple becomes a list)."""
+    if isinstance(v, bool) or v is None or isinstance(v, (int, str)):
+        return v
+    if isinstance(v, float):
+        return float(v)
+    if isinstance(v, (tuple, list)):
+        return [_plain(x) for x in v]
+    return v
 
 
 _KINDS = None
@@ -623,6 +623,13 @@ def _table():
                     methods[attr] = (name, params)
                     continue
                 parts = head.split(".")
+                if parts[0] not in roots:
+                    # Another package's function (torchvision.ops.stochastic_depth):
+                    # resolved when that package is installed, skipped otherwise.
+                    try:
+                        roots[parts[0]] = importlib.import_module(parts[0])
+                    except ImportError:
+                        roots[parts[0]] = None
                 obj = roots.get(parts[0])
                 for part in parts[1:]:
                     obj = getattr(obj, part, None)
@@ -635,33 +642,46 @@ def _table():
 
 def _fn_name(fn):
     """A readable name for a callable fx recorded: torch.sin, operator.neg,
-    torch.nn.functional.linear."""
+    torch.nn.functional.linear; another package's function by the shortest
+    module path that exports it (torchvision.ops.stochastic_depth, not
+    torch.stochastic_depth)."""
     mod = getattr(fn, "__module__", None) or ""
+    top = mod.split(".")[0]  # a package name, not a prefix: torchvision is not torch
+    name = getattr(fn, "__name__", repr(fn))
     if mod in ("_operator", "operator"):
         mod = "operator"
     elif mod.startswith("torch._C._nn") or mod.startswith("torch.nn.functional"):
         mod = "torch.nn.functional"
-    elif mod.startswith("torch"):
+    elif top == "torch":
         mod = "torch"
-    name = getattr(fn, "__name__", repr(fn))
+    elif mod:
+        parts = mod.split(".")
+        for k in range(1, len(parts) + 1):
+            owner = sys.modules.get(".".join(parts[:k]))
+            if owner is not None and getattr(owner, name, None) is fn:
+                mod = ".".join(parts[:k])
+                break
     return f"{mod}.{name}" if mod else name
 
 
 def _source(node):
     """'file.py:42: code' for the line of forward a node came from (the first
-    frame of its recorded stack outside torch), or None."""
+    frame of its recorded stack outside torch's own package), or None.  The
+    test is on directories, not on a string prefix: torchvision (installed
+    beside torch, /usr/lib/python3/dist-packages/torchvision) is the model's
+    code, and its frames are the ones to quote."""
     import os
     import re
     import torch
     trace = node.stack_trace or ""
-    torch_dir = os.path.dirname(torch.__file__)
+    torch_dir = os.path.join(os.path.realpath(os.path.dirname(torch.__file__)), "")
     lines = trace.splitlines()
     for i, line in enumerate(lines):
         mt = re.match(r'\s*File "(.*)", line (\d+), in (.*)', line)
         if not mt:
             continue
         fname = mt.group(1)
-        if fname.startswith(torch_dir) or fname == __file__:
+        if os.path.realpath(fname).startswith(torch_dir) or fname == __file__:
             continue
         code = lines[i + 1].strip() if i + 1 < len(lines) and \
             not lines[i + 1].lstrip().startswith("File ") else ""
@@ -731,6 +751,40 @@ def _trace(m, path):
             delattr(m, k)
 
 
+def _drop_shape_guards(graph):
+    """Removes the torch._assert(cond, msg) calls of a traced forward and
+    the nodes that only computed their conditions (h == self.image_size,
+    x.dim() == 3).  Traced on the example, such a guard checks the shapes of
+    the example; what it guards is what model.json's input shapes fix (a
+    dim the model does not take one larger is fixed, _io), and Grove checks
+    every request against those, so the guard has nothing left to do."""
+    import torch
+    guards = [n for n in graph.nodes if n.op == "call_function" and n.target is torch._assert]
+    if not guards:
+        return
+    feeding = set()
+    todo = list(guards)
+    while todo:
+        n = todo.pop()
+        for a in n.all_input_nodes:
+            if a not in feeding:
+                feeding.add(a)
+                todo.append(a)
+    import builtins
+    import operator
+    for n in guards:
+        graph.erase_node(n)
+
+    def shape_read(n):  # `n, c, h, w = x.shape` leaves the unused n behind
+        return (n.op == "call_function" and n.target in (builtins.getattr, operator.getitem)) or \
+            (n.op == "call_method" and n.target in ("size", "dim"))
+
+    for n in reversed(list(graph.nodes)):
+        if not n.users and (n in feeding and n.op in ("call_function", "call_method", "get_attr")
+                            or shape_read(n)):
+            graph.erase_node(n)
+
+
 def _graph(m, path):
     """The "graph" of a custom module: its fx nodes in the format of
     docs/model-spec.md.  Refuses, naming the operation and the line of
@@ -739,6 +793,7 @@ def _graph(m, path):
     import torch
     import torch.fx as fx
     graph = _trace(m, path)
+    _drop_shape_guards(graph)
     ops, methods, canons = _table()
     out = []
 
@@ -746,6 +801,28 @@ def _graph(m, path):
         src = _source(node)
         where = f"forward line {src}" if src else f"node '{node.name}' of its forward"
         raise ExportError(f"cannot export {_where(path, m)}: {where}: {why}")
+
+    dict_keys = {}  # id(submodule) -> the keys of the dict its forward returns
+
+    def key_index(node, src, key):
+        """features["out"] on what a submodule returned as a dict (torchvision's
+        IntermediateLayerGetter): Grove passes that dict as a tuple in the
+        order of its keys (the submodule's graph writes its values so), so
+        the key becomes its position."""
+        keys = None
+        if isinstance(src, fx.Node) and src.op == "call_module":
+            sub = m.get_submodule(src.target)
+            if _kind_of(sub, _join(path, src.target)) is None:
+                if id(sub) not in dict_keys:
+                    out = [n for n in _trace(sub, _join(path, src.target)).nodes
+                           if n.op == "output"]
+                    res = out[0].args[0] if out else None
+                    dict_keys[id(sub)] = list(res) if isinstance(res, dict) else None
+                keys = dict_keys[id(sub)]
+        if keys is None or key not in keys:
+            refuse(node, f"indexing by the key {key!r} is supported only on the dict a submodule "
+                         "returns")
+        return keys.index(key)
 
     def enc(node, a):
         if isinstance(a, fx.Node):
@@ -760,6 +837,10 @@ def _graph(m, path):
             return [enc(node, x) for x in a]
         if isinstance(a, slice):
             return {"slice": [enc(node, a.start), enc(node, a.stop), enc(node, a.step)]}
+        if isinstance(a, torch.dtype):  # x.to(torch.float32): model.json's dtype names
+            return str(a).replace("torch.", "")
+        if isinstance(a, torch.device):  # x.to(device): Grove serves on the CPU
+            return str(a)
         if a is Ellipsis:
             return {"ellipsis": True}
         if isinstance(a, torch.Tensor):
@@ -860,6 +941,8 @@ def _graph(m, path):
                 spec["kwargs"] = {k: enc(node, v) for k, v in node.kwargs.items()}
             _check_module_call(node, sub, refuse)
         elif node.op == "call_function":
+            if node.target is operator.getitem and isinstance(node.args[1], str):
+                node.args = (node.args[0], key_index(node, node.args[0], node.args[1]))
             if node.target not in ops:
                 refuse(node, f"operation {_fn_name(node.target)} is not supported by Grove "
                              f"(supported: {', '.join(sorted(set(n for n, _ in ops.values())))})")
@@ -874,6 +957,8 @@ def _graph(m, path):
                                               dict(node.kwargs)))
         elif node.op == "output":
             res = node.args[0]
+            if isinstance(res, dict):  # torchvision's segmentation nets: {"out": ..., "aux": ...}
+                res = tuple(res.values())
             items = list(res) if isinstance(res, (list, tuple)) else [res]
             if not items or not all(isinstance(x, fx.Node) for x in items) or len(items) > 4:
                 refuse(node, "forward must return a tensor or a tuple of 1 to 4 tensors")
@@ -986,6 +1071,8 @@ def _input_names(model, n):
 
 def _outputs(y, what):
     import torch
+    if isinstance(y, dict):  # named outputs, in the dict's order (_output_names)
+        y = tuple(y.values())
     ys = list(y) if isinstance(y, (tuple, list)) else [y]
     if not ys or len(ys) > 4 or not all(isinstance(t, torch.Tensor) for t in ys):
         got = type(y).__name__ if not isinstance(y, (tuple, list)) else \
@@ -1040,7 +1127,8 @@ def _io(model, example_input):
 
     what = "example_input" if example_input is not None else \
         f"an input of the inferred shape {shapes[0]} ({dtypes[0]})"
-    y1 = _outputs(run(x1, what), what)
+    first = run(x1, what)
+    y1 = _outputs(first, what)
     # An integer input (token ids) whose other dims the model also takes at
     # another size gets those dims free.
     if custom:
@@ -1060,12 +1148,44 @@ def _io(model, example_input):
                     shapes[i][d] = -1
                 except Exception:
                     pass
-    x2 = [_zeros(x.dtype, [x.shape[0] + 1] + [x.shape[k] + 1 if shapes[i][k] == -1 else x.shape[k]
-                                               for k in range(1, x.dim())])
-          for i, x in enumerate(x1)]
-    y2 = _outputs(run(x2, what + " (with every free dimension one larger)"), what)
+    def larger(batch):
+        """x1 with the batch one larger (when batch) and every free dim too."""
+        return [_zeros(x.dtype, [x.shape[0] + int(batch)] +
+                       [x.shape[k] + 1 if shapes[i][k] == -1 else x.shape[k]
+                        for k in range(1, x.dim())])
+                for i, x in enumerate(x1)]
+
+    def fits(xs):
+        try:
+            with torch.no_grad():
+                _outputs(model(*xs), "a probe")
+            return True
+        except Exception:
+            return False
+
+    x2 = larger(True)
+    if not fits(x2):
+        # A dim the first layer leaves free may still be fixed by the model
+        # (an Embedding -> Flatten -> Linear over 6 tokens takes 6 tokens
+        # only): each free dim that does not survive one larger alone is
+        # fixed at the example's size, not a reason to refuse.  The batch dim
+        # stays free; a model that cannot take another batch is refused below.
+        for i, x in enumerate(x1):
+            for d in range(1, x.dim()):
+                if shapes[i][d] != -1:
+                    continue
+                probe = list(x1)
+                sh = list(x.shape)
+                sh[d] += 1
+                probe[i] = _zeros(x.dtype, sh)
+                if not fits(probe):
+                    shapes[i][d] = x.shape[d]
+        x2 = larger(True)
+    y2 = _outputs(run(x2, what + " (with the batch and every free dimension one larger)"), what)
     outputs = []
     names = ["y"] if len(y1) == 1 else [f"y{i}" for i in range(len(y1))]
+    if isinstance(first, dict) and all(isinstance(k, str) and k for k in first):
+        names = list(first)  # a dict's keys name the outputs ("out", "aux")
     for name, a, b in zip(names, y1, y2):
         oshape = list(a.shape)
         if b.dim() == a.dim():

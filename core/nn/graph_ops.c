@@ -656,3 +656,20 @@ too_many:
   return grove_err_set(f->err, GROVE_E_SHAPE, "indexing gives more than %d dimensions",
                        GROVE_MAX_DIMS);
 }
+
+/* ============================================================ shared helpers */
+
+/* For the other operation files (tensor_ops.h): the dim wrapping, its
+ * message and torch's broadcasting, once. */
+grove_status grove__dim_index(grove_fwd *f, int64_t dim, int ndim, int *out) {
+  return wrap(dim, ndim, out) ? GROVE_OK : dim_range(f, dim, ndim);
+}
+
+grove_status grove__broadcast_shape(grove_fwd *f, const grove_tensor *a, const grove_tensor *b,
+                                    int *nd, int64_t *shape) {
+  return broadcast(f, a, b, nd, shape);
+}
+
+void grove__broadcast_strides(const grove_tensor *t, int n, const int64_t *shape, int64_t *st) {
+  bstrides(t, n, shape, st);
+}

@@ -68,4 +68,14 @@ grove_status grove__op_index(grove_fwd *f, const grove_tensor *x, const grove__i
  * (any dtype: grove__fwd_contig, module_internal.h). */
 grove_status grove__contig_f32(grove_fwd *f, const grove_tensor *t, grove_tensor *out);
 
+/* torch's dim wrapping (-1 is the last; a 0-d tensor takes -1 and 0) with
+ * its message ("dimension 3 is out of range for a 2-d tensor ..."), and
+ * broadcasting: the result shape of a OP b, and t's strides in that index
+ * space (0 where t is broadcast).  For the operation files beside this one
+ * (tensor_ops.h). */
+grove_status grove__dim_index(grove_fwd *f, int64_t dim, int ndim, int *out);
+grove_status grove__broadcast_shape(grove_fwd *f, const grove_tensor *a, const grove_tensor *b,
+                                    int *nd, int64_t *shape);
+void grove__broadcast_strides(const grove_tensor *t, int n, const int64_t *shape, int64_t *st);
+
 #endif

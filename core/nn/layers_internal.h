@@ -288,6 +288,25 @@ grove_status grove__avg_pool2d_from_json(const struct json_t *obj, const char *p
                                          grove_module **out, grove_err *err);
 grove_status grove__adaptive_avg_pool2d_from_json(const struct json_t *obj, const char *path,
                                                   grove_module **out, grove_err *err);
+/* layers_norm_group.c: the modules whose functional forms are op-table
+ * entries; each forward runs its function's kernel (tensor_ops.h).  The
+ * constructors make torch's parameter slots with torch's initial values;
+ * *out is owned by the caller. */
+grove_status grove_group_norm_new(int64_t num_groups, int64_t num_channels, double eps,
+                                  bool affine, grove_module **out, grove_err *err);
+grove_status grove_instance_norm_new(int spatial, int64_t num_features, double eps, bool affine,
+                                     bool track_running_stats, grove_module **out,
+                                     grove_err *err);
+grove_status grove_prelu_new(int64_t num_parameters, double init, grove_module **out,
+                             grove_err *err);
+grove_status grove__group_norm_from_json(const struct json_t *obj, const char *path,
+                                         grove_module **out, grove_err *err);
+grove_status grove__instance_norm1d_from_json(const struct json_t *obj, const char *path,
+                                              grove_module **out, grove_err *err);
+grove_status grove__instance_norm2d_from_json(const struct json_t *obj, const char *path,
+                                              grove_module **out, grove_err *err);
+grove_status grove__prelu_from_json(const struct json_t *obj, const char *path,
+                                    grove_module **out, grove_err *err);
 grove_status grove__multihead_attention_from_json(const struct json_t *obj, const char *path,
                                                   grove_module **out, grove_err *err);
 grove_status grove__transformer_encoder_layer_from_json(const struct json_t *obj,

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "layers_internal.h"
+#include "tensor_ops.h"
 
 /* ------------------------------------------------------------ BatchNorm1d and BatchNorm2d */
 
@@ -535,22 +536,20 @@ static double sq_dev_f64(const float *x, int64_t n, double mean) {
   return (s0 + s1) + (s2 + s3);
 }
 
-static void ln_rows(const ln_impl *p, const float *restrict x, float *restrict y, int64_t rows) {
-  const int64_t D = p->D;
-  const float *restrict w = p->weight;
-  const float *restrict b = p->bias;
+void grove__layer_norm_rows(const float *restrict x, float *restrict y, int64_t rows, int64_t D,
+                            const float *restrict w, const float *restrict b, double eps) {
   for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * D;
     float *yr = y + r * D;
     const double mean = sum_f64(xr, D) / (double)D;
-    const double rstd = 1.0 / sqrt(sq_dev_f64(xr, D, mean) / (double)D + p->eps);
+    const double rstd = 1.0 / sqrt(sq_dev_f64(xr, D, mean) / (double)D + eps);
     /* The centring stays in double: in float, rounding the mean of a row
      * around 1e3 would cost ~1e-4 of the output. */
-    if (p->use_weight && p->use_bias) {
+    if (w && b) {
       for (int64_t j = 0; j < D; j++) yr[j] = (float)((xr[j] - mean) * rstd) * w[j] + b[j];
-    } else if (p->use_weight) {
+    } else if (w) {
       for (int64_t j = 0; j < D; j++) yr[j] = (float)((xr[j] - mean) * rstd) * w[j];
-    } else if (p->use_bias) {
+    } else if (b) {
       for (int64_t j = 0; j < D; j++) yr[j] = (float)((xr[j] - mean) * rstd) + b[j];
     } else {
       for (int64_t j = 0; j < D; j++) yr[j] = (float)((xr[j] - mean) * rstd);
@@ -579,7 +578,8 @@ static grove_status ln_forward(const grove_module *m, grove_fwd *f, const grove_
   s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, x.ndim, x.shape);
   if (s != GROVE_OK) return s;
   out->n = 1;
-  ln_rows(p, x.data, out->v[0].data, grove_tensor_numel(&x) / p->D);
+  grove__layer_norm_rows(x.data, out->v[0].data, grove_tensor_numel(&x) / p->D, p->D,
+                         p->use_weight ? p->weight : NULL, p->use_bias ? p->bias : NULL, p->eps);
   return GROVE_OK;
 }
 

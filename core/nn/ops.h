@@ -288,10 +288,13 @@ grove_status grove__op_tensors(const grove__opctx *c, const garg *a, grove_tenso
                                int32_t *slots, int max, int *n);
 /* getitem's index (an int, a slice, None, Ellipsis or a list of them) as
  * graph_ops.h's basic-indexing list; ixs has room for GROVE_MAX_DIMS + 4.
+ * With ids_out, one int64/int32 index tensor among slices is allowed: its
+ * position gets a full slice in ixs, *ids_out the tensor (NULL: none) and
+ * *ids_at its dim; without (NULL), a tensor index is refused.
  * (ops_shape.c) */
 struct grove__index;
 grove_status grove__op_index_list(const grove__opctx *c, const garg *ix, struct grove__index *ixs,
-                                  int *n);
+                                  int *n, const grove_tensor **ids_out, int *ids_at_out);
 /* x's shape with dims sd..ed (wrapped, sd <= ed) merged into one, as
  * torch.flatten (a 0-d x becomes [1]); returns the new ndim.  The serving
  * forward and both training forwards (module and graph node) use it. */

@@ -9,6 +9,7 @@
 #include "graph_ops.h"
 #include "layers_internal.h"
 #include "ops.h"
+#include "tensor_ops.h"
 
 #define INPUT \
   { .name = "input", .kind = P_TENSOR, .dk = D_REQ }
@@ -282,11 +283,36 @@ static grove_status getitem_seq(const grove__opctx *c, const gval *v, const garg
 }
 
 grove_status grove__op_index_list(const grove__opctx *c, const garg *ix, grove__index *ixs,
-                                  int *n) {
+                                  int *n, const grove_tensor **ids_out, int *ids_at_out) {
   const garg *items = ix->kind == A_LIST ? ix->items : ix;
   int ni = ix->kind == A_LIST ? ix->n : 1;
   if (ni > GROVE_MAX_DIMS + 4) return grove__op_want(c, "fewer indices");
+  /* One integer tensor among slices (x[ids], x[:, ids], Swin's
+   * table[index]): the slices as a view, then the ids along their dim.
+   * A caller without ids_out (training) refuses tensor indices below. */
+  const grove_tensor *ids = NULL;
+  int ids_at = -1;
+  for (int i = 0; i < ni && ids_out; i++) {
+    const gval *ev = grove__op_val(c, &items[i]);
+    if (!ev || ev->kind != V_TENSOR) continue;
+    const grove_dtype dt = ev->t[0].dtype;
+    bool slices_only = ids == NULL;
+    for (int k = 0; k < ni && slices_only; k++) slices_only = k == i || items[k].kind == A_SLICE;
+    if (!slices_only || (dt != GROVE_I64 && dt != GROVE_I32))
+      return grove_err_set(c->f->err, GROVE_E_UNSUPPORTED,
+                           "indexing with a tensor is supported for one int64 index tensor among "
+                           "slices (x[ids], x[:, ids]); got a %s tensor%s",
+                           grove_dtype_name(dt), slices_only ? "" : " with other indices");
+    ids = &ev->t[0];
+    ids_at = i;
+  }
   for (int i = 0; i < ni; i++) {
+    if (i == ids_at) {
+      memset(&ixs[i], 0, sizeof ixs[i]);
+      ixs[i].kind = GROVE__IX_SLICE;
+      ixs[i].step = 1;
+      continue;
+    }
     const garg *e = &items[i];
     grove__index *o = &ixs[i];
     memset(o, 0, sizeof *o);
@@ -307,6 +333,10 @@ grove_status grove__op_index_list(const grove__opctx *c, const garg *ix, grove__
     }
   }
   *n = ni;
+  if (ids_out) {
+    *ids_out = ids;
+    *ids_at_out = ids_at;
+  }
   return GROVE_OK;
 }
 
@@ -317,11 +347,16 @@ static grove_status getitem_fwd(const grove__opctx *c, gval *res) {
   if (v->kind == V_TUPLE || v->kind == V_INTS) return getitem_seq(c, v, ix, res);
   if (v->kind != V_TENSOR) return grove__op_want(c, "a tensor, a tuple or a size to index");
   grove__index ixs[GROVE_MAX_DIMS + 4];
-  int ni;
-  grove_status s = grove__op_index_list(c, ix, ixs, &ni);
+  int ni, ids_at;
+  const grove_tensor *ids;
+  grove_status s = grove__op_index_list(c, ix, ixs, &ni, &ids, &ids_at);
   if (s) return s;
-  grove_tensor y;
+  grove_tensor y, z;
   if ((s = grove__op_index(c->f, &v->t[0], ixs, ni, &y))) return s;
+  if (ids) {
+    if ((s = grove__op_index_select(c->f, &y, ids_at, ids, true, &z))) return s;
+    y = z;
+  }
   grove__op_set_tensor(res, &y);
   return GROVE_OK;
 }

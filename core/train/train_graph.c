@@ -400,7 +400,7 @@ static grove_status tr_getitem(grove__tape *t, const grove__opctx *c, gval *res)
   if (!v || v->kind != V_TENSOR) return c->def->forward(c, res);
   grove__index ixs[GROVE_MAX_DIMS + 4];
   int ni, y;
-  grove_status s = grove__op_index_list(c, &c->args[1], ixs, &ni);
+  grove_status s = grove__op_index_list(c, &c->args[1], ixs, &ni, NULL, NULL);
   if (!s) s = grove__top_index(t, v->reg[0], ixs, ni, &y);
   if (!s) set_var(t, res, y);
   return s;

@@ -294,10 +294,17 @@ def _resample(x, spec_shape, batch, free, g):
 
 
 def generate(out_dir):
-    for i, (name, make, make_ex, make_x) in enumerate(CASES):
-        torch.manual_seed(700 + i)
+    write_cases(out_dir, CASES, 700)
+
+
+def write_cases(out_dir, cases, seed):
+    """graph_<case>.json / .safetensors for each (name, make, make_ex,
+    make_x) of cases (zoo_ops.py writes its cases with it too), seeded from
+    seed."""
+    for i, (name, make, make_ex, make_x) in enumerate(cases):
+        torch.manual_seed(seed + i)
         m = make()
-        _randomise_bn(m, torch.Generator().manual_seed(700 + i))
+        _randomise_bn(m, torch.Generator().manual_seed(seed + i))
         m.eval()
         doc = build_spec(m, make_ex())
         xs = make_x()
@@ -309,7 +316,7 @@ def generate(out_dir):
             tensors[f"x{k}"] = x
         for k, y in enumerate(ys):
             tensors[f"y{k}"] = y.contiguous()
-        g = torch.Generator().manual_seed(900 + i)
+        g = torch.Generator().manual_seed(seed + 200 + i)
         for j, (batch, free) in enumerate(EXTRA_SETS, 1):
             xj = tuple(_resample(x, d["shape"], batch, free, g)
                        for x, d in zip(xs, doc["inputs"]))

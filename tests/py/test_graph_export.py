@@ -279,9 +279,9 @@ class Sin(nn.Module):
         return torch.sin(x) + 1
 
 
-class Unsqueeze(nn.Module):
+class Flip(nn.Module):
     def forward(self, x):
-        return x.unsqueeze(1)
+        return x.flip(1)
 
 
 class Masked(nn.Module):
@@ -319,8 +319,7 @@ def test_exporter_names_op_and_line():
     msg = expect_refusal(nn.Sequential(nn.Linear(4, 4), Sin()), torch.zeros(1, 4), "'1' (Sin)",
                          "torch.sin", f"{HERE}:")
     assert "return torch.sin(x) + 1" in msg, msg
-    expect_refusal(Unsqueeze(), torch.zeros(1, 4), "Tensor.unsqueeze", f"{HERE}:",
-                   "x.unsqueeze(1)")
+    expect_refusal(Flip(), torch.zeros(1, 4), "Tensor.flip", f"{HERE}:", "x.flip(1)")
     expect_refusal(Masked(), torch.zeros(3, 1, 4), "attn_mask", "masks are not supported")
     expect_refusal(AlwaysDropout(), torch.zeros(1, 4), "training=True", f"{HERE}:")
     expect_refusal(PlainAttr(), torch.zeros(1, 4), "self.scale", "register_buffer")

@@ -1,0 +1,434 @@
+/* ops_pointwise.c: the op entries (ops.h) of the torchvision zoo's
+ * activations and pointwise math: relu6, hardswish, hardsigmoid, hardtanh,
+ * elu, selu, celu, softplus, mish (each with its torch.nn module), clamp,
+ * exp, log, sqrt, rsqrt, abs, neg, pow, the dtype conversions float / long
+ * / bool, dim and numel, and torchvision's stochastic_depth (identity in
+ * eval).  The kernels are pointwise.c's (tensor_ops.h); a module and its
+ * functional form run the same entry. */
+#include <math.h>
+#include <string.h>
+
+#include "layers_internal.h"
+#include "ops.h"
+#include "tensor_ops.h"
+
+#define INPUT \
+  { .name = "input", .kind = P_TENSOR, .dk = D_REQ }
+#define INPLACE \
+  { .name = "inplace", .kind = P_IGNORED, .dk = D_BOOL, .dv = 0 }
+#define FNUM(n, v) \
+  { .name = n, .kind = P_FLOAT, .dk = D_FLOAT, .dv = v, .min = -INFINITY, .max = INFINITY }
+
+/* A number argument k (constant or computed), or dflt when it is None. */
+static grove_status num_arg(const grove__opctx *c, int k, double dflt, double *out) {
+  const garg *a = &c->args[k];
+  if (a->kind == A_NONE) {
+    *out = dflt;
+    return GROVE_OK;
+  }
+  int64_t i;
+  bool is_int;
+  if (!grove__op_number(c, a, out, &i, &is_int))
+    return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT, "%s: argument \"%s\" must be a number",
+                         grove__op_label(c), c->def->p[k].name);
+  return GROVE_OK;
+}
+
+/* One GROVE__UN_* function of argument 0 with numbers a and b. */
+static grove_status unary(const grove__opctx *c, gval *res, int op, double a, double b) {
+  const grove_tensor *x;
+  grove_tensor y;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  /* In place when the evaluator says nothing else reads the input. */
+  const grove_tensor *into = (c->overwrite & 1u) ? x : NULL;
+  if ((s = grove__op_unary(c->f, op, x, a, b, &y, into))) {
+    grove_err_prefix(c->f->err, "%s", grove__op_label(c));
+    return s;
+  }
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+#define UNARY0(fn, OP) \
+  static grove_status fn(const grove__opctx *c, gval *res) { return unary(c, res, OP, 0, 0); }
+UNARY0(relu6_fwd, GROVE__UN_RELU6)
+UNARY0(hardswish_fwd, GROVE__UN_HARDSWISH)
+UNARY0(hardsigmoid_fwd, GROVE__UN_HARDSIGMOID)
+UNARY0(selu_fwd, GROVE__UN_SELU)
+UNARY0(mish_fwd, GROVE__UN_MISH)
+UNARY0(exp_fwd, GROVE__UN_EXP)
+UNARY0(log_fwd, GROVE__UN_LOG)
+UNARY0(sqrt_fwd, GROVE__UN_SQRT)
+UNARY0(rsqrt_fwd, GROVE__UN_RSQRT)
+UNARY0(abs_fwd, GROVE__UN_ABS)
+UNARY0(neg_fwd, GROVE__UN_NEG)
+
+static grove_status hardtanh_fwd(const grove__opctx *c, gval *res) {
+  double lo, hi;
+  grove_status s;
+  if ((s = num_arg(c, 1, -1, &lo)) || (s = num_arg(c, 2, 1, &hi))) return s;
+  return unary(c, res, GROVE__UN_HARDTANH, lo, hi);
+}
+
+static grove_status clamp_fwd(const grove__opctx *c, gval *res) {
+  double lo, hi;
+  grove_status s;
+  if ((s = num_arg(c, 1, -INFINITY, &lo)) || (s = num_arg(c, 2, INFINITY, &hi))) return s;
+  return unary(c, res, GROVE__UN_CLAMP, lo, hi);
+}
+
+static grove_status elu_fwd(const grove__opctx *c, gval *res) {
+  double alpha;
+  grove_status s = num_arg(c, 1, 1, &alpha);
+  return s ? s : unary(c, res, GROVE__UN_ELU, alpha, 0);
+}
+
+static grove_status celu_fwd(const grove__opctx *c, gval *res) {
+  double alpha;
+  grove_status s = num_arg(c, 1, 1, &alpha);
+  return s ? s : unary(c, res, GROVE__UN_CELU, alpha, 0);
+}
+
+static grove_status softplus_fwd(const grove__opctx *c, gval *res) {
+  double beta, threshold;
+  grove_status s;
+  if ((s = num_arg(c, 1, 1, &beta)) || (s = num_arg(c, 2, 20, &threshold))) return s;
+  return unary(c, res, GROVE__UN_SOFTPLUS, beta, threshold);
+}
+
+static grove_status pow_fwd(const grove__opctx *c, gval *res) {
+  const gval *e = grove__op_val(c, &c->args[1]);
+  if (e && e->kind == V_TENSOR) {
+    const grove_tensor *x;
+    grove_tensor y;
+    grove_status s;
+    if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_pow_tensor(c->f, x, &e->t[0], &y)))
+      return s;
+    grove__op_set_tensor(res, &y);
+    return GROVE_OK;
+  }
+  double ex;
+  grove_status s = num_arg(c, 1, 1, &ex);
+  return s ? s : unary(c, res, GROVE__UN_POW, ex, 0);
+}
+
+/* The dtype conversions with the dtype in the method's name. */
+static grove_status convert(const grove__opctx *c, gval *res, grove_dtype dt) {
+  const grove_tensor *x;
+  grove_tensor y;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_to_dtype(c->f, x, dt, &y))) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+static grove_status float_fwd(const grove__opctx *c, gval *res) {
+  return convert(c, res, GROVE_F32);
+}
+static grove_status long_fwd(const grove__opctx *c, gval *res) {
+  return convert(c, res, GROVE_I64);
+}
+static grove_status bool_fwd(const grove__opctx *c, gval *res) {
+  return convert(c, res, GROVE_BOOL);
+}
+
+/* x.to(dtype) / x.to(device) / x.to(other) / x.type(dtype) / x.type_as(other):
+ * argument 1 is a dtype name ("float32", "int64", "bool": the exporter writes
+ * torch.float32 so), "cpu" (Grove serves on the CPU: the identity), or a
+ * tensor whose dtype is taken. */
+static grove_status to_fwd(const grove__opctx *c, gval *res) {
+  const garg *a = &c->args[1];
+  const gval *v = grove__op_val(c, a);
+  grove_dtype dt;
+  if (v && v->kind == V_TENSOR) {
+    dt = v->t[0].dtype;
+  } else if (a->kind == A_STR && strcmp(a->s, "cpu") == 0) {
+    const grove_tensor *x;
+    grove_status s = grove__op_tensor(c, 0, &x);
+    if (s) return s;
+    grove__op_set_tensor(res, x);
+    return GROVE_OK;
+  } else if (a->kind != A_STR || !grove_dtype_from_name(a->s, &dt)) {
+    return grove_err_set(c->f->err, GROVE_E_UNSUPPORTED,
+                         "%s: expected a dtype (\"float32\", \"int64\", \"bool\", ...), \"cpu\" or "
+                         "a tensor, got %s%s",
+                         c->def->name, a->kind == A_STR ? a->s : "another value",
+                         a->kind == A_STR && strncmp(a->s, "cuda", 4) == 0
+                             ? " (Grove serves on the CPU)"
+                             : "");
+  }
+  return convert(c, res, dt);
+}
+
+static grove_status dim_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  grove__op_set_int(res, x->ndim);
+  return GROVE_OK;
+}
+
+static grove_status numel_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  grove__op_set_int(res, grove_tensor_numel(x));
+  return GROVE_OK;
+}
+
+/* torchvision.ops.stochastic_depth(input, p, mode, training): in eval
+ * (training False, checked when compiling) it returns its input. */
+static grove_status stochastic_depth_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  grove__op_set_tensor(res, x);
+  return GROVE_OK;
+}
+
+static grove_status prelu_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x, *w;
+  grove_tensor y;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_tensor(c, 1, &w)) ||
+      (s = grove__op_prelu(c->f, x, w, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status stochastic_depth_check(const grove__opdef *d, const garg *a, const char *jp,
+                                           grove_err *err) {
+  if (a[3].kind != A_BOOL || a[3].i)
+    return grove_err_set(err, GROVE_E_UNSUPPORTED,
+                         "%s: stochastic_depth with training=True drops rows at random; pass "
+                         "training=self.training (Grove serves eval mode)",
+                         jp);
+  return GROVE_OK;
+}
+
+static grove_status nonzero_check(const grove__opdef *d, const garg *a, const char *jp,
+                                  grove_err *err) {
+  if (a[1].kind == A_FLOAT && a[1].f == 0)
+    return grove_err_set(err, GROVE_E_SPEC, "%s: %s's %s must not be 0", jp, d->name,
+                         d->p[1].name);
+  return GROVE_OK;
+}
+
+/* ------------------------------------------------------------ the entries */
+
+#define OP_MODULE_TYPE(var, cls) \
+  const grove_module_type var = { \
+      .name = cls, .forward = grove__op_module_forward, .free_impl = grove__op_module_free}
+OP_MODULE_TYPE(grove__relu6_type, "ReLU6");
+OP_MODULE_TYPE(grove__hardswish_type, "Hardswish");
+OP_MODULE_TYPE(grove__hardsigmoid_type, "Hardsigmoid");
+OP_MODULE_TYPE(grove__hardtanh_type, "Hardtanh");
+OP_MODULE_TYPE(grove__elu_type, "ELU");
+OP_MODULE_TYPE(grove__selu_type, "SELU");
+OP_MODULE_TYPE(grove__celu_type, "CELU");
+OP_MODULE_TYPE(grove__softplus_type, "Softplus");
+OP_MODULE_TYPE(grove__mish_type, "Mish");
+
+/* An activation with only `inplace`: F.<n>(input, inplace), nn.<cls>(inplace). */
+#define ACT_INPLACE(n, CLS, fwd)                                                             \
+  const grove__opdef grove__opdef_##n = {                                                    \
+      .name = #n,                                                                            \
+      .id = G_OP,                                                                            \
+      .torch = (const char *const[]){"torch.nn.functional." #n "(input,inplace)", NULL},     \
+      .varargs = -1,                                                                         \
+      .p = {INPUT, INPLACE},                                                                 \
+      .forward = fwd,                                                                        \
+      .module = &(const grove__opmod){.cls = CLS, .type = &grove__##n##_type, .args = {INPLACE}}, \
+  }
+
+ACT_INPLACE(relu6, "ReLU6", relu6_fwd);
+ACT_INPLACE(hardswish, "Hardswish", hardswish_fwd);
+ACT_INPLACE(hardsigmoid, "Hardsigmoid", hardsigmoid_fwd);
+ACT_INPLACE(mish, "Mish", mish_fwd);
+
+const grove__opdef grove__opdef_selu = {
+    .name = "selu",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.selu(input,inplace)", "torch.selu(input)",
+                                   NULL},
+    .varargs = -1,
+    .p = {INPUT, INPLACE},
+    .forward = selu_fwd,
+    .module = &(const grove__opmod){.cls = "SELU", .type = &grove__selu_type, .args = {INPLACE}},
+};
+
+const grove__opdef grove__opdef_hardtanh = {
+    .name = "hardtanh",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.hardtanh(input,min_val,max_val,inplace)",
+                                   NULL},
+    .varargs = -1,
+    .p = {INPUT, FNUM("min_val", -1), FNUM("max_val", 1), INPLACE},
+    .forward = hardtanh_fwd,
+    .module = &(const grove__opmod){.cls = "Hardtanh",
+                                    .type = &grove__hardtanh_type,
+                                    .args = {FNUM("min_val", -1), FNUM("max_val", 1), INPLACE}},
+};
+
+const grove__opdef grove__opdef_elu = {
+    .name = "elu",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.elu(input,alpha,inplace)", NULL},
+    .varargs = -1,
+    .p = {INPUT, FNUM("alpha", 1), INPLACE},
+    .forward = elu_fwd,
+    .module = &(const grove__opmod){
+        .cls = "ELU", .type = &grove__elu_type, .args = {FNUM("alpha", 1), INPLACE}},
+};
+
+const grove__opdef grove__opdef_celu = {
+    .name = "celu",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.celu(input,alpha,inplace)",
+                                   "torch.celu(input,alpha)", NULL},
+    .varargs = -1,
+    .p = {INPUT, FNUM("alpha", 1), INPLACE},
+    .check = nonzero_check,
+    .forward = celu_fwd,
+    .module = &(const grove__opmod){
+        .cls = "CELU", .type = &grove__celu_type, .args = {FNUM("alpha", 1), INPLACE}},
+};
+
+const grove__opdef grove__opdef_softplus = {
+    .name = "softplus",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.softplus(input,beta,threshold)", NULL},
+    .varargs = -1,
+    .p = {INPUT, FNUM("beta", 1), FNUM("threshold", 20)},
+    .check = nonzero_check,
+    .forward = softplus_fwd,
+    .module = &(const grove__opmod){.cls = "Softplus",
+                                    .type = &grove__softplus_type,
+                                    .args = {FNUM("beta", 1), FNUM("threshold", 20)}},
+};
+
+const grove__opdef grove__opdef_clamp = {
+    .name = "clamp",
+    .alias = "clip",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.clamp(input,min,max)", "torch.clip(input,min,max)",
+                                   "Tensor.clamp(input,min,max)", "Tensor.clip(input,min,max)",
+                                   NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_NONE("min", P_NUMBER), OP_NONE("max", P_NUMBER)},
+    .forward = clamp_fwd,
+};
+
+/* A one-input function with torch.<n> and Tensor.<n> spellings. */
+#define MATH1(n, fwd)                                                                     \
+  const grove__opdef grove__opdef_##n = {                                                 \
+      .name = #n,                                                                         \
+      .id = G_OP,                                                                         \
+      .torch = (const char *const[]){"torch." #n "(input)", "Tensor." #n "(input)", NULL}, \
+      .varargs = -1,                                                                      \
+      .p = {INPUT},                                                                       \
+      .forward = fwd,                                                                     \
+  }
+
+MATH1(exp, exp_fwd);
+MATH1(log, log_fwd);
+MATH1(sqrt, sqrt_fwd);
+MATH1(rsqrt, rsqrt_fwd);
+
+const grove__opdef grove__opdef_abs = {
+    .name = "abs",
+    .id = G_OP,
+    .torch = (const char *const[]){"operator.abs(input)", "torch.abs(input)", "Tensor.abs(input)",
+                                   NULL},
+    .varargs = -1,
+    .p = {INPUT},
+    .forward = abs_fwd,
+};
+
+const grove__opdef grove__opdef_neg = {
+    .name = "neg",
+    .id = G_OP,
+    .torch = (const char *const[]){"operator.neg(input)", "torch.neg(input)", "Tensor.neg(input)",
+                                   NULL},
+    .varargs = -1,
+    .p = {INPUT},
+    .forward = neg_fwd,
+};
+
+const grove__opdef grove__opdef_pow = {
+    .name = "pow",
+    .id = G_OP,
+    .torch = (const char *const[]){"operator.pow(input,exponent)", "torch.pow(input,exponent)",
+                                   "Tensor.pow(input,exponent)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_REQ("exponent", P_OPERAND)},
+    .forward = pow_fwd,
+};
+
+#define METHOD0(n, fwd)                                                       \
+  const grove__opdef grove__opdef_##n = {                                    \
+      .name = #n,                                                            \
+      .id = G_OP,                                                            \
+      .torch = (const char *const[]){"Tensor." #n "(input)", NULL},          \
+      .varargs = -1,                                                         \
+      .p = {{.name = "input", .kind = P_TENSOR, .dk = D_REQ, .dtypes = 0}}, \
+      .forward = fwd,                                                        \
+  }
+
+const grove__opdef grove__opdef_to = {
+    .name = "to",
+    .id = G_OP,
+    .torch = (const char *const[]){"Tensor.to(input,dtype)", "Tensor.type(input,dtype)", NULL},
+    .varargs = -1,
+    .p = {{.name = "input", .kind = P_TENSOR, .dk = D_REQ, .dtypes = 0},
+          OP_REQ("dtype", P_ANY)},
+    .forward = to_fwd,
+};
+
+const grove__opdef grove__opdef_type_as = {
+    .name = "type_as",
+    .id = G_OP,
+    .torch = (const char *const[]){"Tensor.type_as(input,other)", NULL},
+    .varargs = -1,
+    .p = {{.name = "input", .kind = P_TENSOR, .dk = D_REQ, .dtypes = 0},
+          OP_REQ("other", P_TENSOR)},
+    .forward = to_fwd,
+};
+
+METHOD0(float, float_fwd);
+METHOD0(long, long_fwd);
+METHOD0(bool, bool_fwd);
+METHOD0(dim, dim_fwd);
+
+const grove__opdef grove__opdef_numel = {
+    .name = "numel",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.numel(input)", "Tensor.numel(input)", NULL},
+    .varargs = -1,
+    .p = {INPUT},
+    .forward = numel_fwd,
+};
+
+/* nn.PReLU (a parameter: layers_norm_group.c) runs the same kernel. */
+const grove__opdef grove__opdef_prelu = {
+    .name = "prelu",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.prelu(input,weight)",
+                                   "torch.prelu(input,weight)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_REQ("weight", P_TENSOR)},
+    .forward = prelu_fwd,
+};
+
+const grove__opdef grove__opdef_stochastic_depth = {
+    .name = "stochastic_depth",
+    .id = G_OP,
+    .torch = (const char *const[]){"torchvision.ops.stochastic_depth(input,p,mode,training)",
+                                   NULL},
+    .varargs = -1,
+    .p = {INPUT, {.name = "p", .kind = P_FLOAT, .dk = D_REQ, .min = 0, .max = 1},
+          OP_REQ("mode", P_STR), OP_BOOL("training", 1)},
+    .check = stochastic_depth_check,
+    .forward = stochastic_depth_fwd,
+};

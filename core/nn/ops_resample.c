@@ -1,0 +1,345 @@
+/* ops_resample.c: the op entries (ops.h) of F.interpolate, F.pad (constant
+ * mode), F.pixel_shuffle / nn.PixelShuffle, and of the normalisations by
+ * function: F.layer_norm, F.group_norm, F.instance_norm (eval),
+ * F.local_response_norm / nn.LocalResponseNorm.  Kernels: resample.c,
+ * norm_group.c and layers_norm.c's rows (tensor_ops.h). */
+#include <math.h>
+#include <string.h>
+
+#include "layers_internal.h"
+#include "ops.h"
+#include "tensor_ops.h"
+
+#define INPUT \
+  { .name = "input", .kind = P_TENSOR, .dk = D_REQ }
+#define F32 (1u << GROVE_F32)
+#define TENSOR_OR_NONE(n) \
+  { .name = n, .kind = P_TENSOR, .dk = D_NONE, .dtypes = F32 }
+
+static grove_status done(gval *res, const grove_tensor *y) {
+  grove__op_set_tensor(res, y);
+  return GROVE_OK;
+}
+
+/* Argument k as a tensor, or NULL for None. */
+static grove_status opt_tensor(const grove__opctx *c, int k, const grove_tensor **t) {
+  *t = NULL;
+  if (c->args[k].kind == A_NONE) return GROVE_OK;
+  return grove__op_tensor(c, k, t);
+}
+
+/* ------------------------------------------------------------ interpolate */
+
+static const char *const interp_modes[] = {"nearest", "nearest-exact", "linear", "bilinear",
+                                           NULL};
+
+static grove_status interpolate_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  const int nsp = x->ndim - 2;
+  if (nsp < 1 || nsp > 2) {
+    char b[128];
+    return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                         "interpolate: expected a 3-d or 4-d input (1 or 2 spatial dims), got %s",
+                         grove_shape_str(x->ndim, x->shape, b, sizeof b));
+  }
+  const char *mode = c->args[3].s;
+  int m = strcmp(mode, "nearest") == 0         ? GROVE__INTERP_NEAREST
+          : strcmp(mode, "nearest-exact") == 0 ? GROVE__INTERP_NEAREST_EXACT
+                                               : GROVE__INTERP_LINEAR;
+  int64_t size[2];
+  double scale[2] = {0, 0};
+  if (c->args[1].kind != A_NONE) {
+    int64_t v[GROVE_MAX_DIMS];
+    int n;
+    if ((s = grove__op_ints(c, &c->args[1], true, v, &n))) return s;
+    if (n != 1 && n != nsp)
+      return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                           "interpolate: size has %d numbers for %d spatial dims", n, nsp);
+    for (int d = 0; d < nsp; d++) size[d] = v[n == 1 ? 0 : d];
+  } else {
+    double f;
+    int64_t i;
+    bool is_int;
+    if (!grove__op_number(c, &c->args[2], &f, &i, &is_int) || !(f > 0))
+      return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
+                           "interpolate: expected a size or a positive scale_factor");
+    /* torch: the output size is floor(in * scale_factor); the source
+     * coordinates step by 1 / scale_factor unless recompute_scale_factor. */
+    const bool recompute = c->args[5].kind == A_BOOL && c->args[5].i;
+    for (int d = 0; d < nsp; d++) {
+      size[d] = (int64_t)floor((double)x->shape[2 + d] * f);
+      scale[d] = recompute ? 0 : f;
+    }
+  }
+  const bool align = c->args[4].kind == A_BOOL && c->args[4].i;
+  grove_tensor y;
+  if ((s = grove__op_interpolate(c->f, x, size, scale, nsp, m, align, &y))) return s;
+  return done(res, &y);
+}
+
+static grove_status interpolate_check(const grove__opdef *d, const garg *a, const char *jp,
+                                      grove_err *err) {
+  if (a[3].kind != A_STR)
+    return grove__op_want_const(d, jp, 3, "a mode string", err);
+  bool known = false;
+  for (int i = 0; interp_modes[i]; i++) known |= strcmp(a[3].s, interp_modes[i]) == 0;
+  if (!known)
+    return grove_err_set(err, GROVE_E_UNSUPPORTED,
+                         "%s: interpolate mode \"%s\" is not supported (Grove runs nearest, "
+                         "nearest-exact, linear, bilinear)",
+                         jp, a[3].s);
+  const bool linear = strncmp(a[3].s, "nearest", 7) != 0;
+  if (!linear && a[4].kind == A_BOOL)
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%s: align_corners option can only be set with the interpolating "
+                         "modes: linear | bilinear | bicubic | trilinear",
+                         jp);
+  if (a[1].kind == A_NONE && a[2].kind == A_NONE)
+    return grove_err_set(err, GROVE_E_SPEC, "%s: either size or scale_factor should be defined",
+                         jp);
+  if (a[1].kind != A_NONE && a[2].kind != A_NONE)
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%s: only one of size or scale_factor should be defined", jp);
+  if (a[2].kind == A_LIST)
+    return grove_err_set(err, GROVE_E_UNSUPPORTED,
+                         "%s: a scale_factor per dimension is not supported (one number)", jp);
+  if (a[6].kind == A_BOOL && a[6].i)
+    return grove_err_set(err, GROVE_E_UNSUPPORTED, "%s: antialias=True is not supported", jp);
+  return GROVE_OK;
+}
+
+/* ------------------------------------------------------------ pad */
+
+static grove_status pad_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  int64_t pad[GROVE_MAX_DIMS * 2];
+  int n;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_ints(c, &c->args[1], false, pad, &n)))
+    return s;
+  double v = 0;
+  int64_t i;
+  bool is_int;
+  if (c->args[3].kind != A_NONE && !grove__op_number(c, &c->args[3], &v, &i, &is_int))
+    return grove__op_want(c, "a number to pad with");
+  grove_tensor y;
+  if ((s = grove__op_pad(c->f, x, pad, n, v, &y))) return s;
+  return done(res, &y);
+}
+
+static grove_status pad_check(const grove__opdef *d, const garg *a, const char *jp,
+                              grove_err *err) {
+  if (a[2].kind != A_STR || strcmp(a[2].s, "constant"))
+    return grove_err_set(err, GROVE_E_UNSUPPORTED,
+                         "%s: pad mode \"%s\" is not supported (Grove pads with a constant)", jp,
+                         a[2].kind == A_STR ? a[2].s : "?");
+  return GROVE_OK;
+}
+
+/* ------------------------------------------------------------ pixel_shuffle */
+
+static grove_status pixel_shuffle_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  int64_t r;
+  grove_tensor y;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &r)) ||
+      (s = grove__op_pixel_shuffle(c->f, x, r, &y)))
+    return s;
+  return done(res, &y);
+}
+
+/* ------------------------------------------------------------ norms */
+
+static grove_status layer_norm_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *xa, *w, *b;
+  int64_t shape[GROVE_MAX_DIMS];
+  int n;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &xa)) || (s = grove__op_ints(c, &c->args[1], true, shape, &n)) ||
+      (s = opt_tensor(c, 2, &w)) || (s = opt_tensor(c, 3, &b)))
+    return s;
+  double eps;
+  int64_t ie;
+  bool is_int;
+  if (!grove__op_number(c, &c->args[4], &eps, &ie, &is_int)) return grove__op_want(c, "an eps");
+  grove_tensor x, y, wc, bc;
+  if ((s = grove__fwd_contig(c->f, xa, &x))) return s;
+  bool ok = x.ndim >= n;
+  int64_t D = 1;
+  for (int d = 0; ok && d < n; d++) {
+    ok = x.shape[x.ndim - n + d] == shape[d];
+    D *= shape[d];
+  }
+  if (!ok) {
+    char got[128], want[128];
+    return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                         "layer_norm: given normalized_shape=%s, expected input with shape [*, %s, "
+                         "but got input of size %s",
+                         grove_shape_str(n, shape, want, sizeof want), want + 1,
+                         grove_shape_str(x.ndim, x.shape, got, sizeof got));
+  }
+  for (int k = 0; k < 2; k++) {
+    const grove_tensor *t = k ? b : w;
+    if (t && grove_tensor_numel(t) != D)
+      return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                           "layer_norm: %s has %lld elements, normalized_shape %lld",
+                           k ? "bias" : "weight", (long long)grove_tensor_numel(t), (long long)D);
+  }
+  if ((w && (s = grove__fwd_contig(c->f, w, &wc))) || (b && (s = grove__fwd_contig(c->f, b, &bc))) ||
+      (s = grove_fwd_alloc(c->f, &y, GROVE_F32, x.ndim, x.shape)))
+    return s;
+  grove__layer_norm_rows(x.data, y.data, D ? grove_tensor_numel(&x) / D : 0, D,
+                         w ? wc.data : NULL, b ? bc.data : NULL, eps);
+  return done(res, &y);
+}
+
+static grove_status group_norm_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x, *w, *b;
+  int64_t g;
+  double eps;
+  int64_t ie;
+  bool is_int;
+  grove_tensor y;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &g)) ||
+      (s = opt_tensor(c, 2, &w)) || (s = opt_tensor(c, 3, &b)))
+    return s;
+  if (!grove__op_number(c, &c->args[4], &eps, &ie, &is_int)) return grove__op_want(c, "an eps");
+  if ((s = grove__op_group_norm(c->f, x, g, w, b, eps, &y))) return s;
+  return done(res, &y);
+}
+
+static grove_status instance_norm_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x, *rm, *rv, *w, *b;
+  double eps;
+  int64_t ie;
+  bool is_int;
+  grove_tensor y;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = opt_tensor(c, 1, &rm)) ||
+      (s = opt_tensor(c, 2, &rv)) || (s = opt_tensor(c, 3, &w)) || (s = opt_tensor(c, 4, &b)))
+    return s;
+  if (!grove__op_number(c, &c->args[7], &eps, &ie, &is_int)) return grove__op_want(c, "an eps");
+  const bool use_input = c->args[5].i != 0;
+  if ((s = grove__op_instance_norm(c->f, x, rm, rv, w, b, use_input, eps, &y))) return s;
+  return done(res, &y);
+}
+
+static grove_status lrn_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  int64_t size;
+  grove_tensor y;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &size))) return s;
+  if ((s = grove__op_local_response_norm(c->f, x, size, c->args[2].f, c->args[3].f, c->args[4].f,
+                                         &y))) {
+    grove_err_prefix(c->f->err, "%s", grove__op_label(c));
+    return s;
+  }
+  return done(res, &y);
+}
+
+/* ------------------------------------------------------------ the entries */
+
+const grove_module_type grove__pixel_shuffle_type = {
+    .name = "PixelShuffle", .forward = grove__op_module_forward, .free_impl = grove__op_module_free};
+const grove_module_type grove__local_response_norm_type = {.name = "LocalResponseNorm",
+                                                           .forward = grove__op_module_forward,
+                                                           .free_impl = grove__op_module_free};
+
+#define FNUM(n, v) \
+  { .name = n, .kind = P_FLOAT, .dk = D_FLOAT, .dv = v, .min = -INFINITY, .max = INFINITY }
+#define POS_INT(n) \
+  { .name = n, .kind = P_INT, .dk = D_REQ, .min = 1, .max = 1 << 20 }
+
+const grove__opdef grove__opdef_interpolate = {
+    .name = "interpolate",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.interpolate(input,size,scale_factor,mode,"
+                                   "align_corners,recompute_scale_factor,antialias)",
+                                   NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_NONE("size", P_INTS), OP_NONE("scale_factor", P_NUMBER),
+          OP_STR("mode", "nearest"), OP_NONE("align_corners", P_BOOL),
+          OP_NONE("recompute_scale_factor", P_BOOL), OP_BOOL("antialias", 0)},
+    .check = interpolate_check,
+    .forward = interpolate_fwd,
+};
+
+const grove__opdef grove__opdef_pad = {
+    .name = "pad",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.pad(input,pad,mode,value)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_REQ("pad", P_INTS), OP_STR("mode", "constant"), OP_NONE("value", P_NUMBER)},
+    .check = pad_check,
+    .forward = pad_fwd,
+};
+
+const grove__opdef grove__opdef_pixel_shuffle = {
+    .name = "pixel_shuffle",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.pixel_shuffle(input,upscale_factor)",
+                                   "torch.pixel_shuffle(input,upscale_factor)", NULL},
+    .varargs = -1,
+    .p = {INPUT, POS_INT("upscale_factor")},
+    .forward = pixel_shuffle_fwd,
+    .module = &(const grove__opmod){.cls = "PixelShuffle",
+                                    .type = &grove__pixel_shuffle_type,
+                                    .args = {POS_INT("upscale_factor")}},
+};
+
+const grove__opdef grove__opdef_layer_norm = {
+    .name = "layer_norm",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.layer_norm(input,normalized_shape,weight,"
+                                   "bias,eps)",
+                                   NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_REQ("normalized_shape", P_INTS), TENSOR_OR_NONE("weight"),
+          TENSOR_OR_NONE("bias"), FNUM("eps", 1e-5)},
+    .forward = layer_norm_fwd,
+};
+
+const grove__opdef grove__opdef_group_norm = {
+    .name = "group_norm",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.group_norm(input,num_groups,weight,bias,"
+                                   "eps)",
+                                   NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_REQ("num_groups", P_INT), TENSOR_OR_NONE("weight"), TENSOR_OR_NONE("bias"),
+          FNUM("eps", 1e-5)},
+    .forward = group_norm_fwd,
+};
+
+const grove__opdef grove__opdef_instance_norm = {
+    .name = "instance_norm",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.instance_norm(input,running_mean,"
+                                   "running_var,weight,bias,use_input_stats,momentum,eps)",
+                                   NULL},
+    .varargs = -1,
+    .p = {INPUT, TENSOR_OR_NONE("running_mean"), TENSOR_OR_NONE("running_var"),
+          TENSOR_OR_NONE("weight"), TENSOR_OR_NONE("bias"), OP_BOOL("use_input_stats", 1),
+          {.name = "momentum", .kind = P_IGNORED, .dk = D_FLOAT, .dv = 0.1}, FNUM("eps", 1e-5)},
+    .forward = instance_norm_fwd,
+};
+
+const grove__opdef grove__opdef_local_response_norm = {
+    .name = "local_response_norm",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.local_response_norm(input,size,alpha,"
+                                   "beta,k)",
+                                   NULL},
+    .varargs = -1,
+    .p = {INPUT, POS_INT("size"), FNUM("alpha", 1e-4), FNUM("beta", 0.75), FNUM("k", 1.0)},
+    .forward = lrn_fwd,
+    .module = &(const grove__opmod){.cls = "LocalResponseNorm",
+                                    .type = &grove__local_response_norm_type,
+                                    .args = {POS_INT("size"), FNUM("alpha", 1e-4),
+                                             FNUM("beta", 0.75), FNUM("k", 1.0)}},
+};

@@ -1,0 +1,215 @@
+/* ops_select.c: the op entries (ops.h) of comparisons (==, !=, <, <=, >,
+ * >= giving bool tensors, or a Python bool between two numbers), where,
+ * masked_fill, and the reductions that pick: amax / amin, max / min (with a
+ * dim: the (values, indices) tuple), argmax / argmin.  Kernels: select.c
+ * and pick_reduce.c (tensor_ops.h). */
+#include <string.h>
+
+#include "ops.h"
+#include "tensor_ops.h"
+
+#define INPUT \
+  { .name = "input", .kind = P_TENSOR, .dk = D_REQ }
+
+/* a OP b with the operands swapped: 3 < x is x > 3. */
+static int swapped(int op) {
+  switch (op) {
+    case GROVE__CMP_LT: return GROVE__CMP_GT;
+    case GROVE__CMP_LE: return GROVE__CMP_GE;
+    case GROVE__CMP_GT: return GROVE__CMP_LT;
+    case GROVE__CMP_GE: return GROVE__CMP_LE;
+    default: return op;
+  }
+}
+
+static grove_status compare(const grove__opctx *c, gval *res, int op) {
+  const gval *va = grove__op_val(c, &c->args[0]), *vb = grove__op_val(c, &c->args[1]);
+  const bool ta = va && va->kind == V_TENSOR, tb = vb && vb->kind == V_TENSOR;
+  grove_tensor y;
+  grove_status s;
+  double x1, x2;
+  int64_t i1, i2;
+  bool int1, int2;
+  if (ta && tb) {
+    s = grove__op_compare(c->f, op, &va->t[0], &vb->t[0], &y);
+  } else if (ta || tb) {
+    const bool ok = grove__op_number(c, &c->args[ta ? 1 : 0], &x2, &i2, &int2);
+    if (!ok) return grove__op_want(c, "a tensor or a number to compare with");
+    s = grove__op_compare_scalar(c->f, ta ? op : swapped(op), ta ? &va->t[0] : &vb->t[0], x2, &y);
+  } else {
+    /* Two Python numbers (a size against a constant): a Python bool. */
+    if (!grove__op_number(c, &c->args[0], &x1, &i1, &int1) ||
+        !grove__op_number(c, &c->args[1], &x2, &i2, &int2))
+      return grove__op_want(c, "tensors or numbers to compare");
+    const bool r = int1 && int2 ? grove__cmp_i64(op, i1, i2) : grove__cmp_f64(op, x1, x2);
+    grove__op_set_int(res, r);
+    res->kind = V_BOOL;
+    return GROVE_OK;
+  }
+  if (s) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+#define CMP_FWD(n, OP) \
+  static grove_status n##_fwd(const grove__opctx *c, gval *res) { return compare(c, res, OP); }
+CMP_FWD(eq, GROVE__CMP_EQ)
+CMP_FWD(ne, GROVE__CMP_NE)
+CMP_FWD(lt, GROVE__CMP_LT)
+CMP_FWD(le, GROVE__CMP_LE)
+CMP_FWD(gt, GROVE__CMP_GT)
+CMP_FWD(ge, GROVE__CMP_GE)
+
+/* A where operand: a tensor, or a number (*t NULL, *v set). */
+static grove_status operand(const grove__opctx *c, int k, const grove_tensor **t, double *v) {
+  const gval *g = grove__op_val(c, &c->args[k]);
+  *t = NULL;
+  if (g && g->kind == V_TENSOR) {
+    *t = &g->t[0];
+    return GROVE_OK;
+  }
+  int64_t i;
+  bool is_int;
+  if (!grove__op_number(c, &c->args[k], v, &i, &is_int))
+    return grove__op_want(c, "a tensor or a number");
+  return GROVE_OK;
+}
+
+static grove_status where_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *cond, *a, *b;
+  double av = 0, bv = 0;
+  grove_tensor y;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &cond)) || (s = operand(c, 1, &a, &av)) ||
+      (s = operand(c, 2, &b, &bv)) || (s = grove__op_where(c->f, cond, a, av, b, bv, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status masked_fill_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x, *mask;
+  double v;
+  int64_t i;
+  bool is_int;
+  grove_tensor y;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_tensor(c, 1, &mask))) return s;
+  if (!grove__op_number(c, &c->args[2], &v, &i, &is_int))
+    return grove__op_want(c, "a number to fill with");
+  if ((s = grove__op_masked_fill(c->f, x, mask, v, &y))) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status amax_common(const grove__opctx *c, gval *res, int op) {
+  const grove_tensor *x;
+  int64_t dims[GROVE_MAX_DIMS];
+  int nd = -1;
+  grove_tensor y;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x))) return s;
+  if (c->args[1].kind != A_NONE && (s = grove__op_ints(c, &c->args[1], true, dims, &nd))) return s;
+  if (nd == 0) nd = -1; /* amax(x, dim=()) reduces everything, as torch */
+  if ((s = grove__op_amax(c->f, op, x, dims, nd, c->args[2].i != 0, &y))) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+static grove_status amax_fwd(const grove__opctx *c, gval *res) {
+  return amax_common(c, res, GROVE__PICK_MAX);
+}
+static grove_status amin_fwd(const grove__opctx *c, gval *res) {
+  return amax_common(c, res, GROVE__PICK_MIN);
+}
+
+/* max / min: without dim the 0-d maximum; with dim (values, indices). */
+static grove_status max_common(const grove__opctx *c, gval *res, int op, bool arg) {
+  const grove_tensor *x;
+  int64_t dim = 0;
+  grove_tensor t[2];
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x))) return s;
+  const bool has = c->args[1].kind != A_NONE;
+  if (has && (s = grove__op_int(c, &c->args[1], &dim))) return s;
+  const bool keep = c->args[2].i != 0;
+  if (arg) {
+    if ((s = grove__op_max_dim(c->f, op, x, has, dim, keep, NULL, &t[0]))) return s;
+    grove__op_set_tensor(res, &t[0]);
+  } else if (!has) {
+    if ((s = grove__op_max_dim(c->f, op, x, false, 0, false, &t[0], NULL))) return s;
+    grove__op_set_tensor(res, &t[0]);
+  } else {
+    if ((s = grove__op_max_dim(c->f, op, x, true, dim, keep, &t[0], &t[1]))) return s;
+    grove__op_set_tuple(res, t, 2);
+  }
+  return GROVE_OK;
+}
+static grove_status max_fwd(const grove__opctx *c, gval *res) {
+  return max_common(c, res, GROVE__PICK_MAX, false);
+}
+static grove_status min_fwd(const grove__opctx *c, gval *res) {
+  return max_common(c, res, GROVE__PICK_MIN, false);
+}
+static grove_status argmax_fwd(const grove__opctx *c, gval *res) {
+  return max_common(c, res, GROVE__PICK_MAX, true);
+}
+static grove_status argmin_fwd(const grove__opctx *c, gval *res) {
+  return max_common(c, res, GROVE__PICK_MIN, true);
+}
+
+/* ------------------------------------------------------------ the entries */
+
+#define CMP_ENTRY(n)                                                                         \
+  const grove__opdef grove__opdef_##n = {                                                    \
+      .name = #n,                                                                            \
+      .id = G_OP,                                                                            \
+      .torch = (const char *const[]){"operator." #n "(input,other)", "torch." #n "(input,other)", \
+                                     "Tensor." #n "(input,other)", NULL},                    \
+      .varargs = -1,                                                                         \
+      .p = {OP_REQ("input", P_OPERAND), OP_REQ("other", P_OPERAND)},                         \
+      .forward = n##_fwd,                                                                    \
+  }
+CMP_ENTRY(eq);
+CMP_ENTRY(ne);
+CMP_ENTRY(lt);
+CMP_ENTRY(le);
+CMP_ENTRY(gt);
+CMP_ENTRY(ge);
+
+const grove__opdef grove__opdef_where = {
+    .name = "where",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.where(condition,input,other)",
+                                   "Tensor.where(input,condition,other)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("condition", P_TENSOR), OP_REQ("input", P_OPERAND), OP_REQ("other", P_OPERAND)},
+    .forward = where_fwd,
+};
+
+const grove__opdef grove__opdef_masked_fill = {
+    .name = "masked_fill",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.masked_fill(input,mask,value)",
+                                   "Tensor.masked_fill(input,mask,value)", NULL},
+    .varargs = -1,
+    .p = {INPUT, {.name = "mask", .kind = P_TENSOR, .dk = D_REQ, .dtypes = 1u << GROVE_BOOL},
+          OP_REQ("value", P_NUMBER)},
+    .forward = masked_fill_fwd,
+};
+
+#define PICK_ENTRY(n, DIMKIND)                                                                \
+  const grove__opdef grove__opdef_##n = {                                                     \
+      .name = #n,                                                                             \
+      .id = G_OP,                                                                             \
+      .torch = (const char *const[]){"torch." #n "(input,dim,keepdim)",                       \
+                                     "Tensor." #n "(input,dim,keepdim)", NULL},               \
+      .varargs = -1,                                                                          \
+      .p = {INPUT, OP_NONE("dim", DIMKIND), OP_BOOL("keepdim", 0)},                           \
+      .forward = n##_fwd,                                                                     \
+  }
+PICK_ENTRY(amax, P_INTS);
+PICK_ENTRY(amin, P_INTS);
+PICK_ENTRY(max, P_INT);
+PICK_ENTRY(min, P_INT);
+PICK_ENTRY(argmax, P_INT);
+PICK_ENTRY(argmin, P_INT);

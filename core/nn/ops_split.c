@@ -1,0 +1,282 @@
+/* ops_split.c: the op entries (ops.h) of the shape operations the zoo and
+ * masks need beyond ops_shape.c's: chunk, split, unbind (tuples of views),
+ * stack, expand, repeat, unsqueeze, squeeze, roll, narrow and index_select.
+ * Kernels: shape_ops.c (tensor_ops.h). */
+#include <string.h>
+
+#include "ops.h"
+#include "tensor_ops.h"
+
+#define INPUT \
+  { .name = "input", .kind = P_TENSOR, .dk = D_REQ }
+#define ANY_INPUT \
+  { .name = "input", .kind = P_TENSOR, .dk = D_REQ, .dtypes = 0 }
+
+static grove_status set_parts(gval *res, const grove_tensor *ts, int n) {
+  grove__op_set_tuple(res, ts, n);
+  return GROVE_OK;
+}
+
+static grove_status chunk_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor ts[GROVE_MAX_VALUES];
+  int64_t chunks, dim;
+  int n;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &chunks)) ||
+      (s = grove__op_int(c, &c->args[2], &dim)) ||
+      (s = grove__op_chunk(c->f, x, chunks, dim, ts, GROVE_MAX_VALUES, &n)))
+    return s;
+  return set_parts(res, ts, n);
+}
+
+static grove_status split_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor ts[GROVE_MAX_VALUES];
+  int64_t dim, sizes[GROVE_MAX_DIMS];
+  int n, ns;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[2], &dim))) return s;
+  const garg *a = &c->args[1];
+  const gval *v = grove__op_val(c, a);
+  const bool one = a->kind == A_INT || (v && v->kind == V_INT);
+  if (one) {
+    int64_t size;
+    if ((s = grove__op_int(c, a, &size)) ||
+        (s = grove__op_split(c->f, x, NULL, 1, size, dim, ts, GROVE_MAX_VALUES, &n)))
+      return s;
+  } else if ((s = grove__op_ints(c, a, false, sizes, &ns)) ||
+             (s = grove__op_split(c->f, x, sizes, ns, 0, dim, ts, GROVE_MAX_VALUES, &n))) {
+    return s;
+  }
+  return set_parts(res, ts, n);
+}
+
+static grove_status unbind_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor ts[GROVE_MAX_VALUES];
+  int64_t dim;
+  int n;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &dim)) ||
+      (s = grove__op_unbind(c->f, x, dim, ts, GROVE_MAX_VALUES, &n)))
+    return s;
+  return set_parts(res, ts, n);
+}
+
+static grove_status stack_fwd(const grove__opctx *c, gval *res) {
+  const garg *a = c->args;
+  grove_tensor ts[64], y;
+  int nt = 0;
+  grove_status s;
+  int64_t dim;
+  if ((s = grove__op_tensors(c, &a[0], ts, NULL, 64, &nt)) || (s = grove__op_int(c, &a[1], &dim)) ||
+      (s = grove__op_stack(c->f, ts, nt, dim, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+/* An op of (input, *ints): expand, repeat. */
+static grove_status ints_op(const grove__opctx *c, gval *res, bool expand) {
+  const grove_tensor *x;
+  grove_tensor y;
+  int64_t v[GROVE_MAX_DIMS];
+  int n;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_ints(c, &c->args[1], true, v, &n)))
+    return s;
+  s = expand ? grove__op_expand(c->f, x, v, n, &y) : grove__op_repeat(c->f, x, v, n, &y);
+  if (s) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+static grove_status expand_fwd(const grove__opctx *c, gval *res) {
+  return ints_op(c, res, true);
+}
+static grove_status repeat_fwd(const grove__opctx *c, gval *res) {
+  return ints_op(c, res, false);
+}
+
+static grove_status unsqueeze_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor y;
+  int64_t dim;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &dim)) ||
+      (s = grove__op_unsqueeze(c->f, x, dim, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status squeeze_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor y;
+  int64_t dim;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x))) return s;
+  const bool has = c->args[1].kind != A_NONE;
+  if (has && (s = grove__op_int(c, &c->args[1], &dim))) return s;
+  if ((s = grove__op_squeeze(c->f, x, has ? &dim : NULL, &y))) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status roll_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor y;
+  int64_t shifts[GROVE_MAX_DIMS], dims[GROVE_MAX_DIMS];
+  int ns, nd = 0;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) ||
+      (s = grove__op_ints(c, &c->args[1], true, shifts, &ns)))
+    return s;
+  if (c->args[2].kind != A_NONE && (s = grove__op_ints(c, &c->args[2], true, dims, &nd))) return s;
+  if (nd != 0 && nd != ns)
+    return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                         "roll: shifts and dimensions must align. shifts: %d, dims: %d", ns, nd);
+  if (nd == 0 && ns != 1)
+    return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                         "roll: without dims, one shift (the flattened tensor's), got %d", ns);
+  if ((s = grove__op_roll(c->f, x, shifts, dims, nd, &y))) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status narrow_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor y;
+  int64_t dim, start, length;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &dim)) ||
+      (s = grove__op_int(c, &c->args[2], &start)) ||
+      (s = grove__op_int(c, &c->args[3], &length)) ||
+      (s = grove__op_narrow(c->f, x, dim, start, length, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status index_select_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x, *ix;
+  grove_tensor y;
+  int64_t dim;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &dim)) ||
+      (s = grove__op_tensor(c, 2, &ix)) ||
+      (s = grove__op_index_select(c->f, x, dim, ix, false, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+/* ------------------------------------------------------------ the entries */
+
+#define I64S ((1u << GROVE_I64) | (1u << GROVE_I32))
+
+const grove__opdef grove__opdef_chunk = {
+    .name = "chunk",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.chunk(input,chunks,dim)",
+                                   "Tensor.chunk(input,chunks,dim)", NULL},
+    .varargs = -1,
+    .p = {ANY_INPUT, OP_REQ("chunks", P_INT), OP_INT("dim", 0)},
+    .forward = chunk_fwd,
+};
+
+const grove__opdef grove__opdef_split = {
+    .name = "split",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.split(input,split_size_or_sections,dim)",
+                                   "Tensor.split(input,split_size_or_sections,dim)", NULL},
+    .varargs = -1,
+    .p = {ANY_INPUT, OP_REQ("split_size_or_sections", P_INTS), OP_INT("dim", 0)},
+    .forward = split_fwd,
+};
+
+const grove__opdef grove__opdef_unbind = {
+    .name = "unbind",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.unbind(input,dim)", "Tensor.unbind(input,dim)", NULL},
+    .varargs = -1,
+    .p = {ANY_INPUT, OP_INT("dim", 0)},
+    .forward = unbind_fwd,
+};
+
+const grove__opdef grove__opdef_stack = {
+    .name = "stack",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.stack(tensors,dim)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("tensors", P_TENSORS), OP_INT("dim", 0)},
+    .forward = stack_fwd,
+};
+
+const grove__opdef grove__opdef_expand = {
+    .name = "expand",
+    .id = G_OP,
+    .torch = (const char *const[]){"Tensor.expand(input,*size)", NULL},
+    .varargs = 1,
+    .p = {ANY_INPUT, OP_REQ("size", P_INTS)},
+    .forward = expand_fwd,
+};
+
+const grove__opdef grove__opdef_repeat = {
+    .name = "repeat",
+    .id = G_OP,
+    .torch = (const char *const[]){"Tensor.repeat(input,*repeats)", NULL},
+    .varargs = 1,
+    .p = {ANY_INPUT, OP_REQ("repeats", P_INTS)},
+    .forward = repeat_fwd,
+};
+
+const grove__opdef grove__opdef_unsqueeze = {
+    .name = "unsqueeze",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.unsqueeze(input,dim)", "Tensor.unsqueeze(input,dim)",
+                                   NULL},
+    .varargs = -1,
+    .p = {ANY_INPUT, OP_REQ("dim", P_INT)},
+    .forward = unsqueeze_fwd,
+};
+
+const grove__opdef grove__opdef_squeeze = {
+    .name = "squeeze",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.squeeze(input,dim)", "Tensor.squeeze(input,dim)", NULL},
+    .varargs = -1,
+    .p = {ANY_INPUT, OP_NONE("dim", P_INT)},
+    .forward = squeeze_fwd,
+};
+
+const grove__opdef grove__opdef_roll = {
+    .name = "roll",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.roll(input,shifts,dims)", "Tensor.roll(input,shifts,dims)",
+                                   NULL},
+    .varargs = -1,
+    .p = {ANY_INPUT, OP_REQ("shifts", P_INTS), OP_NONE("dims", P_INTS)},
+    .forward = roll_fwd,
+};
+
+const grove__opdef grove__opdef_narrow = {
+    .name = "narrow",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.narrow(input,dim,start,length)",
+                                   "Tensor.narrow(input,dim,start,length)", NULL},
+    .varargs = -1,
+    .p = {ANY_INPUT, OP_REQ("dim", P_INT), OP_REQ("start", P_INT), OP_REQ("length", P_INT)},
+    .forward = narrow_fwd,
+};
+
+const grove__opdef grove__opdef_index_select = {
+    .name = "index_select",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.index_select(input,dim,index)",
+                                   "Tensor.index_select(input,dim,index)", NULL},
+    .varargs = -1,
+    .p = {ANY_INPUT, OP_REQ("dim", P_INT),
+          {.name = "index", .kind = P_TENSOR, .dk = D_REQ, .dtypes = I64S}},
+    .forward = index_select_fwd,
+};

@@ -1,0 +1,205 @@
+/* resample.c: F.interpolate / nn.Upsample (nearest, nearest-exact,
+ * linear/bilinear with align_corners either way), F.pad's constant mode
+ * (nn.ZeroPad2d, ConstantPad*d) and F.pixel_shuffle (tensor_ops.h).
+ *
+ * The source coordinates are computed as aten's upsample kernels do
+ * (UpSample.h: area_pixel_compute_scale, nearest_idx,
+ * area_pixel_compute_source_index), in float, so that the chosen pixels and
+ * weights are torch's. */
+#include <math.h>
+#include <string.h>
+
+#include "layers_internal.h"
+#include "tensor_ops.h"
+
+/* The step of source coordinates per output pixel. */
+static float coord_scale(int64_t in, int64_t out, bool align, double scale_factor) {
+  if (align) return out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
+  return scale_factor > 0 ? (float)(1.0 / scale_factor) : (float)in / (float)out;
+}
+
+static int64_t nearest_src(int mode, int64_t dst, int64_t in, int64_t out, float sc) {
+  if (mode == GROVE__INTERP_NEAREST) {
+    if (out == in) return dst;
+    if (out == 2 * in) return dst >> 1;
+    const int64_t i = (int64_t)floorf((float)dst * sc);
+    return i < in - 1 ? i : in - 1;
+  }
+  const int64_t i = (int64_t)floorf(((float)dst + 0.5f) * sc);
+  return i < in - 1 ? i : in - 1;
+}
+
+/* Linear: the two source pixels and the second one's weight. */
+static void linear_src(int64_t dst, int64_t in, float sc, bool align, int64_t *i0, int64_t *i1,
+                       float *l1) {
+  float src = align ? sc * (float)dst : sc * ((float)dst + 0.5f) - 0.5f;
+  if (!align && src < 0) src = 0;
+  int64_t a = (int64_t)src;
+  if (a > in - 1) a = in - 1;
+  *i0 = a;
+  *i1 = a + (a < in - 1 ? 1 : 0);
+  *l1 = src - (float)a;
+  if (*l1 < 0) *l1 = 0;
+}
+
+grove_status grove__op_interpolate(grove_fwd *f, const grove_tensor *x0, const int64_t *size,
+                                   const double *scale, int nsp, int mode, bool align_corners,
+                                   grove_tensor *out) {
+  char b[128];
+  if (x0->dtype != GROVE_F32)
+    return grove_err_set(f->err, GROVE_E_DTYPE, "interpolate: expected a float32 input, got %s",
+                         grove_dtype_name(x0->dtype));
+  if (nsp < 1 || nsp > 2 || x0->ndim != nsp + 2)
+    return grove_err_set(f->err, GROVE_E_SHAPE,
+                         "interpolate: expected an input [N, C, W] or [N, C, H, W] with %d size(s), "
+                         "got %s",
+                         nsp, grove_shape_str(x0->ndim, x0->shape, b, sizeof b));
+  for (int d = 0; d < nsp; d++)
+    if (size[d] <= 0 || x0->shape[2 + d] <= 0)
+      return grove_err_set(f->err, GROVE_E_SHAPE,
+                           "interpolate: input and output sizes must be positive (input %s, "
+                           "output size %lld)",
+                           grove_shape_str(x0->ndim, x0->shape, b, sizeof b), (long long)size[d]);
+  grove_tensor x;
+  grove_status s = grove__fwd_contig(f, x0, &x);
+  if (s) return s;
+  /* 1-d is 2-d with a height of 1. */
+  const int64_t N = x.shape[0], C = x.shape[1];
+  const int64_t H = nsp == 2 ? x.shape[2] : 1, W = x.shape[nsp + 1];
+  const int64_t OH = nsp == 2 ? size[0] : 1, OW = size[nsp - 1];
+  int64_t oshape[4] = {N, C, OH, OW};
+  if (nsp == 1) oshape[2] = OW;
+  if ((s = grove_fwd_alloc(f, out, GROVE_F32, nsp + 2, oshape))) return s;
+  const bool align = mode == GROVE__INTERP_LINEAR && align_corners;
+  const float sh = coord_scale(H, OH, align, nsp == 2 && scale ? scale[0] : 0);
+  const float sw = coord_scale(W, OW, align, scale ? scale[nsp - 1] : 0);
+  /* The source columns (and weights) of every output column, once. */
+  int64_t *c0 = grove_arena_alloc(f->arena, (size_t)(2 * OW + 2 * OH) * sizeof(int64_t));
+  float *lw = grove_arena_alloc(f->arena, (size_t)(OW + OH) * sizeof(float));
+  if (!c0 || !lw) return grove__scratch_error(f, "interpolate");
+  int64_t *c1 = c0 + OW, *r0 = c1 + OW, *r1 = r0 + OH;
+  float *lh = lw + OW;
+  for (int64_t j = 0; j < OW; j++) {
+    if (mode == GROVE__INTERP_LINEAR)
+      linear_src(j, W, sw, align, &c0[j], &c1[j], &lw[j]);
+    else
+      c0[j] = nearest_src(mode, j, W, OW, sw);
+  }
+  for (int64_t i = 0; i < OH; i++) {
+    if (nsp == 1) {
+      r0[i] = r1[i] = 0;
+      lh[i] = 0;
+    } else if (mode == GROVE__INTERP_LINEAR) {
+      linear_src(i, H, sh, align, &r0[i], &r1[i], &lh[i]);
+    } else {
+      r0[i] = nearest_src(mode, i, H, OH, sh);
+    }
+  }
+  const float *xv = x.data;
+  float *y = out->data;
+  for (int64_t p = 0; p < N * C; p++) {
+    const float *xp = xv + p * H * W;
+    float *yp = y + p * OH * OW;
+    for (int64_t i = 0; i < OH; i++) {
+      float *yr = yp + i * OW;
+      if (mode != GROVE__INTERP_LINEAR) {
+        const float *xr = xp + r0[i] * W;
+        for (int64_t j = 0; j < OW; j++) yr[j] = xr[c0[j]];
+        continue;
+      }
+      const float *a = xp + r0[i] * W, *bb = xp + r1[i] * W;
+      const float h1 = lh[i], h0 = 1.0f - h1;
+      for (int64_t j = 0; j < OW; j++) {
+        const float w1 = lw[j], w0 = 1.0f - w1;
+        yr[j] = h0 * (w0 * a[c0[j]] + w1 * a[c1[j]]) + h1 * (w0 * bb[c0[j]] + w1 * bb[c1[j]]);
+      }
+    }
+  }
+  return GROVE_OK;
+}
+
+grove_status grove__op_pad(grove_fwd *f, const grove_tensor *x, const int64_t *pad, int npad,
+                           double value, grove_tensor *out) {
+  char b[128];
+  if (npad % 2 || npad / 2 > x->ndim)
+    return grove_err_set(f->err, GROVE_E_SHAPE,
+                         "pad: the padding has %d numbers, expected an even number of at most "
+                         "2 * %d (the input is %s)",
+                         npad, x->ndim, grove_shape_str(x->ndim, x->shape, b, sizeof b));
+  int64_t oshape[GROVE_MAX_DIMS];
+  memcpy(oshape, x->shape, sizeof oshape);
+  grove_tensor src = *x;
+  int64_t dst_off[GROVE_MAX_DIMS] = {0};
+  const size_t es = grove_dtype_size(x->dtype);
+  for (int k = 0; k < npad / 2; k++) {
+    const int d = x->ndim - 1 - k;
+    const int64_t lo = pad[2 * k], hi = pad[2 * k + 1];
+    oshape[d] = x->shape[d] + lo + hi;
+    if (oshape[d] < 0 || lo < -x->shape[d] || hi < -x->shape[d])
+      return grove_err_set(f->err, GROVE_E_SHAPE,
+                           "pad: padding (%lld, %lld) of dimension %d (size %lld) leaves a "
+                           "negative size",
+                           (long long)lo, (long long)hi, d, (long long)x->shape[d]);
+    /* A negative amount crops the source. */
+    const int64_t cut_lo = lo < 0 ? -lo : 0, cut_hi = hi < 0 ? -hi : 0;
+    src.shape[d] = x->shape[d] - cut_lo - cut_hi;
+    if (src.shape[d] < 0) src.shape[d] = 0;
+    if (src.shape[d] > 0) src.data = (char *)src.data + (size_t)(cut_lo * x->strides[d]) * es;
+    dst_off[d] = lo > 0 ? lo : 0;
+  }
+  grove_status s = grove_fwd_alloc(f, out, x->dtype, x->ndim, oshape);
+  if (s) return s;
+  const int64_t n = grove_tensor_numel(out);
+  if (x->dtype == GROVE_F32) {
+    float *y = out->data;
+    for (int64_t i = 0; i < n; i++) y[i] = (float)value;
+  } else if (value == 0) {
+    memset(out->data, 0, (size_t)n * es);
+  } else {
+    return grove_err_set(f->err, GROVE_E_DTYPE, "pad: a %s input pads with 0 only",
+                         grove_dtype_name(x->dtype));
+  }
+  grove_tensor dst = *out;
+  int64_t off = 0;
+  for (int d = 0; d < x->ndim; d++) {
+    dst.shape[d] = src.shape[d];
+    off += dst_off[d] * out->strides[d];
+  }
+  dst.data = (char *)out->data + (size_t)off * es;
+  if (grove_tensor_numel(&dst) == 0) return GROVE_OK;
+  return grove_tensor_copy(&dst, &src, f->err);
+}
+
+grove_status grove__op_pixel_shuffle(grove_fwd *f, const grove_tensor *x0, int64_t r,
+                                     grove_tensor *out) {
+  char b[128];
+  if (x0->ndim < 3 || r <= 0 || x0->shape[x0->ndim - 3] % (r * r))
+    return grove_err_set(f->err, GROVE_E_SHAPE,
+                         "pixel_shuffle: expected an input [*, C * %lld, H, W] (upscale factor "
+                         "%lld), got %s",
+                         (long long)(r * r), (long long)r,
+                         grove_shape_str(x0->ndim, x0->shape, b, sizeof b));
+  grove_tensor x;
+  grove_status s = grove__fwd_contig(f, x0, &x);
+  if (s) return s;
+  const int nd = x.ndim;
+  const int64_t C = x.shape[nd - 3] / (r * r), H = x.shape[nd - 2], W = x.shape[nd - 1];
+  int64_t B = 1;
+  for (int d = 0; d < nd - 3; d++) B *= x.shape[d];
+  int64_t oshape[GROVE_MAX_DIMS];
+  memcpy(oshape, x.shape, sizeof oshape);
+  oshape[nd - 3] = C;
+  oshape[nd - 2] = H * r;
+  oshape[nd - 1] = W * r;
+  if ((s = grove_fwd_alloc(f, out, x.dtype, nd, oshape))) return s;
+  /* out[b, c, h * r + i, w * r + j] = x[b, c * r * r + i * r + j, h, w]:
+   * x seen as [B, C, H, r, W, r] by strides, copied into out. */
+  const int64_t sh6[6] = {B, C, H, r, W, r};
+  const int64_t st6[6] = {C * r * r * H * W, r * r * H * W, W, r * H * W, 1, H * W};
+  grove_tensor src, dst;
+  grove_tensor_init(&src, x.dtype, 6, sh6, x.data);
+  memcpy(src.strides, st6, sizeof st6);
+  grove_tensor_init(&dst, x.dtype, 6, sh6, out->data);
+  if (grove_tensor_numel(&dst) == 0) return GROVE_OK;
+  return grove_tensor_copy(&dst, &src, f->err);
+}

@@ -1,0 +1,193 @@
+/* select.c: comparisons giving bool tensors, torch.where and masked_fill
+ * (tensor_ops.h): what masks are made of (attention masks, padding masks,
+ * a ViT's or a decoder's guards).
+ *
+ * Operands broadcast as torch's do (graph_ops.c's rules, shared through
+ * grove__broadcast_shape); bool results are one byte per element, 0 or 1,
+ * as torch's. */
+#include <math.h>
+#include <string.h>
+
+#include "graph_ops.h"
+#include "tensor_ops.h"
+
+/* Element i (a linear offset in elements) of t as a double / an int64. */
+static inline double get_f(const grove_tensor *t, int64_t off) {
+  switch (t->dtype) {
+    case GROVE_F32: return ((const float *)t->data)[off];
+    case GROVE_F64: return ((const double *)t->data)[off];
+    case GROVE_I64: return (double)((const int64_t *)t->data)[off];
+    case GROVE_I32: return ((const int32_t *)t->data)[off];
+    case GROVE_I16: return ((const int16_t *)t->data)[off];
+    case GROVE_I8: return ((const int8_t *)t->data)[off];
+    default: return ((const uint8_t *)t->data)[off]; /* U8, BOOL */
+  }
+}
+
+static inline int64_t get_i(const grove_tensor *t, int64_t off) {
+  switch (t->dtype) {
+    case GROVE_I64: return ((const int64_t *)t->data)[off];
+    case GROVE_I32: return ((const int32_t *)t->data)[off];
+    case GROVE_I16: return ((const int16_t *)t->data)[off];
+    case GROVE_I8: return ((const int8_t *)t->data)[off];
+    default: return ((const uint8_t *)t->data)[off];
+  }
+}
+
+static bool is_float(grove_dtype dt) {
+  return dt == GROVE_F32 || dt == GROVE_F64 || dt == GROVE_F16 || dt == GROVE_BF16;
+}
+
+static grove_status check_dtype(grove_fwd *f, const char *what, const grove_tensor *t) {
+  if (t->dtype == GROVE_F16 || t->dtype == GROVE_BF16)
+    return grove_err_set(f->err, GROVE_E_DTYPE, "%s: %s tensors are not supported", what,
+                         grove_dtype_name(t->dtype));
+  return GROVE_OK;
+}
+
+/* a OP b, once for doubles and once for int64 (ops_select.c compares two
+ * Python numbers with them too). */
+#define CMP_BODY                     \
+  switch (op) {                      \
+    case GROVE__CMP_EQ: return a == b; \
+    case GROVE__CMP_NE: return a != b; \
+    case GROVE__CMP_LT: return a < b;  \
+    case GROVE__CMP_LE: return a <= b; \
+    case GROVE__CMP_GT: return a > b;  \
+    default: return a >= b;            \
+  }
+bool grove__cmp_f64(int op, double a, double b) { CMP_BODY }
+bool grove__cmp_i64(int op, int64_t a, int64_t b) { CMP_BODY }
+#define cmp_d grove__cmp_f64
+#define cmp_i grove__cmp_i64
+
+/* Walks the nd-d index space of shape in row-major order, keeping each
+ * operand's element offset (strides st[k], 0 where broadcast). */
+typedef struct walker {
+  int nd, n;
+  const int64_t *shape;
+  int64_t idx[GROVE_MAX_DIMS];
+  int64_t st[3][GROVE_MAX_DIMS];
+  int64_t off[3];
+} walker;
+
+static void walk_next(walker *w) {
+  for (int d = w->nd - 1; d >= 0; d--) {
+    if (++w->idx[d] < w->shape[d]) {
+      for (int k = 0; k < w->n; k++) w->off[k] += w->st[k][d];
+      return;
+    }
+    for (int k = 0; k < w->n; k++) w->off[k] -= w->st[k][d] * (w->shape[d] - 1);
+    w->idx[d] = 0;
+  }
+}
+
+grove_status grove__op_compare(grove_fwd *f, int op, const grove_tensor *a, const grove_tensor *b,
+                               grove_tensor *out) {
+  grove_status s;
+  if ((s = check_dtype(f, "comparison", a)) || (s = check_dtype(f, "comparison", b))) return s;
+  int nd;
+  int64_t shape[GROVE_MAX_DIMS];
+  if ((s = grove__broadcast_shape(f, a, b, &nd, shape))) return s;
+  if ((s = grove_fwd_alloc(f, out, GROVE_BOOL, nd, shape))) return s;
+  const int64_t n = grove_tensor_numel(out);
+  uint8_t *y = out->data;
+  walker w = {.nd = nd, .n = 2, .shape = shape};
+  grove__broadcast_strides(a, nd, shape, w.st[0]);
+  grove__broadcast_strides(b, nd, shape, w.st[1]);
+  if (a->dtype == GROVE_F32 && b->dtype == GROVE_F32) {
+    const float *pa = a->data, *pb = b->data;
+    for (int64_t i = 0; i < n; i++, walk_next(&w)) y[i] = cmp_d(op, pa[w.off[0]], pb[w.off[1]]);
+  } else if (!is_float(a->dtype) && !is_float(b->dtype)) {
+    for (int64_t i = 0; i < n; i++, walk_next(&w))
+      y[i] = cmp_i(op, get_i(a, w.off[0]), get_i(b, w.off[1]));
+  } else {
+    /* torch promotes an integer operand to the float one's float32. */
+    for (int64_t i = 0; i < n; i++, walk_next(&w))
+      y[i] = cmp_d(op, (float)get_f(a, w.off[0]), (float)get_f(b, w.off[1]));
+  }
+  return GROVE_OK;
+}
+
+grove_status grove__op_compare_scalar(grove_fwd *f, int op, const grove_tensor *a, double b,
+                                      grove_tensor *out) {
+  grove_status s;
+  if ((s = check_dtype(f, "comparison", a))) return s;
+  if ((s = grove_fwd_alloc(f, out, GROVE_BOOL, a->ndim, a->shape))) return s;
+  const int64_t n = grove_tensor_numel(out);
+  uint8_t *y = out->data;
+  walker w = {.nd = a->ndim, .n = 1, .shape = a->shape};
+  memcpy(w.st[0], a->strides, sizeof a->strides);
+  if (a->dtype == GROVE_F32) {
+    /* The number as float32, as torch compares a float tensor with it. */
+    const float bf = (float)b, *pa = a->data;
+    for (int64_t i = 0; i < n; i++, walk_next(&w)) y[i] = cmp_d(op, pa[w.off[0]], bf);
+  } else if (b == floor(b) && fabs(b) < 9.2e18) {
+    const int64_t bi = (int64_t)b;
+    for (int64_t i = 0; i < n; i++, walk_next(&w)) y[i] = cmp_i(op, get_i(a, w.off[0]), bi);
+  } else {
+    for (int64_t i = 0; i < n; i++, walk_next(&w)) y[i] = cmp_d(op, get_f(a, w.off[0]), b);
+  }
+  return GROVE_OK;
+}
+
+grove_status grove__op_where(grove_fwd *f, const grove_tensor *cond, const grove_tensor *a,
+                             double av, const grove_tensor *b, double bv, grove_tensor *out) {
+  grove_status s;
+  if ((s = check_dtype(f, "where", cond))) return s;
+  for (int k = 0; k < 2; k++) {
+    const grove_tensor *t = k ? b : a;
+    if (t && t->dtype != GROVE_F32)
+      return grove_err_set(f->err, GROVE_E_DTYPE, "where: expected a float32 %s, got %s",
+                           k ? "other" : "input", grove_dtype_name(t->dtype));
+  }
+  /* A number operand is a 0-d tensor for the broadcast. */
+  float one[2] = {(float)av, (float)bv};
+  grove_tensor ta, tb;
+  if (!a) grove_tensor_init(&ta, GROVE_F32, 0, NULL, &one[0]);
+  if (!b) grove_tensor_init(&tb, GROVE_F32, 0, NULL, &one[1]);
+  const grove_tensor *pa = a ? a : &ta, *pb = b ? b : &tb;
+  int nd, nd2;
+  int64_t sh1[GROVE_MAX_DIMS], shape[GROVE_MAX_DIMS];
+  if ((s = grove__broadcast_shape(f, cond, pa, &nd, sh1))) return s;
+  grove_tensor t1;
+  grove_tensor_init(&t1, GROVE_F32, nd, sh1, NULL);
+  if ((s = grove__broadcast_shape(f, &t1, pb, &nd2, shape))) return s;
+  if ((s = grove_fwd_alloc(f, out, GROVE_F32, nd2, shape))) return s;
+  const int64_t n = grove_tensor_numel(out);
+  float *y = out->data;
+  walker w = {.nd = nd2, .n = 3, .shape = shape};
+  grove__broadcast_strides(cond, nd2, shape, w.st[0]);
+  grove__broadcast_strides(pa, nd2, shape, w.st[1]);
+  grove__broadcast_strides(pb, nd2, shape, w.st[2]);
+  const float *da = pa->data, *db = pb->data;
+  if (cond->dtype == GROVE_BOOL || cond->dtype == GROVE_U8) {
+    const uint8_t *c = cond->data;
+    for (int64_t i = 0; i < n; i++, walk_next(&w))
+      y[i] = c[w.off[0]] ? da[w.off[1]] : db[w.off[2]];
+  } else {
+    for (int64_t i = 0; i < n; i++, walk_next(&w))
+      y[i] = get_f(cond, w.off[0]) != 0 ? da[w.off[1]] : db[w.off[2]];
+  }
+  return GROVE_OK;
+}
+
+grove_status grove__op_masked_fill(grove_fwd *f, const grove_tensor *x, const grove_tensor *mask,
+                                   double value, grove_tensor *out) {
+  int nd;
+  int64_t shape[GROVE_MAX_DIMS];
+  grove_status s = grove__broadcast_shape(f, x, mask, &nd, shape);
+  if (s) return s;
+  if (nd != x->ndim || memcmp(shape, x->shape, (size_t)nd * sizeof(int64_t)) != 0) {
+    char a[128], b[128];
+    return grove_err_set(f->err, GROVE_E_SHAPE,
+                         "masked_fill: the mask %s does not broadcast to the input's shape %s",
+                         grove_shape_str(mask->ndim, mask->shape, a, sizeof a),
+                         grove_shape_str(x->ndim, x->shape, b, sizeof b));
+  }
+  if (mask->dtype != GROVE_BOOL)
+    return grove_err_set(f->err, GROVE_E_DTYPE,
+                         "masked_fill: expected a bool mask, got %s (compare it first: mask == 1)",
+                         grove_dtype_name(mask->dtype));
+  return grove__op_where(f, mask, NULL, value, x, 0, out);
+}

@@ -1,0 +1,239 @@
+"""Graph parity fixtures of the torchvision zoo's operations (#18): small
+modules with a custom forward using each operation of ops_pointwise.c,
+ops_split.c, ops_select.c and ops_resample.c, in their module, functional
+and method spellings, written as graphs.py writes its cases
+(graph_zoo_<case>.json / .safetensors: three input sets, the example's
+batch, batch 1 and batch 7) and checked by tests/check_graph.c (rtol 1e-4,
+atol 1e-5).
+
+Each case feeds the operations several layouts: a plain input, a strided
+view of it (a transpose, a stepped slice) and, where a convolution comes
+first, the channels-last tensor a convolution hands on.  Bool and int64
+results (comparisons, argmax) come back through .float(), so that every
+output is a float32 tensor checked against torch's."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchvision
+
+from graphs import write_cases
+
+
+class Acts(nn.Module):
+    """Every new activation, as a module and as a function, on x and on its
+    transpose (a strided view)."""
+
+    def __init__(self):
+        super().__init__()
+        self.mods = nn.ModuleList([nn.ReLU6(), nn.Hardswish(), nn.Hardsigmoid(),
+                                   nn.Hardtanh(-2.0, 1.5), nn.ELU(0.5), nn.SELU(), nn.CELU(1.5),
+                                   nn.Softplus(2.0, 3.0), nn.Mish()])
+
+    def forward(self, x):
+        t = x.transpose(1, 2)
+        a = torch.cat([mod(x) for mod in self.mods], dim=1)
+        b = torch.cat([F.relu6(t), F.hardswish(t), F.hardsigmoid(t), F.hardtanh(t, -0.5, 0.5),
+                       F.elu(t, 2.0), F.selu(t), F.celu(t, 0.7), F.softplus(t, 1.0, 20.0),
+                       F.mish(t)], dim=1)
+        return a, b
+
+
+class ConvActs(nn.Module):
+    """Activations between convolutions: channels-last inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.act = nn.Hardswish()
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1, groups=1)
+
+    def forward(self, x):
+        h = self.act(self.bn(self.c1(x)))
+        g = F.relu6(self.c2(h))
+        return g * F.hardsigmoid(h), F.pixel_shuffle(h, 2), F.interpolate(
+            h, scale_factor=2.0, mode="nearest")
+
+
+class Math(nn.Module):
+    def forward(self, x, y):
+        a = x.abs()
+        return (torch.cat([x.clamp(-0.5, 0.7), torch.clamp(x, min=0.1), x.clip(max=-0.2),
+                           torch.exp(x), torch.log(a + 1), a.sqrt(), torch.rsqrt(a + 0.5),
+                           -x, x.abs() * 2, x ** 2, torch.pow(x, 3), a ** 0.5], dim=1),
+                torch.pow(a + 0.5, y))
+
+
+class Compare(nn.Module):
+    def forward(self, x, y):
+        m = x > 0
+        return (torch.cat([m.float(), (x == y).float(), (x != y).float(), (x < y).float(),
+                           (x <= 0.25).float(), torch.ge(x, y).float(), (0.5 < x).float()], dim=1),
+                torch.where(m, x, y), torch.where(x < y, x, 0.0),
+                x.masked_fill(y < 0, -1.5))
+
+
+class Shapes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("ids", torch.tensor([3, 0, 1, 2]))
+
+    def forward(self, x):  # x [N, 4, 6]
+        a, b, c = x.chunk(3, dim=2)
+        p, q = torch.split(x, [1, 3], dim=1)
+        u = x.unbind(dim=1)
+        s = torch.stack([a, c, b], dim=1)  # [N, 3, 4, 2]
+        r = x[:, None].expand(-1, 2, -1, -1).repeat(1, 1, 2, 1)  # [N, 2, 8, 6]
+        n = x.narrow(2, 1, 3).unsqueeze(1).squeeze(1)
+        o = torch.roll(x, shifts=(1, -2), dims=(1, 2)) + x.roll(3, 2)
+        i = x.index_select(1, self.ids) + torch.index_select(x, 2, self.ids).sum(2, keepdim=True)
+        return (s.flatten(1) + r[:, :, :6, :2].flatten(1),
+                torch.cat([p, q.sum(1, keepdim=True), u[2][:, None]], dim=1) * n.sum(),
+                o, i + x[:, ::2].mean())
+
+
+class TensorIndex(nn.Module):
+    """x[ids] and x[:, ids] with int64 index tensors (negative ids count from
+    the end), as Swin's relative position table is read."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("rows", torch.tensor([[2, -1], [0, 1], [3, 3]]))
+        self.register_buffer("cols", torch.tensor([3, 0, -2]))
+        self.register_buffer("two", torch.tensor([[1], [-4]]))
+        self.table = nn.Parameter(torch.randn(5, 3))
+
+    def forward(self, x):  # x [N, 4, 5]
+        return (x[:, self.cols], self.table[self.rows].sum(-1) + x[:, ::2, self.cols].mean(),
+                x.transpose(1, 2)[:, self.two])
+
+
+class Picks(nn.Module):
+    def forward(self, x):  # x [N, 5, 7]
+        v, idx = x.max(dim=1)
+        w, _ = torch.min(x, 2, keepdim=True)
+        return (torch.cat([torch.amax(x, dim=(1, 2)).unsqueeze(1), x.amin(dim=-1)], dim=1),
+                v + idx.float(), w.squeeze(2) + x.argmax(dim=2).float(),
+                torch.argmin(x.transpose(1, 2), dim=1).float())
+
+
+class Resample(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):  # x [N, 3, 7, 9]
+        h = self.conv(x)  # channels last
+        return (F.interpolate(h, size=(11, 5), mode="bilinear", align_corners=False),
+                F.interpolate(x, size=(13, 17), mode="bilinear", align_corners=True),
+                F.interpolate(x[:, :, ::2], scale_factor=1.5, mode="nearest") +
+                F.interpolate(x[:, :, ::2], scale_factor=1.5, mode="nearest-exact"),
+                F.interpolate(x[:, 0], size=12, mode="linear", align_corners=False))
+
+
+class PadShuffle(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.shuffle = nn.PixelShuffle(2)
+
+    def forward(self, x):  # x [N, 8, 5, 6]
+        return (F.pad(x, (1, 2, 0, 1), value=0.5), F.pad(x, (-1, 1, 2, -2)),
+                self.shuffle(x), F.pad(x.transpose(2, 3), (1, 1)))
+
+
+class Norms(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.rand(6) + 0.5)
+        self.b = nn.Parameter(torch.randn(6) * 0.1)
+        self.lw = nn.Parameter(torch.rand(5, 4) + 0.5)
+        self.lrn = nn.LocalResponseNorm(3, alpha=0.01, beta=0.5, k=2.0)
+
+    def forward(self, x):  # x [N, 6, 5, 4]
+        return (F.group_norm(x, 3, self.w, self.b, 1e-5) + F.group_norm(x, 2),
+                F.instance_norm(x, weight=self.w, bias=self.b) + F.instance_norm(x * 2),
+                F.layer_norm(x, (5, 4), self.lw, None, 1e-6) +
+                F.layer_norm(x.permute(0, 2, 3, 1), (6,)).permute(0, 3, 1, 2),
+                self.lrn(x) + F.local_response_norm(x, 2))
+
+
+class ParamNorms(nn.Module):
+    """The modules with parameters (GroupNorm, InstanceNorm1d/2d, PReLU),
+    after a convolution (channels-last input) and on a plain one."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.gn = nn.GroupNorm(3, 6)
+        self.inorm = nn.InstanceNorm2d(6, affine=True)
+        self.irun = nn.InstanceNorm2d(6, track_running_stats=True)
+        self.i1 = nn.InstanceNorm1d(3)
+        self.prelu = nn.PReLU(6)
+        self.prelu1 = nn.PReLU()
+        self.slope = nn.Parameter(torch.full((3,), 0.1))
+        with torch.no_grad():
+            for mod in (self.gn, self.inorm, self.prelu):
+                mod.weight.uniform_(0.5, 1.5)
+            self.gn.bias.normal_(0, 0.2)
+            self.inorm.bias.normal_(0, 0.2)
+            self.irun.running_mean.normal_(0, 0.3)
+            self.irun.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):  # x [N, 3, 5, 4]
+        h = self.conv(x)
+        return (self.gn(h) + self.prelu(h), self.inorm(h) + self.irun(h),
+                self.i1(x.flatten(2)) + self.prelu1(x.flatten(2)),
+                F.prelu(x, self.slope))
+
+
+class Convert(nn.Module):
+    """Tensor.to / type / type_as / float / long / bool between float32,
+    int64 and bool (float -> int64 truncates toward zero)."""
+
+    def forward(self, x):  # x [N, 3]
+        m = (x > 0.3).to(torch.float32) + (x < 0).type(torch.float32)
+        t = (x * 3).to(torch.int64).to(torch.float) + (x * 2).long().float()
+        return (m + x.to("cpu"), t + x.bool().float(),
+                (x * 4).long().type_as(x) * x + (x * 5).to(dtype=torch.int64).to(torch.float32))
+
+
+class Depth(nn.Module):
+    """torchvision's StochasticDepth (identity in eval) and size arithmetic
+    with dim() and numel()."""
+
+    def __init__(self):
+        super().__init__()
+        self.sd = torchvision.ops.StochasticDepth(0.3, "row")
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):  # x [N, 3, 6]
+        h = self.sd(self.fc(x)) + x
+        return h.reshape(h.shape[0], h.numel() // h.shape[0]) * h.dim()
+
+
+CASES = [
+    ("zoo_acts", Acts, lambda: (torch.randn(2, 3, 4) * 3,), lambda: (torch.randn(3, 3, 4) * 3,)),
+    ("zoo_conv_acts", ConvActs, lambda: (torch.randn(1, 3, 6, 7),),
+     lambda: (torch.randn(2, 3, 6, 7),)),
+    ("zoo_math", Math, lambda: (torch.randn(2, 3), torch.randn(2, 3)),
+     lambda: (torch.randn(4, 3), torch.randn(4, 3))),
+    ("zoo_compare", Compare, lambda: (torch.randn(2, 5), torch.randn(2, 5)),
+     lambda: (torch.randn(3, 5), torch.randn(3, 5))),
+    ("zoo_shapes", Shapes, lambda: (torch.randn(2, 4, 6),), lambda: (torch.randn(3, 4, 6),)),
+    ("zoo_tensor_index", TensorIndex, lambda: (torch.randn(2, 4, 5),),
+     lambda: (torch.randn(3, 4, 5),)),
+    ("zoo_picks", Picks, lambda: (torch.randn(2, 5, 7),), lambda: (torch.randn(3, 5, 7),)),
+    ("zoo_resample", Resample, lambda: (torch.randn(1, 3, 7, 9),),
+     lambda: (torch.randn(2, 3, 7, 9),)),
+    ("zoo_pad_shuffle", PadShuffle, lambda: (torch.randn(2, 8, 5, 6),),
+     lambda: (torch.randn(3, 8, 5, 6),)),
+    ("zoo_norms", Norms, lambda: (torch.randn(2, 6, 5, 4),), lambda: (torch.randn(3, 6, 5, 4),)),
+    ("zoo_param_norms", ParamNorms, lambda: (torch.randn(2, 3, 5, 4),),
+     lambda: (torch.randn(3, 3, 5, 4),)),
+    ("zoo_convert", Convert, lambda: (torch.randn(2, 3),), lambda: (torch.randn(4, 3),)),
+    ("zoo_depth", Depth, lambda: (torch.randn(2, 3, 6),), lambda: (torch.randn(5, 3, 6),)),
+]
+
+
+def generate(out_dir):
+    write_cases(out_dir, CASES, 1700)
