@@ -93,7 +93,7 @@ hport=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0
 ipc="ipc://$work/groved.sock"
 tcp="tcp://127.0.0.1:$port"
 args=(--model "mlp=$model_dir" --listen "$ipc" --listen "$tcp" --http "127.0.0.1:$hport"
-  --blas-threads "$blas" --log-level warn)
+  --blas-threads "$blas" --log-level warn --admin-listen none)
 [ -n "$workers" ] && args+=(--workers "$workers")
 "$groved_bin" "${args[@]}" 2>"$work/groved.log" &
 groved_pid=$!
