@@ -375,15 +375,20 @@ grove_status grove__conns_watch(srv_server *srv, nng_socket s, const char *name,
   return GROVE_OK;
 }
 
-void grove__conns_busy(srv_server *srv, uint32_t pipe_id, int delta) {
+void grove__conns_busy(srv_server *srv, const uint32_t *pipe_ids, size_t n, int delta) {
   srv_conns *c = srv->conns;
-  if (!c || pipe_id == 0) return;
+  if (!c || n == 0) return;
+  /* One lock and one clock read for a whole batch's replies (a worker's):
+   * per reply, the workers and NNG's threads took turns at this mutex. */
+  int64_t now = grove__now_ns();
   pthread_mutex_lock(&c->mu);
-  size_t i = find(c, pipe_id);
-  if (i != SIZE_MAX) {
+  for (size_t j = 0; j < n; j++) {
+    if (pipe_ids[j] == 0) continue;
+    size_t i = find(c, pipe_ids[j]);
+    if (i == SIZE_MAX) continue;
     uint32_t k = c->tab[i];
     node *e = N(c, k);
-    e->last_ns = grove__now_ns();
+    e->last_ns = now;
     if (delta > 0) {
       e->busy++;
       lru_unlink(c, k);

@@ -233,10 +233,23 @@ typedef enum srv_req_state {
   REQ_SEND,     /* a reply is being sent */
 } srv_req_state;
 
-/* One in-flight RPC: an NNG context with its aio, reused for request after
- * request.  Its predict fields are valid while state == REQ_WORK. */
+/* One in-flight RPC.  Its predict fields are valid while state == REQ_WORK.
+ *
+ * Where it came from decides how its reply goes back: deliver, its origin's
+ * reply function, which grove__rpc_send and grove__rpc_send_chain call,
+ * once r's answer is counted and its request freed, with r->reply holding
+ * the encoded grove.Reply (NULL: no memory to encode it; nothing can be
+ * sent and the client will time out); r is the origin's again afterwards.
+ * rpc.c's own origin is an NNG context with its aio, reused for request
+ * after request (rpc_deliver, its replies chained per connection).  A
+ * front end of another protocol (an HTTP one) embeds a srv_req of its own,
+ * sets srv, deliver and pipe_id 0, and hands the request's grove.Request
+ * bytes to grove__rpc_dispatch on a thread of its own: the predict is
+ * validated and batched like NNG's, and deliver is called on a worker, the
+ * loop or that thread.  deliver must not block (a worker calls it). */
 struct srv_req {
   srv_server *srv;
+  void (*deliver)(srv_req *r);
   nng_ctx ctx;
   nng_aio *aio;
   srv_req_state state;
@@ -443,9 +456,10 @@ srv_plane *grove__conns_plane(srv_server *srv, const char *name, size_t cap, boo
 grove_status grove__conns_watch(srv_server *srv, nng_socket s, const char *name, size_t cap,
                                 bool idle_close, nng_pipe_cb chain, void *chain_arg,
                                 grove_err *err);
-/* A request arrived on pipe_id (delta +1) or was answered (-1): a pipe with
- * a request in flight is never idle.  Any thread. */
-void grove__conns_busy(srv_server *srv, uint32_t pipe_id, int delta);
+/* n requests arrived on pipe_ids (delta +1; repeats allowed) or were
+ * answered (-1): a pipe with a request in flight is never idle.  One lock
+ * for all n (a worker's batch of replies).  Any thread. */
+void grove__conns_busy(srv_server *srv, const uint32_t *pipe_ids, size_t n, int delta);
 /* Starts the idle sweeper (when --idle-timeout is not 0). */
 grove_status grove__conns_start(srv_server *srv, grove_err *err);
 void grove__conns_stop(srv_server *srv);
@@ -465,9 +479,10 @@ void grove__rpc_set_gate(srv_server *srv, bool (*gate)(srv_req *r));
 void grove__rpc_set_wake(srv_server *srv, void (*wake)(srv_server *srv));
 /* Closes the socket and waits until no NNG callback runs. */
 void grove__rpc_stop(srv_server *srv);
-/* nng_close(s), given CLOSE_WAIT_MS (rpc.c) to return.  NNG 1.5.2's close
- * can deadlock while peers are connected (nanomsg/nng#1543; seen as a
- * drained groved that never exited).  It is only called on the way out,
+/* nng_close(s), given CLOSE_WAIT_MS (rpc.c) to return: client/nng_close.c's
+ * bounded close, the one libgrove-client uses too.  NNG 1.5.2's close can
+ * deadlock while peers are connected (nanomsg/nng#1543; seen as a drained
+ * groved that never exited).  It is only called on the way out,
  * after every reply was sent, so when the close does not return the process
  * says so (naming what, "the RPC socket") and ends at once with
  * srv->exit_code, leaving the kernel to close the sockets.  The loop thread,
@@ -480,10 +495,15 @@ void grove__rpc_reply_error(srv_req *r, grove_status s, const char *fmt, ...)
  * model with status s.  Any thread that owns r; r is NNG's afterwards. */
 void grove__rpc_send(srv_req *r, nng_msg *msg, grove_status s);
 /* Sends the replies of a list of requests linked by next, each with
- * reply/reply_status set (reply NULL: out of memory, not answered), one after
- * the other per connection, from NNG's threads.  The caller (a worker) owns them all before
+ * reply/reply_status set (reply NULL: out of memory, not answered): NNG's
+ * one after the other per connection, from NNG's threads; another origin's
+ * through its deliver.  The caller (a worker) owns them all before
  * and none after. */
 void grove__rpc_send_chain(srv_req *first);
+/* Decodes the grove.Request in bytes (the caller keeps them) for r (srv,
+ * deliver and pipe_id set) and dispatches it through the handler table: r
+ * is answered now or handed to its handler.  The thread that owns r. */
+void grove__rpc_dispatch(srv_req *r, const void *bytes, size_t len);
 /* Packs reply into a new nng_msg; NULL when out of memory. */
 nng_msg *grove__rpc_pack(const Grove__Reply *reply);
 
