@@ -97,8 +97,12 @@ done
 start() { # name groved-binary pub-flag...
   local name=$1 bin=$2
   shift 2
+  # An admin plane of its own (the hook RPCs): the default address may be another groved's
+  # on this machine.  A base from before the admin plane has no such flag.
+  local admin=()
+  "$bin" --help 2>&1 | grep -q -- --admin-listen && admin=(--admin-listen "ipc://$work/$name.admin")
   "$bin" --model "mlp=$work/mlp" --model "small=$work/small" --listen "ipc://$work/$name.sock" \
-    --http none --log-level warn "$@" 2>"$work/$name.log" &
+    --http none --log-level warn "${admin[@]}" "$@" 2>"$work/$name.log" &
   pids+=($!)
   for _ in $(seq 1 300); do
     [ -S "$work/$name.sock" ] && break
@@ -117,7 +121,7 @@ pub="ipc://$work/pub.sock"
 "$grove_bin" --server "$srv" status | grep -m1 '^server:'
 echo "load: 32 clients x batch 1 (grove bench --concurrency 32), $rounds rounds of $seconds s"
 
-g() { "$grove_bin" --server "$srv" "$@"; }
+g() { "$grove_bin" --server "$srv" --admin "ipc://$work/hooks.admin" "$@"; }
 clear_hooks() {
   for id in $(g hook ls --json | sed -n 's/^{"id":\([0-9]*\),.*/\1/p'); do
     g hook rm "$id" >/dev/null

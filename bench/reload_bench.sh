@@ -75,9 +75,16 @@ def start(name, d, extra=(), groved=GROVED):
     if os.path.exists(sock):
         os.unlink(sock)
     log = open(os.path.join(WORK, f"{name}.log"), "a")
+    # An admin plane of its own (the reloads' RPCs): the default address may be another
+    # groved's on this machine.  The clients (python/grove, grove) find it in GROVE_ADMIN.
+    # The checkpoints reloaded lie in WORK, outside the model's directory: allowed.
+    admin = f"ipc://{WORK}/{name}.admin"
+    os.environ["GROVE_ADMIN"] = admin
     p = subprocess.Popen([groved, "--model", f"{name}={d}", "--listen", f"ipc://{sock}",
                           "--http", "none", "--pub", f"ipc://{WORK}/{name}.pub",
-                          "--log-level", "warn", *extra], stdout=log, stderr=log)
+                          "--admin-listen", admin, "--checkpoint-dir", WORK,
+                          "--log-level", "warn", *extra],
+                         stdout=log, stderr=log)
     for _ in range(600):
         if os.path.exists(sock):
             break

@@ -82,7 +82,7 @@ hport=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0
 ipc="ipc://$work/groved.sock"
 tcp="tcp://127.0.0.1:$port"
 args=(--model "mlp=$model_dir" --listen "$ipc" --listen "$tcp" --http "127.0.0.1:$hport"
-  --blas-threads "$blas" --log-level warn)
+  --blas-threads "$blas" --log-level warn --admin-listen none)
 [ -n "$workers" ] && args+=(--workers "$workers")
 oip_load=
 if cc -std=c11 -O2 -o "$work/oip_load" "$root/bench/oip_load.c" 2>"$work/cc.log"; then
@@ -144,30 +144,78 @@ run() { # kind round command...
     sed 's/^/    /' "$work/run.out" | tail -5
   fi
 }
-batch_stats() { # -> "batches rows" from /metrics
+# One snapshot of groved: batches, rows, compute seconds (the batches' forwards, from
+# grove_compute_latency_seconds), requests answered (grove_requests_total), groved's CPU
+# seconds (/proc/PID/stat utime + stime, every thread) and its context switches (voluntary +
+# nonvoluntary, summed over /proc/PID/task/*/status).
+snapshot() {
   "$python" -c '
-import sys, urllib.request
+import glob, os, sys, urllib.request
 t = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
-v = {l.split()[0]: float(l.split()[1]) for l in t.splitlines() if l.startswith("grove_batch_size_")}
-print(int(v.get("grove_batch_size_count{model=\"mlp\"}", 0)), int(v.get("grove_batch_size_sum{model=\"mlp\"}", 0)))' \
-    "http://127.0.0.1:$hport/metrics"
+v = {}
+for l in t.splitlines():
+    if l.startswith("#") or not l.strip():
+        continue
+    k, x = l.rsplit(None, 1)
+    v[k] = float(x)
+m = "{model=\"mlp\"}"
+req = sum(x for k, x in v.items() if k.startswith("grove_requests_total{model=\"mlp\""))
+pid = sys.argv[2]
+st = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+cpu = (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+cs = 0
+for f in glob.glob(f"/proc/{pid}/task/*/status"):
+    try:
+        for l in open(f):
+            if l.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                cs += int(l.split()[1])
+    except OSError:
+        pass
+print(int(v.get("grove_batch_size_count" + m, 0)), int(v.get("grove_batch_size_sum" + m, 0)),
+      v.get("grove_compute_latency_seconds_sum" + m, 0.0), int(req), cpu, cs)' \
+    "http://127.0.0.1:$hport/metrics" "$groved_pid"
+}
+# A served run, with groved's snapshot before and after and the client's own CPU and context
+# switches (/usr/bin/time), recorded as KIND_cost.
+served() { # kind round command...
+  local kind=$1 r=$2
+  shift 2
+  local before after
+  before=$(snapshot)
+  /usr/bin/time -o "$work/time.out" -f "%U %S %w %c" "$@" >"$work/run.out" 2>&1
+  local rc=$?
+  after=$(snapshot)
+  if [ "$rc" -ne 0 ]; then
+    echo "  $kind failed:"
+    sed 's/^/    /' "$work/run.out" | tail -5
+    return
+  fi
+  record "$kind" "$r" "$work/run.out"
+  "$python" -c '
+import json, sys
+kind, r = sys.argv[1], int(sys.argv[2])
+b = [float(x) for x in sys.argv[3].split()]
+a = [float(x) for x in sys.argv[4].split()]
+u, s, w, c = (float(x) for x in open(sys.argv[5]).read().split()[-4:])
+d = [y - x for x, y in zip(b, a)]
+print(json.dumps({"kind": kind + "_cost", "round": r, "batches": d[0], "rows": d[1],
+                  "compute_s": d[2], "requests": d[3], "groved_cpu_s": d[4], "groved_cs": d[5],
+                  "client_cpu_s": u + s, "client_cs": w + c}))' \
+    "$kind" "$r" "$before" "$after" "$work/time.out" >>"$results"
 }
 
 for r in $(seq 1 "$rounds"); do
   run local32 "$r" "$grove_bin" bench --local "$model_dir" --batch 32 --seconds "$seconds"
-  read -r b0 s0 < <(batch_stats)
-  run ipc32 "$r" "$grove_bin" --server "$ipc" bench mlp --concurrency 32 --batch 1 --seconds "$seconds"
-  read -r b1 s1 < <(batch_stats)
-  echo "{\"kind\": \"ipc32_batches\", \"round\": $r, \"batches\": $((b1 - b0)), \"rows\": $((s1 - s0))}" >>"$results"
-  run tcp32 "$r" "$grove_bin" --server "$tcp" bench mlp --concurrency 32 --batch 1 --seconds "$seconds"
+  served ipc32 "$r" "$grove_bin" --server "$ipc" bench mlp --concurrency 32 --batch 1 --seconds "$seconds"
+  served tcp32 "$r" "$grove_bin" --server "$tcp" bench mlp --concurrency 32 --batch 1 --seconds "$seconds"
   if [ -n "$oip_load" ]; then
     run oipjson32 "$r" "$oip_load" 127.0.0.1 "$hport" /v2/models/mlp/infer "$work/oip.json" 0 32 "$seconds"
     run oipbin32 "$r" "$oip_load" 127.0.0.1 "$hport" /v2/models/mlp/infer "$work/oip.bin" \
       "$(cat "$work/oip.bin.len")" 32 "$seconds"
   fi
   run local1 "$r" "$grove_bin" bench --local "$model_dir" --batch 1 --threads "$blas" --seconds "$seconds"
-  run ipc1 "$r" "$grove_bin" --server "$ipc" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
-  run tcp1 "$r" "$grove_bin" --server "$tcp" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
+  served ipc1 "$r" "$grove_bin" --server "$ipc" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
+  served tcp1 "$r" "$grove_bin" --server "$tcp" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
   echo "  round $r done (load average $(cut -d' ' -f1 /proc/loadavg))"
 done
 
@@ -219,8 +267,18 @@ for title, f, lo in (("best round", max, min),
         added = (p50 - local1) * 1000 if p50 is not None and local1 is not None else None
         print(f"  groved {kind[:3]} 1 client x batch 1:  p50 {fmt(p50, 3)} ms, p99 {fmt(p99, 3)} ms;"
               f" local forward {fmt(local1, 3)} ms; added {fmt(added, 0)} us")
-b = [r for r in rows if r["kind"] == "ipc32_batches" and r["batches"]]
-if b:
-    print("  rows per batch at 32 clients (ipc rounds): " +
-          ", ".join(f"{r['rows'] / r['batches']:.1f}" for r in b))
+    print("  per request, outside the forward (groved CPU - compute, over requests answered):")
+    for kind in ("ipc32", "tcp32", "ipc1", "tcp1"):
+        c = [r for r in rows if r["kind"] == kind + "_cost" and r["requests"] > 0]
+        if not c:
+            continue
+        # Costs are better low: the "best" round takes the least.
+        g = (min if f is max else statistics.median)
+        gs = g([(r["groved_cpu_s"] - r["compute_s"]) / r["requests"] * 1e6 for r in c])
+        cl = g([r["client_cpu_s"] / r["requests"] * 1e6 for r in c])
+        cs = g([(r["groved_cs"]) / r["requests"] for r in c])
+        ccs = g([(r["client_cs"]) / r["requests"] for r in c])
+        rb = f([r["rows"] / r["batches"] for r in c if r["batches"]] or [0])
+        print(f"    {kind:6s} groved {gs:6.1f} us CPU, client {cl:6.1f} us CPU; context switches"
+              f" groved {cs:5.2f}, client {ccs:5.2f}; rows per batch {rb:5.1f}")
 EOF

@@ -32,12 +32,16 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "client_impl.h"
+#include "nng_close.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
 /* How long a call made while the connection is lost waits for the redial
  * (NNG redials every 50 ms to 1 s) before it fails with UNAVAILABLE, rather
  * than waiting out its whole timeout for a server that is gone. */
 #define REDIAL_GRACE_MS 2000
+/* How long closing the socket may take (grove__nng_close_bounded: NNG
+ * 1.5.2's close can deadlock while connected, nanomsg/nng#1543). */
+#define CLOSE_WAIT_MS 2000
 
 typedef struct acall acall;
 typedef struct sslot sslot;
@@ -239,8 +243,8 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
       nng_dial(c->sock, urls[i], NULL, NNG_FLAG_NONBLOCK);
   }
   if (connected == 0) {
-    nng_close(c->sock);
-    client_free(c);
+    /* A stuck close may still call pipe_cb with c: c is left to it. */
+    if (grove__nng_close_bounded(c->sock, CLOSE_WAIT_MS)) client_free(c);
     return grove_err_set(err, GROVE_E_UNAVAILABLE, LOCAL_PREFIX "cannot reach the server: %s",
                          why[0] ? why : "no URL");
   }
@@ -252,7 +256,12 @@ void grove_client_close(grove_client *c) {
   if (!c) return;
   if (c->admin && c->admin != c) grove_client_close(c->admin);
   grove_client_wait_idle(c);
-  nng_close(c->sock);
+  if (!grove__nng_close_bounded(c->sock, CLOSE_WAIT_MS)) {
+    /* NNG's close is stuck: the caller gets its thread back, and c, its
+     * contexts and aios, which NNG may still call back, are left to the
+     * close (a leak instead of a hang). */
+    return;
+  }
   for (acall *a = c->all_calls, *next; a; a = next) {
     next = a->all_next;
     nng_aio_free(a->aio);

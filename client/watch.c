@@ -15,6 +15,7 @@
 
 #include "grove.pb-c.h"
 #include "grove/client.h"
+#include "nng_close.h"
 
 #define LOCAL_PREFIX "grove client: "
 
@@ -74,8 +75,9 @@ grove_status grove_watch_open(const char *url, const char *model, const char *mo
 
 void grove_watch_close(grove_watch *w) {
   if (!w) return;
-  nng_close(w->sock);
-  free(w);
+  /* NNG 1.5.2's close can hang while connected (nanomsg/nng#1543): w is
+   * left to a close that is stuck. */
+  if (grove__nng_close_bounded(w->sock, 2000)) free(w);
 }
 
 void grove_hook_event_fini(grove_hook_event *ev) {

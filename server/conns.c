@@ -349,14 +349,19 @@ grove_status grove__conns_watch(srv_server *srv, nng_socket s, const char *name,
   return GROVE_OK;
 }
 
-void grove__conns_busy(srv_server *srv, uint32_t pipe_id, int delta) {
+void grove__conns_busy(srv_server *srv, const uint32_t *pipe_ids, size_t n, int delta) {
   srv_conns *c = srv->conns;
-  if (!c || pipe_id == 0) return;
+  if (!c || n == 0) return;
+  /* One lock and one clock read for a whole batch's replies (a worker's):
+   * per reply, the workers and NNG's threads took turns at this mutex. */
+  int64_t now = grove__now_ns();
   pthread_mutex_lock(&c->mu);
-  uint32_t k = find(c, pipe_id);
-  if (k) {
+  for (size_t j = 0; j < n; j++) {
+    if (pipe_ids[j] == 0) continue;
+    uint32_t k = find(c, pipe_ids[j]);
+    if (!k) continue;
     node *e = N(c, k);
-    e->last_ns = grove__now_ns();
+    e->last_ns = now;
     if (delta > 0) {
       e->busy++;
       lru_unlink(c, k);

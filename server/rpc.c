@@ -45,6 +45,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
 
+#include "../client/nng_close.h"
 #include "server.h"
 
 /* How long a reply may wait to be handed to the transport (a client that
@@ -60,6 +61,8 @@
 #define ADMIN_CONTEXTS 16
 
 static void req_cb(void *arg);
+static void rpc_deliver(srv_req *r);
+static void start_send(srv_req *r);
 
 /* ------------------------------------------------------------ replies */
 
@@ -82,8 +85,8 @@ static void post_recv(srv_req *r) {
 }
 
 /* Counts r's answer and releases its request; r->reply holds msg.  Returns
- * false (and puts the context back to receiving) when there is no message
- * to send. */
+ * false (and gives r back to its origin: NNG's context receives again) when
+ * there is no message to send.  The caller tells conns.c. */
 static bool finish(srv_req *r, nng_msg *msg, grove_status s) {
   srv_server *srv = r->srv;
   if (r->msg) {
@@ -94,14 +97,17 @@ static bool finish(srv_req *r, nng_msg *msg, grove_status s) {
   bool was_inflight = r->accepted;
   r->model = NULL;
   r->accepted = false;
-  grove__conns_busy(srv, r->pipe_id, -1); /* answered: the connection may go idle */
   if (!msg) {
-    /* Out of memory for the reply: the client will time out; the context
-     * goes on serving. */
+    /* Out of memory for the reply: the client will time out; the origin
+     * goes on serving (NNG's context receives again). */
     grove__slog(GROVE_LOG_ERROR, "rpc.reply_nomem", "no memory to encode a reply (status %s)",
                 grove__status_label(s));
     if (was_inflight) atomic_fetch_sub(&srv->inflight, 1);
-    post_recv(r);
+    r->reply = NULL;
+    if (r->deliver == rpc_deliver)
+      post_recv(r);
+    else
+      r->deliver(r);
     if (was_inflight && atomic_load(&srv->draining)) srv->rpc.wake(srv);
     return false;
   }
@@ -111,6 +117,26 @@ static bool finish(srv_req *r, nng_msg *msg, grove_status s) {
   if (was_inflight) atomic_fetch_sub(&srv->inflight, 1);
   r->reply = msg;
   return true;
+}
+
+/* NNG's origin (srv_req.deliver): the context's aio sends r->reply; the
+ * send's completion (req_cb) says it was sent. */
+static void rpc_deliver(srv_req *r) {
+  start_send(r);
+}
+
+/* Hands the answered r to its origin.  Another origin's deliver has sent
+ * the reply (or taken it) when it returns: what the drain waits for is over
+ * then. */
+static void deliver(srv_req *r) {
+  if (r->deliver == rpc_deliver) {
+    start_send(r);
+    return;
+  }
+  srv_server *srv = r->srv;
+  r->deliver(r);
+  atomic_fetch_sub(&srv->sending, 1);
+  if (atomic_load(&srv->draining)) srv->rpc.wake(srv);
 }
 
 static void start_send(srv_req *r) {
@@ -123,15 +149,23 @@ static void start_send(srv_req *r) {
 
 void grove__rpc_send(srv_req *r, nng_msg *msg, grove_status s) {
   r->chain = NULL;
-  if (finish(r, msg, s)) start_send(r);
+  uint32_t pipe_id = r->pipe_id;
+  srv_server *srv = r->srv;
+  bool ok = finish(r, msg, s);
+  grove__conns_busy(srv, &pipe_id, 1, -1); /* answered: the connection may go idle */
+  if (ok) deliver(r);
 }
 
 void grove__rpc_send_chain(srv_req *first) {
   /* One chain per connection: a client that stops reading holds up its own
    * replies (its connection is serialised anyway), never another's.  The
    * heads are linked through next_head; a batch has few connections, so a
-   * linear search is fine and allocates nothing. */
+   * linear search is fine and allocates nothing.  conns.c hears of the
+   * whole batch under one lock. */
   srv_req *heads = NULL;
+  srv_server *srv = first ? first->srv : NULL;
+  uint32_t ids[64];
+  size_t nids = 0;
   while (first) {
     srv_req *r = first;
     first = r->next;
@@ -140,7 +174,16 @@ void grove__rpc_send_chain(srv_req *first) {
     r->next_head = NULL;
     nng_msg *msg = r->reply;
     r->reply = NULL;
+    if (nids == sizeof ids / sizeof ids[0]) {
+      grove__conns_busy(srv, ids, nids, -1);
+      nids = 0;
+    }
+    ids[nids++] = r->pipe_id;
     if (!finish(r, msg, r->reply_status)) continue;
+    if (r->deliver != rpc_deliver) { /* another origin's: no chain */
+      deliver(r);
+      continue;
+    }
     srv_req *h = heads;
     while (h && h->pipe_id != r->pipe_id) h = h->next_head;
     if (h) {
@@ -152,6 +195,7 @@ void grove__rpc_send_chain(srv_req *first) {
       heads = r;
     }
   }
+  if (srv) grove__conns_busy(srv, ids, nids, -1);
   while (heads) {
     srv_req *h = heads;
     heads = h->next_head;
@@ -185,7 +229,7 @@ void grove__rpc_reply_error(srv_req *r, grove_status s, const char *fmt, ...) {
 
 /* ------------------------------------------------------------ receive */
 
-static void handle(srv_req *r, nng_msg *msg) {
+void grove__rpc_dispatch(srv_req *r, const void *bytes, size_t len) {
   srv_server *srv = r->srv;
   r->t_recv = grove__now_ns();
   r->t_dispatch = 0;
@@ -196,17 +240,14 @@ static void handle(srv_req *r, nng_msg *msg) {
   r->id = 0;
   r->ninputs = 0;
   r->next = NULL;
-  size_t len = nng_msg_len(msg);
   if (len > srv->cfg.max_request_bytes) {
-    nng_msg_free(msg);
     grove__rpc_reply_error(r, GROVE_E_INVALID_ARGUMENT,
                            "request of %zu bytes is over this server's limit of %zu bytes "
                            "(groved --max-request-bytes)",
                            len, srv->cfg.max_request_bytes);
     return;
   }
-  r->msg = grove__request__unpack(NULL, len, nng_msg_body(msg));
-  nng_msg_free(msg);
+  r->msg = grove__request__unpack(NULL, len, bytes);
   if (!r->msg) {
     grove__rpc_reply_error(r, GROVE_E_INVALID_ARGUMENT,
                            "malformed request: %zu bytes that do not decode as a grove.Request "
@@ -269,8 +310,9 @@ static void req_cb(void *arg) {
     nng_aio_set_msg(r->aio, NULL);
     r->state = REQ_WORK;
     r->pipe_id = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
-    grove__conns_busy(srv, r->pipe_id, +1); /* not idle until answered (finish) */
-    handle(r, msg);
+    grove__conns_busy(srv, &r->pipe_id, 1, +1); /* not idle until answered */
+    grove__rpc_dispatch(r, nng_msg_body(msg), nng_msg_len(msg));
+    nng_msg_free(msg);
     return;
   }
   if (r->state == REQ_SEND) {
@@ -333,6 +375,7 @@ grove_status grove__rpc_start(srv_server *srv, grove_err *err) {
   for (size_t i = 0; i < n; i++) {
     srv_req *r = &srv->reqs[i];
     r->srv = srv;
+    r->deliver = rpc_deliver;
     r->admin_plane = i >= ndata;
     if ((rv = nng_aio_alloc(&r->aio, req_cb, r)))
       return grove_err_set(err, GROVE_E_NOMEM, "cannot allocate an aio: %s", nng_strerror(rv));
@@ -360,72 +403,8 @@ grove_status grove__rpc_serve(srv_server *srv, grove_err *err) {
   return GROVE_OK;
 }
 
-/* A close on a thread of its own, so that its caller can stop waiting. */
-typedef struct closer {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  nng_socket s;
-  bool done;
-  int refs; /* the closer thread's and the waiter's */
-} closer;
-
-static void closer_put(closer *c) {
-  pthread_mutex_lock(&c->mu);
-  bool last = --c->refs == 0;
-  pthread_mutex_unlock(&c->mu);
-  if (!last) return;
-  pthread_mutex_destroy(&c->mu);
-  pthread_cond_destroy(&c->cv);
-  free(c);
-}
-
-static void *closer_main(void *arg) {
-  closer *c = arg;
-  nng_close(c->s);
-  pthread_mutex_lock(&c->mu);
-  c->done = true;
-  pthread_cond_signal(&c->cv);
-  pthread_mutex_unlock(&c->mu);
-  closer_put(c);
-  return NULL;
-}
-
 void grove__nng_close_or_exit(srv_server *srv, nng_socket s, const char *what) {
-  closer *c = calloc(1, sizeof *c);
-  pthread_t th;
-  if (c) {
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
-    c->s = s;
-    c->refs = 2;
-  }
-  if (!c || pthread_create(&th, NULL, closer_main, c) != 0) {
-    /* No thread to spare: close here, unbounded, as before. */
-    if (c) {
-      c->refs = 1;
-      closer_put(c);
-    }
-    nng_close(s);
-    return;
-  }
-  pthread_detach(th);
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += CLOSE_WAIT_MS / 1000;
-  until.tv_nsec += (long)(CLOSE_WAIT_MS % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_sec++;
-    until.tv_nsec -= 1000000000L;
-  }
-  pthread_mutex_lock(&c->mu);
-  int rv = 0;
-  while (!c->done && rv != ETIMEDOUT) rv = pthread_cond_timedwait(&c->cv, &c->mu, &until);
-  const bool done = c->done;
-  pthread_mutex_unlock(&c->mu);
-  if (done) {
-    closer_put(c);
-    return;
-  }
+  if (grove__nng_close_bounded(s, CLOSE_WAIT_MS)) return;
   grove__slog(GROVE_LOG_ERROR, "server.close_stuck",
               "NNG did not close %s within %d ms (a deadlock of NNG 1.5.2, nanomsg/nng#1543); "
               "exiting now with status %d, the kernel closing the connections",

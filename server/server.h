@@ -266,15 +266,28 @@ typedef struct srv_origin {
                   int64_t compute_ns);
 } srv_origin;
 
-/* One in-flight RPC: an NNG context with its aio, reused for request after
- * request.  Its predict fields are valid while state == REQ_WORK.  With
- * origin set it is no NNG context's but a request of another protocol
- * (oip.c's, which allocates it) handed to the same predict path: msg is
- * then that protocol's own (not unpacked by protobuf-c, never freed by
- * rpc.c), and ctx, aio, state and the reply chain are unused. */
+/* One in-flight RPC.  Its predict fields are valid while state == REQ_WORK.
+ *
+ * Where it came from decides how its answer goes back.  With origin set it
+ * is a request of another protocol (oip.c's, which allocates it) handed to
+ * the same predict path: msg is then that protocol's own (not unpacked by
+ * protobuf-c, never freed by rpc.c), the answer goes to origin's callbacks
+ * unencoded (the outputs straight from the worker's arena), and ctx, aio,
+ * state and the reply chain are unused.  Otherwise the answer is an encoded
+ * grove.Reply: deliver, the origin's reply function, which
+ * grove__rpc_send and grove__rpc_send_chain call once r's answer is counted
+ * and its request freed, with r->reply holding it (NULL: no memory to
+ * encode it; nothing can be sent and the client will time out); r is the
+ * origin's again afterwards.  rpc.c's own is an NNG context with its aio,
+ * reused for request after request (rpc_deliver, its replies chained per
+ * connection); a front end that speaks grove.Request bytes embeds a
+ * srv_req, sets srv, deliver and pipe_id 0 and hands the bytes to
+ * grove__rpc_dispatch on a thread of its own.  deliver must not block (a
+ * worker calls it). */
 struct srv_req {
   const srv_origin *origin; /* NULL: the NNG RPC */
   srv_server *srv;
+  void (*deliver)(srv_req *r);
   nng_ctx ctx;
   nng_aio *aio;
   srv_req_state state;
@@ -489,9 +502,10 @@ srv_plane *grove__conns_plane(srv_server *srv, const char *name, size_t cap, boo
 grove_status grove__conns_watch(srv_server *srv, nng_socket s, const char *name, size_t cap,
                                 bool idle_close, nng_pipe_cb chain, void *chain_arg,
                                 grove_err *err);
-/* A request arrived on pipe_id (delta +1) or was answered (-1): a pipe with
- * a request in flight is never idle.  Any thread. */
-void grove__conns_busy(srv_server *srv, uint32_t pipe_id, int delta);
+/* n requests arrived on pipe_ids (delta +1; repeats allowed) or were
+ * answered (-1): a pipe with a request in flight is never idle.  One lock
+ * for all n (a worker's batch of replies).  Any thread. */
+void grove__conns_busy(srv_server *srv, const uint32_t *pipe_ids, size_t n, int delta);
 /* Starts the idle sweeper (when --idle-timeout is not 0). */
 grove_status grove__conns_start(srv_server *srv, grove_err *err);
 void grove__conns_stop(srv_server *srv);
@@ -511,9 +525,10 @@ void grove__rpc_set_gate(srv_server *srv, bool (*gate)(srv_req *r));
 void grove__rpc_set_wake(srv_server *srv, void (*wake)(srv_server *srv));
 /* Closes the socket and waits until no NNG callback runs. */
 void grove__rpc_stop(srv_server *srv);
-/* nng_close(s), given CLOSE_WAIT_MS (rpc.c) to return.  NNG 1.5.2's close
- * can deadlock while peers are connected (nanomsg/nng#1543; seen as a
- * drained groved that never exited).  It is only called on the way out,
+/* nng_close(s), given CLOSE_WAIT_MS (rpc.c) to return: client/nng_close.c's
+ * bounded close, the one libgrove-client uses too.  NNG 1.5.2's close can
+ * deadlock while peers are connected (nanomsg/nng#1543; seen as a drained
+ * groved that never exited).  It is only called on the way out,
  * after every reply was sent, so when the close does not return the process
  * says so (naming what, "the RPC socket") and ends at once with
  * srv->exit_code, leaving the kernel to close the sockets.  The loop thread,
@@ -526,10 +541,15 @@ void grove__rpc_reply_error(srv_req *r, grove_status s, const char *fmt, ...)
  * model with status s.  Any thread that owns r; r is NNG's afterwards. */
 void grove__rpc_send(srv_req *r, nng_msg *msg, grove_status s);
 /* Sends the replies of a list of requests linked by next, each with
- * reply/reply_status set (reply NULL: out of memory, not answered), one after
- * the other per connection, from NNG's threads.  The caller (a worker) owns them all before
+ * reply/reply_status set (reply NULL: out of memory, not answered): NNG's
+ * one after the other per connection, from NNG's threads; another origin's
+ * through its deliver.  The caller (a worker) owns them all before
  * and none after. */
 void grove__rpc_send_chain(srv_req *first);
+/* Decodes the grove.Request in bytes (the caller keeps them) for r (srv,
+ * deliver and pipe_id set) and dispatches it through the handler table: r
+ * is answered now or handed to its handler.  The thread that owns r. */
+void grove__rpc_dispatch(srv_req *r, const void *bytes, size_t len);
 /* Packs reply into a new nng_msg; NULL when out of memory. */
 nng_msg *grove__rpc_pack(const Grove__Reply *reply);
 
