@@ -165,7 +165,7 @@ run_cpu() {
     cpu=$(awk '/^ab_cpu / { print $2 + $3 }' "$out")
     [ -n "$sps" ] && [ -n "$cpu" ] &&
       record "$side" "$r" cpu "grove bench --local --threads 1 batch $b" "samples/CPU s" \
-        "$(awk -v s="$sps" -v t="$seconds" -v c="$cpu" 'BEGIN { printf "%.1f", c > 0 ? s * t / c : 0 }')"
+        "$(awk -v s="$sps" -v t="$seconds" -v c="$cpu" 'BEGIN { printf "%.1f", (c > 0 ? s * t / c : 0) }')"
   done
 }
 
