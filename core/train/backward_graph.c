@@ -561,6 +561,10 @@ static grove_status run_op(grun *r, const gnode *n, tval *res) {
 static grove_status run_module(grun *r, const gnode *n, tval *res) {
   grove__tape *t = r->t;
   int in[GROVE_MAX_VALUES];
+  if (n->nargs > n->ntensors)
+    return grove_err_set(t->err, GROVE_E_UNSUPPORTED,
+                         "training a %s called with masks is not supported (serving runs it)",
+                         n->mod->type->name);
   for (int k = 0; k < n->nargs; k++) {
     const tval *v = argv_(r, &n->args[k]);
     if (!v || v->kind != TV_TENSOR)

@@ -301,6 +301,15 @@ static grove_status decode(const grove_module *m, const json_t *j, const char *p
       }
     }
   } else if (ty == &grove__mha_type) {
+    const json_t *kd = json_object_get(j, "kdim"), *vd = json_object_get(j, "vdim");
+    const int64_t E = jint(j, "embed_dim", 1);
+    if (jbool(j, "add_bias_kv", false) || jbool(j, "add_zero_attn", false) ||
+        (kd && !json_is_null(kd) && jint(j, "kdim", E) != E) ||
+        (vd && !json_is_null(vd) && jint(j, "vdim", E) != E))
+      return unsupported(path, T,
+                         "with add_bias_kv, add_zero_attn or kdim/vdim other than embed_dim "
+                         "cannot be trained (serving runs it)",
+                         err);
     info->kind = GROVE__TK_MHA;
     info->embed_dim = jint(j, "embed_dim", 1);
     info->num_heads = jint(j, "num_heads", 1);

@@ -288,7 +288,7 @@ class Masked(nn.Module):
     def __init__(self):
         super().__init__()
         self.attn = nn.MultiheadAttention(4, 2)
-        self.register_buffer("mask", torch.zeros(3, 3))
+        self.mask = 0.5  # a constant where a mask tensor goes
 
     def forward(self, x):
         return self.attn(x, x, x, attn_mask=self.mask)[0]
@@ -321,7 +321,7 @@ def test_exporter_names_op_and_line():
     assert "return torch.sin(x) + 1" in msg, msg
     expect_refusal(Unsqueeze(), torch.zeros(1, 4), "Tensor.unsqueeze", f"{HERE}:",
                    "x.unsqueeze(1)")
-    expect_refusal(Masked(), torch.zeros(3, 1, 4), "attn_mask", "masks are not supported")
+    expect_refusal(Masked(), torch.zeros(3, 1, 4), "attn_mask", "must be a tensor or None")
     expect_refusal(AlwaysDropout(), torch.zeros(1, 4), "training=True", f"{HERE}:")
     expect_refusal(PlainAttr(), torch.zeros(1, 4), "self.scale", "register_buffer")
     expect_refusal(Branchy(), torch.zeros(1, 4), "torch.fx cannot trace", "(Branchy)")
