@@ -816,9 +816,11 @@ def _graph(m, path):
         if a is None or isinstance(a, (bool, int, str)):
             return a
         if isinstance(a, float):
-            if not math.isfinite(a):
-                refuse(node, f"the constant {a} cannot be written to model.json")
+            if not math.isfinite(a):  # JSON has no infinities (masks fill with -inf)
+                return {"float": "nan" if math.isnan(a) else ("inf" if a > 0 else "-inf")}
             return a
+        if isinstance(a, torch.dtype):
+            return _dtype_name(a)
         if isinstance(a, (list, tuple)):
             return [enc(node, x) for x in a]
         if isinstance(a, slice):

@@ -404,9 +404,25 @@ static grove_status parse_arg(cctx *c, const json_t *v, const char *jp, garg *ou
         out->kind = A_ELLIPSIS;
         return GROVE_OK;
       }
+      /* JSON has no infinities: {"float": "-inf"} (masks fill with it). */
+      const json_t *fv = json_object_get(v, "float");
+      if (json_object_size(v) == 1 && json_is_string(fv)) {
+        const char *t = json_string_value(fv);
+        out->kind = A_FLOAT;
+        if (strcmp(t, "inf") == 0)
+          out->f = INFINITY;
+        else if (strcmp(t, "-inf") == 0)
+          out->f = -INFINITY;
+        else if (strcmp(t, "nan") == 0)
+          out->f = NAN;
+        else
+          return grove_err_set(c->err, GROVE_E_SPEC, "%s.float: expected \"inf\", \"-inf\" or "
+                               "\"nan\"", jp);
+        return GROVE_OK;
+      }
       return grove_err_set(c->err, GROVE_E_SPEC,
                            "%s: expected a constant, a list, {\"node\": NAME}, {\"slice\": [start, "
-                           "stop, step]} or {\"ellipsis\": true}",
+                           "stop, step]}, {\"ellipsis\": true} or {\"float\": \"-inf\"}",
                            jp);
     }
   }
