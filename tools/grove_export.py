@@ -630,6 +630,11 @@ _TABLE = None
 _DROP = {"inplace", "_stacklevel", "memory_format"}
 
 
+# The canonical name -> the index of its *args parameter (-1: none): the
+# parameters after it can only be passed by keyword.
+_VARARGS = {}
+
+
 def _table():
     """(functions, methods, canon): the callable fx records -> (canonical
     name, its positional parameters); Tensor method name -> the same; the
@@ -649,6 +654,8 @@ def _table():
                 continue
             name = op["name"]
             canon[name] = tuple(p["name"] for p in op["params"])
+            va = op.get("varargs")  # the parameter's name, or null
+            _VARARGS[name] = canon[name].index(va) if va in canon[name] else -1
             for spelling in op["torch"]:
                 path, _, plist = spelling.partition("(")
                 params = tuple(plist.rstrip(")").split(",")) if plist else canon[name]
@@ -739,6 +746,7 @@ def _trace(m, path):
     """torch.fx graph of m.forward, every submodule call kept as a
     call_module (Grove runs each submodule itself: torch.nn layers, and
     custom modules through their own graphs)."""
+    import torch
     import torch.fx as fx
 
     class Tracer(fx.Tracer):
@@ -750,6 +758,15 @@ def _trace(m, path):
             # a causal mask[:t, :t]), which fx 1.13 (off by default) would
             # try on the tensor itself with a Proxy index.
             self.proxy_buffer_attributes = True
+            # torch.full((t, t), ...), torch.arange(0, t), torch.zeros(x.size())
+            # with a traced size: their arguments are no tensors, so
+            # __torch_function__ never sees the Proxy and torch raises.  fx
+            # wraps these (as fx.wrap would) while it traces.
+            makers = [getattr(torch, n) for n in ("full", "zeros", "ones", "arange", "empty")
+                      if hasattr(torch, n)]
+            if hasattr(self, "_autowrap_search") and hasattr(self, "_autowrap_function_ids"):
+                self._autowrap_function_ids.update(id(f) for f in makers)
+                self._autowrap_search.append(torch)
 
         def is_leaf_module(self, mod, qualname):
             return True
@@ -854,7 +871,10 @@ def _graph(m, path):
         canon = canons[name]
         b = {k: v for k, v in b.items() if k not in _DROP and not (k == "dtype" and v is None)}
         args, kwargs = [], {}
+        va = _VARARGS.get(name, -1)
         for p in canon:
+            if va >= 0 and canon.index(p) > va:
+                break  # after zeros(*size): dtype=... by keyword
             if p in b and len(args) == canon.index(p):
                 args.append(enc(node, b.pop(p)))
         for k, v in b.items():

@@ -21,6 +21,11 @@ extern const grove__opdef grove__opdef_flatten, grove__opdef_reshape, grove__opd
     grove__opdef_transpose, grove__opdef_cat, grove__opdef_getitem, grove__opdef_size, grove__opdef_getattr,
     grove__opdef_contiguous;
 extern const grove__opdef grove__opdef_mean, grove__opdef_sum;
+extern const grove__opdef grove__opdef_full, grove__opdef_zeros, grove__opdef_ones,
+    grove__opdef_arange, grove__opdef_triu, grove__opdef_tril, grove__opdef_cumsum,
+    grove__opdef_to, grove__opdef_type;
+extern const grove__opdef grove__opdef_bmm, grove__opdef_baddbmm, grove__opdef_addmm,
+    grove__opdef_einsum;
 
 static const grove__opdef *const table[] = {
     &grove__opdef_add,        &grove__opdef_sub,       &grove__opdef_mul,        &grove__opdef_div,
@@ -30,6 +35,12 @@ static const grove__opdef *const table[] = {
     &grove__opdef_permute,    &grove__opdef_transpose, &grove__opdef_cat,        &grove__opdef_mean,
     &grove__opdef_sum,        &grove__opdef_getitem,   &grove__opdef_size,       &grove__opdef_getattr,
     &grove__opdef_contiguous, &grove__opdef_leaky_relu, &grove__opdef_silu,
+    /* ops_create.c, ops_linalg.c: what sequence models build masks and
+     * attention with */
+    &grove__opdef_full,       &grove__opdef_zeros,     &grove__opdef_ones,       &grove__opdef_arange,
+    &grove__opdef_triu,       &grove__opdef_tril,      &grove__opdef_cumsum,     &grove__opdef_to,
+    &grove__opdef_type,       &grove__opdef_bmm,       &grove__opdef_baddbmm,    &grove__opdef_addmm,
+    &grove__opdef_einsum,
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 

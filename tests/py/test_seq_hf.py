@@ -19,9 +19,11 @@ lengths, padding):
 
 Run by tests/run_py_tests.py under a python3 with torch and numpy.
 """
+import json
 import math
 import os
 import sys
+import unittest
 
 import numpy as np
 import torch
@@ -31,6 +33,17 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_seq_masks import _ids, _randomise, _t, check  # noqa: E402
+
+
+def _needs(*ops):
+    """Skips while an operation these models use is not in the op table
+    (comparisons, where and the bool cast are #18's: tools/grove_ops.json
+    lists them once that work is merged, and the test then runs)."""
+    with open(os.path.join(HERE, "..", "..", "tools", "grove_ops.json")) as f:
+        have = {op["name"] for op in json.load(f)["ops"]}
+    missing = [o for o in ops if o not in have]
+    if missing:
+        raise unittest.SkipTest(f"needs the op table entries {', '.join(missing)}")
 
 
 # ---------------------------------------------------------------- BERT
@@ -211,6 +224,7 @@ class GPT2(nn.Module):
 
 
 def test_gpt2_as_huggingface_writes_it():
+    _needs("where", "bool")
     torch.manual_seed(13)
     m = _randomise(GPT2(), 14)
     cases = [(_ids(2, 7, 1, 50),), (_ids(1, 1, 2, 50),), (_ids(3, 12, 3, 50),)]
@@ -241,6 +255,7 @@ class Seq2Seq(nn.Module):
 
 
 def test_translation_transformer_mask_in_forward():
+    _needs("eq")
     torch.manual_seed(15)
     m = _randomise(Seq2Seq(), 16)
     src = _ids(2, 6, 1, 40)
@@ -266,6 +281,7 @@ class PadClassifier(nn.Module):
 
 
 def test_encoder_classifier_padding_from_tokens():
+    _needs("eq")
     torch.manual_seed(17)
     m = _randomise(PadClassifier(), 18)
     a = _ids(3, 8, 1)
@@ -293,8 +309,10 @@ class EinsumAttention(nn.Module):
         p = s.softmax(-1)
         o = torch.einsum("bhlm,bhmd->bhld", p, v)
         y = torch.bmm(o.reshape(b * self.heads, t, 4), torch.ones(b * self.heads, 4, 2))
-        z = torch.baddbmm(torch.zeros(1, t, 2), o.reshape(b * self.heads, t, 4),
-                          k.reshape(b * self.heads, t, 4).transpose(1, 2)[:, :, :2], alpha=0.5)
+        z = torch.baddbmm(o.sum(-1, keepdim=True).reshape(b * self.heads, t, 1),
+                          o.reshape(b * self.heads, t, 4),
+                          torch.cat([q.reshape(b * self.heads, t, 4)[:, :1].transpose(1, 2)] * 2, 2),
+                          beta=0.7, alpha=0.5)
         return o.permute(0, 2, 1, 3).reshape(b, t, 16), y + z, torch.cumsum(p, dim=-1)
 
 
