@@ -49,7 +49,7 @@ grove_status grove__add_child(grove_module *m, const char *name, grove_status s,
 /* ============================================================ MultiheadAttention */
 
 typedef struct mha_impl {
-  grove_mha_opts o;            /* kdim, vdim filled in */
+  grove_mha_opts o; /* kdim, vdim filled in */
   int64_t E, H, d;
   bool same;                   /* kdim == vdim == embed_dim: one in_proj_weight */
   grove__linear_pack *in_pack; /* [3E, E]: q, k and v in one product (same only) */
@@ -70,17 +70,20 @@ static grove_status want_param(const grove_module *m, const char *name, int64_t 
                                const grove_tensor **out, grove_err *err) {
   const grove_tensor *w = grove_module_param(m, name);
   *out = w;
-  if (!w) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "MultiheadAttention: %s is None", name);
+  if (!w)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "MultiheadAttention: %s is None", name);
   const bool ok = n1 ? (w->ndim == 2 && w->shape[0] == n0 && w->shape[1] == n1)
                      : (w->ndim == 3 && w->shape[0] == 1 && w->shape[1] == 1 && w->shape[2] == n0);
   if (ok) return GROVE_OK;
   char got[128];
   grove_shape_str(w->ndim, w->shape, got, sizeof got);
   if (n1)
-    return grove_err_set(err, GROVE_E_SHAPE, "MultiheadAttention: %s has shape %s, expected [%lld, %lld]",
-                         name, got, (long long)n0, (long long)n1);
-  return grove_err_set(err, GROVE_E_SHAPE, "MultiheadAttention: %s has shape %s, expected [1, 1, %lld]",
-                       name, got, (long long)n0);
+    return grove_err_set(err, GROVE_E_SHAPE,
+                         "MultiheadAttention: %s has shape %s, expected [%lld, %lld]", name, got,
+                         (long long)n0, (long long)n1);
+  return grove_err_set(err, GROVE_E_SHAPE,
+                       "MultiheadAttention: %s has shape %s, expected [1, 1, %lld]", name, got,
+                       (long long)n0);
 }
 
 static grove_status mha_refresh(grove_module *m, grove_err *err) {
@@ -461,8 +464,7 @@ static bool mask_is_bool(const grove_tensor *t) {
   return t->dtype == GROVE_BOOL || t->dtype == GROVE_U8; /* uint8: torch's deprecated bool */
 }
 
-/* Element off (in elements) of a mask as torch reads it: 1/0 for bool. */
-static double mask_at(const grove_tensor *t, int64_t off) {
+double grove__mask_at(const grove_tensor *t, int64_t off) {
   switch (t->dtype) {
     case GROVE_F32:
       return ((const float *)t->data)[off];
@@ -513,7 +515,8 @@ static grove_status masks_check(grove_fwd *f, const grove_tensor *kpm, const gro
                            (long long)(N * H), (long long)L, (long long)S);
     if (am->ndim != 2 && am->ndim != 3)
       return grove_err_set(f->err, GROVE_E_SHAPE,
-                           "MultiheadAttention: attn_mask's dimension %d is not supported", am->ndim);
+                           "MultiheadAttention: attn_mask's dimension %d is not supported",
+                           am->ndim);
   }
   if (kpm && am && !mask_is_bool(kpm) && !mask_is_bool(am))
     return grove_err_set(f->err, GROVE_E_DTYPE,
@@ -539,12 +542,12 @@ static void mask_rows(float *madd, const grove_tensor *kpm, const grove_tensor *
       }
       double a = 0, k = 0;
       if (am)
-        a = am->ndim == 2 ? mask_at(am, l * am->strides[0] + s * am->strides[1])
-                          : mask_at(am, (n * H + h) * am->strides[0] + l * am->strides[1] +
-                                            s * am->strides[2]);
+        a = am->ndim == 2 ? grove__mask_at(am, l * am->strides[0] + s * am->strides[1])
+                          : grove__mask_at(am, (n * H + h) * am->strides[0] + l * am->strides[1] +
+                                                   s * am->strides[2]);
       if (kpm)
-        k = kpm->ndim == 2 ? mask_at(kpm, n * kpm->strides[0] + s * kpm->strides[1])
-                           : mask_at(kpm, s * kpm->strides[0]);
+        k = kpm->ndim == 2 ? grove__mask_at(kpm, n * kpm->strides[0] + s * kpm->strides[1])
+                           : grove__mask_at(kpm, s * kpm->strides[0]);
       double v;
       if ((ab || !am) && (kb || !kpm))
         v = (a != 0 || k != 0) ? -INFINITY : 0.0;
@@ -564,9 +567,9 @@ static void mask_rows(float *madd, const grove_tensor *kpm, const grove_tensor *
 /* ------------------------------------------------------------ forward */
 
 static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_tensor *q0,
-                            const grove_tensor *k0, const grove_tensor *v0,
-                            const grove_tensor *kpm, const grove_tensor *am, bool need_weights,
-                            bool average, grove_values *out) {
+                            const grove_tensor *k0, const grove_tensor *v0, const grove_tensor *kpm,
+                            const grove_tensor *am, bool need_weights, bool average,
+                            grove_values *out) {
   const mha_impl *p = m->impl;
   const char *T = "MultiheadAttention";
   const int64_t E = p->E, H = p->H, d = p->d, KD = p->o.kdim, VD = p->o.vdim;
@@ -702,8 +705,7 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
         continue;
       }
       /* A padding mask alone is the same for every head: built once. */
-      if (madd && (h == 0 || (am && am->ndim == 3)))
-        mask_rows(madd, kpm, am, n, h, H, L, S, S2);
+      if (madd && (h == 0 || (am && am->ndim == 3))) mask_rows(madd, kpm, am, n, h, H, L, S, S2);
       attend(Q + q0r * ldq + h * d, qstep * ldq, K + k0r * ldk + h * d, kstep * ldk,
              V + k0r * ldv + h * d, kstep * ldv, ctx + q0r * E + h * d, qstep * E, L, S2, d, scale,
              madd, probs, kt);
@@ -742,8 +744,7 @@ grove_status grove__mha_call(const grove_module *m, grove_fwd *f, const grove_te
                              const grove_tensor *am, bool need_weights, bool average,
                              grove_values *out) {
   if (m->type != &grove__mha_type)
-    return grove_err_set(f->err, GROVE_E_INTERNAL, "%s is not a MultiheadAttention",
-                         m->type->name);
+    return grove_err_set(f->err, GROVE_E_INTERNAL, "%s is not a MultiheadAttention", m->type->name);
   return mha_run(m, f, q, k, v, kpm, am, need_weights, average, out);
 }
 

@@ -128,6 +128,9 @@ grove_status grove__mha_call(const grove_module *m, grove_fwd *f, const grove_te
                              const grove_tensor *k, const grove_tensor *v, const grove_tensor *kpm,
                              const grove_tensor *am, bool need_weights, bool average,
                              grove_values *out);
+/* Element off (in elements, from t->data) of an attention mask as torch
+ * reads it: bool and uint8 as 1 / 0, float32 / float64 as their value. */
+double grove__mask_at(const grove_tensor *t, int64_t off);
 /* Adds *c (just built, with status s) to m as child name and drops the
  * caller's reference (*c is NULL afterwards).  Returns s when it failed. */
 grove_status grove__add_child(grove_module *m, const char *name, grove_status s, grove_module **c,

@@ -107,8 +107,7 @@ static grove_status ff_block(const grove_module *m, grove_fwd *f, const tl_impl 
 static grove_status residual(const grove_module *m, grove_fwd *f, const grove_tensor *a,
                              grove_tensor *b, grove_tensor *r) {
   if (!grove_tensor_same_shape(a, b) || a->dtype != GROVE_F32 || b->dtype != GROVE_F32)
-    return grove_err_set(f->err, GROVE_E_SHAPE, "%s: a sublayer changed the shape",
-                         m->type->name);
+    return grove_err_set(f->err, GROVE_E_SHAPE, "%s: a sublayer changed the shape", m->type->name);
   if (grove_tensor_is_contiguous(b) && b->data != a->data) {
     add_into(b, a);
     *r = *b;
@@ -121,10 +120,10 @@ static grove_status check_seq(const grove_module *m, grove_fwd *f, const tl_impl
                               const char *what, const grove_tensor *x) {
   if ((x->ndim == 2 || x->ndim == 3) && x->shape[x->ndim - 1] == p->o.d_model) return GROVE_OK;
   char got[128];
-  return grove_err_set(f->err, GROVE_E_SHAPE, "%s: expected %s of shape %s with d_model %lld, got %s",
-                       m->type->name, what,
-                       p->o.batch_first ? "[N, S, E] or [S, E]" : "[S, N, E] or [S, E]",
-                       (long long)p->o.d_model, grove_shape_str(x->ndim, x->shape, got, sizeof got));
+  return grove_err_set(
+      f->err, GROVE_E_SHAPE, "%s: expected %s of shape %s with d_model %lld, got %s", m->type->name,
+      what, p->o.batch_first ? "[N, S, E] or [S, E]" : "[S, N, E] or [S, E]",
+      (long long)p->o.d_model, grove_shape_str(x->ndim, x->shape, got, sizeof got));
 }
 
 /* TransformerEncoderLayer.forward(src, src_mask, src_key_padding_mask) and
@@ -138,15 +137,17 @@ static grove_status tl_forward(const grove_module *m, grove_fwd *f, const grove_
   grove__take_call(f, m, mk, NULL, NULL);
   const int want = p->decoder ? 2 : 1;
   if (in->n != want)
-    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "%s: expected %d input tensor%s (%s), got %d",
-                         T, want, want > 1 ? "s" : "", p->decoder ? "tgt, memory" : "src", in->n);
+    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: expected %d input tensor%s (%s), got %d", T, want,
+                         want > 1 ? "s" : "", p->decoder ? "tgt, memory" : "src", in->n);
   grove_tensor x, mem;
   grove_status s;
   for (int i = 0; i < want; i++)
     if (in->v[i].dtype != GROVE_F32)
       return grove_err_set(f->err, GROVE_E_DTYPE, "%s: expected float32 inputs, got %s", T,
                            grove_dtype_name(in->v[i].dtype));
-  if ((s = grove__contig_f32(f, &in->v[0], &x)) || (s = check_seq(m, f, p, p->decoder ? "tgt" : "src", &x)))
+  if ((s = grove__contig_f32(f, &in->v[0], &x)) ||
+      (s = check_seq(m, f, p, p->decoder ? "tgt" : "src", &x)))
     return s;
   if (p->decoder &&
       ((s = grove__contig_f32(f, &in->v[1], &mem)) || (s = check_seq(m, f, p, "memory", &mem))))
@@ -342,14 +343,7 @@ static bool nested_path(const stack_impl *p, const grove_tensor *x, const grove_
   for (int64_t n = 0; n < kpm->shape[0]; n++) {
     bool padded = false;
     for (int64_t s = 0; s < kpm->shape[1]; s++) {
-      const int64_t off = n * kpm->strides[0] + s * kpm->strides[1];
-      bool pad;
-      if (kpm->dtype == GROVE_F32)
-        pad = ((const float *)kpm->data)[off] != 0;
-      else if (kpm->dtype == GROVE_F64)
-        pad = ((const double *)kpm->data)[off] != 0;
-      else
-        pad = ((const uint8_t *)kpm->data)[off] != 0;
+      const bool pad = grove__mask_at(kpm, n * kpm->strides[0] + s * kpm->strides[1]) != 0;
       if (padded && !pad) return false;
       padded |= pad;
     }
@@ -363,15 +357,8 @@ static void zero_padded(grove_tensor *y, const grove_tensor *kpm) {
   float *d = y->data;
   for (int64_t n = 0; n < N && n < kpm->shape[0]; n++)
     for (int64_t s = 0; s < S && s < kpm->shape[1]; s++) {
-      const int64_t off = n * kpm->strides[0] + s * kpm->strides[1];
-      bool pad;
-      if (kpm->dtype == GROVE_F32)
-        pad = ((const float *)kpm->data)[off] != 0;
-      else if (kpm->dtype == GROVE_F64)
-        pad = ((const double *)kpm->data)[off] != 0;
-      else
-        pad = ((const uint8_t *)kpm->data)[off] != 0;
-      if (pad) memset(d + (n * S + s) * E, 0, (size_t)E * sizeof(float));
+      if (grove__mask_at(kpm, n * kpm->strides[0] + s * kpm->strides[1]) != 0)
+        memset(d + (n * S + s) * E, 0, (size_t)E * sizeof(float));
     }
 }
 
@@ -386,9 +373,9 @@ static grove_status stack_forward(const grove_module *m, grove_fwd *f, const gro
   grove__take_call(f, m, mk, NULL, NULL);
   const int want = p->decoder ? 2 : 1;
   if (in->n != want)
-    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "%s: expected %d input tensor%s (%s), got %d",
-                         m->type->name, want, want > 1 ? "s" : "",
-                         p->decoder ? "tgt, memory" : "src", in->n);
+    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: expected %d input tensor%s (%s), got %d", m->type->name, want,
+                         want > 1 ? "s" : "", p->decoder ? "tgt, memory" : "src", in->n);
   const grove_module *layers = grove_module_child(m, "layers");
   const grove_module *norm = grove_module_child(m, "norm");
   grove_tensor x = in->v[0];
@@ -443,8 +430,8 @@ static grove_status stack_new(const grove_encoder_layer_opts *layer, bool decode
   *out = NULL;
   const char *T = decoder ? "TransformerDecoder" : "TransformerEncoder";
   if (num_layers < 0 || num_layers > 4096)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: num_layers must be in [0, 4096], got %lld",
-                         T, (long long)num_layers);
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: num_layers must be in [0, 4096], got %lld", T, (long long)num_layers);
   stack_impl *p = calloc(1, sizeof *p);
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
   p->o = *layer;
@@ -572,7 +559,8 @@ static grove_status tf_forward(const grove_module *m, grove_fwd *f, const grove_
     return grove_err_set(f->err, GROVE_E_SHAPE,
                          "%s: the feature number of src and tgt must be equal to d_model (%lld)", T,
                          (long long)p->o.d_model);
-  const grove_module *enc = grove_module_child(m, "encoder"), *dec = grove_module_child(m, "decoder");
+  const grove_module *enc = grove_module_child(m, "encoder"),
+                     *dec = grove_module_child(m, "decoder");
   if (!enc || !dec)
     return grove_err_set(f->err, GROVE_E_INTERNAL, "%s: encoder or decoder is missing", T);
   grove_values ein = {.n = 1}, eout = {0};
@@ -614,10 +602,10 @@ grove_status grove_transformer_new(const grove_encoder_layer_opts *layer,
     grove_module *norm = NULL, *c = NULL;
     s = grove_layer_norm_new(1, &E, layer->layer_norm_eps, true, &norm, err);
     if (!s)
-      s = grove__add_child(m, i ? "decoder" : "encoder",
-                           stack_new(layer, i == 1, i ? num_decoder_layers : num_encoder_layers,
-                                     norm, &c, err),
-                           &c, err);
+      s = grove__add_child(
+          m, i ? "decoder" : "encoder",
+          stack_new(layer, i == 1, i ? num_decoder_layers : num_encoder_layers, norm, &c, err), &c,
+          err);
     grove_module_release(norm);
   }
   if (s) {
@@ -630,11 +618,20 @@ grove_status grove_transformer_new(const grove_encoder_layer_opts *layer,
 
 grove_status grove__transformer_from_json(const json_t *obj, const char *path, grove_module **out,
                                           grove_err *err) {
-  static const char *const keys[] = {"d_model",        "nhead",          "num_encoder_layers",
-                                     "num_decoder_layers", "dim_feedforward", "dropout",
-                                     "activation",     "custom_encoder", "custom_decoder",
-                                     "layer_norm_eps", "batch_first",    "norm_first",
-                                     "bias",           NULL};
+  static const char *const keys[] = {"d_model",
+                                     "nhead",
+                                     "num_encoder_layers",
+                                     "num_decoder_layers",
+                                     "dim_feedforward",
+                                     "dropout",
+                                     "activation",
+                                     "custom_encoder",
+                                     "custom_decoder",
+                                     "layer_norm_eps",
+                                     "batch_first",
+                                     "norm_first",
+                                     "bias",
+                                     NULL};
   static const char *const acts[] = {"relu", "gelu", NULL};
   const char *T = "Transformer";
   grove_encoder_layer_opts o = {0};

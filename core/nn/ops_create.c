@@ -47,29 +47,45 @@ static grove_status dtype_arg(const grove__opctx *c, int k, grove_dtype dflt, gr
 /* Element i of a contiguous tensor as a double / as an int64. */
 static double get_f(const grove_tensor *t, int64_t i) {
   switch (t->dtype) {
-    case GROVE_F32: return ((const float *)t->data)[i];
-    case GROVE_F64: return ((const double *)t->data)[i];
-    case GROVE_I64: return (double)((const int64_t *)t->data)[i];
-    case GROVE_I32: return ((const int32_t *)t->data)[i];
-    default: return ((const uint8_t *)t->data)[i];
+    case GROVE_F32:
+      return ((const float *)t->data)[i];
+    case GROVE_F64:
+      return ((const double *)t->data)[i];
+    case GROVE_I64:
+      return (double)((const int64_t *)t->data)[i];
+    case GROVE_I32:
+      return ((const int32_t *)t->data)[i];
+    default:
+      return ((const uint8_t *)t->data)[i];
   }
 }
 
 static int64_t get_i(const grove_tensor *t, int64_t i) {
   switch (t->dtype) {
-    case GROVE_F32: return (int64_t)((const float *)t->data)[i]; /* torch: toward zero */
-    case GROVE_F64: return (int64_t)((const double *)t->data)[i];
-    case GROVE_I64: return ((const int64_t *)t->data)[i];
-    case GROVE_I32: return ((const int32_t *)t->data)[i];
-    default: return ((const uint8_t *)t->data)[i];
+    case GROVE_F32:
+      return (int64_t)((const float *)t->data)[i]; /* torch: toward zero */
+    case GROVE_F64:
+      return (int64_t)((const double *)t->data)[i];
+    case GROVE_I64:
+      return ((const int64_t *)t->data)[i];
+    case GROVE_I32:
+      return ((const int32_t *)t->data)[i];
+    default:
+      return ((const uint8_t *)t->data)[i];
   }
 }
 
 static void put(grove_tensor *t, int64_t i, double f, int64_t v) {
   switch (t->dtype) {
-    case GROVE_F32: ((float *)t->data)[i] = (float)f; break;
-    case GROVE_I64: ((int64_t *)t->data)[i] = v; break;
-    default: ((uint8_t *)t->data)[i] = v != 0 || f != 0; break;
+    case GROVE_F32:
+      ((float *)t->data)[i] = (float)f;
+      break;
+    case GROVE_I64:
+      ((int64_t *)t->data)[i] = v;
+      break;
+    default:
+      ((uint8_t *)t->data)[i] = v != 0 || f != 0;
+      break;
   }
 }
 
@@ -197,8 +213,10 @@ static grove_status arange_fwd(const grove__opctx *c, gval *res) {
   } else if (!grove__op_number(c, &c->args[1], &b, &ib, &bi)) {
     return grove__op_want(c, "a number (end)");
   }
-  if (!grove__op_number(c, &c->args[2], &st, &ist, &si)) return grove__op_want(c, "a number (step)");
-  if (st == 0) return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT, "arange: step must be nonzero");
+  if (!grove__op_number(c, &c->args[2], &st, &ist, &si))
+    return grove__op_want(c, "a number (step)");
+  if (st == 0)
+    return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT, "arange: step must be nonzero");
   if ((st > 0 && b < a) || (st < 0 && b > a))
     return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
                          "arange: upper bound and larger bound inconsistent with step sign");
@@ -227,9 +245,14 @@ const grove__opdef grove__opdef_arange = {
     .id = G_OP,
     .torch = (const char *const[]){"torch.arange(start,end,step)", NULL},
     .varargs = -1,
-    .p = {OP_REQ("start", P_NUMBER), OP_NONE("end", P_NUMBER),
-          {.name = "step", .kind = P_NUMBER, .dk = D_INT, .dv = 1}, DTYPE, IGNORED("layout"),
-          IGNORED("device"), IGNORED("pin_memory"), IGNORED("requires_grad")},
+    .p = {OP_REQ("start", P_NUMBER),
+          OP_NONE("end", P_NUMBER),
+          {.name = "step", .kind = P_NUMBER, .dk = D_INT, .dv = 1},
+          DTYPE,
+          IGNORED("layout"),
+          IGNORED("device"),
+          IGNORED("pin_memory"),
+          IGNORED("requires_grad")},
     .forward = arange_fwd,
 };
 
@@ -242,8 +265,8 @@ static grove_status tri_fwd(const grove__opctx *c, gval *res) {
   grove_status s;
   if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &diag))) return s;
   if (x->ndim < 2)
-    return grove_err_set(c->f->err, GROVE_E_SHAPE, "%s: input tensor must have at least 2 dimensions",
-                         c->def->name);
+    return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                         "%s: input tensor must have at least 2 dimensions", c->def->name);
   if (!readable(x->dtype))
     return grove_err_set(c->f->err, GROVE_E_DTYPE, "%s: a %s input is not supported", c->def->name,
                          grove_dtype_name(x->dtype));
@@ -270,8 +293,8 @@ static grove_status tri_fwd(const grove__opctx *c, gval *res) {
 const grove__opdef grove__opdef_triu = {
     .name = "triu",
     .id = G_OP,
-    .torch = (const char *const[]){"torch.triu(input,diagonal)", "Tensor.triu(input,diagonal)",
-                                   NULL},
+    .torch =
+        (const char *const[]){"torch.triu(input,diagonal)", "Tensor.triu(input,diagonal)", NULL},
     .varargs = -1,
     .p = {INPUT, OP_INT("diagonal", 0)},
     .forward = tri_fwd,
@@ -280,8 +303,8 @@ const grove__opdef grove__opdef_triu = {
 const grove__opdef grove__opdef_tril = {
     .name = "tril",
     .id = G_OP,
-    .torch = (const char *const[]){"torch.tril(input,diagonal)", "Tensor.tril(input,diagonal)",
-                                   NULL},
+    .torch =
+        (const char *const[]){"torch.tril(input,diagonal)", "Tensor.tril(input,diagonal)", NULL},
     .varargs = -1,
     .p = {INPUT, OP_INT("diagonal", 0)},
     .forward = tri_fwd,
@@ -389,8 +412,11 @@ const grove__opdef grove__opdef_to = {
     .id = G_OP,
     .torch = (const char *const[]){"Tensor.to(input,device,dtype)", NULL},
     .varargs = -1,
-    .p = {INPUT, {.name = "device", .kind = P_ANY, .dk = D_NONE},
-          {.name = "dtype", .kind = P_ANY, .dk = D_NONE}, IGNORED("non_blocking"), IGNORED("copy"),
+    .p = {INPUT,
+          {.name = "device", .kind = P_ANY, .dk = D_NONE},
+          {.name = "dtype", .kind = P_ANY, .dk = D_NONE},
+          IGNORED("non_blocking"),
+          IGNORED("copy"),
           IGNORED("memory_format")},
     .forward = to_fwd,
 };

@@ -15,7 +15,8 @@
 #define SCALE(n) \
   { .name = n, .kind = P_NUMBER, .dk = D_INT, .dv = 1 }
 
-static grove_status want_dims(const grove__opctx *c, const grove_tensor *t, int nd, const char *what) {
+static grove_status want_dims(const grove__opctx *c, const grove_tensor *t, int nd,
+                              const char *what) {
   if (t->ndim == nd) return GROVE_OK;
   char got[128];
   return grove_err_set(c->f->err, GROVE_E_SHAPE, "%s: %s must be a %d-d tensor, got %s",
@@ -104,8 +105,8 @@ const grove__opdef grove__opdef_baddbmm = {
 const grove__opdef grove__opdef_addmm = {
     .name = "addmm",
     .id = G_OP,
-    .torch = (const char *const[]){"torch.addmm(input,mat1,mat2)",
-                                   "Tensor.addmm(input,mat1,mat2)", NULL},
+    .torch = (const char *const[]){"torch.addmm(input,mat1,mat2)", "Tensor.addmm(input,mat1,mat2)",
+                                   NULL},
     .varargs = -1,
     .p = {TENSOR("input"), TENSOR("mat1"), TENSOR("mat2"), SCALE("beta"), SCALE("alpha")},
     .forward = addmm_fwd,
@@ -130,7 +131,8 @@ static grove_status subscripts(const grove__opctx *c, const char *s, size_t len,
                            "einsum: repeated subscript '%c' in one operand (a diagonal) is not "
                            "supported",
                            ch);
-    if (*n >= GROVE_MAX_DIMS) return grove_err_set(c->f->err, GROVE_E_SHAPE, "einsum: too many dims");
+    if (*n >= GROVE_MAX_DIMS)
+      return grove_err_set(c->f->err, GROVE_E_SHAPE, "einsum: too many dims");
     out[(*n)++] = ch;
   }
   return GROVE_OK;
@@ -231,9 +233,12 @@ static grove_status einsum_fwd(const grove__opctx *c, gval *res) {
   int nbt = 0, nct = 0, nfa = 0, nfb = 0;
   for (int i = 0; i < na; i++) {
     const bool inb = pos(sb, nb, sa[i]) >= 0, ino = pos(so, no, sa[i]) >= 0;
-    if (inb && ino) bt[nbt++] = sa[i];
-    else if (inb) ct[nct++] = sa[i];
-    else fa[nfa++] = sa[i];
+    if (inb && ino)
+      bt[nbt++] = sa[i];
+    else if (inb)
+      ct[nct++] = sa[i];
+    else
+      fa[nfa++] = sa[i];
   }
   for (int i = 0; i < nb; i++)
     if (pos(sa, na, sb[i]) < 0) fb[nfb++] = sb[i];
@@ -244,8 +249,10 @@ static grove_status einsum_fwd(const grove__opctx *c, gval *res) {
   for (int i = 0; i < nbt; i++) {
     const int ia = pos(sa, na, bt[i]), ib = pos(sb, nb, bt[i]);
     if (A.shape[ia] != B.shape[ib])
-      return grove_err_set(c->f->err, GROVE_E_SHAPE, "einsum: '%c' is %lld in one operand and %lld "
-                           "in the other", bt[i], (long long)A.shape[ia], (long long)B.shape[ib]);
+      return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                           "einsum: '%c' is %lld in one operand and %lld "
+                           "in the other",
+                           bt[i], (long long)A.shape[ia], (long long)B.shape[ib]);
     pa[q++] = ia;
     pb[r++] = ib;
     bsz *= A.shape[ia];
@@ -262,8 +269,10 @@ static grove_status einsum_fwd(const grove__opctx *c, gval *res) {
   for (int i = 0; i < nct; i++) {
     const int ia = pos(sa, na, ct[i]), ib = pos(sb, nb, ct[i]);
     if (A.shape[ia] != B.shape[ib])
-      return grove_err_set(c->f->err, GROVE_E_SHAPE, "einsum: '%c' is %lld in one operand and %lld "
-                           "in the other", ct[i], (long long)A.shape[ia], (long long)B.shape[ib]);
+      return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                           "einsum: '%c' is %lld in one operand and %lld "
+                           "in the other",
+                           ct[i], (long long)A.shape[ia], (long long)B.shape[ib]);
     pa[q++] = ia;
     pb[r++] = ib;
     k *= A.shape[ia];
@@ -280,7 +289,8 @@ static grove_status einsum_fwd(const grove__opctx *c, gval *res) {
   if ((s = grove__op_permute(c->f, &A, pa, na, &ap)) ||
       (s = grove__op_reshape(c->f, &ap, s3a, 3, &a3)) ||
       (s = grove__op_permute(c->f, &B, pb, nb, &bp)) ||
-      (s = grove__op_reshape(c->f, &bp, s3b, 3, &b3)) || (s = grove__op_matmul(c->f, &a3, &b3, &p)) ||
+      (s = grove__op_reshape(c->f, &bp, s3b, 3, &b3)) ||
+      (s = grove__op_matmul(c->f, &a3, &b3, &p)) ||
       (s = grove__op_reshape(c->f, &p, oshape, t, &y)))
     return s;
   int64_t perm[GROVE_MAX_DIMS];
