@@ -1070,7 +1070,9 @@ def _io(model, example_input):
     inferred = _infer_input(model)
     if example_input is not None:
         xs = list(example_input) if isinstance(example_input, (tuple, list)) else [example_input]
-        if not custom and len(xs) != 1:
+        # (the attention and transformer layers take several: query, key,
+        # value; src, tgt; tgt, memory)
+        if not custom and len(xs) != 1 and not _kind_of(model, "").composite:
             raise ExportError(f"example_input has {len(xs)} tensors; the torch.nn containers "
                               "Grove runs take exactly one input")
         if not 1 <= len(xs) <= 4:

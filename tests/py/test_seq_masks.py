@@ -221,3 +221,16 @@ def test_decoder_masks():
     m = _randomise(Decoder(), 10)
     for xs in [(_f(2, 4, 8, seed=1), _f(2, 6, 8, seed=2)), (_f(1, 3, 8, seed=3), _f(1, 5, 8, seed=4))]:
         check("decoder", m, _t(xs), [xs])
+
+
+def test_top_level_transformer_and_decoder():
+    """nn.Transformer and nn.TransformerDecoder exported as the model itself
+    (two inputs, batch-first), without masks."""
+    torch.manual_seed(11)
+    m = _randomise(nn.Transformer(16, 4, 1, 2, 32, batch_first=True), 12)
+    for xs in [(_f(2, 5, 16, seed=1), _f(2, 3, 16, seed=2)), (_f(1, 2, 16, seed=3), _f(1, 6, 16, seed=4))]:
+        check("tf", m, _t(xs), [xs])
+    layer = nn.TransformerDecoderLayer(8, 2, 16, batch_first=True, norm_first=True)
+    m = _randomise(nn.TransformerDecoder(layer, 2, norm=nn.LayerNorm(8)), 13)
+    xs = (_f(3, 4, 8, seed=5), _f(3, 7, 8, seed=6))
+    check("td", m, _t(xs), [xs])
