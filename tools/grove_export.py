@@ -861,8 +861,9 @@ def _graph(m, path):
         if name == "flatten" and not all(isinstance(b.get(k, 0), int) and const(b.get(k, 0))
                                          for k in ("start_dim", "end_dim")):
             refuse(node, "flatten needs constant integer dims")
-        if name == "getattr" and b.get("name") not in ("shape", "ndim"):
-            refuse(node, f"getattr of {b.get('name')!r} is not supported (only .shape, .ndim)")
+        if name == "getattr" and b.get("name") not in ("shape", "ndim", "device"):
+            refuse(node, f"getattr of {b.get('name')!r} is not supported (only .shape, .ndim, "
+                         ".device)")
         if name in ("mean", "sum") and not isinstance(b.get("keepdim", False), bool):
             refuse(node, f"{name} needs a constant keepdim")
 

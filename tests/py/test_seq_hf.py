@@ -63,7 +63,8 @@ class BertEmbeddings(nn.Module):
         input_shape = input_ids.size()
         seq_length = input_shape[1]
         position_ids = self.position_ids[:, :seq_length]
-        token_type_ids = torch.zeros(input_shape, dtype=torch.long)
+        device = input_ids.device
+        token_type_ids = torch.zeros(input_shape, dtype=torch.long, device=device)
         embeddings = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
         embeddings = embeddings + self.position_embeddings(position_ids)
         return self.dropout(self.LayerNorm(embeddings))
@@ -215,7 +216,8 @@ class GPT2(nn.Module):
         self.lm_head = nn.Linear(hidden, vocab, bias=False)
 
     def forward(self, input_ids):
-        position_ids = torch.arange(0, input_ids.size(-1), dtype=torch.long)
+        position_ids = torch.arange(0, input_ids.size(-1), dtype=torch.long,
+                                    device=input_ids.device)
         position_ids = position_ids[None]
         h = self.wte(input_ids) + self.wpe(position_ids)
         for block in self.h:
