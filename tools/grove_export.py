@@ -276,21 +276,16 @@ def _rebuild(kind, args):
     """torch's own module for a composite's arguments, to compare layouts."""
     import torch.nn as nn
     a = {k: v for k, v in args.items()}
-    if kind.cls is nn.TransformerEncoder:
-        layer = nn.TransformerEncoderLayer(**{k: v for k, v in a["encoder_layer"].items()
-                                              if k != "type"})
+    if kind.cls in (nn.TransformerEncoder, nn.TransformerDecoder):
+        dec = kind.cls is nn.TransformerDecoder
+        layer_cls = nn.TransformerDecoderLayer if dec else nn.TransformerEncoderLayer
+        layer = layer_cls(**{k: v for k, v in a["decoder_layer" if dec else "encoder_layer"].items()
+                             if k != "type"})
         norm = a["norm"]
         norm = None if norm is None else nn.LayerNorm(norm["normalized_shape"], eps=norm["eps"],
                                                       elementwise_affine=norm["elementwise_affine"])
-        return nn.TransformerEncoder(layer, a["num_layers"], norm=norm,
-                                     enable_nested_tensor=False)
-    if kind.cls is nn.TransformerDecoder:
-        layer = nn.TransformerDecoderLayer(**{k: v for k, v in a["decoder_layer"].items()
-                                              if k != "type"})
-        norm = a["norm"]
-        norm = None if norm is None else nn.LayerNorm(norm["normalized_shape"], eps=norm["eps"],
-                                                      elementwise_affine=norm["elementwise_affine"])
-        return nn.TransformerDecoder(layer, a["num_layers"], norm=norm)
+        extra = {} if dec else {"enable_nested_tensor": False}
+        return kind.cls(layer, a["num_layers"], norm=norm, **extra)
     return kind.cls(**a)
 
 

@@ -148,6 +148,20 @@ def predict(d, tmp, xs, threads=None):
     return r.returncode, r.stderr, got
 
 
+def compare(name, m, xs, got, equal_nan=False):
+    """grove's outputs got against torch's m(*xs): same count, shapes and
+    values within RTOL/ATOL (NaN matching NaN when equal_nan)."""
+    with torch.no_grad():
+        want = m(*[torch.from_numpy(x) for x in xs])
+    want = want if isinstance(want, tuple) else (want,)
+    assert len(got) == len(want), (name, len(got), len(want))
+    for g, w in zip(got, want):
+        w = w.numpy()
+        assert g.shape == w.shape, (name, g.shape, w.shape)
+        assert np.allclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=equal_nan), \
+            (name, [x.shape for x in xs], float(np.nanmax(np.abs(g - w))))
+
+
 def check_model(name, m, example, xs):
     m.eval()
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,15 +169,7 @@ def check_model(name, m, example, xs):
         doc = export(m, d, example_input=example)
         code, err, got = predict(d, tmp, xs)
         assert code == 0, (name, err)
-        with torch.no_grad():
-            want = m(*[torch.from_numpy(x) for x in xs])
-        want = want if isinstance(want, tuple) else (want,)
-        assert len(got) == len(want), (name, len(got), len(want))
-        for g, w in zip(got, want):
-            w = w.numpy()
-            assert g.shape == w.shape, (name, g.shape, w.shape)
-            assert np.allclose(g, w, rtol=RTOL, atol=ATOL), \
-                (name, float(np.max(np.abs(g - w))))
+        compare(name, m, xs, got)
         return doc
 
 

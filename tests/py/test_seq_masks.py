@@ -19,7 +19,7 @@ import torch.nn as nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_graph_export import ATOL, RTOL, predict  # noqa: E402
+from test_graph_export import compare, predict  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -58,15 +58,7 @@ def check(name, m, example, cases):
         for xs in cases:
             code, err, got = predict(d, tmp, xs)
             assert code == 0, (name, [x.shape for x in xs], err)
-            with torch.no_grad():
-                want = m(*[torch.from_numpy(x) for x in xs])
-            want = want if isinstance(want, tuple) else (want,)
-            assert len(got) == len(want), (name, len(got), len(want))
-            for g, w in zip(got, want):
-                w = w.numpy()
-                assert g.shape == w.shape, (name, g.shape, w.shape)
-                assert np.allclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True), \
-                    (name, [x.shape for x in xs], float(np.nanmax(np.abs(g - w))))
+            compare(name, m, xs, got, equal_nan=True)
         return doc
 
 
