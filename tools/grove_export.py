@@ -767,7 +767,16 @@ def _trace(m, path):
             return True
 
     before = set(vars(m))
+    real_finfo = torch.finfo
+
+    def finfo(t=None):
+        # torch.finfo(x.dtype) of a traced float tensor: Grove computes in
+        # float32, so its limits are float32's (a constant in the graph).
+        return real_finfo(torch.float32 if isinstance(t, fx.Proxy) else t) if t is not None \
+            else real_finfo()
+
     try:
+        torch.finfo = finfo
         with _Patch():
             return Tracer().trace(m)
     except ExportError:
@@ -777,6 +786,7 @@ def _trace(m, path):
         raise ExportError(f"cannot export {_where(path, m)}: torch.fx cannot trace its forward: "
                           f"{type(e).__name__}: {msg}") from e
     finally:
+        torch.finfo = real_finfo
         # fx stores tensor constants created in forward on the module.
         for k in set(vars(m)) - before:
             delattr(m, k)
@@ -856,9 +866,9 @@ def _graph(m, path):
         if name == "flatten" and not all(isinstance(b.get(k, 0), int) and const(b.get(k, 0))
                                          for k in ("start_dim", "end_dim")):
             refuse(node, "flatten needs constant integer dims")
-        if name == "getattr" and b.get("name") not in ("shape", "ndim", "device"):
+        if name == "getattr" and b.get("name") not in ("shape", "ndim", "device", "dtype"):
             refuse(node, f"getattr of {b.get('name')!r} is not supported (only .shape, .ndim, "
-                         ".device)")
+                         ".device, .dtype)")
         if name in ("mean", "sum") and not isinstance(b.get("keepdim", False), bool):
             refuse(node, f"{name} needs a constant keepdim")
 

@@ -29,10 +29,13 @@
  * when it is None, dflt.  Float names give float32. */
 static grove_status dtype_arg(const grove__opctx *c, int k, grove_dtype dflt, grove_dtype *out) {
   const garg *a = &c->args[k];
+  const gval *v = grove__op_val(c, a);
   *out = dflt;
   if (a->kind == A_NONE) return GROVE_OK;
-  grove_dtype dt;
-  if (a->kind != A_STR || !grove_dtype_from_name(a->s, &dt))
+  grove_dtype dt = GROVE_F32;
+  if (v && v->kind == V_DTYPE) /* dtype=x.dtype */
+    dt = (grove_dtype)v->i;
+  else if (a->kind != A_STR || !grove_dtype_from_name(a->s, &dt))
     return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT, "%s: dtype must be a dtype name",
                          c->def->name);
   if (grove_dtype_is_float(dt)) dt = GROVE_F32;
@@ -397,7 +400,8 @@ static grove_status to_fwd(const grove__opctx *c, gval *res) {
     const gval *v = grove__op_val(c, a);
     if (v && v->kind == V_TENSOR) { /* to(other): other's dtype */
       dt = v->t[0].dtype;
-    } else if (a->kind == A_STR && grove_dtype_from_name(a->s, &named)) {
+    } else if ((v && v->kind == V_DTYPE) ||
+               (a->kind == A_STR && grove_dtype_from_name(a->s, &named))) {
       if ((s = dtype_arg(c, k, dt, &dt))) return s;
     } else if (!(a->kind == A_NONE || a->kind == A_STR || (v && v->kind == V_NONE))) {
       return grove__op_want(c, "a dtype, a device or a tensor");

@@ -11,7 +11,8 @@ lengths, padding):
   GELU and a tanh pooler; two outputs;
 - a GPT-2 decoder: HF's Conv1D as torch.addmm with a [in, out] weight, a
   causal tril buffer sliced by length and .bool(), torch.where(causal, w,
-  finfo.min), position ids from torch.arange with a traced length;
+  torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype)), position ids
+  from torch.arange with a traced length;
 - a translation nn.Transformer whose causal mask is
   nn.Transformer.generate_square_subsequent_mask(t) called in forward;
 - an encoder classifier with src_key_padding_mask = tokens == 0;
@@ -185,7 +186,10 @@ class GPT2Attention(nn.Module):
         w = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
         query_length, key_length = q.size(-2), k.size(-2)
         causal = self.bias[:, :, key_length - query_length:key_length, :key_length].bool()
-        w = torch.where(causal, w, torch.finfo(torch.float32).min)
+        # HuggingFace's spelling: the limit of the traced tensor's dtype.
+        mask_value = torch.finfo(w.dtype).min
+        mask_value = torch.full([], mask_value, dtype=w.dtype).to(w.device)
+        w = torch.where(causal, w.to(w.dtype), mask_value)
         w = nn.functional.softmax(w, dim=-1)
         a = torch.matmul(w, v).permute(0, 2, 1, 3).contiguous()
         a = a.view(a.size()[:-2] + (self.num_heads * self.head_dim,))
