@@ -7,6 +7,8 @@
  * object).  Each case is built with the C constructor (the table mirrors
  * CASES) and from the JSON, loaded strictly and compared with torch (rtol
  * 1e-4, atol 1e-5). */
+#include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -333,12 +335,19 @@ static void json_err(const char *module_json, grove_status code, const char *nee
 }
 
 START_TEST(test_json_errors) {
-  json_err("{\"type\": \"MultiheadAttention\", \"embed_dim\": 8, \"num_heads\": 2, \"kdim\": 4}",
-           GROVE_E_UNSUPPORTED, "$.module.kdim: kdim and vdim other than embed_dim");
+  json_err("{\"type\": \"MultiheadAttention\", \"embed_dim\": 8, \"num_heads\": 2, \"kdim\": 0}",
+           GROVE_E_SPEC, "$.module.kdim");
   json_err(
-      "{\"type\": \"MultiheadAttention\", \"embed_dim\": 8, \"num_heads\": 2, "
-      "\"add_bias_kv\": true}",
-      GROVE_E_UNSUPPORTED, "$.module.add_bias_kv");
+      "{\"type\": \"Transformer\", \"d_model\": 8, \"nhead\": 2, "
+      "\"custom_encoder\": {\"type\": \"Linear\"}}",
+      GROVE_E_UNSUPPORTED, "$.module.custom_encoder: a custom encoder or decoder");
+  json_err(
+      "{\"type\": \"TransformerDecoder\", \"num_layers\": 2, \"decoder_layer\": {\"type\": "
+      "\"TransformerEncoderLayer\", \"d_model\": 8, \"nhead\": 2}}",
+      GROVE_E_SPEC, "$.module.decoder_layer: expected a {\"type\": \"TransformerDecoderLayer\"");
+  json_err(
+      "{\"type\": \"TransformerDecoderLayer\", \"d_model\": 8, \"nhead\": 3}",
+      GROVE_E_SPEC, "$.module.nhead: d_model (8) must be divisible by nhead (3)");
   json_err("{\"type\": \"MultiheadAttention\", \"embed_dim\": 8, \"num_heads\": 3}", GROVE_E_SPEC,
            "$.module.num_heads: embed_dim (8) must be divisible by num_heads (3)");
   json_err(
@@ -389,6 +398,145 @@ START_TEST(test_state_dict_layout) {
 }
 END_TEST
 
+/* ------------------------------------------------------------ masks, decoders */
+
+/* tests/fixtures_gen/attention_masks.py: each case built from the
+ * exporter's JSON, its masks set in the forward's context (slot i = the i-th
+ * mask argument of torch's forward), compared with torch, NaN where torch
+ * gives NaN (rows whose every key is masked). */
+static void mask_case(const char *name) {
+  grove_err err = {0};
+  char fname[256];
+  snprintf(fname, sizeof fname, "attnm_%s.safetensors", name);
+  grove_state_dict *file = NULL;
+  ck_assert_ok(grove_safetensors_read(grove_fixture(fname), &file, &err), &err);
+  snprintf(fname, sizeof fname, "attnm_%s.json", name);
+  char *text = grove_test_read_file(grove_fixture(fname), NULL);
+  ck_assert_ptr_nonnull(text);
+  json_error_t je;
+  json_t *meta = json_loads(text, 0, &je);
+  ck_assert_ptr_nonnull(meta);
+  char *module = json_dumps(json_object_get(meta, "module"), JSON_COMPACT);
+  const int nmasks = (int)json_integer_value(json_object_get(meta, "nmasks"));
+  const bool need = json_is_true(json_object_get(meta, "need_weights"));
+  const bool avg = json_is_true(json_object_get(meta, "average"));
+  size_t n = strlen(module) + 256;
+  char *doc = malloc(n);
+  snprintf(doc, n,
+           "{\"format\": \"grove.model/1\", \"inputs\": [{\"name\": \"x\", \"dtype\": "
+           "\"float32\", \"shape\": [-1]}], \"module\": %s}",
+           module);
+  grove_model *model = NULL;
+  ck_assert_ok(grove_model_from_spec(doc, fname, &model, &err), &err);
+  grove_state_dict *w = grove_sd_new();
+  for (size_t i = 0; i < grove_sd_count(file); i++) {
+    const char *k = grove_sd_key(file, i);
+    if (strncmp(k, "w.", 2) == 0)
+      ck_assert_ok(grove_sd_set(w, k + 2, grove_sd_tensor(file, i), &err), &err);
+  }
+  grove_module *m = model->root;
+  ck_assert_ok(grove_module_load_state_dict(m, w, NULL, NULL, &err), &err);
+  /* torch's state_dict keys, in torch's order. */
+  grove_state_dict *sd = grove_sd_new();
+  ck_assert_ok(grove_module_state_dict(m, NULL, sd, &err), &err);
+  const json_t *keys = json_object_get(meta, "keys");
+  ck_assert_uint_eq(grove_sd_count(sd), json_array_size(keys));
+  for (size_t i = 0; i < grove_sd_count(sd); i++)
+    ck_assert_msg(strcmp(grove_sd_key(sd, i), json_string_value(json_array_get(keys, i))) == 0,
+                  "%s: state_dict key %zu is %s, torch's %s", name, i, grove_sd_key(sd, i),
+                  json_string_value(json_array_get(keys, i)));
+  grove_sd_free(sd);
+  grove_values in = {0}, out = {0};
+  for (int i = 0; i < 3; i++) {
+    char k[8];
+    snprintf(k, sizeof k, "x%d", i);
+    grove_tensor *t = grove_sd_get(file, k);
+    if (t) in.v[in.n++] = *t;
+  }
+  const grove_tensor *masks[6] = {NULL};
+  for (int i = 0; i < nmasks; i++) {
+    char k[8];
+    snprintf(k, sizeof k, "m%d", i);
+    masks[i] = grove_sd_get(file, k);
+  }
+  grove_tensor *y = grove_sd_get(file, "y"), *a = grove_sd_get(file, "a");
+  grove_arena *arena = grove_arena_new(0);
+  grove_fwd f = {.arena = arena, .err = &err};
+  if (m->type == &grove__mha_type) grove__mha_next_call(&f, m, need, avg);
+  grove__next_call_masks(&f, m, nmasks, masks);
+  grove_status s = grove_module_forward(m, &f, &in, &out);
+  ck_assert_msg(s == GROVE_OK, "%s: %s", name, err.msg);
+  ck_assert_ptr_null(f.mha.m); /* the callee took its call */
+  char what[256];
+  snprintf(what, sizeof what, "%s: output", name);
+  assert_close(what, &out.v[0], y);
+  ck_assert_int_eq(out.n, a ? 2 : 1);
+  snprintf(what, sizeof what, "%s: attention weights", name);
+  if (a) assert_close(what, &out.v[1], a);
+  grove_arena_free(arena);
+  grove_sd_free(w);
+  grove_model_free(model);
+  free(doc);
+  free(module);
+  json_decref(meta);
+  free(text);
+  grove_sd_free(file);
+}
+
+START_TEST(test_mask_parity) {
+  char *text = grove_test_read_file(grove_fixture("attnm_index.json"), NULL);
+  ck_assert_ptr_nonnull(text);
+  json_error_t je;
+  json_t *names = json_loads(text, 0, &je);
+  ck_assert(json_array_size(names) >= 30);
+  for (size_t i = 0; i < json_array_size(names); i++)
+    mask_case(json_string_value(json_array_get(names, i)));
+  json_decref(names);
+  free(text);
+}
+END_TEST
+
+/* A fully masked row is NaN, as torch 1.13 computes it; the other rows are
+ * finite.  (The parity cases cover it too; this says it outright.) */
+START_TEST(test_mask_full_row_nan) {
+  grove_err err = {0};
+  grove_module *m;
+  ck_assert_ok(grove_multihead_attention_new(4, 2, true, false, &m, &err), &err);
+  grove_module_eval(m);
+  float x[3 * 1 * 4];
+  for (int i = 0; i < 12; i++) x[i] = (float)i * 0.1f;
+  bool am[9] = {false, true, true, true, true, true, false, false, false};
+  grove_values in = {.n = 1}, out = {0};
+  grove_tensor_init(&in.v[0], GROVE_F32, 3, (int64_t[]){3, 1, 4}, x);
+  grove_tensor mask;
+  grove_tensor_init(&mask, GROVE_BOOL, 2, (int64_t[]){3, 3}, am);
+  const grove_tensor *masks[2] = {NULL, &mask};
+  grove_arena *a = grove_arena_new(0);
+  grove_fwd f = {.arena = a, .err = &err};
+  grove__next_call_masks(&f, m, 2, masks);
+  ck_assert_ok(grove_module_forward(m, &f, &in, &out), &err);
+  const float *y = out.v[0].data, *w = out.v[1].data;
+  for (int j = 0; j < 4; j++) {
+    ck_assert(isfinite(y[j]) && isnan(y[4 + j]) && isfinite(y[8 + j]));
+  }
+  ck_assert(w[0] == 1.0f && w[1] == 0.0f && isnan(w[3]));
+  /* A wrong mask shape is an error naming the mask, and so is an int mask. */
+  grove_tensor_init(&mask, GROVE_BOOL, 2, (int64_t[]){3, 2}, am);
+  grove__next_call_masks(&f, m, 2, masks);
+  ck_assert_status(grove_module_forward(m, &f, &in, &out), GROVE_E_SHAPE);
+  ck_assert_msg(strstr(err.msg, "2D attn_mask"), "%s", err.msg);
+  int64_t im[3] = {0};
+  grove_tensor_init(&mask, GROVE_I64, 2, (int64_t[]){1, 3}, im);
+  masks[0] = &mask;
+  masks[1] = NULL;
+  grove__next_call_masks(&f, m, 2, masks);
+  ck_assert_status(grove_module_forward(m, &f, &in, &out), GROVE_E_DTYPE);
+  ck_assert_msg(strstr(err.msg, "key_padding_mask"), "%s", err.msg);
+  grove_arena_free(a);
+  grove_module_release(m);
+}
+END_TEST
+
 static Suite *attention_suite(void) {
   Suite *s = suite_create("attention");
   TCase *tc = tcase_create("parity");
@@ -396,6 +544,8 @@ static Suite *attention_suite(void) {
   tcase_add_test(tc, test_mha_defaults);
   tcase_add_test(tc, test_encoder_hooks);
   tcase_add_test(tc, test_encoder_scratch);
+  tcase_add_test(tc, test_mask_parity);
+  tcase_add_test(tc, test_mask_full_row_nan);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_test(tc, test_errors);

@@ -557,6 +557,44 @@ START_TEST(test_refusals) {
   ck_assert_status(grove_replica_new(sparse, "m.json", NULL, NULL, &r, &err), GROVE_E_UNSUPPORTED);
   ck_assert_msg(strstr(err.msg, "'emb' (Embedding)") && strstr(err.msg, "sparse"), "%s", err.msg);
   ck_assert_ptr_null(r);
+  /* #19's served-only modules and arguments are refused by name. */
+  const char *bkv =
+      "{\"format\": \"grove.model/1\", \"inputs\": [{\"name\": \"x\", \"dtype\": \"float32\", "
+      "\"shape\": [-1, 3, 4]}], \"module\": {\"type\": \"MultiheadAttention\", \"embed_dim\": 4, "
+      "\"num_heads\": 2, \"add_bias_kv\": true}}";
+  ck_assert_status(grove_replica_new(bkv, "m.json", NULL, NULL, &r, &err), GROVE_E_UNSUPPORTED);
+  ck_assert_msg(strstr(err.msg, "add_bias_kv"), "%s", err.msg);
+  const char *dec =
+      "{\"format\": \"grove.model/1\", \"inputs\": [{\"name\": \"x\", \"dtype\": \"float32\", "
+      "\"shape\": [-1, 3, 4]}], \"module\": {\"type\": \"TransformerDecoderLayer\", \"d_model\": 4, "
+      "\"nhead\": 2}}";
+  ck_assert_status(grove_replica_new(dec, "m.json", NULL, NULL, &r, &err), GROVE_E_UNSUPPORTED);
+  ck_assert_msg(strstr(err.msg, "TransformerDecoderLayer"), "%s", err.msg);
+  const char *masked =
+      "{\"format\": \"grove.model/1\", \"inputs\": [{\"name\": \"x\", \"dtype\": \"float32\", "
+      "\"shape\": [-1, 3, 4]}, {\"name\": \"pad\", \"dtype\": \"bool\", \"shape\": [-1, 3]}], "
+      "\"module\": {\"type\": \"Net\", \"children\": {\"attn\": {\"type\": "
+      "\"MultiheadAttention\", \"embed_dim\": 4, \"num_heads\": 2, \"batch_first\": true}}, "
+      "\"graph\": [{\"op\": \"placeholder\", \"name\": \"x\"}, {\"op\": \"placeholder\", "
+      "\"name\": \"pad\"}, {\"op\": \"call_module\", \"name\": \"a\", \"target\": \"attn\", "
+      "\"args\": [{\"node\": \"x\"}, {\"node\": \"x\"}, {\"node\": \"x\"}], \"kwargs\": "
+      "{\"key_padding_mask\": {\"node\": \"pad\"}}}, {\"op\": \"call_function\", \"name\": "
+      "\"g\", \"target\": \"getitem\", \"args\": [{\"node\": \"a\"}, 0]}, {\"op\": \"output\", "
+      "\"name\": \"output\", \"args\": [{\"node\": \"g\"}]}]}}";
+  grove_status ms = grove_replica_new(masked, "m.json", NULL, NULL, &r, &err);
+  if (ms == GROVE_OK) {
+    float xd[24] = {0};
+    bool pd[6] = {false, false, true, false, true, true};
+    grove_tensor xs[2];
+    grove_values mout;
+    grove_tensor_init(&xs[0], GROVE_F32, 3, (int64_t[]){2, 3, 4}, xd);
+    grove_tensor_init(&xs[1], GROVE_BOOL, 2, (int64_t[]){2, 3}, pd);
+    ms = grove_replica_forward(r, xs, 2, &mout, &err);
+    grove_replica_free(r);
+    r = NULL;
+  }
+  ck_assert_int_eq(ms, GROVE_E_UNSUPPORTED);
+  ck_assert_msg(strstr(err.msg, "masks"), "%s", err.msg);
   /* A bad spec or state_dict is the spec's or the checkpoint's error. */
   ck_assert_status(grove_replica_new("{", "m.json", NULL, NULL, &r, &err), GROVE_E_SPEC);
   grove_state_dict *sd = grove_sd_new();

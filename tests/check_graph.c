@@ -32,7 +32,7 @@ static const char *const cases[] = {
     "activations", "softmax",       "dropout_flatten", "reshape_view", "permute_transpose",
     "cat",         "mean_sum",      "getitem",         "sizes",        "attn_tuple",
     "get_attr",    "multi_io",      "nested",          "resnet_fused", "resnet_b1",
-    "linear_relu", "holder",        "embed_mean",
+    "linear_relu", "holder",        "embed_mean",      "seq_masks",    "seq_linalg",
     /* The zoo's operations (#18): tests/fixtures_gen/zoo_ops.py. */
     "zoo_acts", "zoo_conv_acts", "zoo_math", "zoo_compare", "zoo_shapes", "zoo_tensor_index", "zoo_picks",
     "zoo_resample", "zoo_pad_shuffle", "zoo_norms", "zoo_param_norms", "zoo_convert",
@@ -350,14 +350,18 @@ START_TEST(test_spec_errors) {
       GROVE_E_UNSUPPORTED, "$.module.buffers.b.persistent: a non-persistent buffer");
   spec_err("{\"type\": \"Net\", \"graph\": [], \"parameters\": {\"p\": {\"shape\": [-2]}}}",
            GROVE_E_SPEC, "$.module.parameters.p.shape: expected a list of at most 8");
-  /* call_module: masks and constants are refused, naming the node. */
+  /* call_module: constant masks and constants are refused, naming the node. */
   spec_err(GC("{\"attn\": {\"type\": \"MultiheadAttention\", \"embed_dim\": 4, \"num_heads\": 2}}",
               PH ",{\"op\": \"call_module\", \"name\": \"a\", \"target\": \"attn\", \"args\": "
                  "[{\"node\": \"x\"}, {\"node\": \"x\"}, {\"node\": \"x\"}], \"kwargs\": "
-                 "{\"attn_mask\": {\"node\": \"x\"}}}," OUT("a")),
-           GROVE_E_UNSUPPORTED,
-           "$.module.graph[1]: argument \"attn_mask\" of MultiheadAttention: masks are not "
-           "supported");
+                 "{\"attn_mask\": 0.5}}," OUT("a")),
+           GROVE_E_SPEC,
+           "$.module.graph[1]: argument \"attn_mask\" of MultiheadAttention must be a tensor or "
+           "None");
+  spec_err(GC("{\"enc\": {\"type\": \"TransformerEncoderLayer\", \"d_model\": 4, \"nhead\": 2}}",
+              PH ",{\"op\": \"call_module\", \"name\": \"a\", \"target\": \"enc\", \"args\": "
+                 "[{\"node\": \"x\"}], \"kwargs\": {\"is_causal\": true}}," OUT("a")),
+           GROVE_E_UNSUPPORTED, "$.module.graph[1]: is_causal=True is not supported");
   spec_err(GC("{\"fc\": {\"type\": \"Linear\", \"in_features\": 4, \"out_features\": 2}}",
               PH ",{\"op\": \"call_module\", \"name\": \"a\", \"target\": \"fc\", \"args\": "
                  "[{\"node\": \"x\"}, 3]}," OUT("a")),

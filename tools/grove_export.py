@@ -61,11 +61,12 @@ class _Kind:
     constructor, given the same arguments, makes the same state_dict."""
 
     def __init__(self, cls, args, params=(), buffers=(), container=False, callable_=True,
-                 shape_preserving=False, composite=False):
+                 shape_preserving=False, composite=False, optional=()):
         self.cls = cls
         self.name = cls.__name__
         self.args = args
         self.params = tuple(params)
+        self.optional = tuple(optional)  # slots torch registers only for some arguments
         self.buffers = tuple(buffers)
         self.container = container
         self.callable = callable_
@@ -140,18 +141,10 @@ def _avg_pool_args(m, path):
 
 
 def _mha_args(m, path):
-    why = None
-    if not m._qkv_same_embed_dim:
-        why = f"kdim={m.kdim} / vdim={m.vdim} differ from embed_dim={m.embed_dim}"
-    elif m.bias_k is not None:
-        why = "add_bias_kv=True"
-    elif m.add_zero_attn:
-        why = "add_zero_attn=True"
-    if why:
-        raise ExportError(f"cannot export {_where(path, m)}: {why} is not supported by Grove")
     return {"embed_dim": m.embed_dim, "num_heads": m.num_heads, "dropout": float(m.dropout),
-            "bias": m.in_proj_bias is not None, "add_bias_kv": False, "add_zero_attn": False,
-            "kdim": m.kdim, "vdim": m.vdim, "batch_first": bool(m.batch_first)}
+            "bias": m.in_proj_bias is not None, "add_bias_kv": m.bias_k is not None,
+            "add_zero_attn": bool(m.add_zero_attn), "kdim": m.kdim, "vdim": m.vdim,
+            "batch_first": bool(m.batch_first)}
 
 
 def _activation_name(act):
@@ -165,28 +158,32 @@ def _activation_name(act):
 
 
 def _tel_args(m, path):
+    """An encoder or decoder layer's arguments (torch spells them alike)."""
     act = _activation_name(m.activation)
     if act is None:
         raise ExportError(f"cannot export {_where(path, m)}: activation {m.activation!r} is not "
                           "supported (Grove runs relu and gelu)")
-    if m.norm1.eps != m.norm2.eps:
-        raise ExportError(f"cannot export {_where(path, m)}: norm1 and norm2 have different eps")
-    _mha_args(m.self_attn, _join(path, "self_attn"))
+    norms = [n for n in ("norm1", "norm2", "norm3") if hasattr(m, n)]
+    if len({getattr(m, n).eps for n in norms}) != 1:
+        raise ExportError(f"cannot export {_where(path, m)}: {', '.join(norms)} have different "
+                          "eps")
     return {"d_model": m.self_attn.embed_dim, "nhead": m.self_attn.num_heads,
             "dim_feedforward": m.linear1.out_features, "dropout": float(m.dropout.p),
             "activation": act, "layer_norm_eps": float(m.norm1.eps),
             "batch_first": bool(m.self_attn.batch_first), "norm_first": bool(m.norm_first)}
 
 
-def _te_args(m, path):
+def _te_args(m, path, decoder=False):
     import torch.nn as nn
+    layer_cls = nn.TransformerDecoderLayer if decoder else nn.TransformerEncoderLayer
     layers = list(m.layers)
     if not layers:
         raise ExportError(f"cannot export {_where(path, m)}: it has no layers")
     for i, layer in enumerate(layers):
-        if type(layer) is not nn.TransformerEncoderLayer:
+        if type(layer) is not layer_cls:
             raise ExportError(f"cannot export {_where(_join(path, f'layers.{i}'), layer)}: Grove "
-                              "runs encoders of torch.nn.TransformerEncoderLayer only")
+                              f"runs {'de' if decoder else 'en'}coders of torch.nn."
+                              f"{layer_cls.__name__} only")
     first = _tel_args(layers[0], _join(path, "layers.0"))
     for i, layer in enumerate(layers[1:], 1):
         if _tel_args(layer, _join(path, f"layers.{i}")) != first:
@@ -196,28 +193,55 @@ def _te_args(m, path):
     if norm is not None and type(norm) is not nn.LayerNorm:
         raise ExportError(f"cannot export {_where(path, m)}: its norm is a "
                           f"{type(norm).__name__}; Grove runs a LayerNorm or none")
-    return {"encoder_layer": dict({"type": "TransformerEncoderLayer"}, **first),
-            "num_layers": len(layers),
-            "norm": None if norm is None else dict({"type": "LayerNorm"},
-                                                   **_layer_norm_args(norm, _join(path, "norm"))),
-            "enable_nested_tensor": bool(getattr(m, "enable_nested_tensor", True)),
-            "mask_check": bool(getattr(m, "mask_check", True))}
+    out = {("decoder_layer" if decoder else "encoder_layer"):
+           dict({"type": layer_cls.__name__}, **first),
+           "num_layers": len(layers),
+           "norm": None if norm is None else dict({"type": "LayerNorm"},
+                                                  **_layer_norm_args(norm, _join(path, "norm")))}
+    if not decoder:
+        out["enable_nested_tensor"] = bool(getattr(m, "enable_nested_tensor", True))
+        out["mask_check"] = bool(getattr(m, "mask_check", True))
+    return out
+
+
+def _transformer_args(m, path):
+    """nn.Transformer's own arguments, read back from its encoder and decoder
+    (which must be torch's, with one configuration for every layer)."""
+    import torch.nn as nn
+    if type(m.encoder) is not nn.TransformerEncoder or type(m.decoder) is not nn.TransformerDecoder:
+        raise ExportError(f"cannot export {_where(path, m)}: a custom encoder or decoder is not "
+                          "supported (export the model that calls them instead)")
+    enc = _te_args(m.encoder, _join(path, "encoder"))
+    dec = _te_args(m.decoder, _join(path, "decoder"), decoder=True)
+    el = {k: v for k, v in enc["encoder_layer"].items() if k != "type"}
+    dl = {k: v for k, v in dec["decoder_layer"].items() if k != "type"}
+    if el != dl:
+        raise ExportError(f"cannot export {_where(path, m)}: its encoder and decoder layers are "
+                          "configured differently")
+    for part, a in (("encoder", enc), ("decoder", dec)):
+        norm = a["norm"]
+        if norm is None or norm["eps"] != el["layer_norm_eps"] or \
+                list(norm["normalized_shape"]) != [el["d_model"]] or \
+                not norm["elementwise_affine"]:
+            raise ExportError(f"cannot export {_where(path, m)}: its {part}.norm is not the "
+                              "LayerNorm(d_model, layer_norm_eps) torch.nn.Transformer makes")
+    return dict(el, num_encoder_layers=enc["num_layers"], num_decoder_layers=dec["num_layers"])
 
 
 def _rebuild(kind, args):
     """torch's own module for a composite's arguments, to compare layouts."""
     import torch.nn as nn
     a = {k: v for k, v in args.items()}
-    if kind.cls is nn.TransformerEncoder:
-        layer = nn.TransformerEncoderLayer(**{k: v for k, v in a["encoder_layer"].items()
-                                              if k != "type"})
+    if kind.cls in (nn.TransformerEncoder, nn.TransformerDecoder):
+        dec = kind.cls is nn.TransformerDecoder
+        layer_cls = nn.TransformerDecoderLayer if dec else nn.TransformerEncoderLayer
+        layer = layer_cls(**{k: v for k, v in a["decoder_layer" if dec else "encoder_layer"].items()
+                             if k != "type"})
         norm = a["norm"]
         norm = None if norm is None else nn.LayerNorm(norm["normalized_shape"], eps=norm["eps"],
                                                       elementwise_affine=norm["elementwise_affine"])
-        return nn.TransformerEncoder(layer, a["num_layers"], norm=norm,
-                                     enable_nested_tensor=False)
-    if kind.cls is nn.MultiheadAttention:
-        a.pop("kdim"), a.pop("vdim")
+        extra = {} if dec else {"enable_nested_tensor": False}
+        return kind.cls(layer, a["num_layers"], norm=norm, **extra)
     return kind.cls(**a)
 
 
@@ -272,9 +296,14 @@ def _kinds():
               params=("weight",), shape_preserving=True),
         _Kind(nn.MultiheadAttention, _mha_args,
               params=("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
-                      "in_proj_bias"), composite=True),
+                      "in_proj_bias", "bias_k", "bias_v"), optional=("bias_k", "bias_v"),
+              composite=True),
         _Kind(nn.TransformerEncoderLayer, _tel_args, composite=True),
         _Kind(nn.TransformerEncoder, _te_args, composite=True),
+        _Kind(nn.TransformerDecoderLayer, _tel_args, composite=True),
+        _Kind(nn.TransformerDecoder, lambda m, path: _te_args(m, path, decoder=True),
+              composite=True),
+        _Kind(nn.Transformer, _transformer_args, composite=True),
         _Kind(nn.Sequential, none, container=True),
         _Kind(nn.ModuleList, none, container=True, callable_=False),
         _Kind(nn.ModuleDict, none, container=True, callable_=False),
@@ -365,7 +394,7 @@ def _check_slots(m, path, kind):
     got_p = list(m._parameters.keys())
     got_b = list(m._buffers.keys())
     extra = [n for n in got_p if n not in kind.params] + [n for n in got_b if n not in kind.buffers]
-    missing = [n for n in kind.params if n not in m._parameters] + \
+    missing = [n for n in kind.params if n not in m._parameters and n not in kind.optional] + \
               [n for n in kind.buffers if n not in m._buffers]
     if extra or missing:
         what = []
@@ -596,6 +625,11 @@ _TABLE = None
 _DROP = {"inplace", "_stacklevel", "memory_format"}
 
 
+# The canonical name -> the index of its *args parameter (-1: none): the
+# parameters after it can only be passed by keyword.
+_VARARGS = {}
+
+
 def _table():
     """(functions, methods, canon): the callable fx records -> (canonical
     name, its positional parameters); Tensor method name -> the same; the
@@ -615,6 +649,8 @@ def _table():
                 continue
             name = op["name"]
             canon[name] = tuple(p["name"] for p in op["params"])
+            va = op.get("varargs")  # the parameter's name, or null
+            _VARARGS[name] = canon[name].index(va) if va in canon[name] else -1
             for spelling in op["torch"]:
                 path, _, plist = spelling.partition("(")
                 params = tuple(plist.rstrip(")").split(",")) if plist else canon[name]
@@ -725,18 +761,42 @@ def _trace(m, path):
     """torch.fx graph of m.forward, every submodule call kept as a
     call_module (Grove runs each submodule itself: torch.nn layers, and
     custom modules through their own graphs)."""
+    import torch
     import torch.fx as fx
 
     class Tracer(fx.Tracer):
         def __init__(self):
             super().__init__()
             self.record_stack_traces = True
+            # Buffers as get_attr nodes, as parameters are: real sequence
+            # code slices them by a traced length (self.position_ids[:, :t],
+            # a causal mask[:t, :t]), which fx 1.13 (off by default) would
+            # try on the tensor itself with a Proxy index.
+            self.proxy_buffer_attributes = True
+            # torch.full((t, t), ...), torch.arange(0, t), torch.zeros(x.size())
+            # with a traced size: their arguments are no tensors, so
+            # __torch_function__ never sees the Proxy and torch raises.  fx
+            # wraps these (as fx.wrap would) while it traces.
+            makers = [getattr(torch, n) for n in ("full", "zeros", "ones", "arange", "empty")
+                      if hasattr(torch, n)]
+            if hasattr(self, "_autowrap_search") and hasattr(self, "_autowrap_function_ids"):
+                self._autowrap_function_ids.update(id(f) for f in makers)
+                self._autowrap_search.append(torch)
 
         def is_leaf_module(self, mod, qualname):
             return True
 
     before = set(vars(m))
+    real_finfo = torch.finfo
+
+    def finfo(t=None):
+        # torch.finfo(x.dtype) of a traced float tensor: Grove computes in
+        # float32, so its limits are float32's (a constant in the graph).
+        return real_finfo(torch.float32 if isinstance(t, fx.Proxy) else t) if t is not None \
+            else real_finfo()
+
     try:
+        torch.finfo = finfo
         with _Patch():
             return Tracer().trace(m)
     except ExportError:
@@ -746,6 +806,7 @@ def _trace(m, path):
         raise ExportError(f"cannot export {_where(path, m)}: torch.fx cannot trace its forward: "
                           f"{type(e).__name__}: {msg}") from e
     finally:
+        torch.finfo = real_finfo
         # fx stores tensor constants created in forward on the module.
         for k in set(vars(m)) - before:
             delattr(m, k)
@@ -830,9 +891,11 @@ def _graph(m, path):
         if a is None or isinstance(a, (bool, int, str)):
             return a
         if isinstance(a, float):
-            if not math.isfinite(a):
-                refuse(node, f"the constant {a} cannot be written to model.json")
+            if not math.isfinite(a):  # JSON has no infinities (masks fill with -inf)
+                return {"float": "nan" if math.isnan(a) else ("inf" if a > 0 else "-inf")}
             return a
+        if isinstance(a, torch.dtype):
+            return _dtype_name(a)
         if isinstance(a, (list, tuple)):
             return [enc(node, x) for x in a]
         if isinstance(a, slice):
@@ -884,8 +947,9 @@ def _graph(m, path):
         if name == "flatten" and not all(isinstance(b.get(k, 0), int) and const(b.get(k, 0))
                                          for k in ("start_dim", "end_dim")):
             refuse(node, "flatten needs constant integer dims")
-        if name == "getattr" and b.get("name") not in ("shape", "ndim"):
-            refuse(node, f"getattr of {b.get('name')!r} is not supported (only .shape, .ndim)")
+        if name == "getattr" and b.get("name") not in ("shape", "ndim", "device", "dtype"):
+            refuse(node, f"getattr of {b.get('name')!r} is not supported (only .shape, .ndim, "
+                         ".device, .dtype)")
         if name in ("mean", "sum") and not isinstance(b.get("keepdim", False), bool):
             refuse(node, f"{name} needs a constant keepdim")
 
@@ -894,7 +958,10 @@ def _graph(m, path):
         canon = canons[name]
         b = {k: v for k, v in b.items() if k not in _DROP and not (k == "dtype" and v is None)}
         args, kwargs = [], {}
+        va = _VARARGS.get(name, -1)
         for p in canon:
+            if va >= 0 and canon.index(p) > va:
+                break  # after zeros(*size): dtype=... by keyword
             if p in b and len(args) == canon.index(p):
                 args.append(enc(node, b.pop(p)))
         for k, v in b.items():
@@ -972,22 +1039,24 @@ def _graph(m, path):
 
 
 def _check_module_call(node, sub, refuse):
-    """What graph.c accepts for a call_module: tensors in, no masks."""
+    """What graph.c accepts for a call_module: tensors in; the attention and
+    transformer modules also take masks (tensors or None) and constant
+    need_weights / average_attn_weights."""
     import inspect
     import torch.fx as fx
     import torch.nn as nn
-    mask_types = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder)
+    mask_types = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder,
+                  nn.TransformerDecoderLayer, nn.TransformerDecoder, nn.Transformer)
     if type(sub) in mask_types:
         try:
             b = inspect.signature(type(sub).forward).bind(sub, *node.args, **node.kwargs)
         except TypeError as e:
             refuse(node, f"{type(sub).__name__} call: {e}")
         for k, v in list(b.arguments.items())[1:]:
-            if "mask" in k and v is not None:
-                refuse(node, f"argument {k} of {type(sub).__name__}: masks are not supported "
-                             "(attention runs over every position)")
-            if k == "is_causal" and v:
-                refuse(node, "is_causal=True is not supported")
+            if "mask" in k and not (v is None or isinstance(v, fx.Node)):
+                refuse(node, f"argument {k} of {type(sub).__name__} must be a tensor or None")
+            if "is_causal" in k and v:
+                refuse(node, f"{k}=True is not supported (pass the causal mask itself)")
             if k in ("need_weights", "average_attn_weights") and not isinstance(v, bool):
                 refuse(node, f"argument {k} must be a constant True or False")
         return
@@ -1094,7 +1163,9 @@ def _io(model, example_input):
     inferred = _infer_input(model)
     if example_input is not None:
         xs = list(example_input) if isinstance(example_input, (tuple, list)) else [example_input]
-        if not custom and len(xs) != 1:
+        # (the attention and transformer layers take several: query, key,
+        # value; src, tgt; tgt, memory)
+        if not custom and len(xs) != 1 and not _kind_of(model, "").composite:
             raise ExportError(f"example_input has {len(xs)} tensors; the torch.nn containers "
                               "Grove runs take exactly one input")
         if not 1 <= len(xs) <= 4:
@@ -1148,6 +1219,29 @@ def _io(model, example_input):
                     shapes[i][d] = -1
                 except Exception:
                     pass
+        # Integer inputs whose dims must change together (token ids and their
+        # padding mask, [N, S] each): the dims of one size, all one larger.
+        groups = {}
+        for i, x in enumerate(x1):
+            if not x.dtype.is_floating_point:
+                for d in range(1, x.dim()):
+                    if shapes[i][d] != -1:
+                        groups.setdefault(x.shape[d], []).append((i, d))
+        for size, dims in groups.items():
+            if len({i for i, _ in dims}) < 2:
+                continue
+            probe = list(x1)
+            for i in {i for i, _ in dims}:
+                sh = [s + 1 if (i, d) in dims else s for d, s in enumerate(x1[i].shape)]
+                probe[i] = _zeros(x1[i].dtype, sh)
+            try:
+                with torch.no_grad():
+                    _outputs(model(*probe), "a probe")
+                for i, d in dims:
+                    shapes[i][d] = -1
+            except Exception:
+                pass
+
     def larger(batch):
         """x1 with the batch one larger (when batch) and every free dim too."""
         return [_zeros(x.dtype, [x.shape[0] + int(batch)] +

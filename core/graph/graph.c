@@ -174,14 +174,27 @@ static bool channels_last_for(const run *r, int i) {
 
 static grove_status run_module(run *r, int i, gval *res) {
   const gnode *n = &r->g->nodes[i];
-  grove_values in = {.n = n->nargs}, out = {0};
+  grove_values in = {.n = n->ntensors}, out = {0};
   const bool cl = channels_last_for(r, i);
-  for (int k = 0; k < n->nargs; k++) {
+  for (int k = 0; k < n->ntensors; k++) {
     const gval *v = argv_(r, &n->args[k]);
     if (!v || v->kind != V_TENSOR)
       return grove_err_set(r->f->err, GROVE_E_INVALID_ARGUMENT,
                            "argument %d of the module call is not a tensor", k);
     in.v[k] = v->t[0];
+  }
+  /* The mask slots of an attention or transformer call (graph_internal.h). */
+  const grove_tensor *masks[6] = {NULL};
+  const int nmasks = n->nargs - n->ntensors;
+  for (int k = 0; k < nmasks && k < 6; k++) {
+    const garg *a = &n->args[n->ntensors + k];
+    if (a->kind == A_NONE) continue;
+    const gval *v = argv_(r, a);
+    if (!v || v->kind != V_TENSOR)
+      return grove_err_set(r->f->err, GROVE_E_INVALID_ARGUMENT,
+                           "mask argument %d of the %s call is not a tensor", k,
+                           n->mod->type->name);
+    masks[k] = &v->t[0];
   }
   grove_status s;
   if (fused(r, i)) {
@@ -194,10 +207,11 @@ static grove_status run_module(run *r, int i, gval *res) {
   } else {
     if (n->mod_kind == MK_MHA)
       grove__mha_next_call(r->f, n->mod, n->need_weights, n->average_weights);
+    if (nmasks > 0) grove__next_call_masks(r->f, n->mod, nmasks, masks);
     r->f->channels_last_ok = cl;
     s = grove_module_forward(n->mod, r->f, &in, &out);
     /* A pre-hook that failed leaves the call options unread: drop them. */
-    if (n->mod_kind == MK_MHA) grove__mha_next_call(r->f, NULL, true, true);
+    if (n->mod_kind == MK_MHA || nmasks > 0) grove__mha_next_call(r->f, NULL, true, true);
   }
   if (s) return s;
   if (out.n < 1) return grove_err_set(r->f->err, GROVE_E_INTERNAL, "the module returned nothing");

@@ -315,9 +315,25 @@ static grove_status parse_arg(cctx *c, const json_t *v, const char *jp, garg *ou
         out->kind = A_ELLIPSIS;
         return GROVE_OK;
       }
+      /* JSON has no infinities: {"float": "-inf"} (masks fill with it). */
+      const json_t *fv = json_object_get(v, "float");
+      if (json_object_size(v) == 1 && json_is_string(fv)) {
+        const char *t = json_string_value(fv);
+        out->kind = A_FLOAT;
+        if (strcmp(t, "inf") == 0)
+          out->f = INFINITY;
+        else if (strcmp(t, "-inf") == 0)
+          out->f = -INFINITY;
+        else if (strcmp(t, "nan") == 0)
+          out->f = NAN;
+        else
+          return grove_err_set(c->err, GROVE_E_SPEC, "%s.float: expected \"inf\", \"-inf\" or "
+                               "\"nan\"", jp);
+        return GROVE_OK;
+      }
       return grove_err_set(c->err, GROVE_E_SPEC,
                            "%s: expected a constant, a list, {\"node\": NAME}, {\"slice\": [start, "
-                           "stop, step]} or {\"ellipsis\": true}",
+                           "stop, step]}, {\"ellipsis\": true} or {\"float\": \"-inf\"}",
                            jp);
     }
   }
@@ -405,10 +421,16 @@ static grove_status bind(cctx *c, gnode *n, const grove__opdef *d, const json_t 
 
 /* ------------------------------------------------------------ call_module */
 
+/* The attention and transformer modules' forward parameters, as torch
+ * binds them: the tensors (REQ) first, then masks (a name with "mask": a
+ * tensor or None, passed in the forward's context, grove_fwd.mha.mask, in
+ * this order), need_weights / average_attn_weights (constants), and torch
+ * 2's is_causal hints (false only: torch 1.13 has none). */
+#define MDEF_MAX 11
 typedef struct mdef {
   int kind;
   const char *type;
-  grove__oppar p[7];
+  grove__oppar p[MDEF_MAX];
 } mdef;
 
 #define REQ(n) OP_REQ(n, P_TENSOR)
@@ -419,13 +441,29 @@ static const mdef mdefs[] = {
     {MK_MHA,
      "MultiheadAttention",
      {REQ("query"), REQ("key"), REQ("value"), DNONE("key_padding_mask"), DBOOL("need_weights", 1),
-      DNONE("attn_mask"), DBOOL("average_attn_weights", 1)}},
+      DNONE("attn_mask"), DBOOL("average_attn_weights", 1), DBOOL("is_causal", 0)}},
     {MK_ENCODER,
      "TransformerEncoderLayer",
      {REQ("src"), DNONE("src_mask"), DNONE("src_key_padding_mask"), DBOOL("is_causal", 0)}},
     {MK_ENCODER,
      "TransformerEncoder",
      {REQ("src"), DNONE("mask"), DNONE("src_key_padding_mask"), DNONE("is_causal")}},
+    {MK_ENCODER,
+     "TransformerDecoderLayer",
+     {REQ("tgt"), REQ("memory"), DNONE("tgt_mask"), DNONE("memory_mask"),
+      DNONE("tgt_key_padding_mask"), DNONE("memory_key_padding_mask"), DBOOL("tgt_is_causal", 0),
+      DBOOL("memory_is_causal", 0)}},
+    {MK_ENCODER,
+     "TransformerDecoder",
+     {REQ("tgt"), REQ("memory"), DNONE("tgt_mask"), DNONE("memory_mask"),
+      DNONE("tgt_key_padding_mask"), DNONE("memory_key_padding_mask"), DNONE("tgt_is_causal"),
+      DBOOL("memory_is_causal", 0)}},
+    {MK_ENCODER,
+     "Transformer",
+     {REQ("src"), REQ("tgt"), DNONE("src_mask"), DNONE("tgt_mask"), DNONE("memory_mask"),
+      DNONE("src_key_padding_mask"), DNONE("tgt_key_padding_mask"),
+      DNONE("memory_key_padding_mask"), DNONE("src_is_causal"), DNONE("tgt_is_causal"),
+      DBOOL("memory_is_causal", 0)}},
 };
 
 static grove_status bind_module(cctx *c, gnode *n, const json_t *args, const json_t *kwargs,
@@ -471,14 +509,15 @@ static grove_status bind_module(cctx *c, gnode *n, const json_t *args, const jso
       return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
                            "%s.args: a module call takes at most %d tensors", jp, GROVE_MAX_VALUES);
     if (grove__is_graph(t)) n->tuple = ((const graph_impl *)t->impl)->returns_tuple;
+    n->ntensors = n->nargs;
     return GROVE_OK;
   }
   int np = 0;
-  while (np < 7 && md->p[np].name) np++;
+  while (np < MDEF_MAX && md->p[np].name) np++;
   n->args = calloc((size_t)np, sizeof(garg));
   if (!n->args) return nomem(c->err);
   n->nargs = np;
-  bool set[7] = {false};
+  bool set[MDEF_MAX] = {false};
   for (size_t i = 0; i < na; i++) {
     char sub[640];
     snprintf(sub, sizeof sub, "%s.args[%zu]", jp, i);
@@ -518,13 +557,15 @@ static grove_status bind_module(cctx *c, gnode *n, const json_t *args, const jso
     if (tensor && a->kind != A_NODE)
       return grove_err_set(c->err, GROVE_E_SPEC, "%s: argument \"%s\" of %s must be a tensor", jp,
                            pn, t->type->name);
-    if (strstr(pn, "mask") && a->kind != A_NONE)
+    if (strstr(pn, "mask") && a->kind != A_NONE && a->kind != A_NODE)
+      return grove_err_set(c->err, GROVE_E_SPEC,
+                           "%s: argument \"%s\" of %s must be a tensor or None", jp, pn,
+                           t->type->name);
+    if (strstr(pn, "is_causal") && a->kind != A_NONE && !(a->kind == A_BOOL && !a->i))
       return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
-                           "%s: argument \"%s\" of %s: masks are not supported (attention runs "
-                           "over every position)",
-                           jp, pn, t->type->name);
-    if (strcmp(pn, "is_causal") == 0 && a->kind != A_NONE && !(a->kind == A_BOOL && !a->i))
-      return grove_err_set(c->err, GROVE_E_UNSUPPORTED, "%s: is_causal=True is not supported", jp);
+                           "%s: %s=True is not supported (torch 1.13 has no is_causal: pass the "
+                           "causal mask itself)",
+                           jp, pn);
     if ((strcmp(pn, "need_weights") == 0 || strcmp(pn, "average_attn_weights") == 0) &&
         a->kind != A_BOOL)
       return grove_err_set(c->err, GROVE_E_SPEC, "%s: argument \"%s\" must be true or false", jp,
@@ -535,13 +576,31 @@ static grove_status bind_module(cctx *c, gnode *n, const json_t *args, const jso
     n->need_weights = n->args[4].i != 0;
     n->average_weights = n->args[6].i != 0;
     n->tuple = true;
-    /* Only the tensors stay as arguments: query, key, value. */
-    for (int i = 3; i < np; i++) grove__garg_fini(&n->args[i]);
-    n->nargs = 3;
-  } else {
-    for (int i = 1; i < np; i++) grove__garg_fini(&n->args[i]);
-    n->nargs = 1;
   }
+  /* The arguments kept: the tensors, then (when any is given) every mask
+   * slot in order, None included, so that liveness sees the masks read. */
+  int nt = 0;
+  while (nt < np && md->p[nt].dk == D_REQ) nt++;
+  garg keep[MDEF_MAX];
+  int nk = 0, nm = 0;
+  bool any_mask = false;
+  for (int i = 0; i < np; i++) {
+    const bool mask = strstr(md->p[i].name, "mask") && !strstr(md->p[i].name, "is_causal");
+    if (i < nt || mask) {
+      keep[nk++] = n->args[i];
+      nm += mask;
+      any_mask |= mask && n->args[i].kind == A_NODE;
+    } else {
+      grove__garg_fini(&n->args[i]);
+    }
+  }
+  if (!any_mask) {
+    for (int i = nt; i < nk; i++) grove__garg_fini(&keep[i]);
+    nk = nt;
+  }
+  memcpy(n->args, keep, (size_t)nk * sizeof(garg));
+  n->nargs = nk;
+  n->ntensors = nt;
   return GROVE_OK;
 }
 

@@ -27,6 +27,10 @@ typedef struct gnode {
   int mod_kind; /* call_module */
   bool tuple;   /* call_module: the value is a tuple (MHA, a graph returning one) */
   bool need_weights, average_weights; /* MK_MHA */
+  /* call_module of an attention or transformer module (MK_MHA, MK_ENCODER):
+   * args[0 .. ntensors-1] are its tensors; any args after them are its mask
+   * slots in the order of torch's forward (A_NONE for None). */
+  int ntensors;
   bool has_default;                   /* placeholder */
   garg dflt;                          /* placeholder default */
   int uses;                           /* how many argument slots read this node */

@@ -57,6 +57,9 @@ static const grove__layer_def defs[] = {
     {"MultiheadAttention", grove__multihead_attention_from_json, false},
     {"TransformerEncoderLayer", grove__transformer_encoder_layer_from_json, false},
     {"TransformerEncoder", grove__transformer_encoder_from_json, false},
+    {"TransformerDecoderLayer", grove__transformer_decoder_layer_from_json, false},
+    {"TransformerDecoder", grove__transformer_decoder_from_json, false},
+    {"Transformer", grove__transformer_from_json, false},
 };
 
 const grove__layer_def *grove__layer_find(const char *type) {

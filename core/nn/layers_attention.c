@@ -10,21 +10,19 @@
  * q, k, v: a head is a column block of a row-major matrix), with the softmax
  * max-subtracted and summed in double; the output projection is out_proj's
  * Linear.  q is scaled by 1/sqrt(head_dim) before the product, as torch does.
- * No masks: attention runs over every position (graph.c refuses a mask
- * argument by name), kdim = vdim = embed_dim, no bias_k/bias_v, no zero
- * attention.  The attention weights (torch's need_weights=True default,
- * averaged over heads unless average_attn_weights=False) are a second output;
- * a graph that calls with need_weights=False says so in the forward's
- * context (grove_fwd.mha, set by grove__mha_next_call) and gets one output.
- *
- * TransformerEncoderLayer runs torch's (slow path) formulation, norm_first
- * either way, relu or gelu, calling its children through
- * grove_module_forward so that their hooks fire; with no hook anywhere,
- * linear1 and a relu run as one fused pass.  torch 1.13's eval fast path
- * (_transformer_encoder_layer_fwd) computes the same math; the parity tests
- * compare against whichever torch takes.  TransformerEncoder gives the arena
- * back between layers (grove__arena_keep), so its scratch is that of one
- * layer whatever the depth. */
+ * Masks are F.multi_head_attention_forward's: attn_mask (bool or float,
+ * [L, S] or [N * num_heads, L, S]) and key_padding_mask (bool or float,
+ * [N, S]) are merged into one additive row per batch item and head (a true
+ * entry is -inf) that is added to the scores before the softmax; a row with
+ * every key masked is NaN, as torch 1.13 gives it.  kdim / vdim other than
+ * embed_dim project with the separate q/k/v_proj_weight; add_bias_kv and
+ * add_zero_attn append one key/value position after the projection (the
+ * masks padded with 0 there), as torch does.  The attention weights (torch's
+ * need_weights=True default, averaged over heads unless
+ * average_attn_weights=False) are a second output; a graph that calls with
+ * need_weights=False or with masks says so in the forward's context
+ * (grove_fwd.mha, set by grove__mha_next_call / grove__next_call_masks) and
+ * gets one output.  The transformer layers are in layers_transformer.c. */
 #include <assert.h>
 #include <cblas.h>
 #include <jansson.h>
@@ -37,10 +35,9 @@
 #include "layers_internal.h"
 #include "observe.h"
 
-/* Adds *c (just built, with status s) as child name and drops our
- * reference.  *c is read here, after the constructor ran: C leaves the order
- * of argument evaluation open. */
-static grove_status add_child(grove_module *m, const char *name, grove_status s, grove_module **c,
+/* *c is read here, after the constructor ran: C leaves the order of
+ * argument evaluation open. */
+grove_status grove__add_child(grove_module *m, const char *name, grove_status s, grove_module **c,
                               grove_err *err) {
   if (s) return s;
   s = grove_module_add_module(m, name, *c, err);
@@ -49,19 +46,16 @@ static grove_status add_child(grove_module *m, const char *name, grove_status s,
   return s;
 }
 
-static grove_status scratch(grove_fwd *f, const char *layer) {
-  return grove_err_set(f->err, GROVE_E_NOMEM, "%s: scratch arena is exhausted", layer);
-}
-
 /* ============================================================ MultiheadAttention */
 
 typedef struct mha_impl {
+  grove_mha_opts o; /* kdim, vdim filled in */
   int64_t E, H, d;
-  bool bias, batch_first;
-  double dropout;
-  grove__linear_pack *in_pack; /* [3E, E]: q, k and v in one product */
-  grove__linear_pack *qkv[3];  /* [E, E] each: separate query, key, value */
-  float in_bias[];             /* 3E */
+  bool same;                   /* kdim == vdim == embed_dim: one in_proj_weight */
+  double dropout;              /* the constructor's; training's only (the replica reads it) */
+  grove__linear_pack *in_pack; /* [3E, E]: q, k and v in one product (same only) */
+  grove__linear_pack *qkv[3];  /* [E, E], [E, kdim], [E, vdim]: query, key, value */
+  float in_bias[];             /* 3E, then bias_k and bias_v (E each) */
 } mha_impl;
 
 static void mha_free_impl(void *impl) {
@@ -77,24 +71,36 @@ void grove__mha_settings(const grove_module *m, grove__layer_settings *s) {
   s->embed_dim = p->E;
   s->num_heads = p->H;
   s->p = p->dropout;
-  s->batch_first = p->batch_first;
+  s->batch_first = p->o.batch_first;
+  s->mha_extras = !p->same || p->o.add_bias_kv || p->o.add_zero_attn;
+}
+
+/* The parameter name of m, checked to be [n0, n1] (n1 0: 3-d [1, 1, n0]). */
+static grove_status want_param(const grove_module *m, const char *name, int64_t n0, int64_t n1,
+                               const grove_tensor **out, grove_err *err) {
+  const grove_tensor *w = grove_module_param(m, name);
+  *out = w;
+  if (!w)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "MultiheadAttention: %s is None", name);
+  const bool ok = n1 ? (w->ndim == 2 && w->shape[0] == n0 && w->shape[1] == n1)
+                     : (w->ndim == 3 && w->shape[0] == 1 && w->shape[1] == 1 && w->shape[2] == n0);
+  if (ok) return GROVE_OK;
+  char got[128];
+  grove_shape_str(w->ndim, w->shape, got, sizeof got);
+  if (n1)
+    return grove_err_set(err, GROVE_E_SHAPE,
+                         "MultiheadAttention: %s has shape %s, expected [%lld, %lld]", name, got,
+                         (long long)n0, (long long)n1);
+  return grove_err_set(err, GROVE_E_SHAPE,
+                       "MultiheadAttention: %s has shape %s, expected [1, 1, %lld]", name, got,
+                       (long long)n0);
 }
 
 static grove_status mha_refresh(grove_module *m, grove_err *err) {
   mha_impl *p = m->impl;
   const int64_t E = p->E;
-  const grove_tensor *w = grove_module_param(m, "in_proj_weight");
-  const grove_tensor *b = grove_module_param(m, "in_proj_bias");
-  if (!w)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "MultiheadAttention: in_proj_weight is None");
-  if (w->ndim != 2 || w->shape[0] != 3 * E || w->shape[1] != E) {
-    char got[128];
-    grove_shape_str(w->ndim, w->shape, got, sizeof got);
-    return grove_err_set(err, GROVE_E_SHAPE,
-                         "MultiheadAttention: in_proj_weight has shape %s, expected [%lld, %lld]",
-                         got, (long long)(3 * E), (long long)E);
-  }
+  const char *T = "MultiheadAttention";
+  const grove_tensor *b = grove_module_param(m, "in_proj_bias"), *w;
   if (b && (b->ndim != 1 || b->shape[0] != 3 * E)) {
     char got[128];
     grove_shape_str(b->ndim, b->shape, got, sizeof got);
@@ -102,23 +108,48 @@ static grove_status mha_refresh(grove_module *m, grove_err *err) {
                          "MultiheadAttention: in_proj_bias has shape %s, expected [%lld]", got,
                          (long long)(3 * E));
   }
-  float *wf = malloc((size_t)(3 * E * E) * sizeof(float) + 1);
-  if (!wf) return grove_err_set(err, GROVE_E_NOMEM, "MultiheadAttention: out of memory");
-  grove_status s = grove__copy_f32(wf, 3 * E * E, w, "MultiheadAttention", "in_proj_weight", err);
   grove__linear_pack *packs[4] = {NULL};
-  if (!s) {
-    packs[0] = grove__linear_pack_new(wf, 3 * E, E);
-    for (int i = 0; i < 3; i++) packs[i + 1] = grove__linear_pack_new(wf + i * E * E, E, E);
-    for (int i = 0; i < 4; i++)
-      if (!packs[i]) s = grove_err_set(err, GROVE_E_NOMEM, "MultiheadAttention: out of memory");
+  grove_status s = GROVE_OK;
+  if (p->same) {
+    if ((s = want_param(m, "in_proj_weight", 3 * E, E, &w, err))) return s;
+    float *wf = malloc((size_t)(3 * E * E) * sizeof(float) + 1);
+    if (!wf) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+    s = grove__copy_f32(wf, 3 * E * E, w, T, "in_proj_weight", err);
+    if (!s) {
+      packs[0] = grove__linear_pack_new(wf, 3 * E, E);
+      for (int i = 0; i < 3; i++) packs[i + 1] = grove__linear_pack_new(wf + i * E * E, E, E);
+      for (int i = 0; i < 4; i++)
+        if (!packs[i]) s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+    }
+    free(wf);
+  } else {
+    static const char *const names[3] = {"q_proj_weight", "k_proj_weight", "v_proj_weight"};
+    const int64_t in[3] = {E, p->o.kdim, p->o.vdim};
+    for (int i = 0; i < 3 && !s; i++) {
+      if ((s = want_param(m, names[i], E, in[i], &w, err))) break;
+      float *wf = malloc((size_t)(E * in[i]) * sizeof(float) + 1);
+      if (!wf) {
+        s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+        break;
+      }
+      s = grove__copy_f32(wf, E * in[i], w, T, names[i], err);
+      if (!s && !(packs[i + 1] = grove__linear_pack_new(wf, E, in[i])))
+        s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+      free(wf);
+    }
   }
-  if (!s && b) s = grove__copy_f32(p->in_bias, 3 * E, b, "MultiheadAttention", "in_proj_bias", err);
-  free(wf);
+  if (!s && b) s = grove__copy_f32(p->in_bias, 3 * E, b, T, "in_proj_bias", err);
+  if (!s && !b) memset(p->in_bias, 0, (size_t)(3 * E) * sizeof(float));
+  if (!s && p->o.add_bias_kv) {
+    if (!(s = want_param(m, "bias_k", E, 0, &w, err)))
+      s = grove__copy_f32(p->in_bias + 3 * E, E, w, T, "bias_k", err);
+    if (!s && !(s = want_param(m, "bias_v", E, 0, &w, err)))
+      s = grove__copy_f32(p->in_bias + 4 * E, E, w, T, "bias_v", err);
+  }
   if (s) {
     for (int i = 0; i < 4; i++) grove__linear_pack_free(packs[i]);
     return s;
   }
-  if (!b) memset(p->in_bias, 0, (size_t)(3 * E) * sizeof(float));
   grove__linear_pack_free(p->in_pack);
   p->in_pack = packs[0];
   for (int i = 0; i < 3; i++) {
@@ -132,6 +163,22 @@ void grove__mha_next_call(grove_fwd *f, const grove_module *m, bool need_weights
   f->mha.m = m;
   f->mha.need_weights = need_weights;
   f->mha.average = average;
+  memset(f->mha.mask, 0, sizeof f->mha.mask);
+}
+
+void grove__next_call_masks(grove_fwd *f, const grove_module *m, int n,
+                            const grove_tensor *const *masks) {
+  if (f->mha.m != m) grove__mha_next_call(f, m, true, true);
+  for (int i = 0; i < 6; i++) f->mha.mask[i] = i < n ? masks[i] : NULL;
+}
+
+void grove__take_call(grove_fwd *f, const grove_module *m, const grove_tensor *masks[6],
+                      bool *need_weights, bool *average) {
+  const bool mine = m && f->mha.m == m;
+  for (int i = 0; i < 6; i++) masks[i] = mine ? f->mha.mask[i] : NULL;
+  if (need_weights) *need_weights = mine ? f->mha.need_weights : true;
+  if (average) *average = mine ? f->mha.average : true;
+  if (mine) grove__mha_next_call(f, NULL, true, true);
 }
 
 /* ------------------------------------------------------------ attention core */
@@ -273,10 +320,19 @@ static void softmax_rows_avx512(float *sc, int64_t L, int64_t S) {
       v[j] = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m[j], row + 16 * j);
       mx = _mm512_max_ps(mx, v[j]);
     }
-    const __m512 mv = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    const float top = _mm512_reduce_max_ps(mx);
+    if (top == -INFINITY) { /* every key masked: torch's softmax gives NaN */
+      for (int64_t s = 0; s < S; s++) row[s] = NAN;
+      continue;
+    }
+    const __m512 mv = _mm512_set1_ps(top);
     __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < nv; j++) {
-      v[j] = _mm512_maskz_mov_ps(m[j], exp512(_mm512_sub_ps(v[j], mv)));
+      /* A masked key (-inf) weighs exactly 0, as in torch (exp512 clamps
+       * its argument, which would leave 2^-127). */
+      const __mmask16 live =
+          m[j] & _mm512_cmp_ps_mask(v[j], _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+      v[j] = _mm512_maskz_mov_ps(live, exp512(_mm512_sub_ps(v[j], mv)));
       sum = _mm512_add_ps(sum, v[j]);
     }
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
@@ -288,15 +344,17 @@ static void softmax_rows_avx512(float *sc, int64_t L, int64_t S) {
 GROVE__TARGET_POP
 #endif /* ATT_HAVE_AVX512 */
 
-/* One head of one batch item: o[l] = softmax(scale * q[l] . k^T) . v, rows
- * of q, k, v and o rs* floats apart; sc is [L, S] scratch that ends up
+/* One head of one batch item: o[l] = softmax(scale * q[l] . k^T + madd[l]) . v,
+ * rows of q, k, v and o rs* floats apart; madd is the [L, S] additive mask
+ * (NULL: none; -inf masks a key, and a row of -inf gives NaN as in torch);
+ * sc is [L, S] scratch that ends up
  * holding the probabilities and kt [d, S] scratch.  Large heads go to
  * sgemm; small ones (the common case: a few dozen tokens) run loops that
  * vectorise along S and d: k is transposed once so that every inner loop is
  * a contiguous multiply-add. */
 static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, const float *v,
                    int64_t rsv, float *o, int64_t rso, int64_t L, int64_t S, int64_t d, float scale,
-                   float *restrict sc, float *restrict kt) {
+                   const float *madd, float *restrict sc, float *restrict kt) {
   const bool big = L * S * d >= (1 << 15);
   bool fast = false; /* the AVX-512 kernels: S <= 64, d <= 128 */
 #if ATT_HAVE_AVX512
@@ -323,6 +381,8 @@ static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, con
       }
     }
   }
+  if (madd)
+    for (int64_t i = 0; i < L * S; i++) sc[i] += madd[i];
   if (fast) {
 #if ATT_HAVE_AVX512
     softmax_rows_avx512(sc, L, S);
@@ -372,13 +432,122 @@ static grove_status contig(grove_fwd *f, const grove_tensor *t, grove_tensor *ou
   return grove__contig_f32(f, t, out);
 }
 
+/* ------------------------------------------------------------ masks */
+
+static bool mask_is_bool(const grove_tensor *t) {
+  return t->dtype == GROVE_BOOL || t->dtype == GROVE_U8; /* uint8: torch's deprecated bool */
+}
+
+double grove__mask_at(const grove_tensor *t, int64_t off) {
+  switch (t->dtype) {
+    case GROVE_F32:
+      return ((const float *)t->data)[off];
+    case GROVE_F64:
+      return ((const double *)t->data)[off];
+    default:
+      return ((const uint8_t *)t->data)[off] ? 1.0 : 0.0;
+  }
+}
+
+static grove_status mask_dtype(grove_fwd *f, const grove_tensor *t, const char *what) {
+  if (mask_is_bool(t) || t->dtype == GROVE_F32 || t->dtype == GROVE_F64) return GROVE_OK;
+  return grove_err_set(f->err, GROVE_E_DTYPE,
+                       "MultiheadAttention: only bool and floating types of %s are supported, "
+                       "got %s",
+                       what, grove_dtype_name(t->dtype));
+}
+
+/* Checks key_padding_mask kpm ([N, S]; unbatched [S]) and attn_mask am
+ * ([L, S] or [N * H, L, S]) as F.multi_head_attention_forward does. */
+static grove_status masks_check(grove_fwd *f, const grove_tensor *kpm, const grove_tensor *am,
+                                bool batched, int64_t N, int64_t H, int64_t L, int64_t S) {
+  char got[128];
+  grove_status s;
+  if (kpm) {
+    if ((s = mask_dtype(f, kpm, "key_padding_mask"))) return s;
+    if (batched ? (kpm->ndim != 2 || kpm->shape[0] != N || kpm->shape[1] != S)
+                : (kpm->ndim != 1 || kpm->shape[0] != S))
+      return grove_err_set(f->err, GROVE_E_SHAPE,
+                           "MultiheadAttention: expecting key_padding_mask shape of %s(%lld), but "
+                           "got %s",
+                           batched ? "(N, S) = " : "", (long long)S,
+                           grove_shape_str(kpm->ndim, kpm->shape, got, sizeof got));
+  }
+  if (am) {
+    if ((s = mask_dtype(f, am, "attn_mask"))) return s;
+    if (am->ndim == 2 && (am->shape[0] != L || am->shape[1] != S))
+      return grove_err_set(f->err, GROVE_E_SHAPE,
+                           "MultiheadAttention: the shape of the 2D attn_mask is %s, but should be "
+                           "[%lld, %lld]",
+                           grove_shape_str(am->ndim, am->shape, got, sizeof got), (long long)L,
+                           (long long)S);
+    if (am->ndim == 3 && (am->shape[0] != N * H || am->shape[1] != L || am->shape[2] != S))
+      return grove_err_set(f->err, GROVE_E_SHAPE,
+                           "MultiheadAttention: the shape of the 3D attn_mask is %s, but should be "
+                           "[%lld, %lld, %lld] (batch * num_heads, L, S)",
+                           grove_shape_str(am->ndim, am->shape, got, sizeof got),
+                           (long long)(N * H), (long long)L, (long long)S);
+    if (am->ndim != 2 && am->ndim != 3)
+      return grove_err_set(f->err, GROVE_E_SHAPE,
+                           "MultiheadAttention: attn_mask's dimension %d is not supported",
+                           am->ndim);
+  }
+  if (kpm && am && !mask_is_bool(kpm) && !mask_is_bool(am))
+    return grove_err_set(f->err, GROVE_E_DTYPE,
+                         "MultiheadAttention: a float key_padding_mask with a float attn_mask: "
+                         "torch merges them with masked_fill, which only supports boolean masks");
+  return GROVE_OK;
+}
+
+/* madd[l][s] for batch item n, head h: the two masks merged as torch merges
+ * them (bool or bool: -inf; float attn_mask with a bool padding mask:
+ * masked_fill with -inf; a bool attn_mask with a float padding mask: their
+ * logical or), 0 in the S2 - S columns that add_bias_kv / add_zero_attn
+ * appended (torch pads the masks with zeros there). */
+static void mask_rows(float *madd, const grove_tensor *kpm, const grove_tensor *am, int64_t n,
+                      int64_t h, int64_t H, int64_t L, int64_t S, int64_t S2) {
+  const bool kb = kpm && mask_is_bool(kpm), ab = am && mask_is_bool(am);
+  for (int64_t l = 0; l < L; l++) {
+    float *row = madd + l * S2;
+    for (int64_t s = 0; s < S2; s++) {
+      if (s >= S) {
+        row[s] = 0.0f;
+        continue;
+      }
+      double a = 0, k = 0;
+      if (am)
+        a = am->ndim == 2 ? grove__mask_at(am, l * am->strides[0] + s * am->strides[1])
+                          : grove__mask_at(am, (n * H + h) * am->strides[0] + l * am->strides[1] +
+                                                   s * am->strides[2]);
+      if (kpm)
+        k = kpm->ndim == 2 ? grove__mask_at(kpm, n * kpm->strides[0] + s * kpm->strides[1])
+                           : grove__mask_at(kpm, s * kpm->strides[0]);
+      double v;
+      if ((ab || !am) && (kb || !kpm))
+        v = (a != 0 || k != 0) ? -INFINITY : 0.0;
+      else if (!am)
+        v = k;
+      else if (!kpm)
+        v = a;
+      else if (kb) /* float attn_mask, bool padding */
+        v = k != 0 ? -INFINITY : a;
+      else /* bool attn_mask, float padding: logical_or */
+        v = (a != 0 || k != 0) ? -INFINITY : 0.0;
+      row[s] = (float)v;
+    }
+  }
+}
+
+/* ------------------------------------------------------------ forward */
+
 static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_tensor *q0,
-                            const grove_tensor *k0, const grove_tensor *v0, bool need_weights,
-                            bool average, grove_values *out) {
+                            const grove_tensor *k0, const grove_tensor *v0, const grove_tensor *kpm,
+                            const grove_tensor *am, bool need_weights, bool average,
+                            grove_values *out) {
   const mha_impl *p = m->impl;
   const char *T = "MultiheadAttention";
-  const int64_t E = p->E, H = p->H, d = p->d;
-  const bool self_attn = q0->data == k0->data && k0->data == v0->data &&
+  const int64_t E = p->E, H = p->H, d = p->d, KD = p->o.kdim, VD = p->o.vdim;
+  const bool self_attn = p->same && q0->data == k0->data && k0->data == v0->data &&
                          grove_tensor_same_shape(q0, k0) && grove_tensor_same_shape(k0, v0) &&
                          memcmp(q0->strides, k0->strides, sizeof q0->strides) == 0 &&
                          memcmp(k0->strides, v0->strides, sizeof k0->strides) == 0;
@@ -392,32 +561,41 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
   }
   const bool batched = q.ndim == 3;
   char a[128], b[128], c[128];
+  bool kv_fit = k.ndim == v.ndim;
+  for (int i = 0; kv_fit && i < k.ndim - 1; i++) kv_fit = k.shape[i] == v.shape[i];
   if ((q.ndim != 3 && q.ndim != 2) || k.ndim != q.ndim || v.ndim != q.ndim ||
-      q.shape[q.ndim - 1] != E || k.shape[k.ndim - 1] != E || v.shape[v.ndim - 1] != E ||
-      !grove_tensor_same_shape(&k, &v) ||
-      (batched && (p->batch_first ? (k.shape[0] != q.shape[0]) : (k.shape[1] != q.shape[1]))))
+      q.shape[q.ndim - 1] != E || k.shape[k.ndim - 1] != KD || v.shape[v.ndim - 1] != VD ||
+      !kv_fit ||
+      (batched && (p->o.batch_first ? (k.shape[0] != q.shape[0]) : (k.shape[1] != q.shape[1])))) {
+    char dims[96] = "";
+    if (!p->same)
+      snprintf(dims, sizeof dims, ", kdim %lld, vdim %lld", (long long)KD, (long long)VD);
     return grove_err_set(f->err, GROVE_E_SHAPE,
                          "MultiheadAttention: query %s, key %s and value %s do not fit: expected "
-                         "%s with embed_dim %lld (key and value of one shape, one batch size)",
+                         "%s with embed_dim %lld%s (key and value of one shape, one batch size)",
                          grove_shape_str(q.ndim, q.shape, a, sizeof a),
                          grove_shape_str(k.ndim, k.shape, b, sizeof b),
                          grove_shape_str(v.ndim, v.shape, c, sizeof c),
-                         p->batch_first ? "[N, L, E] or [L, E]" : "[L, N, E] or [L, E]",
-                         (long long)E);
-  const bool bf = batched && p->batch_first;
+                         p->o.batch_first ? "[N, L, E] or [L, E]" : "[L, N, E] or [L, E]",
+                         (long long)E, dims);
+  }
+  const bool bf = batched && p->o.batch_first;
   const int64_t N = batched ? (bf ? q.shape[0] : q.shape[1]) : 1;
   const int64_t L = batched ? (bf ? q.shape[1] : q.shape[0]) : q.shape[0];
   const int64_t S = batched ? (bf ? k.shape[1] : k.shape[0]) : k.shape[0];
   const int64_t rq = N * L, rk = N * S;
+  /* torch's src_len after add_bias_kv / add_zero_attn appended positions. */
+  const int64_t S2 = S + (p->o.add_bias_kv ? 1 : 0) + (p->o.add_zero_attn ? 1 : 0);
+  if ((s = masks_check(f, kpm, am, batched, N, H, L, S))) return s;
 
   /* Projections: rows in the input's own order.  The packs exist once the
    * module is refreshed (never before a deferred build is loaded). */
-  assert(p->in_pack && p->qkv[0]);
+  assert(p->qkv[0] && (p->in_pack || !p->same));
   const float *Q, *K, *V;
   int64_t ldq, ldk, ldv;
   if (self_attn) {
     float *qkv = grove_arena_alloc(f->arena, (size_t)(rq * 3 * E) * sizeof(float) + 1);
-    if (!qkv) return scratch(f, T);
+    if (!qkv) return grove__scratch_error(f, T);
     if (rq) grove__linear_run(p->in_pack, q.data, rq, p->in_bias, qkv, GROVE__ACT_NONE);
     Q = qkv;
     K = qkv + E;
@@ -427,7 +605,7 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
     float *pq = grove_arena_alloc(f->arena, (size_t)(rq * E) * sizeof(float) + 1);
     float *pk = grove_arena_alloc(f->arena, (size_t)(rk * E) * sizeof(float) + 1);
     float *pv = grove_arena_alloc(f->arena, (size_t)(rk * E) * sizeof(float) + 1);
-    if (!pq || !pk || !pv) return scratch(f, T);
+    if (!pq || !pk || !pv) return grove__scratch_error(f, T);
     if (rq) grove__linear_run(p->qkv[0], q.data, rq, p->in_bias, pq, GROVE__ACT_NONE);
     if (rk) grove__linear_run(p->qkv[1], k.data, rk, p->in_bias + E, pk, GROVE__ACT_NONE);
     if (rk) grove__linear_run(p->qkv[2], v.data, rk, p->in_bias + 2 * E, pv, GROVE__ACT_NONE);
@@ -436,13 +614,46 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
     V = pv;
     ldq = ldk = ldv = E;
   }
+  /* Batch n's query row l is row n*L + l (batch_first) or l*N + n; keys
+   * likewise, unless positions were appended: then keys and values are
+   * copied batch-major, [N, S2, E], with bias_k / bias_v and a zero row at
+   * the end of each item. */
+  const bool extended = S2 != S;
+  if (extended) {
+    float *k2 = grove_arena_alloc(f->arena, (size_t)(N * S2 * E) * sizeof(float) + 1);
+    float *v2 = grove_arena_alloc(f->arena, (size_t)(N * S2 * E) * sizeof(float) + 1);
+    if (!k2 || !v2) return grove__scratch_error(f, T);
+    const size_t row = (size_t)E * sizeof(float);
+    for (int64_t n = 0; n < N; n++) {
+      for (int64_t j = 0; j < S; j++) {
+        const int64_t r = bf || !batched ? n * S + j : j * N + n;
+        memcpy(k2 + (n * S2 + j) * E, K + r * ldk, row);
+        memcpy(v2 + (n * S2 + j) * E, V + r * ldv, row);
+      }
+      int64_t j = S;
+      if (p->o.add_bias_kv) {
+        memcpy(k2 + (n * S2 + j) * E, p->in_bias + 3 * E, row);
+        memcpy(v2 + (n * S2 + j) * E, p->in_bias + 4 * E, row);
+        j++;
+      }
+      if (p->o.add_zero_attn) {
+        memset(k2 + (n * S2 + j) * E, 0, row);
+        memset(v2 + (n * S2 + j) * E, 0, row);
+      }
+    }
+    K = k2;
+    V = v2;
+    ldk = ldv = E;
+  }
   float *ctx = grove_arena_alloc(f->arena, (size_t)(rq * E) * sizeof(float) + 1);
-  float *sc = grove_arena_alloc(f->arena, (size_t)(L * S) * sizeof(float) + 1);
-  float *kt = grove_arena_alloc(f->arena, (size_t)(d * S) * sizeof(float) + 1);
-  if (!ctx || !sc || !kt) return scratch(f, T);
+  float *sc = grove_arena_alloc(f->arena, (size_t)(L * S2) * sizeof(float) + 1);
+  float *kt = grove_arena_alloc(f->arena, (size_t)(d * S2) * sizeof(float) + 1);
+  float *madd = NULL;
+  if (kpm || am) madd = grove_arena_alloc(f->arena, (size_t)(L * S2) * sizeof(float) + 1);
+  if (!ctx || !sc || !kt || ((kpm || am) && !madd)) return grove__scratch_error(f, T);
 
-  /* Attention weights: [N, L, S] averaged, [N, H, L, S] per head (unbatched:
-   * without N). */
+  /* Attention weights: [N, L, S2] averaged, [N, H, L, S2] per head
+   * (unbatched: without N). */
   grove_tensor wt = {0};
   float *wd = NULL;
   if (need_weights) {
@@ -451,35 +662,36 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
     if (batched) ws[wn++] = N;
     if (!average) ws[wn++] = H;
     ws[wn++] = L;
-    ws[wn++] = S;
+    ws[wn++] = S2;
     if ((s = grove_fwd_alloc(f, &wt, GROVE_F32, wn, ws))) return s;
     wd = wt.data;
-    if (average) memset(wd, 0, (size_t)(N * L * S) * sizeof(float));
+    if (average) memset(wd, 0, (size_t)(N * L * S2) * sizeof(float));
   }
   const float scale = (float)(1.0 / sqrt((double)d));
-  /* Batch n's row l is row n*L + l (batch_first) or l*N + n. */
-  const int64_t qstep = bf ? 1 : N, kstep = bf ? 1 : N;
+  const int64_t qstep = bf ? 1 : N, kstep = bf || extended ? 1 : N;
   for (int64_t n = 0; n < N && L > 0; n++) {
-    const int64_t q0r = bf ? n * L : n, k0r = bf ? n * S : n;
+    const int64_t q0r = bf ? n * L : n, k0r = bf || extended ? n * S2 : n;
     for (int64_t h = 0; h < H; h++) {
-      float *probs = (need_weights && !average) ? wd + ((n * H + h) * L) * S : sc;
-      if (S == 0) {
+      float *probs = (need_weights && !average) ? wd + ((n * H + h) * L) * S2 : sc;
+      if (S2 == 0) {
         for (int64_t l = 0; l < L; l++)
           memset(ctx + (q0r + l * qstep) * E + h * d, 0, (size_t)d * sizeof(float));
         continue;
       }
+      /* A padding mask alone is the same for every head: built once. */
+      if (madd && (h == 0 || (am && am->ndim == 3))) mask_rows(madd, kpm, am, n, h, H, L, S, S2);
       attend(Q + q0r * ldq + h * d, qstep * ldq, K + k0r * ldk + h * d, kstep * ldk,
-             V + k0r * ldv + h * d, kstep * ldv, ctx + q0r * E + h * d, qstep * E, L, S, d, scale,
-             probs, kt);
+             V + k0r * ldv + h * d, kstep * ldv, ctx + q0r * E + h * d, qstep * E, L, S2, d, scale,
+             madd, probs, kt);
       if (need_weights && average) {
-        float *w = wd + n * L * S;
-        for (int64_t i = 0; i < L * S; i++) w[i] += probs[i];
+        float *w = wd + n * L * S2;
+        for (int64_t i = 0; i < L * S2; i++) w[i] += probs[i];
       }
     }
     if (need_weights && average) {
-      float *w = wd + n * L * S;
+      float *w = wd + n * L * S2;
       const float inv = 1.0f / (float)H;
-      for (int64_t i = 0; i < L * S; i++) w[i] *= inv;
+      for (int64_t i = 0; i < L * S2; i++) w[i] *= inv;
     }
   }
   /* out_proj, called as torch does: with its weights, not as a module (its
@@ -501,26 +713,32 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
   return GROVE_OK;
 }
 
+grove_status grove__mha_call(const grove_module *m, grove_fwd *f, const grove_tensor *q,
+                             const grove_tensor *k, const grove_tensor *v, const grove_tensor *kpm,
+                             const grove_tensor *am, bool need_weights, bool average,
+                             grove_values *out) {
+  if (m->type != &grove__mha_type)
+    return grove_err_set(f->err, GROVE_E_INTERNAL, "%s is not a MultiheadAttention", m->type->name);
+  return mha_run(m, f, q, k, v, kpm, am, need_weights, average, out);
+}
+
 bool grove__mha_packed(const grove_module *m) {
   const mha_impl *p = m->impl;
-  return p->in_pack != NULL && p->qkv[0] != NULL;
+  return p->qkv[0] != NULL && (p->in_pack != NULL || !p->same);
 }
 
 static grove_status mha_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                 grove_values *out) {
-  bool need = true, avg = true;
-  if (f->mha.m == m) {
-    need = f->mha.need_weights;
-    avg = f->mha.average;
-    f->mha.m = NULL;
-  }
+  const grove_tensor *mask[6];
+  bool need, avg;
+  grove__take_call(f, m, mask, &need, &avg);
   if (in->n != 1 && in->n != 3)
     return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
                          "MultiheadAttention: expected query, key and value (3 tensors), got %d",
                          in->n);
   const grove_tensor *q = &in->v[0];
   const grove_tensor *k = in->n == 3 ? &in->v[1] : q, *v = in->n == 3 ? &in->v[2] : q;
-  return mha_run(m, f, q, k, v, need, avg, out);
+  return mha_run(m, f, q, k, v, mask[0], mask[1], need, avg, out);
 }
 
 const grove_module_type grove__mha_type = {
@@ -532,42 +750,78 @@ const grove_module_type grove__mha_type = {
 
 grove_status grove_multihead_attention_new(int64_t embed_dim, int64_t num_heads, bool bias,
                                            bool batch_first, grove_module **out, grove_err *err) {
+  const grove_mha_opts o = {
+      .embed_dim = embed_dim, .num_heads = num_heads, .bias = bias, .batch_first = batch_first};
+  return grove_multihead_attention_new_opts(&o, out, err);
+}
+
+grove_status grove_multihead_attention_new_opts(const grove_mha_opts *o, grove_module **out,
+                                                grove_err *err) {
   *out = NULL;
   const char *T = "MultiheadAttention";
-  if (embed_dim <= 0 || num_heads <= 0 || embed_dim > (1 << 16))
+  const int64_t E = o->embed_dim, kd = o->kdim ? o->kdim : E, vd = o->vdim ? o->vdim : E;
+  if (E <= 0 || o->num_heads <= 0 || E > (1 << 16) || kd < 0 || kd > (1 << 16) || vd < 0 ||
+      vd > (1 << 16))
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "%s: embed_dim and num_heads must be positive (embed_dim at most 65536), "
-                         "got %lld and %lld",
-                         T, (long long)embed_dim, (long long)num_heads);
-  if (embed_dim % num_heads)
+                         "%s: embed_dim and num_heads must be positive (embed_dim, kdim and vdim "
+                         "at most 65536), got %lld and %lld",
+                         T, (long long)E, (long long)o->num_heads);
+  if (E % o->num_heads)
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          "%s: embed_dim must be divisible by num_heads", T);
-  const int64_t E = embed_dim;
-  mha_impl *p = calloc(1, sizeof *p + (size_t)(3 * E) * sizeof(float));
+  mha_impl *p = calloc(1, sizeof *p + (size_t)(5 * E) * sizeof(float));
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+  p->o = *o;
+  p->o.kdim = kd;
+  p->o.vdim = vd;
   p->E = E;
-  p->H = num_heads;
-  p->d = E / num_heads;
-  p->bias = bias;
-  p->batch_first = batch_first;
+  p->H = o->num_heads;
+  p->d = E / o->num_heads;
+  p->same = kd == E && vd == E;
   grove_module *m = NULL;
   grove_status s = grove__layer_make(&grove__mha_type, p, &m, err);
   if (s) return s;
-  int64_t ws[2] = {3 * E, E}, bs = 3 * E;
-  grove_tensor *w = grove_tensor_new(GROVE_F32, 2, ws, err);
-  grove_tensor *b = bias ? grove_tensor_new(GROVE_F32, 1, &bs, err) : NULL;
-  if (!w || (bias && !b)) s = err && err->code ? err->code : GROVE_E_NOMEM;
-  /* torch's registration order, the unused separate weights as None. */
-  if (!s) s = grove_module_register_parameter(m, "in_proj_weight", w, err);
-  if (!s) s = grove_module_register_parameter(m, "q_proj_weight", NULL, err);
-  if (!s) s = grove_module_register_parameter(m, "k_proj_weight", NULL, err);
-  if (!s) s = grove_module_register_parameter(m, "v_proj_weight", NULL, err);
+  /* torch's registration order, the unused weights as None: the separate
+   * q/k/v weights (or None) and in_proj_weight (or None), in_proj_bias,
+   * then bias_k, bias_v; out_proj is a child, so its keys come after. */
+  int64_t ws[2] = {3 * E, E}, bs = 3 * E, kvs[3] = {1, 1, E};
+  grove_tensor *w = NULL, *b = NULL, *sep[3] = {NULL}, *bkv[2] = {NULL};
+  if (p->same) {
+    if (!(w = grove_tensor_new(GROVE_F32, 2, ws, err))) s = GROVE_E_NOMEM;
+  } else {
+    const int64_t in[3] = {E, kd, vd};
+    for (int i = 0; i < 3; i++) {
+      int64_t sh[2] = {E, in[i]};
+      if (!(sep[i] = grove_tensor_new(GROVE_F32, 2, sh, err))) s = GROVE_E_NOMEM;
+    }
+  }
+  if (o->bias && !(b = grove_tensor_new(GROVE_F32, 1, &bs, err))) s = GROVE_E_NOMEM;
+  for (int i = 0; i < 2 && o->add_bias_kv; i++)
+    if (!(bkv[i] = grove_tensor_new(GROVE_F32, 3, kvs, err))) s = GROVE_E_NOMEM;
+  if (s) s = err && err->code ? err->code : GROVE_E_NOMEM;
+  if (p->same) {
+    if (!s) s = grove_module_register_parameter(m, "in_proj_weight", w, err);
+    if (!s) s = grove_module_register_parameter(m, "q_proj_weight", NULL, err);
+    if (!s) s = grove_module_register_parameter(m, "k_proj_weight", NULL, err);
+    if (!s) s = grove_module_register_parameter(m, "v_proj_weight", NULL, err);
+  } else {
+    if (!s) s = grove_module_register_parameter(m, "q_proj_weight", sep[0], err);
+    if (!s) s = grove_module_register_parameter(m, "k_proj_weight", sep[1], err);
+    if (!s) s = grove_module_register_parameter(m, "v_proj_weight", sep[2], err);
+    if (!s) s = grove_module_register_parameter(m, "in_proj_weight", NULL, err);
+  }
   if (!s) s = grove_module_register_parameter(m, "in_proj_bias", b, err);
+  /* Without add_bias_kv torch's bias_k / bias_v are plain None attributes,
+   * not parameter slots. */
+  if (!s && o->add_bias_kv) s = grove_module_register_parameter(m, "bias_k", bkv[0], err);
+  if (!s && o->add_bias_kv) s = grove_module_register_parameter(m, "bias_v", bkv[1], err);
   grove_tensor_release(w);
   grove_tensor_release(b);
+  for (int i = 0; i < 3; i++) grove_tensor_release(sep[i]);
+  for (int i = 0; i < 2; i++) grove_tensor_release(bkv[i]);
   grove_module *op = NULL;
-  if (!s) s = add_child(m, "out_proj", grove_linear_new(E, E, bias, &op, err), &op, err);
-  /* Packs the zero in_proj_weight, unless the tree is built for a load
+  if (!s) s = grove__add_child(m, "out_proj", grove_linear_new(E, E, o->bias, &op, err), &op, err);
+  /* Packs the zero weights, unless the tree is built for a load
    * (module_module_internal.h, "deferred refresh"). */
   if (!s) s = grove__refresh_new(m, err);
   if (s) {
@@ -600,350 +854,20 @@ grove_status grove__multihead_attention_from_json(const json_t *obj, const char 
     s = grove__json_int_or_null(obj, path, T, "vdim", true, 0, 1, 1 << 16, &vd, &vd_null, err);
   if (!s) s = grove__json_bool(obj, path, T, "batch_first", false, &bf, err);
   if (s) return s;
-  if (bkv)
-    return grove__json_unsupported(path, "add_bias_kv", "add_bias_kv=True is not supported", err);
-  if (zero)
-    return grove__json_unsupported(path, "add_zero_attn", "add_zero_attn=True is not supported",
-                                   err);
-  if ((!kd_null && kd != E) || (!vd_null && vd != E))
-    return grove__json_unsupported(path, kd_null || kd == E ? "vdim" : "kdim",
-                                   "kdim and vdim other than embed_dim (separate q/k/v "
-                                   "projection weights) are not supported",
-                                   err);
   if (E % H)
     return grove_err_set(err, GROVE_E_SPEC,
                          "%s.num_heads: embed_dim (%lld) must be divisible by num_heads (%lld)",
                          path, (long long)E, (long long)H);
-  return grove__json_built(path, grove_multihead_attention_new(E, H, bias, bf, out, err), err);
-}
-
-/* ============================================================ TransformerEncoderLayer */
-
-typedef struct tel_impl {
-  grove_encoder_layer_opts o;
-  bool gelu;
-} tel_impl;
-
-void grove__tel_settings(const grove_module *m, grove__layer_settings *s) {
-  const tel_impl *p = m->impl;
-  s->embed_dim = p->o.d_model;
-  s->num_heads = p->o.nhead;
-  s->dim_feedforward = p->o.dim_feedforward;
-  s->p = p->o.dropout;
-  s->gelu_ff = p->gelu;
-  s->ln_eps = p->o.layer_norm_eps;
-  s->batch_first = p->o.batch_first;
-  s->norm_first = p->o.norm_first;
-}
-
-static grove_status call(const grove_module *m, const char *child, grove_fwd *f,
-                         const grove_tensor *x, grove_tensor *y) {
-  const grove_module *c = grove_module_child(m, child);
-  if (!c)
-    return grove_err_set(f->err, GROVE_E_INTERNAL, "%s: child %s is missing", m->type->name, child);
-  return grove_module_call(c, f, x, y);
-}
-
-/* y += x elementwise (same shape, both contiguous float32). */
-static void add_into(grove_tensor *y, const grove_tensor *x) {
-  float *restrict a = y->data;
-  const float *restrict b = x->data;
-  for (int64_t i = 0, n = grove_tensor_numel(y); i < n; i++) a[i] += b[i];
-}
-
-static grove_status sa_block(const grove_module *m, grove_fwd *f, const grove_tensor *x,
-                             grove_tensor *y) {
-  const grove_module *sa = grove_module_child(m, "self_attn");
-  grove_values in = {.n = 3}, out = {0};
-  in.v[0] = in.v[1] = in.v[2] = *x;
-  grove__mha_next_call(f, sa, false, true);
-  grove_status s = grove_module_forward(sa, f, &in, &out);
-  grove__mha_next_call(f, NULL, true, true);
-  if (s) return s;
-  return call(m, "dropout1", f, &out.v[0], y);
-}
-
-static grove_status ff_block(const grove_module *m, grove_fwd *f, const tel_impl *p,
-                             const grove_tensor *x, grove_tensor *y) {
-  const grove_module *l1 = grove_module_child(m, "linear1");
-  grove_values in = {.n = 1}, out = {0};
-  in.v[0] = *x;
-  grove_status s;
-  grove_tensor h;
-  if (!p->gelu && grove__no_forward_hooks() && !grove__observes(f, l1)) {
-    if ((s = grove__linear_forward_act(l1, f, &in, &out, GROVE__ACT_RELU))) return s;
-    h = out.v[0];
-  } else {
-    if ((s = grove_module_call(l1, f, x, &h))) return s;
-    if (h.dtype != GROVE_F32 || !grove_tensor_is_contiguous(&h))
-      return grove_err_set(f->err, GROVE_E_INTERNAL, "linear1 returned a strided tensor");
-    float *restrict a = h.data;
-    const int64_t n = grove_tensor_numel(&h);
-    if (p->gelu) {
-      const float r = 0.7071067811865476f;
-      for (int64_t i = 0; i < n; i++) a[i] = 0.5f * a[i] * (1.0f + erff(a[i] * r));
-    } else {
-      for (int64_t i = 0; i < n; i++) a[i] = a[i] < 0.0f ? 0.0f : a[i];
-    }
-  }
-  grove_tensor d, l2;
-  if ((s = call(m, "dropout", f, &h, &d)) || (s = call(m, "linear2", f, &d, &l2))) return s;
-  return call(m, "dropout2", f, &l2, y);
-}
-
-/* Residual: r = a + b into b's memory when b is ours (a fresh, contiguous
- * result), else into a new tensor. */
-static grove_status residual(grove_fwd *f, const grove_tensor *a, grove_tensor *b,
-                             grove_tensor *r) {
-  if (!grove_tensor_same_shape(a, b) || a->dtype != GROVE_F32 || b->dtype != GROVE_F32)
-    return grove_err_set(f->err, GROVE_E_SHAPE,
-                         "TransformerEncoderLayer: a sublayer changed the shape");
-  if (grove_tensor_is_contiguous(b) && b->data != a->data) {
-    add_into(b, a);
-    *r = *b;
-    return GROVE_OK;
-  }
-  return grove__op_binary(f, GROVE__BIN_ADD, a, b, 1.0, r, NULL);
-}
-
-static grove_status tel_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
-                                grove_values *out) {
-  const tel_impl *p = m->impl;
-  const char *T = "TransformerEncoderLayer";
-  if (in->n != 1)
-    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
-                         "%s: expected 1 input tensor (src), got %d", T, in->n);
-  grove_tensor x;
-  grove_status s = grove__layer_input(T, f, in, GROVE_F32, &x);
-  if (s) return s;
-  if ((x.ndim != 2 && x.ndim != 3) || x.shape[x.ndim - 1] != p->o.d_model) {
-    char got[128];
-    return grove_err_set(
-        f->err, GROVE_E_SHAPE, "%s: expected src of shape %s with d_model %lld, got %s", T,
-        p->o.batch_first ? "[N, S, E] or [S, E]" : "[S, N, E] or [S, E]", (long long)p->o.d_model,
-        grove_shape_str(x.ndim, x.shape, got, sizeof got));
-  }
-  grove_tensor t1, t2, x1, y;
-  if (p->o.norm_first) {
-    if ((s = call(m, "norm1", f, &x, &t1)) || (s = sa_block(m, f, &t1, &t2)) ||
-        (s = residual(f, &x, &t2, &x1)) || (s = call(m, "norm2", f, &x1, &t1)) ||
-        (s = ff_block(m, f, p, &t1, &t2)) || (s = residual(f, &x1, &t2, &y)))
-      return s;
-  } else {
-    if ((s = sa_block(m, f, &x, &t1)) || (s = residual(f, &x, &t1, &t2)) ||
-        (s = call(m, "norm1", f, &t2, &x1)) || (s = ff_block(m, f, p, &x1, &t1)) ||
-        (s = residual(f, &x1, &t1, &t2)) || (s = call(m, "norm2", f, &t2, &y)))
-      return s;
-  }
-  out->n = 1;
-  out->v[0] = y;
-  return GROVE_OK;
-}
-
-const grove_module_type grove__tel_type = {
-    .name = "TransformerEncoderLayer",
-    .forward = tel_forward,
-};
-
-grove_status grove_transformer_encoder_layer_new(const grove_encoder_layer_opts *o,
-                                                 grove_module **out, grove_err *err) {
-  *out = NULL;
-  const char *T = "TransformerEncoderLayer";
-  if (!o || o->d_model <= 0 || o->nhead <= 0 || o->dim_feedforward <= 0)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "%s: d_model, nhead and dim_feedforward must be positive", T);
-  if (o->d_model % o->nhead)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: d_model must be divisible by nhead",
-                         T);
-  bool gelu = false;
-  if (o->activation && strcmp(o->activation, "gelu") == 0)
-    gelu = true;
-  else if (o->activation && strcmp(o->activation, "relu") != 0)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "%s: activation should be relu/gelu, not %s", T, o->activation);
-  if (!(o->dropout >= 0.0 && o->dropout <= 1.0) || !(o->layer_norm_eps >= 0.0) ||
-      isinf(o->layer_norm_eps))
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "%s: dropout must be in [0, 1] and layer_norm_eps finite and >= 0", T);
-  tel_impl *p = calloc(1, sizeof *p);
-  if (!p) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
-  p->o = *o;
-  p->o.activation = gelu ? "gelu" : "relu"; /* static strings: the caller's may go away */
-  p->gelu = gelu;
-  grove_module *m = NULL;
-  grove_status s = grove__layer_make(&grove__tel_type, p, &m, err);
-  if (s) return s;
-  const int64_t E = o->d_model;
-  grove_module *c = NULL;
-  s = add_child(m, "self_attn",
-                grove_multihead_attention_new(E, o->nhead, true, o->batch_first, &c, err), &c, err);
-  if (!s)
-    s = add_child(m, "linear1", grove_linear_new(E, o->dim_feedforward, true, &c, err), &c, err);
-  if (!s) s = add_child(m, "dropout", grove_dropout_new(o->dropout, &c, err), &c, err);
-  if (!s)
-    s = add_child(m, "linear2", grove_linear_new(o->dim_feedforward, E, true, &c, err), &c, err);
-  if (!s)
-    s = add_child(m, "norm1", grove_layer_norm_new(1, &E, o->layer_norm_eps, true, &c, err), &c,
-                  err);
-  if (!s)
-    s = add_child(m, "norm2", grove_layer_norm_new(1, &E, o->layer_norm_eps, true, &c, err), &c,
-                  err);
-  if (!s) s = add_child(m, "dropout1", grove_dropout_new(o->dropout, &c, err), &c, err);
-  if (!s) s = add_child(m, "dropout2", grove_dropout_new(o->dropout, &c, err), &c, err);
-  if (s) {
-    grove_module_release(m);
-    return s;
-  }
-  *out = m;
-  return GROVE_OK;
-}
-
-static grove_status tel_opts_from_json(const json_t *obj, const char *path,
-                                       grove_encoder_layer_opts *o, grove_err *err) {
-  static const char *const keys[] = {
-      "d_model",        "nhead",       "dim_feedforward", "dropout", "activation",
-      "layer_norm_eps", "batch_first", "norm_first",      "bias",    NULL};
-  static const char *const acts[] = {"relu", "gelu", NULL};
-  const char *T = "TransformerEncoderLayer";
-  int act = 0;
-  bool bias;
-  grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = grove__json_int(obj, path, T, "d_model", true, 0, 1, 1 << 16, &o->d_model, err);
-  if (!s) s = grove__json_int(obj, path, T, "nhead", true, 0, 1, 1 << 16, &o->nhead, err);
-  if (!s)
-    s = grove__json_int(obj, path, T, "dim_feedforward", false, 2048, 1, 1 << 20,
-                        &o->dim_feedforward, err);
-  if (!s) s = grove__json_number(obj, path, T, "dropout", 0.1, 0.0, 1.0, &o->dropout, err);
-  if (!s) s = grove__json_choice(obj, path, T, "activation", 0, acts, &act, err);
-  if (!s)
-    s = grove__json_number(obj, path, T, "layer_norm_eps", 1e-5, 0.0, INFINITY, &o->layer_norm_eps,
-                           err);
-  if (!s) s = grove__json_bool(obj, path, T, "batch_first", false, &o->batch_first, err);
-  if (!s) s = grove__json_bool(obj, path, T, "norm_first", false, &o->norm_first, err);
-  if (!s) s = grove__json_bool(obj, path, T, "bias", true, &bias, err);
-  if (s) return s;
-  if (!bias)
-    return grove__json_unsupported(path, "bias", "bias=False (torch >= 2.1) is not supported", err);
-  o->activation = acts[act];
-  if (o->d_model % o->nhead)
-    return grove_err_set(err, GROVE_E_SPEC,
-                         "%s.nhead: d_model (%lld) must be divisible by nhead (%lld)", path,
-                         (long long)o->d_model, (long long)o->nhead);
-  return GROVE_OK;
-}
-
-grove_status grove__transformer_encoder_layer_from_json(const json_t *obj, const char *path,
-                                                        grove_module **out, grove_err *err) {
-  grove_encoder_layer_opts o = {0};
-  grove_status s = tel_opts_from_json(obj, path, &o, err);
-  return s ? s : grove__json_built(path, grove_transformer_encoder_layer_new(&o, out, err), err);
-}
-
-/* ============================================================ TransformerEncoder */
-
-static grove_status te_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
-                               grove_values *out) {
-  if (in->n != 1)
-    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
-                         "TransformerEncoder: expected 1 input tensor (src), got %d", in->n);
-  const grove_module *layers = grove_module_child(m, "layers");
-  const grove_module *norm = grove_module_child(m, "norm");
-  grove_tensor x = in->v[0];
-  grove_arena_mark m0 = grove_arena_mark_get(f->arena);
-  for (size_t i = 0; layers && i < layers->nchildren; i++) {
-    grove_tensor y;
-    grove_status s = grove_module_call(layers->children[i].module, f, &x, &y);
-    if (s) return s;
-    /* Everything but y is scratch now: give it back (x included, when it
-     * was the previous layer's output). */
-    grove__keep k = {y.data, grove__tensor_extent(&y), NULL, {0}};
-    if (k.bytes > 0) {
-      if ((s = grove__arena_keep(f->arena, m0, &k, 1, f->err))) return s;
-      y.data = k.moved;
-    }
-    x = y;
-  }
-  if (norm) {
-    grove_tensor y;
-    grove_status s = grove_module_call(norm, f, &x, &y);
-    if (s) return s;
-    x = y;
-  }
-  out->n = 1;
-  out->v[0] = x;
-  return GROVE_OK;
-}
-
-const grove_module_type grove__te_type = {
-    .name = "TransformerEncoder",
-    .forward = te_forward,
-};
-
-grove_status grove_transformer_encoder_new(const grove_encoder_layer_opts *layer,
-                                           int64_t num_layers, grove_module *norm,
-                                           grove_module **out, grove_err *err) {
-  *out = NULL;
-  if (num_layers < 0 || num_layers > 4096)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "TransformerEncoder: num_layers must be in [0, 4096], got %lld",
-                         (long long)num_layers);
-  grove_module *m = NULL;
-  grove_status s = grove__layer_make(&grove__te_type, NULL, &m, err);
-  if (s) return s;
-  grove_module *list = NULL;
-  s = grove_module_list_new(&list, err);
-  for (int64_t i = 0; !s && i < num_layers; i++) {
-    grove_module *l = NULL;
-    char name[32];
-    snprintf(name, sizeof name, "%lld", (long long)i);
-    s = add_child(list, name, grove_transformer_encoder_layer_new(layer, &l, err), &l, err);
-  }
-  if (!s) {
-    s = grove_module_add_module(m, "layers", list, err);
-  }
-  grove_module_release(list);
-  if (!s && norm) s = grove_module_add_module(m, "norm", norm, err);
-  if (s) {
-    grove_module_release(m);
-    return s;
-  }
-  *out = m;
-  return GROVE_OK;
-}
-
-grove_status grove__transformer_encoder_from_json(const json_t *obj, const char *path,
-                                                  grove_module **out, grove_err *err) {
-  static const char *const keys[] = {"encoder_layer",        "num_layers", "norm",
-                                     "enable_nested_tensor", "mask_check", NULL};
-  const char *T = "TransformerEncoder";
-  int64_t nl;
-  bool nested, mask_check;
-  grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = grove__json_int(obj, path, T, "num_layers", true, 0, 0, 4096, &nl, err);
-  if (!s) s = grove__json_bool(obj, path, T, "enable_nested_tensor", true, &nested, err);
-  if (!s) s = grove__json_bool(obj, path, T, "mask_check", true, &mask_check, err);
-  if (s) return s;
-  const json_t *el = json_object_get(obj, "encoder_layer"), *nv = json_object_get(obj, "norm");
-  char sub[1024];
-  snprintf(sub, sizeof sub, "%s.encoder_layer", path);
-  if (!json_is_object(el) || !json_is_string(json_object_get(el, "type")) ||
-      strcmp(json_string_value(json_object_get(el, "type")), "TransformerEncoderLayer") != 0)
-    return grove_err_set(err, GROVE_E_SPEC,
-                         "%s: expected a {\"type\": \"TransformerEncoderLayer\", ...} object (the "
-                         "layer every one of the num_layers copies is built like)",
-                         sub);
-  grove_encoder_layer_opts o = {0};
-  if ((s = tel_opts_from_json(el, sub, &o, err))) return s;
-  grove_module *norm = NULL;
-  if (nv && !json_is_null(nv)) {
-    snprintf(sub, sizeof sub, "%s.norm", path);
-    if (!json_is_object(nv) || !json_is_string(json_object_get(nv, "type")) ||
-        strcmp(json_string_value(json_object_get(nv, "type")), "LayerNorm") != 0)
-      return grove_err_set(err, GROVE_E_SPEC,
-                           "%s: expected null or a {\"type\": \"LayerNorm\", ...} object", sub);
-    if ((s = grove__layer_norm_from_json(nv, sub, &norm, err))) return s;
-  }
-  s = grove__json_built(path, grove_transformer_encoder_new(&o, nl, norm, out, err), err);
-  grove_module_release(norm);
-  return s;
+  const grove_mha_opts o = {.embed_dim = E,
+                            .num_heads = H,
+                            .bias = bias,
+                            .batch_first = bf,
+                            .add_bias_kv = bkv,
+                            .add_zero_attn = zero,
+                            .kdim = kd_null ? 0 : kd,
+                            .vdim = vd_null ? 0 : vd};
+  s = grove_multihead_attention_new_opts(&o, out, err);
+  /* dropout acts in training only (the replica reads it, grove__mha_settings). */
+  if (!s) ((mha_impl *)(*out)->impl)->dropout = dropout;
+  return grove__json_built(path, s, err);
 }

@@ -48,6 +48,9 @@ extern const grove_module_type grove__adaptive_avg_pool2d_type;
 extern const grove_module_type grove__mha_type;
 extern const grove_module_type grove__tel_type;
 extern const grove_module_type grove__te_type;
+extern const grove_module_type grove__tdl_type;
+extern const grove_module_type grove__td_type;
+extern const grove_module_type grove__transformer_type;
 
 /* Linear's forward with an activation applied in the same pass over the
  * output.  Sequential calls it with GROVE__ACT_RELU for a Linear followed by
@@ -104,6 +107,34 @@ int64_t grove__bn2d_channels(const grove_module *m);
  * tensors only, so a graph passes the call's keyword arguments this way,
  * explicitly in the forward's context.  The forward's thread. */
 void grove__mha_next_call(grove_fwd *f, const grove_module *m, bool need_weights, bool average);
+/* Sets the masks of the next forward of m (grove_fwd.mha.mask: n of them in
+ * the order of m's forward, NULL for None), keeping need_weights /
+ * average_attn_weights when grove__mha_next_call named m just before, else
+ * torch's defaults.  The tensors stay the caller's and must outlive the
+ * call.  The forward's thread. */
+void grove__next_call_masks(grove_fwd *f, const grove_module *m, int n,
+                            const grove_tensor *const *masks);
+/* The masks set for m's forward (copied into masks[6]: NULL for None, all
+ * NULL when the call was set for another module), and clears the call.
+ * need_weights / average (NULL allowed) get the call's or torch's defaults. */
+void grove__take_call(grove_fwd *f, const grove_module *m, const grove_tensor *masks[6],
+                      bool *need_weights, bool *average);
+/* Runs the MultiheadAttention m on query q, key k, value v with torch's
+ * key_padding_mask kpm and attn_mask am (either NULL), as
+ * F.multi_head_attention_forward does; out gets the output and, when
+ * need_weights, the weights.  For the transformer layers, which call their
+ * attention children directly. */
+grove_status grove__mha_call(const grove_module *m, grove_fwd *f, const grove_tensor *q,
+                             const grove_tensor *k, const grove_tensor *v, const grove_tensor *kpm,
+                             const grove_tensor *am, bool need_weights, bool average,
+                             grove_values *out);
+/* Element off (in elements, from t->data) of an attention mask as torch
+ * reads it: bool and uint8 as 1 / 0, float32 / float64 as their value. */
+double grove__mask_at(const grove_tensor *t, int64_t off);
+/* Adds *c (just built, with status s) to m as child name and drops the
+ * caller's reference (*c is NULL afterwards).  Returns s when it failed. */
+grove_status grove__add_child(grove_module *m, const char *name, grove_status s, grove_module **c,
+                              grove_err *err);
 
 /* ------------------------------------------------------------ settings */
 
@@ -142,6 +173,7 @@ void grove__mha_next_call(grove_fwd *f, const grove_module *m, bool need_weights
   /* Attention. */                                                  \
   int64_t embed_dim, num_heads, dim_feedforward;                    \
   bool batch_first, norm_first, gelu_ff;                            \
+  bool mha_extras; /* add_bias_kv, add_zero_attn, kdim/vdim != E */ \
   double ln_eps;
 
 typedef struct grove__layer_settings {
@@ -314,5 +346,12 @@ grove_status grove__transformer_encoder_layer_from_json(const struct json_t *obj
                                                         grove_err *err);
 grove_status grove__transformer_encoder_from_json(const struct json_t *obj, const char *path,
                                                   grove_module **out, grove_err *err);
+grove_status grove__transformer_decoder_layer_from_json(const struct json_t *obj,
+                                                        const char *path, grove_module **out,
+                                                        grove_err *err);
+grove_status grove__transformer_decoder_from_json(const struct json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err);
+grove_status grove__transformer_from_json(const struct json_t *obj, const char *path,
+                                          grove_module **out, grove_err *err);
 
 #endif

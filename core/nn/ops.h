@@ -66,7 +66,8 @@ void grove__garg_fini(garg *a);
 /* A value a node computes.  Tensors are float32 today, but an op may take
  * and return any dtype (bool masks, int64 ids): it says which in its
  * parameters (grove__oppar.dtypes) and the accessor refuses others by name. */
-enum { V_NONE, V_TENSOR, V_TUPLE, V_INT, V_FLOAT, V_BOOL, V_INTS };
+/* V_DTYPE: x.dtype (i: the grove_dtype), which full / zeros / to take as a dtype. */
+enum { V_NONE, V_TENSOR, V_TUPLE, V_INT, V_FLOAT, V_BOOL, V_INTS, V_DTYPE };
 
 typedef struct gval {
   int8_t kind;

@@ -4,6 +4,7 @@
  * same nodes compute when neither operand is a tensor.  The kernels are
  * graph_ops.c's. */
 #include <math.h>
+#include <string.h>
 
 #include "graph_ops.h"
 #include "ops.h"
@@ -54,6 +55,22 @@ static grove_status binary_fwd(const grove__opctx *c, gval *res) {
   if ((op == G_ADD || op == G_SUB) &&
       !grove__op_number(c, &c->args[2], &alpha, &ialpha, &alpha_int))
     return grove__op_want(c, "a number for alpha");
+  const bool la = (va && va->kind == V_INTS) || a->kind == A_LIST,
+             lb = (vb && vb->kind == V_INTS) || b->kind == A_LIST;
+  if (op == G_ADD && la && lb) {
+    /* size()[:-1] + (h, d): Python's tuple concatenation, a size tuple. */
+    int64_t x[GROVE_MAX_DIMS], y[GROVE_MAX_DIMS];
+    int nx, ny;
+    grove_status s;
+    if ((s = grove__op_ints(c, a, false, x, &nx)) || (s = grove__op_ints(c, b, false, y, &ny)))
+      return s;
+    if (nx + ny > GROVE_MAX_DIMS) return grove__op_want(c, "at most 8 sizes");
+    res->kind = V_INTS;
+    res->n = (int8_t)(nx + ny);
+    memcpy(res->ints, x, (size_t)nx * sizeof(int64_t));
+    memcpy(res->ints + nx, y, (size_t)ny * sizeof(int64_t));
+    return GROVE_OK;
+  }
   if (!ta && !tb) {
     /* Python arithmetic on numbers (sizes): ints stay ints. */
     gnum x, y, v;

@@ -132,7 +132,7 @@ static grove_status bool_fwd(const grove__opctx *c, gval *res) {
   return convert(c, res, GROVE_BOOL);
 }
 
-/* x.to(dtype) / x.to(device) / x.to(other) / x.type(dtype) / x.type_as(other):
+/* x.type_as(other) (ops_create.c's "to" and "type" take the dtype forms):
  * argument 1 is a dtype name ("float32", "int64", "bool": the exporter writes
  * torch.float32 so), "cpu" (Grove serves on the CPU: the identity), or a
  * tensor whose dtype is taken. */
@@ -376,15 +376,6 @@ const grove__opdef grove__opdef_pow = {
       .forward = fwd,                                                        \
   }
 
-const grove__opdef grove__opdef_to = {
-    .name = "to",
-    .id = G_OP,
-    .torch = (const char *const[]){"Tensor.to(input,dtype)", "Tensor.type(input,dtype)", NULL},
-    .varargs = -1,
-    .p = {{.name = "input", .kind = P_TENSOR, .dk = D_REQ, .dtypes = 0},
-          OP_REQ("dtype", P_ANY)},
-    .forward = to_fwd,
-};
 
 const grove__opdef grove__opdef_type_as = {
     .name = "type_as",

@@ -1,7 +1,7 @@
 /* ops_shape.c: the shape operations: flatten (and the Flatten module),
  * reshape, view, permute, transpose, cat, contiguous, and what a graph reads
  * off values: getitem (tensor indexing, tuple and size indexing), size and
- * getattr (.shape, .ndim).  Their entries (ops.h) and forwards; the kernels
+ * getattr (.shape, .ndim, .device, .dtype).  Their entries (ops.h) and forwards; the kernels
  * are graph_ops.c's.  Views (reshape of a contiguous input, permute,
  * transpose, indexing, flatten) share their input's memory. */
 #include <string.h>
@@ -380,6 +380,17 @@ static grove_status size_fwd(const grove__opctx *c, gval *res) {
     grove__op_set_int(res, x->ndim);
     return GROVE_OK;
   }
+  if (c->def->id == G_GETATTR && strcmp(c->args[1].s, "device") == 0) {
+    /* x.device: Grove runs on the CPU, and every device argument
+     * (torch.zeros(..., device=x.device), .to(x.device)) is ignored. */
+    res->kind = V_NONE;
+    return GROVE_OK;
+  }
+  if (c->def->id == G_GETATTR && strcmp(c->args[1].s, "dtype") == 0) {
+    res->kind = V_DTYPE; /* torch.full([], v, dtype=x.dtype), x.to(y.dtype) */
+    res->i = x->dtype;
+    return GROVE_OK;
+  }
   if (c->def->id == G_SIZE && c->args[1].kind != A_NONE) {
     int64_t d;
     if ((s = grove__op_int(c, &c->args[1], &d))) return s;
@@ -399,9 +410,13 @@ static grove_status size_fwd(const grove__opctx *c, gval *res) {
 
 static grove_status getattr_check(const grove__opdef *d, const garg *a, const char *jp,
                                   grove_err *err) {
-  if (a[1].kind != A_STR || (strcmp(a[1].s, "shape") && strcmp(a[1].s, "ndim")))
+  if (a[1].kind != A_STR ||
+      (strcmp(a[1].s, "shape") && strcmp(a[1].s, "ndim") && strcmp(a[1].s, "device") &&
+       strcmp(a[1].s, "dtype")))
     return grove_err_set(err, GROVE_E_UNSUPPORTED,
-                         "%s: getattr of a tensor supports \"shape\" and \"ndim\" only", jp);
+                         "%s: getattr of a tensor supports \"shape\", \"ndim\", \"device\" and "
+                         "\"dtype\" only",
+                         jp);
   return GROVE_OK;
 }
 

@@ -21,6 +21,11 @@ extern const grove__opdef grove__opdef_flatten, grove__opdef_reshape, grove__opd
     grove__opdef_transpose, grove__opdef_cat, grove__opdef_getitem, grove__opdef_size, grove__opdef_getattr,
     grove__opdef_contiguous;
 extern const grove__opdef grove__opdef_mean, grove__opdef_sum;
+extern const grove__opdef grove__opdef_full, grove__opdef_zeros, grove__opdef_ones,
+    grove__opdef_arange, grove__opdef_triu, grove__opdef_tril, grove__opdef_cumsum,
+    grove__opdef_to, grove__opdef_type;
+extern const grove__opdef grove__opdef_bmm, grove__opdef_baddbmm, grove__opdef_addmm,
+    grove__opdef_einsum;
 
 /* The torchvision zoo's operations (#18): ops_pointwise.c, ops_split.c,
  * ops_select.c, ops_resample.c. */
@@ -29,7 +34,7 @@ extern const grove__opdef grove__opdef_relu6, grove__opdef_hardswish, grove__opd
     grove__opdef_celu, grove__opdef_softplus, grove__opdef_clamp, grove__opdef_exp,
     grove__opdef_log, grove__opdef_sqrt, grove__opdef_rsqrt, grove__opdef_abs, grove__opdef_neg,
     grove__opdef_pow, grove__opdef_float, grove__opdef_long, grove__opdef_bool, grove__opdef_dim,
-    grove__opdef_numel, grove__opdef_prelu, grove__opdef_to, grove__opdef_type_as,
+    grove__opdef_numel, grove__opdef_prelu, grove__opdef_type_as,
     grove__opdef_stochastic_depth, grove__opdef_chunk, grove__opdef_split, grove__opdef_unbind,
     grove__opdef_stack, grove__opdef_expand, grove__opdef_repeat, grove__opdef_unsqueeze,
     grove__opdef_squeeze, grove__opdef_roll, grove__opdef_narrow, grove__opdef_index_select,
@@ -72,7 +77,6 @@ static const grove__opdef *const table[] = {
     &grove__opdef_dim,
     &grove__opdef_numel,
     &grove__opdef_prelu,
-    &grove__opdef_to,
     &grove__opdef_type_as,
     &grove__opdef_stochastic_depth,
     &grove__opdef_chunk,
@@ -107,6 +111,12 @@ static const grove__opdef *const table[] = {
     &grove__opdef_group_norm,
     &grove__opdef_instance_norm,
     &grove__opdef_local_response_norm,
+    /* ops_create.c, ops_linalg.c: what sequence models build masks and
+     * attention with */
+    &grove__opdef_full,       &grove__opdef_zeros,     &grove__opdef_ones,       &grove__opdef_arange,
+    &grove__opdef_triu,       &grove__opdef_tril,      &grove__opdef_cumsum,     &grove__opdef_to,
+    &grove__opdef_type,       &grove__opdef_bmm,       &grove__opdef_baddbmm,    &grove__opdef_addmm,
+    &grove__opdef_einsum,
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 

@@ -167,6 +167,11 @@ static grove_status decode(const grove_module *m, const char *path, grove__tinfo
   if (grove__is_graph(m))
     info->kind = ((const graph_impl *)m->impl)->compiled ? GROVE__TK_GRAPH : GROVE__TK_HOLDER;
   if (!info->kind) return unsupported(path, T, "is not a module type Grove can train", err);
+  if (info->kind == GROVE__TK_MHA && info->mha_extras)
+    return unsupported(path, T,
+                       "with add_bias_kv, add_zero_attn or kdim/vdim other than embed_dim "
+                       "cannot be trained (serving runs it)",
+                       err);
   if (info->kind == GROVE__TK_EMBEDDING && info->sparse)
     return unsupported(path, T,
                        "has sparse=True: Grove's gradients are dense (export with "

@@ -117,6 +117,10 @@ static grove_status tr_get_attr(void *tape, const gnode *n, gval *res) {
 static grove_status tr_call_module(void *tape, const gnode *n, const gval *vals, gval *res) {
   grove__tape *t = tape;
   int in[GROVE_MAX_VALUES];
+  if (n->nargs > n->ntensors)
+    return grove_err_set(t->err, GROVE_E_UNSUPPORTED,
+                         "training a %s called with masks is not supported (serving runs it)",
+                         n->mod->type->name);
   for (int k = 0; k < n->nargs; k++) {
     const gval *v = n->args[k].kind == A_NODE ? &vals[n->args[k].node] : NULL;
     if (!v || v->kind != V_TENSOR)

@@ -96,12 +96,27 @@ grove_status grove_adaptive_avg_pool2d_new(const int64_t output_size[2], grove_m
 /* ---------------------------------------------------------- attention */
 
 /* in_proj_weight [3E, E], in_proj_bias [3E] (or None), out_proj (a Linear).
- * kdim = vdim = embed_dim, no bias_k/bias_v, no zero attention; eval-mode
+ * kdim = vdim = embed_dim, no bias_k/bias_v, no zero attention (see
+ * grove_multihead_attention_new_opts for those); eval-mode
  * dropout does nothing and is not an argument.  forward takes query, key and
  * value (or one tensor for all three) and returns the attention output and
  * the attention weights averaged over heads. */
 grove_status grove_multihead_attention_new(int64_t embed_dim, int64_t num_heads, bool bias,
                                            bool batch_first, grove_module **out, grove_err *err);
+
+/* MultiheadAttention's constructor arguments (torch's names; dropout has no
+ * effect in eval).  kdim / vdim 0 mean embed_dim; other values give separate
+ * q_proj_weight [E, E], k_proj_weight [E, kdim], v_proj_weight [E, vdim]
+ * instead of in_proj_weight.  add_bias_kv adds bias_k and bias_v [1, 1, E]. */
+typedef struct grove_mha_opts {
+  int64_t embed_dim, num_heads;
+  bool bias, batch_first, add_bias_kv, add_zero_attn;
+  int64_t kdim, vdim;
+} grove_mha_opts;
+/* As grove_multihead_attention_new, with every argument; o is copied.  The
+ * masks of a call are passed in the forward's context (grove_fwd.mha). */
+grove_status grove_multihead_attention_new_opts(const grove_mha_opts *o, grove_module **out,
+                                                grove_err *err);
 
 /* TransformerEncoderLayer's constructor arguments (torch's names).
  * activation: "relu" (NULL) or "gelu". */
@@ -122,6 +137,24 @@ grove_status grove_transformer_encoder_layer_new(const grove_encoder_layer_opts 
 grove_status grove_transformer_encoder_new(const grove_encoder_layer_opts *layer,
                                            int64_t num_layers, grove_module *norm,
                                            grove_module **out, grove_err *err);
+
+/* TransformerDecoderLayer: children self_attn, multihead_attn, linear1,
+ * dropout, linear2, norm1, norm2, norm3, dropout1, dropout2, dropout3, as
+ * torch registers them; forward takes tgt and memory.  o is copied. */
+grove_status grove_transformer_decoder_layer_new(const grove_encoder_layer_opts *o,
+                                                 grove_module **out, grove_err *err);
+/* TransformerDecoder: layers (num_layers decoder layers built from layer)
+ * and, when norm is not NULL, norm (retained). */
+grove_status grove_transformer_decoder_new(const grove_encoder_layer_opts *layer,
+                                           int64_t num_layers, grove_module *norm,
+                                           grove_module **out, grove_err *err);
+/* nn.Transformer: encoder (num_encoder_layers layers and a final LayerNorm)
+ * and decoder (num_decoder_layers, a final LayerNorm), every layer built
+ * from layer; forward takes src and tgt.  The masks of a call travel in
+ * grove_fwd.mha (module.h). */
+grove_status grove_transformer_new(const grove_encoder_layer_opts *layer,
+                                   int64_t num_encoder_layers, int64_t num_decoder_layers,
+                                   grove_module **out, grove_err *err);
 
 /* The type of m by torch class name ("Linear"). */
 const char *grove_module_type_name(const grove_module *m);

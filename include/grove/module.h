@@ -91,16 +91,25 @@ typedef struct grove_fwd {
    * grove_module_forward returns contiguous tensors (grove_module_call
    * always does), and hooks always see contiguous ones. */
   bool channels_last_ok;
-  /* The keyword arguments of one MultiheadAttention call (torch's
-   * need_weights and average_attn_weights), which a module forward cannot
+  /* The keyword arguments of one attention or transformer call (torch's
+   * need_weights and average_attn_weights, and the masks), which a module forward cannot
    * take with its tensors: set by the caller (a graph's call node, a
    * TransformerEncoderLayer's self-attention) just before it calls the
    * module mha.m, read and cleared by that module's forward; any other
    * forward ignores it.  mha.m NULL (as in a zeroed grove_fwd): torch's
    * defaults (true, true). */
+  /* mask[i] is the i-th mask argument of that call in the order of torch's
+   * forward, NULL for None: MultiheadAttention (key_padding_mask,
+   * attn_mask), TransformerEncoderLayer / TransformerEncoder (src_mask or
+   * mask, src_key_padding_mask), TransformerDecoderLayer / TransformerDecoder
+   * (tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask),
+   * Transformer (src_mask, tgt_mask, memory_mask, src_key_padding_mask,
+   * tgt_key_padding_mask, memory_key_padding_mask).  The tensors belong to
+   * the caller and must live until the call returns. */
   struct {
     const struct grove_module *m;
     bool need_weights, average;
+    const struct grove_tensor *mask[6];
   } mha;
 } grove_fwd;
 

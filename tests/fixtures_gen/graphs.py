@@ -237,6 +237,42 @@ class EmbedMean(nn.Module):
         return self.fc(self.emb(ids).mean(1))
 
 
+class SeqMasks(nn.Module):
+    """Masks built in forward (#19): generate_square_subsequent_mask(t) in a
+    MultiheadAttention call, arange, cumsum, ones/zeros/full with traced
+    sizes, tril, Tensor.to."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x):
+        t = x.size(1)
+        causal = nn.Transformer.generate_square_subsequent_mask(t)
+        a, w = self.attn(x, x, x, attn_mask=causal)
+        pos = torch.arange(t).to(torch.float32) + torch.cumsum(torch.ones(t, dtype=torch.long), 0).to(
+            torch.float32)
+        lower = torch.tril(torch.full((t, t), 0.5)) + torch.zeros(t, t)
+        return a + pos[None, :, None], w + lower, x.sum(-1).cumsum(dim=1)
+
+
+class SeqLinalg(nn.Module):
+    """einsum (attention spellings), bmm, baddbmm and addmm (#19)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6, 5) * 0.3)
+        self.b = nn.Parameter(torch.randn(5) * 0.1)
+
+    def forward(self, x, y):
+        s = torch.einsum("bld,bmd->blm", x, y)
+        o = torch.einsum("blm,bmd->bld", s.softmax(-1), y)
+        r = torch.bmm(o, y.transpose(1, 2)) + torch.baddbmm(s, x, y.transpose(1, 2), beta=0.5,
+                                                             alpha=2)
+        h = torch.addmm(self.b, x.reshape(-1, 6), self.w).view(x.size(0), x.size(1), 5)
+        return r, h, torch.einsum("ij->ji", self.w)
+
+
 def _r(*shape):
     return torch.randn(shape)
 
@@ -267,6 +303,8 @@ CASES = [
     ("holder", Holder, lambda: (_r(2, 4),), lambda: (_r(3, 4),)),
     ("embed_mean", EmbedMean, lambda: (torch.zeros(1, 5, dtype=torch.long),),
      lambda: (torch.randint(0, 20, (3, 7)),)),
+    ("seq_masks", SeqMasks, lambda: (_r(2, 5, 8),), lambda: (_r(3, 5, 8),)),
+    ("seq_linalg", SeqLinalg, lambda: (_r(2, 4, 6), _r(2, 3, 6)), lambda: (_r(3, 4, 6), _r(3, 3, 6))),
 ]
 
 

@@ -1,0 +1,422 @@
+/* ops_create.c: the tensors a graph makes rather than transforms, as op
+ * table entries (ops.h): torch.full, zeros, ones and arange (their sizes may
+ * be traced: x.size(1)), the triangles triu / tril, cumsum, and the casts
+ * Tensor.to(dtype) / Tensor.type(dtype).  Sequence models build their masks with them:
+ * nn.Transformer.generate_square_subsequent_mask(t) is
+ * torch.triu(torch.full((t, t), -inf), diagonal=1), a HuggingFace causal
+ * mask a tril of ones, position ids an arange or a cumsum, an attention
+ * mask turned float by Tensor.to(torch.float32).
+ *
+ * Float results are float32 (Grove computes in float32, docs/model-spec.md);
+ * integer ones int64, as torch makes them by default; bool stays bool. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "graph_ops.h"
+#include "ops.h"
+#include "tensor_ops.h"
+
+#define INPUT OP_REQ("input", P_TENSOR)
+#define IGNORED(n) \
+  { .name = n, .kind = P_IGNORED, .dk = D_NONE }
+#define DTYPE OP_NONE("dtype", P_DTYPE)
+
+/* The largest tensor a graph may make (elements): far above any mask, far
+ * below what would overflow a byte count. */
+#define MAX_MADE ((int64_t)1 << 36)
+
+/* The dtype a made tensor gets: the dtype argument k (a constant name) or,
+ * when it is None, dflt.  Float names give float32. */
+static grove_status dtype_arg(const grove__opctx *c, int k, grove_dtype dflt, grove_dtype *out) {
+  const garg *a = &c->args[k];
+  const gval *v = grove__op_val(c, a);
+  *out = dflt;
+  if (a->kind == A_NONE) return GROVE_OK;
+  grove_dtype dt = GROVE_F32;
+  if (v && v->kind == V_DTYPE) /* dtype=x.dtype */
+    dt = (grove_dtype)v->i;
+  else if (a->kind != A_STR || !grove_dtype_from_name(a->s, &dt))
+    return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT, "%s: dtype must be a dtype name",
+                         c->def->name);
+  if (grove_dtype_is_float(dt)) dt = GROVE_F32;
+  if (dt == GROVE_I32 || dt == GROVE_I16 || dt == GROVE_I8) dt = GROVE_I64;
+  if (dt != GROVE_F32 && dt != GROVE_I64 && dt != GROVE_BOOL && dt != GROVE_U8)
+    return grove_err_set(c->f->err, GROVE_E_UNSUPPORTED, "%s: dtype %s is not supported",
+                         c->def->name, grove_dtype_name(dt));
+  *out = dt;
+  return GROVE_OK;
+}
+
+/* Element i of a contiguous tensor as a double / as an int64. */
+static double get_f(const grove_tensor *t, int64_t i) {
+  switch (t->dtype) {
+    case GROVE_F32:
+      return ((const float *)t->data)[i];
+    case GROVE_F64:
+      return ((const double *)t->data)[i];
+    case GROVE_I64:
+      return (double)((const int64_t *)t->data)[i];
+    case GROVE_I32:
+      return ((const int32_t *)t->data)[i];
+    default:
+      return ((const uint8_t *)t->data)[i];
+  }
+}
+
+static int64_t get_i(const grove_tensor *t, int64_t i) {
+  switch (t->dtype) {
+    case GROVE_F32:
+      return (int64_t)((const float *)t->data)[i]; /* torch: toward zero */
+    case GROVE_F64:
+      return (int64_t)((const double *)t->data)[i];
+    case GROVE_I64:
+      return ((const int64_t *)t->data)[i];
+    case GROVE_I32:
+      return ((const int32_t *)t->data)[i];
+    default:
+      return ((const uint8_t *)t->data)[i];
+  }
+}
+
+static void put(grove_tensor *t, int64_t i, double f, int64_t v) {
+  switch (t->dtype) {
+    case GROVE_F32:
+      ((float *)t->data)[i] = (float)f;
+      break;
+    case GROVE_I64:
+      ((int64_t *)t->data)[i] = v;
+      break;
+    default:
+      ((uint8_t *)t->data)[i] = v != 0 || f != 0;
+      break;
+  }
+}
+
+static bool readable(grove_dtype dt) {
+  return dt == GROVE_F32 || dt == GROVE_F64 || dt == GROVE_I64 || dt == GROVE_I32 ||
+         dt == GROVE_U8 || dt == GROVE_BOOL;
+}
+
+/* A contiguous copy of x in its own dtype (x itself when contiguous). */
+static grove_status contig(const grove__opctx *c, const grove_tensor *x, grove_tensor *out) {
+  if (!readable(x->dtype))
+    return grove_err_set(c->f->err, GROVE_E_DTYPE, "%s: a %s input is not supported", c->def->name,
+                         grove_dtype_name(x->dtype));
+  if (grove_tensor_is_contiguous(x)) {
+    *out = *x;
+    return GROVE_OK;
+  }
+  grove_status s = grove_fwd_alloc(c->f, out, x->dtype, x->ndim, x->shape);
+  return s ? s : grove_tensor_copy(out, x, c->f->err);
+}
+
+static grove_status make(const grove__opctx *c, grove_dtype dt, int nd, const int64_t *shape,
+                         grove_tensor *y) {
+  int64_t n = 1;
+  for (int i = 0; i < nd; i++) {
+    if (shape[i] < 0)
+      return grove_err_set(c->f->err, GROVE_E_SHAPE, "%s: negative dimension %lld", c->def->name,
+                           (long long)shape[i]);
+    if (shape[i] && n > MAX_MADE / shape[i])
+      return grove_err_set(c->f->err, GROVE_E_LIMIT, "%s: more than 2^36 elements", c->def->name);
+    n *= shape[i];
+  }
+  return grove_fwd_alloc(c->f, y, dt, nd, shape);
+}
+
+/* ------------------------------------------------------------ full, zeros, ones */
+
+static grove_status fill_fwd(const grove__opctx *c, int size_arg, const garg *value,
+                             int dtype_arg_k, gval *res) {
+  int64_t shape[GROVE_MAX_DIMS];
+  int nd;
+  double v;
+  int64_t iv;
+  bool is_int;
+  /* zeros(2, 3), zeros((2, 3)) and zeros(x.size()): the gathered list may
+   * hold the one sequence. */
+  const garg *sz = &c->args[size_arg];
+  if (sz->kind == A_LIST && sz->n == 1) {
+    const gval *sv = grove__op_val(c, &sz->items[0]);
+    if ((sv && sv->kind == V_INTS) || sz->items[0].kind == A_LIST) sz = &sz->items[0];
+  }
+  grove_status s = grove__op_ints(c, sz, true, shape, &nd);
+  if (s) return s;
+  if (!grove__op_number(c, value, &v, &iv, &is_int))
+    return grove__op_want(c, "a number for fill_value");
+  const bool is_bool = value->kind == A_BOOL;
+  grove_dtype dt;
+  if ((s = dtype_arg(c, dtype_arg_k, is_bool ? GROVE_BOOL : is_int ? GROVE_I64 : GROVE_F32, &dt)))
+    return s;
+  grove_tensor y;
+  if ((s = make(c, dt, nd, shape, &y))) return s;
+  const int64_t n = grove_tensor_numel(&y);
+  if (dt == GROVE_F32) {
+    float *d = y.data;
+    for (int64_t i = 0; i < n; i++) d[i] = (float)v;
+  } else {
+    for (int64_t i = 0; i < n; i++) put(&y, i, v, is_int ? iv : (int64_t)v);
+  }
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status full_fwd(const grove__opctx *c, gval *res) {
+  return fill_fwd(c, 0, &c->args[1], 2, res);
+}
+
+static grove_status zeros_ones_fwd(const grove__opctx *c, gval *res) {
+  /* torch.zeros / ones default to float32 whatever the sizes' type. */
+  const garg one = {.kind = A_FLOAT, .f = strcmp(c->def->name, "ones") == 0 ? 1.0 : 0.0};
+  return fill_fwd(c, 0, &one, 1, res);
+}
+
+const grove__opdef grove__opdef_full = {
+    .name = "full",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.full(size,fill_value)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("size", P_INTS), OP_REQ("fill_value", P_NUMBER), DTYPE, IGNORED("layout"),
+          IGNORED("device"), IGNORED("pin_memory"), IGNORED("requires_grad")},
+    .forward = full_fwd,
+};
+
+const grove__opdef grove__opdef_zeros = {
+    .name = "zeros",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.zeros(*size)", NULL},
+    .varargs = 0,
+    .p = {OP_REQ("size", P_INTS), DTYPE, IGNORED("layout"), IGNORED("device"),
+          IGNORED("pin_memory"), IGNORED("requires_grad")},
+    .forward = zeros_ones_fwd,
+};
+
+const grove__opdef grove__opdef_ones = {
+    .name = "ones",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.ones(*size)", NULL},
+    .varargs = 0,
+    .p = {OP_REQ("size", P_INTS), DTYPE, IGNORED("layout"), IGNORED("device"),
+          IGNORED("pin_memory"), IGNORED("requires_grad")},
+    .forward = zeros_ones_fwd,
+};
+
+/* ------------------------------------------------------------ arange */
+
+/* torch.arange(end), (start, end) or (start, end, step): int64 when every
+ * bound is an integer, else float32; ceil((end - start) / step) values. */
+static grove_status arange_fwd(const grove__opctx *c, gval *res) {
+  double a, b, st = 1;
+  int64_t ia, ib, ist = 1;
+  bool ai, bi, si = true;
+  if (!grove__op_number(c, &c->args[0], &a, &ia, &ai)) return grove__op_want(c, "a number (start)");
+  if (c->args[1].kind == A_NONE) {
+    b = a, ib = ia, bi = ai;
+    a = 0, ia = 0, ai = true;
+  } else if (!grove__op_number(c, &c->args[1], &b, &ib, &bi)) {
+    return grove__op_want(c, "a number (end)");
+  }
+  if (!grove__op_number(c, &c->args[2], &st, &ist, &si))
+    return grove__op_want(c, "a number (step)");
+  if (st == 0)
+    return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT, "arange: step must be nonzero");
+  if ((st > 0 && b < a) || (st < 0 && b > a))
+    return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
+                         "arange: upper bound and larger bound inconsistent with step sign");
+  const bool ints = ai && bi && si;
+  grove_dtype dt;
+  grove_status s = dtype_arg(c, 3, ints ? GROVE_I64 : GROVE_F32, &dt);
+  if (s) return s;
+  const double len = ceil((b - a) / st);
+  if (!(len < (double)MAX_MADE))
+    return grove_err_set(c->f->err, GROVE_E_LIMIT, "arange: more than 2^36 elements");
+  const int64_t n = (int64_t)len;
+  grove_tensor y;
+  if ((s = make(c, dt, 1, &n, &y))) return s;
+  for (int64_t i = 0; i < n; i++) {
+    if (ints)
+      put(&y, i, (double)(ia + i * ist), ia + i * ist);
+    else
+      put(&y, i, a + (double)i * st, (int64_t)(a + (double)i * st));
+  }
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+const grove__opdef grove__opdef_arange = {
+    .name = "arange",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.arange(start,end,step)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("start", P_NUMBER),
+          OP_NONE("end", P_NUMBER),
+          {.name = "step", .kind = P_NUMBER, .dk = D_INT, .dv = 1},
+          DTYPE,
+          IGNORED("layout"),
+          IGNORED("device"),
+          IGNORED("pin_memory"),
+          IGNORED("requires_grad")},
+    .forward = arange_fwd,
+};
+
+/* ------------------------------------------------------------ triu, tril */
+
+static grove_status tri_fwd(const grove__opctx *c, gval *res) {
+  const bool upper = strcmp(c->def->name, "triu") == 0;
+  const grove_tensor *x;
+  int64_t diag;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &diag))) return s;
+  if (x->ndim < 2)
+    return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                         "%s: input tensor must have at least 2 dimensions", c->def->name);
+  if (!readable(x->dtype))
+    return grove_err_set(c->f->err, GROVE_E_DTYPE, "%s: a %s input is not supported", c->def->name,
+                         grove_dtype_name(x->dtype));
+  grove_tensor y;
+  if ((s = grove_fwd_alloc(c->f, &y, x->dtype, x->ndim, x->shape)) ||
+      (s = grove_tensor_copy(&y, x, c->f->err)))
+    return s;
+  const int64_t R = x->shape[x->ndim - 2], C = x->shape[x->ndim - 1];
+  const int64_t mats = (R > 0 && C > 0) ? grove_tensor_numel(&y) / (R * C) : 0;
+  const size_t es = grove_dtype_size(y.dtype);
+  char *d = y.data;
+  for (int64_t m = 0; m < mats; m++)
+    for (int64_t i = 0; i < R; i++) {
+      /* triu keeps j - i >= diag, tril keeps j - i <= diag. */
+      int64_t lo = upper ? 0 : i + diag + 1, hi = upper ? i + diag : C;
+      if (lo < 0) lo = 0;
+      if (hi > C) hi = C;
+      if (hi > lo) memset(d + ((m * R + i) * C + lo) * es, 0, (size_t)(hi - lo) * es);
+    }
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+const grove__opdef grove__opdef_triu = {
+    .name = "triu",
+    .id = G_OP,
+    .torch =
+        (const char *const[]){"torch.triu(input,diagonal)", "Tensor.triu(input,diagonal)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_INT("diagonal", 0)},
+    .forward = tri_fwd,
+};
+
+const grove__opdef grove__opdef_tril = {
+    .name = "tril",
+    .id = G_OP,
+    .torch =
+        (const char *const[]){"torch.tril(input,diagonal)", "Tensor.tril(input,diagonal)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_INT("diagonal", 0)},
+    .forward = tri_fwd,
+};
+
+/* ------------------------------------------------------------ cumsum */
+
+/* Along dim, summed in double (float) or int64 (integers and bool, which
+ * torch promotes to int64). */
+static grove_status cumsum_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x0;
+  grove_tensor x, y;
+  int64_t d64;
+  int dim;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x0)) || (s = grove__op_int(c, &c->args[1], &d64))) return s;
+  if (!grove__op_wrap_dim((int)d64, x0->ndim, &dim))
+    return grove__op_dim_error(c->f, "cumsum", "dim", (int)d64, x0->ndim);
+  const bool flt = grove_dtype_is_float(x0->dtype);
+  grove_dtype dt;
+  if ((s = dtype_arg(c, 2, flt ? GROVE_F32 : GROVE_I64, &dt)) || (s = contig(c, x0, &x)) ||
+      (s = grove_fwd_alloc(c->f, &y, dt, x.ndim, x.shape)))
+    return s;
+  int64_t outer = 1, len = x.ndim ? x.shape[dim] : 1, inner = 1;
+  for (int i = 0; i < dim; i++) outer *= x.shape[i];
+  for (int i = dim + 1; i < x.ndim; i++) inner *= x.shape[i];
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      double af = 0;
+      int64_t ai = 0;
+      for (int64_t l = 0; l < len; l++) {
+        const int64_t i = (o * len + l) * inner + in;
+        if (dt == GROVE_F32) {
+          af += get_f(&x, i);
+          ((float *)y.data)[i] = (float)af;
+        } else {
+          ai += get_i(&x, i);
+          put(&y, i, (double)ai, ai);
+        }
+      }
+    }
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+const grove__opdef grove__opdef_cumsum = {
+    .name = "cumsum",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.cumsum(input,dim)", "Tensor.cumsum(input,dim)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_REQ("dim", P_INT), DTYPE},
+    .forward = cumsum_fwd,
+};
+
+/* ------------------------------------------------------------ to, type */
+
+/* x as dtype dt: tensor_ops.h's one conversion (x itself when it already
+ * has dt, as torch returns self). */
+static grove_status cast(const grove__opctx *c, const grove_tensor *x, grove_dtype dt, gval *res) {
+  grove_tensor y;
+  grove_status s = grove__op_to_dtype(c->f, x, dt, &y);
+  if (s) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+/* Tensor.to(dtype), .to(device), .to(device, dtype), .to(other) and
+ * .type(dtype): a device (Grove serves on the CPU) changes nothing. */
+static grove_status to_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  grove_dtype dt = x->dtype, named;
+  for (int k = 1; k <= 2; k++) {
+    const garg *a = &c->args[k];
+    const gval *v = grove__op_val(c, a);
+    if (v && v->kind == V_TENSOR) { /* to(other): other's dtype */
+      dt = v->t[0].dtype;
+    } else if ((v && v->kind == V_DTYPE) ||
+               (a->kind == A_STR && grove_dtype_from_name(a->s, &named))) {
+      if ((s = dtype_arg(c, k, dt, &dt))) return s;
+    } else if (!(a->kind == A_NONE || a->kind == A_STR || (v && v->kind == V_NONE))) {
+      return grove__op_want(c, "a dtype, a device or a tensor");
+    }
+  }
+  if (grove_dtype_is_float(dt)) dt = GROVE_F32;
+  return cast(c, x, dt, res);
+}
+
+const grove__opdef grove__opdef_to = {
+    .name = "to",
+    .id = G_OP,
+    .torch = (const char *const[]){"Tensor.to(input,device,dtype)", NULL},
+    .varargs = -1,
+    .p = {INPUT,
+          {.name = "device", .kind = P_ANY, .dk = D_NONE},
+          {.name = "dtype", .kind = P_ANY, .dk = D_NONE},
+          IGNORED("non_blocking"),
+          IGNORED("copy"),
+          IGNORED("memory_format")},
+    .forward = to_fwd,
+};
+
+const grove__opdef grove__opdef_type = {
+    .name = "type",
+    .id = G_OP,
+    .torch = (const char *const[]){"Tensor.type(input,dtype)", NULL},
+    .varargs = -1,
+    .p = {INPUT, {.name = "dtype", .kind = P_ANY, .dk = D_NONE}, IGNORED("non_blocking")},
+    .forward = to_fwd,
+};
