@@ -32,6 +32,7 @@ static const grove__layer_def defs[] = {
     {"BatchNorm1d", grove__batch_norm1d_from_json, false},
     {"LayerNorm", grove__layer_norm_from_json, false},
     {"Embedding", grove__embedding_from_json, false},
+    {"EmbeddingBag", grove__embedding_bag_from_json, false},
     {"Conv1d", grove__conv1d_from_json, false},
     {"Conv2d", grove__conv2d_from_json, false},
     {"BatchNorm2d", grove__batch_norm2d_from_json, false},
@@ -41,6 +42,9 @@ static const grove__layer_def defs[] = {
     {"MultiheadAttention", grove__multihead_attention_from_json, false},
     {"TransformerEncoderLayer", grove__transformer_encoder_layer_from_json, false},
     {"TransformerEncoder", grove__transformer_encoder_from_json, false},
+    {"RNN", grove__rnn_from_json, false},
+    {"LSTM", grove__lstm_from_json, false},
+    {"GRU", grove__gru_from_json, false},
 };
 
 const grove__layer_def *grove__layer_find(const char *type) {
