@@ -236,6 +236,31 @@ START_TEST(test_bag_errors) {
 }
 END_TEST
 
+/* The training replica has no backward for these: it refuses them by path
+ * and type, and the serving tree is unaffected. */
+START_TEST(test_training_refuses) {
+  static const char *const specs[] = {
+      "{\"format\": \"grove.model/1\", \"inputs\": [{\"name\": \"x\", \"dtype\": "
+      "\"float32\", \"shape\": [-1, -1, 3]}], \"module\": {\"type\": \"Sequential\", "
+      "\"children\": [{\"type\": \"LSTM\", \"input_size\": 3, \"hidden_size\": 4, "
+      "\"batch_first\": true}]}}",
+      "{\"format\": \"grove.model/1\", \"inputs\": [{\"name\": \"x\", \"dtype\": "
+      "\"int64\", \"shape\": [-1, -1]}], \"module\": {\"type\": \"EmbeddingBag\", "
+      "\"num_embeddings\": 5, \"embedding_dim\": 2}}",
+  };
+  static const char *const want[] = {"'0' (LSTM) is not a module type Grove can train",
+                                     "(EmbeddingBag) is not a module type Grove can train"};
+  for (int i = 0; i < 2; i++) {
+    grove_err err = {0};
+    grove_replica *r = NULL;
+    ck_assert_int_eq(grove_replica_new(specs[i], "m.json", NULL, NULL, &r, &err),
+                     GROVE_E_UNSUPPORTED);
+    ck_assert_ptr_null(r);
+    ck_assert_msg(strstr(err.msg, want[i]), "%s", err.msg);
+  }
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("rnn");
   TCase *tc = tcase_create("rnn");
@@ -244,6 +269,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_rnn_errors);
   tcase_add_test(tc, test_rnn_keys);
   tcase_add_test(tc, test_bag_errors);
+  tcase_add_test(tc, test_training_refuses);
   suite_add_tcase(s, tc);
   return s;
 }

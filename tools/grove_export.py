@@ -115,7 +115,9 @@ class _Kind:
         self.cls = cls
         self.name = cls.__name__
         self.args = args
-        self.params = tuple(params)
+        # A tuple of slot names, or (recurrent nets, whose slots depend on
+        # num_layers and bidirectional) a function of the module giving them.
+        self.params = params if callable(params) else tuple(params)
         self.buffers = tuple(buffers)
         self.container = container
         self.callable = callable_
@@ -181,6 +183,37 @@ def _avg_pool_args(m, path):
             "padding": _ints(m.padding), "ceil_mode": bool(m.ceil_mode),
             "count_include_pad": bool(m.count_include_pad),
             "divisor_override": m.divisor_override}
+
+
+def _rnn_args(m, path):
+    """RNN / LSTM / GRU (torch.nn.RNNBase): the constructor's arguments."""
+    a = {"input_size": m.input_size, "hidden_size": m.hidden_size,
+         "num_layers": m.num_layers, "bias": bool(m.bias), "batch_first": bool(m.batch_first),
+         "dropout": float(m.dropout), "bidirectional": bool(m.bidirectional)}
+    if m.mode in ("RNN_TANH", "RNN_RELU"):
+        a["nonlinearity"] = "tanh" if m.mode == "RNN_TANH" else "relu"
+    if m.mode == "LSTM":
+        a["proj_size"] = int(getattr(m, "proj_size", 0))
+    return a
+
+
+def _rnn_slots(m):
+    """torch's flat weight names for this configuration (weight_ih_l0, ...,
+    weight_hr_l1_reverse), in its order."""
+    return tuple(getattr(m, "_flat_weights_names", ()))
+
+
+def _embedding_bag_args(m, path):
+    if m.max_norm is not None:
+        raise ExportError(
+            f"cannot export {_where(path, m)}: max_norm={m.max_norm} renormalises the "
+            "embedding rows in place on every forward; Grove serves immutable weights. "
+            "Renormalise the weights once (torch.renorm) and export with max_norm=None")
+    return {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim,
+            "max_norm": None, "norm_type": float(m.norm_type),
+            "scale_grad_by_freq": bool(m.scale_grad_by_freq), "mode": m.mode,
+            "sparse": bool(m.sparse), "include_last_offset": bool(m.include_last_offset),
+            "padding_idx": m.padding_idx}
 
 
 def _mha_args(m, path):
@@ -296,6 +329,10 @@ def _kinds():
         _Kind(nn.LayerNorm, _layer_norm_args,
               params=("weight", "bias"), shape_preserving=True),
         _Kind(nn.Embedding, _embedding_args, params=("weight",)),
+        _Kind(nn.EmbeddingBag, _embedding_bag_args, params=("weight",)),
+        _Kind(nn.RNN, _rnn_args, params=_rnn_slots),
+        _Kind(nn.LSTM, _rnn_args, params=_rnn_slots),
+        _Kind(nn.GRU, _rnn_args, params=_rnn_slots),
         _Kind(nn.Conv1d, _conv_args, params=("weight", "bias")),
         _Kind(nn.Conv2d, _conv_args, params=("weight", "bias")),
         _Kind(nn.BatchNorm2d, _bn_args, **bn_slots),
@@ -364,8 +401,9 @@ def _check_hooks(m, path):
 def _check_slots(m, path, kind):
     got_p = list(m._parameters.keys())
     got_b = list(m._buffers.keys())
-    extra = [n for n in got_p if n not in kind.params] + [n for n in got_b if n not in kind.buffers]
-    missing = [n for n in kind.params if n not in m._parameters] + \
+    want_p = kind.params(m) if callable(kind.params) else kind.params
+    extra = [n for n in got_p if n not in want_p] + [n for n in got_b if n not in kind.buffers]
+    missing = [n for n in want_p if n not in m._parameters] + \
               [n for n in kind.buffers if n not in m._buffers]
     if extra or missing:
         what = []
@@ -876,11 +914,12 @@ def _graph(m, path):
             spec = {"op": "get_attr", "name": node.name, "target": target}
         elif node.op == "call_module":
             sub = m.get_submodule(node.target)
+            call_args, call_kwargs = _module_call_args(node, sub, refuse)
             spec = {"op": "call_module", "name": node.name, "target": node.target,
-                    "args": [enc(node, a) for a in node.args]}
-            if node.kwargs:
-                spec["kwargs"] = {k: enc(node, v) for k, v in node.kwargs.items()}
-            _check_module_call(node, sub, refuse)
+                    "args": [enc(node, a) for a in call_args]}
+            if call_kwargs:
+                spec["kwargs"] = {k: enc(node, v) for k, v in call_kwargs.items()}
+            _check_module_call(node, sub, call_args, call_kwargs, refuse)
         elif node.op == "call_function":
             if node.target not in ops:
                 refuse(node, f"operation {_fn_name(node.target)} is not supported by Grove "
@@ -908,7 +947,32 @@ def _graph(m, path):
     return out
 
 
-def _check_module_call(node, sub, refuse):
+def _module_call_args(node, sub, refuse):
+    """(args, kwargs) of a call_module as model.json writes them.  A recurrent
+    net's and an EmbeddingBag's keyword arguments become positional (graph.c
+    passes module tensors positionally): RNN/GRU (input, hx), LSTM (input,
+    (h0, c0)); EmbeddingBag (input, offsets, per_sample_weights), with a None
+    offsets left out before per_sample_weights (Grove's EmbeddingBag reads a
+    float second tensor as the weights)."""
+    import inspect
+    import torch.nn as nn
+    if not isinstance(sub, (nn.RNNBase, nn.EmbeddingBag)):
+        return list(node.args), dict(node.kwargs)
+    try:
+        b = inspect.signature(type(sub).forward).bind(sub, *node.args, **node.kwargs)
+    except TypeError as e:
+        refuse(node, f"{type(sub).__name__} call: {e}")
+    b.apply_defaults()
+    vals = list(b.arguments.values())[1:]
+    if isinstance(sub, nn.EmbeddingBag) and len(vals) == 3 and vals[1] is None \
+            and vals[2] is not None:
+        vals = [vals[0], vals[2]]
+    while vals and vals[-1] is None:
+        vals.pop()
+    return vals, {}
+
+
+def _check_module_call(node, sub, call_args, call_kwargs, refuse):
     """What graph.c accepts for a call_module: tensors in, no masks."""
     import inspect
     import torch.fx as fx
@@ -928,12 +992,15 @@ def _check_module_call(node, sub, refuse):
             if k in ("need_weights", "average_attn_weights") and not isinstance(v, bool):
                 refuse(node, f"argument {k} must be a constant True or False")
         return
-    if node.kwargs:
+    if call_kwargs:
         refuse(node, f"keyword arguments to a {type(sub).__name__} are not supported (Grove "
                      "passes tensors positionally)")
-    args = list(node.args)
+    args = list(call_args)
     while args and args[-1] is None:
         args.pop()
+    if isinstance(sub, nn.RNNBase) and len(args) == 2 and isinstance(args[1], (tuple, list)):
+        # An LSTM's (h0, c0): graph.c passes the pair as two more tensors.
+        args = args[:1] + list(args[1])
     if len(args) > 4 or not all(isinstance(a, fx.Node) for a in args):
         refuse(node, f"a {type(sub).__name__} called with a constant argument: Grove passes "
                      "only tensors (1 to 4) between modules")
@@ -971,6 +1038,10 @@ def _infer_input(model):
             return {"dtype": torch.float32, "shape": [-1, m.in_features]}
         if kind.name == "Embedding":
             return {"dtype": torch.int64, "shape": [-1, -1]}
+        if kind.name in ("RNN", "LSTM", "GRU"):
+            return {"dtype": torch.float32, "shape": [-1, -1, m.input_size]}
+        if kind.name == "EmbeddingBag":
+            return {"dtype": torch.int64, "shape": [-1, -1]}
         if kind.name == "Sequential":
             for c in m._modules.values():
                 if c is None:
@@ -1006,9 +1077,17 @@ def _input_names(model, n):
     return ["x"] if n == 1 else [f"x{i}" for i in range(n)]
 
 
+def _flat(y):
+    """A model's result as a flat list: torch's nested tuples (an LSTM's
+    (output, (h_n, c_n))) in order, as Grove returns them."""
+    if isinstance(y, (tuple, list)):
+        return [t for v in y for t in _flat(v)]
+    return [y]
+
+
 def _outputs(y, what):
     import torch
-    ys = list(y) if isinstance(y, (tuple, list)) else [y]
+    ys = _flat(y) if isinstance(y, (tuple, list)) else [y]
     if not ys or len(ys) > 4 or not all(isinstance(t, torch.Tensor) for t in ys):
         got = type(y).__name__ if not isinstance(y, (tuple, list)) else \
             f"a {type(y).__name__} of {[type(t).__name__ for t in ys]}"

@@ -46,6 +46,10 @@ typedef struct gval {
   int8_t kind;
   int8_t n;                      /* V_TUPLE: tensors; V_INTS: ints */
   uint8_t none_mask;             /* V_TUPLE: entries that are None */
+  /* V_TUPLE: 0, or k > 0 when the tuple is (t[0], ..., t[k-1], (t[k], ...,
+   * t[n-1])): k + 1 items, the last a tuple of the rest (an LSTM's
+   * (output, (h_n, c_n)) has k = 1). */
+  int8_t nest;
   int16_t reg[GROVE_MAX_VALUES]; /* region of each tensor, -1: not arena memory of this pass */
   int64_t i;
   double f;
@@ -297,6 +301,33 @@ static grove_status run_getitem(run *r, const gnode *n, gval *res) {
   const gval *v = argv_(r, &n->args[0]);
   const garg *ix = &n->args[1];
   if (!v) return want(r, "a tensor, a tuple or a size to index");
+  if (v->kind == V_TUPLE && v->nest > 0) {
+    /* (t[0], ..., (t[nest], ...)): index into the top level. */
+    const int len = v->nest + 1;
+    int64_t k;
+    grove_status s = ix->kind == A_SLICE
+                         ? grove_err_set(r->f->err, GROVE_E_UNSUPPORTED,
+                                         "slicing a nested tuple is not supported")
+                         : arg_int(r, ix, &k);
+    if (s) return s;
+    if (k < 0) k += len;
+    if (k < 0 || k >= len)
+      return grove_err_set(r->f->err, GROVE_E_RANGE, "tuple index out of range (%d elements)", len);
+    if (k < v->nest) {
+      set_tensor(res, &v->t[k]);
+      res->reg[0] = v->reg[k];
+      return GROVE_OK;
+    }
+    *res = *v;
+    res->nest = 0;
+    res->n = (int8_t)(v->n - v->nest);
+    for (int j = 0; j < GROVE_MAX_VALUES; j++) {
+      res->t[j] = j < res->n ? v->t[v->nest + j] : (grove_tensor){0};
+      res->reg[j] = j < res->n ? v->reg[v->nest + j] : -1;
+    }
+    res->none_mask = (uint8_t)(v->none_mask >> v->nest);
+    return GROVE_OK;
+  }
   if (v->kind == V_TUPLE || v->kind == V_INTS) {
     const int len = v->n;
     if (ix->kind == A_SLICE) {
@@ -537,6 +568,14 @@ static grove_status run_module(run *r, int i, gval *res) {
   const bool cl = channels_last_for(r, i);
   for (int k = 0; k < n->nargs; k++) {
     const gval *v = argv_(r, &n->args[k]);
+    /* An LSTM's state (h0, c0) may come as one tuple value (the (h_n, c_n)
+     * of another LSTM): its tensors are the module's further inputs. */
+    if (v && v->kind == V_TUPLE && k == n->nargs - 1 && k == 1 && !v->none_mask &&
+        !v->nest && grove__is_rnn(n->mod) && k + v->n <= GROVE_MAX_VALUES) {
+      for (int j = 0; j < v->n; j++) in.v[k + j] = v->t[j];
+      in.n = k + v->n;
+      break;
+    }
     if (!v || v->kind != V_TENSOR)
       return grove_err_set(r->f->err, GROVE_E_INVALID_ARGUMENT,
                            "argument %d of the module call is not a tensor", k);
@@ -564,6 +603,7 @@ static grove_status run_module(run *r, int i, gval *res) {
     /* (attn_output, attn_weights or None) */
     res->kind = V_TUPLE;
     res->n = 2;
+    res->nest = 0;
     res->t[0] = out.v[0];
     if (out.n > 1)
       res->t[1] = out.v[1];
@@ -575,6 +615,8 @@ static grove_status run_module(run *r, int i, gval *res) {
     res->kind = V_TUPLE;
     res->n = (int8_t)out.n;
     for (int k = 0; k < out.n; k++) res->t[k] = out.v[k];
+    /* LSTM: (output, (h_n, c_n)). */
+    res->nest = out.n == 3 && grove__rnn_is_lstm(n->mod) ? 1 : 0;
     return GROVE_OK;
   }
   set_tensor(res, &out.v[0]);
@@ -807,6 +849,7 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
     v->kind = V_NONE;
     v->n = 0;
     v->none_mask = 0;
+    v->nest = 0;
     grove_status s = GROVE_OK;
     bool external = false;
     switch (n->op) {
