@@ -1151,14 +1151,20 @@ def _io(model, example_input):
             for d in range(1, x.dim()):
                 if shapes[i][d] == -1:
                     continue
+                # The other inputs with the same size there (a mask beside
+                # the token ids) grow with it: a sequence length is shared.
+                along = [j for j, z in enumerate(x1)
+                         if z.dim() > d and z.shape[d] == x.shape[d] and shapes[j][d] != -1]
                 probe = list(x1)
-                sh = list(x.shape)
-                sh[d] += 1
-                probe[i] = _zeros(x.dtype, sh)
+                for j in along:
+                    sh = list(x1[j].shape)
+                    sh[d] += 1
+                    probe[j] = _zeros(x1[j].dtype, sh)
                 try:
                     with torch.no_grad():
                         _outputs(model(*probe), "a probe")
-                    shapes[i][d] = -1
+                    for j in along:
+                        shapes[j][d] = -1
                 except Exception:
                     pass
     x2 = [_zeros(x.dtype, [x.shape[0] + 1] + [x.shape[k] + 1 if shapes[i][k] == -1 else x.shape[k]
