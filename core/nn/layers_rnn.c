@@ -29,10 +29,21 @@
 
 enum { RNN_TANH, RNN_RELU, RNN_LSTM, RNN_GRU };
 
+/* The hidden products run in column blocks of RNN_BLOCK hidden units: block
+ * k packs the rows of W_hh for units [k*RNN_BLOCK, ...) of every gate, so
+ * that one task computes its block's products and then its gates, all on one
+ * thread and in cache, and a time step is one hand-off to the compute
+ * threads.  (With OpenBLAS packs, which must not run inside the pool, one
+ * whole product per step and the gates after it.) */
+#define RNN_BLOCK 32
+
 typedef struct rnn_cell {
-  grove__linear_pack *ih, *hh, *hr; /* hr: LSTM's projection, or NULL */
-  float *bias_x;                    /* G*H: added to the input products */
-  float *bias_h;                    /* G*H: GRU's [0, 0, b_hn], else NULL */
+  grove__linear_pack *ih, *hr; /* hr: LSTM's projection, or NULL */
+  grove__linear_pack **blk;    /* nblk column blocks of W_hh, or NULL: */
+  int64_t nblk;
+  grove__linear_pack *hh; /* the whole of W_hh (not native packs) */
+  float *bias_x;          /* G*H: added to the input products */
+  float *bias_h;          /* GRU: [0, 0, b_hn] (G*H), per block when blk; else NULL */
 } rnn_cell;
 
 typedef struct rnn_impl {
@@ -63,6 +74,8 @@ static void cells_free(rnn_cell *c, int64_t n) {
     grove__linear_pack_free(c[i].ih);
     grove__linear_pack_free(c[i].hh);
     grove__linear_pack_free(c[i].hr);
+    for (int64_t k = 0; k < c[i].nblk; k++) grove__linear_pack_free(c[i].blk[k]);
+    free(c[i].blk);
     free(c[i].bias_x);
     free(c[i].bias_h);
   }
@@ -124,16 +137,18 @@ static grove_status pack_param(const grove_module *m, const char *name, int64_t 
   return GROVE_OK;
 }
 
+static grove_status pack_hh(const grove_module *m, const char *name, rnn_cell *c, grove_err *err);
+static grove_status fold_biases(const grove_module *m, int64_t layer, int dir, rnn_cell *c,
+                                grove_err *err);
+
 static grove_status refresh_cell(const grove_module *m, int64_t layer, int dir, rnn_cell *c,
                                  grove_err *err) {
   const rnn_impl *p = m->impl;
-  const int64_t H = p->hidden_size, GH = p->gates * H, HO = out_width(p);
+  const int64_t H = p->hidden_size, GH = p->gates * H;
   char name[64];
   grove_status s;
   param_name(name, sizeof name, "weight_ih", layer, dir);
   if ((s = pack_param(m, name, GH, layer_in(p, layer), &c->ih, err))) return s;
-  param_name(name, sizeof name, "weight_hh", layer, dir);
-  if ((s = pack_param(m, name, GH, HO, &c->hh, err))) return s;
   if (p->proj_size > 0) {
     param_name(name, sizeof name, "weight_hr", layer, dir);
     if ((s = pack_param(m, name, p->proj_size, H, &c->hr, err))) return s;
@@ -144,7 +159,74 @@ static grove_status refresh_cell(const grove_module *m, int64_t layer, int dir, 
     c->bias_h = calloc((size_t)GH, sizeof(float));
     if (!c->bias_h) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", rnn_name(p));
   }
-  if (!p->bias) return GROVE_OK;
+  if (p->bias && (s = fold_biases(m, layer, dir, c, err))) return s;
+  param_name(name, sizeof name, "weight_hh", layer, dir);
+  return pack_hh(m, name, c, err);
+}
+
+/* W_hh [G*H, HO] as column blocks (or whole: see RNN_BLOCK), with GRU's b_hn
+ * laid out per block. */
+static grove_status pack_hh(const grove_module *m, const char *name, rnn_cell *c, grove_err *err) {
+  const rnn_impl *p = m->impl;
+  const int64_t H = p->hidden_size, G = p->gates, HO = out_width(p);
+  float *w;
+  grove_status s = param_f32(m, name, G * H, HO, &w, err);
+  if (s != GROVE_OK) return s;
+  const int64_t nblk = (H + RNN_BLOCK - 1) / RNN_BLOCK;
+  float *rows = malloc((size_t)(G * RNN_BLOCK * HO) * sizeof(float));
+  float *bias = c->bias_h ? calloc((size_t)(nblk * G * RNN_BLOCK), sizeof(float)) : NULL;
+  c->blk = calloc((size_t)nblk, sizeof *c->blk);
+  if (!rows || !c->blk || (c->bias_h && !bias)) {
+    free(w);
+    free(rows);
+    free(bias);
+    return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing %s", rnn_name(p), name);
+  }
+  bool native = true;
+  for (int64_t k = 0; k < nblk && native; k++) {
+    const int64_t j0 = k * RNN_BLOCK, bw = H - j0 < RNN_BLOCK ? H - j0 : RNN_BLOCK;
+    for (int64_t g = 0; g < G; g++) {
+      memcpy(rows + g * bw * HO, w + (g * H + j0) * HO, (size_t)(bw * HO) * sizeof(float));
+      if (bias)
+        memcpy(bias + k * G * RNN_BLOCK + g * bw, c->bias_h + g * H + j0,
+               (size_t)bw * sizeof(float));
+    }
+    c->blk[k] = grove__linear_pack_new(rows, G * bw, HO);
+    c->nblk = k + 1;
+    if (!c->blk[k]) {
+      s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing %s", rnn_name(p), name);
+      break;
+    }
+    native = grove__linear_pack_native(c->blk[k]);
+  }
+  free(rows);
+  if (s == GROVE_OK && !native) {
+    /* OpenBLAS: one whole product per step instead. */
+    for (int64_t k = 0; k < c->nblk; k++) grove__linear_pack_free(c->blk[k]);
+    free(c->blk);
+    c->blk = NULL;
+    c->nblk = 0;
+    free(bias);
+    bias = NULL;
+    c->hh = grove__linear_pack_new(w, G * H, HO);
+    if (!c->hh)
+      s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing %s", rnn_name(p), name);
+  }
+  free(w);
+  if (bias) {
+    free(c->bias_h);
+    c->bias_h = bias;
+  }
+  return s;
+}
+
+/* bias_x = b_ih + b_hh, except GRU's b_hn, which goes to bias_h. */
+static grove_status fold_biases(const grove_module *m, int64_t layer, int dir, rnn_cell *c,
+                                grove_err *err) {
+  const rnn_impl *p = m->impl;
+  const int64_t H = p->hidden_size, GH = p->gates * H;
+  char name[64];
+  grove_status s;
   float *bi, *bh;
   param_name(name, sizeof name, "bias_ih", layer, dir);
   if ((s = param_f32(m, name, GH, 0, &bi, err))) return s;
@@ -226,41 +308,46 @@ static inline __m256 tanh8(__m256 x) {
   return _mm256_fmsub_ps(two, sigmoid8(_mm256_mul_ps(two, x)), _mm256_set1_ps(1.0f));
 }
 
-/* LSTM: c = f c + i g, h = o tanh(c), over the first H8 (a multiple of 8)
+/* The gate functions read gate g of column j at gx[g * sx + j] and
+ * gh[g * sh + j]: gx is a row of the input products (sx = H), gh a row of a
+ * column block's hidden products (sh = the block's width). */
+
+/* LSTM: c = f c + i g, h = o tanh(c), over the first n8 (a multiple of 8)
  * columns. */
-static void lstm_gates_avx2(const float *gx, const float *gh, float *c, float *h, int64_t H8,
-                            int64_t H) {
-  for (int64_t j = 0; j < H8; j += 8) {
+static void lstm_gates_avx2(const float *gx, int64_t sx, const float *gh, int64_t sh, float *c,
+                            float *h, int64_t n8) {
+  for (int64_t j = 0; j < n8; j += 8) {
     __m256 i = sigmoid8(_mm256_add_ps(_mm256_loadu_ps(gx + j), _mm256_loadu_ps(gh + j)));
     __m256 f =
-        sigmoid8(_mm256_add_ps(_mm256_loadu_ps(gx + H + j), _mm256_loadu_ps(gh + H + j)));
-    __m256 g =
-        tanh8(_mm256_add_ps(_mm256_loadu_ps(gx + 2 * H + j), _mm256_loadu_ps(gh + 2 * H + j)));
-    __m256 o =
-        sigmoid8(_mm256_add_ps(_mm256_loadu_ps(gx + 3 * H + j), _mm256_loadu_ps(gh + 3 * H + j)));
+        sigmoid8(_mm256_add_ps(_mm256_loadu_ps(gx + sx + j), _mm256_loadu_ps(gh + sh + j)));
+    __m256 g = tanh8(
+        _mm256_add_ps(_mm256_loadu_ps(gx + 2 * sx + j), _mm256_loadu_ps(gh + 2 * sh + j)));
+    __m256 o = sigmoid8(
+        _mm256_add_ps(_mm256_loadu_ps(gx + 3 * sx + j), _mm256_loadu_ps(gh + 3 * sh + j)));
     __m256 cn = _mm256_fmadd_ps(f, _mm256_loadu_ps(c + j), _mm256_mul_ps(i, g));
     _mm256_storeu_ps(c + j, cn);
     _mm256_storeu_ps(h + j, _mm256_mul_ps(o, tanh8(cn)));
   }
 }
 
-static void gru_gates_avx2(const float *gx, const float *gh, const float *hp, float *h, int64_t H8,
-                           int64_t H) {
+static void gru_gates_avx2(const float *gx, int64_t sx, const float *gh, int64_t sh,
+                           const float *hp, float *h, int64_t n8) {
   const __m256 one = _mm256_set1_ps(1.0f);
-  for (int64_t j = 0; j < H8; j += 8) {
+  for (int64_t j = 0; j < n8; j += 8) {
     __m256 r = sigmoid8(_mm256_add_ps(_mm256_loadu_ps(gx + j), _mm256_loadu_ps(gh + j)));
     __m256 z =
-        sigmoid8(_mm256_add_ps(_mm256_loadu_ps(gx + H + j), _mm256_loadu_ps(gh + H + j)));
-    __m256 n = tanh8(
-        _mm256_fmadd_ps(r, _mm256_loadu_ps(gh + 2 * H + j), _mm256_loadu_ps(gx + 2 * H + j)));
+        sigmoid8(_mm256_add_ps(_mm256_loadu_ps(gx + sx + j), _mm256_loadu_ps(gh + sh + j)));
+    __m256 n = tanh8(_mm256_fmadd_ps(r, _mm256_loadu_ps(gh + 2 * sh + j),
+                                     _mm256_loadu_ps(gx + 2 * sx + j)));
     /* (1 - z) n + z h' */
-    __m256 hn = _mm256_fmadd_ps(z, _mm256_loadu_ps(hp + j), _mm256_mul_ps(_mm256_sub_ps(one, z), n));
+    __m256 hn =
+        _mm256_fmadd_ps(z, _mm256_loadu_ps(hp + j), _mm256_mul_ps(_mm256_sub_ps(one, z), n));
     _mm256_storeu_ps(h + j, hn);
   }
 }
 
-static void rnn_gates_avx2(const float *gx, const float *gh, float *h, int64_t H8, bool relu) {
-  for (int64_t j = 0; j < H8; j += 8) {
+static void rnn_gates_avx2(const float *gx, const float *gh, float *h, int64_t n8, bool relu) {
+  for (int64_t j = 0; j < n8; j += 8) {
     __m256 v = _mm256_add_ps(_mm256_loadu_ps(gx + j), _mm256_loadu_ps(gh + j));
     _mm256_storeu_ps(h + j, relu ? _mm256_max_ps(v, _mm256_setzero_ps()) : tanh8(v));
   }
@@ -269,49 +356,49 @@ static void rnn_gates_avx2(const float *gx, const float *gh, float *h, int64_t H
 GROVE__TARGET_POP
 #endif
 
-static int64_t simd_cols(int64_t H) {
+static int64_t simd_cols(int64_t n) {
 #if GROVE__X86_SIMD
-  if (grove__cpu_avx2()) return H & ~(int64_t)7;
+  if (grove__cpu_avx2()) return n & ~(int64_t)7;
 #endif
-  (void)H;
+  (void)n;
   return 0;
 }
 
-/* One batch row of one time step.  hp: the previous hidden state (GRU reads
- * it), h: where the new one goes (may be hp), c: LSTM's cell state, updated
- * in place. */
-static void cell_gates(int mode, const float *gx, const float *gh, const float *hp, float *c,
-                       float *h, int64_t H) {
-  const int64_t H8 = simd_cols(H);
+/* n columns of one batch row of one time step (strides as above).  hp: the
+ * previous hidden state (GRU reads it), h: where the new one goes (not hp),
+ * c: LSTM's cell state, updated in place. */
+static void cell_gates(int mode, const float *gx, int64_t sx, const float *gh, int64_t sh,
+                       const float *hp, float *c, float *h, int64_t n) {
+  const int64_t n8 = simd_cols(n);
   int64_t j = 0;
   switch (mode) {
     case RNN_LSTM:
 #if GROVE__X86_SIMD
-      if (H8) lstm_gates_avx2(gx, gh, c, h, H8, H);
+      if (n8) lstm_gates_avx2(gx, sx, gh, sh, c, h, n8);
 #endif
-      for (j = H8; j < H; j++) {
-        float i = sigmoidf_(gx[j] + gh[j]), f = sigmoidf_(gx[H + j] + gh[H + j]);
-        float g = tanhf(gx[2 * H + j] + gh[2 * H + j]);
-        float o = sigmoidf_(gx[3 * H + j] + gh[3 * H + j]);
+      for (j = n8; j < n; j++) {
+        float i = sigmoidf_(gx[j] + gh[j]), f = sigmoidf_(gx[sx + j] + gh[sh + j]);
+        float g = tanhf(gx[2 * sx + j] + gh[2 * sh + j]);
+        float o = sigmoidf_(gx[3 * sx + j] + gh[3 * sh + j]);
         c[j] = f * c[j] + i * g;
         h[j] = o * tanhf(c[j]);
       }
       return;
     case RNN_GRU:
 #if GROVE__X86_SIMD
-      if (H8) gru_gates_avx2(gx, gh, hp, h, H8, H);
+      if (n8) gru_gates_avx2(gx, sx, gh, sh, hp, h, n8);
 #endif
-      for (j = H8; j < H; j++) {
-        float r = sigmoidf_(gx[j] + gh[j]), z = sigmoidf_(gx[H + j] + gh[H + j]);
-        float n = tanhf(gx[2 * H + j] + r * gh[2 * H + j]);
-        h[j] = (1.0f - z) * n + z * hp[j];
+      for (j = n8; j < n; j++) {
+        float r = sigmoidf_(gx[j] + gh[j]), z = sigmoidf_(gx[sx + j] + gh[sh + j]);
+        float nn = tanhf(gx[2 * sx + j] + r * gh[2 * sh + j]);
+        h[j] = (1.0f - z) * nn + z * hp[j];
       }
       return;
     default:
 #if GROVE__X86_SIMD
-      if (H8) rnn_gates_avx2(gx, gh, h, H8, mode == RNN_RELU);
+      if (n8) rnn_gates_avx2(gx, gh, h, n8, mode == RNN_RELU);
 #endif
-      for (j = H8; j < H; j++) {
+      for (j = n8; j < n; j++) {
         float v = gx[j] + gh[j];
         h[j] = mode == RNN_RELU ? (v > 0.0f ? v : 0.0f) : tanhf(v);
       }
@@ -325,8 +412,35 @@ typedef struct rnn_run {
   const rnn_impl *p;
   grove_fwd *f;
   int64_t T, B;
-  float *gx, *gh, *hfull, *h, *c; /* scratch */
+  float *gx, *gh, *hfull, *hbuf, *c; /* scratch */
 } rnn_run;
+
+/* One time step of the column blocks [k0, k1): each block's hidden products
+ * from hp, then its gates, written to hw (row stride ldh). */
+typedef struct step_ctx {
+  const rnn_impl *p;
+  const rnn_cell *cell;
+  const float *gx; /* this step's input products, [B, G*H] */
+  const float *hp; /* [B, HO] */
+  float *gh;       /* per block: [B, G*RNN_BLOCK] */
+  float *c, *hw;
+  int64_t B, ldh;
+} step_ctx;
+
+static void step_blocks(void *ctx, int64_t k0, int64_t k1) {
+  const step_ctx *sc = ctx;
+  const rnn_impl *p = sc->p;
+  const int64_t H = p->hidden_size, G = p->gates, HO = out_width(p), B = sc->B;
+  for (int64_t k = k0; k < k1; k++) {
+    const int64_t j0 = k * RNN_BLOCK, bw = H - j0 < RNN_BLOCK ? H - j0 : RNN_BLOCK;
+    float *gh = sc->gh + k * B * G * RNN_BLOCK;
+    const float *bias = sc->cell->bias_h ? sc->cell->bias_h + k * G * RNN_BLOCK : NULL;
+    grove__linear_run_alone(sc->cell->blk[k], sc->hp, B, bias, gh, GROVE__ACT_NONE);
+    for (int64_t b = 0; b < B; b++)
+      cell_gates(p->mode, sc->gx + b * G * H + j0, H, gh + b * G * bw, bw, sc->hp + b * HO + j0,
+                 sc->c ? sc->c + b * H + j0 : NULL, sc->hw + b * sc->ldh + j0, bw);
+  }
+}
 
 /* One layer in one direction: in [T*B, I] (time-major) -> out [T, B,
  * ndir*HO] at column dir*HO; h [B, HO] and c [B, H] hold the initial state on
@@ -337,18 +451,36 @@ static void run_direction(rnn_run *r, const rnn_cell *cell, int dir, const float
   const int64_t T = r->T, B = r->B, H = p->hidden_size, HO = out_width(p), GH = p->gates * H;
   const int64_t ow = p->ndir * HO;
   grove__linear_run(cell->ih, in, T * B, cell->bias_x, r->gx, GROVE__ACT_NONE);
+  /* The new state must not overwrite the one the other blocks still read:
+   * one direction without a projection writes it straight into the output
+   * (its rows at step t are a contiguous [B, HO]); otherwise h and hbuf take
+   * turns, and the state is copied into the output. */
+  const bool direct = p->ndir == 1 && !cell->hr;
+  const float *hp = h;
+  float *hn = NULL;
   for (int64_t step = 0; step < T; step++) {
     const int64_t t = dir ? T - 1 - step : step;
-    grove__linear_run(cell->hh, h, B, cell->bias_h, r->gh, GROVE__ACT_NONE);
+    hn = direct ? out + t * B * HO : (hp == h ? r->hbuf : h);
     /* LSTM with a projection computes the full-width h first, then h = h W_hr^T. */
-    float *hw = cell->hr ? r->hfull : h;
-    for (int64_t b = 0; b < B; b++)
-      cell_gates(p->mode, r->gx + (t * B + b) * GH, r->gh + b * GH, h + b * HO,
-                 c ? c + b * H : NULL, hw + b * H, H);
-    if (cell->hr) grove__linear_run(cell->hr, r->hfull, B, NULL, h, GROVE__ACT_NONE);
-    for (int64_t b = 0; b < B; b++)
-      memcpy(out + (t * B + b) * ow + dir * HO, h + b * HO, (size_t)HO * sizeof(float));
+    float *hw = cell->hr ? r->hfull : hn;
+    const int64_t ldh = cell->hr ? H : HO;
+    const float *gx = r->gx + t * B * GH;
+    if (cell->blk) {
+      step_ctx sc = {p, cell, gx, hp, r->gh, c, hw, B, ldh};
+      grove__parallel_for(cell->nblk, 1, step_blocks, &sc);
+    } else {
+      grove__linear_run(cell->hh, hp, B, cell->bias_h, r->gh, GROVE__ACT_NONE);
+      for (int64_t b = 0; b < B; b++)
+        cell_gates(p->mode, gx + b * GH, H, r->gh + b * GH, H, hp + b * HO, c ? c + b * H : NULL,
+                   hw + b * ldh, H);
+    }
+    if (cell->hr) grove__linear_run(cell->hr, r->hfull, B, NULL, hn, GROVE__ACT_NONE);
+    if (!direct)
+      for (int64_t b = 0; b < B; b++)
+        memcpy(out + (t * B + b) * ow + dir * HO, hn + b * HO, (size_t)HO * sizeof(float));
+    hp = hn;
   }
+  if (hp != h) memcpy(h, hp, (size_t)(B * HO) * sizeof(float));
 }
 
 /* dst[j][i] = src[i][j] over [n0, n1, w] blocks: [B, T, w] <-> [T, B, w]. */
@@ -479,12 +611,17 @@ static grove_status rnn_forward(const grove_module *m, grove_fwd *f, const grove
   }
   const bool to_bf = batched && p->batch_first && B > 1 && T > 1;
   r.gx = scratch(f, T * B * GH);
-  r.gh = scratch(f, B * GH);
+  /* The blocks' products: G * RNN_BLOCK columns for each block (the last
+   * one may be narrower), at least G*H for the whole product. */
+  const int64_t nblk = (H + RNN_BLOCK - 1) / RNN_BLOCK;
+  r.gh = scratch(f, B * p->gates * RNN_BLOCK * nblk);
+  r.hbuf = scratch(f, B * HO);
   r.hfull = p->proj_size > 0 ? scratch(f, B * H) : NULL;
   float *bufs[2] = {NULL, NULL};
   const int nbuf = p->num_layers > 1 ? 2 : 1;
   for (int k = 0; k < nbuf; k++) bufs[k] = scratch(f, T * B * ow);
-  if (!r.gx || !r.gh || (p->proj_size > 0 && !r.hfull) || !bufs[0] || (nbuf > 1 && !bufs[1]))
+  if (!r.gx || !r.gh || !r.hbuf || (p->proj_size > 0 && !r.hfull) || !bufs[0] ||
+      (nbuf > 1 && !bufs[1]))
     return grove__scratch_error(f, T_);
   for (int64_t l = 0; l < p->num_layers; l++) {
     /* The last layer writes the output itself when no transpose follows. */
