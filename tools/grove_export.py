@@ -125,12 +125,17 @@ class _Kind:
         self.composite = composite
 
 
-def _embedding_args(m, path):
+def _refuse_max_norm(m, path):
+    """Embedding and EmbeddingBag: max_norm writes to the weight in forward."""
     if m.max_norm is not None:
         raise ExportError(
             f"cannot export {_where(path, m)}: max_norm={m.max_norm} renormalises the "
             "embedding rows in place on every forward; Grove serves immutable weights. "
             "Renormalise the weights once (torch.renorm) and export with max_norm=None")
+
+
+def _embedding_args(m, path):
+    _refuse_max_norm(m, path)
     # torch stores a negative padding_idx already normalised
     # (padding_idx + num_embeddings), so this is always None or >= 0.
     return {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim,
@@ -204,11 +209,7 @@ def _rnn_slots(m):
 
 
 def _embedding_bag_args(m, path):
-    if m.max_norm is not None:
-        raise ExportError(
-            f"cannot export {_where(path, m)}: max_norm={m.max_norm} renormalises the "
-            "embedding rows in place on every forward; Grove serves immutable weights. "
-            "Renormalise the weights once (torch.renorm) and export with max_norm=None")
+    _refuse_max_norm(m, path)
     return {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim,
             "max_norm": None, "norm_type": float(m.norm_type),
             "scale_grad_by_freq": bool(m.scale_grad_by_freq), "mode": m.mode,

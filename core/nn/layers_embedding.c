@@ -30,6 +30,44 @@ static inline int64_t index_at(const grove_tensor *idx, int64_t i) {
                                  : (int64_t)((const int32_t *)idx->data)[i];
 }
 
+/* Every index of idx in [0, V), before any row is read (they come from
+ * requests): GROVE_E_RANGE naming the first bad one, its position and the
+ * bound. */
+static grove_status check_indices(grove_fwd *f, const char *T, const grove_tensor *idx,
+                                  int64_t V) {
+  const int64_t n = grove_tensor_numel(idx);
+  for (int64_t i = 0; i < n; i++) {
+    const int64_t v = index_at(idx, i);
+    if (v < 0 || v >= V) {
+      char sh[128];
+      grove_shape_str(idx->ndim, idx->shape, sh, sizeof sh);
+      return grove_err_set(f->err, GROVE_E_RANGE,
+                           "%s: index %" PRId64 " (at flat position %" PRId64
+                           " of indices %s) is out of range: num_embeddings is %" PRId64
+                           ", so an index must be in [0, %" PRId64 "]",
+                           T, v, i, sh, V, V - 1);
+    }
+  }
+  return GROVE_OK;
+}
+
+/* The constructors' checks of a table's sizes and padding_idx. */
+static grove_status check_table(const char *T, int64_t V, int64_t D, int64_t padding_idx,
+                                grove_err *err) {
+  uint64_t nw;
+  if (V <= 0 || D <= 0 || grove__mul_overflow_u64((uint64_t)V, (uint64_t)D, &nw) ||
+      nw > (uint64_t)INT64_MAX / sizeof(float))
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: num_embeddings and embedding_dim must be positive and their "
+                         "product representable, got %lld and %lld",
+                         T, (long long)V, (long long)D);
+  if (padding_idx >= V)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: padding_idx %lld must be within num_embeddings %lld", T,
+                         (long long)padding_idx, (long long)V);
+  return GROVE_OK;
+}
+
 static grove_status embedding_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                       grove_values *out) {
   const embedding_impl *p = m->impl;
@@ -59,18 +97,7 @@ static grove_status embedding_forward(const grove_module *m, grove_fwd *f, const
                          (long long)V, (long long)D);
 
   const int64_t n = grove_tensor_numel(&idx);
-  for (int64_t i = 0; i < n; i++) {
-    const int64_t v = index_at(&idx, i);
-    if (v < 0 || v >= V) {
-      char sh[128];
-      grove_shape_str(idx.ndim, idx.shape, sh, sizeof sh);
-      return grove_err_set(f->err, GROVE_E_RANGE,
-                           "Embedding: index %" PRId64 " (at flat position %" PRId64
-                           " of indices %s) is out of range: num_embeddings is %" PRId64
-                           ", so an index must be in [0, %" PRId64 "]",
-                           v, i, sh, V, V - 1);
-    }
-  }
+  if ((s = check_indices(f, "Embedding", &idx, V))) return s;
 
   int64_t shape[GROVE_MAX_DIMS];
   memcpy(shape, idx.shape, (size_t)idx.ndim * sizeof(int64_t));
@@ -102,18 +129,8 @@ const grove_module_type grove__embedding_type = {
 grove_status grove_embedding_new(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx,
                                  grove_module **out, grove_err *err) {
   *out = NULL;
-  uint64_t nw;
-  if (num_embeddings <= 0 || embedding_dim <= 0 ||
-      grove__mul_overflow_u64((uint64_t)num_embeddings, (uint64_t)embedding_dim, &nw) ||
-      nw > (uint64_t)INT64_MAX / sizeof(float))
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "Embedding: num_embeddings and embedding_dim must be positive and "
-                         "their product representable, got %lld and %lld",
-                         (long long)num_embeddings, (long long)embedding_dim);
-  if (padding_idx >= num_embeddings)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "Embedding: padding_idx %lld must be within num_embeddings %lld",
-                         (long long)padding_idx, (long long)num_embeddings);
+  grove_status cs = check_table("Embedding", num_embeddings, embedding_dim, padding_idx, err);
+  if (cs != GROVE_OK) return cs;
   embedding_impl *p = malloc(sizeof *p);
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "Embedding: out of memory");
   p->num_embeddings = num_embeddings;
@@ -138,35 +155,49 @@ grove_status grove_embedding_new(int64_t num_embeddings, int64_t embedding_dim, 
  * and are accepted and ignored; so is norm_type, which only matters with
  * max_norm.  max_norm renormalises the weight rows during forward (it writes
  * to the weight), which a serving tree never does: refused. */
+/* The arguments Embedding and EmbeddingBag share: num_embeddings,
+ * embedding_dim, padding_idx (normalised, -1 for None), and max_norm
+ * (refused), norm_type, scale_grad_by_freq, sparse (accepted, no effect). */
+static grove_status table_args(const json_t *obj, const char *path, const char *T, int64_t *V,
+                               int64_t *D, int64_t *pad, grove_err *err) {
+  bool pad_null, flag;
+  double norm_type;
+  grove_status s = grove__json_int(obj, path, T, "num_embeddings", true, 0, 1, INT64_MAX, V, err);
+  if (!s) s = grove__json_int(obj, path, T, "embedding_dim", true, 0, 1, INT64_MAX, D, err);
+  if (!s)
+    s = grove__json_int_or_null(obj, path, T, "padding_idx", true, 0, -*V, *V - 1, pad,
+                                &pad_null, err);
+  if (s != GROVE_OK) return s;
+  const json_t *mn = json_object_get(obj, "max_norm");
+  if (mn && !json_is_null(mn)) {
+    char why[160];
+    snprintf(why, sizeof why,
+             "%s with max_norm is not supported (it renormalises the weight during forward); "
+             "export with max_norm=None",
+             T);
+    return grove__json_unsupported(path, "max_norm", why, err);
+  }
+  s = grove__json_number(obj, path, T, "norm_type", 2.0, -INFINITY, INFINITY, &norm_type, err);
+  if (!s) s = grove__json_bool(obj, path, T, "scale_grad_by_freq", false, &flag, err);
+  if (!s) s = grove__json_bool(obj, path, T, "sparse", false, &flag, err);
+  /* torch normalises a negative padding_idx to padding_idx + num_embeddings. */
+  if (pad_null)
+    *pad = -1;
+  else if (*pad < 0)
+    *pad += *V;
+  return s;
+}
+
 grove_status grove__embedding_from_json(const json_t *obj, const char *path, grove_module **out,
                                         grove_err *err) {
   static const char *const keys[] = {
       "num_embeddings", "embedding_dim",      "padding_idx", "max_norm",
       "norm_type",      "scale_grad_by_freq", "sparse",      NULL};
-  const char *T = "Embedding";
   int64_t V, D, pad;
-  bool pad_null, flag;
-  double norm_type;
-  grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = grove__json_int(obj, path, T, "num_embeddings", true, 0, 1, INT64_MAX, &V, err);
-  if (!s) s = grove__json_int(obj, path, T, "embedding_dim", true, 0, 1, INT64_MAX, &D, err);
-  if (!s)
-    s = grove__json_int_or_null(obj, path, T, "padding_idx", true, 0, -V, V - 1, &pad, &pad_null,
-                                err);
+  grove_status s = grove__json_check_keys(obj, path, "Embedding", keys, err);
+  if (!s) s = table_args(obj, path, "Embedding", &V, &D, &pad, err);
   if (s != GROVE_OK) return s;
-  const json_t *mn = json_object_get(obj, "max_norm");
-  if (mn && !json_is_null(mn))
-    return grove__json_unsupported(path, "max_norm",
-                                   "Embedding with max_norm is not supported (it renormalises "
-                                   "the weight during forward); export with max_norm=None",
-                                   err);
-  s = grove__json_number(obj, path, T, "norm_type", 2.0, -INFINITY, INFINITY, &norm_type, err);
-  if (!s) s = grove__json_bool(obj, path, T, "scale_grad_by_freq", false, &flag, err);
-  if (!s) s = grove__json_bool(obj, path, T, "sparse", false, &flag, err);
-  if (s != GROVE_OK) return s;
-  /* torch normalises a negative padding_idx to padding_idx + num_embeddings. */
-  if (!pad_null && pad < 0) pad += V;
-  return grove__json_built(path, grove_embedding_new(V, D, pad_null ? -1 : pad, out, err), err);
+  return grove__json_built(path, grove_embedding_new(V, D, pad, out, err), err);
 }
 
 /* ------------------------------------------------------------ EmbeddingBag */
@@ -253,15 +284,7 @@ static grove_status embedding_bag_forward(const grove_module *m, grove_fwd *f,
                          grove_shape_str(idx.ndim, idx.shape, b, sizeof b));
   }
   const int64_t n = grove_tensor_numel(&idx);
-  for (int64_t i = 0; i < n; i++) {
-    const int64_t v = index_at(&idx, i);
-    if (v < 0 || v >= V)
-      return grove_err_set(f->err, GROVE_E_RANGE,
-                           "EmbeddingBag: index %" PRId64 " (at flat position %" PRId64
-                           " of input) is out of range: num_embeddings is %" PRId64
-                           ", so an index must be in [0, %" PRId64 "]",
-                           v, i, V, V - 1);
-  }
+  if ((s = check_indices(f, T, &idx, V))) return s;
   int64_t B, N = 0, no = 0;
   if (idx.ndim == 2) {
     B = idx.shape[0];
@@ -348,18 +371,8 @@ grove_status grove_embedding_bag_new(int64_t num_embeddings, int64_t embedding_d
   else
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          "EmbeddingBag: mode must be sum, mean or max, got \"%s\"", mode);
-  uint64_t nw;
-  if (num_embeddings <= 0 || embedding_dim <= 0 ||
-      grove__mul_overflow_u64((uint64_t)num_embeddings, (uint64_t)embedding_dim, &nw) ||
-      nw > (uint64_t)INT64_MAX / sizeof(float))
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "EmbeddingBag: num_embeddings and embedding_dim must be positive and "
-                         "their product representable, got %lld and %lld",
-                         (long long)num_embeddings, (long long)embedding_dim);
-  if (padding_idx >= num_embeddings)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "EmbeddingBag: padding_idx %lld must be within num_embeddings %lld",
-                         (long long)padding_idx, (long long)num_embeddings);
+  grove_status cs = check_table("EmbeddingBag", num_embeddings, embedding_dim, padding_idx, err);
+  if (cs != GROVE_OK) return cs;
   embedding_bag_impl *p = malloc(sizeof *p);
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "EmbeddingBag: out of memory");
   *p = (embedding_bag_impl){num_embeddings, embedding_dim, padding_idx < 0 ? -1 : padding_idx, md,
@@ -388,29 +401,13 @@ grove_status grove__embedding_bag_from_json(const json_t *obj, const char *path,
   static const char *const modes[] = {"sum", "mean", "max", NULL};
   const char *T = "EmbeddingBag";
   int64_t V, D, pad;
-  bool pad_null, flag, last;
-  double norm_type;
+  bool last;
   int mode;
   grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = grove__json_int(obj, path, T, "num_embeddings", true, 0, 1, INT64_MAX, &V, err);
-  if (!s) s = grove__json_int(obj, path, T, "embedding_dim", true, 0, 1, INT64_MAX, &D, err);
-  if (!s)
-    s = grove__json_int_or_null(obj, path, T, "padding_idx", true, 0, -V, V - 1, &pad, &pad_null,
-                                err);
-  if (s != GROVE_OK) return s;
-  const json_t *mn = json_object_get(obj, "max_norm");
-  if (mn && !json_is_null(mn))
-    return grove__json_unsupported(path, "max_norm",
-                                   "EmbeddingBag with max_norm is not supported (it renormalises "
-                                   "the weight during forward); export with max_norm=None",
-                                   err);
-  s = grove__json_number(obj, path, T, "norm_type", 2.0, -INFINITY, INFINITY, &norm_type, err);
-  if (!s) s = grove__json_bool(obj, path, T, "scale_grad_by_freq", false, &flag, err);
-  if (!s) s = grove__json_bool(obj, path, T, "sparse", false, &flag, err);
+  if (!s) s = table_args(obj, path, T, &V, &D, &pad, err);
   if (!s) s = grove__json_bool(obj, path, T, "include_last_offset", false, &last, err);
   if (!s) s = grove__json_choice(obj, path, T, "mode", 1, modes, &mode, err);
   if (s != GROVE_OK) return s;
-  if (!pad_null && pad < 0) pad += V;
-  return grove__json_built(
-      path, grove_embedding_bag_new(V, D, modes[mode], last, pad_null ? -1 : pad, out, err), err);
+  return grove__json_built(path, grove_embedding_bag_new(V, D, modes[mode], last, pad, out, err),
+                           err);
 }

@@ -22,7 +22,7 @@ from collections import OrderedDict
 import torch
 import torch.nn as nn
 
-from grove_export import module_spec, save_safetensors
+from grove_export import _flat, module_spec, save_safetensors
 
 
 def _x(*shape):
@@ -81,12 +81,6 @@ CASES = [
     ("bag_mean_offsets", lambda: nn.EmbeddingBag(30, 7),
      lambda m: [_ids(30, 11), torch.tensor([0, 1, 6, 6, 10])]),
 ]
-
-
-def _flat(y):
-    if isinstance(y, (tuple, list)):
-        return [t for v in y for t in _flat(v)]
-    return [y]
 
 
 def _call(m, xs):

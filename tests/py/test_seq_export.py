@@ -24,17 +24,11 @@ from test_graph_export import check_model, predict  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from grove_export import export  # noqa: E402
+from grove_export import _flat, export  # noqa: E402
 
 
 def _rng(seed):
     return np.random.default_rng(seed)
-
-
-def _flat(y):
-    if isinstance(y, (tuple, list)):
-        return [t for v in y for t in _flat(v)]
-    return [y]
 
 
 def test_top_level_lstm():

@@ -22,8 +22,7 @@ import torch.nn as nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_pyclient import GROVE, GROVED, load_grove  # noqa: E402
-from netutil import free_port  # noqa: E402
+from test_pyclient import GROVE, Groved, load_grove  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -60,36 +59,6 @@ def _torch(m, ids, mask):
     return a.numpy(), b.numpy()
 
 
-class _Groved:
-    def __init__(self, tmp, model_dir):
-        self.url = f"tcp://127.0.0.1:{free_port()}"
-        self.log = open(os.path.join(tmp, "groved.log"), "w+")
-        self.proc = subprocess.Popen(
-            [GROVED, "--model", f"seq={model_dir}", "--listen", self.url, "--http", "none",
-             "--pub", "none", "--admin-listen", "none", "--workers", "1"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        import time
-        deadline = time.monotonic() + 30
-        while subprocess.run([GROVE, "--server", self.url, "status"],
-                             capture_output=True).returncode != 0:
-            assert self.proc.poll() is None and time.monotonic() < deadline, self.text()
-            time.sleep(0.05)
-
-    def text(self):
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-
 def _serve(tmp, delay_us):
     torch.manual_seed(21)
     m = Tagger().eval()
@@ -97,7 +66,7 @@ def _serve(tmp, delay_us):
     ex = _inputs(np.random.default_rng(0), 2, 5)
     export(m, d, example_input=tuple(torch.from_numpy(x) for x in ex),
            batching={"max_batch_size": 64, "max_queue_delay_us": delay_us})
-    return m, _Groved(tmp, d)
+    return m, Groved(tmp, "seq", pub=False, models=[f"seq={d}"])
 
 
 def test_named_inputs_cli_and_client():
