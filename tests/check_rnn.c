@@ -41,12 +41,7 @@ static void fixture_load(fixture *fx, const char *name) {
   char fname[256];
   snprintf(fname, sizeof fname, "rnn_%s.safetensors", name);
   ck_assert_ok(grove_safetensors_read(grove_fixture(fname), &fx->file, &err), &err);
-  fx->weights = grove_sd_new();
-  for (size_t i = 0; i < grove_sd_count(fx->file); i++) {
-    const char *k = grove_sd_key(fx->file, i);
-    if (strncmp(k, "w.", 2) == 0)
-      ck_assert_ok(grove_sd_set(fx->weights, k + 2, grove_sd_tensor(fx->file, i), &err), &err);
-  }
+  fx->weights = grove_test_sd_under(fx->file, "w.");
   fx->in.n = 0;
   fx->nwant = 0;
   for (int i = 0; i < GROVE_MAX_VALUES; i++) {
