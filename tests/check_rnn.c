@@ -109,21 +109,33 @@ START_TEST(test_parity) {
 }
 END_TEST
 
-/* The same numbers on one compute thread and on two (the GEMMs split their
- * rows over the pool; the gate math is per row). */
-START_TEST(test_threads_agree) {
-  fixture fx = {0};
-  grove_err err = {0};
-  fixture_load(&fx, "lstm_big_bf");
-  grove_set_compute_threads(2);
-  grove_arena *arena = grove_arena_new(0);
-  grove_fwd f = {.arena = arena, .err = &err};
-  grove_values out = {0};
-  ck_assert_ok(grove_module_forward(fx.model->root, &f, &fx.in, &out), &err);
-  for (int k = 0; k < out.n; k++) assert_close("lstm_big_bf", k, &out.v[k], fx.want[k]);
-  grove_set_compute_threads(1);
-  grove_arena_free(arena);
-  fixture_fini(&fx);
+/* The same bits on one compute thread and on two: the input products are
+ * split by rows, a time step by column blocks, each computed whole on one
+ * thread with the same arithmetic. */
+START_TEST(test_threads_bitwise) {
+  static const char *const names[] = {"lstm_big_bf", "gru_big", "lstm_proj2"};
+  for (int c = 0; c < 3; c++) {
+    fixture fx = {0};
+    grove_err err = {0};
+    fixture_load(&fx, names[c]);
+    grove_arena *a1 = grove_arena_new(0), *a2 = grove_arena_new(0);
+    grove_fwd f1 = {.arena = a1, .err = &err}, f2 = {.arena = a2, .err = &err};
+    grove_values o1 = {0}, o2 = {0};
+    grove_set_compute_threads(1);
+    ck_assert_ok(grove_module_forward(fx.model->root, &f1, &fx.in, &o1), &err);
+    grove_set_compute_threads(2);
+    ck_assert_ok(grove_module_forward(fx.model->root, &f2, &fx.in, &o2), &err);
+    grove_set_compute_threads(1);
+    ck_assert_int_eq(o1.n, o2.n);
+    for (int k = 0; k < o1.n; k++) {
+      assert_close(names[c], k, &o2.v[k], fx.want[k]);
+      ck_assert_msg(memcmp(o1.v[k].data, o2.v[k].data, grove_tensor_nbytes(&o1.v[k])) == 0,
+                    "%s out%d differs between 1 and 2 compute threads", names[c], k);
+    }
+    grove_arena_free(a1);
+    grove_arena_free(a2);
+    fixture_fini(&fx);
+  }
 }
 END_TEST
 
@@ -260,7 +272,7 @@ static Suite *suite(void) {
   Suite *s = suite_create("rnn");
   TCase *tc = tcase_create("rnn");
   tcase_add_loop_test(tc, test_parity, 0, NCASES);
-  tcase_add_test(tc, test_threads_agree);
+  tcase_add_test(tc, test_threads_bitwise);
   tcase_add_test(tc, test_rnn_errors);
   tcase_add_test(tc, test_rnn_keys);
   tcase_add_test(tc, test_bag_errors);
