@@ -161,32 +161,4 @@ print(json.dumps({"engine": "grove", "model": sys.argv[1], "batch": int(kv["batc
 done
 
 echo
-"$python" - "$results" "$batches" "$models" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-batches = [int(b) for b in sys.argv[2].split(",")]
-models = sys.argv[3].split(",")
-def family(e):
-    return "grove" if e == "grove" else "ort" if e.startswith("onnxruntime") else \
-           "torch" if e.startswith("torch") else e
-if not rows:
-    print("no figures (see the messages above)")
-    sys.exit(0)
-names = {family(r["engine"]): r["engine"] for r in rows}
-print("samples/s (median of rounds; ratios from the same run); engines: " +
-      ", ".join(names[f] for f in ("grove", "ort", "torch") if f in names))
-print(f"{'model':>12} {'batch':>6} {'grove':>10} {'onnxruntime':>12} {'pytorch':>10} "
-      f"{'grove/ORT':>10} {'grove/torch':>12}")
-def fmt(x, w, p=1):
-    return f"{x:>{w}.{p}f}" if x is not None else f"{'-':>{w}}"
-for model in models:
-    for b in batches:
-        med = {}
-        for fam in ("grove", "ort", "torch"):
-            v = [r["samples_per_s"] for r in rows
-                 if family(r["engine"]) == fam and r["model"] == model and r["batch"] == b]
-            med[fam] = statistics.median(v) if v else None
-        g, o, t = med["grove"], med["ort"], med["torch"]
-        print(f"{model:>12} {b:>6} {fmt(g, 10)} {fmt(o, 12)} {fmt(t, 10)} "
-              f"{fmt(g / o if g and o else None, 10, 2)} {fmt(g / t if g and t else None, 12, 2)}")
-PY
+"$python" "$root/bench/peers_table.py" "$results" "$batches" "$models"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/run.sh GROVE_BIN: Grove beside PyTorch and ONNX Runtime on the reference MLP
 # (Linear(784,1024) ReLU Linear(1024,1024) ReLU Linear(1024,10), /work/shared/peers/models.py),
-# measured in the same run on this machine, and the GEMM micro-benchmark.  `make bench` calls it.
+# measured in the same run on this machine, the GEMM micro-benchmark, and bench/sequence.sh (the
+# LSTM, BERT-like and decoder models of issue #19).  `make bench` calls it.
 #
 #   1. ../shared/peers/run.sh mlp BATCHES  (PyTorch and ONNX Runtime; JSON lines)
 #   2. tools/grove_export.py --builder PEERS/models.py:mlp DIR  (the same seeded weights)
@@ -165,3 +166,7 @@ for title, agg in (("best round", max), ("median round", statistics.median)):
         print(f"{b:>6} {fmt(g, 11)} {fmt(o, 12)} {fmt(t, 11)} "
               f"{fmt(g / o if g and o else None, 10, 2)} {fmt(g / t if g and t else None, 12, 2)}")
 EOF
+
+# ------------------------------------------------------------------ sequence models (#19)
+echo
+bash "$root/bench/sequence.sh" "$grove_bin"

@@ -63,6 +63,7 @@ static const char predict_help[] =
     "The first form asks groved (grove --server URL predict ...; default $GROVE_SERVER,\n"
     "else " DEFAULT_SERVER
     "): one .npy per model input goes to the served MODEL,\n"
+    "in the model's order, or each as NAME=FILE.npy naming the input (ids=ids.npy),\n"
     "one -o file per output comes back (in order); without -o an output is printed as\n"
     "`NAME DTYPE SHAPE` and its first rows.  Inputs convert to the model's dtype only\n"
     "when no value changes.  --timeout-ms: how long to wait (default 30000); the\n"
@@ -191,36 +192,38 @@ static int cmd_predict(const char *server, int argc, char **argv) {
   grove_err err = {0};
   grove_status s;
   rc = EXIT_OK;
+  const char *files[GROVE__CLI_MAX_ARGS];
+  size_t order[GROVE__CLI_MAX_ARGS];
+  char iname[256];
   /* Inputs first: a wrong file is found before the server is asked. */
-  for (size_t i = 0; i < nin; i++)
-    if (grove_npy_read(p.pos[i + 1], &in[i], &err)) {
+  for (size_t i = 0; i < nin; i++) {
+    files[i] = grove__cli_input_file(p.pos[i + 1], iname, sizeof iname);
+    if (grove_npy_read(files[i], &in[i], &err)) {
       rc = grove__cli_fail(EXIT_REFUSED, "%s", grove_err_msg(&err));
       goto done;
     }
-  if ((rc = served_model(server, model, (int)timeout, &c, &mi))) goto done;
-  if (nin != mi->ninputs) {
-    rc = grove__cli_fail(EXIT_REFUSED, "model %s takes %zu input%s, %zu .npy file%s given", model,
-                         mi->ninputs, mi->ninputs == 1 ? "" : "s", nin,
-                         nin == 1 ? " was" : "s were");
-    goto done;
   }
+  if ((rc = served_model(server, model, (int)timeout, &c, &mi))) goto done;
+  if ((rc = grove__cli_order_inputs(model, p.pos + 1, nin, mi->inputs, mi->ninputs, order)))
+    goto done;
   if (nout > mi->noutputs) {
     rc = grove__cli_fail(EXIT_REFUSED, "model %s has %zu output%s, %zu -o files were given", model,
                          mi->noutputs, mi->noutputs == 1 ? "" : "s", nout);
     goto done;
   }
   for (size_t i = 0; i < nin; i++) {
+    const size_t k = order[i];
     grove_dtype want = mi->inputs[i].dtype;
-    if (in[i]->dtype != want) {
+    if (in[k]->dtype != want) {
       grove_tensor *cv = NULL;
-      if (grove__cli_convert(in[i], want, p.pos[i + 1], mi->inputs[i].name, &cv, &err)) {
+      if (grove__cli_convert(in[k], want, files[k], mi->inputs[i].name, &cv, &err)) {
         rc = grove__cli_fail(EXIT_REFUSED, "%s", grove_err_msg(&err));
         goto done;
       }
-      grove_tensor_release(in[i]);
-      in[i] = cv;
+      grove_tensor_release(in[k]);
+      in[k] = cv;
     }
-    args[i] = *in[i];
+    args[i] = *in[k];
   }
   if ((s = grove_client_predict(c, model, args, nin, (int)timeout, &pred, &err))) {
     rc = grove__cli_call_failed(s, &err, NULL);

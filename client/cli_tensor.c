@@ -2,8 +2,11 @@
  * commands (cli_tensor.h). */
 #include "cli_tensor.h"
 
+#include "cli_args.h"
+
 #include <math.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,4 +193,74 @@ grove_tensor *grove__cli_bench_input(const grove_io_spec *s, long long batch, ui
   printf("input %s: %s %s\n", s->name, grove_dtype_name(s->dtype),
          grove_shape_str(s->ndim, shape, sh, sizeof sh));
   return t;
+}
+
+/* ============================================================ named inputs */
+
+const char *grove__cli_input_file(const char *arg, char *name, size_t n) {
+  const char *eq = strchr(arg, '=');
+  const char *slash = strchr(arg, '/');
+  if (!eq || eq == arg || (slash && slash < eq)) {
+    if (n) name[0] = '\0';
+    return arg;
+  }
+  size_t len = (size_t)(eq - arg);
+  if (len >= n) len = n ? n - 1 : 0;
+  if (n) {
+    memcpy(name, arg, len);
+    name[len] = '\0';
+  }
+  return eq + 1;
+}
+
+static void input_names(const grove_io_spec *specs, size_t nspecs, char *buf, size_t n) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < nspecs && used + 1 < n; i++) {
+    int w = snprintf(buf + used, n - used, "%s%s", i ? ", " : "",
+                     specs[i].name ? specs[i].name : "?");
+    if (w < 0) break;
+    used += (size_t)w < n - used ? (size_t)w : n - used - 1;
+  }
+}
+
+int grove__cli_order_inputs(const char *model, const char *const *args, size_t nargs,
+                            const grove_io_spec *specs, size_t nspecs, size_t *order) {
+  char name[256], names[512];
+  size_t named = 0;
+  for (size_t k = 0; k < nargs; k++) {
+    grove__cli_input_file(args[k], name, sizeof name);
+    if (name[0]) named++;
+  }
+  if (named == 0) {
+    if (nargs != nspecs)
+      return grove__cli_fail(EXIT_REFUSED, "model %s takes %zu input%s, %zu .npy file%s given",
+                             model, nspecs, nspecs == 1 ? "" : "s", nargs,
+                             nargs == 1 ? " was" : "s were");
+    for (size_t i = 0; i < nspecs; i++) order[i] = i;
+    return 0;
+  }
+  input_names(specs, nspecs, names, sizeof names);
+  if (named != nargs)
+    return grove__cli_fail(EXIT_REFUSED,
+                           "give model %s's inputs all as NAME=FILE.npy or all in order, not "
+                           "both (its inputs: %s)",
+                           model, names);
+  for (size_t i = 0; i < nspecs; i++) order[i] = SIZE_MAX;
+  for (size_t k = 0; k < nargs; k++) {
+    grove__cli_input_file(args[k], name, sizeof name);
+    size_t i = 0;
+    while (i < nspecs && !(specs[i].name && strcmp(specs[i].name, name) == 0)) i++;
+    if (i == nspecs)
+      return grove__cli_fail(EXIT_REFUSED, "model %s has no input '%s' (its inputs: %s)", model,
+                             name, names);
+    if (order[i] != SIZE_MAX)
+      return grove__cli_fail(EXIT_REFUSED, "input '%s' of model %s is given twice", name, model);
+    order[i] = k;
+  }
+  for (size_t i = 0; i < nspecs; i++)
+    if (order[i] == SIZE_MAX)
+      return grove__cli_fail(EXIT_REFUSED, "input '%s' of model %s was not given (its inputs: %s)",
+                             specs[i].name ? specs[i].name : "?", model, names);
+  return 0;
 }

@@ -10,6 +10,7 @@
 #ifndef GROVE_CLI_TENSOR_H
 #define GROVE_CLI_TENSOR_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "grove/grove.h"
@@ -39,5 +40,20 @@ grove_status grove__cli_convert(const grove_tensor *src, grove_dtype want, const
  * NULL with err set when it cannot be made. */
 grove_tensor *grove__cli_bench_input(const grove_io_spec *s, long long batch, uint64_t *state,
                                      grove_err *err);
+
+/* predict's INPUT arguments (docs/cli.md): FILE.npy, one per model input in
+ * the model's order, or NAME=FILE.npy naming the model input (any order),
+ * for models that take several (token ids, an attention mask, initial
+ * states).  An argument is NAME=FILE when it has a '=' with no '/' before
+ * it; then file points after the '=' (into arg).  name is written with the
+ * NUL-terminated NAME ("" when positional), at most n bytes. */
+const char *grove__cli_input_file(const char *arg, char *name, size_t n);
+/* Matches args[0..nargs) (as above) to the model's inputs specs[0..nspecs):
+ * order[i] is the index in args of model input i.  All named or all
+ * positional; every name one of the model's, once; every input given.
+ * 0, or EXIT_REFUSED after the message naming the model (model) and what
+ * did not match ("model m has no input 'msk' (its inputs: ids, mask)"). */
+int grove__cli_order_inputs(const char *model, const char *const *args, size_t nargs,
+                            const grove_io_spec *specs, size_t nspecs, size_t *order);
 
 #endif

@@ -117,8 +117,9 @@ static const char predict_help[] =
     "usage: grove predict --local MODEL_DIR INPUT.npy... [-o OUTPUT.npy]...\n"
     "\n"
     "Opens the model directory in this process, runs one forward pass on the\n"
-    "inputs (one .npy file per model input, batch dimension first) and writes\n"
-    "the outputs.\n"
+    "inputs (one .npy file per model input, batch dimension first, in the\n"
+    "model's order or each as NAME=FILE.npy naming its input) and writes the\n"
+    "outputs.\n"
     "\n"
     "Options:\n"
     "  --local MODEL_DIR   the model directory (model.json + weights); required\n"
@@ -358,39 +359,44 @@ static int cmd_predict(int argc, char **argv) {
   grove_err err = {0};
   rc = EXIT_OK;
 
+  const char *files[GROVE__CLI_MAX_ARGS];
+  size_t order[GROVE__CLI_MAX_ARGS];
+  char iname[256];
   /* Inputs first: a wrong file is found before the model is loaded. */
-  for (size_t i = 0; i < nin; i++)
-    if (grove_npy_read(p.pos[i], &in[i], &err)) {
-      rc = fail_err(&err, p.pos[i]);
+  for (size_t i = 0; i < nin; i++) {
+    files[i] = grove__cli_input_file(p.pos[i], iname, sizeof iname);
+    if (grove_npy_read(files[i], &in[i], &err)) {
+      rc = fail_err(&err, files[i]);
       goto done;
     }
+  }
   if (grove_model_open(dir, NULL, &m, &err)) {
     rc = fail_err(&err, dir);
     goto done;
   }
-  if (m->ninputs && nin != m->ninputs) {
-    rc = grove__cli_fail(EXIT_REFUSED, "model %s takes %zu input%s, %zu .npy file%s given", m->name,
-                         m->ninputs, m->ninputs == 1 ? "" : "s", nin, nin == 1 ? " was" : "s were");
+  for (size_t i = 0; i < nin; i++) order[i] = i;
+  if (m->ninputs && (rc = grove__cli_order_inputs(m->name, p.pos, nin, m->inputs, m->ninputs,
+                                                   order)))
     goto done;
-  }
   if (m->noutputs && nout > m->noutputs) {
     rc = grove__cli_fail(EXIT_REFUSED, "model %s has %zu output%s, %zu -o files were given",
                          m->name, m->noutputs, m->noutputs == 1 ? "" : "s", nout);
     goto done;
   }
   for (size_t i = 0; i < nin && i < m->ninputs; i++) {
+    const size_t k = order[i];
     grove_dtype want = m->inputs[i].dtype;
-    if (in[i]->dtype == want) continue;
+    if (in[k]->dtype == want) continue;
     grove_tensor *c = NULL;
-    const char *iname = m->inputs[i].name ? m->inputs[i].name : "?";
-    if (grove__cli_convert(in[i], want, p.pos[i], iname, &c, &err)) {
-      rc = fail_err(&err, p.pos[i]);
+    const char *mname = m->inputs[i].name ? m->inputs[i].name : "?";
+    if (grove__cli_convert(in[k], want, files[k], mname, &c, &err)) {
+      rc = fail_err(&err, files[k]);
       goto done;
     }
-    grove_tensor_release(in[i]);
-    in[i] = c;
+    grove_tensor_release(in[k]);
+    in[k] = c;
   }
-  for (size_t i = 0; i < nin; i++) args[i] = *in[i];
+  for (size_t i = 0; i < nin; i++) args[i] = *in[order[i]];
   arena = grove_arena_new(m->arena_bytes);
   if (!arena) {
     rc = grove__cli_fail(EXIT_REFUSED, "out of memory for %zu bytes of scratch", m->arena_bytes);

@@ -319,6 +319,13 @@ def main():
             2, enable_nested_tensor=False), torch.randn(1, 5, 8)),
         "encoder_layer": (nn.TransformerEncoderLayer(8, 2, 16, activation="gelu"),
                           torch.randn(5, 1, 8)),
+        "lstm": (nn.LSTM(4, 6, num_layers=2, bidirectional=True, proj_size=3, batch_first=True),
+                 torch.randn(1, 5, 4)),
+        "gru": (nn.GRU(3, 5, num_layers=2), torch.randn(4, 1, 3)),
+        "rnn": (nn.RNN(3, 4, nonlinearity="relu", bias=False, batch_first=True),
+                torch.randn(1, 4, 3)),
+        "embedding_bag": (nn.Sequential(nn.EmbeddingBag(10, 4, mode="max", padding_idx=1),
+                                        nn.Linear(4, 2)), torch.zeros(1, 3, dtype=torch.int64)),
     }
     for name, (m, x) in small.items():
         with open(os.path.join(d, name + ".json"), "w") as f:

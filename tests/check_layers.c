@@ -841,7 +841,7 @@ static void json_err(const char *text, grove_status code, const char *msg) {
 START_TEST(test_registry) {
   size_t n;
   const grove__layer_def *defs = grove__layer_defs(&n);
-  ck_assert_uint_eq(n, 45);
+  ck_assert_uint_eq(n, 49);
   for (size_t i = 0; i < n; i++) ck_assert_ptr_eq(grove__layer_find(defs[i].type), &defs[i]);
   ck_assert_ptr_null(grove__layer_find("Conv3d"));
   ck_assert_ptr_null(grove__layer_find("linear"));
@@ -857,6 +857,19 @@ START_TEST(test_registry) {
       "\"tied\": {\"weight\": \"x.weight\"}}",
       "Linear");
   json_ok("{\"type\": \"Identity\"}", "Identity");
+  json_ok("{\"type\": \"LSTM\", \"input_size\": 3, \"hidden_size\": 4}", "LSTM");
+  json_ok(
+      "{\"type\": \"LSTM\", \"input_size\": 3, \"hidden_size\": 4, \"num_layers\": 2, "
+      "\"bias\": false, \"batch_first\": true, \"dropout\": 0.5, \"bidirectional\": true, "
+      "\"proj_size\": 2}",
+      "LSTM");
+  json_ok("{\"type\": \"GRU\", \"input_size\": 3, \"hidden_size\": 4}", "GRU");
+  json_ok("{\"type\": \"RNN\", \"input_size\": 3, \"hidden_size\": 4, \"nonlinearity\": "
+          "\"relu\"}",
+          "RNN");
+  json_ok("{\"type\": \"EmbeddingBag\", \"num_embeddings\": 5, \"embedding_dim\": 2, "
+          "\"mode\": \"max\", \"include_last_offset\": true, \"padding_idx\": -1}",
+          "EmbeddingBag");
   json_ok("{\"type\": \"Flatten\", \"start_dim\": 0, \"end_dim\": -2}", "Flatten");
   json_ok("{\"type\": \"Dropout\", \"p\": 0, \"inplace\": true}", "Dropout");
   json_ok("{\"type\": \"Dropout\", \"p\": 1.0}", "Dropout");
@@ -1040,6 +1053,17 @@ START_TEST(test_json_errors) {
            "$.module.normalized_shape: missing required argument of LayerNorm");
   json_err("{\"type\": \"Embedding\", \"embedding_dim\": 2}", GROVE_E_SPEC,
            "$.module.num_embeddings: missing required argument of Embedding");
+  json_err("{\"type\": \"LSTM\", \"input_size\": 2}", GROVE_E_SPEC,
+           "$.module.hidden_size: missing required argument of LSTM");
+  json_err("{\"type\": \"LSTM\", \"input_size\": 2, \"hidden_size\": 3, \"proj_size\": 3}",
+           GROVE_E_SPEC,
+           "$.module: LSTM: proj_size must be 0, or (LSTM only) positive and smaller than "
+           "hidden_size 3, got 3");
+  json_err("{\"type\": \"EmbeddingBag\", \"num_embeddings\": 4, \"embedding_dim\": 2, "
+           "\"max_norm\": 1.0}",
+           GROVE_E_UNSUPPORTED,
+           "$.module.max_norm: EmbeddingBag with max_norm is not supported (it renormalises the "
+           "weight during forward); export with max_norm=None");
 
   /* Values each reader accepts but the constructor cannot build. */
   json_err(

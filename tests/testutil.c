@@ -183,6 +183,20 @@ int grove_test_dir_entries(const char *dir) {
   return n;
 }
 
+grove_state_dict *grove_test_sd_under(const grove_state_dict *sd, const char *prefix) {
+  grove_err err = {0};
+  grove_state_dict *out = grove_sd_new();
+  ck_assert_ptr_nonnull(out);
+  const size_t n = strlen(prefix);
+  for (size_t i = 0; i < grove_sd_count(sd); i++) {
+    const char *k = grove_sd_key(sd, i);
+    if (strncmp(k, prefix, n) == 0)
+      ck_assert_msg(grove_sd_set(out, k + n, grove_sd_tensor(sd, i), &err) == GROVE_OK, "%s",
+                    err.msg);
+  }
+  return out;
+}
+
 long grove_test_allclose(const float *a, const float *b, size_t n, double rtol, double atol) {
   for (size_t i = 0; i < n; i++) {
     double x = a[i], y = b[i];

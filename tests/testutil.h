@@ -34,6 +34,12 @@ int grove_test_dir_entries(const char *dir);
  * (removing it early keeps a long run small). */
 const char *grove_test_tmpdir(void);
 
+/* A new state_dict (the caller's) of sd's entries whose key starts with
+ * prefix, under the key without it ("w.weight" -> "weight" for prefix "w."):
+ * the weights of a parity fixture that also holds inputs and outputs.  The
+ * tensors are sd's, retained.  Fails the test when it cannot be made. */
+grove_state_dict *grove_test_sd_under(const grove_state_dict *sd, const char *prefix);
+
 /* Element-wise closeness, as torch.allclose: |a-b| <= atol + rtol*|b|.
  * Returns the index of the first bad element, or -1 when all are close. */
 long grove_test_allclose(const float *a, const float *b, size_t n, double rtol, double atol);

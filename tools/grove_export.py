@@ -65,7 +65,9 @@ class _Kind:
         self.cls = cls
         self.name = cls.__name__
         self.args = args
-        self.params = tuple(params)
+        # A tuple of slot names, or (recurrent nets, whose slots depend on
+        # num_layers and bidirectional) a function of the module giving them.
+        self.params = params if callable(params) else tuple(params)
         self.optional = tuple(optional)  # slots torch registers only for some arguments
         self.buffers = tuple(buffers)
         self.container = container
@@ -74,12 +76,17 @@ class _Kind:
         self.composite = composite
 
 
-def _embedding_args(m, path):
+def _refuse_max_norm(m, path):
+    """Embedding and EmbeddingBag: max_norm writes to the weight in forward."""
     if m.max_norm is not None:
         raise ExportError(
             f"cannot export {_where(path, m)}: max_norm={m.max_norm} renormalises the "
             "embedding rows in place on every forward; Grove serves immutable weights. "
             "Renormalise the weights once (torch.renorm) and export with max_norm=None")
+
+
+def _embedding_args(m, path):
+    _refuse_max_norm(m, path)
     # torch stores a negative padding_idx already normalised
     # (padding_idx + num_embeddings), so this is always None or >= 0.
     return {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim,
@@ -138,6 +145,33 @@ def _avg_pool_args(m, path):
             "padding": _ints(m.padding), "ceil_mode": bool(m.ceil_mode),
             "count_include_pad": bool(m.count_include_pad),
             "divisor_override": m.divisor_override}
+
+
+def _rnn_args(m, path):
+    """RNN / LSTM / GRU (torch.nn.RNNBase): the constructor's arguments."""
+    a = {"input_size": m.input_size, "hidden_size": m.hidden_size,
+         "num_layers": m.num_layers, "bias": bool(m.bias), "batch_first": bool(m.batch_first),
+         "dropout": float(m.dropout), "bidirectional": bool(m.bidirectional)}
+    if m.mode in ("RNN_TANH", "RNN_RELU"):
+        a["nonlinearity"] = "tanh" if m.mode == "RNN_TANH" else "relu"
+    if m.mode == "LSTM":
+        a["proj_size"] = int(getattr(m, "proj_size", 0))
+    return a
+
+
+def _rnn_slots(m):
+    """torch's flat weight names for this configuration (weight_ih_l0, ...,
+    weight_hr_l1_reverse), in its order."""
+    return tuple(getattr(m, "_flat_weights_names", ()))
+
+
+def _embedding_bag_args(m, path):
+    _refuse_max_norm(m, path)
+    return {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim,
+            "max_norm": None, "norm_type": float(m.norm_type),
+            "scale_grad_by_freq": bool(m.scale_grad_by_freq), "mode": m.mode,
+            "sparse": bool(m.sparse), "include_last_offset": bool(m.include_last_offset),
+            "padding_idx": m.padding_idx}
 
 
 def _mha_args(m, path):
@@ -279,6 +313,10 @@ def _kinds():
         _Kind(nn.LayerNorm, _layer_norm_args,
               params=("weight", "bias"), shape_preserving=True),
         _Kind(nn.Embedding, _embedding_args, params=("weight",)),
+        _Kind(nn.EmbeddingBag, _embedding_bag_args, params=("weight",)),
+        _Kind(nn.RNN, _rnn_args, params=_rnn_slots),
+        _Kind(nn.LSTM, _rnn_args, params=_rnn_slots),
+        _Kind(nn.GRU, _rnn_args, params=_rnn_slots),
         _Kind(nn.Conv1d, _conv_args, params=("weight", "bias")),
         _Kind(nn.Conv2d, _conv_args, params=("weight", "bias")),
         _Kind(nn.BatchNorm2d, _bn_args, **bn_slots),
@@ -393,8 +431,9 @@ def _check_hooks(m, path):
 def _check_slots(m, path, kind):
     got_p = list(m._parameters.keys())
     got_b = list(m._buffers.keys())
-    extra = [n for n in got_p if n not in kind.params] + [n for n in got_b if n not in kind.buffers]
-    missing = [n for n in kind.params if n not in m._parameters and n not in kind.optional] + \
+    want_p = kind.params(m) if callable(kind.params) else kind.params
+    extra = [n for n in got_p if n not in want_p] + [n for n in got_b if n not in kind.buffers]
+    missing = [n for n in want_p if n not in m._parameters and n not in kind.optional] + \
               [n for n in kind.buffers if n not in m._buffers]
     if extra or missing:
         what = []
@@ -1002,11 +1041,12 @@ def _graph(m, path):
             spec = {"op": "get_attr", "name": node.name, "target": target}
         elif node.op == "call_module":
             sub = m.get_submodule(node.target)
+            call_args, call_kwargs = _module_call_args(node, sub, refuse)
             spec = {"op": "call_module", "name": node.name, "target": node.target,
-                    "args": [enc(node, a) for a in node.args]}
-            if node.kwargs:
-                spec["kwargs"] = {k: enc(node, v) for k, v in node.kwargs.items()}
-            _check_module_call(node, sub, refuse)
+                    "args": [enc(node, a) for a in call_args]}
+            if call_kwargs:
+                spec["kwargs"] = {k: enc(node, v) for k, v in call_kwargs.items()}
+            _check_module_call(node, sub, call_args, call_kwargs, refuse)
         elif node.op == "call_function":
             if node.target is operator.getitem and isinstance(node.args[1], str):
                 node.args = (node.args[0], key_index(node, node.args[0], node.args[1]))
@@ -1038,7 +1078,32 @@ def _graph(m, path):
     return out
 
 
-def _check_module_call(node, sub, refuse):
+def _module_call_args(node, sub, refuse):
+    """(args, kwargs) of a call_module as model.json writes them.  A recurrent
+    net's and an EmbeddingBag's keyword arguments become positional (graph.c
+    passes module tensors positionally): RNN/GRU (input, hx), LSTM (input,
+    (h0, c0)); EmbeddingBag (input, offsets, per_sample_weights), with a None
+    offsets left out before per_sample_weights (Grove's EmbeddingBag reads a
+    float second tensor as the weights)."""
+    import inspect
+    import torch.nn as nn
+    if not isinstance(sub, (nn.RNNBase, nn.EmbeddingBag)):
+        return list(node.args), dict(node.kwargs)
+    try:
+        b = inspect.signature(type(sub).forward).bind(sub, *node.args, **node.kwargs)
+    except TypeError as e:
+        refuse(node, f"{type(sub).__name__} call: {e}")
+    b.apply_defaults()
+    vals = list(b.arguments.values())[1:]
+    if isinstance(sub, nn.EmbeddingBag) and len(vals) == 3 and vals[1] is None \
+            and vals[2] is not None:
+        vals = [vals[0], vals[2]]
+    while vals and vals[-1] is None:
+        vals.pop()
+    return vals, {}
+
+
+def _check_module_call(node, sub, call_args, call_kwargs, refuse):
     """What graph.c accepts for a call_module: tensors in; the attention and
     transformer modules also take masks (tensors or None) and constant
     need_weights / average_attn_weights."""
@@ -1060,12 +1125,15 @@ def _check_module_call(node, sub, refuse):
             if k in ("need_weights", "average_attn_weights") and not isinstance(v, bool):
                 refuse(node, f"argument {k} must be a constant True or False")
         return
-    if node.kwargs:
+    if call_kwargs:
         refuse(node, f"keyword arguments to a {type(sub).__name__} are not supported (Grove "
                      "passes tensors positionally)")
-    args = list(node.args)
+    args = list(call_args)
     while args and args[-1] is None:
         args.pop()
+    if isinstance(sub, nn.RNNBase) and len(args) == 2 and isinstance(args[1], (tuple, list)):
+        # An LSTM's (h0, c0): graph.c passes the pair as two more tensors.
+        args = args[:1] + list(args[1])
     if len(args) > 4 or not all(isinstance(a, fx.Node) for a in args):
         refuse(node, f"a {type(sub).__name__} called with a constant argument: Grove passes "
                      "only tensors (1 to 4) between modules")
@@ -1103,6 +1171,10 @@ def _infer_input(model):
             return {"dtype": torch.float32, "shape": [-1, m.in_features]}
         if kind.name == "Embedding":
             return {"dtype": torch.int64, "shape": [-1, -1]}
+        if kind.name in ("RNN", "LSTM", "GRU"):
+            return {"dtype": torch.float32, "shape": [-1, -1, m.input_size]}
+        if kind.name == "EmbeddingBag":
+            return {"dtype": torch.int64, "shape": [-1, -1]}
         if kind.name == "Sequential":
             for c in m._modules.values():
                 if c is None:
@@ -1138,11 +1210,19 @@ def _input_names(model, n):
     return ["x"] if n == 1 else [f"x{i}" for i in range(n)]
 
 
+def _flat(y):
+    """A model's result as a flat list: torch's nested tuples (an LSTM's
+    (output, (h_n, c_n))) in order, as Grove returns them."""
+    if isinstance(y, (tuple, list)):
+        return [t for v in y for t in _flat(v)]
+    return [y]
+
+
 def _outputs(y, what):
     import torch
     if isinstance(y, dict):  # named outputs, in the dict's order (_output_names)
         y = tuple(y.values())
-    ys = list(y) if isinstance(y, (tuple, list)) else [y]
+    ys = _flat(y) if isinstance(y, (tuple, list)) else [y]
     if not ys or len(ys) > 4 or not all(isinstance(t, torch.Tensor) for t in ys):
         got = type(y).__name__ if not isinstance(y, (tuple, list)) else \
             f"a {type(y).__name__} of {[type(t).__name__ for t in ys]}"
@@ -1209,18 +1289,25 @@ def _io(model, example_input):
             for d in range(1, x.dim()):
                 if shapes[i][d] == -1:
                     continue
+                # The other inputs with the same size there (a mask beside
+                # the token ids) grow with it: a sequence length is shared.
+                along = [j for j, z in enumerate(x1)
+                         if z.dim() > d and z.shape[d] == x.shape[d] and shapes[j][d] != -1]
                 probe = list(x1)
-                sh = list(x.shape)
-                sh[d] += 1
-                probe[i] = _zeros(x.dtype, sh)
+                for j in along:
+                    sh = list(x1[j].shape)
+                    sh[d] += 1
+                    probe[j] = _zeros(x1[j].dtype, sh)
                 try:
                     with torch.no_grad():
                         _outputs(model(*probe), "a probe")
-                    shapes[i][d] = -1
+                    for j in along:
+                        shapes[j][d] = -1
                 except Exception:
                     pass
-        # Integer inputs whose dims must change together (token ids and their
-        # padding mask, [N, S] each): the dims of one size, all one larger.
+        # Still fixed: integer inputs whose dims of one size must change
+        # together although they stand at different dims (ids [N, S] and a
+        # mask [N, 1, S]): all of them one larger at once.
         groups = {}
         for i, x in enumerate(x1):
             if not x.dtype.is_floating_point:

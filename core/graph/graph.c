@@ -178,6 +178,14 @@ static grove_status run_module(run *r, int i, gval *res) {
   const bool cl = channels_last_for(r, i);
   for (int k = 0; k < n->ntensors; k++) {
     const gval *v = argv_(r, &n->args[k]);
+    /* An LSTM's state (h0, c0) may come as one tuple value (the (h_n, c_n)
+     * of another LSTM): its tensors are the module's further inputs. */
+    if (v && v->kind == V_TUPLE && k == n->nargs - 1 && k == 1 && !v->none_mask &&
+        !v->nest && grove__is_rnn(n->mod) && k + v->n <= GROVE_MAX_VALUES) {
+      for (int j = 0; j < v->n; j++) in.v[k + j] = v->t[j];
+      in.n = k + v->n;
+      break;
+    }
     if (!v || v->kind != V_TENSOR)
       return grove_err_set(r->f->err, GROVE_E_INVALID_ARGUMENT,
                            "argument %d of the module call is not a tensor", k);
@@ -219,6 +227,7 @@ static grove_status run_module(run *r, int i, gval *res) {
     /* (attn_output, attn_weights or None) */
     res->kind = V_TUPLE;
     res->n = 2;
+    res->nest = 0;
     res->t[0] = out.v[0];
     if (out.n > 1)
       res->t[1] = out.v[1];
@@ -230,6 +239,8 @@ static grove_status run_module(run *r, int i, gval *res) {
     res->kind = V_TUPLE;
     res->n = (int8_t)out.n;
     for (int k = 0; k < out.n; k++) res->t[k] = out.v[k];
+    /* LSTM: (output, (h_n, c_n)). */
+    res->nest = out.n == 3 && grove__rnn_is_lstm(n->mod) ? 1 : 0;
     return GROVE_OK;
   }
   set_tensor(res, &out.v[0]);
@@ -474,6 +485,7 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
     v->n = 0;
     v->none_mask = 0;
     for (int k = 0; k < GROVE_MAX_VALUES; k++) v->reg[k] = -1;
+    v->nest = 0;
     grove_status s = GROVE_OK;
     bool external = false;
     switch (n->op) {

@@ -466,6 +466,30 @@ static const mdef mdefs[] = {
       DBOOL("memory_is_causal", 0)}},
 };
 
+/* An LSTM's (h0, c0): torch passes the state as one tuple argument, Grove's
+ * module forward as two more tensors.  Replaces the last argument of n, a
+ * list of nodes, by its items. */
+static grove_status flatten_state(cctx *c, gnode *n, const char *jp) {
+  garg *a = &n->args[n->nargs - 1];
+  for (int k = 0; k < a->n; k++)
+    if (a->items[k].kind != A_NODE)
+      return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
+                           "%s[%d]: the state of a %s must be tensors (nodes)", jp, k,
+                           n->mod->type->name);
+  if (n->nargs - 1 + a->n > GROVE_MAX_VALUES)
+    return grove_err_set(c->err, GROVE_E_UNSUPPORTED, "%s: too many state tensors", jp);
+  garg *na = calloc((size_t)(n->nargs - 1 + a->n), sizeof(garg));
+  if (!na) return nomem(c->err);
+  memcpy(na, n->args, (size_t)(n->nargs - 1) * sizeof(garg));
+  for (int k = 0; k < a->n; k++) na[n->nargs - 1 + k] = a->items[k];
+  const int nn = n->nargs - 1 + a->n;
+  free(a->items);
+  free(n->args);
+  n->args = na;
+  n->nargs = nn;
+  return GROVE_OK;
+}
+
 static grove_status bind_module(cctx *c, gnode *n, const json_t *args, const json_t *kwargs,
                                 const char *jp) {
   const grove_module *t = n->mod;
@@ -492,6 +516,9 @@ static grove_status bind_module(cctx *c, gnode *n, const json_t *args, const jso
       snprintf(sub, sizeof sub, "%s.args[%zu]", jp, i);
       if ((s = parse_arg(c, json_array_get(args, i), sub, &n->args[i], 0))) return s;
       n->nargs = (int)i + 1;
+      if (n->args[i].kind == A_LIST && grove__is_rnn(t) && i == 1 && na == 2 &&
+          (s = flatten_state(c, n, sub)))
+        return s;
       if (n->args[i].kind != A_NODE && n->args[i].kind != A_NONE)
         return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
                              "%s: a constant argument to a %s; Grove passes only tensors between "

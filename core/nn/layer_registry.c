@@ -48,6 +48,7 @@ static const grove__layer_def defs[] = {
     {"BatchNorm1d", grove__batch_norm1d_from_json, false},
     {"LayerNorm", grove__layer_norm_from_json, false},
     {"Embedding", grove__embedding_from_json, false},
+    {"EmbeddingBag", grove__embedding_bag_from_json, false},
     {"Conv1d", grove__conv1d_from_json, false},
     {"Conv2d", grove__conv2d_from_json, false},
     {"BatchNorm2d", grove__batch_norm2d_from_json, false},
@@ -60,6 +61,9 @@ static const grove__layer_def defs[] = {
     {"TransformerDecoderLayer", grove__transformer_decoder_layer_from_json, false},
     {"TransformerDecoder", grove__transformer_decoder_from_json, false},
     {"Transformer", grove__transformer_from_json, false},
+    {"RNN", grove__rnn_from_json, false},
+    {"LSTM", grove__lstm_from_json, false},
+    {"GRU", grove__gru_from_json, false},
 };
 
 const grove__layer_def *grove__layer_find(const char *type) {

@@ -39,6 +39,7 @@ extern const grove_module_type grove__log_softmax_type;
 extern const grove_module_type grove__batch_norm1d_type;
 extern const grove_module_type grove__layer_norm_type;
 extern const grove_module_type grove__embedding_type;
+extern const grove_module_type grove__embedding_bag_type;
 extern const grove_module_type grove__conv1d_type;
 extern const grove_module_type grove__conv2d_type;
 extern const grove_module_type grove__batch_norm2d_type;
@@ -51,6 +52,14 @@ extern const grove_module_type grove__te_type;
 extern const grove_module_type grove__tdl_type;
 extern const grove_module_type grove__td_type;
 extern const grove_module_type grove__transformer_type;
+/* RNN, LSTM, GRU (layers_rnn.c): one forward, three names. */
+extern const grove_module_type *const grove__rnn_type;
+extern const grove_module_type *const grove__lstm_type;
+extern const grove_module_type *const grove__gru_type;
+/* Whether m is an RNN, LSTM or GRU; whether an LSTM (its state is a pair:
+ * a graph presents its outputs as (output, (h_n, c_n))). */
+bool grove__is_rnn(const grove_module *m);
+bool grove__rnn_is_lstm(const grove_module *m);
 
 /* Linear's forward with an activation applied in the same pass over the
  * output.  Sequential calls it with GROVE__ACT_RELU for a Linear followed by
@@ -353,5 +362,13 @@ grove_status grove__transformer_decoder_from_json(const struct json_t *obj, cons
                                                   grove_module **out, grove_err *err);
 grove_status grove__transformer_from_json(const struct json_t *obj, const char *path,
                                           grove_module **out, grove_err *err);
+grove_status grove__embedding_bag_from_json(const struct json_t *obj, const char *path,
+                                            grove_module **out, grove_err *err);
+grove_status grove__rnn_from_json(const struct json_t *obj, const char *path, grove_module **out,
+                                  grove_err *err);
+grove_status grove__lstm_from_json(const struct json_t *obj, const char *path, grove_module **out,
+                                   grove_err *err);
+grove_status grove__gru_from_json(const struct json_t *obj, const char *path, grove_module **out,
+                                  grove_err *err);
 
 #endif

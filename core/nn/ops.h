@@ -73,6 +73,10 @@ typedef struct gval {
   int8_t kind;
   int8_t n;                      /* V_TUPLE: tensors; V_INTS: ints */
   uint8_t none_mask;             /* V_TUPLE: entries that are None */
+  /* V_TUPLE: 0, or k > 0 when the tuple is (t[0], ..., t[k-1], (t[k], ...,
+   * t[n-1])): k + 1 items, the last a tuple of the rest (an LSTM's
+   * (output, (h_n, c_n)) has k = 1; layers_rnn.c). */
+  int8_t nest;
   int32_t reg[GROVE_MAX_VALUES]; /* the evaluator's handle of each tensor: its arena region
                                     when serving, its tape var when training (graph.c) */
   int64_t i;                     /* V_INT, V_BOOL */

@@ -122,6 +122,7 @@ void grove__op_set_tuple(gval *v, const grove_tensor *ts, int n) {
   v->kind = V_TUPLE;
   v->n = (int8_t)n;
   v->none_mask = 0;
+  v->nest = 0;
   for (int k = 0; k < n; k++) v->t[k] = ts[k];
 }
 

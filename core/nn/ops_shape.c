@@ -241,10 +241,39 @@ static grove_status slice_of(const grove__opctx *c, const garg *e, grove__index 
   return GROVE_OK;
 }
 
+/* x[i] of a tuple that ends in a tuple (gval.nest: an LSTM's (output, (h_n,
+ * c_n))): a tensor of the top level, or the inner tuple. */
+static grove_status getitem_nested(const grove__opctx *c, const gval *v, const garg *ix,
+                                   gval *res) {
+  const int len = v->nest + 1;
+  int64_t k;
+  grove_status s = ix->kind == A_SLICE ? grove_err_set(c->f->err, GROVE_E_UNSUPPORTED,
+                                                       "slicing a nested tuple is not supported")
+                                       : grove__op_int(c, ix, &k);
+  if (s) return s;
+  if (k < 0) k += len;
+  if (k < 0 || k >= len)
+    return grove_err_set(c->f->err, GROVE_E_RANGE, "tuple index out of range (%d elements)", len);
+  if (k < v->nest) {
+    grove__op_set_tensor(res, &v->t[k]);
+    return GROVE_OK;
+  }
+  *res = *v;
+  res->nest = 0;
+  res->n = (int8_t)(v->n - v->nest);
+  for (int j = 0; j < GROVE_MAX_VALUES; j++) {
+    res->t[j] = j < res->n ? v->t[v->nest + j] : (grove_tensor){0};
+    res->reg[j] = j < res->n ? v->reg[v->nest + j] : -1;
+  }
+  res->none_mask = (uint8_t)(v->none_mask >> v->nest);
+  return GROVE_OK;
+}
+
 /* x[i] / x[a:b] of a tuple (a module's) or of a size. */
 static grove_status getitem_seq(const grove__opctx *c, const gval *v, const garg *ix, gval *res) {
   const int len = v->n;
   grove_status s;
+  if (v->kind == V_TUPLE && v->nest > 0) return getitem_nested(c, v, ix, res);
   if (ix->kind == A_SLICE) {
     grove__index e = {0};
     if ((s = slice_of(c, ix, &e))) return s;

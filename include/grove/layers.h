@@ -53,6 +53,13 @@ grove_status grove_layer_norm_new(int ndim, const int64_t *normalized_shape, dou
 grove_status grove_embedding_new(int64_t num_embeddings, int64_t embedding_dim,
                                  int64_t padding_idx, grove_module **out, grove_err *err);
 
+/* mode: "sum", "mean" (NULL) or "max".  padding_idx < 0 means None.
+ * forward takes input (a 2-d [B, N] of bags, or 1-d with offsets), then
+ * offsets, then per_sample_weights (mode sum), and returns [B, D]. */
+grove_status grove_embedding_bag_new(int64_t num_embeddings, int64_t embedding_dim,
+                                     const char *mode, bool include_last_offset,
+                                     int64_t padding_idx, grove_module **out, grove_err *err);
+
 /* ---------------------------------------------------------- convolution */
 
 /* Conv1d / Conv2d options, torch's constructor arguments per spatial dim
@@ -155,6 +162,23 @@ grove_status grove_transformer_decoder_new(const grove_encoder_layer_opts *layer
 grove_status grove_transformer_new(const grove_encoder_layer_opts *layer,
                                    int64_t num_encoder_layers, int64_t num_decoder_layers,
                                    grove_module **out, grove_err *err);
+
+/* ---------------------------------------------------------- recurrent */
+
+/* RNN, LSTM and GRU: torch's constructor arguments.  mode: "RNN_TANH"
+ * (NULL), "RNN_RELU" (an RNN), "LSTM" or "GRU".  proj_size: LSTM only, 0 for
+ * none.  dropout (between layers, training only) is kept for the round trip.
+ * Parameters weight_ih_l<k>[_reverse], weight_hh_l<k>, bias_ih_l<k>,
+ * bias_hh_l<k> (with bias), weight_hr_l<k> (with proj_size), in torch's
+ * order.  forward takes x and optionally h0 (RNN, GRU) or h0 and c0 (LSTM)
+ * as further tensors, and returns output, h_n (and c_n). */
+typedef struct grove_rnn_opts {
+  const char *mode;
+  int64_t input_size, hidden_size, num_layers, proj_size;
+  bool bias, batch_first, bidirectional;
+  double dropout;
+} grove_rnn_opts;
+grove_status grove_rnn_new(const grove_rnn_opts *o, grove_module **out, grove_err *err);
 
 /* The type of m by torch class name ("Linear"). */
 const char *grove_module_type_name(const grove_module *m);

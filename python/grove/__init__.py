@@ -183,6 +183,9 @@ def _load():
                                            C.c_int, C.POINTER(_Prediction), E]),
         "grove_prediction_fini": (None, [C.POINTER(_Prediction)]),
         "grove_client_status": (C.c_int, [P, C.c_int, C.POINTER(C.POINTER(_ServerStatus)), E]),
+        "grove_client_model_info": (C.c_int, [P, C.c_char_p, C.c_int,
+                                              C.POINTER(C.POINTER(_ModelInfo)), E]),
+        "grove_model_info_free": (None, [C.POINTER(_ModelInfo)]),
         "grove_server_status_free": (None, [C.POINTER(_ServerStatus)]),
         "grove_client_reload": (C.c_int, [P, C.c_char_p, C.POINTER(_ReloadOpts), C.c_int,
                                           C.POINTER(_ReloadResult), E]),
@@ -347,11 +350,31 @@ class Client:
             raise ValueError("grove.Client: closed")
         return self._c
 
-    def predict(self, model, *inputs, timeout_ms=0):
+    def model_info(self, model, timeout_ms=10000):
+        """One model's metadata, as status() lists it: name, inputs,
+        outputs (name, dtype, shape), batching, version, ...  GroveError
+        NOT_FOUND when the server has no such model."""
+        mi, err = C.POINTER(_ModelInfo)(), _Err()
+        _check(_lib.grove_client_model_info(self._handle(), _b(model), int(timeout_ms),
+                                            C.byref(mi), C.byref(err)), err)
+        try:
+            return _model_dict(mi.contents)
+        finally:
+            _lib.grove_model_info_free(mi)
+
+    def predict(self, model, *inputs, timeout_ms=0, **named):
         """Runs model on the inputs (NumPy arrays or anything np.asarray
         takes, one per model input, rows along dimension 0); returns a
-        Prediction: {output name: array}.  float64 inputs are not converted:
-        send what the model's inputs say (docs/protocol.md)."""
+        Prediction: {output name: array}.  The inputs come in the model's
+        order, or all by name (predict("bert", ids=ids, mask=mask)), which
+        asks the server for the model's input names once per model and
+        client (again after a reload through this client).  float64 inputs
+        are not converted: send what the model's inputs say (int64 ids, bool
+        masks; docs/protocol.md)."""
+        if named:
+            if inputs:
+                raise TypeError("grove: give the inputs all in order or all by name, not both")
+            inputs = self._ordered(model, named, timeout_ms)
         arrays = [np.ascontiguousarray(x) for x in inputs]
         ts = (_Tensor * max(len(arrays), 1))()
         for i, a in enumerate(arrays):
@@ -397,6 +420,23 @@ class Client:
         finally:
             _lib.grove_server_status_free(st)
 
+    def _ordered(self, model, named, timeout_ms):
+        """The arrays of named in the order of model's inputs."""
+        cache = self.__dict__.setdefault("_input_names", {})
+        names = cache.get(model)
+        if names is None:
+            info = self.model_info(model, timeout_ms=timeout_ms or 10000)
+            names = cache[model] = [i["name"] for i in info["inputs"]]
+        unknown = [k for k in named if k not in names]
+        if unknown:
+            raise TypeError(f"grove: model {model} has no input {unknown[0]!r} "
+                            f"(its inputs: {', '.join(names)})")
+        missing = [k for k in names if k not in named]
+        if missing:
+            raise TypeError(f"grove: input {missing[0]!r} of model {model} was not given "
+                            f"(its inputs: {', '.join(names)})")
+        return [named[k] for k in names]
+
     def reload(self, model, checkpoint=None, model_dir=None, non_strict=False, in_place=False,
                timeout_ms=120000):
         """Hot-reloads model (docs/operations.md, "Hot reload"); returns once
@@ -406,6 +446,7 @@ class Client:
         opts = _ReloadOpts(_b(os.path.abspath(checkpoint)) if checkpoint else None,
                            _b(os.path.abspath(model_dir)) if model_dir else None,
                            bool(non_strict), bool(in_place))
+        self.__dict__.get("_input_names", {}).pop(model, None)  # a new model dir may rename them
         r, err = _ReloadResult(), _Err()
         code = _lib.grove_client_reload(self._handle(), _b(model), C.byref(opts),
                                         int(timeout_ms), C.byref(r), C.byref(err))

@@ -42,13 +42,15 @@ def load_grove():
 
 
 class Groved:
-    def __init__(self, tmp, name, pub=True, extra=()):
+    def __init__(self, tmp, name, pub=True, extra=(), models=None):
+        """models: the --model values (NAME=DIR), examples/digits by default."""
         self.url = f"tcp://127.0.0.1:{free_port()}"
         self.pub = f"tcp://127.0.0.1:{free_port()}" if pub else "none"
         self.admin = admin_listen(tmp, f"{name}-admin")
         self.log = open(os.path.join(tmp, f"{name}.log"), "w+")
+        model_args = [a for mv in (models or [f"digits={DIGITS}"]) for a in ("--model", mv)]
         self.proc = subprocess.Popen(
-            [GROVED, "--model", f"digits={DIGITS}", "--listen", self.url, "--http", "none",
+            [GROVED, *model_args, "--listen", self.url, "--http", "none",
              "--pub", self.pub, "--workers", "1", "--admin-listen", self.admin,
              "--checkpoint-dir", tmp, *extra], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# bench/sequence.sh GROVE_BIN [MODELS]: Grove beside PyTorch and ONNX Runtime on the sequence
+# models of issue #19 (bench/models_seq.py): an LSTM classifier (Embedding 1000x128, 2-layer
+# LSTM 256, 32 tokens), a 4-layer BERT-like encoder (hidden 256, 4 heads, 128 tokens, a padding
+# mask) and a 2-layer decoder with a causal mask (64 tokens), measured in the same run on this
+# machine.  MODELS is "lstm,bert,decoder" by default.  bench/run.sh (make bench) calls it.
+#
+#   1. tools/grove_export.py on the builder's model and example inputs (Grove's directory; its
+#      inputs' sequence length is then fixed to the example's, so that grove bench runs the
+#      benchmark's length instead of its default 16 for a free dimension).  A model Grove
+#      cannot run yet prints "grove: MODEL not supported: <the exporter's reason>" and its
+#      row shows only the peers.
+#   2. PyTorch: the same builder, timed in-process; it also writes MODEL.onnx (opset 14)
+#   3. ONNX Runtime (npm's onnxruntime-node, CPU) on MODEL.onnx
+#   4. GROVE_BIN bench --local DIR --batch B --seconds S --threads T
+#   5. a table of samples/s (median of rounds) with Grove/ORT and Grove/PyTorch ratios
+#
+# Steps 2-4 alternate for ROUNDS rounds (the 2-vCPU host is shared with other guests).  Every
+# engine gets the same threads (torch threads, ORT intra-op threads, Grove's compute threads):
+# GROVE_BENCH_THREADS, default every core.  Inputs: PyTorch and ONNX Runtime get token ids in
+# [1, 1000) (the BERT-like's padding mask then masks nothing; Grove's bench sends ids 0, which
+# costs the same).  Environment: GROVE_SEQ_BATCHES (1,16), GROVE_BENCH_SECONDS (2),
+# GROVE_BENCH_ROUNDS (3), GROVE_BENCH_THREADS (nproc), PEER_OUT (onnxruntime-node's folder,
+# default /tmp/grove-peers, shared with bench/cnn_transformer.sh).
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+grove_bin=${1:-}
+models=${2:-lstm,bert,decoder}
+if [ -z "$grove_bin" ]; then
+  echo "usage: bench/sequence.sh GROVE_BIN [lstm,bert,decoder]" >&2
+  exit 2
+fi
+case "$grove_bin" in /*) ;; *) grove_bin="$root/$grove_bin" ;; esac
+batches=${GROVE_SEQ_BATCHES:-1,16}
+seconds=${GROVE_BENCH_SECONDS:-2}
+rounds=${GROVE_BENCH_ROUNDS:-3}
+peer_out=${PEER_OUT:-/tmp/grove-peers}
+threads=${GROVE_BENCH_THREADS:-$(nproc)}
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/grove-bench-seq-XXXXXX")
+trap 'rm -rf "$work"' EXIT
+results="$work/results.jsonl"
+: >"$results"
+
+# ------------------------------------------------------------------ Grove's directories
+cat >"$work/export.py" <<'PY'
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[2])
+from models_seq import BUILDERS
+from grove_export import export, ExportError
+name, out = sys.argv[3], sys.argv[4]
+m, xs = BUILDERS[name]()
+try:
+    export(m, out, example_input=xs)
+except ExportError as e:
+    print(f"not supported: {e}")
+    sys.exit(1)
+# The benchmark's lengths, not a free dimension (grove bench fills those with 16).
+p = os.path.join(out, "model.json")
+doc = json.load(open(p))
+for spec, x in zip(doc["inputs"], xs):
+    spec["shape"] = [-1] + list(x.shape[1:])
+json.dump(doc, open(p, "w"), indent=1)
+PY
+
+# ------------------------------------------------------------------ PyTorch (+ ONNX files)
+cat >"$work/torch_bench.py" <<'PY'
+import json, os, sys, time, warnings
+warnings.filterwarnings("ignore")
+sys.path.insert(0, sys.argv[1])
+import torch
+from models_seq import BUILDERS
+out, name, batches, threads, seconds, write_onnx = sys.argv[2:8]
+torch.set_num_threads(int(threads))
+m, xs = BUILDERS[name]()
+names = [f"in{i}" for i in range(len(xs))]
+if write_onnx == "1":
+    path = os.path.join(out, f"{name}.onnx")
+    try:
+        torch.onnx.export(m, xs, path, input_names=names, output_names=["y"],
+                          dynamic_axes=dict({n: {0: "b"} for n in names}, y={0: "b"}),
+                          opset_version=14)
+        meta = [{"shape": list(x.shape[1:]), "dtype": str(x.dtype).replace("torch.", "")}
+                for x in xs]
+        json.dump(meta, open(os.path.join(out, f"{name}.meta.json"), "w"))
+    except Exception as e:  # the table shows no ORT figure; say why once
+        print(f"onnx export of {name} failed: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+for b in [int(s) for s in batches.split(",")]:
+    x = [t.expand(b, *t.shape[1:]).contiguous() for t in xs]
+    with torch.inference_mode():
+        for _ in range(3):
+            m(*x)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < float(seconds):
+            m(*x)
+            n += 1
+        dt = (time.perf_counter() - t0) / n
+    print(json.dumps({"engine": f"torch-{torch.__version__}", "model": name, "batch": b,
+                      "samples_per_s": round(b / dt, 1), "ms_per_batch": round(dt * 1e3, 4)}))
+PY
+
+# ------------------------------------------------------------------ ONNX Runtime
+cat >"$work/ort_bench.js" <<'JS'
+const ort = require('onnxruntime-node');
+(async () => {
+  const [file, name, batches, threads, secs, metaFile] = process.argv.slice(2);
+  const meta = JSON.parse(require('fs').readFileSync(metaFile, 'utf8'));
+  const s = await ort.InferenceSession.create(file, {intraOpNumThreads: +threads, interOpNumThreads: 1});
+  for (const b of batches.split(',').map(Number)) {
+    const feeds = {};
+    meta.forEach((m, k) => {
+      const shape = [b, ...m.shape];
+      const n = shape.reduce((a, c) => a * c, 1);
+      const last = m.shape.length ? m.shape[m.shape.length - 1] : 1;
+      feeds[s.inputNames[k]] = m.dtype === 'int64'
+        ? new ort.Tensor('int64', BigInt64Array.from({length: n}, (_, i) => BigInt(k ? i % last : 1 + i % 997)), shape)
+        : new ort.Tensor('float32', Float32Array.from({length: n}, () => Math.random() - 0.5), shape);
+    });
+    for (let i = 0; i < 3; i++) await s.run(feeds);
+    let k = 0; const t0 = process.hrtime.bigint(); let dt = 0;
+    for (;;) { await s.run(feeds); k++; dt = Number(process.hrtime.bigint() - t0) / 1e9; if (dt > +secs) break; }
+    dt /= k;
+    console.log(JSON.stringify({engine: 'onnxruntime-' + require('onnxruntime-node/package.json').version,
+      model: name, batch: b, samples_per_s: +(b / dt).toFixed(1), ms_per_batch: +(dt * 1e3).toFixed(4)}));
+  }
+})();
+JS
+
+have_ort=1
+if ! command -v node >/dev/null; then
+  echo "onnxruntime: node not found; skipping ONNX Runtime"
+  have_ort=0
+elif [ ! -d "$peer_out/node_modules/onnxruntime-node" ]; then
+  mkdir -p "$peer_out"
+  if ! (cd "$peer_out" && npm install --silent --ignore-scripts onnxruntime-node@1.30.0 >/dev/null 2>&1); then
+    echo "onnxruntime: could not install onnxruntime-node into $peer_out; skipping ONNX Runtime"
+    have_ort=0
+  fi
+fi
+
+echo "== sequence models (bench/models_seq.py): $threads thread(s) per engine on $(nproc) cores," \
+  "batches $batches, $rounds rounds"
+have_grove=1
+[ -x "$grove_bin" ] || { echo "grove: $grove_bin not found (run make first)"; have_grove=0; }
+for model in ${models//,/ }; do
+  if [ "$have_grove" = 1 ] &&
+    ! "$python" "$work/export.py" "$root/bench" "$root/tools" "$model" "$work/$model" \
+      >"$work/export.log" 2>&1; then
+    echo "grove: $model $(grep -m1 'not supported' "$work/export.log" || tail -1 "$work/export.log")" |
+      cut -c1-300
+  fi
+done
+
+for r in $(seq 1 "$rounds"); do
+  for model in ${models//,/ }; do
+    first=$([ "$r" = 1 ] && echo 1 || echo 0)
+    if ! "$python" "$work/torch_bench.py" "$root/bench" "$work" "$model" "$batches" "$threads" \
+      "$seconds" "$first" >"$work/torch.out" 2>"$work/torch.err"; then
+      echo "pytorch: $model failed (round $r):"
+      tail -5 "$work/torch.err" | sed 's/^/  /'
+    elif [ "$first" = 1 ] && grep -q 'onnx export' "$work/torch.err"; then
+      grep 'onnx export' "$work/torch.err"
+    fi
+    grep '^{' "$work/torch.out" >>"$results"
+    if [ "$have_ort" = 1 ] && [ -f "$work/$model.onnx" ]; then
+      if ! NODE_PATH="$peer_out/node_modules" node "$work/ort_bench.js" "$work/$model.onnx" "$model" \
+        "$batches" "$threads" "$seconds" "$work/$model.meta.json" >"$work/ort.out" 2>"$work/ort.err"; then
+        echo "onnxruntime: $model failed (round $r):"
+        tail -5 "$work/ort.err" | sed 's/^/  /'
+      fi
+      grep '^{' "$work/ort.out" >>"$results"
+    fi
+    if [ "$have_grove" = 1 ] && [ -f "$work/$model/model.json" ]; then
+      for b in ${batches//,/ }; do
+        if ! "$grove_bin" bench --local "$work/$model" --batch "$b" --seconds "$seconds" \
+          --threads "$threads" >"$work/grove.out" 2>&1; then
+          echo "grove: $model bench failed at batch $b:"
+          tail -5 "$work/grove.out" | sed 's/^/  /'
+          continue
+        fi
+        tail -n 1 "$work/grove.out" | "$python" -c '
+import json, sys
+kv = dict(f.split("=", 1) for f in sys.stdin.read().split())
+print(json.dumps({"engine": "grove", "model": sys.argv[1], "batch": int(kv["batch"]),
+                  "samples_per_s": float(kv["samples_per_s"]),
+                  "ms_per_batch": float(kv["ms_per_batch"])}))' "$model" >>"$results"
+      done
+    fi
+  done
+  echo "  round $r done (load average $(cut -d' ' -f1 /proc/loadavg))"
+done
+
+echo
+"$python" "$root/bench/peers_table.py" "$results" "$batches" "$models"
