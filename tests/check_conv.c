@@ -46,6 +46,13 @@ static const char *const cases[] = {
     "conv2d_1x1_rows",
     "conv2d_stride_rows",
     "conv1d_rows",
+    "conv2d_dw_s1",
+    "conv2d_dw5_s2",
+    "conv2d_dw_dil",
+    "conv2d_dw_rect",
+    "conv2d_dw_same",
+    "conv2d_dw_unbatched",
+    "conv2d_dw_mult",
     "conv1d_basic",
     "conv1d_stride_pad",
     "conv1d_groups_dil",
@@ -128,6 +135,20 @@ static grove_module *build_case(const char *name, grove_err *err) {
        (o = co(3, 3, 2, 2, 1, 1, 1, 1, 1, true), grove_conv2d_new(16, 16, &o, &m, err)));
   CASE("conv1d_rows",
        (o = co(3, 0, 1, 0, 2, 0, 2, 0, 1, true), grove_conv1d_new(16, 24, &o, &m, err)));
+  CASE("conv2d_dw_s1",
+       (o = co(3, 3, 1, 1, 1, 1, 1, 1, 20, true), grove_conv2d_new(20, 20, &o, &m, err)));
+  CASE("conv2d_dw5_s2",
+       (o = co(5, 5, 2, 2, 2, 2, 1, 1, 40, false), grove_conv2d_new(40, 40, &o, &m, err)));
+  CASE("conv2d_dw_dil",
+       (o = co(3, 3, 1, 1, 2, 2, 2, 2, 24, true), grove_conv2d_new(24, 24, &o, &m, err)));
+  CASE("conv2d_dw_rect",
+       (o = co(3, 5, 1, 2, 0, 1, 1, 1, 17, true), grove_conv2d_new(17, 17, &o, &m, err)));
+  CASE("conv2d_dw_same", (o = co(4, 4, 1, 1, 0, 0, 1, 1, 16, true), o.padding_same = true,
+                          grove_conv2d_new(16, 16, &o, &m, err)));
+  CASE("conv2d_dw_unbatched",
+       (o = co(3, 3, 2, 2, 1, 1, 1, 1, 9, true), grove_conv2d_new(9, 9, &o, &m, err)));
+  CASE("conv2d_dw_mult",
+       (o = co(3, 3, 1, 1, 1, 1, 1, 1, 8, true), grove_conv2d_new(8, 16, &o, &m, err)));
   CASE("conv1d_basic",
        (o = co(3, 0, 1, 0, 0, 0, 1, 0, 1, true), grove_conv1d_new(4, 6, &o, &m, err)));
   CASE("conv1d_stride_pad",
@@ -249,7 +270,7 @@ static void run_and_compare(const char *what, grove_module *m, fixture *fx) {
   bool conv = strncmp(m->type->name, "Conv", 4) == 0;
   const char *gemm = getenv("GROVE_GEMM");
   bool blas = gemm && strcmp(gemm, "blas") == 0;
-  if (!conv || (grove__conv_rows_path(m) && !blas))
+  if (!conv || (grove__conv_rows_path(m) && !blas) || grove__conv_depthwise_path(m))
     ck_assert_msg(memcmp(first, y.data, n) == 0, "%s: 2 compute threads changed the result", what);
   grove_set_compute_threads(1);
   free(first);
@@ -597,6 +618,26 @@ START_TEST(test_threads_bitwise) {
     }
     grove_module_release(m);
   }
+  /* The depthwise kernel (3x3 stride 1, 5x5 stride 2), NCHW and NHWC out. */
+  const grove_conv_opts dws[] = {co(3, 3, 1, 1, 1, 1, 1, 1, 32, true),
+                                 co(5, 5, 2, 2, 2, 2, 1, 1, 32, false)};
+  for (size_t k = 0; k < sizeof dws / sizeof dws[0]; k++) {
+    grove_module *m = NULL;
+    ck_assert_ok(grove_conv2d_new(32, 32, &dws[k], &m, &err), &err);
+    grove_module_eval(m);
+    ck_assert(grove__conv_depthwise_path(m));
+    grove_tensor *w = grove_module_param(m, "weight");
+    grove_tensor *r = rand_tensor(w->ndim, w->shape, 150 + (unsigned)k);
+    memcpy(w->data, r->data, grove_tensor_nbytes(w));
+    grove_tensor_release(r);
+    ck_assert_ok(m->type->refresh(m, &err), &err);
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+      char what[64];
+      snprintf(what, sizeof what, "depthwise case %zu%s", k, nhwc ? " (nhwc out)" : "");
+      check_threads(what, m, x, true, nhwc);
+    }
+    grove_module_release(m);
+  }
   const int64_t k3[2] = {3, 3}, s2[2] = {2, 2}, p1[2] = {1, 1}, o5[2] = {5, 3};
   grove_module *pools[3] = {NULL};
   ck_assert_ok(grove_max_pool2d_new(k3, s2, p1, NULL, false, &pools[0], &err), &err);
@@ -752,6 +793,40 @@ START_TEST(test_channels_last) {
   ck_assert(grove__is_nhwc(&o2.v[0]));
   assert_close_strided("BatchNorm2d, channels last", &o2.v[0], &b);
 
+  /* The depthwise kernel reads and writes channels last too, with a fused
+   * BatchNorm2d and ReLU as well. */
+  {
+    grove_module *dw = NULL, *dbn = NULL;
+    const grove_conv_opts od = co(3, 3, 2, 2, 1, 1, 1, 1, 24, true);
+    ck_assert_ok(grove_conv2d_new(24, 24, &od, &dw, &err), &err);
+    ck_assert_ok(grove_batch_norm2d_new(24, 1e-5, 0.1, true, true, &dbn, &err), &err);
+    randomize(dw, cw, 2, 500, -0.5f);
+    randomize(dbn, bw, 4, 600, 0.1f);
+    ck_assert_ok(dw->type->refresh(dw, &err), &err);
+    ck_assert_ok(dbn->type->refresh(dbn, &err), &err);
+    grove_module_eval(dw);
+    grove_module_eval(dbn);
+    ck_assert(grove__conv_depthwise_path(dw));
+    grove_tensor dref, bref, rref;
+    ck_assert_ok(grove_module_call(dw, &f, &want, &dref), &err);
+    ck_assert_ok(grove_module_call(dbn, &f, &dref, &bref), &err);
+    ck_assert_ok(grove_module_call(relu, &f, &bref, &rref), &err);
+    in2.v[0] = nhwc;
+    f.channels_last_ok = true;
+    ck_assert_ok(grove_module_forward(dw, &f, &in2, &o2), &err);
+    ck_assert(grove__is_nhwc(&o2.v[0]));
+    assert_close_strided("depthwise Conv2d, channels last", &o2.v[0], &dref);
+    ck_assert_ok(grove__conv_bn_relu_forward(dw, dbn, true, &f, &in2, &o2, true), &err);
+    ck_assert(grove__is_nhwc(&o2.v[0]));
+    assert_close_strided("depthwise Conv2d + BatchNorm2d + ReLU, channels last", &o2.v[0], &rref);
+    ck_assert_ok(grove__conv_bn_relu_forward(dw, dbn, true, &f, &in2, &o2, false), &err);
+    ck_assert(grove_tensor_is_contiguous(&o2.v[0]));
+    assert_close_strided("depthwise Conv2d + BatchNorm2d + ReLU, from channels last", &o2.v[0],
+                         &rref);
+    grove_module_release(dw);
+    grove_module_release(dbn);
+  }
+
   /* Arithmetic on channels last (graph_ops.c): with a number, in place,
    * the layout stays; with a broadcast operand, the result is contiguous
    * even when offered the channels-last operand's memory. */
@@ -777,6 +852,27 @@ START_TEST(test_channels_last) {
     const int64_t HW = want.shape[2] * want.shape[3];
     for (int64_t k = 0; k < n; k++) ((float *)halved.data)[k] += (float)(k / HW % C);
     assert_close_strided("NHWC + bias[C, 1, 1]", &o2.v[0], &halved);
+  }
+
+  /* cat along channels of channels-last tensors stays channels last (no
+   * transpose per input); with a contiguous operand the result is
+   * contiguous; the values are torch.cat's either way. */
+  {
+    const int64_t C = want.shape[1], HW = want.shape[2] * want.shape[3];
+    const grove_tensor two_cl[2] = {nhwc, nhwc}, mixed[2] = {nhwc, want};
+    grove_tensor cat, twice;
+    int64_t cs[4] = {want.shape[0], 2 * C, want.shape[2], want.shape[3]};
+    ck_assert_ok(grove_fwd_alloc(&f, &twice, GROVE_F32, 4, cs), &err);
+    for (int64_t i = 0; i < grove_tensor_numel(&twice); i++) {
+      const int64_t img = i / (2 * C * HW), ch = i / HW % (2 * C), q = i % HW;
+      ((float *)twice.data)[i] = ((const float *)want.data)[(img * C + ch % C) * HW + q];
+    }
+    ck_assert_ok(grove__op_cat(&f, two_cl, 2, 1, &cat), &err);
+    ck_assert_msg(grove__is_nhwc(&cat), "cat of channels-last tensors: result not channels last");
+    assert_close_strided("cat, channels last", &cat, &twice);
+    ck_assert_ok(grove__op_cat(&f, mixed, 2, -3, &cat), &err);
+    ck_assert(grove_tensor_is_contiguous(&cat));
+    assert_close_strided("cat, channels last and contiguous", &cat, &twice);
   }
 
   /* A caller that did not ask (a zeroed flag: every public call) gets a

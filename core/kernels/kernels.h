@@ -1,9 +1,9 @@
 /* kernels.h: core/kernels/, the compute kernels under the layers: the GEMM
  * kernels and their packs (gemm.c), CPU detection (cpu.c), the compute
  * thread pool (grove__parallel_for, gemm.c), arena compaction
- * (arena_keep.c), the NCHW/NHWC transposes (transpose.c) and the Winograd
- * transforms (winograd.c).  Never installed (tests and bench/ may include
- * it). */
+ * (arena_keep.c), the NCHW/NHWC transposes (transpose.c), the Winograd
+ * transforms (winograd.c) and the depthwise convolution (depthwise.c).
+ * Never installed (tests and bench/ may include it). */
 #ifndef GROVE_CORE_KERNELS_H
 #define GROVE_CORE_KERNELS_H
 
@@ -172,5 +172,22 @@ void grove__wino_in(const float *const d[16], int64_t C, float *V, int64_t vs);
  * winograd.c.  Any thread. */
 void grove__wino_out(const float *M, int64_t ms, int64_t Co, float *const y[4],
                      const grove__wino_ep *ep);
+
+/* ------------------------------------------------------------ depthwise */
+
+/* One depthwise convolution (groups == in_channels == out_channels) over
+ * one NHWC image: x is [H][W][C], w the weight repacked [kh][kw][C]; the
+ * padding is zeros (pl: top/left, the rest follows from OH and OW).  Each
+ * output is clamp(fma(sum of taps, scale[c], shift[c]), lo, hi): lo = 0
+ * for a fused ReLU, hi = 6 for ReLU6, -inf / +inf otherwise.  Read only. */
+typedef struct grove__dw_args {
+  int64_t H, W, C, OH, OW;
+  int64_t kh, kw, sh, sw, dh, dw, ph, pw;
+  const float *w, *scale, *shift;
+  float lo, hi;
+} grove__dw_args;
+/* Output row oh of the image x into y ([OW][C]), the same bits on every
+ * kernel (AVX-512, AVX2, scalar); depthwise.c.  Any thread. */
+void grove__depthwise_row(const grove__dw_args *a, const float *x, int64_t oh, float *y);
 
 #endif

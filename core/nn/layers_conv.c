@@ -17,8 +17,15 @@
  *    3x3 convolutions with stride 1 (no dilation, one group) take Winograd
  *    F(2x2, 3x3) instead of patch rows: 16 packed products over 4x4 tiles,
  *    2.25 times fewer multiply-adds (see conv_winograd).
- *  - columns (grouped convolutions with fewer than 8 channels per group,
- *    depthwise ones; also GROVE_CONV=columns):
+ *  - depthwise (groups == in_channels == out_channels: MobileNet's and
+ *    EfficientNet's 3x3 and 5x5 layers): no product at all; the kernel of
+ *    core/kernels/depthwise.c sums each output's taps over NHWC vectors of
+ *    channels with the weight repacked [kh][kw][C], and applies the
+ *    epilogue before its one store (see conv_depthwise).  It reads and
+ *    writes channels last as the rows path does.
+ *  - columns (other grouped convolutions with fewer than 8 channels per
+ *    group, e.g. a depthwise one with a channel multiplier; also
+ *    GROVE_CONV=columns):
  *    im2col into [K, positions] columns and cblas_sgemm W_g [cout_g, K] x
  *    col, for a run of images at once (COL_BUDGET), so the product is NCHW
  *    already.  A 1x1 convolution with stride 1 and no padding needs no
@@ -33,7 +40,7 @@
  *
  * Channels last: when its caller allows it (grove_fwd.channels_last_ok: a
  * graph or Sequential whose next layer reads the result), a batched Conv2d
- * on the rows path returns its [N, C, H, W] result laid out NHWC, and
+ * on the rows path (or the depthwise kernel) returns its [N, C, H, W] result laid out NHWC, and
  * reads an NHWC input as it is.  BatchNorm2d, the activations, a residual
  * add (graph_ops.c) and AdaptiveAvgPool2d to 1 x 1 keep or read that
  * layout; any other layer gets a contiguous copy (grove_tensor_copy, one
@@ -93,6 +100,9 @@ typedef struct conv_impl {
   /* Winograd F(2x2, 3x3) (see conv_winograd): the 16 transformed weight
    * matrices [cout, cin], packed; wino[0] NULL when it does not run. */
   grove__linear_pack *wino[16];
+  /* The depthwise kernel (see conv_depthwise): the weight repacked
+   * [kh][kw][C], or NULL when another path runs. */
+  float *dww;
   float data[];
 } conv_impl;
 
@@ -111,6 +121,7 @@ static void conv_free_impl(void *impl) {
   conv_impl *p = impl;
   if (!p) return;
   conv_free_packs(p);
+  free(p->dww);
   free(p);
 }
 
@@ -126,6 +137,15 @@ static bool want_rows(const conv_impl *p) {
    * that a model's convolutions never mix OpenBLAS's threads with Grove's
    * (with both pools spinning, two cores run three threads). */
   return p->groups == 1 || (p->cin / p->groups >= 8 && p->cout / p->groups >= 8);
+}
+
+/* The depthwise kernel (depthwise.c) takes every 2-d convolution with one
+ * input and one output channel per group, unless GROVE_CONV forces another
+ * lowering ("depthwise" keeps it, for symmetry). */
+static bool want_depthwise(const conv_impl *p) {
+  const char *force = getenv("GROVE_CONV");
+  if (force && strcmp(force, "depthwise") != 0) return false;
+  return p->nd == 2 && p->groups > 1 && p->groups == p->cin && p->cout == p->cin;
 }
 
 /* Winograd F(2x2, 3x3) takes the 3x3, stride 1, undilated, ungrouped
@@ -245,7 +265,17 @@ static grove_status conv_refresh(grove_module *m, grove_err *err) {
   if (!wf) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
   grove_status s = grove__copy_f32(wf, p->cout * p->K, w, T, "weight", err);
   float *old = p->w;
-  if (!s) {
+  float *dww = NULL;
+  if (!s && want_depthwise(p)) {
+    /* [C][1][kh][kw] -> [kh][kw][C]: the taps of neighbouring channels are
+     * one vector. */
+    const int64_t kk = p->k[0] * p->k[1], C = p->cout;
+    if (!(dww = malloc((size_t)(kk * C) * sizeof(float) + 1)))
+      s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+    for (int64_t c = 0; dww && c < C; c++)
+      for (int64_t q = 0; q < kk; q++) dww[q * C + c] = wf[c * kk + q];
+    if (!s) conv_free_packs(p);
+  } else if (!s) {
     p->w = wf;
     if (want_rows(p)) {
       s = conv_pack(p, err, T);
@@ -254,9 +284,13 @@ static grove_status conv_refresh(grove_module *m, grove_err *err) {
     }
     p->w = old;
   }
-  /* A copy the rows path never reads would be one more resident copy of
-   * the weights in every serving version. */
-  if (!s && !p->packs) memcpy(p->w, wf, (size_t)(p->cout * p->K) * sizeof(float));
+  if (!s) {
+    free(p->dww);
+    p->dww = dww;
+  }
+  /* A copy the rows path or the depthwise kernel never reads would be one
+   * more resident copy of the weights in every serving version. */
+  if (!s && !p->packs && !p->dww) memcpy(p->w, wf, (size_t)(p->cout * p->K) * sizeof(float));
   free(wf);
   if (!s && b) s = grove__copy_f32(p->bias, p->cout, b, T, "bias", err);
   if (s) return s;
@@ -719,6 +753,69 @@ bool grove__conv_rows_path(const grove_module *m) {
   return p->packs != NULL && p->nd == 2;
 }
 
+bool grove__conv_depthwise_path(const grove_module *m) {
+  return ((const conv_impl *)m->impl)->dww != NULL;
+}
+
+/* ------------------------------------------------------------ depthwise */
+
+typedef struct dw_par {
+  grove__dw_args a;
+  const float *x; /* NHWC images */
+  float *y;       /* NHWC images */
+  const float *src; /* the NHWC result, for the transpose to NCHW */
+  float *dst;
+  int64_t P, C;
+} dw_par;
+
+/* Output rows [b, e) (row = image * OH + oh). */
+static void par_dw_rows(void *ctx, int64_t b, int64_t e) {
+  const dw_par *c = ctx;
+  const grove__dw_args *a = &c->a;
+  for (int64_t r = b; r < e; r++) {
+    const int64_t i = r / a->OH, oh = r % a->OH;
+    grove__depthwise_row(a, c->x + i * a->H * a->W * a->C, oh, c->y + r * a->OW * a->C);
+  }
+}
+
+/* Images [b, e) of the NHWC result into the NCHW output. */
+static void par_dw_to_nchw(void *ctx, int64_t b, int64_t e) {
+  const dw_par *c = ctx;
+  for (int64_t i = b; i < e; i++)
+    grove__transpose_f32(c->src + i * c->P * c->C, c->dst + i * c->C * c->P, c->P, c->C);
+}
+
+/* The depthwise path: the input in NHWC (transposed once unless it already
+ * is), each output row computed by grove__depthwise_row with the epilogue
+ * applied (the clamp at zero for a fused ReLU), written NHWC, then
+ * transposed into the NCHW output unless the caller takes channels last.
+ * Rows are independent and computed the same way by any thread. */
+static grove_status conv_depthwise(const conv_impl *p, grove_fwd *f, const float *xd, int64_t N,
+                                   int64_t H, int64_t W, int64_t OH, int64_t OW, float *yd,
+                                   const float *scale, const float *shift, bool relu,
+                                   bool nhwc_in, bool nhwc_out, const char *T) {
+  const int64_t C = p->cin, HW = H * W, P = OH * OW;
+  float *xbuf = nhwc_in ? NULL : grove_arena_alloc(f->arena, (size_t)(N * HW * C) * sizeof(float));
+  float *ybuf = nhwc_out ? NULL : grove_arena_alloc(f->arena, (size_t)(N * P * C) * sizeof(float));
+  if ((!nhwc_in && !xbuf) || (!nhwc_out && !ybuf)) return grove__scratch_error(f, T);
+  if (!nhwc_in) {
+    conv_par c = {.src = xd, .dst = xbuf, .C = C, .HW = HW, .blocks = (HW + 15) / 16};
+    grove__parallel_for(N * c.blocks, grove__par_grain(16 * C), par_to_nhwc, &c);
+  }
+  dw_par c = {.a = {.H = H, .W = W, .C = C, .OH = OH, .OW = OW, .kh = p->k[0], .kw = p->k[1],
+                    .sh = p->stride[0], .sw = p->stride[1], .dh = p->dil[0], .dw = p->dil[1],
+                    .ph = p->pad_lo[0], .pw = p->pad_lo[1], .w = p->dww, .scale = scale,
+                    .shift = shift, .lo = relu ? 0.0f : -INFINITY, .hi = INFINITY},
+              .x = nhwc_in ? xd : xbuf, .y = nhwc_out ? yd : ybuf, .P = P, .C = C};
+  grove__parallel_for(N * OH, grove__par_grain(OW * C * p->k[0] * p->k[1]), par_dw_rows, &c);
+  if (!nhwc_out) {
+    c.src = ybuf;
+    c.dst = yd;
+    grove__parallel_for(N, grove__par_grain(2 * P * C), par_dw_to_nchw, &c);
+  }
+  return GROVE_OK;
+}
+
 grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
                                     grove_values *out, const float *scale, const float *shift,
                                     bool relu, bool out_nhwc) {
@@ -728,8 +825,8 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   grove_status s;
   /* An NHWC input (from a convolution before this one) is read as it is by
    * the rows path; anything else strided is made contiguous first. */
-  const bool nhwc_in = in->n == 1 && p->packs && p->nd == 2 && in->v[0].dtype == GROVE_F32 &&
-                       grove__is_nhwc(&in->v[0]);
+  const bool nhwc_in = in->n == 1 && (p->packs || p->dww) && p->nd == 2 &&
+                       in->v[0].dtype == GROVE_F32 && grove__is_nhwc(&in->v[0]);
   if (nhwc_in) {
     x = in->v[0];
   } else if ((s = grove__layer_input(T, f, in, GROVE_F32, &x)) != GROVE_OK) {
@@ -764,7 +861,7 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, nd, oshape);
   if (s != GROVE_OK) return s;
   out->n = 1;
-  out_nhwc = out_nhwc && p->packs && p->nd == 2 && batched;
+  out_nhwc = out_nhwc && (p->packs || p->dww) && p->nd == 2 && batched;
   /* The same [N, Cout, OH, OW] tensor, its memory laid out NHWC. */
   if (out_nhwc) grove__set_nhwc(&out->v[0]);
   if (N == 0) return GROVE_OK;
@@ -775,6 +872,9 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   const int64_t P = OH * OW, HW = H * W;
   const float *xd = x.data;
   float *yd = out->v[0].data;
+  if (p->dww)
+    return conv_depthwise(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, nhwc_in, out_nhwc,
+                          T);
   if (p->packs)
     return conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, nhwc_in, out_nhwc, T);
   const bool direct = p->k[0] == 1 && p->k[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&

@@ -90,6 +90,8 @@ grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_m
 bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn);
 /* Whether the Conv2d m runs the rows path (and so reads and writes NHWC). */
 bool grove__conv_rows_path(const grove_module *m);
+/* Whether the Conv2d m runs the depthwise kernel (also NHWC in and out). */
+bool grove__conv_depthwise_path(const grove_module *m);
 int64_t grove__conv_out_channels(const grove_module *m);
 /* The conv's bias as float32 (zeros when it has none); out_channels floats. */
 const float *grove__conv_bias(const grove_module *m);

@@ -102,6 +102,23 @@ CASES = [
     ("adapt_odd", lambda: nn.AdaptiveAvgPool2d((3, 2)), lambda: _x(1, 3, 7, 5)),
     ("adapt_none", lambda: nn.AdaptiveAvgPool2d((None, 3)), lambda: _x(2, 2, 4, 8)),
     ("adapt_up", lambda: nn.AdaptiveAvgPool2d(4), lambda: _x(1, 1, 3, 3)),
+    # Depthwise (groups == in == out channels: the depthwise kernel): 3x3
+    # and 5x5, stride 1 and 2, dilation, rectangular kernels and strides,
+    # channel counts that leave a tail past the last whole vector (8 and 16
+    # lanes), batch 1, unbatched; and a channel multiplier (out = 2 * in),
+    # which stays on the columns path.
+    ("conv2d_dw_s1", lambda: nn.Conv2d(20, 20, 3, padding=1, groups=20), lambda: _x(1, 20, 9, 11)),
+    ("conv2d_dw5_s2", lambda: nn.Conv2d(40, 40, 5, stride=2, padding=2, groups=40, bias=False),
+     lambda: _x(2, 40, 13, 12)),
+    ("conv2d_dw_dil", lambda: nn.Conv2d(24, 24, 3, padding=2, dilation=2, groups=24),
+     lambda: _x(2, 24, 7, 8)),
+    ("conv2d_dw_rect", lambda: nn.Conv2d(17, 17, (3, 5), stride=(1, 2), padding=(0, 1), groups=17),
+     lambda: _x(3, 17, 6, 9)),
+    ("conv2d_dw_same", lambda: nn.Conv2d(16, 16, 4, padding="same", groups=16),
+     lambda: _x(2, 16, 7, 6)),
+    ("conv2d_dw_unbatched", lambda: nn.Conv2d(9, 9, 3, stride=2, padding=1, groups=9),
+     lambda: _x(9, 10, 7)),
+    ("conv2d_dw_mult", lambda: nn.Conv2d(8, 16, 3, padding=1, groups=8), lambda: _x(2, 8, 6, 6)),
 ]
 
 
