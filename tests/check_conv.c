@@ -76,6 +76,18 @@ static const char *const cases[] = {
     "adapt_odd",
     "adapt_none",
     "adapt_up",
+    "maxpool1d",
+    "maxpool1d_unbatched",
+    "avgpool1d",
+    "avgpool1d_incl",
+    "adapt1d_avg",
+    "adapt1d_max",
+    "adaptmax",
+    "adaptmax_none",
+    "adaptmax_1",
+    "avgpool_ceil_excl",
+    "avgpool_div_ceil",
+    "maxpool_ceil_pad_dil",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -177,6 +189,18 @@ static grove_module *build_case(const char *name, grove_err *err) {
   CASE("adapt_odd", grove_adaptive_avg_pool2d_new((int64_t[2]){3, 2}, &m, err));
   CASE("adapt_none", grove_adaptive_avg_pool2d_new((int64_t[2]){-1, 3}, &m, err));
   CASE("adapt_up", grove_adaptive_avg_pool2d_new((int64_t[2]){4, 4}, &m, err));
+  CASE("maxpool1d", grove_max_pool1d_new(3, 2, 1, 2, true, &m, err));
+  CASE("maxpool1d_unbatched", grove_max_pool1d_new(2, 0, 0, 1, false, &m, err));
+  CASE("avgpool1d", grove_avg_pool1d_new(4, 3, 2, true, false, &m, err));
+  CASE("avgpool1d_incl", grove_avg_pool1d_new(3, 0, 1, false, true, &m, err));
+  CASE("adapt1d_avg", grove_adaptive_avg_pool1d_new(5, &m, err));
+  CASE("adapt1d_max", grove_adaptive_max_pool1d_new(4, &m, err));
+  CASE("adaptmax", grove_adaptive_max_pool2d_new((int64_t[2]){3, 5}, &m, err));
+  CASE("adaptmax_none", grove_adaptive_max_pool2d_new((int64_t[2]){-1, 2}, &m, err));
+  CASE("adaptmax_1", grove_adaptive_max_pool2d_new((int64_t[2]){1, 1}, &m, err));
+  CASE("avgpool_ceil_excl", grove_avg_pool2d_new(k3, s2, p1, true, false, 0, &m, err));
+  CASE("avgpool_div_ceil", grove_avg_pool2d_new(k3, s2, p1, true, true, 5, &m, err));
+  CASE("maxpool_ceil_pad_dil", grove_max_pool2d_new(k3, s2, p1, d2, true, &m, err));
 #undef CASE
   ck_assert_msg(s != GROVE_E_NOT_FOUND, "no C constructor for case %s", name);
   ck_assert_ok(s, err);
@@ -494,6 +518,14 @@ START_TEST(test_json_errors) {
            "$.module.divisor_override: expected an integer in [1, 2147483647] or null, got 0");
   json_err("{\"type\": \"AdaptiveAvgPool2d\", \"output_size\": [2, 0]}", GROVE_E_SPEC,
            "$.module.output_size: expected a positive integer or a list of 2");
+  json_err("{\"type\": \"AdaptiveMaxPool2d\", \"output_size\": 2, \"return_indices\": true}",
+           GROVE_E_UNSUPPORTED, "$.module.return_indices: AdaptiveMaxPool2d(return_indices=True)");
+  json_err("{\"type\": \"AdaptiveAvgPool1d\", \"output_size\": [2, 2]}", GROVE_E_SPEC,
+           "$.module.output_size: expected a positive integer or a list of 1");
+  json_err("{\"type\": \"AvgPool1d\", \"kernel_size\": 2, \"divisor_override\": 2}",
+           GROVE_E_SPEC, "$.module.divisor_override");
+  json_err("{\"type\": \"MaxPool1d\", \"kernel_size\": [2, 2]}", GROVE_E_SPEC,
+           "$.module.kernel_size: expected an integer in [1, 1048576] or a list of 1");
   json_err("{\"type\": \"BatchNorm2d\", \"num_features\": 4, \"eps\": -1}", GROVE_E_SPEC,
            "$.module.eps: expected a non-negative number, got -1");
   json_err(
@@ -783,6 +815,35 @@ START_TEST(test_channels_last) {
     ck_assert(grove__is_nhwc(&o2.v[0]));
     assert_close_strided("MaxPool2d, channels last", &o2.v[0], &pw);
     grove_module_release(mp);
+  }
+  /* Every 2-d pool reads channels last as it is and keeps it (but for a
+   * 1 x 1 result, contiguous in either layout), with the values of the
+   * contiguous call: averages (padding, ceil_mode, count_include_pad=False,
+   * a divisor), adaptive averages and maxima to other sizes. */
+  {
+    const int64_t k3[2] = {3, 3}, s2[2] = {2, 2}, p1[2] = {1, 1}, o32[2] = {3, 2};
+    const int64_t o45[2] = {4, 5}, o11[2] = {1, 1};
+    grove_module *pl[6] = {NULL};
+    ck_assert_ok(grove_avg_pool2d_new(k3, s2, p1, true, false, 0, &pl[0], &err), &err);
+    ck_assert_ok(grove_avg_pool2d_new(k3, s2, p1, true, true, 7, &pl[1], &err), &err);
+    ck_assert_ok(grove_adaptive_avg_pool2d_new(o32, &pl[2], &err), &err);
+    ck_assert_ok(grove_adaptive_max_pool2d_new(o45, &pl[3], &err), &err);
+    ck_assert_ok(grove_adaptive_max_pool2d_new(o11, &pl[4], &err), &err);
+    ck_assert_ok(grove_max_pool2d_new(k3, s2, p1, (int64_t[2]){2, 1}, true, &pl[5], &err), &err);
+    for (int k = 0; k < 6; k++) {
+      grove_tensor ref;
+      ck_assert_ok(grove_module_call(pl[k], &f, &want, &ref), &err);
+      in2.v[0] = nhwc;
+      f.channels_last_ok = true;
+      ck_assert_ok(grove_module_forward(pl[k], &f, &in2, &o2), &err);
+      const bool unit = ref.shape[2] * ref.shape[3] == 1;
+      ck_assert_msg(unit ? grove_tensor_is_contiguous(&o2.v[0]) : grove__is_nhwc(&o2.v[0]),
+                    "%s (pool %d): channels last not kept", pl[k]->type->name, k);
+      char what[96];
+      snprintf(what, sizeof what, "%s (pool %d), channels last", pl[k]->type->name, k);
+      assert_close_strided(what, &o2.v[0], &ref);
+      grove_module_release(pl[k]);
+    }
   }
   f.channels_last_ok = true;
   ck_assert_ok(grove_module_forward(conv, &f, &in, &o2), &err);

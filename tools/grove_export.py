@@ -177,10 +177,19 @@ def _max_pool_args(m, path):
 
 
 def _avg_pool_args(m, path):
-    return {"kernel_size": _ints(m.kernel_size), "stride": _ints(m.stride),
+    args = {"kernel_size": _ints(m.kernel_size), "stride": _ints(m.stride),
             "padding": _ints(m.padding), "ceil_mode": bool(m.ceil_mode),
-            "count_include_pad": bool(m.count_include_pad),
-            "divisor_override": m.divisor_override}
+            "count_include_pad": bool(m.count_include_pad)}
+    if hasattr(m, "divisor_override"):  # torch's AvgPool1d has none
+        args["divisor_override"] = m.divisor_override
+    return args
+
+
+def _adaptive_max_args(m, path):
+    if m.return_indices:
+        raise ExportError(f"cannot export {_where(path, m)}: return_indices=True returns "
+                          "(values, indices); Grove serves the values only")
+    return {"output_size": _ints(m.output_size), "return_indices": False}
 
 
 def _mha_args(m, path):
@@ -299,9 +308,14 @@ def _kinds():
         _Kind(nn.Conv1d, _conv_args, params=("weight", "bias")),
         _Kind(nn.Conv2d, _conv_args, params=("weight", "bias")),
         _Kind(nn.BatchNorm2d, _bn_args, **bn_slots),
+        _Kind(nn.MaxPool1d, _max_pool_args),
         _Kind(nn.MaxPool2d, _max_pool_args),
+        _Kind(nn.AvgPool1d, _avg_pool_args),
         _Kind(nn.AvgPool2d, _avg_pool_args),
+        _Kind(nn.AdaptiveAvgPool1d, lambda m, path: {"output_size": _ints(m.output_size)}),
         _Kind(nn.AdaptiveAvgPool2d, lambda m, path: {"output_size": _ints(m.output_size)}),
+        _Kind(nn.AdaptiveMaxPool1d, _adaptive_max_args),
+        _Kind(nn.AdaptiveMaxPool2d, _adaptive_max_args),
         _Kind(nn.MultiheadAttention, _mha_args,
               params=("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
                       "in_proj_bias"), composite=True),

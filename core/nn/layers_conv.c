@@ -42,9 +42,9 @@
  * graph or Sequential whose next layer reads the result), a batched Conv2d
  * on the rows path (or the depthwise kernel) returns its [N, C, H, W] result laid out NHWC, and
  * reads an NHWC input as it is.  BatchNorm2d, the activations, a residual
- * add (graph_ops.c) and AdaptiveAvgPool2d to 1 x 1 keep or read that
- * layout; any other layer gets a contiguous copy (grove_tensor_copy, one
- * transpose), and grove_module_forward makes the result contiguous for a
+ * add and a cat along channels (graph_ops.c) and every 2-d pool keep or
+ * read that layout; any other layer gets a contiguous copy
+ * (grove_tensor_copy, one transpose), and grove_module_forward makes the result contiguous for a
  * caller that did not ask.  So a ResNet's activations stay NHWC from the
  * stem to the pooling and no convolution transposes its input or output.
  *

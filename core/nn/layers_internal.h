@@ -45,6 +45,11 @@ extern const grove_module_type grove__batch_norm2d_type;
 extern const grove_module_type grove__max_pool2d_type;
 extern const grove_module_type grove__avg_pool2d_type;
 extern const grove_module_type grove__adaptive_avg_pool2d_type;
+extern const grove_module_type grove__adaptive_max_pool2d_type;
+extern const grove_module_type grove__max_pool1d_type;
+extern const grove_module_type grove__avg_pool1d_type;
+extern const grove_module_type grove__adaptive_avg_pool1d_type;
+extern const grove_module_type grove__adaptive_max_pool1d_type;
 extern const grove_module_type grove__mha_type;
 extern const grove_module_type grove__tel_type;
 extern const grove_module_type grove__te_type;
@@ -255,6 +260,16 @@ grove_status grove__max_pool2d_from_json(const struct json_t *obj, const char *p
 grove_status grove__avg_pool2d_from_json(const struct json_t *obj, const char *path,
                                          grove_module **out, grove_err *err);
 grove_status grove__adaptive_avg_pool2d_from_json(const struct json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err);
+grove_status grove__adaptive_max_pool2d_from_json(const struct json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err);
+grove_status grove__max_pool1d_from_json(const struct json_t *obj, const char *path,
+                                         grove_module **out, grove_err *err);
+grove_status grove__avg_pool1d_from_json(const struct json_t *obj, const char *path,
+                                         grove_module **out, grove_err *err);
+grove_status grove__adaptive_avg_pool1d_from_json(const struct json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err);
+grove_status grove__adaptive_max_pool1d_from_json(const struct json_t *obj, const char *path,
                                                   grove_module **out, grove_err *err);
 grove_status grove__multihead_attention_from_json(const struct json_t *obj, const char *path,
                                                   grove_module **out, grove_err *err);

@@ -89,8 +89,25 @@ grove_status grove_max_pool2d_new(const int64_t kernel_size[2], const int64_t st
 grove_status grove_avg_pool2d_new(const int64_t kernel_size[2], const int64_t stride[2],
                                   const int64_t padding[2], bool ceil_mode, bool count_include_pad,
                                   int64_t divisor_override, grove_module **out, grove_err *err);
-/* output_size[i] == -1 is torch's None: that dim keeps the input's size. */
+/* output_size[i] == -1 is torch's None: that dim keeps the input's size.
+ * AdaptiveMaxPool2d keeps the first maximum of each window (a NaN wins), as
+ * torch; the indices (return_indices=True) are not served. */
 grove_status grove_adaptive_avg_pool2d_new(const int64_t output_size[2], grove_module **out,
+                                           grove_err *err);
+grove_status grove_adaptive_max_pool2d_new(const int64_t output_size[2], grove_module **out,
+                                           grove_err *err);
+/* The 1-d pools take [N, C, L] or [C, L], one integer per argument (stride
+ * 0 means the kernel size, torch's stride=None); torch's AvgPool1d has no
+ * divisor_override. */
+grove_status grove_max_pool1d_new(int64_t kernel_size, int64_t stride, int64_t padding,
+                                  int64_t dilation, bool ceil_mode, grove_module **out,
+                                  grove_err *err);
+grove_status grove_avg_pool1d_new(int64_t kernel_size, int64_t stride, int64_t padding,
+                                  bool ceil_mode, bool count_include_pad, grove_module **out,
+                                  grove_err *err);
+grove_status grove_adaptive_avg_pool1d_new(int64_t output_size, grove_module **out,
+                                           grove_err *err);
+grove_status grove_adaptive_max_pool1d_new(int64_t output_size, grove_module **out,
                                            grove_err *err);
 
 /* ---------------------------------------------------------- attention */

@@ -1,5 +1,6 @@
 """Convolution and pooling parity fixtures: for each case, a torch.nn layer
-(Conv1d, Conv2d, BatchNorm2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d) with
+(Conv1d, Conv2d, BatchNorm2d, MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d,
+AdaptiveMaxPool1d/2d) with
 seeded random weights in eval mode, a seeded random input and torch's output,
 written as
 
@@ -119,6 +120,25 @@ CASES = [
     ("conv2d_dw_unbatched", lambda: nn.Conv2d(9, 9, 3, stride=2, padding=1, groups=9),
      lambda: _x(9, 10, 7)),
     ("conv2d_dw_mult", lambda: nn.Conv2d(8, 16, 3, padding=1, groups=8), lambda: _x(2, 8, 6, 6)),
+    # The 1-d pools, AdaptiveMaxPool2d, and the 2-d options together
+    # (ceil_mode with padding, dilation, count_include_pad=False, a divisor).
+    ("maxpool1d", lambda: nn.MaxPool1d(3, stride=2, padding=1, dilation=2, ceil_mode=True),
+     lambda: _x(2, 3, 17)),
+    ("maxpool1d_unbatched", lambda: nn.MaxPool1d(2), lambda: _x(3, 9)),
+    ("avgpool1d", lambda: nn.AvgPool1d(4, stride=3, padding=2, ceil_mode=True,
+                                       count_include_pad=False), lambda: _x(2, 3, 14)),
+    ("avgpool1d_incl", lambda: nn.AvgPool1d(3, padding=1), lambda: _x(1, 2, 10)),
+    ("adapt1d_avg", lambda: nn.AdaptiveAvgPool1d(5), lambda: _x(2, 3, 13)),
+    ("adapt1d_max", lambda: nn.AdaptiveMaxPool1d(4), lambda: _x(2, 3, 11)),
+    ("adaptmax", lambda: nn.AdaptiveMaxPool2d((3, 5)), lambda: _x(2, 3, 7, 12)),
+    ("adaptmax_none", lambda: nn.AdaptiveMaxPool2d((None, 2)), lambda: _x(1, 2, 5, 7)),
+    ("adaptmax_1", lambda: nn.AdaptiveMaxPool2d(1), lambda: _x(2, 4, 5, 5)),
+    ("avgpool_ceil_excl", lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False),
+     lambda: _x(2, 3, 8, 9)),
+    ("avgpool_div_ceil", lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True, divisor_override=5),
+     lambda: _x(1, 2, 8, 7)),
+    ("maxpool_ceil_pad_dil", lambda: nn.MaxPool2d(3, 2, padding=1, dilation=2, ceil_mode=True),
+     lambda: _x(1, 2, 10, 9)),
 ]
 
 
