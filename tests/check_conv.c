@@ -88,6 +88,12 @@ static const char *const cases[] = {
     "avgpool_ceil_excl",
     "avgpool_div_ceil",
     "maxpool_ceil_pad_dil",
+    "convt_basic",
+    "convt_stride_opad",
+    "convt_groups_dil",
+    "convt_rect_opad",
+    "convt_1x1",
+    "convt_unbatched",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -201,6 +207,20 @@ static grove_module *build_case(const char *name, grove_err *err) {
   CASE("avgpool_ceil_excl", grove_avg_pool2d_new(k3, s2, p1, true, false, 0, &m, err));
   CASE("avgpool_div_ceil", grove_avg_pool2d_new(k3, s2, p1, true, true, 5, &m, err));
   CASE("maxpool_ceil_pad_dil", grove_max_pool2d_new(k3, s2, p1, d2, true, &m, err));
+  CASE("convt_basic",
+       (o = co(3, 3, 1, 1, 0, 0, 1, 1, 1, true), grove_conv_transpose2d_new(4, 6, &o, &m, err)));
+  CASE("convt_stride_opad",
+       (o = co(3, 3, 2, 2, 1, 1, 1, 1, 1, true), o.output_padding[0] = o.output_padding[1] = 1,
+        grove_conv_transpose2d_new(8, 5, &o, &m, err)));
+  CASE("convt_groups_dil", (o = co(3, 2, 2, 1, 2, 0, 2, 2, 3, false),
+                            grove_conv_transpose2d_new(6, 9, &o, &m, err)));
+  CASE("convt_rect_opad",
+       (o = co(4, 4, 2, 3, 1, 1, 1, 1, 1, true), o.output_padding[0] = 1, o.output_padding[1] = 2,
+        grove_conv_transpose2d_new(16, 16, &o, &m, err)));
+  CASE("convt_1x1",
+       (o = co(1, 1, 1, 1, 0, 0, 1, 1, 1, true), grove_conv_transpose2d_new(5, 7, &o, &m, err)));
+  CASE("convt_unbatched",
+       (o = co(2, 2, 2, 2, 0, 0, 1, 1, 1, true), grove_conv_transpose2d_new(3, 2, &o, &m, err)));
 #undef CASE
   ck_assert_msg(s != GROVE_E_NOT_FOUND, "no C constructor for case %s", name);
   ck_assert_ok(s, err);
@@ -292,9 +312,11 @@ static void run_and_compare(const char *what, grove_module *m, fixture *fx) {
   ck_assert_ok(grove_module_call(m, &f, fx->x, &y), &err);
   assert_close(what, &y, fx->y);
   bool conv = strncmp(m->type->name, "Conv", 4) == 0;
+  bool transposed = strcmp(m->type->name, "ConvTranspose2d") == 0;
   const char *gemm = getenv("GROVE_GEMM");
   bool blas = gemm && strcmp(gemm, "blas") == 0;
-  if (!conv || (grove__conv_rows_path(m) && !blas) || grove__conv_depthwise_path(m))
+  if (!conv || ((grove__conv_rows_path(m) || transposed) && !blas) ||
+      grove__conv_depthwise_path(m))
     ck_assert_msg(memcmp(first, y.data, n) == 0, "%s: 2 compute threads changed the result", what);
   grove_set_compute_threads(1);
   free(first);
@@ -524,6 +546,19 @@ START_TEST(test_json_errors) {
            "$.module.output_size: expected a positive integer or a list of 1");
   json_err("{\"type\": \"AvgPool1d\", \"kernel_size\": 2, \"divisor_override\": 2}",
            GROVE_E_SPEC, "$.module.divisor_override");
+  json_err(
+      "{\"type\": \"ConvTranspose2d\", \"in_channels\": 2, \"out_channels\": 2, "
+      "\"kernel_size\": 3, \"stride\": 2, \"output_padding\": 2}",
+      GROVE_E_SPEC, "output padding must be smaller than either stride or dilation, but got "
+                    "output_padding=2, stride=2, dilation=1");
+  json_err(
+      "{\"type\": \"ConvTranspose2d\", \"in_channels\": 2, \"out_channels\": 2, "
+      "\"kernel_size\": 3, \"padding\": \"same\"}",
+      GROVE_E_SPEC, "$.module.padding: expected an integer");
+  json_err(
+      "{\"type\": \"ConvTranspose2d\", \"in_channels\": 3, \"out_channels\": 4, "
+      "\"kernel_size\": 3, \"groups\": 2}",
+      GROVE_E_SPEC, "$.module.groups: in_channels (3) and out_channels (4) must both be");
   json_err("{\"type\": \"MaxPool1d\", \"kernel_size\": [2, 2]}", GROVE_E_SPEC,
            "$.module.kernel_size: expected an integer in [1, 1048576] or a list of 1");
   json_err("{\"type\": \"BatchNorm2d\", \"num_features\": 4, \"eps\": -1}", GROVE_E_SPEC,

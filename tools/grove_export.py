@@ -167,6 +167,17 @@ def _conv_args(m, path):
             "padding_mode": "zeros"}
 
 
+def _conv_transpose_args(m, path):
+    if m.padding_mode != "zeros":  # torch refuses the others itself
+        raise ExportError(f"cannot export {_where(path, m)}: padding_mode={m.padding_mode!r}; "
+                          "Grove pads with zeros only")
+    return {"in_channels": m.in_channels, "out_channels": m.out_channels,
+            "kernel_size": _ints(m.kernel_size), "stride": _ints(m.stride),
+            "padding": _ints(m.padding), "output_padding": _ints(m.output_padding),
+            "groups": m.groups, "bias": m.bias is not None, "dilation": _ints(m.dilation),
+            "padding_mode": "zeros"}
+
+
 def _max_pool_args(m, path):
     if m.return_indices:
         raise ExportError(f"cannot export {_where(path, m)}: return_indices=True returns "
@@ -307,6 +318,7 @@ def _kinds():
         _Kind(nn.Embedding, _embedding_args, params=("weight",)),
         _Kind(nn.Conv1d, _conv_args, params=("weight", "bias")),
         _Kind(nn.Conv2d, _conv_args, params=("weight", "bias")),
+        _Kind(nn.ConvTranspose2d, _conv_transpose_args, params=("weight", "bias")),
         _Kind(nn.BatchNorm2d, _bn_args, **bn_slots),
         _Kind(nn.MaxPool1d, _max_pool_args),
         _Kind(nn.MaxPool2d, _max_pool_args),

@@ -748,13 +748,17 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
   return GROVE_OK;
 }
 
+static bool is_conv(const grove_module *m) {
+  return m->type == &grove__conv1d_type || m->type == &grove__conv2d_type;
+}
+
 bool grove__conv_rows_path(const grove_module *m) {
   const conv_impl *p = m->impl;
-  return p->packs != NULL && p->nd == 2;
+  return is_conv(m) && p->packs != NULL && p->nd == 2;
 }
 
 bool grove__conv_depthwise_path(const grove_module *m) {
-  return ((const conv_impl *)m->impl)->dww != NULL;
+  return is_conv(m) && ((const conv_impl *)m->impl)->dww != NULL;
 }
 
 /* ------------------------------------------------------------ depthwise */

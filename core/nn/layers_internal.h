@@ -41,6 +41,7 @@ extern const grove_module_type grove__layer_norm_type;
 extern const grove_module_type grove__embedding_type;
 extern const grove_module_type grove__conv1d_type;
 extern const grove_module_type grove__conv2d_type;
+extern const grove_module_type grove__conv_transpose2d_type;
 extern const grove_module_type grove__batch_norm2d_type;
 extern const grove_module_type grove__max_pool2d_type;
 extern const grove_module_type grove__avg_pool2d_type;
@@ -259,6 +260,8 @@ grove_status grove__max_pool2d_from_json(const struct json_t *obj, const char *p
                                          grove_module **out, grove_err *err);
 grove_status grove__avg_pool2d_from_json(const struct json_t *obj, const char *path,
                                          grove_module **out, grove_err *err);
+grove_status grove__conv_transpose2d_from_json(const struct json_t *obj, const char *path,
+                                               grove_module **out, grove_err *err);
 grove_status grove__adaptive_avg_pool2d_from_json(const struct json_t *obj, const char *path,
                                                   grove_module **out, grove_err *err);
 grove_status grove__adaptive_max_pool2d_from_json(const struct json_t *obj, const char *path,

@@ -69,6 +69,7 @@ typedef struct grove_conv_opts {
   bool padding_same;  /* torch's padding="same" (stride 1 only; an odd total pads right) */
   bool padding_valid; /* torch's padding="valid": no padding */
   bool bias;
+  int64_t output_padding[2]; /* ConvTranspose2d only (ignored by Conv1d/Conv2d) */
 } grove_conv_opts;
 
 /* weight [out, in/groups, (kh,) kw], bias [out] or None.  Only torch's
@@ -77,6 +78,15 @@ grove_status grove_conv1d_new(int64_t in_channels, int64_t out_channels, const g
                               grove_module **out, grove_err *err);
 grove_status grove_conv2d_new(int64_t in_channels, int64_t out_channels, const grove_conv_opts *o,
                               grove_module **out, grove_err *err);
+/* ConvTranspose2d: weight [in, out/groups, kh, kw] (torch's layout), bias
+ * [out] or None; padding numbers only, output_padding smaller than the
+ * stride or the dilation (as torch checks).  Input [N, C, H, W] or
+ * [C, H, W]; output (H - 1) * stride - 2 * padding + dilation * (kernel - 1)
+ * + output_padding + 1 per dim.  torch's forward(output_size=...) is not
+ * offered: give output_padding instead. */
+grove_status grove_conv_transpose2d_new(int64_t in_channels, int64_t out_channels,
+                                        const grove_conv_opts *o, grove_module **out,
+                                        grove_err *err);
 /* As grove_batch_norm1d_new, for [N, C, H, W] input. */
 grove_status grove_batch_norm2d_new(int64_t num_features, double eps, double momentum, bool affine,
                                     bool track_running_stats, grove_module **out, grove_err *err);

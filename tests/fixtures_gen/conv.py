@@ -1,5 +1,5 @@
 """Convolution and pooling parity fixtures: for each case, a torch.nn layer
-(Conv1d, Conv2d, BatchNorm2d, MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d,
+(Conv1d, Conv2d, ConvTranspose2d, BatchNorm2d, MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d,
 AdaptiveMaxPool1d/2d) with
 seeded random weights in eval mode, a seeded random input and torch's output,
 written as
@@ -139,6 +139,19 @@ CASES = [
      lambda: _x(1, 2, 8, 7)),
     ("maxpool_ceil_pad_dil", lambda: nn.MaxPool2d(3, 2, padding=1, dilation=2, ceil_mode=True),
      lambda: _x(1, 2, 10, 9)),
+    # ConvTranspose2d: stride with output_padding, groups with dilation,
+    # rectangular kernels and strides, 1x1, unbatched.
+    ("convt_basic", lambda: nn.ConvTranspose2d(4, 6, 3), lambda: _x(2, 4, 5, 5)),
+    ("convt_stride_opad", lambda: nn.ConvTranspose2d(8, 5, 3, stride=2, padding=1,
+                                                     output_padding=1), lambda: _x(1, 8, 6, 7)),
+    ("convt_groups_dil", lambda: nn.ConvTranspose2d(6, 9, (3, 2), stride=(2, 1), padding=(2, 0),
+                                                    dilation=2, groups=3, bias=False),
+     lambda: _x(2, 6, 5, 4)),
+    ("convt_rect_opad", lambda: nn.ConvTranspose2d(16, 16, 4, stride=(2, 3), padding=1,
+                                                   output_padding=(1, 2)),
+     lambda: _x(2, 16, 4, 5)),
+    ("convt_1x1", lambda: nn.ConvTranspose2d(5, 7, 1), lambda: _x(2, 5, 3, 3)),
+    ("convt_unbatched", lambda: nn.ConvTranspose2d(3, 2, 2, stride=2), lambda: _x(3, 4, 4)),
 ]
 
 
