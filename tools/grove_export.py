@@ -608,79 +608,55 @@ def _expected_keys(model):
 
 # ---------------------------------------------------------------- graphs (torch.fx)
 
-# Operations a graph may call, by the callable fx records: the canonical name
-# Grove knows it by (core/graph/graph.c's table) and the callable's own positional
-# parameters, which the exporter binds to names.  Methods of Tensor are keyed
-# by name.  Keep in step with opdefs in core/graph/graph.c and docs/model-spec.md.
-_OPS = None
-_METHODS = {
-    "add": ("input", "other"), "sub": ("input", "other"), "mul": ("input", "other"),
-    "div": ("input", "other", "rounding_mode"), "matmul": ("input", "other"),
-    "relu": ("input",), "sigmoid": ("input",), "tanh": ("input",),
-    "softmax": ("input", "dim", "dtype"), "log_softmax": ("input", "dim", "dtype"),
-    "flatten": ("input", "start_dim", "end_dim"), "reshape": None, "view": None,
-    "permute": None, "transpose": ("input", "dim0", "dim1"),
-    "mean": ("input", "dim", "keepdim", "dtype"), "sum": ("input", "dim", "keepdim", "dtype"),
-    "size": ("input", "dim"), "contiguous": ("input", "memory_format"),
-}
-# Canonical parameter order (core/graph/graph.c), for writing args positionally.
-_CANON = {
-    "add": ("input", "other", "alpha"), "sub": ("input", "other", "alpha"),
-    "mul": ("input", "other"), "div": ("input", "other", "rounding_mode"),
-    "floordiv": ("input", "other"), "matmul": ("input", "other"),
-    "relu": ("input",), "gelu": ("input", "approximate"), "sigmoid": ("input",),
-    "tanh": ("input",), "softmax": ("input", "dim", "dtype"),
-    "log_softmax": ("input", "dim", "dtype"),
-    "dropout": ("input", "p", "training"), "flatten": ("input", "start_dim", "end_dim"),
-    "reshape": ("input", "shape"), "view": ("input", "shape"), "permute": ("input", "dims"),
-    "transpose": ("input", "dim0", "dim1"), "cat": ("tensors", "dim"),
-    "mean": ("input", "dim", "keepdim", "dtype"), "sum": ("input", "dim", "keepdim", "dtype"),
-    "getitem": ("a", "b"), "size": ("input", "dim"), "getattr": ("input", "name"),
-    "contiguous": ("input",),
-}
+# Operations a graph may call, read from tools/grove_ops.json: the op table of
+# core/nn/ops_*.c written out by tools/grove_ops_json.c (`make ops-json`; `make
+# test` fails when it is stale), so that the exporter and Grove never drift.
+# Each op lists its canonical name (the node's target), its parameters in
+# Grove's order, and every torch spelling, each with the positional
+# parameters of that callable ("torch.nn.functional.softmax(input,dim,
+# _stacklevel,dtype)"; a "*shape" gathers the rest; a Tensor method's first
+# is self).
+_OPS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grove_ops.json")
+_TABLE = None
 # Arguments that change nothing in eval mode, dropped from the file.
 _DROP = {"inplace", "_stacklevel", "memory_format"}
 
 
-def _ops():
-    global _OPS
-    if _OPS is None:
+def _table():
+    """(functions, methods, canon): the callable fx records -> (canonical
+    name, its positional parameters); Tensor method name -> the same; the
+    canonical name -> Grove's parameter order.  Spellings this torch lacks
+    (torch.concat before 1.10) are skipped."""
+    global _TABLE
+    if _TABLE is None:
         import builtins
         import operator
         import torch
-        import torch.nn.functional as F
-        two = ("input", "other")
-        table = [
-            (operator.add, "add", two), (torch.add, "add", two),
-            (operator.sub, "sub", two), (torch.sub, "sub", two),
-            (operator.mul, "mul", two), (torch.mul, "mul", two),
-            (operator.truediv, "div", two), (torch.div, "div", two),
-            (operator.floordiv, "floordiv", two),
-            (operator.matmul, "matmul", two), (torch.matmul, "matmul", two),
-            (F.relu, "relu", ("input", "inplace")), (torch.relu, "relu", ("input",)),
-            (F.gelu, "gelu", ("input", "approximate")),
-            (torch.sigmoid, "sigmoid", ("input",)), (torch.tanh, "tanh", ("input",)),
-            (F.softmax, "softmax", ("input", "dim", "_stacklevel", "dtype")),
-            (torch.softmax, "softmax", ("input", "dim", "dtype")),
-            (F.log_softmax, "log_softmax", ("input", "dim", "_stacklevel", "dtype")),
-            (torch.log_softmax, "log_softmax", ("input", "dim", "dtype")),
-            (F.dropout, "dropout", ("input", "p", "training", "inplace")),
-            (torch.flatten, "flatten", ("input", "start_dim", "end_dim")),
-            (torch.reshape, "reshape", ("input", "shape")),
-            (torch.permute, "permute", ("input", "dims")),
-            (torch.transpose, "transpose", ("input", "dim0", "dim1")),
-            (torch.cat, "cat", ("tensors", "dim")),
-            (torch.mean, "mean", ("input", "dim", "keepdim", "dtype")),
-            (torch.sum, "sum", ("input", "dim", "keepdim", "dtype")),
-            (operator.getitem, "getitem", ("a", "b")),
-            (builtins.getattr, "getattr", ("input", "name")),
-        ]
-        if hasattr(torch, "concat"):
-            table.append((torch.concat, "cat", ("tensors", "dim")))
-        _OPS = {}
-        for fn, name, params in table:
-            _OPS[fn] = (name, params)
-    return _OPS
+        with open(_OPS_FILE) as f:
+            doc = json.load(f)
+        roots = {"torch": torch, "operator": operator, "builtins": builtins}
+        funcs, methods, canon = {}, {}, {}
+        for op in doc["ops"]:
+            if op.get("module_only"):
+                continue
+            name = op["name"]
+            canon[name] = tuple(p["name"] for p in op["params"])
+            for spelling in op["torch"]:
+                path, _, plist = spelling.partition("(")
+                params = tuple(plist.rstrip(")").split(",")) if plist else canon[name]
+                head, _, attr = path.rpartition(".")
+                if head == "Tensor":
+                    methods[attr] = (name, params)
+                    continue
+                parts = head.split(".")
+                obj = roots.get(parts[0])
+                for part in parts[1:]:
+                    obj = getattr(obj, part, None)
+                fn = getattr(obj, attr, None) if obj is not None else None
+                if fn is not None:
+                    funcs[fn] = (name, params)
+        _TABLE = (funcs, methods, canon)
+    return _TABLE
 
 
 def _fn_name(fn):
@@ -789,7 +765,7 @@ def _graph(m, path):
     import torch
     import torch.fx as fx
     graph = _trace(m, path)
-    ops = _ops()
+    ops, methods, canons = _table()
     out = []
 
     def refuse(node, why):
@@ -819,12 +795,14 @@ def _graph(m, path):
 
     def bind(node, name, params, args, kwargs):
         """names -> values for the callable's parameters."""
-        if params is None:  # view(*shape), reshape(*shape), permute(*dims)
-            key = "dims" if name == "permute" else "shape"
-            rest = list(args[1:])
+        star = [i for i, p in enumerate(params) if p.startswith("*")]
+        if star:  # view(*shape), reshape(*shape), permute(*dims)
+            k = star[0]
+            bound = dict(zip(params[:k], args[:k]))
+            rest = list(args[k:])
             if len(rest) == 1:
                 rest = rest[0]
-            bound = {"input": args[0], key: rest}
+            bound[params[k][1:]] = rest
             bound.update(kwargs)
             return bound
         if len(args) > len(params):
@@ -858,7 +836,7 @@ def _graph(m, path):
 
     def emit_call(node, name, b):
         check(node, name, b)
-        canon = _CANON[name]
+        canon = canons[name]
         b = {k: v for k, v in b.items() if k not in _DROP and not (k == "dtype" and v is None)}
         args, kwargs = [], {}
         for p in canon:
@@ -914,11 +892,11 @@ def _graph(m, path):
             name, params = ops[node.target]
             spec = emit_call(node, name, bind(node, name, params, node.args, dict(node.kwargs)))
         elif node.op == "call_method":
-            if node.target not in _METHODS:
+            if node.target not in methods:
                 refuse(node, f"method Tensor.{node.target} is not supported by Grove "
-                             f"(supported: {', '.join(sorted(_METHODS))})")
-            name = node.target
-            spec = emit_call(node, name, bind(node, name, _METHODS[name], node.args,
+                             f"(supported: {', '.join(sorted(methods))})")
+            name, params = methods[node.target]
+            spec = emit_call(node, name, bind(node, name, params, node.args,
                                               dict(node.kwargs)))
         elif node.op == "output":
             res = node.args[0]

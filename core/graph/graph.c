@@ -7,9 +7,10 @@
  *
  * Forward: the nodes run in order, each value kept in a table in the arena
  * (a tensor, a tuple of tensors from a module such as MultiheadAttention, a
- * Python int / float / bool, or a tuple of ints from size()).  Operations on
- * tensors are in graph_ops.c; modules run through grove_module_forward, so
- * their hooks fire as in torch.
+ * Python int / float / bool, or a tuple of ints from size()).  Operations
+ * run their op entry's forward (ops.h: the one table, core/nn/ops_*.c);
+ * modules run through grove_module_forward, so their hooks fire as in
+ * torch.
  *
  * Memory: liveness on a stack.  Every tensor a node produces in new arena
  * memory becomes a region on a stack of regions; views (reshape of a
@@ -39,19 +40,6 @@
 #include "observe.h"
 
 /* ============================================================ running */
-
-enum { V_NONE, V_TENSOR, V_TUPLE, V_INT, V_FLOAT, V_BOOL, V_INTS };
-
-typedef struct gval {
-  int8_t kind;
-  int8_t n;                      /* V_TUPLE: tensors; V_INTS: ints */
-  uint8_t none_mask;             /* V_TUPLE: entries that are None */
-  int16_t reg[GROVE_MAX_VALUES]; /* region of each tensor, -1: not arena memory of this pass */
-  int64_t i;
-  double f;
-  int64_t ints[GROVE_MAX_DIMS];
-  grove_tensor t[GROVE_MAX_VALUES];
-} gval;
 
 typedef struct region {
   char *start;
@@ -93,79 +81,10 @@ static const gval *argv_(const run *r, const garg *a) {
   return a->kind == A_NODE ? &r->vals[a->node] : NULL;
 }
 
-static grove_status want(const run *r, const char *what) {
-  return grove_err_set(r->f->err, GROVE_E_INVALID_ARGUMENT, "expected %s", what);
-}
-
-static grove_status arg_tensor(const run *r, const garg *a, const grove_tensor **t) {
-  *t = NULL;
-  const gval *v = argv_(r, a);
-  if (!v || v->kind != V_TENSOR) return want(r, "a tensor argument");
-  *t = &v->t[0];
-  return GROVE_OK;
-}
-
-/* A Python number from a constant or a node. is_int tells int from float. */
-static bool arg_number(const run *r, const garg *a, double *x, int64_t *ix, bool *is_int) {
-  const gval *v = argv_(r, a);
-  int kind = v                    ? v->kind
-             : a->kind == A_INT   ? V_INT
-             : a->kind == A_BOOL  ? V_BOOL
-             : a->kind == A_FLOAT ? V_FLOAT
-                                  : V_NONE;
-  int64_t i = v ? v->i : a->i;
-  double f = v ? v->f : a->f;
-  if (kind == V_INT || kind == V_BOOL) {
-    *ix = i;
-    *x = (double)i;
-    *is_int = true;
-    return true;
-  }
-  if (kind == V_FLOAT) {
-    *x = f;
-    *is_int = false;
-    return true;
-  }
-  return false;
-}
-
-static grove_status arg_int(const run *r, const garg *a, int64_t *out) {
-  double x;
-  bool is_int;
-  if (!arg_number(r, a, &x, out, &is_int) || !is_int) return want(r, "an integer");
-  return GROVE_OK;
-}
-
-/* A list of ints: [2, n, -1], a size() tuple node, or (allow_one) one int. */
-static grove_status arg_ints(const run *r, const garg *a, bool allow_one, int64_t *out, int *n) {
-  const gval *v = argv_(r, a);
-  if (v && v->kind == V_INTS) {
-    *n = v->n;
-    memcpy(out, v->ints, (size_t)v->n * sizeof(int64_t));
-    return GROVE_OK;
-  }
-  if (a->kind == A_LIST) {
-    if (a->n > GROVE_MAX_DIMS) return want(r, "at most 8 dimensions");
-    for (int i = 0; i < a->n; i++) {
-      grove_status s = arg_int(r, &a->items[i], &out[i]);
-      if (s) return s;
-    }
-    *n = a->n;
-    return GROVE_OK;
-  }
-  if (allow_one) {
-    *n = 1;
-    return arg_int(r, a, &out[0]);
-  }
-  return want(r, "a list of integers");
-}
-
 /* ------------------------------------------------------------ operations */
 
 static void set_tensor(gval *v, const grove_tensor *t) {
-  v->kind = V_TENSOR;
-  v->n = 1;
-  v->t[0] = *t;
+  grove__op_set_tensor(v, t);
 }
 
 /* Whether node n may write its result over its tensor argument a: a dies
@@ -181,328 +100,15 @@ static bool can_overwrite(const run *r, const gnode *n, const garg *a) {
          (grove_tensor_is_contiguous(&v->t[0]) || grove__is_nhwc(&v->t[0]));
 }
 
-static grove_status run_binary(run *r, const gnode *n, gval *res) {
-  const garg *a = &n->args[0], *b = &n->args[1];
-  const gval *va = argv_(r, a), *vb = argv_(r, b);
-  bool ta = va && va->kind == V_TENSOR, tb = vb && vb->kind == V_TENSOR;
-  double alpha = 1;
-  int64_t ialpha = 1;
-  bool alpha_int = true;
-  if ((n->op == G_ADD || n->op == G_SUB) &&
-      !arg_number(r, &n->args[2], &alpha, &ialpha, &alpha_int))
-    return want(r, "a number for alpha");
-  if (!ta && !tb) {
-    /* Python arithmetic on numbers (sizes): ints stay ints. */
-    gnum x, y, v;
-    if (!arg_number(r, a, &x.f, &x.i, &x.is_int) || !arg_number(r, b, &y.f, &y.i, &y.is_int))
-      return want(r, "tensors or numbers");
-    grove_status s =
-        grove__graph_arith(n->op, x, y, (gnum){alpha_int, ialpha, alpha}, &v, r->f->err);
-    if (s) return s;
-    res->kind = v.is_int ? V_INT : V_FLOAT;
-    res->i = v.i;
-    res->f = v.f;
-    return GROVE_OK;
-  }
-  if (n->op == G_FLOORDIV)
-    return grove_err_set(r->f->err, GROVE_E_UNSUPPORTED,
-                         "floor division of tensors is not supported");
-  /* A number on either side is a 0-d tensor. */
-  float sa = 0, sb = 0;
-  grove_tensor xa, xb;
-  if (ta) {
-    xa = va->t[0];
-  } else {
-    double x;
-    int64_t ix;
-    bool xi;
-    if (!arg_number(r, a, &x, &ix, &xi)) return want(r, "a tensor or a number");
-    sa = (float)x;
-    grove_tensor_init(&xa, GROVE_F32, 0, NULL, &sa);
-  }
-  if (tb) {
-    xb = vb->t[0];
-  } else {
-    double y;
-    int64_t iy;
-    bool yi;
-    if (!arg_number(r, b, &y, &iy, &yi)) return want(r, "a tensor or a number");
-    sb = (float)y;
-    grove_tensor_init(&xb, GROVE_F32, 0, NULL, &sb);
-  }
-  static const int bin[] = {[G_ADD] = GROVE__BIN_ADD,
-                            [G_SUB] = GROVE__BIN_SUB,
-                            [G_MUL] = GROVE__BIN_MUL,
-                            [G_DIV] = GROVE__BIN_DIV};
-  /* In place into a when a dies here, owns its region alone, is contiguous
-   * and b does not read that memory. */
-  const grove_tensor *into = NULL;
-  if (ta && can_overwrite(r, n, a) && !(tb && vb->reg[0] == va->reg[0]))
-    into = &xa;
-  else if (tb && n->op != G_SUB && n->op != G_DIV && can_overwrite(r, n, b) &&
-           !(ta && va->reg[0] == vb->reg[0]))
-    into = &xb; /* a + b = b + a: b's memory will do when b has the result's shape */
-  grove_tensor y;
-  grove_status s = grove__op_binary(r->f, bin[n->op], &xa, &xb, alpha, &y, into);
-  if (s) return s;
-  set_tensor(res, &y);
-  return GROVE_OK;
-}
-
-/* Elements [b, e) of an in-place relu, sigmoid or tanh, on whichever
- * compute thread takes them. */
-typedef struct unary_par {
-  int op;
-  float *d;
-} unary_par;
-
-static void unary_chunk(void *ctx, int64_t b, int64_t e) {
-  const unary_par *c = ctx;
-  float *restrict d = c->d;
-  if (c->op == G_RELU)
-    for (int64_t i = b; i < e; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i];
-  else if (c->op == G_SIGMOID)
-    for (int64_t i = b; i < e; i++) d[i] = 1.0f / (1.0f + expf(-d[i]));
-  else
-    for (int64_t i = b; i < e; i++) d[i] = tanhf(d[i]);
-}
-
-/* relu, sigmoid and tanh in place (the formulas of layers.c). */
-static bool unary_in_place(run *r, const gnode *n, gval *res) {
-  if ((n->op != G_RELU && n->op != G_SIGMOID && n->op != G_TANH) ||
-      !can_overwrite(r, n, &n->args[0]))
-    return false;
-  const grove_tensor *x = &r->vals[n->args[0].node].t[0];
-  unary_par c = {n->op, x->data};
-  grove__parallel_for(grove_tensor_numel(x), (int64_t)16 << 10, unary_chunk, &c);
-  set_tensor(res, x);
-  return true;
-}
-
-/* Calls a hidden layer (relu, softmax, ...) on a tensor argument. */
-static grove_status run_hidden(run *r, const gnode *n, gval *res) {
-  const grove_tensor *x;
-  grove_status s = arg_tensor(r, &n->args[0], &x);
-  if (s) return s;
-  if (unary_in_place(r, n, res)) return GROVE_OK;
-  grove_values in = {.n = 1}, out = {0};
-  in.v[0] = *x;
-  s = n->mod->type->forward(n->mod, r->f, &in, &out);
-  if (s) return s;
-  set_tensor(res, &out.v[0]);
-  return GROVE_OK;
-}
-
-static grove_status run_getitem(run *r, const gnode *n, gval *res) {
-  const gval *v = argv_(r, &n->args[0]);
-  const garg *ix = &n->args[1];
-  if (!v) return want(r, "a tensor, a tuple or a size to index");
-  if (v->kind == V_TUPLE || v->kind == V_INTS) {
-    const int len = v->n;
-    if (ix->kind == A_SLICE) {
-      grove__index e = {GROVE__IX_SLICE, 0, 0, 1, false, false};
-      grove_status s;
-      if (ix->items[0].kind != A_NONE && (s = arg_int(r, &ix->items[0], &e.start))) return s;
-      if (ix->items[1].kind != A_NONE && (s = arg_int(r, &ix->items[1], &e.stop))) return s;
-      if (ix->items[2].kind != A_NONE && (s = arg_int(r, &ix->items[2], &e.step))) return s;
-      if (e.step < 1)
-        return grove_err_set(r->f->err, GROVE_E_UNSUPPORTED, "slice step must be positive");
-      e.has_start = ix->items[0].kind != A_NONE;
-      e.has_stop = ix->items[1].kind != A_NONE;
-      int64_t first, count;
-      grove__slice_indices(len, &e, &first, &count);
-      *res = *v;
-      res->n = (int8_t)count;
-      res->none_mask = 0;
-      for (int64_t k = 0; k < count; k++) {
-        int64_t from = first + k * e.step;
-        if (v->kind == V_INTS) {
-          res->ints[k] = v->ints[from];
-        } else {
-          res->t[k] = v->t[from];
-          res->reg[k] = v->reg[from];
-          if (v->none_mask & (1u << from)) res->none_mask |= (uint8_t)(1u << k);
-        }
-      }
-      for (int64_t k = count; k < GROVE_MAX_VALUES; k++) res->reg[k] = -1;
-      return GROVE_OK;
-    }
-    int64_t k;
-    grove_status s = arg_int(r, ix, &k);
-    if (s) return s;
-    if (k < 0) k += len;
-    if (k < 0 || k >= len)
-      return grove_err_set(r->f->err, GROVE_E_RANGE, "tuple index out of range (%d elements)", len);
-    if (v->kind == V_INTS) {
-      res->kind = V_INT;
-      res->i = v->ints[k];
-    } else if (v->none_mask & (1u << k)) {
-      res->kind = V_NONE;
-    } else {
-      set_tensor(res, &v->t[k]);
-    }
-    return GROVE_OK;
-  }
-  if (v->kind != V_TENSOR) return want(r, "a tensor, a tuple or a size to index");
-  grove__index ixs[GROVE_MAX_DIMS + 4];
-  const garg *items = ix->kind == A_LIST ? ix->items : ix;
-  int ni = ix->kind == A_LIST ? ix->n : 1;
-  if (ni > GROVE_MAX_DIMS + 4) return want(r, "fewer indices");
-  for (int i = 0; i < ni; i++) {
-    const garg *e = &items[i];
-    grove__index *o = &ixs[i];
-    memset(o, 0, sizeof *o);
-    grove_status s;
-    if (e->kind == A_NONE) {
-      o->kind = GROVE__IX_NONE;
-    } else if (e->kind == A_ELLIPSIS) {
-      o->kind = GROVE__IX_ELLIPSIS;
-    } else if (e->kind == A_SLICE) {
-      o->kind = GROVE__IX_SLICE;
-      o->step = 1;
-      if (e->items[0].kind != A_NONE && (s = arg_int(r, &e->items[0], &o->start))) return s;
-      if (e->items[1].kind != A_NONE && (s = arg_int(r, &e->items[1], &o->stop))) return s;
-      if (e->items[2].kind != A_NONE && (s = arg_int(r, &e->items[2], &o->step))) return s;
-      if (o->step < 1)
-        return grove_err_set(r->f->err, GROVE_E_UNSUPPORTED, "slice step must be positive");
-      o->has_start = e->items[0].kind != A_NONE;
-      o->has_stop = e->items[1].kind != A_NONE;
-    } else {
-      const gval *ev = argv_(r, e);
-      if (ev && ev->kind == V_TENSOR)
-        return grove_err_set(r->f->err, GROVE_E_UNSUPPORTED,
-                             "indexing with a tensor (advanced indexing) is not supported");
-      o->kind = GROVE__IX_INT;
-      if ((s = arg_int(r, e, &o->start))) return s;
-    }
-  }
-  grove_tensor y;
-  grove_status s = grove__op_index(r->f, &v->t[0], ixs, ni, &y);
-  if (s) return s;
-  set_tensor(res, &y);
-  return GROVE_OK;
-}
-
+/* Runs operation node i: its entry's forward on its bound arguments, told
+ * which tensor arguments it may write its result over. */
 static grove_status run_op(run *r, int i, gval *res) {
   const gnode *n = &r->g->nodes[i];
-  const garg *a = n->args;
-  const grove_tensor *x;
-  grove_tensor y;
-  grove_status s;
-  int64_t ints[GROVE_MAX_DIMS];
-  int ni;
-  switch (n->op) {
-    case G_ADD:
-    case G_SUB:
-    case G_MUL:
-    case G_DIV:
-    case G_FLOORDIV:
-      return run_binary(r, n, res);
-    case G_MATMUL: {
-      const grove_tensor *b;
-      if ((s = arg_tensor(r, &a[0], &x)) || (s = arg_tensor(r, &a[1], &b))) return s;
-      if ((s = grove__op_matmul(r->f, x, b, &y))) return s;
-      set_tensor(res, &y);
-      return GROVE_OK;
-    }
-    case G_RELU:
-    case G_GELU:
-    case G_SIGMOID:
-    case G_TANH:
-    case G_SOFTMAX:
-    case G_LOG_SOFTMAX:
-    case G_FLATTEN:
-      return run_hidden(r, n, res);
-    case G_DROPOUT:
-      if ((s = arg_tensor(r, &a[0], &x))) return s;
-      set_tensor(res, x);
-      return GROVE_OK;
-    case G_CONTIGUOUS:
-      if ((s = arg_tensor(r, &a[0], &x)) || (s = grove__fwd_contig(r->f, x, &y))) return s;
-      set_tensor(res, &y);
-      return GROVE_OK;
-    case G_RESHAPE:
-    case G_VIEW:
-      if ((s = arg_tensor(r, &a[0], &x)) || (s = arg_ints(r, &a[1], true, ints, &ni)) ||
-          (s = grove__op_reshape(r->f, x, ints, ni, &y)))
-        return s;
-      set_tensor(res, &y);
-      return GROVE_OK;
-    case G_PERMUTE:
-      if ((s = arg_tensor(r, &a[0], &x)) || (s = arg_ints(r, &a[1], true, ints, &ni)) ||
-          (s = grove__op_permute(r->f, x, ints, ni, &y)))
-        return s;
-      set_tensor(res, &y);
-      return GROVE_OK;
-    case G_TRANSPOSE: {
-      int64_t d0, d1;
-      if ((s = arg_tensor(r, &a[0], &x)) || (s = arg_int(r, &a[1], &d0)) ||
-          (s = arg_int(r, &a[2], &d1)) || (s = grove__op_transpose(r->f, x, d0, d1, &y)))
-        return s;
-      set_tensor(res, &y);
-      return GROVE_OK;
-    }
-    case G_CAT: {
-      grove_tensor ts[64];
-      int nt = 0;
-      const gval *tv = argv_(r, &a[0]);
-      if (tv && tv->kind == V_TUPLE) {
-        for (int k = 0; k < tv->n; k++) {
-          if (tv->none_mask & (1u << k)) return want(r, "tensors to concatenate, not None");
-          ts[nt++] = tv->t[k];
-        }
-      } else if (a[0].kind == A_LIST) {
-        for (int k = 0; k < a[0].n && k < 64; k++) {
-          const grove_tensor *t;
-          if ((s = arg_tensor(r, &a[0].items[k], &t))) return s;
-          ts[nt++] = *t;
-        }
-      } else {
-        return want(r, "a list of tensors");
-      }
-      int64_t dim;
-      if ((s = arg_int(r, &a[1], &dim)) || (s = grove__op_cat(r->f, ts, nt, dim, &y))) return s;
-      set_tensor(res, &y);
-      return GROVE_OK;
-    }
-    case G_MEAN:
-    case G_SUM:
-      if ((s = arg_tensor(r, &a[0], &x))) return s;
-      ni = -1;
-      if (a[1].kind != A_NONE && (s = arg_ints(r, &a[1], true, ints, &ni))) return s;
-      if ((s = grove__op_reduce(r->f, n->op == G_MEAN, x, ints, ni, a[2].i != 0, &y))) return s;
-      set_tensor(res, &y);
-      return GROVE_OK;
-    case G_GETITEM:
-      return run_getitem(r, n, res);
-    case G_SIZE:
-    case G_GETATTR: {
-      if ((s = arg_tensor(r, &a[0], &x))) return s;
-      if (n->op == G_GETATTR && strcmp(a[1].s, "ndim") == 0) {
-        res->kind = V_INT;
-        res->i = x->ndim;
-        return GROVE_OK;
-      }
-      if (n->op == G_SIZE && a[1].kind != A_NONE) {
-        int64_t d;
-        if ((s = arg_int(r, &a[1], &d))) return s;
-        int nd = x->ndim == 0 ? 1 : x->ndim;
-        if (d < -nd || d >= nd || x->ndim == 0)
-          return grove_err_set(r->f->err, GROVE_E_SHAPE,
-                               "dimension %lld is out of range for a %d-d tensor", (long long)d,
-                               x->ndim);
-        res->kind = V_INT;
-        res->i = x->shape[d < 0 ? d + x->ndim : d];
-        return GROVE_OK;
-      }
-      res->kind = V_INTS;
-      res->n = (int8_t)x->ndim;
-      memcpy(res->ints, x->shape, sizeof res->ints);
-      return GROVE_OK;
-    }
-    default:
-      return grove_err_set(r->f->err, GROVE_E_INTERNAL, "unknown graph op %d", n->op);
-  }
+  unsigned overwrite = 0;
+  for (int k = 0; k < n->nargs && k < 32; k++)
+    if (can_overwrite(r, n, &n->args[k])) overwrite |= 1u << k;
+  const grove__opctx c = {r->f, n->def, n->args, r->vals, NULL, overwrite};
+  return n->def->forward(&c, res);
 }
 
 /* ------------------------------------------------------------ modules */
@@ -866,36 +472,4 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
     if ((s = settle(&r, i, v, external))) return node_error(&r, i, s);
   }
   return grove_err_set(f->err, GROVE_E_INTERNAL, "%s: graph without output", g->where);
-}
-
-grove_status grove__graph_arith(int op, gnum x, gnum y, gnum alpha, gnum *out, grove_err *err) {
-  const bool ints = x.is_int && y.is_int && alpha.is_int;
-  switch (op) {
-    case G_ADD:
-    case G_SUB: {
-      const int sign = op == G_ADD ? 1 : -1;
-      *out = ints ? (gnum){true, x.i + sign * alpha.i * y.i, 0}
-                  : (gnum){false, 0, x.f + sign * alpha.f * y.f};
-      break;
-    }
-    case G_MUL:
-      *out = ints ? (gnum){true, x.i * y.i, 0} : (gnum){false, 0, x.f * y.f};
-      break;
-    case G_DIV:
-      if (y.f == 0) return grove_err_set(err, GROVE_E_RANGE, "division by zero");
-      *out = (gnum){false, 0, x.f / y.f};
-      break;
-    default: /* floordiv */
-      if (y.f == 0) return grove_err_set(err, GROVE_E_RANGE, "integer division or modulo by zero");
-      if (ints) {
-        int64_t q = x.i / y.i;
-        if ((x.i % y.i != 0) && ((x.i < 0) != (y.i < 0))) q--;
-        *out = (gnum){true, q, 0};
-      } else {
-        *out = (gnum){false, 0, floor(x.f / y.f)};
-      }
-      break;
-  }
-  if (out->is_int) out->f = (double)out->i;
-  return GROVE_OK;
 }

@@ -2,10 +2,10 @@
  * (graph_internal.h), once, when the tree is built; graph.c runs them.
  *
  * Every node's target is resolved (call_module to a module of the subtree,
- * get_attr to a parameter or buffer slot, call_function/call_method to one of
- * the operations of the table below), its arguments are bound to the
- * operation's parameters (positional, then keyword, then torch's defaults)
- * and checked where they are constants, and each node learns how many
+ * get_attr to a parameter or buffer slot, call_function/call_method to an
+ * entry of the op table, core/nn/ops.h), its arguments are bound to the
+ * entry's parameters (positional, then keyword, then torch's defaults) and
+ * checked where they are constants (the entry's check), and each node learns how many
  * argument slots read it and the index of its last reader (graph.c's
  * liveness).  Anything Grove cannot run is refused here, naming the JSON
  * path of the node.  Fusion is planned last: a Conv2d -> BatchNorm2d -> ReLU
@@ -21,14 +21,6 @@
 #include "graph_internal.h"
 #include "layers_internal.h"
 
-static void garg_fini(garg *a) {
-  if (!a) return;
-  free(a->s);
-  for (int i = 0; i < a->n; i++) garg_fini(&a->items[i]);
-  free(a->items);
-  memset(a, 0, sizeof *a);
-}
-
 void grove__graph_free_impl(void *impl) {
   graph_impl *g = impl;
   if (!g) return;
@@ -37,10 +29,9 @@ void grove__graph_free_impl(void *impl) {
     free(n->name);
     free(n->source);
     free(n->attr);
-    for (int k = 0; k < n->nargs; k++) garg_fini(&n->args[k]);
+    for (int k = 0; k < n->nargs; k++) grove__garg_fini(&n->args[k]);
     free(n->args);
-    garg_fini(&n->dflt);
-    if (n->own_mod) grove_module_release(n->mod);
+    grove__garg_fini(&n->dflt);
   }
   free(g->nodes);
   free(g->placeholders);
@@ -212,86 +203,6 @@ grove_status grove__graph_from_json(const json_t *obj, const char *path, grove_m
   return GROVE_OK;
 }
 
-/* ------------------------------------------------------------ the op table */
-
-enum { D_REQ, D_NONE, D_INT, D_FLOAT, D_BOOL, D_STR };
-
-typedef struct pdef {
-  const char *name;
-  int dk;
-  double dv;
-  const char *ds;
-} pdef;
-
-typedef struct opdef {
-  const char *name;
-  int op;
-  int varargs; /* a parameter that gathers extra positional arguments, or -1 */
-  pdef p[5];
-} opdef;
-
-#define REQ(n) \
-  { n, D_REQ, 0, NULL }
-#define DNONE(n) \
-  { n, D_NONE, 0, NULL }
-#define DINT(n, v) \
-  { n, D_INT, v, NULL }
-#define DBOOL(n, v) \
-  { n, D_BOOL, v, NULL }
-#define DSTR(n, v) \
-  { n, D_STR, 0, v }
-
-static const opdef opdefs[] = {
-    {"add", G_ADD, -1, {REQ("input"), REQ("other"), DINT("alpha", 1)}},
-    {"sub", G_SUB, -1, {REQ("input"), REQ("other"), DINT("alpha", 1)}},
-    {"mul", G_MUL, -1, {REQ("input"), REQ("other")}},
-    {"div", G_DIV, -1, {REQ("input"), REQ("other"), DNONE("rounding_mode")}},
-    {"floordiv", G_FLOORDIV, -1, {REQ("input"), REQ("other")}},
-    {"matmul", G_MATMUL, -1, {REQ("input"), REQ("other")}},
-    {"relu", G_RELU, -1, {REQ("input"), DBOOL("inplace", 0)}},
-    {"gelu", G_GELU, -1, {REQ("input"), DSTR("approximate", "none")}},
-    {"sigmoid", G_SIGMOID, -1, {REQ("input")}},
-    {"tanh", G_TANH, -1, {REQ("input")}},
-    {"softmax",
-     G_SOFTMAX,
-     -1,
-     {REQ("input"), DNONE("dim"), DINT("_stacklevel", 3), DNONE("dtype")}},
-    {"log_softmax",
-     G_LOG_SOFTMAX,
-     -1,
-     {REQ("input"), DNONE("dim"), DINT("_stacklevel", 3), DNONE("dtype")}},
-    {"dropout",
-     G_DROPOUT,
-     -1,
-     {REQ("input"), {"p", D_FLOAT, 0.5, NULL}, DBOOL("training", 1), DBOOL("inplace", 0)}},
-    {"flatten", G_FLATTEN, -1, {REQ("input"), DINT("start_dim", 0), DINT("end_dim", -1)}},
-    {"reshape", G_RESHAPE, 1, {REQ("input"), REQ("shape")}},
-    {"view", G_VIEW, 1, {REQ("input"), REQ("shape")}},
-    {"permute", G_PERMUTE, 1, {REQ("input"), REQ("dims")}},
-    {"transpose", G_TRANSPOSE, -1, {REQ("input"), REQ("dim0"), REQ("dim1")}},
-    {"cat", G_CAT, -1, {REQ("tensors"), DINT("dim", 0)}},
-    {"concat", G_CAT, -1, {REQ("tensors"), DINT("dim", 0)}},
-    {"mean", G_MEAN, -1, {REQ("input"), DNONE("dim"), DBOOL("keepdim", 0), DNONE("dtype")}},
-    {"sum", G_SUM, -1, {REQ("input"), DNONE("dim"), DBOOL("keepdim", 0), DNONE("dtype")}},
-    {"getitem", G_GETITEM, -1, {REQ("a"), REQ("b")}},
-    {"size", G_SIZE, -1, {REQ("input"), DNONE("dim")}},
-    {"getattr", G_GETATTR, -1, {REQ("input"), REQ("name")}},
-    {"contiguous", G_CONTIGUOUS, -1, {REQ("input"), DNONE("memory_format")}},
-};
-#define NOPDEFS ((int)(sizeof opdefs / sizeof opdefs[0]))
-
-static int nparams(const opdef *d) {
-  int n = 0;
-  while (n < 5 && d->p[n].name) n++;
-  return n;
-}
-
-static const opdef *find_op(const char *name) {
-  for (int i = 0; i < NOPDEFS; i++)
-    if (strcmp(opdefs[i].name, name) == 0) return &opdefs[i];
-  return NULL;
-}
-
 /* ------------------------------------------------------------ arguments */
 
 typedef struct cctx {
@@ -422,13 +333,13 @@ static void count_uses(gnode *nodes, const garg *a, int reader) {
 }
 
 /* Binds positional args and kwargs (JSON) to the op's parameters. */
-static grove_status bind(cctx *c, gnode *n, const opdef *d, const json_t *args,
+static grove_status bind(cctx *c, gnode *n, const grove__opdef *d, const json_t *args,
                          const json_t *kwargs, const char *jp) {
-  const int np = nparams(d);
+  const int np = grove__op_nparams(d);
   n->args = calloc((size_t)np, sizeof(garg));
   if (!n->args) return nomem(c->err);
   n->nargs = np;
-  bool set[5] = {false};
+  bool set[GROVE__OP_MAX_PARAMS] = {false};
   size_t na = args ? json_array_size(args) : 0;
   grove_status s;
   for (size_t i = 0; i < na; i++) {
@@ -483,123 +394,13 @@ static grove_status bind(cctx *c, gnode *n, const opdef *d, const json_t *args,
   }
   for (int i = 0; i < np; i++) {
     if (set[i]) continue;
-    garg *a = &n->args[i];
-    switch (d->p[i].dk) {
-      case D_REQ:
-        return grove_err_set(c->err, GROVE_E_SPEC, "%s: %s is missing its argument \"%s\"", jp,
-                             d->name, d->p[i].name);
-      case D_NONE:
-        a->kind = A_NONE;
-        break;
-      case D_INT:
-        a->kind = A_INT;
-        a->i = (int64_t)d->p[i].dv;
-        break;
-      case D_FLOAT:
-        a->kind = A_FLOAT;
-        a->f = d->p[i].dv;
-        break;
-      case D_BOOL:
-        a->kind = A_BOOL;
-        a->i = d->p[i].dv != 0;
-        break;
-      case D_STR:
-        a->kind = A_STR;
-        if (!(a->s = grove__strdup(d->p[i].ds))) return nomem(c->err);
-        break;
-    }
+    grove_status ds = grove__op_default(&d->p[i], &n->args[i]);
+    if (ds == GROVE_E_SPEC)
+      return grove_err_set(c->err, GROVE_E_SPEC, "%s: %s is missing its argument \"%s\"", jp,
+                           d->name, d->p[i].name);
+    if (ds) return nomem(c->err);
   }
   return GROVE_OK;
-}
-
-static bool is_int_const(const garg *a) {
-  return a->kind == A_INT || a->kind == A_BOOL;
-}
-
-static grove_status want_const(cctx *c, const char *jp, const gnode *n, int i, const char *what) {
-  return grove_err_set(c->err, GROVE_E_SPEC, "%s: %s's argument %d must be %s", jp, n->what, i,
-                       what);
-}
-
-/* Marks a hidden layer built by a constructor; a refused argument is the
- * spec's fault. */
-static grove_status hidden(cctx *c, gnode *n, grove_status s, const char *jp) {
-  if (s) return grove__json_built(jp, s, c->err);
-  grove_module_eval(n->mod);
-  n->own_mod = true;
-  return GROVE_OK;
-}
-
-/* Constant checks and hidden layers of one operation node. */
-static grove_status check_op(cctx *c, gnode *n, const char *jp) {
-  garg *a = n->args;
-  switch (n->op) {
-    case G_DIV:
-      if (a[2].kind != A_NONE)
-        return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
-                             "%s: div with rounding_mode is not supported (only true division)",
-                             jp);
-      return GROVE_OK;
-    case G_RELU:
-      return hidden(c, n, grove_relu_new(&n->mod, c->err), jp);
-    case G_SIGMOID:
-      return hidden(c, n, grove_sigmoid_new(&n->mod, c->err), jp);
-    case G_TANH:
-      return hidden(c, n, grove_tanh_new(&n->mod, c->err), jp);
-    case G_GELU:
-      if (a[1].kind != A_STR || (strcmp(a[1].s, "none") && strcmp(a[1].s, "tanh")))
-        return grove_err_set(c->err, GROVE_E_SPEC,
-                             "%s: gelu's approximate must be \"none\" or \"tanh\"", jp);
-      return hidden(c, n, grove_gelu_new(a[1].s, &n->mod, c->err), jp);
-    case G_SOFTMAX:
-    case G_LOG_SOFTMAX: {
-      if (a[1].kind != A_NONE && a[1].kind != A_INT)
-        return want_const(c, jp, n, 1, "an integer constant or null");
-      if (a[3].kind != A_NONE)
-        return grove_err_set(c->err, GROVE_E_UNSUPPORTED, "%s: %s with a dtype is not supported",
-                             jp, n->what);
-      if (a[1].kind == A_INT && (a[1].i < -GROVE_MAX_DIMS || a[1].i >= GROVE_MAX_DIMS))
-        return grove_err_set(c->err, GROVE_E_SPEC, "%s: dim %lld is out of range", jp,
-                             (long long)a[1].i);
-      bool has = a[1].kind == A_INT;
-      int dim = has ? (int)a[1].i : 0;
-      return hidden(c, n,
-                    n->op == G_SOFTMAX ? grove_softmax_new(has, dim, &n->mod, c->err)
-                                       : grove_log_softmax_new(has, dim, &n->mod, c->err),
-                    jp);
-    }
-    case G_DROPOUT:
-      if (a[2].kind != A_BOOL || a[2].i)
-        return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
-                             "%s: dropout with training=True drops activations at random even in "
-                             "eval mode; pass training=self.training (Grove serves eval mode)",
-                             jp);
-      return GROVE_OK;
-    case G_FLATTEN:
-      if (!is_int_const(&a[1]) || !is_int_const(&a[2]) || a[1].i < -GROVE_MAX_DIMS ||
-          a[1].i >= GROVE_MAX_DIMS || a[2].i < -GROVE_MAX_DIMS || a[2].i >= GROVE_MAX_DIMS)
-        return want_const(c, jp, n, 1, "an integer constant (start_dim, end_dim)");
-      return hidden(c, n, grove_flatten_new((int)a[1].i, (int)a[2].i, &n->mod, c->err), jp);
-    case G_MEAN:
-    case G_SUM:
-      if (a[3].kind != A_NONE)
-        return grove_err_set(c->err, GROVE_E_UNSUPPORTED, "%s: %s with a dtype is not supported",
-                             jp, n->what);
-      if (a[2].kind != A_BOOL && a[2].kind != A_INT)
-        return want_const(c, jp, n, 2, "true or false (keepdim)");
-      return GROVE_OK;
-    case G_GETATTR:
-      if (a[1].kind != A_STR || (strcmp(a[1].s, "shape") && strcmp(a[1].s, "ndim")))
-        return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
-                             "%s: getattr of a tensor supports \"shape\" and \"ndim\" only", jp);
-      return GROVE_OK;
-    case G_CAT:
-      if (a[0].kind != A_LIST && a[0].kind != A_NODE)
-        return want_const(c, jp, n, 0, "a list of tensors");
-      return GROVE_OK;
-    default:
-      return GROVE_OK;
-  }
 }
 
 /* ------------------------------------------------------------ call_module */
@@ -607,8 +408,12 @@ static grove_status check_op(cctx *c, gnode *n, const char *jp) {
 typedef struct mdef {
   int kind;
   const char *type;
-  pdef p[7];
+  grove__oppar p[7];
 } mdef;
+
+#define REQ(n) OP_REQ(n, P_TENSOR)
+#define DNONE(n) OP_NONE(n, P_TENSOR)
+#define DBOOL(n, v) OP_BOOL(n, v)
 
 static const mdef mdefs[] = {
     {MK_MHA,
@@ -731,10 +536,10 @@ static grove_status bind_module(cctx *c, gnode *n, const json_t *args, const jso
     n->average_weights = n->args[6].i != 0;
     n->tuple = true;
     /* Only the tensors stay as arguments: query, key, value. */
-    for (int i = 3; i < np; i++) garg_fini(&n->args[i]);
+    for (int i = 3; i < np; i++) grove__garg_fini(&n->args[i]);
     n->nargs = 3;
   } else {
-    for (int i = 1; i < np; i++) garg_fini(&n->args[i]);
+    for (int i = 1; i < np; i++) grove__garg_fini(&n->args[i]);
     n->nargs = 1;
   }
   return GROVE_OK;
@@ -894,21 +699,19 @@ static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
                          "%s.op: \"%s\" is not a torch.fx node kind (placeholder, get_attr, "
                          "call_module, call_function, call_method, output)",
                          jp, op);
-  const opdef *d = find_op(target);
+  const grove__opdef *d = grove__op_find(target);
   if (!d) {
-    char list[600] = "";
-    size_t used = 0;
-    for (int i = 0; i < NOPDEFS && used < sizeof list; i++)
-      used +=
-          (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", opdefs[i].name);
+    char list[600];
+    grove__op_list(list, sizeof list);
     return grove_err_set(c->err, GROVE_E_UNSUPPORTED,
                          "%s.target: \"%s\" is not an operation Grove runs (supported: %s)", jp,
                          target, list);
   }
-  n->op = d->op;
+  n->op = d->id;
+  n->def = d;
   n->what = d->name;
   grove_status s = bind(c, n, d, args, kwargs, jp);
-  if (!s) s = check_op(c, n, jp);
+  if (!s && d->check) s = d->check(d, n->args, jp, c->err);
   return s;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "layers_internal.h"
+#include "ops.h"
 
 /* ------------------------------------------------------------ the table */
 
@@ -19,16 +20,16 @@ static const grove__layer_def defs[] = {
     {"ModuleDict", grove__module_dict_from_json, true},
     {"Linear", grove__linear_from_json, false},
     {"Identity", grove__identity_from_json, false},
-    {"Flatten", grove__flatten_from_json, false},
-    {"Dropout", grove__dropout_from_json, false},
-    {"ReLU", grove__relu_from_json, false},
-    {"LeakyReLU", grove__leaky_relu_from_json, false},
-    {"GELU", grove__gelu_from_json, false},
-    {"SiLU", grove__silu_from_json, false},
-    {"Sigmoid", grove__sigmoid_from_json, false},
-    {"Tanh", grove__tanh_from_json, false},
-    {"Softmax", grove__softmax_from_json, false},
-    {"LogSoftmax", grove__log_softmax_from_json, false},
+    {"Flatten", grove__op_module_from_json, false},
+    {"Dropout", grove__op_module_from_json, false},
+    {"ReLU", grove__op_module_from_json, false},
+    {"LeakyReLU", grove__op_module_from_json, false},
+    {"GELU", grove__op_module_from_json, false},
+    {"SiLU", grove__op_module_from_json, false},
+    {"Sigmoid", grove__op_module_from_json, false},
+    {"Tanh", grove__op_module_from_json, false},
+    {"Softmax", grove__op_module_from_json, false},
+    {"LogSoftmax", grove__op_module_from_json, false},
     {"BatchNorm1d", grove__batch_norm1d_from_json, false},
     {"LayerNorm", grove__layer_norm_from_json, false},
     {"Embedding", grove__embedding_from_json, false},

@@ -224,26 +224,6 @@ grove_status grove__linear_from_json(const struct json_t *obj, const char *path,
                                      grove_err *err);
 grove_status grove__identity_from_json(const struct json_t *obj, const char *path,
                                        grove_module **out, grove_err *err);
-grove_status grove__flatten_from_json(const struct json_t *obj, const char *path,
-                                      grove_module **out, grove_err *err);
-grove_status grove__dropout_from_json(const struct json_t *obj, const char *path,
-                                      grove_module **out, grove_err *err);
-grove_status grove__relu_from_json(const struct json_t *obj, const char *path, grove_module **out,
-                                   grove_err *err);
-grove_status grove__leaky_relu_from_json(const struct json_t *obj, const char *path,
-                                         grove_module **out, grove_err *err);
-grove_status grove__gelu_from_json(const struct json_t *obj, const char *path, grove_module **out,
-                                   grove_err *err);
-grove_status grove__silu_from_json(const struct json_t *obj, const char *path, grove_module **out,
-                                   grove_err *err);
-grove_status grove__sigmoid_from_json(const struct json_t *obj, const char *path,
-                                      grove_module **out, grove_err *err);
-grove_status grove__tanh_from_json(const struct json_t *obj, const char *path, grove_module **out,
-                                   grove_err *err);
-grove_status grove__softmax_from_json(const struct json_t *obj, const char *path,
-                                      grove_module **out, grove_err *err);
-grove_status grove__log_softmax_from_json(const struct json_t *obj, const char *path,
-                                          grove_module **out, grove_err *err);
 grove_status grove__batch_norm1d_from_json(const struct json_t *obj, const char *path,
                                            grove_module **out, grove_err *err);
 grove_status grove__layer_norm_from_json(const struct json_t *obj, const char *path,

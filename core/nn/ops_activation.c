@@ -1,0 +1,517 @@
+/* ops_activation.c: the elementwise activations (relu, gelu, silu,
+ * leaky_relu, sigmoid, tanh), softmax / log_softmax and dropout: their op
+ * entries (ops.h), their forwards, the torch.nn modules that mean them
+ * (ReLU, GELU, SiLU, LeakyReLU, Sigmoid, Tanh, Softmax, LogSoftmax, Dropout)
+ * and those modules' public constructors (include/grove/layers.h).
+ *
+ * Forward contract: one float32 input (dropout: any dtype), outputs in the
+ * forward's arena, no heap allocation.  A non-contiguous input (a user's
+ * strided view) is first copied into the arena, so the loops see contiguous
+ * memory; a channels-last input is one dense run too and keeps its layout.
+ * A module never writes over its input, even when torch's `inplace=True`
+ * was asked for (a caller or a forward hook may still hold it); a graph
+ * node does when the evaluator says that nothing else reads the input
+ * (grove__opctx.overwrite), for relu, sigmoid and tanh. */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers_internal.h"
+#include "ops.h"
+
+/* ------------------------------------------------------------ elementwise */
+
+enum { ACT_RELU, ACT_LEAKY, ACT_GELU, ACT_GELU_TANH, ACT_SILU, ACT_SIGMOID, ACT_TANH };
+
+/* Elements [b, e) of an in-place relu, sigmoid or tanh, on whichever
+ * compute thread takes them. */
+typedef struct unary_par {
+  int act;
+  float *d;
+} unary_par;
+
+static void unary_chunk(void *ctx, int64_t b, int64_t e) {
+  const unary_par *c = ctx;
+  float *restrict d = c->d;
+  if (c->act == ACT_RELU)
+    for (int64_t i = b; i < e; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i];
+  else if (c->act == ACT_SIGMOID)
+    for (int64_t i = b; i < e; i++) d[i] = 1.0f / (1.0f + expf(-d[i]));
+  else
+    for (int64_t i = b; i < e; i++) d[i] = tanhf(d[i]);
+}
+
+/* y = act(x) over n elements.  torch's formulas: ReLU keeps NaN (as torch's
+ * clamp_min: x < 0 is false for NaN); GELU exact 0.5 x (1 + erf(x / sqrt 2)),
+ * tanh approximation 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). */
+static void act_loop(int act, float slope, const float *restrict x, float *restrict y, int64_t n) {
+  switch (act) {
+    case ACT_RELU:
+      for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+      break;
+    case ACT_LEAKY:
+      /* Written as pos + neg * slope with two selects against zero: GCC 12
+       * vectorises that but not `v > 0 ? v : v * slope`.  NaN stays NaN. */
+      for (int64_t i = 0; i < n; i++) {
+        const float v = x[i];
+        y[i] = (v < 0.0f ? 0.0f : v) + (v < 0.0f ? v : 0.0f) * slope;
+      }
+      break;
+    case ACT_GELU_TANH: {
+      const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+      for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
+      }
+      break;
+    }
+    case ACT_GELU: {
+      const float r = 0.7071067811865476f; /* 1 / sqrt(2) */
+      for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        y[i] = 0.5f * v * (1.0f + erff(v * r));
+      }
+      break;
+    }
+    case ACT_SILU:
+      for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+      break;
+    case ACT_SIGMOID:
+      for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+      break;
+    default:
+      for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+      break;
+  }
+}
+
+/* One elementwise pass of the op c names, on its argument 0. */
+static grove_status act_forward(const grove__opctx *c, gval *res, int act, float slope) {
+  const grove_tensor *xa;
+  grove_status s = grove__op_tensor(c, 0, &xa);
+  if (s) return s;
+  if ((c->overwrite & 1u) && (act == ACT_RELU || act == ACT_SIGMOID || act == ACT_TANH)) {
+    unary_par p = {act, xa->data};
+    grove__parallel_for(grove_tensor_numel(xa), (int64_t)16 << 10, unary_chunk, &p);
+    grove__op_set_tensor(res, xa);
+    return GROVE_OK;
+  }
+  const char *layer = grove__op_label(c);
+  grove_values in = {.n = 1};
+  in.v[0] = *xa;
+  grove_tensor x, y;
+  const bool nhwc = xa->dtype == GROVE_F32 && grove__is_nhwc(xa);
+  if (nhwc)
+    x = *xa;
+  else if ((s = grove__layer_input(layer, c->f, &in, GROVE_F32, &x)) != GROVE_OK)
+    return s;
+  if ((s = grove_fwd_alloc(c->f, &y, GROVE_F32, x.ndim, x.shape))) return s;
+  if (nhwc) grove__set_nhwc(&y);
+  act_loop(act, slope, x.data, y.data, grove_tensor_numel(&x));
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status relu_fwd(const grove__opctx *c, gval *res) {
+  return act_forward(c, res, ACT_RELU, 0);
+}
+static grove_status leaky_relu_fwd(const grove__opctx *c, gval *res) {
+  return act_forward(c, res, ACT_LEAKY, (float)c->args[1].f);
+}
+static grove_status gelu_fwd(const grove__opctx *c, gval *res) {
+  const garg *a = &c->args[1];
+  return act_forward(c, res, a->kind == A_STR && strcmp(a->s, "tanh") == 0 ? ACT_GELU_TANH : ACT_GELU,
+                     0);
+}
+static grove_status silu_fwd(const grove__opctx *c, gval *res) {
+  return act_forward(c, res, ACT_SILU, 0);
+}
+static grove_status sigmoid_fwd(const grove__opctx *c, gval *res) {
+  return act_forward(c, res, ACT_SIGMOID, 0);
+}
+static grove_status tanh_fwd(const grove__opctx *c, gval *res) {
+  return act_forward(c, res, ACT_TANH, 0);
+}
+
+static grove_status gelu_check(const grove__opdef *d, const garg *a, const char *jp,
+                               grove_err *err) {
+  if (a[1].kind != A_STR || (strcmp(a[1].s, "none") && strcmp(a[1].s, "tanh")))
+    return grove_err_set(err, GROVE_E_SPEC, "%s: gelu's approximate must be \"none\" or \"tanh\"",
+                         jp);
+  return GROVE_OK;
+}
+
+/* ------------------------------------------------------------ softmax */
+
+/* Rows along the last dim (inner == 1), the common case.  Numerically
+ * stable: exp(x - max); the sum is kept in double. */
+static void softmax_rows(const float *restrict x, float *restrict y, int64_t outer, int64_t n,
+                         bool as_log) {
+  for (int64_t o = 0; o < outer; o++) {
+    const float *xr = x + o * n;
+    float *yr = y + o * n;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++)
+      if (xr[j] > mx) mx = xr[j];
+    double sum = 0;
+    if (as_log) {
+      for (int64_t j = 0; j < n; j++) sum += expf(xr[j] - mx);
+      /* (x - max) - log(sum), as torch: folding max and log(sum) into one
+       * float first would round away digits of large logits. */
+      const float lse = (float)log(sum);
+      for (int64_t j = 0; j < n; j++) yr[j] = (xr[j] - mx) - lse;
+    } else {
+      for (int64_t j = 0; j < n; j++) {
+        yr[j] = expf(xr[j] - mx);
+        sum += yr[j];
+      }
+      const float inv = (float)(1.0 / sum);
+      for (int64_t j = 0; j < n; j++) yr[j] *= inv;
+    }
+  }
+}
+
+/* A dim that is not the last: each of the `inner` lanes is its own softmax
+ * over n elements spaced inner apart.  The loops run along the lanes, which
+ * are contiguous, so they vectorise.  mx and sum are arena scratch of inner
+ * elements. */
+static void softmax_lanes(const float *restrict x, float *restrict y, int64_t outer, int64_t n,
+                          int64_t inner, float *restrict mx, double *restrict sum, bool as_log) {
+  for (int64_t o = 0; o < outer; o++) {
+    const float *xb = x + o * n * inner;
+    float *yb = y + o * n * inner;
+    for (int64_t k = 0; k < inner; k++) {
+      mx[k] = -INFINITY;
+      sum[k] = 0;
+    }
+    for (int64_t j = 0; j < n; j++) {
+      const float *xr = xb + j * inner;
+      for (int64_t k = 0; k < inner; k++) mx[k] = xr[k] > mx[k] ? xr[k] : mx[k];
+    }
+    for (int64_t j = 0; j < n; j++) {
+      const float *xr = xb + j * inner;
+      float *yr = yb + j * inner;
+      for (int64_t k = 0; k < inner; k++) {
+        float e = expf(xr[k] - mx[k]);
+        if (!as_log) yr[k] = e;
+        sum[k] += e;
+      }
+    }
+    if (as_log) {
+      for (int64_t k = 0; k < inner; k++) sum[k] = log(sum[k]);
+      for (int64_t j = 0; j < n; j++) {
+        const float *xr = xb + j * inner;
+        float *yr = yb + j * inner;
+        for (int64_t k = 0; k < inner; k++) yr[k] = (xr[k] - mx[k]) - (float)sum[k];
+      }
+    } else {
+      for (int64_t k = 0; k < inner; k++) mx[k] = (float)(1.0 / sum[k]);
+      for (int64_t j = 0; j < n; j++) {
+        float *yr = yb + j * inner;
+        for (int64_t k = 0; k < inner; k++) yr[k] *= mx[k];
+      }
+    }
+  }
+}
+
+static grove_status softmax_common(const grove__opctx *c, gval *res, bool as_log) {
+  const char *layer = grove__op_label(c);
+  const grove_tensor *xa;
+  grove_status s = grove__op_tensor(c, 0, &xa);
+  if (s) return s;
+  grove_values in = {.n = 1};
+  in.v[0] = *xa;
+  grove_tensor x, y;
+  if ((s = grove__layer_input(layer, c->f, &in, GROVE_F32, &x)) != GROVE_OK) return s;
+  /* torch's _get_softmax_dim for dim=None. */
+  const bool has_dim = c->args[1].kind == A_INT;
+  int dim = has_dim ? (int)c->args[1].i : (x.ndim == 0 || x.ndim == 1 || x.ndim == 3) ? 0 : 1;
+  int d;
+  if (!grove__op_wrap_dim(dim, x.ndim, &d)) return grove__op_dim_error(c->f, layer, "dim", dim, x.ndim);
+  if ((s = grove_fwd_alloc(c->f, &y, GROVE_F32, x.ndim, x.shape))) return s;
+  grove__op_set_tensor(res, &y);
+  int64_t outer = 1, n = 1, inner = 1;
+  for (int i = 0; i < x.ndim; i++) {
+    if (i < d)
+      outer *= x.shape[i];
+    else if (i == d)
+      n = x.shape[i];
+    else
+      inner *= x.shape[i];
+  }
+  if (outer == 0 || n == 0 || inner == 0) return GROVE_OK;
+  if (inner == 1) {
+    softmax_rows(x.data, y.data, outer, n, as_log);
+    return GROVE_OK;
+  }
+  float *mx = grove_arena_alloc(c->f->arena, (size_t)inner * sizeof(float));
+  double *sum = grove_arena_alloc(c->f->arena, (size_t)inner * sizeof(double));
+  if (!mx || !sum)
+    return grove_err_set(c->f->err, GROVE_E_NOMEM, "%s: scratch arena is exhausted", layer);
+  softmax_lanes(x.data, y.data, outer, n, inner, mx, sum, as_log);
+  return GROVE_OK;
+}
+
+static grove_status softmax_fwd(const grove__opctx *c, gval *res) {
+  return softmax_common(c, res, false);
+}
+static grove_status log_softmax_fwd(const grove__opctx *c, gval *res) {
+  return softmax_common(c, res, true);
+}
+
+static grove_status softmax_check(const grove__opdef *d, const garg *a, const char *jp,
+                                  grove_err *err) {
+  if (a[1].kind != A_NONE && a[1].kind != A_INT)
+    return grove__op_want_const(d, jp, 1, "an integer constant or null", err);
+  if (a[3].kind != A_NONE)
+    return grove_err_set(err, GROVE_E_UNSUPPORTED, "%s: %s with a dtype is not supported", jp,
+                         d->name);
+  if (a[1].kind == A_INT && (a[1].i < -GROVE_MAX_DIMS || a[1].i >= GROVE_MAX_DIMS))
+    return grove_err_set(err, GROVE_E_SPEC, "%s: dim %lld is out of range", jp, (long long)a[1].i);
+  return GROVE_OK;
+}
+
+static void softmax_after_json(const grove__opdef *d, const char *path, const garg *a);
+
+/* ------------------------------------------------------------ dropout */
+
+/* Identity in eval mode.  Training-mode dropout needs a random generator and
+ * belongs to the training replica, never to a serving tree.  A graph node's
+ * training=False is checked when compiling. */
+static grove_status dropout_fwd(const grove__opctx *c, gval *res) {
+  if (c->mod && c->mod->training)
+    return grove_err_set(c->f->err, GROVE_E_UNSUPPORTED,
+                         "Dropout: training-mode forward is not available on a serving tree");
+  const grove_tensor *x;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  grove__op_set_tensor(res, x);
+  return GROVE_OK;
+}
+
+static grove_status dropout_check(const grove__opdef *d, const garg *a, const char *jp,
+                                  grove_err *err) {
+  if (a[2].kind != A_BOOL || a[2].i)
+    return grove_err_set(err, GROVE_E_UNSUPPORTED,
+                         "%s: dropout with training=True drops activations at random even in "
+                         "eval mode; pass training=self.training (Grove serves eval mode)",
+                         jp);
+  return GROVE_OK;
+}
+
+/* ------------------------------------------------------------ the entries */
+
+#define OP_MODULE_TYPE(var, cls) \
+  const grove_module_type var = { \
+      .name = cls, .forward = grove__op_module_forward, .free_impl = grove__op_module_free}
+
+OP_MODULE_TYPE(grove__relu_type, "ReLU");
+OP_MODULE_TYPE(grove__leaky_relu_type, "LeakyReLU");
+OP_MODULE_TYPE(grove__gelu_type, "GELU");
+OP_MODULE_TYPE(grove__silu_type, "SiLU");
+OP_MODULE_TYPE(grove__sigmoid_type, "Sigmoid");
+OP_MODULE_TYPE(grove__tanh_type, "Tanh");
+OP_MODULE_TYPE(grove__softmax_type, "Softmax");
+OP_MODULE_TYPE(grove__log_softmax_type, "LogSoftmax");
+OP_MODULE_TYPE(grove__dropout_type, "Dropout");
+
+#define F32 (1u << GROVE_F32)
+#define INPUT \
+  { .name = "input", .kind = P_TENSOR, .dk = D_REQ, .dtypes = 0 }
+#define INPLACE \
+  { .name = "inplace", .kind = P_IGNORED, .dk = D_BOOL, .dv = 0 }
+#define DIM_OR_NONE \
+  { .name = "dim", .kind = P_INT, .dk = D_NONE, .min = -GROVE_MAX_DIMS, .max = GROVE_MAX_DIMS - 1 }
+
+static const char *const gelu_choices[] = {"none", "tanh", NULL};
+
+const grove__opdef grove__opdef_relu = {
+    .name = "relu",
+    .id = G_RELU,
+    .torch = (const char *const[]){"torch.relu(input)", "torch.nn.functional.relu(input,inplace)",
+                                   "Tensor.relu(input)", NULL},
+    .varargs = -1,
+    .p = {INPUT, INPLACE},
+    .forward = relu_fwd,
+    .module = &(const grove__opmod){.cls = "ReLU", .type = &grove__relu_type, .args = {INPLACE}},
+};
+
+const grove__opdef grove__opdef_leaky_relu = {
+    .name = "leaky_relu",
+    .id = G_OP,
+    .torch = (const char *const[]){NULL},
+    .varargs = -1,
+    .p = {INPUT,
+          {.name = "negative_slope", .kind = P_FLOAT, .dk = D_FLOAT, .dv = 0.01, .min = -INFINITY,
+           .max = INFINITY},
+          INPLACE},
+    .forward = leaky_relu_fwd,
+    .module = &(const grove__opmod){.cls = "LeakyReLU", .type = &grove__leaky_relu_type, .args = {{.name = "negative_slope",
+                                      .kind = P_FLOAT,
+                                      .dk = D_FLOAT,
+                                      .dv = 0.01,
+                                      .min = -INFINITY,
+                                      .max = INFINITY},
+                                     INPLACE}},
+    .module_only = true,
+};
+
+const grove__opdef grove__opdef_gelu = {
+    .name = "gelu",
+    .id = G_GELU,
+    .torch = (const char *const[]){"torch.nn.functional.gelu(input,approximate)", NULL},
+    .varargs = -1,
+    .p = {INPUT, {.name = "approximate", .kind = P_STR, .dk = D_STR, .ds = "none",
+                  .choices = gelu_choices}},
+    .check = gelu_check,
+    .forward = gelu_fwd,
+    .module = &(const grove__opmod){.cls = "GELU", .type = &grove__gelu_type, .args = {{.name = "approximate",
+                                      .kind = P_STR,
+                                      .dk = D_STR,
+                                      .ds = "none",
+                                      .choices = gelu_choices}}},
+};
+
+const grove__opdef grove__opdef_silu = {
+    .name = "silu",
+    .id = G_OP,
+    .torch = (const char *const[]){NULL},
+    .varargs = -1,
+    .p = {INPUT, INPLACE},
+    .forward = silu_fwd,
+    .module = &(const grove__opmod){.cls = "SiLU", .type = &grove__silu_type, .args = {INPLACE}},
+    .module_only = true,
+};
+
+const grove__opdef grove__opdef_sigmoid = {
+    .name = "sigmoid",
+    .id = G_SIGMOID,
+    .torch = (const char *const[]){"torch.sigmoid(input)", "Tensor.sigmoid(input)", NULL},
+    .varargs = -1,
+    .p = {INPUT},
+    .forward = sigmoid_fwd,
+    .module = &(const grove__opmod){.cls = "Sigmoid", .type = &grove__sigmoid_type, .args = {{0}}},
+};
+
+const grove__opdef grove__opdef_tanh = {
+    .name = "tanh",
+    .id = G_TANH,
+    .torch = (const char *const[]){"torch.tanh(input)", "Tensor.tanh(input)", NULL},
+    .varargs = -1,
+    .p = {INPUT},
+    .forward = tanh_fwd,
+    .module = &(const grove__opmod){.cls = "Tanh", .type = &grove__tanh_type, .args = {{0}}},
+};
+
+#define SOFTMAX_PARAMS \
+  { INPUT, DIM_OR_NONE, OP_INT("_stacklevel", 3), OP_NONE("dtype", P_DTYPE) }
+#define SOFTMAX_SPELLINGS(n)                                                             \
+  (const char *const[]) {                                                                \
+    "torch.nn.functional." n "(input,dim,_stacklevel,dtype)", "torch." n "(input,dim,dtype)", \
+        "Tensor." n "(input,dim,dtype)", NULL                                            \
+  }
+
+const grove__opdef grove__opdef_softmax = {
+    .name = "softmax",
+    .id = G_SOFTMAX,
+    .torch = SOFTMAX_SPELLINGS("softmax"),
+    .varargs = -1,
+    .p = SOFTMAX_PARAMS,
+    .check = softmax_check,
+    .forward = softmax_fwd,
+    .module = &(const grove__opmod){.cls = "Softmax", .type = &grove__softmax_type, .args = {DIM_OR_NONE}, .after_json = softmax_after_json},
+};
+
+const grove__opdef grove__opdef_log_softmax = {
+    .name = "log_softmax",
+    .id = G_LOG_SOFTMAX,
+    .torch = SOFTMAX_SPELLINGS("log_softmax"),
+    .varargs = -1,
+    .p = SOFTMAX_PARAMS,
+    .check = softmax_check,
+    .forward = log_softmax_fwd,
+    .module = &(const grove__opmod){.cls = "LogSoftmax", .type = &grove__log_softmax_type, .args = {DIM_OR_NONE}, .after_json = softmax_after_json},
+};
+
+const grove__opdef grove__opdef_dropout = {
+    .name = "dropout",
+    .id = G_DROPOUT,
+    .torch = (const char *const[]){"torch.nn.functional.dropout(input,p,training,inplace)", NULL},
+    .varargs = -1,
+    .p = {{.name = "input", .kind = P_TENSOR, .dk = D_REQ},
+          {.name = "p", .kind = P_FLOAT, .dk = D_FLOAT, .dv = 0.5, .min = 0, .max = 1},
+          OP_BOOL("training", 1),
+          INPLACE},
+    .check = dropout_check,
+    .forward = dropout_fwd,
+    .module = &(const grove__opmod){.cls = "Dropout", .type = &grove__dropout_type, .args = {{.name = "p",
+                                      .kind = P_FLOAT,
+                                      .dk = D_FLOAT,
+                                      .dv = 0.5,
+                                      .min = 0,
+                                      .max = 1},
+                                     INPLACE}},
+};
+
+static void softmax_after_json(const grove__opdef *d, const char *path, const garg *a) {
+  if (a[1].kind == A_NONE)
+    grove__log(GROVE_LOG_WARN, "spec.softmax_implicit_dim",
+               "%s: %s with dim=None uses torch's deprecated implicit dim (0 for 0-, 1- and 3-d "
+               "input, else 1); export the model with an explicit dim",
+               path, d->module->cls);
+}
+
+/* ------------------------------------------------------------ constructors */
+
+static grove_status make(const grove__opdef *d, const garg *a, int n, grove_module **out,
+                         grove_err *err) {
+  return grove__op_module_new(d, a, n, out, err);
+}
+
+grove_status grove_relu_new(grove_module **out, grove_err *err) {
+  return make(&grove__opdef_relu, NULL, 0, out, err);
+}
+grove_status grove_leaky_relu_new(double negative_slope, grove_module **out, grove_err *err) {
+  if (!isfinite(negative_slope)) {
+    *out = NULL;
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "LeakyReLU: negative_slope must be finite, got %g", negative_slope);
+  }
+  const garg a = {.kind = A_FLOAT, .f = negative_slope};
+  return make(&grove__opdef_leaky_relu, &a, 1, out, err);
+}
+grove_status grove_gelu_new(const char *approximate, grove_module **out, grove_err *err) {
+  if (approximate && strcmp(approximate, "tanh") && strcmp(approximate, "none")) {
+    *out = NULL;
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "GELU: approximate must be \"none\" or \"tanh\", got \"%s\"", approximate);
+  }
+  const garg a = {.kind = A_STR, .s = (char *)(approximate ? approximate : "none")};
+  return make(&grove__opdef_gelu, &a, 1, out, err);
+}
+grove_status grove_silu_new(grove_module **out, grove_err *err) {
+  return make(&grove__opdef_silu, NULL, 0, out, err);
+}
+grove_status grove_sigmoid_new(grove_module **out, grove_err *err) {
+  return make(&grove__opdef_sigmoid, NULL, 0, out, err);
+}
+grove_status grove_tanh_new(grove_module **out, grove_err *err) {
+  return make(&grove__opdef_tanh, NULL, 0, out, err);
+}
+grove_status grove_softmax_new(bool has_dim, int dim, grove_module **out, grove_err *err) {
+  const garg a = {.kind = has_dim ? A_INT : A_NONE, .i = has_dim ? dim : 0};
+  return make(&grove__opdef_softmax, &a, 1, out, err);
+}
+grove_status grove_log_softmax_new(bool has_dim, int dim, grove_module **out, grove_err *err) {
+  const garg a = {.kind = has_dim ? A_INT : A_NONE, .i = has_dim ? dim : 0};
+  return make(&grove__opdef_log_softmax, &a, 1, out, err);
+}
+grove_status grove_dropout_new(double p, grove_module **out, grove_err *err) {
+  *out = NULL;
+  if (!(p >= 0.0 && p <= 1.0))
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "Dropout: dropout probability has to be between 0 and 1, but got %g", p);
+  const garg a = {.kind = A_FLOAT, .f = p};
+  return make(&grove__opdef_dropout, &a, 1, out, err);
+}

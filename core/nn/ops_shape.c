@@ -1,0 +1,396 @@
+/* ops_shape.c: the shape operations: flatten (and the Flatten module),
+ * reshape, view, permute, transpose, cat, contiguous, and what a graph reads
+ * off values: getitem (tensor indexing, tuple and size indexing), size and
+ * getattr (.shape, .ndim).  Their entries (ops.h) and forwards; the kernels
+ * are graph_ops.c's.  Views (reshape of a contiguous input, permute,
+ * transpose, indexing, flatten) share their input's memory. */
+#include <string.h>
+
+#include "graph_ops.h"
+#include "layers_internal.h"
+#include "ops.h"
+
+#define INPUT \
+  { .name = "input", .kind = P_TENSOR, .dk = D_REQ }
+
+/* ------------------------------------------------------------ flatten */
+
+/* torch.flatten: a view of the (contiguous) input with dims start..end
+ * merged into one.  No data moves unless the input was strided. */
+static grove_status flatten_fwd(const grove__opctx *c, gval *res) {
+  const char *layer = grove__op_label(c);
+  const grove_tensor *xa;
+  grove_status s = grove__op_tensor(c, 0, &xa);
+  if (s) return s;
+  grove_values in = {.n = 1};
+  in.v[0] = *xa;
+  grove_tensor x;
+  if ((s = grove__layer_input(layer, c->f, &in, GROVE_DTYPE_COUNT, &x)) != GROVE_OK) return s;
+  const int start = (int)c->args[1].i, end = (int)c->args[2].i;
+  int sd, ed;
+  if (!grove__op_wrap_dim(start, x.ndim, &sd))
+    return grove__op_dim_error(c->f, layer, "start_dim", start, x.ndim);
+  if (!grove__op_wrap_dim(end, x.ndim, &ed))
+    return grove__op_dim_error(c->f, layer, "end_dim", end, x.ndim);
+  if (sd > ed)
+    return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                         "%s: start_dim %d comes after end_dim %d for a %d-d input", layer, start,
+                         end, x.ndim);
+  int64_t shape[GROVE_MAX_DIMS];
+  int nd = 0;
+  if (x.ndim == 0) {
+    shape[nd++] = 1;
+  } else {
+    int64_t merged = 1;
+    for (int i = 0; i < x.ndim; i++) {
+      if (i < sd || i > ed)
+        shape[nd++] = x.shape[i];
+      else {
+        merged *= x.shape[i];
+        if (i == ed) shape[nd++] = merged;
+      }
+    }
+  }
+  grove_tensor y;
+  grove_tensor_init(&y, x.dtype, nd, shape, x.data);
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static bool is_int_const(const garg *a) {
+  return a->kind == A_INT || a->kind == A_BOOL;
+}
+
+static grove_status flatten_check(const grove__opdef *d, const garg *a, const char *jp,
+                                  grove_err *err) {
+  if (!is_int_const(&a[1]) || !is_int_const(&a[2]) || a[1].i < -GROVE_MAX_DIMS ||
+      a[1].i >= GROVE_MAX_DIMS || a[2].i < -GROVE_MAX_DIMS || a[2].i >= GROVE_MAX_DIMS)
+    return grove__op_want_const(d, jp, 1, "an integer constant (start_dim, end_dim)", err);
+  return GROVE_OK;
+}
+
+const grove_module_type grove__flatten_type = {
+    .name = "Flatten", .forward = grove__op_module_forward, .free_impl = grove__op_module_free};
+
+#define DIM_ARG(n, v) \
+  { .name = n, .kind = P_INT, .dk = D_INT, .dv = v, .min = -GROVE_MAX_DIMS, .max = GROVE_MAX_DIMS - 1 }
+
+const grove__opdef grove__opdef_flatten = {
+    .name = "flatten",
+    .id = G_FLATTEN,
+    .torch = (const char *const[]){"torch.flatten(input,start_dim,end_dim)",
+                                   "Tensor.flatten(input,start_dim,end_dim)", NULL},
+    .varargs = -1,
+    .p = {INPUT, DIM_ARG("start_dim", 0), DIM_ARG("end_dim", -1)},
+    .check = flatten_check,
+    .forward = flatten_fwd,
+    /* nn.Flatten keeps the batch dim: start_dim=1, where torch.flatten's is 0. */
+    .module = &(const grove__opmod){.cls = "Flatten", .type = &grove__flatten_type, .args = {DIM_ARG("start_dim", 1), DIM_ARG("end_dim", -1)}},
+};
+
+grove_status grove_flatten_new(int start_dim, int end_dim, grove_module **out, grove_err *err) {
+  const garg a[2] = {{.kind = A_INT, .i = start_dim}, {.kind = A_INT, .i = end_dim}};
+  return grove__op_module_new(&grove__opdef_flatten, a, 2, out, err);
+}
+
+/* ------------------------------------------------------------ views */
+
+static grove_status reshape_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor y;
+  int64_t ints[GROVE_MAX_DIMS];
+  int ni;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_ints(c, &c->args[1], true, ints, &ni)) ||
+      (s = grove__op_reshape(c->f, x, ints, ni, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status permute_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor y;
+  int64_t ints[GROVE_MAX_DIMS];
+  int ni;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_ints(c, &c->args[1], true, ints, &ni)) ||
+      (s = grove__op_permute(c->f, x, ints, ni, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status transpose_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor y;
+  int64_t d0, d1;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &d0)) ||
+      (s = grove__op_int(c, &c->args[2], &d1)) || (s = grove__op_transpose(c->f, x, d0, d1, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status contiguous_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor y;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__fwd_contig(c->f, x, &y))) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+#define SHAPE_VARARG(n) \
+  { .name = n, .kind = P_INTS, .dk = D_REQ }
+
+const grove__opdef grove__opdef_reshape = {
+    .name = "reshape",
+    .id = G_RESHAPE,
+    .torch = (const char *const[]){"torch.reshape(input,shape)", "Tensor.reshape(input,*shape)",
+                                   NULL},
+    .varargs = 1,
+    .p = {INPUT, SHAPE_VARARG("shape")},
+    .forward = reshape_fwd,
+};
+
+const grove__opdef grove__opdef_view = {
+    .name = "view",
+    .id = G_VIEW,
+    .torch = (const char *const[]){"Tensor.view(input,*shape)", NULL},
+    .varargs = 1,
+    .p = {INPUT, SHAPE_VARARG("shape")},
+    .forward = reshape_fwd,
+};
+
+const grove__opdef grove__opdef_permute = {
+    .name = "permute",
+    .id = G_PERMUTE,
+    .torch = (const char *const[]){"torch.permute(input,dims)", "Tensor.permute(input,*dims)",
+                                   NULL},
+    .varargs = 1,
+    .p = {INPUT, SHAPE_VARARG("dims")},
+    .forward = permute_fwd,
+};
+
+const grove__opdef grove__opdef_transpose = {
+    .name = "transpose",
+    .id = G_TRANSPOSE,
+    .torch = (const char *const[]){"torch.transpose(input,dim0,dim1)",
+                                   "Tensor.transpose(input,dim0,dim1)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_REQ("dim0", P_INT), OP_REQ("dim1", P_INT)},
+    .forward = transpose_fwd,
+};
+
+const grove__opdef grove__opdef_contiguous = {
+    .name = "contiguous",
+    .id = G_CONTIGUOUS,
+    .torch = (const char *const[]){"Tensor.contiguous(input,memory_format)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_NONE("memory_format", P_IGNORED)},
+    .forward = contiguous_fwd,
+};
+
+/* ------------------------------------------------------------ cat */
+
+static grove_status cat_fwd(const grove__opctx *c, gval *res) {
+  const garg *a = c->args;
+  grove_tensor ts[64], y;
+  int nt = 0;
+  grove_status s;
+  const gval *tv = grove__op_val(c, &a[0]);
+  if (tv && tv->kind == V_TUPLE) {
+    for (int k = 0; k < tv->n; k++) {
+      if (tv->none_mask & (1u << k)) return grove__op_want(c, "tensors to concatenate, not None");
+      ts[nt++] = tv->t[k];
+    }
+  } else if (a[0].kind == A_LIST) {
+    for (int k = 0; k < a[0].n && k < 64; k++) {
+      const gval *v = grove__op_val(c, &a[0].items[k]);
+      if (!v || v->kind != V_TENSOR) return grove__op_want(c, "a tensor argument");
+      ts[nt++] = v->t[0];
+    }
+  } else {
+    return grove__op_want(c, "a list of tensors");
+  }
+  int64_t dim;
+  if ((s = grove__op_int(c, &a[1], &dim)) || (s = grove__op_cat(c->f, ts, nt, dim, &y))) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status cat_check(const grove__opdef *d, const garg *a, const char *jp,
+                              grove_err *err) {
+  if (a[0].kind != A_LIST && a[0].kind != A_NODE)
+    return grove__op_want_const(d, jp, 0, "a list of tensors", err);
+  return GROVE_OK;
+}
+
+const grove__opdef grove__opdef_cat = {
+    .name = "cat",
+    .alias = "concat",
+    .id = G_CAT,
+    .torch = (const char *const[]){"torch.cat(tensors,dim)", "torch.concat(tensors,dim)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("tensors", P_TENSORS), OP_INT("dim", 0)},
+    .check = cat_check,
+    .forward = cat_fwd,
+};
+
+/* ------------------------------------------------------------ getitem */
+
+static grove_status slice_of(const grove__opctx *c, const garg *e, grove__index *o) {
+  grove_status s;
+  o->kind = GROVE__IX_SLICE;
+  o->step = 1;
+  if (e->items[0].kind != A_NONE && (s = grove__op_int(c, &e->items[0], &o->start))) return s;
+  if (e->items[1].kind != A_NONE && (s = grove__op_int(c, &e->items[1], &o->stop))) return s;
+  if (e->items[2].kind != A_NONE && (s = grove__op_int(c, &e->items[2], &o->step))) return s;
+  if (o->step < 1)
+    return grove_err_set(c->f->err, GROVE_E_UNSUPPORTED, "slice step must be positive");
+  o->has_start = e->items[0].kind != A_NONE;
+  o->has_stop = e->items[1].kind != A_NONE;
+  return GROVE_OK;
+}
+
+/* x[i] / x[a:b] of a tuple (a module's) or of a size. */
+static grove_status getitem_seq(const grove__opctx *c, const gval *v, const garg *ix, gval *res) {
+  const int len = v->n;
+  grove_status s;
+  if (ix->kind == A_SLICE) {
+    grove__index e = {0};
+    if ((s = slice_of(c, ix, &e))) return s;
+    int64_t first, count;
+    grove__slice_indices(len, &e, &first, &count);
+    *res = *v;
+    res->n = (int8_t)count;
+    res->none_mask = 0;
+    for (int64_t k = 0; k < count; k++) {
+      int64_t from = first + k * e.step;
+      if (v->kind == V_INTS) {
+        res->ints[k] = v->ints[from];
+      } else {
+        res->t[k] = v->t[from];
+        res->reg[k] = v->reg[from];
+        if (v->none_mask & (1u << from)) res->none_mask |= (uint8_t)(1u << k);
+      }
+    }
+    for (int64_t k = count; k < GROVE_MAX_VALUES; k++) res->reg[k] = -1;
+    return GROVE_OK;
+  }
+  int64_t k;
+  if ((s = grove__op_int(c, ix, &k))) return s;
+  if (k < 0) k += len;
+  if (k < 0 || k >= len)
+    return grove_err_set(c->f->err, GROVE_E_RANGE, "tuple index out of range (%d elements)", len);
+  if (v->kind == V_INTS) {
+    grove__op_set_int(res, v->ints[k]);
+  } else if (v->none_mask & (1u << k)) {
+    res->kind = V_NONE;
+  } else {
+    grove__op_set_tensor(res, &v->t[k]);
+  }
+  return GROVE_OK;
+}
+
+static grove_status getitem_fwd(const grove__opctx *c, gval *res) {
+  const gval *v = grove__op_val(c, &c->args[0]);
+  const garg *ix = &c->args[1];
+  if (!v) return grove__op_want(c, "a tensor, a tuple or a size to index");
+  if (v->kind == V_TUPLE || v->kind == V_INTS) return getitem_seq(c, v, ix, res);
+  if (v->kind != V_TENSOR) return grove__op_want(c, "a tensor, a tuple or a size to index");
+  grove__index ixs[GROVE_MAX_DIMS + 4];
+  const garg *items = ix->kind == A_LIST ? ix->items : ix;
+  int ni = ix->kind == A_LIST ? ix->n : 1;
+  if (ni > GROVE_MAX_DIMS + 4) return grove__op_want(c, "fewer indices");
+  for (int i = 0; i < ni; i++) {
+    const garg *e = &items[i];
+    grove__index *o = &ixs[i];
+    memset(o, 0, sizeof *o);
+    grove_status s;
+    if (e->kind == A_NONE) {
+      o->kind = GROVE__IX_NONE;
+    } else if (e->kind == A_ELLIPSIS) {
+      o->kind = GROVE__IX_ELLIPSIS;
+    } else if (e->kind == A_SLICE) {
+      if ((s = slice_of(c, e, o))) return s;
+    } else {
+      const gval *ev = grove__op_val(c, e);
+      if (ev && ev->kind == V_TENSOR)
+        return grove_err_set(c->f->err, GROVE_E_UNSUPPORTED,
+                             "indexing with a tensor (advanced indexing) is not supported");
+      o->kind = GROVE__IX_INT;
+      if ((s = grove__op_int(c, e, &o->start))) return s;
+    }
+  }
+  grove_tensor y;
+  grove_status s = grove__op_index(c->f, &v->t[0], ixs, ni, &y);
+  if (s) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+const grove__opdef grove__opdef_getitem = {
+    .name = "getitem",
+    .id = G_GETITEM,
+    .torch = (const char *const[]){"operator.getitem(a,b)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("a", P_ANY), OP_REQ("b", P_INDEX)},
+    .forward = getitem_fwd,
+};
+
+/* ------------------------------------------------------------ size, getattr */
+
+static grove_status size_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  if (c->def->id == G_GETATTR && strcmp(c->args[1].s, "ndim") == 0) {
+    grove__op_set_int(res, x->ndim);
+    return GROVE_OK;
+  }
+  if (c->def->id == G_SIZE && c->args[1].kind != A_NONE) {
+    int64_t d;
+    if ((s = grove__op_int(c, &c->args[1], &d))) return s;
+    int nd = x->ndim == 0 ? 1 : x->ndim;
+    if (d < -nd || d >= nd || x->ndim == 0)
+      return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                           "dimension %lld is out of range for a %d-d tensor", (long long)d,
+                           x->ndim);
+    grove__op_set_int(res, x->shape[d < 0 ? d + x->ndim : d]);
+    return GROVE_OK;
+  }
+  res->kind = V_INTS;
+  res->n = (int8_t)x->ndim;
+  memcpy(res->ints, x->shape, sizeof res->ints);
+  return GROVE_OK;
+}
+
+static grove_status getattr_check(const grove__opdef *d, const garg *a, const char *jp,
+                                  grove_err *err) {
+  if (a[1].kind != A_STR || (strcmp(a[1].s, "shape") && strcmp(a[1].s, "ndim")))
+    return grove_err_set(err, GROVE_E_UNSUPPORTED,
+                         "%s: getattr of a tensor supports \"shape\" and \"ndim\" only", jp);
+  return GROVE_OK;
+}
+
+const grove__opdef grove__opdef_size = {
+    .name = "size",
+    .id = G_SIZE,
+    .torch = (const char *const[]){"Tensor.size(input,dim)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_NONE("dim", P_INT)},
+    .forward = size_fwd,
+};
+
+const grove__opdef grove__opdef_getattr = {
+    .name = "getattr",
+    .id = G_GETATTR,
+    .torch = (const char *const[]){"builtins.getattr(input,name)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_REQ("name", P_STR)},
+    .check = getattr_check,
+    .forward = size_fwd,
+};

@@ -1,0 +1,148 @@
+/* ops_table.c: the list of every op entry (ops.h), in the order messages
+ * name them, the look-ups graph_compile.c and the layer registry use, and
+ * the one model.json builder of every op module.  Above the family files
+ * (ops_activation.c, ops_shape.c, ops_reduce.c, ops_binary.c), whose
+ * entries it lists.  Adding an operation: define its entry in its family's
+ * file, declare it here and add it to `table` (docs/architecture.md, "How
+ * to add an operation"). */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "layers_internal.h"
+#include "ops.h"
+
+extern const grove__opdef grove__opdef_add, grove__opdef_sub, grove__opdef_mul, grove__opdef_div,
+    grove__opdef_floordiv, grove__opdef_matmul;
+extern const grove__opdef grove__opdef_relu, grove__opdef_gelu, grove__opdef_sigmoid, grove__opdef_tanh,
+    grove__opdef_softmax, grove__opdef_log_softmax, grove__opdef_dropout, grove__opdef_leaky_relu,
+    grove__opdef_silu;
+extern const grove__opdef grove__opdef_flatten, grove__opdef_reshape, grove__opdef_view, grove__opdef_permute,
+    grove__opdef_transpose, grove__opdef_cat, grove__opdef_getitem, grove__opdef_size, grove__opdef_getattr,
+    grove__opdef_contiguous;
+extern const grove__opdef grove__opdef_mean, grove__opdef_sum;
+
+static const grove__opdef *const table[] = {
+    &grove__opdef_add,        &grove__opdef_sub,       &grove__opdef_mul,        &grove__opdef_div,
+    &grove__opdef_floordiv,   &grove__opdef_matmul,    &grove__opdef_relu,       &grove__opdef_gelu,
+    &grove__opdef_sigmoid,    &grove__opdef_tanh,      &grove__opdef_softmax,    &grove__opdef_log_softmax,
+    &grove__opdef_dropout,    &grove__opdef_flatten,   &grove__opdef_reshape,    &grove__opdef_view,
+    &grove__opdef_permute,    &grove__opdef_transpose, &grove__opdef_cat,        &grove__opdef_mean,
+    &grove__opdef_sum,        &grove__opdef_getitem,   &grove__opdef_size,       &grove__opdef_getattr,
+    &grove__opdef_contiguous, &grove__opdef_leaky_relu, &grove__opdef_silu,
+};
+#define NTABLE ((int)(sizeof table / sizeof table[0]))
+
+const grove__opdef *const *grove__ops(int *n) {
+  if (n) *n = NTABLE;
+  return table;
+}
+
+const grove__opdef *grove__op_find(const char *target) {
+  if (!target) return NULL;
+  for (int i = 0; i < NTABLE; i++) {
+    const grove__opdef *d = table[i];
+    if (d->module_only) continue;
+    if (strcmp(d->name, target) == 0 || (d->alias && strcmp(d->alias, target) == 0)) return d;
+  }
+  return NULL;
+}
+
+const grove__opdef *grove__op_find_module(const char *cls) {
+  if (!cls) return NULL;
+  for (int i = 0; i < NTABLE; i++)
+    if (table[i]->module && strcmp(table[i]->module->cls, cls) == 0) return table[i];
+  return NULL;
+}
+
+void grove__op_list(char *buf, size_t n) {
+  size_t used = 0;
+  buf[0] = '\0';
+  int k = 0;
+  for (int i = 0; i < NTABLE && used < n; i++) {
+    const grove__opdef *d = table[i];
+    if (d->module_only) continue;
+    used += (size_t)snprintf(buf + used, n - used, "%s%s", k++ ? ", " : "", d->name);
+    if (d->alias && used < n) used += (size_t)snprintf(buf + used, n - used, ", %s", d->alias);
+  }
+}
+
+/* ------------------------------------------------------------ the module builder */
+
+/* Reads constructor argument p of module cls from obj into a. */
+static grove_status read_arg(const json_t *obj, const char *path, const char *cls,
+                             const grove__oppar *p, garg *a, grove_err *err) {
+  memset(a, 0, sizeof *a);
+  grove_status s;
+  switch (p->kind) {
+    case P_BOOL:
+    case P_IGNORED: {
+      bool b;
+      s = grove__json_bool(obj, path, cls, p->name, p->dv != 0, &b, err);
+      a->kind = A_BOOL;
+      a->i = b;
+      return s;
+    }
+    case P_INT: {
+      int64_t v = 0;
+      bool is_null = false;
+      if (p->dk == D_NONE)
+        s = grove__json_int_or_null(obj, path, cls, p->name, true, 0, (int64_t)p->min,
+                                    (int64_t)p->max, &v, &is_null, err);
+      else
+        s = grove__json_int(obj, path, cls, p->name, p->dk == D_REQ, (int64_t)p->dv,
+                            (int64_t)p->min, (int64_t)p->max, &v, err);
+      a->kind = is_null ? A_NONE : A_INT;
+      a->i = v;
+      return s;
+    }
+    case P_FLOAT:
+    case P_NUMBER: {
+      double v;
+      s = grove__json_number(obj, path, cls, p->name, p->dv, p->min, p->max, &v, err);
+      a->kind = A_FLOAT;
+      a->f = v;
+      return s;
+    }
+    case P_STR: {
+      int dflt = 0, which = 0;
+      for (int i = 0; p->choices && p->choices[i]; i++)
+        if (p->ds && strcmp(p->choices[i], p->ds) == 0) dflt = i;
+      s = grove__json_choice(obj, path, cls, p->name, dflt, p->choices, &which, err);
+      a->kind = A_STR;
+      a->s = (char *)p->choices[which]; /* not owned: grove__op_module_new copies it */
+      return s;
+    }
+    default:
+      return grove_err_set(err, GROVE_E_INTERNAL, "%s: constructor argument %s of kind %d", cls,
+                           p->name, p->kind);
+  }
+}
+
+grove_status grove__op_module_from_json(const json_t *obj, const char *path, grove_module **out,
+                                        grove_err *err) {
+  *out = NULL;
+  const char *cls = json_string_value(json_object_get(obj, "type"));
+  const grove__opdef *d = grove__op_find_module(cls);
+  if (!d) return grove_err_set(err, GROVE_E_INTERNAL, "%s: no op module of type %s", path, cls);
+  const grove__opmod *md = d->module;
+  const char *keys[5] = {NULL};
+  int n = 0;
+  while (n < 4 && md->args[n].name) {
+    keys[n] = md->args[n].name;
+    n++;
+  }
+  grove_status s = grove__json_check_keys(obj, path, cls, keys, err);
+  garg a[4];
+  for (int k = 0; !s && k < n; k++) s = read_arg(obj, path, cls, &md->args[k], &a[k], err);
+  if (s) return s;
+  if (md->after_json) {
+    /* The hook reads parameters by their op slot. */
+    garg full[GROVE__OP_MAX_PARAMS] = {{0}};
+    for (int k = 0; k < n; k++)
+      for (int i = 0; i < GROVE__OP_MAX_PARAMS && d->p[i].name; i++)
+        if (strcmp(d->p[i].name, md->args[k].name) == 0) full[i] = a[k];
+    md->after_json(d, path, full);
+  }
+  return grove__json_built(path, grove__op_module_new(d, a, n, out, err), err);
+}

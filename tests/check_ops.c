@@ -1,0 +1,222 @@
+/* check_ops.c: the one op table (core/nn/ops.h).  Walks every entry (a
+ * forward, unique names and torch spellings, parameter lists that the
+ * module and varargs refer into, module entries that build from model.json
+ * through the registry and run the entry's forward), checks that
+ * tools/grove_ops.json, which the exporter reads, is the table as it is
+ * now, and that an op's declared dtypes are enforced with a message naming
+ * the op, the argument and the dtype. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "layers_internal.h"
+#include "ops.h"
+#include "testutil.h"
+
+static int param_index(const grove__opdef *d, const char *name) {
+  for (int i = 0; i < grove__op_nparams(d); i++)
+    if (strcmp(d->p[i].name, name) == 0) return i;
+  return -1;
+}
+
+START_TEST(test_entries) {
+  int n;
+  const grove__opdef *const *t = grove__ops(&n);
+  ck_assert_int_gt(n, 20);
+  for (int i = 0; i < n; i++) {
+    const grove__opdef *d = t[i];
+    ck_assert_msg(d->name && *d->name, "entry %d has no name", i);
+    ck_assert_msg(d->forward != NULL, "%s has no forward", d->name);
+    ck_assert_msg(grove__op_nparams(d) >= 1, "%s has no parameters", d->name);
+    ck_assert_msg(d->varargs < grove__op_nparams(d), "%s: varargs out of range", d->name);
+    for (int k = 0; k < grove__op_nparams(d); k++)
+      ck_assert_msg(param_index(d, d->p[k].name) == k, "%s: parameter %s twice", d->name,
+                    d->p[k].name);
+    /* The graph finds it by name and alias, unless it is a module only. */
+    if (!d->module_only) {
+      ck_assert_ptr_eq(grove__op_find(d->name), d);
+      if (d->alias) ck_assert_ptr_eq(grove__op_find(d->alias), d);
+      ck_assert_msg(d->torch && d->torch[0], "%s has no torch spelling", d->name);
+    } else {
+      ck_assert_ptr_null(grove__op_find(d->name));
+      ck_assert_msg(d->module, "%s is module_only without a module", d->name);
+    }
+    for (int j = 0; j < i; j++) {
+      ck_assert_msg(strcmp(t[j]->name, d->name) != 0, "name %s twice", d->name);
+      if (d->alias) ck_assert_msg(strcmp(t[j]->name, d->alias) != 0, "alias %s", d->alias);
+    }
+    /* Every spelling once in the whole table; a parameter list names only
+     * parameters of the entry. */
+    for (int k = 0; d->torch && d->torch[k]; k++) {
+      const char *sp = d->torch[k];
+      for (int j = 0; j <= i; j++)
+        for (int l = 0; t[j]->torch && t[j]->torch[l]; l++)
+          if (!(j == i && l == k)) {
+            size_t a = strcspn(sp, "("), b = strcspn(t[j]->torch[l], "(");
+            ck_assert_msg(a != b || strncmp(sp, t[j]->torch[l], a) != 0, "spelling %s twice", sp);
+          }
+      const char *p = strchr(sp, '(');
+      if (!p) continue;
+      char buf[256];
+      snprintf(buf, sizeof buf, "%s", p + 1);
+      buf[strcspn(buf, ")")] = '\0';
+      for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        const char *nm = tok[0] == '*' ? tok + 1 : tok;
+        ck_assert_msg(param_index(d, nm) >= 0, "%s: spelling %s names no parameter %s", d->name,
+                      sp, nm);
+        if (tok[0] == '*') ck_assert_int_eq(param_index(d, nm), d->varargs);
+      }
+    }
+    if (d->module) {
+      const grove__opmod *md = d->module;
+      ck_assert_ptr_eq(grove__op_find_module(md->cls), d);
+      ck_assert_str_eq(md->type->name, md->cls);
+      ck_assert_msg(md->type->forward == grove__op_module_forward, "%s: its own forward", md->cls);
+      for (int k = 0; k < 4 && md->args[k].name; k++)
+        ck_assert_msg(param_index(d, md->args[k].name) > 0, "%s: constructor argument %s is no "
+                      "parameter of %s", md->cls, md->args[k].name, d->name);
+    }
+  }
+}
+END_TEST
+
+/* Every module entry builds from {"type": cls} through the layer registry,
+ * with the op's module type, and runs on a float32 input. */
+START_TEST(test_modules_build_and_run) {
+  int n;
+  const grove__opdef *const *t = grove__ops(&n);
+  grove_arena *arena = grove_arena_new(1 << 20);
+  ck_assert_ptr_nonnull(arena);
+  int built = 0;
+  for (int i = 0; i < n; i++) {
+    const grove__opdef *d = t[i];
+    if (!d->module) continue;
+    const grove__layer_def *ld = grove__layer_find(d->module->cls);
+    ck_assert_msg(ld != NULL, "the registry lacks %s", d->module->cls);
+    json_t *obj = json_pack("{ss}", "type", d->module->cls);
+    grove_module *m = NULL;
+    grove_err err = {0};
+    ck_assert_ok(ld->from_json(obj, "$.module", &m, &err), &err);
+    ck_assert_ptr_eq(m->type, d->module->type);
+    grove_module_eval(m);
+    float xs[6] = {-2, -1, 0, 0.5f, 1, 3};
+    int64_t shape[2] = {2, 3};
+    grove_tensor x;
+    grove_tensor_init(&x, GROVE_F32, 2, shape, xs);
+    grove_values in = {.n = 1}, out = {0};
+    in.v[0] = x;
+    grove_fwd f = {.arena = arena, .err = &err};
+    ck_assert_ok(grove_module_forward(m, &f, &in, &out), &err);
+    ck_assert_int_eq(out.n, 1);
+    ck_assert_int_eq(out.v[0].dtype, GROVE_F32);
+    /* Two inputs: the message every layer gives. */
+    in.n = 2;
+    in.v[1] = x;
+    ck_assert_status(grove_module_forward(m, &f, &in, &out), GROVE_E_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(grove_err_msg(&err), "expected 1 input tensor, got 2"), "%s",
+                  grove_err_msg(&err));
+    grove_arena_reset(arena);
+    grove_module_release(m);
+    json_decref(obj);
+    built++;
+  }
+  ck_assert_int_ge(built, 9);
+  grove_arena_free(arena);
+}
+END_TEST
+
+/* The module's constructor arguments are read by the entry's parameter
+ * list: defaults, ranges and bound values land in the op's slots. */
+START_TEST(test_module_arguments) {
+  grove_err err = {0};
+  grove_module *m = NULL;
+  json_t *obj = json_pack("{ss si}", "type", "Softmax", "dim", -1);
+  ck_assert_ok(grove__op_module_from_json(obj, "$.module", &m, &err), &err);
+  const garg *dim = grove__op_module_arg(m, "dim");
+  ck_assert_ptr_nonnull(dim);
+  ck_assert_int_eq(dim->kind, A_INT);
+  ck_assert_int_eq(dim->i, -1);
+  grove_module_release(m);
+  json_decref(obj);
+  obj = json_pack("{ss}", "type", "Flatten");
+  ck_assert_ok(grove__op_module_from_json(obj, "$.module", &m, &err), &err);
+  ck_assert_int_eq(grove__op_module_arg(m, "start_dim")->i, 1); /* nn.Flatten's, not torch.flatten's */
+  ck_assert_int_eq(grove__op_module_arg(m, "end_dim")->i, -1);
+  grove_module_release(m);
+  json_decref(obj);
+  obj = json_pack("{ss sf}", "type", "Dropout", "p", 1.5);
+  ck_assert_status(grove__op_module_from_json(obj, "$.module", &m, &err), GROVE_E_SPEC);
+  ck_assert_msg(strstr(grove_err_msg(&err), "$.module.p"), "%s", grove_err_msg(&err));
+  json_decref(obj);
+}
+END_TEST
+
+/* tools/grove_ops.json is the table as it is (the exporter reads it). */
+START_TEST(test_generated_file_matches) {
+  const char *path = getenv("GROVE_OPS_JSON") ? getenv("GROVE_OPS_JSON") : "tools/grove_ops.json";
+  json_error_t je;
+  json_t *file = json_load_file(path, 0, &je);
+  ck_assert_msg(file != NULL, "%s: %s", path, je.text);
+  json_t *now = grove__ops_json();
+  ck_assert_msg(json_equal(file, now), "%s is stale: run make ops-json", path);
+  json_decref(file);
+  json_decref(now);
+}
+END_TEST
+
+/* An op that declares the dtypes of a tensor parameter: the accessor names
+ * the op, the argument and the dtype it got. */
+static grove_status probe_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  grove__op_set_int(res, x->ndim);
+  return GROVE_OK;
+}
+
+START_TEST(test_declared_dtypes) {
+  const grove__opdef probe = {
+      .name = "probe",
+      .id = G_OP,
+      .varargs = -1,
+      .p = {{.name = "mask", .kind = P_TENSOR, .dk = D_REQ,
+             .dtypes = (1u << GROVE_BOOL) | (1u << GROVE_I64)}},
+      .forward = probe_fwd,
+  };
+  int64_t shape[1] = {2};
+  float xs[2] = {0, 1};
+  gval v = {0};
+  grove_tensor x;
+  grove_tensor_init(&x, GROVE_F32, 1, shape, xs);
+  grove__op_set_tensor(&v, &x);
+  const garg a = {.kind = A_NODE, .node = 0};
+  grove_err err = {0};
+  grove_fwd f = {.err = &err};
+  const grove__opctx c = {&f, &probe, &a, &v, NULL, 0};
+  gval res = {0};
+  ck_assert_status(probe.forward(&c, &res), GROVE_E_DTYPE);
+  ck_assert_str_eq(grove_err_msg(&err),
+                   "probe: argument \"mask\" must be a tensor of dtype int64 or bool, got float32");
+  int64_t ids[2] = {3, 4};
+  grove_tensor_init(&x, GROVE_I64, 1, shape, ids);
+  grove__op_set_tensor(&v, &x);
+  ck_assert_ok(probe.forward(&c, &res), &err);
+  ck_assert_int_eq(res.kind, V_INT);
+  ck_assert_int_eq(res.i, 1);
+}
+END_TEST
+
+static Suite *ops_suite(void) {
+  Suite *s = suite_create("ops");
+  TCase *tc = tcase_create("table");
+  tcase_add_test(tc, test_entries);
+  tcase_add_test(tc, test_modules_build_and_run);
+  tcase_add_test(tc, test_module_arguments);
+  tcase_add_test(tc, test_generated_file_matches);
+  tcase_add_test(tc, test_declared_dtypes);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+GROVE_TEST_MAIN(ops_suite)
