@@ -32,7 +32,7 @@ static const char *const cases[] = {
     "activations", "softmax",       "dropout_flatten", "reshape_view", "permute_transpose",
     "cat",         "mean_sum",      "getitem",         "sizes",        "attn_tuple",
     "get_attr",    "multi_io",      "nested",          "resnet_fused", "resnet_b1",
-    "linear_relu", "holder",        "embed_mean",
+    "linear_relu", "holder",        "embed_mean",      "functional_pools", "functional_pools1d",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

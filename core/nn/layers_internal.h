@@ -94,6 +94,29 @@ grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_m
 /* Whether bn is an eval BatchNorm2d with running statistics over conv's
  * output channels, conv a Conv2d: then it folds into the convolution. */
 bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn);
+/* The pools' one computation (layers_pool.c), which the pooling modules
+ * (their impl is a grove__pool) and the functional forms (F.max_pool2d ...,
+ * ops_pool.c) both run.  kind GROVE__POOL_*; nd 1 pools [N, C, L] as
+ * [N, C, 1, L] with a window one high (index 0 of the arrays unused).  The
+ * adaptive kinds read osize (-1: the input's size), the others k, stride,
+ * pad, dil, ceil_mode, count_include_pad and divisor (0: None). */
+enum { GROVE__POOL_MAX, GROVE__POOL_AVG, GROVE__POOL_ADAPTIVE, GROVE__POOL_ADAPTIVE_MAX };
+typedef struct grove__pool {
+  int kind;
+  int nd;
+  int64_t k[2], stride[2], pad[2], dil[2];
+  bool ceil_mode, count_include_pad;
+  int64_t divisor;
+  int64_t osize[2];
+} grove__pool;
+/* torch's constructor checks (GROVE_E_INVALID_ARGUMENT naming T). */
+grove_status grove__pool_check(const char *T, const grove__pool *p, grove_err *err);
+/* out = the pool of in's one float32 tensor (a channels-last input is read
+ * as it is and the result kept channels last); messages name T.  Any
+ * thread; p is read only. */
+grove_status grove__pool_run(const grove__pool *p, const char *T, grove_fwd *f,
+                             const grove_values *in, grove_values *out);
+
 /* Whether the Conv2d m runs the rows path (and so reads and writes NHWC). */
 bool grove__conv_rows_path(const grove_module *m);
 /* Whether the Conv2d m runs the depthwise kernel (also NHWC in and out). */

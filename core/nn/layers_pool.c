@@ -23,16 +23,15 @@
 
 /* ============================================================ pooling */
 
-enum { POOL_MAX, POOL_AVG, POOL_ADAPTIVE, POOL_ADAPTIVE_MAX };
+enum {
+  POOL_MAX = GROVE__POOL_MAX,
+  POOL_AVG = GROVE__POOL_AVG,
+  POOL_ADAPTIVE = GROVE__POOL_ADAPTIVE,
+  POOL_ADAPTIVE_MAX = GROVE__POOL_ADAPTIVE_MAX
+};
 
-typedef struct pool_impl {
-  int kind;
-  int nd; /* 1 (MaxPool1d ...: [N, C, L] is pooled as [N, C, 1, L]) or 2 */
-  int64_t k[2], stride[2], pad[2], dil[2];
-  bool ceil_mode, count_include_pad;
-  int64_t divisor;  /* 0: None */
-  int64_t osize[2]; /* adaptive: -1 = the input's size */
-} pool_impl;
+/* A module's impl is its grove__pool (layers_internal.h). */
+typedef grove__pool pool_impl;
 
 /* torch's pooling_output_shape. */
 static int64_t pool_out_len(const pool_impl *p, int d, int64_t in) {
@@ -185,10 +184,8 @@ static void pool_rows_nhwc(void *ctx, int64_t b, int64_t e) {
   }
 }
 
-static grove_status pool_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
-                                 grove_values *out) {
-  const pool_impl *p = m->impl;
-  const char *T = m->type->name;
+grove_status grove__pool_run(const grove__pool *p, const char *T, grove_fwd *f,
+                            const grove_values *in, grove_values *out) {
   grove_tensor x;
   grove_status s;
   /* Channels last (from a convolution, a cat of them) is read as it is by
@@ -259,6 +256,11 @@ static grove_status pool_forward(const grove_module *m, grove_fwd *f, const grov
   return GROVE_OK;
 }
 
+static grove_status pool_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                 grove_values *out) {
+  return grove__pool_run(m->impl, m->type->name, f, in, out);
+}
+
 const grove_module_type grove__max_pool2d_type = {.name = "MaxPool2d", .forward = pool_forward};
 const grove_module_type grove__avg_pool2d_type = {.name = "AvgPool2d", .forward = pool_forward};
 const grove_module_type grove__adaptive_avg_pool2d_type = {.name = "AdaptiveAvgPool2d",
@@ -272,7 +274,17 @@ const grove_module_type grove__adaptive_avg_pool1d_type = {.name = "AdaptiveAvgP
 const grove_module_type grove__adaptive_max_pool1d_type = {.name = "AdaptiveMaxPool1d",
                                                            .forward = pool_forward};
 
-static grove_status pool_check(const char *T, const pool_impl *p, grove_err *err) {
+grove_status grove__pool_check(const char *T, const grove__pool *p, grove_err *err) {
+  if (p->kind == POOL_ADAPTIVE || p->kind == POOL_ADAPTIVE_MAX) {
+    for (int d = 0; d < 2; d++)
+      if (p->osize[d] < -1 || p->osize[d] == 0 || p->osize[d] > BIG)
+        return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                             "%s: output_size must be positive or None", T);
+    return GROVE_OK;
+  }
+  if (p->divisor < 0 || p->divisor > INT32_MAX)
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: divisor_override must be positive or None", T);
   for (int d = 0; d < 2; d++) {
     if (p->k[d] <= 0 || p->stride[d] <= 0 || p->dil[d] <= 0 || p->pad[d] < 0 || p->k[d] > BIG ||
         p->stride[d] > BIG || p->dil[d] > BIG)
@@ -300,9 +312,6 @@ static grove_status pool_new(const grove_module_type *type, int kind, int nd,
                              grove_module **out, grove_err *err) {
   *out = NULL;
   const char *T = type->name;
-  if (divisor_override < 0 || divisor_override > INT32_MAX)
-    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                         "%s: divisor_override must be positive or None", T);
   pool_impl *p = calloc(1, sizeof *p);
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
   p->kind = kind;
@@ -318,7 +327,7 @@ static grove_status pool_new(const grove_module_type *type, int kind, int nd,
   p->ceil_mode = ceil_mode;
   p->count_include_pad = count_include_pad;
   p->divisor = divisor_override;
-  grove_status s = pool_check(T, p, err);
+  grove_status s = grove__pool_check(T, p, err);
   if (s) {
     free(p);
     return s;
@@ -361,10 +370,6 @@ static grove_status adaptive_new(const grove_module_type *type, int kind, int nd
                                  const int64_t output_size[2], grove_module **out,
                                  grove_err *err) {
   *out = NULL;
-  for (int d = 0; d < nd; d++)
-    if (output_size[d] < -1 || output_size[d] == 0 || output_size[d] > BIG)
-      return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
-                           "%s: output_size must be positive or None", type->name);
   pool_impl *p = calloc(1, sizeof *p);
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", type->name);
   p->kind = kind;
@@ -373,6 +378,11 @@ static grove_status adaptive_new(const grove_module_type *type, int kind, int nd
   p->osize[0] = nd == 2 ? output_size[0] : 1;
   p->osize[1] = nd == 2 ? output_size[1] : output_size[0];
   p->k[0] = p->k[1] = p->stride[0] = p->stride[1] = p->dil[0] = p->dil[1] = 1;
+  grove_status s = grove__pool_check(type->name, p, err);
+  if (s) {
+    free(p);
+    return s;
+  }
   return grove__layer_make(type, p, out, err);
 }
 

@@ -1,7 +1,7 @@
 /* ops_table.c: the list of every op entry (ops.h), in the order messages
  * name them, the look-ups graph_compile.c and the layer registry use, and
  * the one model.json builder of every op module.  Above the family files
- * (ops_activation.c, ops_shape.c, ops_reduce.c, ops_binary.c), whose
+ * (ops_activation.c, ops_shape.c, ops_reduce.c, ops_binary.c, ops_pool.c), whose
  * entries it lists.  Adding an operation: define its entry in its family's
  * file, declare it here and add it to `table` (docs/architecture.md, "How
  * to add an operation"). */
@@ -21,6 +21,9 @@ extern const grove__opdef grove__opdef_flatten, grove__opdef_reshape, grove__opd
     grove__opdef_transpose, grove__opdef_cat, grove__opdef_getitem, grove__opdef_size, grove__opdef_getattr,
     grove__opdef_contiguous;
 extern const grove__opdef grove__opdef_mean, grove__opdef_sum;
+extern const grove__opdef grove__opdef_max_pool1d, grove__opdef_max_pool2d, grove__opdef_avg_pool1d,
+    grove__opdef_avg_pool2d, grove__opdef_adaptive_avg_pool1d, grove__opdef_adaptive_avg_pool2d,
+    grove__opdef_adaptive_max_pool1d, grove__opdef_adaptive_max_pool2d;
 
 static const grove__opdef *const table[] = {
     &grove__opdef_add,        &grove__opdef_sub,       &grove__opdef_mul,        &grove__opdef_div,
@@ -30,6 +33,9 @@ static const grove__opdef *const table[] = {
     &grove__opdef_permute,    &grove__opdef_transpose, &grove__opdef_cat,        &grove__opdef_mean,
     &grove__opdef_sum,        &grove__opdef_getitem,   &grove__opdef_size,       &grove__opdef_getattr,
     &grove__opdef_contiguous, &grove__opdef_leaky_relu, &grove__opdef_silu,
+    &grove__opdef_max_pool1d, &grove__opdef_max_pool2d, &grove__opdef_avg_pool1d,
+    &grove__opdef_avg_pool2d, &grove__opdef_adaptive_avg_pool1d, &grove__opdef_adaptive_avg_pool2d,
+    &grove__opdef_adaptive_max_pool1d, &grove__opdef_adaptive_max_pool2d,
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 
