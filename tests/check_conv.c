@@ -889,6 +889,33 @@ START_TEST(test_channels_last) {
   ck_assert(grove__is_nhwc(&o2.v[0]));
   assert_close_strided("BatchNorm2d, channels last", &o2.v[0], &b);
 
+  /* A channels-last result of the patch rows and the direct 1x1 path (the
+   * product writing the output itself, bias and ReLU fused, when no
+   * BatchNorm is folded in) has the values of the contiguous one. */
+  {
+    const grove_conv_opts ro[] = {co(1, 1, 1, 1, 0, 0, 1, 1, 1, true),
+                                  co(3, 3, 2, 2, 1, 1, 1, 1, 1, true),
+                                  co(3, 3, 1, 1, 2, 2, 2, 2, 1, false)};
+    for (size_t k = 0; k < sizeof ro / sizeof ro[0]; k++) {
+      grove_module *rc = NULL;
+      ck_assert_ok(grove_conv2d_new(16, 40, &ro[k], &rc, &err), &err);
+      randomize(rc, cw, ro[k].bias ? 2 : 1, 700 + (unsigned)k, -0.5f);
+      ck_assert_ok(rc->type->refresh(rc, &err), &err);
+      grove_module_eval(rc);
+      for (int relu_on = 0; relu_on < 2; relu_on++) {
+        grove_values o3 = {0};
+        ck_assert_ok(grove__conv_forward_ex(rc, &f, &in, &o3, NULL, NULL, relu_on, false), &err);
+        const grove_tensor ref = o3.v[0];
+        ck_assert_ok(grove__conv_forward_ex(rc, &f, &in, &o2, NULL, NULL, relu_on, true), &err);
+        ck_assert(grove__is_nhwc(&o2.v[0]));
+        char what[80];
+        snprintf(what, sizeof what, "rows conv %zu%s, channels last", k, relu_on ? " + ReLU" : "");
+        assert_close_strided(what, &o2.v[0], &ref);
+      }
+      grove_module_release(rc);
+    }
+  }
+
   /* The depthwise kernel reads and writes channels last too, with a fused
    * BatchNorm2d and ReLU as well. */
   {

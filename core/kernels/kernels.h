@@ -23,6 +23,17 @@
 #define GROVE__X86_SIMD 0
 #endif
 
+/* For a plain C loop over channels whose every element is computed alone
+ * (no sum across lanes, so the same bits at any vector width): GCC compiles
+ * the function for AVX-512, AVX2 and the baseline and picks one at load
+ * time (an ifunc), so the loop is vectorised 16 or 8 wide without
+ * intrinsics.  The pools' and epilogues' per-channel loops use it. */
+#if GROVE__X86_SIMD && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define GROVE__CHANNEL_LOOP __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GROVE__CHANNEL_LOOP
+#endif
+
 /* ------------------------------------------------------------ linear kernel */
 
 /* The GEMM behind Linear: y[M,N] = act(x[M,K] . W^T + b), W in torch's

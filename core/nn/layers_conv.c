@@ -415,7 +415,7 @@ static void par_epilogue(void *ctx, int64_t b, int64_t e) {
 }
 
 /* acc [cnt * P, cout_g] -> out [n][p][g * cout_g + c] for rows [b, e). */
-static void par_epilogue_nhwc(void *ctx, int64_t b, int64_t e) {
+GROVE__CHANNEL_LOOP static void par_epilogue_nhwc(void *ctx, int64_t b, int64_t e) {
   const conv_par *c = ctx;
   const int64_t n = c->cout_g;
   const float *sc = c->scale, *sf = c->shift;
@@ -630,6 +630,10 @@ typedef struct rows_fused {
   const float *x; /* the product's input rows: rows, or xt (direct) */
   float *acc;
   bool direct, nhwc_out;
+  /* The product writes the NHWC output itself, its bias and ReLU fused
+   * (one group, scale 1: a convolution without a BatchNorm folded in), so
+   * no epilogue pass reads it back. */
+  bool into_y;
   int64_t blocks, P, K, step; /* 16-position blocks per image; blocks per pass */
 } rows_fused;
 
@@ -647,6 +651,11 @@ static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
     const int64_t j1 = e - j0 < w->step ? e : j0 + w->step;
     const int64_t r0 = block_row(w, j0), r1 = block_row(w, j1);
     if (!w->direct) par_rows(&w->rows, r0, r1);
+    if (w->into_y) {
+      grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, w->ep.shift,
+                              w->ep.dst + r0 * n, w->ep.relu ? GROVE__ACT_RELU : GROVE__ACT_NONE);
+      continue;
+    }
     grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, NULL, w->acc + r0 * n,
                             GROVE__ACT_NONE);
     if (w->nhwc_out)
@@ -722,7 +731,8 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
                                  .OH = OH, .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g},
                         .ep = ep, .pack = p->packs[g], .x = direct ? xt : rows, .acc = acc,
                         .direct = direct, .nhwc_out = nhwc_out, .blocks = (P + 15) / 16,
-                        .P = P, .K = direct ? C : K};
+                        .P = P, .K = direct ? C : K,
+                        .into_y = nhwc_out && G == 1 && scale == p->ones};
         w.step = FUSED_STEP_FLOATS / (16 * (K + cout_g));
         if (w.step < 1) w.step = 1;
         const int64_t nblk = cnt * w.blocks;

@@ -145,7 +145,7 @@ static void pool_planes(void *ctx, int64_t b, int64_t e) {
  * every window visited in pool_plane's order with its arithmetic, C
  * channels at a time, so the same values.  The averages' double sums live
  * in acc (C per row, rows apart). */
-static void pool_rows_nhwc(void *ctx, int64_t b, int64_t e) {
+GROVE__CHANNEL_LOOP static void pool_rows_nhwc(void *ctx, int64_t b, int64_t e) {
   const pool_par *c = ctx;
   const pool_impl *p = c->p;
   const int64_t H = c->H, W = c->W, OH = c->OH, OW = c->OW, C = c->C;
