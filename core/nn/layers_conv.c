@@ -111,10 +111,26 @@ static void conv_free_packs(conv_impl *p) {
     grove__linear_pack_free(p->wino[k]);
     p->wino[k] = NULL;
   }
-  if (!p->packs) return;
-  for (int64_t g = 0; g < p->groups; g++) grove__linear_pack_free(p->packs[g]);
-  free(p->packs);
+  grove__packs_free(p->packs, p->groups);
   p->packs = NULL;
+}
+
+void grove__packs_free(grove__linear_pack **packs, int64_t n) {
+  for (int64_t g = 0; packs && g < n; g++) grove__linear_pack_free(packs[g]);
+  free(packs);
+}
+
+grove_status grove__conv_check_bias(const char *T, const grove_tensor *w, const grove_tensor *b,
+                                    int64_t cout, grove_err *err) {
+  if (b && (b->ndim != 1 || b->shape[0] != cout)) {
+    char got[128];
+    grove_shape_str(b->ndim, b->shape, got, sizeof got);
+    return grove_err_set(err, GROVE_E_SHAPE, "%s: bias has shape %s, expected [%lld]", T, got,
+                         (long long)cout);
+  }
+  if (!grove_dtype_is_float(w->dtype) || (b && !grove_dtype_is_float(b->dtype)))
+    return grove_err_set(err, GROVE_E_DTYPE, "%s: weight and bias must be floating point", T);
+  return GROVE_OK;
 }
 
 static void conv_free_impl(void *impl) {
@@ -214,8 +230,7 @@ static grove_status conv_pack(conv_impl *p, grove_err *err, const char *T) {
   }
   free(tmp);
   if (s) {
-    for (int64_t g = 0; packs && g < G; g++) grove__linear_pack_free(packs[g]);
-    free(packs);
+    grove__packs_free(packs, G);
     return s;
   }
   grove__linear_pack *wino[16] = {NULL};
@@ -252,14 +267,8 @@ static grove_status conv_refresh(grove_module *m, grove_err *err) {
     grove_shape_str(wnd, e, exp, sizeof exp);
     return grove_err_set(err, GROVE_E_SHAPE, "%s: weight has shape %s, expected %s", T, got, exp);
   }
-  if (b && (b->ndim != 1 || b->shape[0] != p->cout)) {
-    char got[128];
-    grove_shape_str(b->ndim, b->shape, got, sizeof got);
-    return grove_err_set(err, GROVE_E_SHAPE, "%s: bias has shape %s, expected [%lld]", T, got,
-                         (long long)p->cout);
-  }
-  if (!grove_dtype_is_float(w->dtype) || (b && !grove_dtype_is_float(b->dtype)))
-    return grove_err_set(err, GROVE_E_DTYPE, "%s: weight and bias must be floating point", T);
+  grove_status s0 = grove__conv_check_bias(T, w, b, p->cout, err);
+  if (s0) return s0;
   /* Copies go to scratch first so that a failure leaves impl as it was. */
   float *wf = malloc((size_t)(p->cout * p->K) * sizeof(float) + 1);
   if (!wf) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
@@ -1075,9 +1084,14 @@ static grove_status conv_new(int nd, int64_t cin, int64_t cout, const grove_conv
   if (s) return s;
   int64_t wshape[4] = {cout, cin / groups, k[0], k[1]};
   if (nd == 1) wshape[2] = k[1];
-  s = grove__layer_param(m, "weight", false, nd + 2, wshape, GROVE_F32, 0.0f, err);
+  return grove__conv_params(m, nd + 2, wshape, cout, o->bias, out, err);
+}
+
+grove_status grove__conv_params(grove_module *m, int wnd, const int64_t *wshape, int64_t cout,
+                                bool bias, grove_module **out, grove_err *err) {
+  grove_status s = grove__layer_param(m, "weight", false, wnd, wshape, GROVE_F32, 0.0f, err);
   if (!s) {
-    if (o->bias)
+    if (bias)
       s = grove__layer_param(m, "bias", false, 1, &cout, GROVE_F32, 0.0f, err);
     else
       s = grove_module_register_parameter(m, "bias", NULL, err);
@@ -1138,19 +1152,25 @@ static grove_status conv_from_json(int nd, const json_t *obj, const char *path, 
     s = grove__json_ints(obj, path, T, "padding", nd, 0, 0, BIG, o.padding, err);
     if (s) return s;
   }
-  if (mode != 0)
+  if ((s = grove__conv_json_check(path, mode, cin, cout, groups, err))) return s;
+  o.groups = groups;
+  return grove__json_built(path,
+                           nd == 1 ? grove_conv1d_new(cin, cout, &o, out, err)
+                                   : grove_conv2d_new(cin, cout, &o, out, err),
+                           err);
+}
+
+grove_status grove__conv_json_check(const char *path, int padding_mode, int64_t cin,
+                                    int64_t cout, int64_t groups, grove_err *err) {
+  if (padding_mode != 0)
     return grove__json_unsupported(path, "padding_mode", "only padding_mode=\"zeros\" is supported",
                                    err);
-  o.groups = groups;
   if (cin % groups || cout % groups)
     return grove_err_set(err, GROVE_E_SPEC,
                          "%s.groups: in_channels (%lld) and out_channels (%lld) must both be "
                          "divisible by groups (%lld)",
                          path, (long long)cin, (long long)cout, (long long)groups);
-  return grove__json_built(path,
-                           nd == 1 ? grove_conv1d_new(cin, cout, &o, out, err)
-                                   : grove_conv2d_new(cin, cout, &o, out, err),
-                           err);
+  return GROVE_OK;
 }
 
 grove_status grove__conv1d_from_json(const json_t *obj, const char *path, grove_module **out,

@@ -33,16 +33,10 @@ typedef struct convt_impl {
   float *bias;                /* cout floats, zeros without a bias */
 } convt_impl;
 
-static void convt_free_packs(convt_impl *p) {
-  for (int64_t g = 0; p->packs && g < p->groups; g++) grove__linear_pack_free(p->packs[g]);
-  free(p->packs);
-  p->packs = NULL;
-}
-
 static void convt_free_impl(void *impl) {
   convt_impl *p = impl;
   if (!p) return;
-  convt_free_packs(p);
+  grove__packs_free(p->packs, p->groups);
   free(p->bias);
   free(p);
 }
@@ -61,20 +55,13 @@ static grove_status convt_refresh(grove_module *m, grove_err *err) {
     grove_shape_str(4, want, exp, sizeof exp);
     return grove_err_set(err, GROVE_E_SHAPE, "%s: weight has shape %s, expected %s", T, got, exp);
   }
-  if (b && (b->ndim != 1 || b->shape[0] != p->cout)) {
-    char got[128];
-    grove_shape_str(b->ndim, b->shape, got, sizeof got);
-    return grove_err_set(err, GROVE_E_SHAPE, "%s: bias has shape %s, expected [%lld]", T, got,
-                         (long long)p->cout);
-  }
-  if (!grove_dtype_is_float(w->dtype) || (b && !grove_dtype_is_float(b->dtype)))
-    return grove_err_set(err, GROVE_E_DTYPE, "%s: weight and bias must be floating point", T);
+  grove_status s = grove__conv_check_bias(T, w, b, p->cout, err);
+  if (s) return s;
   const int64_t nw = p->cin * cout_g * kk;
   float *wf = malloc((size_t)nw * sizeof(float) + 1);
   float *tmp = malloc((size_t)(p->cols * cin_g) * sizeof(float) + 1);
   float *bias = calloc((size_t)p->cout + 1, sizeof(float));
   grove__linear_pack **packs = calloc((size_t)G, sizeof *packs);
-  grove_status s = GROVE_OK;
   if (!wf || !tmp || !bias || !packs) s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
   if (!s) s = grove__copy_f32(wf, nw, w, T, "weight", err);
   if (!s && b) s = grove__copy_f32(bias, p->cout, b, T, "bias", err);
@@ -89,12 +76,11 @@ static grove_status convt_refresh(grove_module *m, grove_err *err) {
   free(wf);
   free(tmp);
   if (s) {
-    for (int64_t g = 0; packs && g < G; g++) grove__linear_pack_free(packs[g]);
-    free(packs);
+    grove__packs_free(packs, G);
     free(bias);
     return s;
   }
-  convt_free_packs(p);
+  grove__packs_free(p->packs, G);
   free(p->bias);
   p->packs = packs;
   p->bias = bias;
@@ -288,20 +274,7 @@ grove_status grove_conv_transpose2d_new(int64_t in_channels, int64_t out_channel
   grove_status s = grove__layer_make(&grove__conv_transpose2d_type, p, &m, err);
   if (s) return s;
   const int64_t wshape[4] = {in_channels, out_channels / groups, p->k[0], p->k[1]};
-  s = grove__layer_param(m, "weight", false, 4, wshape, GROVE_F32, 0.0f, err);
-  if (!s) {
-    if (o->bias)
-      s = grove__layer_param(m, "bias", false, 1, &out_channels, GROVE_F32, 0.0f, err);
-    else
-      s = grove_module_register_parameter(m, "bias", NULL, err);
-  }
-  if (!s) s = grove__refresh_new(m, err);
-  if (s) {
-    grove_module_release(m);
-    return s;
-  }
-  *out = m;
-  return GROVE_OK;
+  return grove__conv_params(m, 4, wshape, out_channels, o->bias, out, err);
 }
 
 grove_status grove__conv_transpose2d_from_json(const json_t *obj, const char *path,
@@ -329,14 +302,7 @@ grove_status grove__conv_transpose2d_from_json(const json_t *obj, const char *pa
   if (!s) s = grove__json_choice(obj, path, T, "padding_mode", 0, modes, &mode, err);
   if (s) return s;
   /* torch itself accepts only zeros for the transposed convolutions. */
-  if (mode != 0)
-    return grove__json_unsupported(path, "padding_mode", "only padding_mode=\"zeros\" is supported",
-                                   err);
+  if ((s = grove__conv_json_check(path, mode, cin, cout, groups, err))) return s;
   o.groups = groups;
-  if (cin % groups || cout % groups)
-    return grove_err_set(err, GROVE_E_SPEC,
-                         "%s.groups: in_channels (%lld) and out_channels (%lld) must both be "
-                         "divisible by groups (%lld)",
-                         path, (long long)cin, (long long)cout, (long long)groups);
   return grove__json_built(path, grove_conv_transpose2d_new(cin, cout, &o, out, err), err);
 }

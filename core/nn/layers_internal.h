@@ -94,6 +94,23 @@ grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_m
 /* Whether bn is an eval BatchNorm2d with running statistics over conv's
  * output channels, conv a Conv2d: then it folds into the convolution. */
 bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn);
+/* The convolution modules' shared construction (layers_conv.c; Conv1d,
+ * Conv2d, ConvTranspose2d): registers the zero weight of wnd dims wshape
+ * and the bias [cout] (or None), refreshes, and sets *out; on failure m is
+ * released. */
+grove_status grove__conv_params(grove_module *m, int wnd, const int64_t *wshape, int64_t cout,
+                                bool bias, grove_module **out, grove_err *err);
+/* Frees n packs and their array (either may be NULL). */
+void grove__packs_free(grove__linear_pack **packs, int64_t n);
+/* A convolution's bias b (may be NULL) is [cout], w and b floating point:
+ * GROVE_E_SHAPE / GROVE_E_DTYPE naming T otherwise. */
+grove_status grove__conv_check_bias(const char *T, const grove_tensor *w, const grove_tensor *b,
+                                    int64_t cout, grove_err *err);
+/* model.json: padding_mode (an index of zeros, reflect, replicate,
+ * circular) must be zeros, and groups must divide both channel counts. */
+grove_status grove__conv_json_check(const char *path, int padding_mode, int64_t cin,
+                                    int64_t cout, int64_t groups, grove_err *err);
+
 /* The pools' one computation (layers_pool.c), which the pooling modules
  * (their impl is a grove__pool) and the functional forms (F.max_pool2d ...,
  * ops_pool.c) both run.  kind GROVE__POOL_*; nd 1 pools [N, C, L] as

@@ -134,112 +134,65 @@ static grove_status pool_fwd(const grove__opctx *c, gval *res) {
   return GROVE_OK;
 }
 
-#define MAX_POOL_PARAMS                                                                   \
-  {                                                                                       \
-    OP_REQ("input", P_TENSOR), OP_REQ("kernel_size", P_INTS), OP_NONE("stride", P_INTS),  \
-        {.name = "padding", .kind = P_INTS, .dk = D_INT, .dv = 0},                        \
-        {.name = "dilation", .kind = P_INTS, .dk = D_INT, .dv = 1},                       \
-        OP_BOOL("ceil_mode", 0), OP_BOOL("return_indices", 0)                             \
+/* The parameter lists, as torch's functions take them. */
+#define MAX_POOL_PARAMS                                                                  \
+  {                                                                                      \
+    OP_REQ("input", P_TENSOR), OP_REQ("kernel_size", P_INTS), OP_NONE("stride", P_INTS), \
+        {.name = "padding", .kind = P_INTS, .dk = D_INT, .dv = 0},                       \
+        {.name = "dilation", .kind = P_INTS, .dk = D_INT, .dv = 1},                      \
+        OP_BOOL("ceil_mode", 0), OP_BOOL("return_indices", 0)                            \
+  }
+#define AVG_POOL1D_PARAMS                                                                \
+  {                                                                                      \
+    OP_REQ("input", P_TENSOR), OP_REQ("kernel_size", P_INTS), OP_NONE("stride", P_INTS), \
+        {.name = "padding", .kind = P_INTS, .dk = D_INT, .dv = 0}, OP_BOOL("ceil_mode", 0), \
+        OP_BOOL("count_include_pad", 1)                                                  \
+  }
+#define AVG_POOL2D_PARAMS                                                                \
+  {                                                                                      \
+    OP_REQ("input", P_TENSOR), OP_REQ("kernel_size", P_INTS), OP_NONE("stride", P_INTS), \
+        {.name = "padding", .kind = P_INTS, .dk = D_INT, .dv = 0}, OP_BOOL("ceil_mode", 0), \
+        OP_BOOL("count_include_pad", 1), OP_NONE("divisor_override", P_INT)              \
+  }
+#define ADAPTIVE_AVG_PARAMS \
+  { OP_REQ("input", P_TENSOR), OP_REQ("output_size", P_INTS) }
+#define ADAPTIVE_MAX_PARAMS \
+  { OP_REQ("input", P_TENSOR), OP_REQ("output_size", P_INTS), OP_BOOL("return_indices", 0) }
+
+/* One entry: its name (model.json's target), parameters and torch
+ * spellings; every one runs pool_check and pool_fwd. */
+#define POOL_ENTRY(NAME, PARAMS, ...)                   \
+  const grove__opdef grove__opdef_##NAME = {            \
+      .name = #NAME,                                    \
+      .id = G_OP,                                       \
+      .torch = (const char *const[]){__VA_ARGS__, NULL}, \
+      .varargs = -1,                                    \
+      .p = PARAMS,                                      \
+      .check = pool_check,                              \
+      .forward = pool_fwd,                              \
   }
 
-const grove__opdef grove__opdef_max_pool1d = {
-    .name = "max_pool1d",
-    .torch = (const char *const[]){
-        "torch.nn.functional.max_pool1d(input,kernel_size,stride,padding,dilation,ceil_mode,"
-        "return_indices)",
-        "torch.max_pool1d(input,kernel_size,stride,padding,dilation,ceil_mode)", NULL},
-    .id = G_OP,
-    .varargs = -1,
-    .p = MAX_POOL_PARAMS,
-    .check = pool_check,
-    .forward = pool_fwd,
-};
-
-const grove__opdef grove__opdef_max_pool2d = {
-    .name = "max_pool2d",
-    .torch = (const char *const[]){
-        "torch.nn.functional.max_pool2d(input,kernel_size,stride,padding,dilation,ceil_mode,"
-        "return_indices)",
-        "torch.max_pool2d(input,kernel_size,stride,padding,dilation,ceil_mode)", NULL},
-    .id = G_OP,
-    .varargs = -1,
-    .p = MAX_POOL_PARAMS,
-    .check = pool_check,
-    .forward = pool_fwd,
-};
-
-const grove__opdef grove__opdef_avg_pool1d = {
-    .name = "avg_pool1d",
-    .torch = (const char *const[]){
-        "torch.nn.functional.avg_pool1d(input,kernel_size,stride,padding,ceil_mode,"
-        "count_include_pad)",
-        "torch.avg_pool1d(input,kernel_size,stride,padding,ceil_mode,count_include_pad)", NULL},
-    .id = G_OP,
-    .varargs = -1,
-    .p = {OP_REQ("input", P_TENSOR), OP_REQ("kernel_size", P_INTS), OP_NONE("stride", P_INTS),
-          {.name = "padding", .kind = P_INTS, .dk = D_INT, .dv = 0}, OP_BOOL("ceil_mode", 0),
-          OP_BOOL("count_include_pad", 1)},
-    .check = pool_check,
-    .forward = pool_fwd,
-};
-
-const grove__opdef grove__opdef_avg_pool2d = {
-    .name = "avg_pool2d",
-    .torch = (const char *const[]){
-        "torch.nn.functional.avg_pool2d(input,kernel_size,stride,padding,ceil_mode,"
-        "count_include_pad,divisor_override)",
-        NULL},
-    .id = G_OP,
-    .varargs = -1,
-    .p = {OP_REQ("input", P_TENSOR), OP_REQ("kernel_size", P_INTS), OP_NONE("stride", P_INTS),
-          {.name = "padding", .kind = P_INTS, .dk = D_INT, .dv = 0}, OP_BOOL("ceil_mode", 0),
-          OP_BOOL("count_include_pad", 1), OP_NONE("divisor_override", P_INT)},
-    .check = pool_check,
-    .forward = pool_fwd,
-};
-
-const grove__opdef grove__opdef_adaptive_avg_pool1d = {
-    .name = "adaptive_avg_pool1d",
-    .torch = (const char *const[]){"torch.nn.functional.adaptive_avg_pool1d(input,output_size)",
-                                   "torch.adaptive_avg_pool1d(input,output_size)", NULL},
-    .id = G_OP,
-    .varargs = -1,
-    .p = {OP_REQ("input", P_TENSOR), OP_REQ("output_size", P_INTS)},
-    .check = pool_check,
-    .forward = pool_fwd,
-};
-
-const grove__opdef grove__opdef_adaptive_avg_pool2d = {
-    .name = "adaptive_avg_pool2d",
-    .torch = (const char *const[]){"torch.nn.functional.adaptive_avg_pool2d(input,output_size)",
-                                   NULL},
-    .id = G_OP,
-    .varargs = -1,
-    .p = {OP_REQ("input", P_TENSOR), OP_REQ("output_size", P_INTS)},
-    .check = pool_check,
-    .forward = pool_fwd,
-};
-
-const grove__opdef grove__opdef_adaptive_max_pool1d = {
-    .name = "adaptive_max_pool1d",
-    .torch = (const char *const[]){
-        "torch.nn.functional.adaptive_max_pool1d(input,output_size,return_indices)", NULL},
-    .id = G_OP,
-    .varargs = -1,
-    .p = {OP_REQ("input", P_TENSOR), OP_REQ("output_size", P_INTS),
-          OP_BOOL("return_indices", 0)},
-    .check = pool_check,
-    .forward = pool_fwd,
-};
-
-const grove__opdef grove__opdef_adaptive_max_pool2d = {
-    .name = "adaptive_max_pool2d",
-    .torch = (const char *const[]){
-        "torch.nn.functional.adaptive_max_pool2d(input,output_size,return_indices)", NULL},
-    .id = G_OP,
-    .varargs = -1,
-    .p = {OP_REQ("input", P_TENSOR), OP_REQ("output_size", P_INTS),
-          OP_BOOL("return_indices", 0)},
-    .check = pool_check,
-    .forward = pool_fwd,
-};
+POOL_ENTRY(max_pool1d, MAX_POOL_PARAMS,
+           "torch.nn.functional.max_pool1d(input,kernel_size,stride,padding,dilation,ceil_mode,"
+           "return_indices)",
+           "torch.max_pool1d(input,kernel_size,stride,padding,dilation,ceil_mode)");
+POOL_ENTRY(max_pool2d, MAX_POOL_PARAMS,
+           "torch.nn.functional.max_pool2d(input,kernel_size,stride,padding,dilation,ceil_mode,"
+           "return_indices)",
+           "torch.max_pool2d(input,kernel_size,stride,padding,dilation,ceil_mode)");
+POOL_ENTRY(avg_pool1d, AVG_POOL1D_PARAMS,
+           "torch.nn.functional.avg_pool1d(input,kernel_size,stride,padding,ceil_mode,"
+           "count_include_pad)",
+           "torch.avg_pool1d(input,kernel_size,stride,padding,ceil_mode,count_include_pad)");
+POOL_ENTRY(avg_pool2d, AVG_POOL2D_PARAMS,
+           "torch.nn.functional.avg_pool2d(input,kernel_size,stride,padding,ceil_mode,"
+           "count_include_pad,divisor_override)");
+POOL_ENTRY(adaptive_avg_pool1d, ADAPTIVE_AVG_PARAMS,
+           "torch.nn.functional.adaptive_avg_pool1d(input,output_size)",
+           "torch.adaptive_avg_pool1d(input,output_size)");
+POOL_ENTRY(adaptive_avg_pool2d, ADAPTIVE_AVG_PARAMS,
+           "torch.nn.functional.adaptive_avg_pool2d(input,output_size)");
+POOL_ENTRY(adaptive_max_pool1d, ADAPTIVE_MAX_PARAMS,
+           "torch.nn.functional.adaptive_max_pool1d(input,output_size,return_indices)");
+POOL_ENTRY(adaptive_max_pool2d, ADAPTIVE_MAX_PARAMS,
+           "torch.nn.functional.adaptive_max_pool2d(input,output_size,return_indices)");
