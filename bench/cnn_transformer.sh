@@ -21,7 +21,8 @@
 # (onnxruntime-node's folder, default /tmp/grove-peers, shared with ../shared/peers/run.sh).
 # bench/zoo.sh runs the same steps on other models: GROVE_BENCH_BUILDERS (a Python file whose
 # BUILDERS dict and functions of the same names build them; default bench/models_extra.py),
-# GROVE_BENCH_TITLE (the heading), GROVE_BENCH_OPSET (13), GROVE_BENCH_WARMUP (5 forwards).
+# GROVE_BENCH_TITLE (the heading), GROVE_BENCH_OPSET (13), GROVE_BENCH_WARMUP (5 forwards),
+# GROVE_BENCH_EXPORT_ARGS (more tools/grove_export.py options, e.g. --max-batch-size 16).
 # A model the exporter refuses is shown as "not supported: <the refusal>".
 set -uo pipefail
 
@@ -131,7 +132,7 @@ have_grove=1
 for model in ${models//,/ }; do
   if [ "$have_grove" = 1 ] &&
     ! "$python" "$root/tools/grove_export.py" --builder "$builders:$model" \
-      "$work/$model" >"$work/export.log" 2>&1; then
+      ${GROVE_BENCH_EXPORT_ARGS:-} "$work/$model" >"$work/export.log" 2>&1; then
     # The exporter's refusal names the layer or operation; the table repeats it.
     reason=$(grep -v '^\s*$' "$work/export.log" | tail -n 1 | sed 's/^grove_export: //; s/ (supported: .*//')
     echo "grove: $model not supported: $reason"

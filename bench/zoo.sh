@@ -12,7 +12,10 @@
 # Environment as cnn_transformer.sh's, with other defaults: GROVE_BENCH_BATCHES (1,16),
 # GROVE_BENCH_SECONDS (3), GROVE_BENCH_ROUNDS (3), GROVE_BENCH_WARMUP (2 forwards; a
 # batch of 16 224x224 images is a second or more on two shared cores), GROVE_BENCH_THREADS
-# (nproc), GROVE_BENCH_OPSET (14: ViT's attention exports from opset 14).  Figures and the
+# (nproc), GROVE_BENCH_OPSET (14: ViT's attention exports from opset 14),
+# GROVE_BENCH_EXPORT_ARGS (--max-batch-size 16: opening a model runs one forward at its
+# max_batch_size to size the scratch, and at the default 64 a 224x224 ResNet-50's is
+# several GB; 16 is the largest batch measured here).  Figures and the
 # profile of what remains: docs/performance.md, "The torchvision zoo".
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,4 +30,5 @@ GROVE_BENCH_BATCHES=${GROVE_BENCH_BATCHES:-1,16} \
 GROVE_BENCH_SECONDS=${GROVE_BENCH_SECONDS:-3} \
 GROVE_BENCH_WARMUP=${GROVE_BENCH_WARMUP:-2} \
 GROVE_BENCH_OPSET=${GROVE_BENCH_OPSET:-14} \
+GROVE_BENCH_EXPORT_ARGS=${GROVE_BENCH_EXPORT_ARGS:---max-batch-size 16} \
   exec bash "$root/bench/cnn_transformer.sh" "$1" "$models"
