@@ -134,7 +134,7 @@ for model in ${models//,/ }; do
     ! "$python" "$root/tools/grove_export.py" --builder "$builders:$model" \
       ${GROVE_BENCH_EXPORT_ARGS:-} "$work/$model" >"$work/export.log" 2>&1; then
     # The exporter's refusal names the layer or operation; the table repeats it.
-    reason=$(grep -v '^\s*$' "$work/export.log" | tail -n 1 | sed 's/^grove_export: //; s/ (supported: .*//')
+    reason=$(grep -v '^\s*$' "$work/export.log" | tail -n 1 | sed 's/^grove_export: //; s/ (supported: .*//; s/\. Supported: .*//')
     echo "grove: $model not supported: $reason"
     printf '%s\t%s\n' "$model" "$reason" >>"$work/unsupported.tsv"
   fi
