@@ -2,7 +2,8 @@
 # `make test` builds and runs every test; `make test SAN=1` does the same with
 # AddressSanitizer + UndefinedBehaviorSanitizer; `make test SAN=thread` runs
 # the concurrency suites under ThreadSanitizer; `make run` serves the demo;
-# `make bench` prints figures beside PyTorch and ONNX Runtime;
+# `make bench` prints figures beside PyTorch and ONNX Runtime (bench/run.sh, then the
+# torchvision zoo, bench/zoo.sh);
 # `make install PREFIX=...`.  Dependencies are installed (or the command to
 # install them printed) by scripts/deps.sh, the first time (docs/building.md).
 #
@@ -225,6 +226,7 @@ run: all
 
 bench: all
 	@bash bench/run.sh $(GROVE_BIN)
+	@bash bench/zoo.sh $(GROVE_BIN)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/grove

@@ -19,6 +19,11 @@
 # this was written, so both are worth a look.  Environment: GROVE_BENCH_BATCHES (1,64),
 # GROVE_BENCH_SECONDS (2), GROVE_BENCH_ROUNDS (3), GROVE_BENCH_THREADS (nproc), PEER_OUT
 # (onnxruntime-node's folder, default /tmp/grove-peers, shared with ../shared/peers/run.sh).
+# bench/zoo.sh runs the same steps on other models: GROVE_BENCH_BUILDERS (a Python file whose
+# BUILDERS dict and functions of the same names build them; default bench/models_extra.py),
+# GROVE_BENCH_TITLE (the heading), GROVE_BENCH_OPSET (13), GROVE_BENCH_WARMUP (5 forwards),
+# GROVE_BENCH_EXPORT_ARGS (more tools/grove_export.py options, e.g. --max-batch-size 16).
+# A model the exporter refuses is shown as "not supported: <the refusal>".
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,6 +41,11 @@ peer_out=${PEER_OUT:-/tmp/grove-peers}
 threads=${GROVE_BENCH_THREADS:-$(nproc)}
 python=/usr/bin/python3
 [ -x "$python" ] || python=python3
+builders=${GROVE_BENCH_BUILDERS:-$root/bench/models_extra.py}
+case "$builders" in /*) ;; *) builders="$root/$builders" ;; esac
+title=${GROVE_BENCH_TITLE:-"CNN and transformer (bench/models_extra.py)"}
+opset=${GROVE_BENCH_OPSET:-13}
+warmup=${GROVE_BENCH_WARMUP:-5}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/grove-bench-extra-XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -44,17 +54,22 @@ results="$work/results.jsonl"
 
 # ------------------------------------------------------------------ PyTorch (+ ONNX files)
 cat >"$work/torch_bench.py" <<'PY'
-import json, os, sys, time
-sys.path.insert(0, sys.argv[1])
+import importlib.util, json, os, sys, time
 import torch
-from models_extra import BUILDERS
-out, name, batches, threads, seconds, write_onnx = sys.argv[2:8]
+spec = importlib.util.spec_from_file_location("bench_builders", sys.argv[1])
+builders = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(builders)
+out, name, batches, threads, seconds, write_onnx, opset, warmup = sys.argv[2:10]
 torch.set_num_threads(int(threads))
-m, x1 = BUILDERS[name]()
+m, x1 = builders.BUILDERS[name]()
 if write_onnx == "1":
     path = os.path.join(out, f"{name}.onnx")
-    torch.onnx.export(m, x1, path, input_names=["x"], output_names=["y"],
-                      dynamic_axes={"x": {0: "b"}, "y": {0: "b"}}, opset_version=13)
+    try:
+        torch.onnx.export(m, x1, path, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "b"}, "y": {0: "b"}}, opset_version=int(opset))
+    except Exception as e:  # ORT is then left out for this model; torch still runs
+        print(f"onnx: {name}: torch.onnx.export failed: {type(e).__name__}: {e}"[:300],
+              file=sys.stderr)
     meta = {"shape": list(x1.shape[1:]), "dtype": "int64" if x1.dtype == torch.int64 else "float32"}
     json.dump(meta, open(os.path.join(out, f"{name}.meta.json"), "w"))
 for b in [int(s) for s in batches.split(",")]:
@@ -63,7 +78,7 @@ for b in [int(s) for s in batches.split(",")]:
     else:
         x = torch.randn(b, *x1.shape[1:])
     with torch.inference_mode():
-        for _ in range(5):
+        for _ in range(int(warmup)):
             m(x)
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < float(seconds):
@@ -88,7 +103,7 @@ const ort = require('onnxruntime-node');
       ? new ort.Tensor('int64', BigInt64Array.from({length: n}, (_, i) => BigInt(i % 997)), shape)
       : new ort.Tensor('float32', Float32Array.from({length: n}, () => Math.random() - 0.5), shape);
     const feeds = {[s.inputNames[0]]: x};
-    for (let i = 0; i < 5; i++) await s.run(feeds);
+    for (let i = 0; i < +(process.env.GROVE_BENCH_WARMUP || 5); i++) await s.run(feeds);
     let k = 0; const t0 = process.hrtime.bigint(); let dt = 0;
     for (;;) { await s.run(feeds); k++; dt = Number(process.hrtime.bigint() - t0) / 1e9; if (dt > +secs) break; }
     dt /= k;
@@ -110,30 +125,33 @@ elif [ ! -d "$peer_out/node_modules/onnxruntime-node" ]; then
   fi
 fi
 
-echo "== CNN and transformer (bench/models_extra.py): $threads thread(s) per engine on $(nproc) cores," \
+echo "== $title: $threads thread(s) per engine on $(nproc) cores," \
   "batches $batches, $rounds rounds"
 have_grove=1
 [ -x "$grove_bin" ] || { echo "grove: $grove_bin not found (run make first)"; have_grove=0; }
 for model in ${models//,/ }; do
   if [ "$have_grove" = 1 ] &&
-    ! "$python" "$root/tools/grove_export.py" --builder "$root/bench/models_extra.py:$model" \
-      "$work/$model" >"$work/export.log" 2>&1; then
-    echo "grove: could not export $model:"
-    sed 's/^/  /' "$work/export.log" | head -20
+    ! "$python" "$root/tools/grove_export.py" --builder "$builders:$model" \
+      ${GROVE_BENCH_EXPORT_ARGS:-} "$work/$model" >"$work/export.log" 2>&1; then
+    # The exporter's refusal names the layer or operation; the table repeats it.
+    reason=$(grep -v '^\s*$' "$work/export.log" | tail -n 1 | sed 's/^grove_export: //; s/ (supported: .*//; s/\. Supported: .*//')
+    echo "grove: $model not supported: $reason"
+    printf '%s\t%s\n' "$model" "$reason" >>"$work/unsupported.tsv"
   fi
 done
 
 for r in $(seq 1 "$rounds"); do
   for model in ${models//,/ }; do
     first=$([ "$r" = 1 ] && echo 1 || echo 0)
-    if ! "$python" "$work/torch_bench.py" "$root/bench" "$work" "$model" "$batches" "$threads" \
-      "$seconds" "$first" >"$work/torch.out" 2>"$work/torch.err"; then
+    if ! "$python" "$work/torch_bench.py" "$builders" "$work" "$model" "$batches" "$threads" \
+      "$seconds" "$first" "$opset" "$warmup" >"$work/torch.out" 2>"$work/torch.err"; then
       echo "pytorch: $model failed (round $r):"
       tail -5 "$work/torch.err" | sed 's/^/  /'
     fi
     grep '^{' "$work/torch.out" >>"$results"
+    [ "$first" = 1 ] && grep '^onnx: ' "$work/torch.err"
     if [ "$have_ort" = 1 ] && [ -f "$work/$model.onnx" ]; then
-      if ! NODE_PATH="$peer_out/node_modules" node "$work/ort_bench.js" "$work/$model.onnx" "$model" \
+      if ! GROVE_BENCH_WARMUP=$warmup NODE_PATH="$peer_out/node_modules" node "$work/ort_bench.js" "$work/$model.onnx" "$model" \
         "$batches" "$threads" "$seconds" "$work/$model.meta.json" >"$work/ort.out" 2>"$work/ort.err"; then
         echo "onnxruntime: $model failed (round $r):"
         tail -5 "$work/ort.err" | sed 's/^/  /'
@@ -161,4 +179,5 @@ print(json.dumps({"engine": "grove", "model": sys.argv[1], "batch": int(kv["batc
 done
 
 echo
-"$python" "$root/bench/peers_table.py" "$results" "$batches" "$models"
+touch "$work/unsupported.tsv"
+"$python" "$root/bench/peers_table.py" "$results" "$batches" "$models" "$work/unsupported.tsv"

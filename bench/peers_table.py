@@ -2,11 +2,12 @@
 batch, the median of the rounds for each engine, and Grove/ORT and Grove/PyTorch ratios from
 the same run.
 
-    peers_table.py RESULTS.jsonl BATCHES MODELS
+    peers_table.py RESULTS.jsonl BATCHES MODELS [UNSUPPORTED.tsv]
 
 RESULTS.jsonl holds one JSON object per engine, model, batch and round: {"engine", "model",
 "batch", "samples_per_s", ...}; engine is "grove", "onnxruntime-<version>" or
-"torch-<version>".  A model or engine without figures shows "-".
+"torch-<version>".  A model or engine without figures shows "-"; UNSUPPORTED.tsv (model TAB
+reason, one a line) adds "not supported: <reason>" to that model's rows.
 """
 import json
 import statistics
@@ -26,6 +27,10 @@ def main():
     rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
     batches = [int(b) for b in sys.argv[2].split(",")]
     models = sys.argv[3].split(",")
+    unsupported = {}
+    if len(sys.argv) > 4:
+        unsupported = dict(line.rstrip("\n").split("\t", 1) for line in open(sys.argv[4])
+                           if "\t" in line)
     if not rows:
         print("no figures (see the messages above)")
         return
@@ -45,7 +50,8 @@ def main():
             g, o, t = med["grove"], med["ort"], med["torch"]
             print(f"{model:>{w}} {b:>6} {fmt(g, 10)} {fmt(o, 12)} {fmt(t, 10)} "
                   f"{fmt(g / o if g and o else None, 10, 2)} "
-                  f"{fmt(g / t if g and t else None, 12, 2)}")
+                  f"{fmt(g / t if g and t else None, 12, 2)}"
+                  + (f"  not supported: {unsupported[model][:100]}" if model in unsupported else ""))
 
 
 if __name__ == "__main__":

@@ -46,6 +46,13 @@ static const char *const cases[] = {
     "conv2d_1x1_rows",
     "conv2d_stride_rows",
     "conv1d_rows",
+    "conv2d_dw_s1",
+    "conv2d_dw5_s2",
+    "conv2d_dw_dil",
+    "conv2d_dw_rect",
+    "conv2d_dw_same",
+    "conv2d_dw_unbatched",
+    "conv2d_dw_mult",
     "conv1d_basic",
     "conv1d_stride_pad",
     "conv1d_groups_dil",
@@ -69,6 +76,24 @@ static const char *const cases[] = {
     "adapt_odd",
     "adapt_none",
     "adapt_up",
+    "maxpool1d",
+    "maxpool1d_unbatched",
+    "avgpool1d",
+    "avgpool1d_incl",
+    "adapt1d_avg",
+    "adapt1d_max",
+    "adaptmax",
+    "adaptmax_none",
+    "adaptmax_1",
+    "avgpool_ceil_excl",
+    "avgpool_div_ceil",
+    "maxpool_ceil_pad_dil",
+    "convt_basic",
+    "convt_stride_opad",
+    "convt_groups_dil",
+    "convt_rect_opad",
+    "convt_1x1",
+    "convt_unbatched",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -128,6 +153,20 @@ static grove_module *build_case(const char *name, grove_err *err) {
        (o = co(3, 3, 2, 2, 1, 1, 1, 1, 1, true), grove_conv2d_new(16, 16, &o, &m, err)));
   CASE("conv1d_rows",
        (o = co(3, 0, 1, 0, 2, 0, 2, 0, 1, true), grove_conv1d_new(16, 24, &o, &m, err)));
+  CASE("conv2d_dw_s1",
+       (o = co(3, 3, 1, 1, 1, 1, 1, 1, 20, true), grove_conv2d_new(20, 20, &o, &m, err)));
+  CASE("conv2d_dw5_s2",
+       (o = co(5, 5, 2, 2, 2, 2, 1, 1, 40, false), grove_conv2d_new(40, 40, &o, &m, err)));
+  CASE("conv2d_dw_dil",
+       (o = co(3, 3, 1, 1, 2, 2, 2, 2, 24, true), grove_conv2d_new(24, 24, &o, &m, err)));
+  CASE("conv2d_dw_rect",
+       (o = co(3, 5, 1, 2, 0, 1, 1, 1, 17, true), grove_conv2d_new(17, 17, &o, &m, err)));
+  CASE("conv2d_dw_same", (o = co(4, 4, 1, 1, 0, 0, 1, 1, 16, true), o.padding_same = true,
+                          grove_conv2d_new(16, 16, &o, &m, err)));
+  CASE("conv2d_dw_unbatched",
+       (o = co(3, 3, 2, 2, 1, 1, 1, 1, 9, true), grove_conv2d_new(9, 9, &o, &m, err)));
+  CASE("conv2d_dw_mult",
+       (o = co(3, 3, 1, 1, 1, 1, 1, 1, 8, true), grove_conv2d_new(8, 16, &o, &m, err)));
   CASE("conv1d_basic",
        (o = co(3, 0, 1, 0, 0, 0, 1, 0, 1, true), grove_conv1d_new(4, 6, &o, &m, err)));
   CASE("conv1d_stride_pad",
@@ -156,6 +195,32 @@ static grove_module *build_case(const char *name, grove_err *err) {
   CASE("adapt_odd", grove_adaptive_avg_pool2d_new((int64_t[2]){3, 2}, &m, err));
   CASE("adapt_none", grove_adaptive_avg_pool2d_new((int64_t[2]){-1, 3}, &m, err));
   CASE("adapt_up", grove_adaptive_avg_pool2d_new((int64_t[2]){4, 4}, &m, err));
+  CASE("maxpool1d", grove_max_pool1d_new(3, 2, 1, 2, true, &m, err));
+  CASE("maxpool1d_unbatched", grove_max_pool1d_new(2, 0, 0, 1, false, &m, err));
+  CASE("avgpool1d", grove_avg_pool1d_new(4, 3, 2, true, false, &m, err));
+  CASE("avgpool1d_incl", grove_avg_pool1d_new(3, 0, 1, false, true, &m, err));
+  CASE("adapt1d_avg", grove_adaptive_avg_pool1d_new(5, &m, err));
+  CASE("adapt1d_max", grove_adaptive_max_pool1d_new(4, &m, err));
+  CASE("adaptmax", grove_adaptive_max_pool2d_new((int64_t[2]){3, 5}, &m, err));
+  CASE("adaptmax_none", grove_adaptive_max_pool2d_new((int64_t[2]){-1, 2}, &m, err));
+  CASE("adaptmax_1", grove_adaptive_max_pool2d_new((int64_t[2]){1, 1}, &m, err));
+  CASE("avgpool_ceil_excl", grove_avg_pool2d_new(k3, s2, p1, true, false, 0, &m, err));
+  CASE("avgpool_div_ceil", grove_avg_pool2d_new(k3, s2, p1, true, true, 5, &m, err));
+  CASE("maxpool_ceil_pad_dil", grove_max_pool2d_new(k3, s2, p1, d2, true, &m, err));
+  CASE("convt_basic",
+       (o = co(3, 3, 1, 1, 0, 0, 1, 1, 1, true), grove_conv_transpose2d_new(4, 6, &o, &m, err)));
+  CASE("convt_stride_opad",
+       (o = co(3, 3, 2, 2, 1, 1, 1, 1, 1, true), o.output_padding[0] = o.output_padding[1] = 1,
+        grove_conv_transpose2d_new(8, 5, &o, &m, err)));
+  CASE("convt_groups_dil", (o = co(3, 2, 2, 1, 2, 0, 2, 2, 3, false),
+                            grove_conv_transpose2d_new(6, 9, &o, &m, err)));
+  CASE("convt_rect_opad",
+       (o = co(4, 4, 2, 3, 1, 1, 1, 1, 1, true), o.output_padding[0] = 1, o.output_padding[1] = 2,
+        grove_conv_transpose2d_new(16, 16, &o, &m, err)));
+  CASE("convt_1x1",
+       (o = co(1, 1, 1, 1, 0, 0, 1, 1, 1, true), grove_conv_transpose2d_new(5, 7, &o, &m, err)));
+  CASE("convt_unbatched",
+       (o = co(2, 2, 2, 2, 0, 0, 1, 1, 1, true), grove_conv_transpose2d_new(3, 2, &o, &m, err)));
 #undef CASE
   ck_assert_msg(s != GROVE_E_NOT_FOUND, "no C constructor for case %s", name);
   ck_assert_ok(s, err);
@@ -247,9 +312,11 @@ static void run_and_compare(const char *what, grove_module *m, fixture *fx) {
   ck_assert_ok(grove_module_call(m, &f, fx->x, &y), &err);
   assert_close(what, &y, fx->y);
   bool conv = strncmp(m->type->name, "Conv", 4) == 0;
+  bool transposed = strcmp(m->type->name, "ConvTranspose2d") == 0;
   const char *gemm = getenv("GROVE_GEMM");
   bool blas = gemm && strcmp(gemm, "blas") == 0;
-  if (!conv || (grove__conv_rows_path(m) && !blas))
+  if (!conv || ((grove__conv_rows_path(m) || transposed) && !blas) ||
+      grove__conv_depthwise_path(m))
     ck_assert_msg(memcmp(first, y.data, n) == 0, "%s: 2 compute threads changed the result", what);
   grove_set_compute_threads(1);
   free(first);
@@ -473,6 +540,27 @@ START_TEST(test_json_errors) {
            "$.module.divisor_override: expected an integer in [1, 2147483647] or null, got 0");
   json_err("{\"type\": \"AdaptiveAvgPool2d\", \"output_size\": [2, 0]}", GROVE_E_SPEC,
            "$.module.output_size: expected a positive integer or a list of 2");
+  json_err("{\"type\": \"AdaptiveMaxPool2d\", \"output_size\": 2, \"return_indices\": true}",
+           GROVE_E_UNSUPPORTED, "$.module.return_indices: AdaptiveMaxPool2d(return_indices=True)");
+  json_err("{\"type\": \"AdaptiveAvgPool1d\", \"output_size\": [2, 2]}", GROVE_E_SPEC,
+           "$.module.output_size: expected a positive integer or a list of 1");
+  json_err("{\"type\": \"AvgPool1d\", \"kernel_size\": 2, \"divisor_override\": 2}",
+           GROVE_E_SPEC, "$.module.divisor_override");
+  json_err(
+      "{\"type\": \"ConvTranspose2d\", \"in_channels\": 2, \"out_channels\": 2, "
+      "\"kernel_size\": 3, \"stride\": 2, \"output_padding\": 2}",
+      GROVE_E_SPEC, "output padding must be smaller than either stride or dilation, but got "
+                    "output_padding=2, stride=2, dilation=1");
+  json_err(
+      "{\"type\": \"ConvTranspose2d\", \"in_channels\": 2, \"out_channels\": 2, "
+      "\"kernel_size\": 3, \"padding\": \"same\"}",
+      GROVE_E_SPEC, "$.module.padding: expected an integer");
+  json_err(
+      "{\"type\": \"ConvTranspose2d\", \"in_channels\": 3, \"out_channels\": 4, "
+      "\"kernel_size\": 3, \"groups\": 2}",
+      GROVE_E_SPEC, "$.module.groups: in_channels (3) and out_channels (4) must both be");
+  json_err("{\"type\": \"MaxPool1d\", \"kernel_size\": [2, 2]}", GROVE_E_SPEC,
+           "$.module.kernel_size: expected an integer in [1, 1048576] or a list of 1");
   json_err("{\"type\": \"BatchNorm2d\", \"num_features\": 4, \"eps\": -1}", GROVE_E_SPEC,
            "$.module.eps: expected a non-negative number, got -1");
   json_err(
@@ -594,6 +682,26 @@ START_TEST(test_threads_bitwise) {
        * the threads share out the 16 products instead. */
       snprintf(what, sizeof what, "conv case %zu, small%s", k, nhwc ? " (nhwc out)" : "");
       check_threads(what, m, small, true, nhwc);
+    }
+    grove_module_release(m);
+  }
+  /* The depthwise kernel (3x3 stride 1, 5x5 stride 2), NCHW and NHWC out. */
+  const grove_conv_opts dws[] = {co(3, 3, 1, 1, 1, 1, 1, 1, 32, true),
+                                 co(5, 5, 2, 2, 2, 2, 1, 1, 32, false)};
+  for (size_t k = 0; k < sizeof dws / sizeof dws[0]; k++) {
+    grove_module *m = NULL;
+    ck_assert_ok(grove_conv2d_new(32, 32, &dws[k], &m, &err), &err);
+    grove_module_eval(m);
+    ck_assert(grove__conv_depthwise_path(m));
+    grove_tensor *w = grove_module_param(m, "weight");
+    grove_tensor *r = rand_tensor(w->ndim, w->shape, 150 + (unsigned)k);
+    memcpy(w->data, r->data, grove_tensor_nbytes(w));
+    grove_tensor_release(r);
+    ck_assert_ok(m->type->refresh(m, &err), &err);
+    for (int nhwc = 0; nhwc < 2; nhwc++) {
+      char what[64];
+      snprintf(what, sizeof what, "depthwise case %zu%s", k, nhwc ? " (nhwc out)" : "");
+      check_threads(what, m, x, true, nhwc);
     }
     grove_module_release(m);
   }
@@ -743,6 +851,35 @@ START_TEST(test_channels_last) {
     assert_close_strided("MaxPool2d, channels last", &o2.v[0], &pw);
     grove_module_release(mp);
   }
+  /* Every 2-d pool reads channels last as it is and keeps it (but for a
+   * 1 x 1 result, contiguous in either layout), with the values of the
+   * contiguous call: averages (padding, ceil_mode, count_include_pad=False,
+   * a divisor), adaptive averages and maxima to other sizes. */
+  {
+    const int64_t k3[2] = {3, 3}, s2[2] = {2, 2}, p1[2] = {1, 1}, o32[2] = {3, 2};
+    const int64_t o45[2] = {4, 5}, o11[2] = {1, 1};
+    grove_module *pl[6] = {NULL};
+    ck_assert_ok(grove_avg_pool2d_new(k3, s2, p1, true, false, 0, &pl[0], &err), &err);
+    ck_assert_ok(grove_avg_pool2d_new(k3, s2, p1, true, true, 7, &pl[1], &err), &err);
+    ck_assert_ok(grove_adaptive_avg_pool2d_new(o32, &pl[2], &err), &err);
+    ck_assert_ok(grove_adaptive_max_pool2d_new(o45, &pl[3], &err), &err);
+    ck_assert_ok(grove_adaptive_max_pool2d_new(o11, &pl[4], &err), &err);
+    ck_assert_ok(grove_max_pool2d_new(k3, s2, p1, (int64_t[2]){2, 1}, true, &pl[5], &err), &err);
+    for (int k = 0; k < 6; k++) {
+      grove_tensor ref;
+      ck_assert_ok(grove_module_call(pl[k], &f, &want, &ref), &err);
+      in2.v[0] = nhwc;
+      f.channels_last_ok = true;
+      ck_assert_ok(grove_module_forward(pl[k], &f, &in2, &o2), &err);
+      const bool unit = ref.shape[2] * ref.shape[3] == 1;
+      ck_assert_msg(unit ? grove_tensor_is_contiguous(&o2.v[0]) : grove__is_nhwc(&o2.v[0]),
+                    "%s (pool %d): channels last not kept", pl[k]->type->name, k);
+      char what[96];
+      snprintf(what, sizeof what, "%s (pool %d), channels last", pl[k]->type->name, k);
+      assert_close_strided(what, &o2.v[0], &ref);
+      grove_module_release(pl[k]);
+    }
+  }
   f.channels_last_ok = true;
   ck_assert_ok(grove_module_forward(conv, &f, &in, &o2), &err);
   ck_assert(grove__is_nhwc(&o2.v[0]));
@@ -751,6 +888,67 @@ START_TEST(test_channels_last) {
   ck_assert_ok(grove_module_forward(bn, &f, &in2, &o2), &err);
   ck_assert(grove__is_nhwc(&o2.v[0]));
   assert_close_strided("BatchNorm2d, channels last", &o2.v[0], &b);
+
+  /* A channels-last result of the patch rows and the direct 1x1 path (the
+   * product writing the output itself, bias and ReLU fused, when no
+   * BatchNorm is folded in) has the values of the contiguous one. */
+  {
+    const grove_conv_opts ro[] = {co(1, 1, 1, 1, 0, 0, 1, 1, 1, true),
+                                  co(3, 3, 2, 2, 1, 1, 1, 1, 1, true),
+                                  co(3, 3, 1, 1, 2, 2, 2, 2, 1, false)};
+    for (size_t k = 0; k < sizeof ro / sizeof ro[0]; k++) {
+      grove_module *rc = NULL;
+      ck_assert_ok(grove_conv2d_new(16, 40, &ro[k], &rc, &err), &err);
+      randomize(rc, cw, ro[k].bias ? 2 : 1, 700 + (unsigned)k, -0.5f);
+      ck_assert_ok(rc->type->refresh(rc, &err), &err);
+      grove_module_eval(rc);
+      for (int relu_on = 0; relu_on < 2; relu_on++) {
+        grove_values o3 = {0};
+        ck_assert_ok(grove__conv_forward_ex(rc, &f, &in, &o3, NULL, NULL, relu_on, false), &err);
+        const grove_tensor ref = o3.v[0];
+        ck_assert_ok(grove__conv_forward_ex(rc, &f, &in, &o2, NULL, NULL, relu_on, true), &err);
+        ck_assert(grove__is_nhwc(&o2.v[0]));
+        char what[80];
+        snprintf(what, sizeof what, "rows conv %zu%s, channels last", k, relu_on ? " + ReLU" : "");
+        assert_close_strided(what, &o2.v[0], &ref);
+      }
+      grove_module_release(rc);
+    }
+  }
+
+  /* The depthwise kernel reads and writes channels last too, with a fused
+   * BatchNorm2d and ReLU as well. */
+  {
+    grove_module *dw = NULL, *dbn = NULL;
+    const grove_conv_opts od = co(3, 3, 2, 2, 1, 1, 1, 1, 24, true);
+    ck_assert_ok(grove_conv2d_new(24, 24, &od, &dw, &err), &err);
+    ck_assert_ok(grove_batch_norm2d_new(24, 1e-5, 0.1, true, true, &dbn, &err), &err);
+    randomize(dw, cw, 2, 500, -0.5f);
+    randomize(dbn, bw, 4, 600, 0.1f);
+    ck_assert_ok(dw->type->refresh(dw, &err), &err);
+    ck_assert_ok(dbn->type->refresh(dbn, &err), &err);
+    grove_module_eval(dw);
+    grove_module_eval(dbn);
+    ck_assert(grove__conv_depthwise_path(dw));
+    grove_tensor dref, bref, rref;
+    ck_assert_ok(grove_module_call(dw, &f, &want, &dref), &err);
+    ck_assert_ok(grove_module_call(dbn, &f, &dref, &bref), &err);
+    ck_assert_ok(grove_module_call(relu, &f, &bref, &rref), &err);
+    in2.v[0] = nhwc;
+    f.channels_last_ok = true;
+    ck_assert_ok(grove_module_forward(dw, &f, &in2, &o2), &err);
+    ck_assert(grove__is_nhwc(&o2.v[0]));
+    assert_close_strided("depthwise Conv2d, channels last", &o2.v[0], &dref);
+    ck_assert_ok(grove__conv_bn_relu_forward(dw, dbn, true, &f, &in2, &o2, true), &err);
+    ck_assert(grove__is_nhwc(&o2.v[0]));
+    assert_close_strided("depthwise Conv2d + BatchNorm2d + ReLU, channels last", &o2.v[0], &rref);
+    ck_assert_ok(grove__conv_bn_relu_forward(dw, dbn, true, &f, &in2, &o2, false), &err);
+    ck_assert(grove_tensor_is_contiguous(&o2.v[0]));
+    assert_close_strided("depthwise Conv2d + BatchNorm2d + ReLU, from channels last", &o2.v[0],
+                         &rref);
+    grove_module_release(dw);
+    grove_module_release(dbn);
+  }
 
   /* Arithmetic on channels last (graph_ops.c): with a number, in place,
    * the layout stays; with a broadcast operand, the result is contiguous
@@ -777,6 +975,27 @@ START_TEST(test_channels_last) {
     const int64_t HW = want.shape[2] * want.shape[3];
     for (int64_t k = 0; k < n; k++) ((float *)halved.data)[k] += (float)(k / HW % C);
     assert_close_strided("NHWC + bias[C, 1, 1]", &o2.v[0], &halved);
+  }
+
+  /* cat along channels of channels-last tensors stays channels last (no
+   * transpose per input); with a contiguous operand the result is
+   * contiguous; the values are torch.cat's either way. */
+  {
+    const int64_t C = want.shape[1], HW = want.shape[2] * want.shape[3];
+    const grove_tensor two_cl[2] = {nhwc, nhwc}, mixed[2] = {nhwc, want};
+    grove_tensor cat, twice;
+    int64_t cs[4] = {want.shape[0], 2 * C, want.shape[2], want.shape[3]};
+    ck_assert_ok(grove_fwd_alloc(&f, &twice, GROVE_F32, 4, cs), &err);
+    for (int64_t i = 0; i < grove_tensor_numel(&twice); i++) {
+      const int64_t img = i / (2 * C * HW), ch = i / HW % (2 * C), q = i % HW;
+      ((float *)twice.data)[i] = ((const float *)want.data)[(img * C + ch % C) * HW + q];
+    }
+    ck_assert_ok(grove__op_cat(&f, two_cl, 2, 1, &cat), &err);
+    ck_assert_msg(grove__is_nhwc(&cat), "cat of channels-last tensors: result not channels last");
+    assert_close_strided("cat, channels last", &cat, &twice);
+    ck_assert_ok(grove__op_cat(&f, mixed, 2, -3, &cat), &err);
+    ck_assert(grove_tensor_is_contiguous(&cat));
+    assert_close_strided("cat, channels last and contiguous", &cat, &twice);
   }
 
   /* A caller that did not ask (a zeroed flag: every public call) gets a

@@ -33,6 +33,7 @@ static const char *const cases[] = {
     "cat",         "mean_sum",      "getitem",         "sizes",        "attn_tuple",
     "get_attr",    "multi_io",      "nested",          "resnet_fused", "resnet_b1",
     "linear_relu", "holder",        "embed_mean",      "seq_masks",    "seq_linalg",
+    "functional_pools", "functional_pools1d",
     /* The zoo's operations (#18): tests/fixtures_gen/zoo_ops.py. */
     "zoo_acts", "zoo_conv_acts", "zoo_math", "zoo_compare", "zoo_shapes", "zoo_tensor_index", "zoo_picks",
     "zoo_resample", "zoo_pad_shuffle", "zoo_norms", "zoo_param_norms", "zoo_convert",

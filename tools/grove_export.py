@@ -131,6 +131,17 @@ def _conv_args(m, path):
             "padding_mode": "zeros"}
 
 
+def _conv_transpose_args(m, path):
+    if m.padding_mode != "zeros":  # torch refuses the others itself
+        raise ExportError(f"cannot export {_where(path, m)}: padding_mode={m.padding_mode!r}; "
+                          "Grove pads with zeros only")
+    return {"in_channels": m.in_channels, "out_channels": m.out_channels,
+            "kernel_size": _ints(m.kernel_size), "stride": _ints(m.stride),
+            "padding": _ints(m.padding), "output_padding": _ints(m.output_padding),
+            "groups": m.groups, "bias": m.bias is not None, "dilation": _ints(m.dilation),
+            "padding_mode": "zeros"}
+
+
 def _max_pool_args(m, path):
     if m.return_indices:
         raise ExportError(f"cannot export {_where(path, m)}: return_indices=True returns "
@@ -141,10 +152,19 @@ def _max_pool_args(m, path):
 
 
 def _avg_pool_args(m, path):
-    return {"kernel_size": _ints(m.kernel_size), "stride": _ints(m.stride),
+    args = {"kernel_size": _ints(m.kernel_size), "stride": _ints(m.stride),
             "padding": _ints(m.padding), "ceil_mode": bool(m.ceil_mode),
-            "count_include_pad": bool(m.count_include_pad),
-            "divisor_override": m.divisor_override}
+            "count_include_pad": bool(m.count_include_pad)}
+    if hasattr(m, "divisor_override"):  # torch's AvgPool1d has none
+        args["divisor_override"] = m.divisor_override
+    return args
+
+
+def _adaptive_max_args(m, path):
+    if m.return_indices:
+        raise ExportError(f"cannot export {_where(path, m)}: return_indices=True returns "
+                          "(values, indices); Grove serves the values only")
+    return {"output_size": _ints(m.output_size), "return_indices": False}
 
 
 def _rnn_args(m, path):
@@ -319,9 +339,13 @@ def _kinds():
         _Kind(nn.GRU, _rnn_args, params=_rnn_slots),
         _Kind(nn.Conv1d, _conv_args, params=("weight", "bias")),
         _Kind(nn.Conv2d, _conv_args, params=("weight", "bias")),
+        _Kind(nn.ConvTranspose2d, _conv_transpose_args, params=("weight", "bias")),
         _Kind(nn.BatchNorm2d, _bn_args, **bn_slots),
+        _Kind(nn.MaxPool1d, _max_pool_args),
         _Kind(nn.MaxPool2d, _max_pool_args),
+        _Kind(nn.AvgPool1d, _avg_pool_args),
         _Kind(nn.AvgPool2d, _avg_pool_args),
+        _Kind(nn.AdaptiveAvgPool1d, lambda m, path: {"output_size": _ints(m.output_size)}),
         _Kind(nn.AdaptiveAvgPool2d, lambda m, path: {"output_size": _ints(m.output_size)}),
         _Kind(nn.GroupNorm, lambda m, path: {"num_groups": m.num_groups,
                                              "num_channels": m.num_channels, "eps": float(m.eps),
@@ -332,6 +356,8 @@ def _kinds():
         # PReLU's init only fills the weight, which the state_dict replaces.
         _Kind(nn.PReLU, lambda m, path: {"num_parameters": m.num_parameters},
               params=("weight",), shape_preserving=True),
+        _Kind(nn.AdaptiveMaxPool1d, _adaptive_max_args),
+        _Kind(nn.AdaptiveMaxPool2d, _adaptive_max_args),
         _Kind(nn.MultiheadAttention, _mha_args,
               params=("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
                       "in_proj_bias", "bias_k", "bias_v"), optional=("bias_k", "bias_v"),

@@ -2,7 +2,8 @@
  * kernels and their packs (gemm*.c, gemm_internal.h), CPU detection (cpu.c),
  * the compute thread pool (grove__parallel_for, threadpool.c), arena
  * compaction (arena_keep.c), the NCHW/NHWC transposes (transpose.c), a
- * convolution's patches (im2col.c) and the Winograd transforms (winograd.c).
+ * convolution's patches (im2col.c), the Winograd transforms (winograd.c)
+ * and the depthwise convolution (depthwise.c).
  * Never installed (tests and bench/ may include it). */
 #ifndef GROVE_CORE_KERNELS_H
 #define GROVE_CORE_KERNELS_H
@@ -21,6 +22,17 @@
 #define GROVE__X86_SIMD 1
 #else
 #define GROVE__X86_SIMD 0
+#endif
+
+/* For a plain C loop over channels whose every element is computed alone
+ * (no sum across lanes, so the same bits at any vector width): GCC compiles
+ * the function for AVX-512, AVX2 and the baseline and picks one at load
+ * time (an ifunc), so the loop is vectorised 16 or 8 wide without
+ * intrinsics.  The pools' and epilogues' per-channel loops use it. */
+#if GROVE__X86_SIMD && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define GROVE__CHANNEL_LOOP __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GROVE__CHANNEL_LOOP
 #endif
 
 /* ------------------------------------------------------------ linear kernel */
@@ -200,5 +212,22 @@ void grove__wino_in(const float *const d[16], int64_t C, float *V, int64_t vs);
  * winograd.c.  Any thread. */
 void grove__wino_out(const float *M, int64_t ms, int64_t Co, float *const y[4],
                      const grove__wino_ep *ep);
+
+/* ------------------------------------------------------------ depthwise */
+
+/* One depthwise convolution (groups == in_channels == out_channels) over
+ * one NHWC image: x is [H][W][C], w the weight repacked [kh][kw][C]; the
+ * padding is zeros (pl: top/left, the rest follows from OH and OW).  Each
+ * output is clamp(fma(sum of taps, scale[c], shift[c]), lo, hi): lo = 0
+ * for a fused ReLU, hi = 6 for ReLU6, -inf / +inf otherwise.  Read only. */
+typedef struct grove__dw_args {
+  int64_t H, W, C, OH, OW;
+  int64_t kh, kw, sh, sw, dh, dw, ph, pw;
+  const float *w, *scale, *shift;
+  float lo, hi;
+} grove__dw_args;
+/* Output row oh of the image x into y ([OW][C]), the same bits on every
+ * kernel (AVX-512, AVX2, scalar); depthwise.c.  Any thread. */
+void grove__depthwise_row(const grove__dw_args *a, const float *x, int64_t oh, float *y);
 
 #endif

@@ -479,6 +479,25 @@ grove_status grove__op_cat(grove_fwd *f, const grove_tensor *ts, int n, int64_t 
   oshape[d] = total;
   grove_status s = grove_fwd_alloc(f, out, ref->dtype, ref->ndim, oshape);
   if (s) return s;
+  /* Channels last in, channels last out: concatenating channels of NHWC
+   * tensors (SqueezeNet's Fire modules, DenseNet's blocks, Inception's
+   * branches: convolutions' results) copies each position's channels side
+   * by side, where a contiguous result would transpose every input. */
+  bool nhwc = d == 1 && ref->ndim == 4 && ref->dtype == GROVE_F32;
+  for (int i = 0; nhwc && i < n; i++) nhwc = ts[i].ndim == 4 && grove__is_nhwc(&ts[i]);
+  if (nhwc) {
+    grove__set_nhwc(out);
+    const int64_t pos = oshape[0] * oshape[2] * oshape[3];
+    int64_t c0 = 0;
+    for (int i = 0; i < n; c0 += ts[i].shape[1], i++) {
+      const int64_t ci = ts[i].shape[1];
+      const float *src = ts[i].data;
+      float *dst = (float *)out->data + c0;
+      for (int64_t q = 0; q < pos; q++)
+        memcpy(dst + q * total, src + q * ci, (size_t)ci * sizeof(float));
+    }
+    return GROVE_OK;
+  }
   int64_t off = 0;
   const size_t es = grove_dtype_size(ref->dtype);
   for (int i = 0; i < n; i++) {

@@ -17,8 +17,15 @@
  *    3x3 convolutions with stride 1 (no dilation, one group) take Winograd
  *    F(2x2, 3x3) instead of patch rows: 16 packed products over 4x4 tiles,
  *    2.25 times fewer multiply-adds (see conv_winograd).
- *  - columns (grouped convolutions with fewer than 8 channels per group,
- *    depthwise ones; also GROVE_CONV=columns):
+ *  - depthwise (groups == in_channels == out_channels: MobileNet's and
+ *    EfficientNet's 3x3 and 5x5 layers): no product at all; the kernel of
+ *    core/kernels/depthwise.c sums each output's taps over NHWC vectors of
+ *    channels with the weight repacked [kh][kw][C], and applies the
+ *    epilogue before its one store (see conv_depthwise).  It reads and
+ *    writes channels last as the rows path does.
+ *  - columns (other grouped convolutions with fewer than 8 channels per
+ *    group, e.g. a depthwise one with a channel multiplier; also
+ *    GROVE_CONV=columns):
  *    im2col into [K, positions] columns and cblas_sgemm W_g [cout_g, K] x
  *    col, for a run of images at once (COL_BUDGET), so the product is NCHW
  *    already.  A 1x1 convolution with stride 1 and no padding needs no
@@ -33,11 +40,11 @@
  *
  * Channels last: when its caller allows it (grove_fwd.channels_last_ok: a
  * graph or Sequential whose next layer reads the result), a batched Conv2d
- * on the rows path returns its [N, C, H, W] result laid out NHWC, and
+ * on the rows path (or the depthwise kernel) returns its [N, C, H, W] result laid out NHWC, and
  * reads an NHWC input as it is.  BatchNorm2d, the activations, a residual
- * add (graph_ops.c) and AdaptiveAvgPool2d to 1 x 1 keep or read that
- * layout; any other layer gets a contiguous copy (grove_tensor_copy, one
- * transpose), and grove_module_forward makes the result contiguous for a
+ * add and a cat along channels (graph_ops.c) and every 2-d pool keep or
+ * read that layout; any other layer gets a contiguous copy
+ * (grove_tensor_copy, one transpose), and grove_module_forward makes the result contiguous for a
  * caller that did not ask.  So a ResNet's activations stay NHWC from the
  * stem to the pooling and no convolution transposes its input or output.
  *
@@ -93,6 +100,9 @@ typedef struct conv_impl {
   /* Winograd F(2x2, 3x3) (see conv_winograd): the 16 transformed weight
    * matrices [cout, cin], packed; wino[0] NULL when it does not run. */
   grove__linear_pack *wino[16];
+  /* The depthwise kernel (see conv_depthwise): the weight repacked
+   * [kh][kw][C], or NULL when another path runs. */
+  float *dww;
   float data[];
 } conv_impl;
 
@@ -101,16 +111,33 @@ static void conv_free_packs(conv_impl *p) {
     grove__linear_pack_free(p->wino[k]);
     p->wino[k] = NULL;
   }
-  if (!p->packs) return;
-  for (int64_t g = 0; g < p->groups; g++) grove__linear_pack_free(p->packs[g]);
-  free(p->packs);
+  grove__packs_free(p->packs, p->groups);
   p->packs = NULL;
+}
+
+void grove__packs_free(grove__linear_pack **packs, int64_t n) {
+  for (int64_t g = 0; packs && g < n; g++) grove__linear_pack_free(packs[g]);
+  free(packs);
+}
+
+grove_status grove__conv_check_bias(const char *T, const grove_tensor *w, const grove_tensor *b,
+                                    int64_t cout, grove_err *err) {
+  if (b && (b->ndim != 1 || b->shape[0] != cout)) {
+    char got[128];
+    grove_shape_str(b->ndim, b->shape, got, sizeof got);
+    return grove_err_set(err, GROVE_E_SHAPE, "%s: bias has shape %s, expected [%lld]", T, got,
+                         (long long)cout);
+  }
+  if (!grove_dtype_is_float(w->dtype) || (b && !grove_dtype_is_float(b->dtype)))
+    return grove_err_set(err, GROVE_E_DTYPE, "%s: weight and bias must be floating point", T);
+  return GROVE_OK;
 }
 
 static void conv_free_impl(void *impl) {
   conv_impl *p = impl;
   if (!p) return;
   conv_free_packs(p);
+  free(p->dww);
   free(p);
 }
 
@@ -126,6 +153,15 @@ static bool want_rows(const conv_impl *p) {
    * that a model's convolutions never mix OpenBLAS's threads with Grove's
    * (with both pools spinning, two cores run three threads). */
   return p->groups == 1 || (p->cin / p->groups >= 8 && p->cout / p->groups >= 8);
+}
+
+/* The depthwise kernel (depthwise.c) takes every 2-d convolution with one
+ * input and one output channel per group, unless GROVE_CONV forces another
+ * lowering ("depthwise" keeps it, for symmetry). */
+static bool want_depthwise(const conv_impl *p) {
+  const char *force = getenv("GROVE_CONV");
+  if (force && strcmp(force, "depthwise") != 0) return false;
+  return p->nd == 2 && p->groups > 1 && p->groups == p->cin && p->cout == p->cin;
 }
 
 /* Winograd F(2x2, 3x3) takes the 3x3, stride 1, undilated, ungrouped
@@ -194,8 +230,7 @@ static grove_status conv_pack(conv_impl *p, grove_err *err, const char *T) {
   }
   free(tmp);
   if (s) {
-    for (int64_t g = 0; packs && g < G; g++) grove__linear_pack_free(packs[g]);
-    free(packs);
+    grove__packs_free(packs, G);
     return s;
   }
   grove__linear_pack *wino[16] = {NULL};
@@ -232,20 +267,24 @@ static grove_status conv_refresh(grove_module *m, grove_err *err) {
     grove_shape_str(wnd, e, exp, sizeof exp);
     return grove_err_set(err, GROVE_E_SHAPE, "%s: weight has shape %s, expected %s", T, got, exp);
   }
-  if (b && (b->ndim != 1 || b->shape[0] != p->cout)) {
-    char got[128];
-    grove_shape_str(b->ndim, b->shape, got, sizeof got);
-    return grove_err_set(err, GROVE_E_SHAPE, "%s: bias has shape %s, expected [%lld]", T, got,
-                         (long long)p->cout);
-  }
-  if (!grove_dtype_is_float(w->dtype) || (b && !grove_dtype_is_float(b->dtype)))
-    return grove_err_set(err, GROVE_E_DTYPE, "%s: weight and bias must be floating point", T);
+  grove_status s0 = grove__conv_check_bias(T, w, b, p->cout, err);
+  if (s0) return s0;
   /* Copies go to scratch first so that a failure leaves impl as it was. */
   float *wf = malloc((size_t)(p->cout * p->K) * sizeof(float) + 1);
   if (!wf) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
   grove_status s = grove__copy_f32(wf, p->cout * p->K, w, T, "weight", err);
   float *old = p->w;
-  if (!s) {
+  float *dww = NULL;
+  if (!s && want_depthwise(p)) {
+    /* [C][1][kh][kw] -> [kh][kw][C]: the taps of neighbouring channels are
+     * one vector. */
+    const int64_t kk = p->k[0] * p->k[1], C = p->cout;
+    if (!(dww = malloc((size_t)(kk * C) * sizeof(float) + 1)))
+      s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+    for (int64_t c = 0; dww && c < C; c++)
+      for (int64_t q = 0; q < kk; q++) dww[q * C + c] = wf[c * kk + q];
+    if (!s) conv_free_packs(p);
+  } else if (!s) {
     p->w = wf;
     if (want_rows(p)) {
       s = conv_pack(p, err, T);
@@ -254,9 +293,13 @@ static grove_status conv_refresh(grove_module *m, grove_err *err) {
     }
     p->w = old;
   }
-  /* A copy the rows path never reads would be one more resident copy of
-   * the weights in every serving version. */
-  if (!s && !p->packs) memcpy(p->w, wf, (size_t)(p->cout * p->K) * sizeof(float));
+  if (!s) {
+    free(p->dww);
+    p->dww = dww;
+  }
+  /* A copy the rows path or the depthwise kernel never reads would be one
+   * more resident copy of the weights in every serving version. */
+  if (!s && !p->packs && !p->dww) memcpy(p->w, wf, (size_t)(p->cout * p->K) * sizeof(float));
   free(wf);
   if (!s && b) s = grove__copy_f32(p->bias, p->cout, b, T, "bias", err);
   if (s) return s;
@@ -352,7 +395,7 @@ static void par_epilogue(void *ctx, int64_t b, int64_t e) {
 }
 
 /* acc [cnt * P, cout_g] -> out [n][p][g * cout_g + c] for rows [b, e). */
-static void par_epilogue_nhwc(void *ctx, int64_t b, int64_t e) {
+GROVE__CHANNEL_LOOP static void par_epilogue_nhwc(void *ctx, int64_t b, int64_t e) {
   const conv_par *c = ctx;
   const int64_t n = c->cout_g;
   const float *sc = c->scale, *sf = c->shift;
@@ -567,6 +610,10 @@ typedef struct rows_fused {
   const float *x; /* the product's input rows: rows, or xt (direct) */
   float *acc;
   bool direct, nhwc_out;
+  /* The product writes the NHWC output itself, its bias and ReLU fused
+   * (one group, scale 1: a convolution without a BatchNorm folded in), so
+   * no epilogue pass reads it back. */
+  bool into_y;
   int64_t blocks, P, K, step; /* 16-position blocks per image; blocks per pass */
 } rows_fused;
 
@@ -584,6 +631,11 @@ static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
     const int64_t j1 = e - j0 < w->step ? e : j0 + w->step;
     const int64_t r0 = block_row(w, j0), r1 = block_row(w, j1);
     if (!w->direct) par_rows(&w->rows, r0, r1);
+    if (w->into_y) {
+      grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, w->ep.shift,
+                              w->ep.dst + r0 * n, w->ep.relu ? GROVE__ACT_RELU : GROVE__ACT_NONE);
+      continue;
+    }
     grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, NULL, w->acc + r0 * n,
                             GROVE__ACT_NONE);
     if (w->nhwc_out)
@@ -659,7 +711,8 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
                                  .OH = OH, .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g},
                         .ep = ep, .pack = p->packs[g], .x = direct ? xt : rows, .acc = acc,
                         .direct = direct, .nhwc_out = nhwc_out, .blocks = (P + 15) / 16,
-                        .P = P, .K = direct ? C : K};
+                        .P = P, .K = direct ? C : K,
+                        .into_y = nhwc_out && G == 1 && scale == p->ones};
         w.step = FUSED_STEP_FLOATS / (16 * (K + cout_g));
         if (w.step < 1) w.step = 1;
         const int64_t nblk = cnt * w.blocks;
@@ -685,9 +738,76 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
   return GROVE_OK;
 }
 
+static bool is_conv(const grove_module *m) {
+  return m->type == &grove__conv1d_type || m->type == &grove__conv2d_type;
+}
+
 bool grove__conv_rows_path(const grove_module *m) {
   const conv_impl *p = m->impl;
-  return p->packs != NULL && p->nd == 2;
+  return is_conv(m) && p->packs != NULL && p->nd == 2;
+}
+
+bool grove__conv_depthwise_path(const grove_module *m) {
+  return is_conv(m) && ((const conv_impl *)m->impl)->dww != NULL;
+}
+
+/* ------------------------------------------------------------ depthwise */
+
+typedef struct dw_par {
+  grove__dw_args a;
+  const float *x; /* NHWC images */
+  float *y;       /* NHWC images */
+  const float *src; /* the NHWC result, for the transpose to NCHW */
+  float *dst;
+  int64_t P, C;
+} dw_par;
+
+/* Output rows [b, e) (row = image * OH + oh). */
+static void par_dw_rows(void *ctx, int64_t b, int64_t e) {
+  const dw_par *c = ctx;
+  const grove__dw_args *a = &c->a;
+  for (int64_t r = b; r < e; r++) {
+    const int64_t i = r / a->OH, oh = r % a->OH;
+    grove__depthwise_row(a, c->x + i * a->H * a->W * a->C, oh, c->y + r * a->OW * a->C);
+  }
+}
+
+/* Images [b, e) of the NHWC result into the NCHW output. */
+static void par_dw_to_nchw(void *ctx, int64_t b, int64_t e) {
+  const dw_par *c = ctx;
+  for (int64_t i = b; i < e; i++)
+    grove__transpose_f32(c->src + i * c->P * c->C, c->dst + i * c->C * c->P, c->P, c->C);
+}
+
+/* The depthwise path: the input in NHWC (transposed once unless it already
+ * is), each output row computed by grove__depthwise_row with the epilogue
+ * applied (the clamp at zero for a fused ReLU), written NHWC, then
+ * transposed into the NCHW output unless the caller takes channels last.
+ * Rows are independent and computed the same way by any thread. */
+static grove_status conv_depthwise(const conv_impl *p, grove_fwd *f, const float *xd, int64_t N,
+                                   int64_t H, int64_t W, int64_t OH, int64_t OW, float *yd,
+                                   const float *scale, const float *shift, bool relu,
+                                   bool nhwc_in, bool nhwc_out, const char *T) {
+  const int64_t C = p->cin, HW = H * W, P = OH * OW;
+  float *xbuf = nhwc_in ? NULL : grove_arena_alloc(f->arena, (size_t)(N * HW * C) * sizeof(float));
+  float *ybuf = nhwc_out ? NULL : grove_arena_alloc(f->arena, (size_t)(N * P * C) * sizeof(float));
+  if ((!nhwc_in && !xbuf) || (!nhwc_out && !ybuf)) return grove__scratch_error(f, T);
+  if (!nhwc_in) {
+    conv_par c = {.src = xd, .dst = xbuf, .C = C, .HW = HW, .blocks = (HW + 15) / 16};
+    grove__parallel_for(N * c.blocks, grove__par_grain(16 * C), par_to_nhwc, &c);
+  }
+  dw_par c = {.a = {.H = H, .W = W, .C = C, .OH = OH, .OW = OW, .kh = p->k[0], .kw = p->k[1],
+                    .sh = p->stride[0], .sw = p->stride[1], .dh = p->dil[0], .dw = p->dil[1],
+                    .ph = p->pad_lo[0], .pw = p->pad_lo[1], .w = p->dww, .scale = scale,
+                    .shift = shift, .lo = relu ? 0.0f : -INFINITY, .hi = INFINITY},
+              .x = nhwc_in ? xd : xbuf, .y = nhwc_out ? yd : ybuf, .P = P, .C = C};
+  grove__parallel_for(N * OH, grove__par_grain(OW * C * p->k[0] * p->k[1]), par_dw_rows, &c);
+  if (!nhwc_out) {
+    c.src = ybuf;
+    c.dst = yd;
+    grove__parallel_for(N, grove__par_grain(2 * P * C), par_dw_to_nchw, &c);
+  }
+  return GROVE_OK;
 }
 
 grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
@@ -699,8 +819,8 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   grove_status s;
   /* An NHWC input (from a convolution before this one) is read as it is by
    * the rows path; anything else strided is made contiguous first. */
-  const bool nhwc_in = in->n == 1 && p->packs && p->nd == 2 && in->v[0].dtype == GROVE_F32 &&
-                       grove__is_nhwc(&in->v[0]);
+  const bool nhwc_in = in->n == 1 && (p->packs || p->dww) && p->nd == 2 &&
+                       in->v[0].dtype == GROVE_F32 && grove__is_nhwc(&in->v[0]);
   if (nhwc_in) {
     x = in->v[0];
   } else if ((s = grove__layer_input(T, f, in, GROVE_F32, &x)) != GROVE_OK) {
@@ -735,7 +855,7 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, nd, oshape);
   if (s != GROVE_OK) return s;
   out->n = 1;
-  out_nhwc = out_nhwc && p->packs && p->nd == 2 && batched;
+  out_nhwc = out_nhwc && (p->packs || p->dww) && p->nd == 2 && batched;
   /* The same [N, Cout, OH, OW] tensor, its memory laid out NHWC. */
   if (out_nhwc) grove__set_nhwc(&out->v[0]);
   if (N == 0) return GROVE_OK;
@@ -746,6 +866,9 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   const int64_t P = OH * OW, HW = H * W;
   const float *xd = x.data;
   float *yd = out->v[0].data;
+  if (p->dww)
+    return conv_depthwise(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, nhwc_in, out_nhwc,
+                          T);
   if (p->packs)
     return conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, nhwc_in, out_nhwc, T);
   const bool direct = p->k[0] == 1 && p->k[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
@@ -948,9 +1071,14 @@ static grove_status conv_new(int nd, int64_t cin, int64_t cout, const grove_conv
   if (s) return s;
   int64_t wshape[4] = {cout, cin / groups, k[0], k[1]};
   if (nd == 1) wshape[2] = k[1];
-  s = grove__layer_param(m, "weight", false, nd + 2, wshape, GROVE_F32, 0.0f, err);
+  return grove__conv_params(m, nd + 2, wshape, cout, o->bias, out, err);
+}
+
+grove_status grove__conv_params(grove_module *m, int wnd, const int64_t *wshape, int64_t cout,
+                                bool bias, grove_module **out, grove_err *err) {
+  grove_status s = grove__layer_param(m, "weight", false, wnd, wshape, GROVE_F32, 0.0f, err);
   if (!s) {
-    if (o->bias)
+    if (bias)
       s = grove__layer_param(m, "bias", false, 1, &cout, GROVE_F32, 0.0f, err);
     else
       s = grove_module_register_parameter(m, "bias", NULL, err);
@@ -1011,19 +1139,25 @@ static grove_status conv_from_json(int nd, const json_t *obj, const char *path, 
     s = grove__json_ints(obj, path, T, "padding", nd, 0, 0, BIG, o.padding, err);
     if (s) return s;
   }
-  if (mode != 0)
+  if ((s = grove__conv_json_check(path, mode, cin, cout, groups, err))) return s;
+  o.groups = groups;
+  return grove__json_built(path,
+                           nd == 1 ? grove_conv1d_new(cin, cout, &o, out, err)
+                                   : grove_conv2d_new(cin, cout, &o, out, err),
+                           err);
+}
+
+grove_status grove__conv_json_check(const char *path, int padding_mode, int64_t cin,
+                                    int64_t cout, int64_t groups, grove_err *err) {
+  if (padding_mode != 0)
     return grove__json_unsupported(path, "padding_mode", "only padding_mode=\"zeros\" is supported",
                                    err);
-  o.groups = groups;
   if (cin % groups || cout % groups)
     return grove_err_set(err, GROVE_E_SPEC,
                          "%s.groups: in_channels (%lld) and out_channels (%lld) must both be "
                          "divisible by groups (%lld)",
                          path, (long long)cin, (long long)cout, (long long)groups);
-  return grove__json_built(path,
-                           nd == 1 ? grove_conv1d_new(cin, cout, &o, out, err)
-                                   : grove_conv2d_new(cin, cout, &o, out, err),
-                           err);
+  return GROVE_OK;
 }
 
 grove_status grove__conv1d_from_json(const json_t *obj, const char *path, grove_module **out,

@@ -42,10 +42,16 @@ extern const grove_module_type grove__embedding_type;
 extern const grove_module_type grove__embedding_bag_type;
 extern const grove_module_type grove__conv1d_type;
 extern const grove_module_type grove__conv2d_type;
+extern const grove_module_type grove__conv_transpose2d_type;
 extern const grove_module_type grove__batch_norm2d_type;
 extern const grove_module_type grove__max_pool2d_type;
 extern const grove_module_type grove__avg_pool2d_type;
 extern const grove_module_type grove__adaptive_avg_pool2d_type;
+extern const grove_module_type grove__adaptive_max_pool2d_type;
+extern const grove_module_type grove__max_pool1d_type;
+extern const grove_module_type grove__avg_pool1d_type;
+extern const grove_module_type grove__adaptive_avg_pool1d_type;
+extern const grove_module_type grove__adaptive_max_pool1d_type;
 extern const grove_module_type grove__mha_type;
 extern const grove_module_type grove__tel_type;
 extern const grove_module_type grove__te_type;
@@ -100,8 +106,50 @@ grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_m
 /* Whether bn is an eval BatchNorm2d with running statistics over conv's
  * output channels, conv a Conv2d: then it folds into the convolution. */
 bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn);
+/* The convolution modules' shared construction (layers_conv.c; Conv1d,
+ * Conv2d, ConvTranspose2d): registers the zero weight of wnd dims wshape
+ * and the bias [cout] (or None), refreshes, and sets *out; on failure m is
+ * released. */
+grove_status grove__conv_params(grove_module *m, int wnd, const int64_t *wshape, int64_t cout,
+                                bool bias, grove_module **out, grove_err *err);
+/* Frees n packs and their array (either may be NULL). */
+void grove__packs_free(grove__linear_pack **packs, int64_t n);
+/* A convolution's bias b (may be NULL) is [cout], w and b floating point:
+ * GROVE_E_SHAPE / GROVE_E_DTYPE naming T otherwise. */
+grove_status grove__conv_check_bias(const char *T, const grove_tensor *w, const grove_tensor *b,
+                                    int64_t cout, grove_err *err);
+/* model.json: padding_mode (an index of zeros, reflect, replicate,
+ * circular) must be zeros, and groups must divide both channel counts. */
+grove_status grove__conv_json_check(const char *path, int padding_mode, int64_t cin,
+                                    int64_t cout, int64_t groups, grove_err *err);
+
+/* The pools' one computation (layers_pool.c), which the pooling modules
+ * (their impl is a grove__pool) and the functional forms (F.max_pool2d ...,
+ * ops_pool.c) both run.  kind GROVE__POOL_*; nd 1 pools [N, C, L] as
+ * [N, C, 1, L] with a window one high (index 0 of the arrays unused).  The
+ * adaptive kinds read osize (-1: the input's size), the others k, stride,
+ * pad, dil, ceil_mode, count_include_pad and divisor (0: None). */
+enum { GROVE__POOL_MAX, GROVE__POOL_AVG, GROVE__POOL_ADAPTIVE, GROVE__POOL_ADAPTIVE_MAX };
+typedef struct grove__pool {
+  int kind;
+  int nd;
+  int64_t k[2], stride[2], pad[2], dil[2];
+  bool ceil_mode, count_include_pad;
+  int64_t divisor;
+  int64_t osize[2];
+} grove__pool;
+/* torch's constructor checks (GROVE_E_INVALID_ARGUMENT naming T). */
+grove_status grove__pool_check(const char *T, const grove__pool *p, grove_err *err);
+/* out = the pool of in's one float32 tensor (a channels-last input is read
+ * as it is and the result kept channels last); messages name T.  Any
+ * thread; p is read only. */
+grove_status grove__pool_run(const grove__pool *p, const char *T, grove_fwd *f,
+                             const grove_values *in, grove_values *out);
+
 /* Whether the Conv2d m runs the rows path (and so reads and writes NHWC). */
 bool grove__conv_rows_path(const grove_module *m);
+/* Whether the Conv2d m runs the depthwise kernel (also NHWC in and out). */
+bool grove__conv_depthwise_path(const grove_module *m);
 int64_t grove__conv_out_channels(const grove_module *m);
 /* The conv's bias as float32 (zeros when it has none); out_channels floats. */
 const float *grove__conv_bias(const grove_module *m);
@@ -327,6 +375,8 @@ grove_status grove__max_pool2d_from_json(const struct json_t *obj, const char *p
                                          grove_module **out, grove_err *err);
 grove_status grove__avg_pool2d_from_json(const struct json_t *obj, const char *path,
                                          grove_module **out, grove_err *err);
+grove_status grove__conv_transpose2d_from_json(const struct json_t *obj, const char *path,
+                                               grove_module **out, grove_err *err);
 grove_status grove__adaptive_avg_pool2d_from_json(const struct json_t *obj, const char *path,
                                                   grove_module **out, grove_err *err);
 /* layers_norm_group.c: the modules whose functional forms are op-table
@@ -348,6 +398,16 @@ grove_status grove__instance_norm2d_from_json(const struct json_t *obj, const ch
                                               grove_module **out, grove_err *err);
 grove_status grove__prelu_from_json(const struct json_t *obj, const char *path,
                                     grove_module **out, grove_err *err);
+grove_status grove__adaptive_max_pool2d_from_json(const struct json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err);
+grove_status grove__max_pool1d_from_json(const struct json_t *obj, const char *path,
+                                         grove_module **out, grove_err *err);
+grove_status grove__avg_pool1d_from_json(const struct json_t *obj, const char *path,
+                                         grove_module **out, grove_err *err);
+grove_status grove__adaptive_avg_pool1d_from_json(const struct json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err);
+grove_status grove__adaptive_max_pool1d_from_json(const struct json_t *obj, const char *path,
+                                                  grove_module **out, grove_err *err);
 grove_status grove__multihead_attention_from_json(const struct json_t *obj, const char *path,
                                                   grove_module **out, grove_err *err);
 grove_status grove__transformer_encoder_layer_from_json(const struct json_t *obj,

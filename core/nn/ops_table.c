@@ -1,7 +1,7 @@
 /* ops_table.c: the list of every op entry (ops.h), in the order messages
  * name them, the look-ups graph_compile.c and the layer registry use, and
  * the one model.json builder of every op module.  Above the family files
- * (ops_activation.c, ops_shape.c, ops_reduce.c, ops_binary.c), whose
+ * (ops_activation.c, ops_shape.c, ops_reduce.c, ops_binary.c, ops_pool.c), whose
  * entries it lists.  Adding an operation: define its entry in its family's
  * file, declare it here and add it to `table` (docs/architecture.md, "How
  * to add an operation"). */
@@ -44,6 +44,9 @@ extern const grove__opdef grove__opdef_relu6, grove__opdef_hardswish, grove__opd
     grove__opdef_argmin, grove__opdef_interpolate, grove__opdef_pad, grove__opdef_pixel_shuffle,
     grove__opdef_layer_norm, grove__opdef_group_norm, grove__opdef_instance_norm,
     grove__opdef_local_response_norm;
+extern const grove__opdef grove__opdef_max_pool1d, grove__opdef_max_pool2d, grove__opdef_avg_pool1d,
+    grove__opdef_avg_pool2d, grove__opdef_adaptive_avg_pool1d, grove__opdef_adaptive_avg_pool2d,
+    grove__opdef_adaptive_max_pool1d, grove__opdef_adaptive_max_pool2d;
 
 static const grove__opdef *const table[] = {
     &grove__opdef_add,        &grove__opdef_sub,       &grove__opdef_mul,        &grove__opdef_div,
@@ -117,6 +120,9 @@ static const grove__opdef *const table[] = {
     &grove__opdef_triu,       &grove__opdef_tril,      &grove__opdef_cumsum,     &grove__opdef_to,
     &grove__opdef_type,       &grove__opdef_bmm,       &grove__opdef_baddbmm,    &grove__opdef_addmm,
     &grove__opdef_einsum,
+    &grove__opdef_max_pool1d, &grove__opdef_max_pool2d, &grove__opdef_avg_pool1d,
+    &grove__opdef_avg_pool2d, &grove__opdef_adaptive_avg_pool1d, &grove__opdef_adaptive_avg_pool2d,
+    &grove__opdef_adaptive_max_pool1d, &grove__opdef_adaptive_max_pool2d,
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 

@@ -76,6 +76,7 @@ typedef struct grove_conv_opts {
   bool padding_same;  /* torch's padding="same" (stride 1 only; an odd total pads right) */
   bool padding_valid; /* torch's padding="valid": no padding */
   bool bias;
+  int64_t output_padding[2]; /* ConvTranspose2d only (ignored by Conv1d/Conv2d) */
 } grove_conv_opts;
 
 /* weight [out, in/groups, (kh,) kw], bias [out] or None.  Only torch's
@@ -84,6 +85,15 @@ grove_status grove_conv1d_new(int64_t in_channels, int64_t out_channels, const g
                               grove_module **out, grove_err *err);
 grove_status grove_conv2d_new(int64_t in_channels, int64_t out_channels, const grove_conv_opts *o,
                               grove_module **out, grove_err *err);
+/* ConvTranspose2d: weight [in, out/groups, kh, kw] (torch's layout), bias
+ * [out] or None; padding numbers only, output_padding smaller than the
+ * stride or the dilation (as torch checks).  Input [N, C, H, W] or
+ * [C, H, W]; output (H - 1) * stride - 2 * padding + dilation * (kernel - 1)
+ * + output_padding + 1 per dim.  torch's forward(output_size=...) is not
+ * offered: give output_padding instead. */
+grove_status grove_conv_transpose2d_new(int64_t in_channels, int64_t out_channels,
+                                        const grove_conv_opts *o, grove_module **out,
+                                        grove_err *err);
 /* As grove_batch_norm1d_new, for [N, C, H, W] input. */
 grove_status grove_batch_norm2d_new(int64_t num_features, double eps, double momentum, bool affine,
                                     bool track_running_stats, grove_module **out, grove_err *err);
@@ -96,8 +106,25 @@ grove_status grove_max_pool2d_new(const int64_t kernel_size[2], const int64_t st
 grove_status grove_avg_pool2d_new(const int64_t kernel_size[2], const int64_t stride[2],
                                   const int64_t padding[2], bool ceil_mode, bool count_include_pad,
                                   int64_t divisor_override, grove_module **out, grove_err *err);
-/* output_size[i] == -1 is torch's None: that dim keeps the input's size. */
+/* output_size[i] == -1 is torch's None: that dim keeps the input's size.
+ * AdaptiveMaxPool2d keeps the first maximum of each window (a NaN wins), as
+ * torch; the indices (return_indices=True) are not served. */
 grove_status grove_adaptive_avg_pool2d_new(const int64_t output_size[2], grove_module **out,
+                                           grove_err *err);
+grove_status grove_adaptive_max_pool2d_new(const int64_t output_size[2], grove_module **out,
+                                           grove_err *err);
+/* The 1-d pools take [N, C, L] or [C, L], one integer per argument (stride
+ * 0 means the kernel size, torch's stride=None); torch's AvgPool1d has no
+ * divisor_override. */
+grove_status grove_max_pool1d_new(int64_t kernel_size, int64_t stride, int64_t padding,
+                                  int64_t dilation, bool ceil_mode, grove_module **out,
+                                  grove_err *err);
+grove_status grove_avg_pool1d_new(int64_t kernel_size, int64_t stride, int64_t padding,
+                                  bool ceil_mode, bool count_include_pad, grove_module **out,
+                                  grove_err *err);
+grove_status grove_adaptive_avg_pool1d_new(int64_t output_size, grove_module **out,
+                                           grove_err *err);
+grove_status grove_adaptive_max_pool1d_new(int64_t output_size, grove_module **out,
                                            grove_err *err);
 
 /* ---------------------------------------------------------- attention */

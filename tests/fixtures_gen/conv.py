@@ -1,5 +1,6 @@
 """Convolution and pooling parity fixtures: for each case, a torch.nn layer
-(Conv1d, Conv2d, BatchNorm2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d) with
+(Conv1d, Conv2d, ConvTranspose2d, BatchNorm2d, MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d,
+AdaptiveMaxPool1d/2d) with
 seeded random weights in eval mode, a seeded random input and torch's output,
 written as
 
@@ -102,6 +103,55 @@ CASES = [
     ("adapt_odd", lambda: nn.AdaptiveAvgPool2d((3, 2)), lambda: _x(1, 3, 7, 5)),
     ("adapt_none", lambda: nn.AdaptiveAvgPool2d((None, 3)), lambda: _x(2, 2, 4, 8)),
     ("adapt_up", lambda: nn.AdaptiveAvgPool2d(4), lambda: _x(1, 1, 3, 3)),
+    # Depthwise (groups == in == out channels: the depthwise kernel): 3x3
+    # and 5x5, stride 1 and 2, dilation, rectangular kernels and strides,
+    # channel counts that leave a tail past the last whole vector (8 and 16
+    # lanes), batch 1, unbatched; and a channel multiplier (out = 2 * in),
+    # which stays on the columns path.
+    ("conv2d_dw_s1", lambda: nn.Conv2d(20, 20, 3, padding=1, groups=20), lambda: _x(1, 20, 9, 11)),
+    ("conv2d_dw5_s2", lambda: nn.Conv2d(40, 40, 5, stride=2, padding=2, groups=40, bias=False),
+     lambda: _x(2, 40, 13, 12)),
+    ("conv2d_dw_dil", lambda: nn.Conv2d(24, 24, 3, padding=2, dilation=2, groups=24),
+     lambda: _x(2, 24, 7, 8)),
+    ("conv2d_dw_rect", lambda: nn.Conv2d(17, 17, (3, 5), stride=(1, 2), padding=(0, 1), groups=17),
+     lambda: _x(3, 17, 6, 9)),
+    ("conv2d_dw_same", lambda: nn.Conv2d(16, 16, 4, padding="same", groups=16),
+     lambda: _x(2, 16, 7, 6)),
+    ("conv2d_dw_unbatched", lambda: nn.Conv2d(9, 9, 3, stride=2, padding=1, groups=9),
+     lambda: _x(9, 10, 7)),
+    ("conv2d_dw_mult", lambda: nn.Conv2d(8, 16, 3, padding=1, groups=8), lambda: _x(2, 8, 6, 6)),
+    # The 1-d pools, AdaptiveMaxPool2d, and the 2-d options together
+    # (ceil_mode with padding, dilation, count_include_pad=False, a divisor).
+    ("maxpool1d", lambda: nn.MaxPool1d(3, stride=2, padding=1, dilation=2, ceil_mode=True),
+     lambda: _x(2, 3, 17)),
+    ("maxpool1d_unbatched", lambda: nn.MaxPool1d(2), lambda: _x(3, 9)),
+    ("avgpool1d", lambda: nn.AvgPool1d(4, stride=3, padding=2, ceil_mode=True,
+                                       count_include_pad=False), lambda: _x(2, 3, 14)),
+    ("avgpool1d_incl", lambda: nn.AvgPool1d(3, padding=1), lambda: _x(1, 2, 10)),
+    ("adapt1d_avg", lambda: nn.AdaptiveAvgPool1d(5), lambda: _x(2, 3, 13)),
+    ("adapt1d_max", lambda: nn.AdaptiveMaxPool1d(4), lambda: _x(2, 3, 11)),
+    ("adaptmax", lambda: nn.AdaptiveMaxPool2d((3, 5)), lambda: _x(2, 3, 7, 12)),
+    ("adaptmax_none", lambda: nn.AdaptiveMaxPool2d((None, 2)), lambda: _x(1, 2, 5, 7)),
+    ("adaptmax_1", lambda: nn.AdaptiveMaxPool2d(1), lambda: _x(2, 4, 5, 5)),
+    ("avgpool_ceil_excl", lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False),
+     lambda: _x(2, 3, 8, 9)),
+    ("avgpool_div_ceil", lambda: nn.AvgPool2d(3, 2, 1, ceil_mode=True, divisor_override=5),
+     lambda: _x(1, 2, 8, 7)),
+    ("maxpool_ceil_pad_dil", lambda: nn.MaxPool2d(3, 2, padding=1, dilation=2, ceil_mode=True),
+     lambda: _x(1, 2, 10, 9)),
+    # ConvTranspose2d: stride with output_padding, groups with dilation,
+    # rectangular kernels and strides, 1x1, unbatched.
+    ("convt_basic", lambda: nn.ConvTranspose2d(4, 6, 3), lambda: _x(2, 4, 5, 5)),
+    ("convt_stride_opad", lambda: nn.ConvTranspose2d(8, 5, 3, stride=2, padding=1,
+                                                     output_padding=1), lambda: _x(1, 8, 6, 7)),
+    ("convt_groups_dil", lambda: nn.ConvTranspose2d(6, 9, (3, 2), stride=(2, 1), padding=(2, 0),
+                                                    dilation=2, groups=3, bias=False),
+     lambda: _x(2, 6, 5, 4)),
+    ("convt_rect_opad", lambda: nn.ConvTranspose2d(16, 16, 4, stride=(2, 3), padding=1,
+                                                   output_padding=(1, 2)),
+     lambda: _x(2, 16, 4, 5)),
+    ("convt_1x1", lambda: nn.ConvTranspose2d(5, 7, 1), lambda: _x(2, 5, 3, 3)),
+    ("convt_unbatched", lambda: nn.ConvTranspose2d(3, 2, 2, stride=2), lambda: _x(3, 4, 4)),
 ]
 
 

@@ -273,6 +273,33 @@ class SeqLinalg(nn.Module):
         return r, h, torch.einsum("ij->ji", self.w)
 
 
+class FunctionalPools(nn.Module):
+    """F.max_pool2d, F.avg_pool2d, F.adaptive_avg/max_pool2d on a convolution's result
+    (channels last inside Grove) and on the input (contiguous)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        a = F.max_pool2d(y, 3, 2, 1, ceil_mode=True)
+        b = F.avg_pool2d(y, 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)
+        c = F.adaptive_avg_pool2d(y, (3, None))
+        d = F.adaptive_max_pool2d(x, 2)
+        e = F.avg_pool2d(x, (2, 3), divisor_override=4)
+        f = torch.flatten(F.adaptive_avg_pool2d(y, 1), 1)
+        g = F.max_pool2d(x, kernel_size=2, stride=1, dilation=2)
+        return a, b, c, torch.cat([d.flatten(1) + 1, e.flatten(1), f, g.flatten(1)], 1)
+
+
+class FunctionalPools1d(nn.Module):
+    def forward(self, x):
+        return (F.max_pool1d(x, 3, 2, padding=1, ceil_mode=True),
+                F.avg_pool1d(x, 4, 3, 2, True, False), F.adaptive_avg_pool1d(x, 5),
+                torch.cat([F.adaptive_max_pool1d(x, 4), F.max_pool1d(x, 2, dilation=3)], 2))
+
+
 def _r(*shape):
     return torch.randn(shape)
 
@@ -305,6 +332,10 @@ CASES = [
      lambda: (torch.randint(0, 20, (3, 7)),)),
     ("seq_masks", SeqMasks, lambda: (_r(2, 5, 8),), lambda: (_r(3, 5, 8),)),
     ("seq_linalg", SeqLinalg, lambda: (_r(2, 4, 6), _r(2, 3, 6)), lambda: (_r(3, 4, 6), _r(3, 3, 6))),
+
+
+    ("functional_pools", FunctionalPools, lambda: (_r(2, 3, 9, 10),), lambda: (_r(3, 3, 9, 10),)),
+    ("functional_pools1d", FunctionalPools1d, lambda: (_r(2, 3, 17),), lambda: (_r(3, 3, 17),)),
 ]
 
 
