@@ -67,6 +67,22 @@ extern const grove_module_type *const grove__gru_type;
 bool grove__is_rnn(const grove_module *m);
 bool grove__rnn_is_lstm(const grove_module *m);
 
+/* The activations' formulas, once (ops_activation.c): y[i] = act(x[i]) for n
+ * elements (x == y allowed), torch's: ReLU keeps NaN, GELU exact or with the
+ * tanh approximation, LeakyReLU with slope.  The op entries, the
+ * transformer's feed-forward and the training forwards (train/) call it, so
+ * a value computes alike in serving and training.  Any thread. */
+enum {
+  GROVE__ELT_RELU,
+  GROVE__ELT_LEAKY_RELU,
+  GROVE__ELT_GELU,
+  GROVE__ELT_GELU_TANH,
+  GROVE__ELT_SILU,
+  GROVE__ELT_SIGMOID,
+  GROVE__ELT_TANH,
+};
+void grove__elementwise(int act, float slope, const float *x, float *y, int64_t n);
+
 /* Linear's forward with an activation applied in the same pass over the
  * output.  Sequential calls it with GROVE__ACT_RELU for a Linear followed by
  * a ReLU when no forward hook is registered anywhere; the result is exactly

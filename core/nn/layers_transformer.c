@@ -100,14 +100,8 @@ static grove_status ff_block(const grove_module *m, grove_fwd *f, const tl_impl 
     if ((s = grove_module_call(l1, f, x, &h))) return s;
     if (h.dtype != GROVE_F32 || !grove_tensor_is_contiguous(&h))
       return grove_err_set(f->err, GROVE_E_INTERNAL, "linear1 returned a strided tensor");
-    float *restrict a = h.data;
-    const int64_t n = grove_tensor_numel(&h);
-    if (p->gelu) {
-      const float r = 0.7071067811865476f;
-      for (int64_t i = 0; i < n; i++) a[i] = 0.5f * a[i] * (1.0f + erff(a[i] * r));
-    } else {
-      for (int64_t i = 0; i < n; i++) a[i] = a[i] < 0.0f ? 0.0f : a[i];
-    }
+    grove__elementwise(p->gelu ? GROVE__ELT_GELU : GROVE__ELT_RELU, 0.0f, h.data, h.data,
+                       grove_tensor_numel(&h));
   }
   grove_tensor d, l2;
   if ((s = call(m, "dropout", f, &h, &d)) || (s = call(m, "linear2", f, &d, &l2))) return s;

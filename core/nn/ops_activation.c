@@ -22,7 +22,15 @@
 
 /* ------------------------------------------------------------ elementwise */
 
-enum { ACT_RELU, ACT_LEAKY, ACT_GELU, ACT_GELU_TANH, ACT_SILU, ACT_SIGMOID, ACT_TANH };
+enum {
+  ACT_RELU = GROVE__ELT_RELU,
+  ACT_LEAKY = GROVE__ELT_LEAKY_RELU,
+  ACT_GELU = GROVE__ELT_GELU,
+  ACT_GELU_TANH = GROVE__ELT_GELU_TANH,
+  ACT_SILU = GROVE__ELT_SILU,
+  ACT_SIGMOID = GROVE__ELT_SIGMOID,
+  ACT_TANH = GROVE__ELT_TANH,
+};
 
 /* Elements [b, e) of an in-place relu, sigmoid or tanh, on whichever
  * compute thread takes them. */
@@ -45,7 +53,7 @@ static void unary_chunk(void *ctx, int64_t b, int64_t e) {
 /* y = act(x) over n elements.  torch's formulas: ReLU keeps NaN (as torch's
  * clamp_min: x < 0 is false for NaN); GELU exact 0.5 x (1 + erf(x / sqrt 2)),
  * tanh approximation 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). */
-static void act_loop(int act, float slope, const float *restrict x, float *restrict y, int64_t n) {
+void grove__elementwise(int act, float slope, const float *x, float *y, int64_t n) {
   switch (act) {
     case ACT_RELU:
       for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
@@ -108,7 +116,7 @@ static grove_status act_forward(const grove__opctx *c, gval *res, int act, float
     return s;
   if ((s = grove_fwd_alloc(c->f, &y, GROVE_F32, x.ndim, x.shape))) return s;
   if (nhwc) grove__set_nhwc(&y);
-  act_loop(act, slope, x.data, y.data, grove_tensor_numel(&x));
+  grove__elementwise(act, slope, x.data, y.data, grove_tensor_numel(&x));
   grove__op_set_tensor(res, &y);
   return GROVE_OK;
 }
@@ -121,8 +129,8 @@ static grove_status leaky_relu_fwd(const grove__opctx *c, gval *res) {
 }
 static grove_status gelu_fwd(const grove__opctx *c, gval *res) {
   const garg *a = &c->args[1];
-  return act_forward(c, res, a->kind == A_STR && strcmp(a->s, "tanh") == 0 ? ACT_GELU_TANH : ACT_GELU,
-                     0);
+  return act_forward(c, res,
+                     a->kind == A_STR && strcmp(a->s, "tanh") == 0 ? ACT_GELU_TANH : ACT_GELU, 0);
 }
 static grove_status silu_fwd(const grove__opctx *c, gval *res) {
   return act_forward(c, res, ACT_SILU, 0);
@@ -228,7 +236,8 @@ static grove_status softmax_common(const grove__opctx *c, gval *res, bool as_log
   const bool has_dim = c->args[1].kind == A_INT;
   int dim = grove__softmax_dim(has_dim, has_dim ? (int)c->args[1].i : 0, x.ndim);
   int d;
-  if (!grove__op_wrap_dim(dim, x.ndim, &d)) return grove__op_dim_error(c->f, layer, "dim", dim, x.ndim);
+  if (!grove__op_wrap_dim(dim, x.ndim, &d))
+    return grove__op_dim_error(c->f, layer, "dim", dim, x.ndim);
   if ((s = grove_fwd_alloc(c->f, &y, GROVE_F32, x.ndim, x.shape))) return s;
   grove__op_set_tensor(res, &y);
   int64_t outer = 1, n = 1, inner = 1;
@@ -302,7 +311,7 @@ static grove_status dropout_check(const grove__opdef *d, const garg *a, const ch
 
 /* ------------------------------------------------------------ the entries */
 
-#define OP_MODULE_TYPE(var, cls) \
+#define OP_MODULE_TYPE(var, cls)  \
   const grove_module_type var = { \
       .name = cls, .forward = grove__op_module_forward, .free_impl = grove__op_module_free}
 
@@ -343,17 +352,23 @@ const grove__opdef grove__opdef_leaky_relu = {
     .torch = (const char *const[]){NULL},
     .varargs = -1,
     .p = {INPUT,
-          {.name = "negative_slope", .kind = P_FLOAT, .dk = D_FLOAT, .dv = 0.01, .min = -INFINITY,
+          {.name = "negative_slope",
+           .kind = P_FLOAT,
+           .dk = D_FLOAT,
+           .dv = 0.01,
+           .min = -INFINITY,
            .max = INFINITY},
           INPLACE},
     .forward = leaky_relu_fwd,
-    .module = &(const grove__opmod){.cls = "LeakyReLU", .type = &grove__leaky_relu_type, .args = {{.name = "negative_slope",
-                                      .kind = P_FLOAT,
-                                      .dk = D_FLOAT,
-                                      .dv = 0.01,
-                                      .min = -INFINITY,
-                                      .max = INFINITY},
-                                     INPLACE}},
+    .module = &(const grove__opmod){.cls = "LeakyReLU",
+                                    .type = &grove__leaky_relu_type,
+                                    .args = {{.name = "negative_slope",
+                                              .kind = P_FLOAT,
+                                              .dk = D_FLOAT,
+                                              .dv = 0.01,
+                                              .min = -INFINITY,
+                                              .max = INFINITY},
+                                             INPLACE}},
     .module_only = true,
 };
 
@@ -362,15 +377,21 @@ const grove__opdef grove__opdef_gelu = {
     .id = G_GELU,
     .torch = (const char *const[]){"torch.nn.functional.gelu(input,approximate)", NULL},
     .varargs = -1,
-    .p = {INPUT, {.name = "approximate", .kind = P_STR, .dk = D_STR, .ds = "none",
-                  .choices = gelu_choices}},
+    .p = {INPUT,
+          {.name = "approximate",
+           .kind = P_STR,
+           .dk = D_STR,
+           .ds = "none",
+           .choices = gelu_choices}},
     .check = gelu_check,
     .forward = gelu_fwd,
-    .module = &(const grove__opmod){.cls = "GELU", .type = &grove__gelu_type, .args = {{.name = "approximate",
-                                      .kind = P_STR,
-                                      .dk = D_STR,
-                                      .ds = "none",
-                                      .choices = gelu_choices}}},
+    .module = &(const grove__opmod){.cls = "GELU",
+                                    .type = &grove__gelu_type,
+                                    .args = {{.name = "approximate",
+                                              .kind = P_STR,
+                                              .dk = D_STR,
+                                              .ds = "none",
+                                              .choices = gelu_choices}}},
 };
 
 const grove__opdef grove__opdef_silu = {
@@ -406,10 +427,10 @@ const grove__opdef grove__opdef_tanh = {
 
 #define SOFTMAX_PARAMS \
   { INPUT, DIM_OR_NONE, OP_INT("_stacklevel", 3), OP_NONE("dtype", P_DTYPE) }
-#define SOFTMAX_SPELLINGS(n)                                                             \
-  (const char *const[]) {                                                                \
+#define SOFTMAX_SPELLINGS(n)                                                                  \
+  (const char *const[]) {                                                                     \
     "torch.nn.functional." n "(input,dim,_stacklevel,dtype)", "torch." n "(input,dim,dtype)", \
-        "Tensor." n "(input,dim,dtype)", NULL                                            \
+        "Tensor." n "(input,dim,dtype)", NULL                                                 \
   }
 
 const grove__opdef grove__opdef_softmax = {
@@ -420,7 +441,10 @@ const grove__opdef grove__opdef_softmax = {
     .p = SOFTMAX_PARAMS,
     .check = softmax_check,
     .forward = softmax_fwd,
-    .module = &(const grove__opmod){.cls = "Softmax", .type = &grove__softmax_type, .args = {DIM_OR_NONE}, .after_json = softmax_after_json},
+    .module = &(const grove__opmod){.cls = "Softmax",
+                                    .type = &grove__softmax_type,
+                                    .args = {DIM_OR_NONE},
+                                    .after_json = softmax_after_json},
 };
 
 const grove__opdef grove__opdef_log_softmax = {
@@ -431,7 +455,10 @@ const grove__opdef grove__opdef_log_softmax = {
     .p = SOFTMAX_PARAMS,
     .check = softmax_check,
     .forward = log_softmax_fwd,
-    .module = &(const grove__opmod){.cls = "LogSoftmax", .type = &grove__log_softmax_type, .args = {DIM_OR_NONE}, .after_json = softmax_after_json},
+    .module = &(const grove__opmod){.cls = "LogSoftmax",
+                                    .type = &grove__log_softmax_type,
+                                    .args = {DIM_OR_NONE},
+                                    .after_json = softmax_after_json},
 };
 
 const grove__opdef grove__opdef_dropout = {
@@ -445,13 +472,12 @@ const grove__opdef grove__opdef_dropout = {
           INPLACE},
     .check = dropout_check,
     .forward = dropout_fwd,
-    .module = &(const grove__opmod){.cls = "Dropout", .type = &grove__dropout_type, .args = {{.name = "p",
-                                      .kind = P_FLOAT,
-                                      .dk = D_FLOAT,
-                                      .dv = 0.5,
-                                      .min = 0,
-                                      .max = 1},
-                                     INPLACE}},
+    .module =
+        &(const grove__opmod){
+            .cls = "Dropout",
+            .type = &grove__dropout_type,
+            .args = {{.name = "p", .kind = P_FLOAT, .dk = D_FLOAT, .dv = 0.5, .min = 0, .max = 1},
+                     INPLACE}},
 };
 
 static void softmax_after_json(const grove__opdef *d, const char *path, const garg *a) {

@@ -113,37 +113,18 @@ grove_status grove__top_act(grove__tape *t, grove__tkind kind, const grove__tinf
   const int64_t N = grove_tensor_numel(xt);
   const float slope = info ? (float)info->slope : 0.0f;
   const bool th = info && info->tanh_approx;
+  /* The serving formulas themselves (nn/'s grove__elementwise). */
+  int elt;
   switch (kind) {
-    case GROVE__TK_RELU:
-      for (int64_t i = 0; i < N; i++) yd[i] = xd[i] < 0.0f ? 0.0f : xd[i];
-      break;
-    case GROVE__TK_LEAKY_RELU:
-      for (int64_t i = 0; i < N; i++) yd[i] = xd[i] > 0.0f ? xd[i] : xd[i] * slope;
-      break;
-    case GROVE__TK_GELU:
-      if (th) {
-        const float k = 0.7978845608028654f;
-        for (int64_t i = 0; i < N; i++) {
-          const float v = xd[i];
-          yd[i] = 0.5f * v * (1.0f + tanhf(k * (v + 0.044715f * v * v * v)));
-        }
-      } else {
-        for (int64_t i = 0; i < N; i++)
-          yd[i] = 0.5f * xd[i] * (1.0f + erff(xd[i] * 0.7071067811865476f));
-      }
-      break;
-    case GROVE__TK_SILU:
-      for (int64_t i = 0; i < N; i++) yd[i] = xd[i] / (1.0f + expf(-xd[i]));
-      break;
-    case GROVE__TK_SIGMOID:
-      for (int64_t i = 0; i < N; i++) yd[i] = 1.0f / (1.0f + expf(-xd[i]));
-      break;
-    case GROVE__TK_TANH:
-      for (int64_t i = 0; i < N; i++) yd[i] = tanhf(xd[i]);
-      break;
-    default:
-      return grove_err_set(t->err, GROVE_E_INTERNAL, "activation: kind %d", (int)kind);
+    case GROVE__TK_RELU: elt = GROVE__ELT_RELU; break;
+    case GROVE__TK_LEAKY_RELU: elt = GROVE__ELT_LEAKY_RELU; break;
+    case GROVE__TK_GELU: elt = th ? GROVE__ELT_GELU_TANH : GROVE__ELT_GELU; break;
+    case GROVE__TK_SILU: elt = GROVE__ELT_SILU; break;
+    case GROVE__TK_SIGMOID: elt = GROVE__ELT_SIGMOID; break;
+    case GROVE__TK_TANH: elt = GROVE__ELT_TANH; break;
+    default: return grove_err_set(t->err, GROVE_E_INTERNAL, "activation: kind %d", (int)kind);
   }
+  grove__elementwise(elt, slope, xd, yd, N);
   *y = yv;
   if (!rg) return GROVE_OK;
   grove__node n = {.backward = act_backward, .nin = 1, .nout = 1, .in = {x}, .out = {yv}};
