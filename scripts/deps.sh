@@ -10,7 +10,9 @@
 #                            parity and integration tests), python3-torchvision
 #                            (tests/py/test_zoo.py), python3-yaml and
 #                            systemd and procps (deploy/'s manifests and the
-#                            unit, whose ExecReload is /bin/kill, checked)
+#                            unit, whose ExecReload is /bin/kill, checked), curl
+#                            (README's tour and the Open Inference Protocol tests
+#                            drive groved's HTTP listener with it)
 #   scripts/deps.sh --all    also python3-sklearn (examples/train_digits.py
 #                            regenerates examples/digits; `make bench`)
 #   (--torch is the old name of --all.)
@@ -18,7 +20,7 @@ set -euo pipefail
 pkgs=(build-essential pkg-config libuv1-dev libnng-dev libprotobuf-c-dev protobuf-c-compiler
       libopenblas-dev check libjansson-dev zlib1g-dev)
 test_pkgs=(clang libclang-rt-14-dev python3 python3-torch python3-torchvision python3-numpy python3-yaml
-           systemd procps)
+           systemd procps curl)
 case "${1:-}" in
   "") ;;
   --test) pkgs+=("${test_pkgs[@]}") ;;
