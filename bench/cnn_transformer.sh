@@ -51,6 +51,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/grove-bench-extra-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 results="$work/results.jsonl"
 : >"$results"
+. "$root/bench/peers_lib.sh"
 
 # ------------------------------------------------------------------ PyTorch (+ ONNX files)
 cat >"$work/torch_bench.py" <<'PY'
@@ -113,17 +114,7 @@ const ort = require('onnxruntime-node');
 })();
 JS
 
-have_ort=1
-if ! command -v node >/dev/null; then
-  echo "onnxruntime: node not found; skipping ONNX Runtime"
-  have_ort=0
-elif [ ! -d "$peer_out/node_modules/onnxruntime-node" ]; then
-  mkdir -p "$peer_out"
-  if ! (cd "$peer_out" && npm install --silent --ignore-scripts onnxruntime-node@1.30.0 >/dev/null 2>&1); then
-    echo "onnxruntime: could not install onnxruntime-node into $peer_out; skipping ONNX Runtime"
-    have_ort=0
-  fi
-fi
+peers_install_ort
 
 echo "== $title: $threads thread(s) per engine on $(nproc) cores," \
   "batches $batches, $rounds rounds"
@@ -150,30 +141,8 @@ for r in $(seq 1 "$rounds"); do
     fi
     grep '^{' "$work/torch.out" >>"$results"
     [ "$first" = 1 ] && grep '^onnx: ' "$work/torch.err"
-    if [ "$have_ort" = 1 ] && [ -f "$work/$model.onnx" ]; then
-      if ! GROVE_BENCH_WARMUP=$warmup NODE_PATH="$peer_out/node_modules" node "$work/ort_bench.js" "$work/$model.onnx" "$model" \
-        "$batches" "$threads" "$seconds" "$work/$model.meta.json" >"$work/ort.out" 2>"$work/ort.err"; then
-        echo "onnxruntime: $model failed (round $r):"
-        tail -5 "$work/ort.err" | sed 's/^/  /'
-      fi
-      grep '^{' "$work/ort.out" >>"$results"
-    fi
-    if [ "$have_grove" = 1 ] && [ -f "$work/$model/model.json" ]; then
-      for b in ${batches//,/ }; do
-        if ! "$grove_bin" bench --local "$work/$model" --batch "$b" --seconds "$seconds" \
-          --threads "$threads" >"$work/grove.out" 2>&1; then
-          echo "grove: $model bench failed at batch $b:"
-          tail -5 "$work/grove.out" | sed 's/^/  /'
-          continue
-        fi
-        tail -n 1 "$work/grove.out" | "$python" -c '
-import json, sys
-kv = dict(f.split("=", 1) for f in sys.stdin.read().split())
-print(json.dumps({"engine": "grove", "model": sys.argv[1], "batch": int(kv["batch"]),
-                  "samples_per_s": float(kv["samples_per_s"]),
-                  "ms_per_batch": float(kv["ms_per_batch"])}))' "$model" >>"$results"
-      done
-    fi
+    GROVE_BENCH_WARMUP=$warmup peers_run_ort "$model" "$r"
+    peers_run_grove "$model"
   done
   echo "  round $r done"
 done
