@@ -90,30 +90,6 @@ for b in [int(s) for s in batches.split(",")]:
                       "samples_per_s": round(b / dt, 1), "ms_per_batch": round(dt * 1e3, 4)}))
 PY
 
-# ------------------------------------------------------------------ ONNX Runtime
-cat >"$work/ort_bench.js" <<'JS'
-const ort = require('onnxruntime-node');
-(async () => {
-  const [file, name, batches, threads, secs, metaFile] = process.argv.slice(2);
-  const meta = JSON.parse(require('fs').readFileSync(metaFile, 'utf8'));
-  const s = await ort.InferenceSession.create(file, {intraOpNumThreads: +threads, interOpNumThreads: 1});
-  for (const b of batches.split(',').map(Number)) {
-    const shape = [b, ...meta.shape];
-    const n = shape.reduce((a, c) => a * c, 1);
-    const x = meta.dtype === 'int64'
-      ? new ort.Tensor('int64', BigInt64Array.from({length: n}, (_, i) => BigInt(i % 997)), shape)
-      : new ort.Tensor('float32', Float32Array.from({length: n}, () => Math.random() - 0.5), shape);
-    const feeds = {[s.inputNames[0]]: x};
-    for (let i = 0; i < +(process.env.GROVE_BENCH_WARMUP || 5); i++) await s.run(feeds);
-    let k = 0; const t0 = process.hrtime.bigint(); let dt = 0;
-    for (;;) { await s.run(feeds); k++; dt = Number(process.hrtime.bigint() - t0) / 1e9; if (dt > +secs) break; }
-    dt /= k;
-    console.log(JSON.stringify({engine: 'onnxruntime-' + require('onnxruntime-node/package.json').version,
-      model: name, batch: b, samples_per_s: +(b / dt).toFixed(1), ms_per_batch: +(dt * 1e3).toFixed(4)}));
-  }
-})();
-JS
-
 peers_install_ort
 
 echo "== $title: $threads thread(s) per engine on $(nproc) cores," \
@@ -141,7 +117,7 @@ for r in $(seq 1 "$rounds"); do
     fi
     grep '^{' "$work/torch.out" >>"$results"
     [ "$first" = 1 ] && grep '^onnx: ' "$work/torch.err"
-    GROVE_BENCH_WARMUP=$warmup peers_run_ort "$model" "$r"
+    peers_run_ort "$model" "$r" "$warmup" 0
     peers_run_grove "$model"
   done
   echo "  round $r done"

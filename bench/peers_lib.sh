@@ -1,7 +1,7 @@
 # bench/peers_lib.sh: the steps bench/sequence.sh and bench/cnn_transformer.sh share, sourced
 # by both (not run on its own): installing ONNX Runtime (npm's onnxruntime-node) once into
-# PEER_OUT, and one round's ONNX Runtime and Grove runs of a model, each appending JSON lines
-# to the caller's results file.  The callers set root, work, results, python, peer_out,
+# PEER_OUT, and one round's ONNX Runtime (bench/ort_bench.js) and Grove runs of a model, each
+# appending JSON lines to the caller's results file.  The callers set root, work, results, python, peer_out,
 # grove_bin, batches, seconds and threads before they call these.
 
 # peers_install_ort: sets have_ort to 1 when node and onnxruntime-node (installed into
@@ -20,13 +20,15 @@ peers_install_ort() {
   fi
 }
 
-# peers_run_ort MODEL ROUND: the caller's $work/ort_bench.js on $work/MODEL.onnx (when the
-# PyTorch step wrote it and ORT is installed); extra environment for node comes from the caller.
+# peers_run_ort MODEL ROUND WARMUP ID_BASE: bench/ort_bench.js on $work/MODEL.onnx and
+# $work/MODEL.meta.json (when the PyTorch step wrote them and ORT is installed), WARMUP runs
+# before the timing, the first int64 input's token ids from ID_BASE.
 peers_run_ort() {
-  local model=$1 r=$2
+  local model=$1 r=$2 warmup=$3 id_base=$4
   [ "$have_ort" = 1 ] && [ -f "$work/$model.onnx" ] || return 0
-  if ! NODE_PATH="$peer_out/node_modules" node "$work/ort_bench.js" "$work/$model.onnx" "$model" \
-    "$batches" "$threads" "$seconds" "$work/$model.meta.json" >"$work/ort.out" 2>"$work/ort.err"; then
+  if ! NODE_PATH="$peer_out/node_modules" node "$root/bench/ort_bench.js" "$work/$model.onnx" \
+    "$model" "$batches" "$threads" "$seconds" "$work/$model.meta.json" "$warmup" "$id_base" \
+    >"$work/ort.out" 2>"$work/ort.err"; then
     echo "onnxruntime: $model failed (round $r):"
     tail -5 "$work/ort.err" | sed 's/^/  /'
   fi
