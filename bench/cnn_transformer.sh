@@ -55,8 +55,10 @@ results="$work/results.jsonl"
 
 # ------------------------------------------------------------------ PyTorch (+ ONNX files)
 cat >"$work/torch_bench.py" <<'PY'
-import importlib.util, json, os, sys, time
+import importlib.util, json, os, sys
 import torch
+sys.path.insert(0, sys.argv[10])
+from peers_torch import time_forward
 spec = importlib.util.spec_from_file_location("bench_builders", sys.argv[1])
 builders = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(builders)
@@ -78,16 +80,7 @@ for b in [int(s) for s in batches.split(",")]:
         x = torch.randint(0, 1000, (b, *x1.shape[1:]))
     else:
         x = torch.randn(b, *x1.shape[1:])
-    with torch.inference_mode():
-        for _ in range(int(warmup)):
-            m(x)
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < float(seconds):
-            m(x)
-            n += 1
-        dt = (time.perf_counter() - t0) / n
-    print(json.dumps({"engine": f"torch-{torch.__version__}", "model": name, "batch": b,
-                      "samples_per_s": round(b / dt, 1), "ms_per_batch": round(dt * 1e3, 4)}))
+    time_forward(m, [x], name, b, float(seconds), int(warmup))
 PY
 
 peers_install_ort
@@ -111,7 +104,7 @@ for r in $(seq 1 "$rounds"); do
   for model in ${models//,/ }; do
     first=$([ "$r" = 1 ] && echo 1 || echo 0)
     if ! "$python" "$work/torch_bench.py" "$builders" "$work" "$model" "$batches" "$threads" \
-      "$seconds" "$first" "$opset" "$warmup" >"$work/torch.out" 2>"$work/torch.err"; then
+      "$seconds" "$first" "$opset" "$warmup" "$root/bench" >"$work/torch.out" 2>"$work/torch.err"; then
       echo "pytorch: $model failed (round $r):"
       tail -5 "$work/torch.err" | sed 's/^/  /'
     fi

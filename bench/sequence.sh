@@ -70,11 +70,12 @@ PY
 
 # ------------------------------------------------------------------ PyTorch (+ ONNX files)
 cat >"$work/torch_bench.py" <<'PY'
-import json, os, sys, time, warnings
+import json, os, sys, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, sys.argv[1])
 import torch
 from models_seq import BUILDERS
+from peers_torch import time_forward
 out, name, batches, threads, seconds, write_onnx = sys.argv[2:8]
 torch.set_num_threads(int(threads))
 m, xs = BUILDERS[name]()
@@ -91,17 +92,8 @@ if write_onnx == "1":
     except Exception as e:  # the table shows no ORT figure; say why once
         print(f"onnx export of {name} failed: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
 for b in [int(s) for s in batches.split(",")]:
-    x = [t.expand(b, *t.shape[1:]).contiguous() for t in xs]
-    with torch.inference_mode():
-        for _ in range(3):
-            m(*x)
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < float(seconds):
-            m(*x)
-            n += 1
-        dt = (time.perf_counter() - t0) / n
-    print(json.dumps({"engine": f"torch-{torch.__version__}", "model": name, "batch": b,
-                      "samples_per_s": round(b / dt, 1), "ms_per_batch": round(dt * 1e3, 4)}))
+    time_forward(m, [t.expand(b, *t.shape[1:]).contiguous() for t in xs], name, b,
+                 float(seconds), 3)
 PY
 
 peers_install_ort
