@@ -33,25 +33,16 @@ if [ -z "$grove_bin" ]; then
   echo "usage: bench/cnn_transformer.sh GROVE_BIN [cnn,transformer]" >&2
   exit 2
 fi
-case "$grove_bin" in /*) ;; *) grove_bin="$root/$grove_bin" ;; esac
+. "$root/bench/peers_lib.sh"
+peers_settings
 batches=${GROVE_BENCH_BATCHES:-1,64}
-seconds=${GROVE_BENCH_SECONDS:-2}
-rounds=${GROVE_BENCH_ROUNDS:-3}
-peer_out=${PEER_OUT:-/tmp/grove-peers}
-threads=${GROVE_BENCH_THREADS:-$(nproc)}
-python=/usr/bin/python3
-[ -x "$python" ] || python=python3
 builders=${GROVE_BENCH_BUILDERS:-$root/bench/models_extra.py}
 case "$builders" in /*) ;; *) builders="$root/$builders" ;; esac
 title=${GROVE_BENCH_TITLE:-"CNN and transformer (bench/models_extra.py)"}
 opset=${GROVE_BENCH_OPSET:-13}
 warmup=${GROVE_BENCH_WARMUP:-5}
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/grove-bench-extra-XXXXXX")
-trap 'rm -rf "$work"' EXIT
-results="$work/results.jsonl"
-: >"$results"
-. "$root/bench/peers_lib.sh"
+peers_workdir grove-bench-extra
 
 # ------------------------------------------------------------------ PyTorch (+ ONNX files)
 cat >"$work/torch_bench.py" <<'PY'

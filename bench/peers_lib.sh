@@ -1,8 +1,30 @@
 # bench/peers_lib.sh: the steps bench/sequence.sh and bench/cnn_transformer.sh share, sourced
 # by both (not run on its own): installing ONNX Runtime (npm's onnxruntime-node) once into
 # PEER_OUT, and one round's ONNX Runtime (bench/ort_bench.js) and Grove runs of a model, each
-# appending JSON lines to the caller's results file.  The callers set root, work, results, python, peer_out,
-# grove_bin, batches, seconds and threads before they call these.
+# appending JSON lines to the caller's results file.  The callers set root, grove_bin and
+# batches, then call peers_settings and peers_workdir, which set the rest.
+
+# peers_settings: grove_bin made absolute (from $root), and the settings every peers bench
+# reads the same way: seconds (GROVE_BENCH_SECONDS, 2), rounds (GROVE_BENCH_ROUNDS, 3),
+# peer_out (PEER_OUT, /tmp/grove-peers), threads (GROVE_BENCH_THREADS, every core), python.
+peers_settings() {
+  case "$grove_bin" in /*) ;; *) grove_bin="$root/$grove_bin" ;; esac
+  seconds=${GROVE_BENCH_SECONDS:-2}
+  rounds=${GROVE_BENCH_ROUNDS:-3}
+  peer_out=${PEER_OUT:-/tmp/grove-peers}
+  threads=${GROVE_BENCH_THREADS:-$(nproc)}
+  python=/usr/bin/python3
+  [ -x "$python" ] || python=python3
+}
+
+# peers_workdir PREFIX: work, a fresh folder under TMPDIR removed at exit, and results, its
+# empty JSON-lines file.
+peers_workdir() {
+  work=$(mktemp -d "${TMPDIR:-/tmp}/$1-XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  results="$work/results.jsonl"
+  : >"$results"
+}
 
 # peers_install_ort: sets have_ort to 1 when node and onnxruntime-node (installed into
 # $peer_out on first use, shared between the benches) are there, else 0 with a line saying why.

@@ -31,20 +31,11 @@ if [ -z "$grove_bin" ]; then
   echo "usage: bench/sequence.sh GROVE_BIN [lstm,bert,decoder]" >&2
   exit 2
 fi
-case "$grove_bin" in /*) ;; *) grove_bin="$root/$grove_bin" ;; esac
-batches=${GROVE_SEQ_BATCHES:-1,16}
-seconds=${GROVE_BENCH_SECONDS:-2}
-rounds=${GROVE_BENCH_ROUNDS:-3}
-peer_out=${PEER_OUT:-/tmp/grove-peers}
-threads=${GROVE_BENCH_THREADS:-$(nproc)}
-python=/usr/bin/python3
-[ -x "$python" ] || python=python3
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/grove-bench-seq-XXXXXX")
-trap 'rm -rf "$work"' EXIT
-results="$work/results.jsonl"
-: >"$results"
 . "$root/bench/peers_lib.sh"
+peers_settings
+batches=${GROVE_SEQ_BATCHES:-1,16}
+
+peers_workdir grove-bench-seq
 
 # ------------------------------------------------------------------ Grove's directories
 cat >"$work/export.py" <<'PY'
