@@ -279,6 +279,14 @@ grove_status grove__layer_make(const grove_module_type *type, void *impl, grove_
  * (float32) or 0, as m's parameter (or persistent buffer) name. */
 grove_status grove__layer_param(grove_module *m, const char *name, bool buffer, int ndim,
                                 const int64_t *shape, grove_dtype dt, float fill, grove_err *err);
+/* layers_norm.c: torch's slots of the normalisation layers, in torch's
+ * order, on m.  grove__norm_affine: the parameters weight (ones) and bias
+ * (zeros) of this shape, or both None without affine.  grove__norm_running:
+ * the buffers running_mean (zeros) and running_var (ones) of C floats and
+ * num_batches_tracked (an int64 0), or all three None without running. */
+grove_status grove__norm_affine(grove_module *m, int ndim, const int64_t *shape, bool affine,
+                                grove_err *err);
+grove_status grove__norm_running(grove_module *m, int64_t C, bool running, grove_err *err);
 /* GROVE_E_SHAPE: "<layer>: expected <want>, got input of shape [...]". */
 grove_status grove__shape_error(grove_fwd *f, const char *layer, const char *want,
                                 const grove_tensor *x);
