@@ -33,29 +33,23 @@ if [ -z "$grove_bin" ]; then
   echo "usage: bench/cnn_transformer.sh GROVE_BIN [cnn,transformer]" >&2
   exit 2
 fi
-case "$grove_bin" in /*) ;; *) grove_bin="$root/$grove_bin" ;; esac
+. "$root/bench/peers_lib.sh"
+peers_settings
 batches=${GROVE_BENCH_BATCHES:-1,64}
-seconds=${GROVE_BENCH_SECONDS:-2}
-rounds=${GROVE_BENCH_ROUNDS:-3}
-peer_out=${PEER_OUT:-/tmp/grove-peers}
-threads=${GROVE_BENCH_THREADS:-$(nproc)}
-python=/usr/bin/python3
-[ -x "$python" ] || python=python3
 builders=${GROVE_BENCH_BUILDERS:-$root/bench/models_extra.py}
 case "$builders" in /*) ;; *) builders="$root/$builders" ;; esac
 title=${GROVE_BENCH_TITLE:-"CNN and transformer (bench/models_extra.py)"}
 opset=${GROVE_BENCH_OPSET:-13}
 warmup=${GROVE_BENCH_WARMUP:-5}
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/grove-bench-extra-XXXXXX")
-trap 'rm -rf "$work"' EXIT
-results="$work/results.jsonl"
-: >"$results"
+peers_workdir grove-bench-extra
 
 # ------------------------------------------------------------------ PyTorch (+ ONNX files)
 cat >"$work/torch_bench.py" <<'PY'
-import importlib.util, json, os, sys, time
+import importlib.util, json, os, sys
 import torch
+sys.path.insert(0, sys.argv[10])
+from peers_torch import time_forward
 spec = importlib.util.spec_from_file_location("bench_builders", sys.argv[1])
 builders = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(builders)
@@ -77,53 +71,10 @@ for b in [int(s) for s in batches.split(",")]:
         x = torch.randint(0, 1000, (b, *x1.shape[1:]))
     else:
         x = torch.randn(b, *x1.shape[1:])
-    with torch.inference_mode():
-        for _ in range(int(warmup)):
-            m(x)
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < float(seconds):
-            m(x)
-            n += 1
-        dt = (time.perf_counter() - t0) / n
-    print(json.dumps({"engine": f"torch-{torch.__version__}", "model": name, "batch": b,
-                      "samples_per_s": round(b / dt, 1), "ms_per_batch": round(dt * 1e3, 4)}))
+    time_forward(m, [x], name, b, float(seconds), int(warmup))
 PY
 
-# ------------------------------------------------------------------ ONNX Runtime
-cat >"$work/ort_bench.js" <<'JS'
-const ort = require('onnxruntime-node');
-(async () => {
-  const [file, name, batches, threads, secs, metaFile] = process.argv.slice(2);
-  const meta = JSON.parse(require('fs').readFileSync(metaFile, 'utf8'));
-  const s = await ort.InferenceSession.create(file, {intraOpNumThreads: +threads, interOpNumThreads: 1});
-  for (const b of batches.split(',').map(Number)) {
-    const shape = [b, ...meta.shape];
-    const n = shape.reduce((a, c) => a * c, 1);
-    const x = meta.dtype === 'int64'
-      ? new ort.Tensor('int64', BigInt64Array.from({length: n}, (_, i) => BigInt(i % 997)), shape)
-      : new ort.Tensor('float32', Float32Array.from({length: n}, () => Math.random() - 0.5), shape);
-    const feeds = {[s.inputNames[0]]: x};
-    for (let i = 0; i < +(process.env.GROVE_BENCH_WARMUP || 5); i++) await s.run(feeds);
-    let k = 0; const t0 = process.hrtime.bigint(); let dt = 0;
-    for (;;) { await s.run(feeds); k++; dt = Number(process.hrtime.bigint() - t0) / 1e9; if (dt > +secs) break; }
-    dt /= k;
-    console.log(JSON.stringify({engine: 'onnxruntime-' + require('onnxruntime-node/package.json').version,
-      model: name, batch: b, samples_per_s: +(b / dt).toFixed(1), ms_per_batch: +(dt * 1e3).toFixed(4)}));
-  }
-})();
-JS
-
-have_ort=1
-if ! command -v node >/dev/null; then
-  echo "onnxruntime: node not found; skipping ONNX Runtime"
-  have_ort=0
-elif [ ! -d "$peer_out/node_modules/onnxruntime-node" ]; then
-  mkdir -p "$peer_out"
-  if ! (cd "$peer_out" && npm install --silent --ignore-scripts onnxruntime-node@1.30.0 >/dev/null 2>&1); then
-    echo "onnxruntime: could not install onnxruntime-node into $peer_out; skipping ONNX Runtime"
-    have_ort=0
-  fi
-fi
+peers_install_ort
 
 echo "== $title: $threads thread(s) per engine on $(nproc) cores," \
   "batches $batches, $rounds rounds"
@@ -144,36 +95,14 @@ for r in $(seq 1 "$rounds"); do
   for model in ${models//,/ }; do
     first=$([ "$r" = 1 ] && echo 1 || echo 0)
     if ! "$python" "$work/torch_bench.py" "$builders" "$work" "$model" "$batches" "$threads" \
-      "$seconds" "$first" "$opset" "$warmup" >"$work/torch.out" 2>"$work/torch.err"; then
+      "$seconds" "$first" "$opset" "$warmup" "$root/bench" >"$work/torch.out" 2>"$work/torch.err"; then
       echo "pytorch: $model failed (round $r):"
       tail -5 "$work/torch.err" | sed 's/^/  /'
     fi
     grep '^{' "$work/torch.out" >>"$results"
     [ "$first" = 1 ] && grep '^onnx: ' "$work/torch.err"
-    if [ "$have_ort" = 1 ] && [ -f "$work/$model.onnx" ]; then
-      if ! GROVE_BENCH_WARMUP=$warmup NODE_PATH="$peer_out/node_modules" node "$work/ort_bench.js" "$work/$model.onnx" "$model" \
-        "$batches" "$threads" "$seconds" "$work/$model.meta.json" >"$work/ort.out" 2>"$work/ort.err"; then
-        echo "onnxruntime: $model failed (round $r):"
-        tail -5 "$work/ort.err" | sed 's/^/  /'
-      fi
-      grep '^{' "$work/ort.out" >>"$results"
-    fi
-    if [ "$have_grove" = 1 ] && [ -f "$work/$model/model.json" ]; then
-      for b in ${batches//,/ }; do
-        if ! "$grove_bin" bench --local "$work/$model" --batch "$b" --seconds "$seconds" \
-          --threads "$threads" >"$work/grove.out" 2>&1; then
-          echo "grove: $model bench failed at batch $b:"
-          tail -5 "$work/grove.out" | sed 's/^/  /'
-          continue
-        fi
-        tail -n 1 "$work/grove.out" | "$python" -c '
-import json, sys
-kv = dict(f.split("=", 1) for f in sys.stdin.read().split())
-print(json.dumps({"engine": "grove", "model": sys.argv[1], "batch": int(kv["batch"]),
-                  "samples_per_s": float(kv["samples_per_s"]),
-                  "ms_per_batch": float(kv["ms_per_batch"])}))' "$model" >>"$results"
-      done
-    fi
+    peers_run_ort "$model" "$r" "$warmup" 0
+    peers_run_grove "$model"
   done
   echo "  round $r done"
 done

@@ -3,7 +3,7 @@
  * the compute thread pool (grove__parallel_for, threadpool.c), arena
  * compaction (arena_keep.c), the NCHW/NHWC transposes (transpose.c), a
  * convolution's patches (im2col.c), the Winograd transforms (winograd.c)
- * and the depthwise convolution (depthwise.c).
+ * the depthwise convolution (depthwise.c) and the vector exp (simd_exp.h).
  * Never installed (tests and bench/ may include it). */
 #ifndef GROVE_CORE_KERNELS_H
 #define GROVE_CORE_KERNELS_H

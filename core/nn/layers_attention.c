@@ -34,6 +34,7 @@
 #include "graph_ops.h"
 #include "layers_internal.h"
 #include "observe.h"
+#include "simd_exp.h"
 
 /* *c is read here, after the constructor ran: C leaves the order of
  * argument evaluation open. */
@@ -287,25 +288,6 @@ static void mix_avx512(const float *p, const float *v, int64_t rsv, float *o, in
   }
 }
 
-/* exp(x) for 16 lanes (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2,
- * exp(r) by a degree-7 polynomial, times 2^n), within 2 ulp. */
-static inline __m512 exp512(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f)),
-                    _mm512_set1_ps(-88.3762626647949f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
-}
-
 /* Softmax of L rows of S <= 64 floats in place: max-subtracted, summed in
  * float over at most 64 terms. */
 static void softmax_rows_avx512(float *sc, int64_t L, int64_t S) {
@@ -328,11 +310,11 @@ static void softmax_rows_avx512(float *sc, int64_t L, int64_t S) {
     const __m512 mv = _mm512_set1_ps(top);
     __m512 sum = _mm512_setzero_ps();
     for (int j = 0; j < nv; j++) {
-      /* A masked key (-inf) weighs exactly 0, as in torch (exp512 clamps
+      /* A masked key (-inf) weighs exactly 0, as in torch (grove__exp16 clamps
        * its argument, which would leave 2^-127). */
       const __mmask16 live =
           m[j] & _mm512_cmp_ps_mask(v[j], _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
-      v[j] = _mm512_maskz_mov_ps(live, exp512(_mm512_sub_ps(v[j], mv)));
+      v[j] = _mm512_maskz_mov_ps(live, grove__exp16(_mm512_sub_ps(v[j], mv)));
       sum = _mm512_add_ps(sum, v[j]);
     }
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));

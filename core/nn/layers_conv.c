@@ -1112,20 +1112,11 @@ static grove_status conv_from_json(int nd, const json_t *obj, const char *path, 
   static const char *const keys[] = {
       "in_channels", "out_channels", "kernel_size", "stride",       "padding",
       "dilation",    "groups",       "bias",        "padding_mode", NULL};
-  static const char *const modes[] = {"zeros", "reflect", "replicate", "circular", NULL};
   const char *T = nd == 1 ? "Conv1d" : "Conv2d";
-  int64_t cin, cout, groups;
+  int64_t cin, cout;
   grove_conv_opts o = {0};
-  int mode = 0;
   grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = grove__json_int(obj, path, T, "in_channels", true, 0, 1, INT32_MAX, &cin, err);
-  if (!s) s = grove__json_int(obj, path, T, "out_channels", true, 0, 1, INT32_MAX, &cout, err);
-  if (!s) s = grove__json_ints(obj, path, T, "kernel_size", nd, 0, 1, BIG, o.kernel_size, err);
-  if (!s) s = grove__json_ints(obj, path, T, "stride", nd, 1, 1, BIG, o.stride, err);
-  if (!s) s = grove__json_ints(obj, path, T, "dilation", nd, 1, 1, BIG, o.dilation, err);
-  if (!s) s = grove__json_int(obj, path, T, "groups", false, 1, 1, INT32_MAX, &groups, err);
-  if (!s) s = grove__json_bool(obj, path, T, "bias", true, &o.bias, err);
-  if (!s) s = grove__json_choice(obj, path, T, "padding_mode", 0, modes, &mode, err);
+  if (!s) s = grove__conv_json_common(obj, path, T, nd, &cin, &cout, &o, err);
   if (s) return s;
   const json_t *pad = json_object_get(obj, "padding");
   if (json_is_string(pad)) {
@@ -1139,24 +1130,38 @@ static grove_status conv_from_json(int nd, const json_t *obj, const char *path, 
     s = grove__json_ints(obj, path, T, "padding", nd, 0, 0, BIG, o.padding, err);
     if (s) return s;
   }
-  if ((s = grove__conv_json_check(path, mode, cin, cout, groups, err))) return s;
-  o.groups = groups;
   return grove__json_built(path,
                            nd == 1 ? grove_conv1d_new(cin, cout, &o, out, err)
                                    : grove_conv2d_new(cin, cout, &o, out, err),
                            err);
 }
 
-grove_status grove__conv_json_check(const char *path, int padding_mode, int64_t cin,
-                                    int64_t cout, int64_t groups, grove_err *err) {
-  if (padding_mode != 0)
+grove_status grove__conv_json_common(const json_t *obj, const char *path, const char *T,
+                                     int nd, int64_t *cin, int64_t *cout, grove_conv_opts *o,
+                                     grove_err *err) {
+  static const char *const modes[] = {"zeros", "reflect", "replicate", "circular", NULL};
+  int64_t groups;
+  int mode = 0;
+  grove_status s = grove__json_int(obj, path, T, "in_channels", true, 0, 1, INT32_MAX, cin, err);
+  if (!s) s = grove__json_int(obj, path, T, "out_channels", true, 0, 1, INT32_MAX, cout, err);
+  if (!s) s = grove__json_ints(obj, path, T, "kernel_size", nd, 0, 1, BIG, o->kernel_size, err);
+  if (!s) s = grove__json_ints(obj, path, T, "stride", nd, 1, 1, BIG, o->stride, err);
+  if (!s) s = grove__json_ints(obj, path, T, "dilation", nd, 1, 1, BIG, o->dilation, err);
+  if (!s) s = grove__json_int(obj, path, T, "groups", false, 1, 1, INT32_MAX, &groups, err);
+  if (!s) s = grove__json_bool(obj, path, T, "bias", true, &o->bias, err);
+  if (!s) s = grove__json_choice(obj, path, T, "padding_mode", 0, modes, &mode, err);
+  if (s) return s;
+  /* torch accepts only zeros for the transposed convolutions; Grove's
+   * convolutions pad with zeros only. */
+  if (mode != 0)
     return grove__json_unsupported(path, "padding_mode", "only padding_mode=\"zeros\" is supported",
                                    err);
-  if (cin % groups || cout % groups)
+  if (*cin % groups || *cout % groups)
     return grove_err_set(err, GROVE_E_SPEC,
                          "%s.groups: in_channels (%lld) and out_channels (%lld) must both be "
                          "divisible by groups (%lld)",
-                         path, (long long)cin, (long long)cout, (long long)groups);
+                         path, (long long)*cin, (long long)*cout, (long long)groups);
+  o->groups = groups;
   return GROVE_OK;
 }
 

@@ -283,26 +283,14 @@ grove_status grove__conv_transpose2d_from_json(const json_t *obj, const char *pa
                                      "stride",      "padding",        "output_padding",
                                      "groups",      "bias",           "dilation",
                                      "padding_mode", NULL};
-  static const char *const modes[] = {"zeros", "reflect", "replicate", "circular", NULL};
   const char *T = "ConvTranspose2d";
-  int64_t cin, cout, groups;
+  int64_t cin, cout;
   grove_conv_opts o = {0};
-  int mode = 0;
   grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = grove__json_int(obj, path, T, "in_channels", true, 0, 1, INT32_MAX, &cin, err);
-  if (!s) s = grove__json_int(obj, path, T, "out_channels", true, 0, 1, INT32_MAX, &cout, err);
-  if (!s) s = grove__json_ints(obj, path, T, "kernel_size", 2, 0, 1, BIG, o.kernel_size, err);
-  if (!s) s = grove__json_ints(obj, path, T, "stride", 2, 1, 1, BIG, o.stride, err);
+  if (!s) s = grove__conv_json_common(obj, path, T, 2, &cin, &cout, &o, err);
   if (!s) s = grove__json_ints(obj, path, T, "padding", 2, 0, 0, BIG, o.padding, err);
   if (!s)
     s = grove__json_ints(obj, path, T, "output_padding", 2, 0, 0, BIG, o.output_padding, err);
-  if (!s) s = grove__json_ints(obj, path, T, "dilation", 2, 1, 1, BIG, o.dilation, err);
-  if (!s) s = grove__json_int(obj, path, T, "groups", false, 1, 1, INT32_MAX, &groups, err);
-  if (!s) s = grove__json_bool(obj, path, T, "bias", true, &o.bias, err);
-  if (!s) s = grove__json_choice(obj, path, T, "padding_mode", 0, modes, &mode, err);
   if (s) return s;
-  /* torch itself accepts only zeros for the transposed convolutions. */
-  if ((s = grove__conv_json_check(path, mode, cin, cout, groups, err))) return s;
-  o.groups = groups;
   return grove__json_built(path, grove_conv_transpose2d_new(cin, cout, &o, out, err), err);
 }

@@ -134,10 +134,15 @@ void grove__packs_free(grove__linear_pack **packs, int64_t n);
  * GROVE_E_SHAPE / GROVE_E_DTYPE naming T otherwise. */
 grove_status grove__conv_check_bias(const char *T, const grove_tensor *w, const grove_tensor *b,
                                     int64_t cout, grove_err *err);
-/* model.json: padding_mode (an index of zeros, reflect, replicate,
- * circular) must be zeros, and groups must divide both channel counts. */
-grove_status grove__conv_json_check(const char *path, int padding_mode, int64_t cin,
-                                    int64_t cout, int64_t groups, grove_err *err);
+/* model.json: the keys Conv1d/Conv2d and ConvTranspose2d share, read from
+ * obj (its keys already checked by the caller) for an nd-dimensional
+ * convolution named T: in_channels, out_channels, kernel_size, stride,
+ * dilation, groups, bias and padding_mode into *cin, *cout and *o (the
+ * caller reads padding, whose forms differ).  padding_mode must be zeros
+ * and groups must divide both channel counts; errors name path and key. */
+grove_status grove__conv_json_common(const struct json_t *obj, const char *path, const char *T,
+                                     int nd, int64_t *cin, int64_t *cout, grove_conv_opts *o,
+                                     grove_err *err);
 
 /* The pools' one computation (layers_pool.c), which the pooling modules
  * (their impl is a grove__pool) and the functional forms (F.max_pool2d ...,
@@ -290,6 +295,14 @@ grove_status grove__layer_make(const grove_module_type *type, void *impl, grove_
  * (float32) or 0, as m's parameter (or persistent buffer) name. */
 grove_status grove__layer_param(grove_module *m, const char *name, bool buffer, int ndim,
                                 const int64_t *shape, grove_dtype dt, float fill, grove_err *err);
+/* layers_norm.c: torch's slots of the normalisation layers, in torch's
+ * order, on m.  grove__norm_affine: the parameters weight (ones) and bias
+ * (zeros) of this shape, or both None without affine.  grove__norm_running:
+ * the buffers running_mean (zeros) and running_var (ones) of C floats and
+ * num_batches_tracked (an int64 0), or all three None without running. */
+grove_status grove__norm_affine(grove_module *m, int ndim, const int64_t *shape, bool affine,
+                                grove_err *err);
+grove_status grove__norm_running(grove_module *m, int64_t C, bool running, grove_err *err);
 /* GROVE_E_SHAPE: "<layer>: expected <want>, got input of shape [...]". */
 grove_status grove__shape_error(grove_fwd *f, const char *layer, const char *want,
                                 const grove_tensor *x);

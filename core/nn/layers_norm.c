@@ -354,6 +354,30 @@ void grove__bn_settings(const grove_module *m, grove__layer_settings *s) {
   s->track = p->track_running_stats;
 }
 
+grove_status grove__norm_affine(grove_module *m, int ndim, const int64_t *shape, bool affine,
+                                grove_err *err) {
+  if (!affine) {
+    grove_status s = grove_module_register_parameter(m, "weight", NULL, err);
+    return s ? s : grove_module_register_parameter(m, "bias", NULL, err);
+  }
+  grove_status s = grove__layer_param(m, "weight", false, ndim, shape, GROVE_F32, 1.0f, err);
+  return s ? s : grove__layer_param(m, "bias", false, ndim, shape, GROVE_F32, 0.0f, err);
+}
+
+grove_status grove__norm_running(grove_module *m, int64_t C, bool running, grove_err *err) {
+  grove_status s;
+  if (running) {
+    s = grove__layer_param(m, "running_mean", true, 1, &C, GROVE_F32, 0.0f, err);
+    if (!s) s = grove__layer_param(m, "running_var", true, 1, &C, GROVE_F32, 1.0f, err);
+    if (!s) s = grove__layer_param(m, "num_batches_tracked", true, 0, NULL, GROVE_I64, 0.0f, err);
+    return s;
+  }
+  s = grove_module_register_buffer(m, "running_mean", NULL, true, err);
+  if (!s) s = grove_module_register_buffer(m, "running_var", NULL, true, err);
+  if (!s) s = grove_module_register_buffer(m, "num_batches_tracked", NULL, true, err);
+  return s;
+}
+
 static grove_status bn_new(const grove_module_type *type, int64_t max, int64_t num_features,
                            double eps, double momentum, bool affine, bool track_running_stats,
                            grove_module **out, grove_err *err) {
@@ -382,23 +406,8 @@ static grove_status bn_new(const grove_module_type *type, int64_t max, int64_t n
 
   /* torch's registration order: weight, bias, then running_mean,
    * running_var, num_batches_tracked; None where the flags say so. */
-  grove_status s = GROVE_OK;
-  if (affine) {
-    s = grove__layer_param(m, "weight", false, 1, &C, GROVE_F32, 1.0f, err);
-    if (!s) s = grove__layer_param(m, "bias", false, 1, &C, GROVE_F32, 0.0f, err);
-  } else {
-    s = grove_module_register_parameter(m, "weight", NULL, err);
-    if (!s) s = grove_module_register_parameter(m, "bias", NULL, err);
-  }
-  if (!s && track_running_stats) {
-    s = grove__layer_param(m, "running_mean", true, 1, &C, GROVE_F32, 0.0f, err);
-    if (!s) s = grove__layer_param(m, "running_var", true, 1, &C, GROVE_F32, 1.0f, err);
-    if (!s) s = grove__layer_param(m, "num_batches_tracked", true, 0, NULL, GROVE_I64, 0.0f, err);
-  } else if (!s) {
-    s = grove_module_register_buffer(m, "running_mean", NULL, true, err);
-    if (!s) s = grove_module_register_buffer(m, "running_var", NULL, true, err);
-    if (!s) s = grove_module_register_buffer(m, "num_batches_tracked", NULL, true, err);
-  }
+  grove_status s = grove__norm_affine(m, 1, &C, affine, err);
+  if (!s) s = grove__norm_running(m, C, track_running_stats, err);
   if (!s) s = bn_refresh(m, err);
   if (s != GROVE_OK) {
     grove_module_release(m);
@@ -620,14 +629,7 @@ grove_status grove_layer_norm_new(int ndim, const int64_t *normalized_shape, dou
   p->bias = p->data + D;
   grove_module *m = grove_module_new(&grove__layer_norm_type, p, err);
   if (!m) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
-  grove_status s;
-  if (elementwise_affine) {
-    s = grove__layer_param(m, "weight", false, ndim, normalized_shape, GROVE_F32, 1.0f, err);
-    if (!s) s = grove__layer_param(m, "bias", false, ndim, normalized_shape, GROVE_F32, 0.0f, err);
-  } else {
-    s = grove_module_register_parameter(m, "weight", NULL, err);
-    if (!s) s = grove_module_register_parameter(m, "bias", NULL, err);
-  }
+  grove_status s = grove__norm_affine(m, ndim, normalized_shape, elementwise_affine, err);
   if (!s) s = ln_refresh(m, err);
   if (s != GROVE_OK) {
     grove_module_release(m);

@@ -67,29 +67,11 @@ static grove_status gn_make(const grove_module_type *type, gn_impl *p, bool affi
   grove_module *m = grove_module_new(type, p, err);
   if (!m) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
   const int64_t C = p->channels;
-  grove_status s;
   /* torch's slots: weight, bias (None without affine); InstanceNorm's
    * running_mean, running_var, num_batches_tracked (None without
    * track_running_stats). */
-  if (affine) {
-    s = grove__layer_param(m, "weight", false, 1, &C, GROVE_F32, 1.0f, err);
-    if (!s) s = grove__layer_param(m, "bias", false, 1, &C, GROVE_F32, 0.0f, err);
-  } else {
-    s = grove_module_register_parameter(m, "weight", NULL, err);
-    if (!s) s = grove_module_register_parameter(m, "bias", NULL, err);
-  }
-  if (!s && p->instance) {
-    if (running) {
-      s = grove__layer_param(m, "running_mean", true, 1, &C, GROVE_F32, 0.0f, err);
-      if (!s) s = grove__layer_param(m, "running_var", true, 1, &C, GROVE_F32, 1.0f, err);
-      if (!s)
-        s = grove__layer_param(m, "num_batches_tracked", true, 0, NULL, GROVE_I64, 0.0f, err);
-    } else {
-      s = grove_module_register_buffer(m, "running_mean", NULL, true, err);
-      if (!s) s = grove_module_register_buffer(m, "running_var", NULL, true, err);
-      if (!s) s = grove_module_register_buffer(m, "num_batches_tracked", NULL, true, err);
-    }
-  }
+  grove_status s = grove__norm_affine(m, 1, &C, affine, err);
+  if (!s && p->instance) s = grove__norm_running(m, C, running, err);
   if (s) {
     grove_module_release(m);
     return s;

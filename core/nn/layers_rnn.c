@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "layers_internal.h"
+#include "simd_exp.h"
 
 enum { RNN_TANH, RNN_RELU, RNN_LSTM, RNN_GRU };
 
@@ -276,30 +277,10 @@ static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 #include <immintrin.h>
 GROVE__TARGET_PUSH("avx2,fma")
 
-/* exp(x) for 8 lanes (Cephes' expf: x = n ln2 + r, exp(r) by a degree-7
- * polynomial, times 2^n), within 2 ulp over the clamped range. */
-static inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)),
-                    _mm256_set1_ps(-87.3365447504f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 q = _mm256_set1_ps(1.9875691500E-4f);
-  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.3981999507E-3f));
-  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(8.3334519073E-3f));
-  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(4.1665795894E-2f));
-  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(1.6666665459E-1f));
-  q = _mm256_fmadd_ps(q, r, _mm256_set1_ps(5.0000001201E-1f));
-  q = _mm256_fmadd_ps(q, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  /* 2^n by the exponent bits: n is in [-126, 127] after the clamp. */
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(q, _mm256_castsi256_ps(e));
-}
-
 static inline __m256 sigmoid8(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.0f);
-  return _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+  return _mm256_div_ps(one,
+                       _mm256_add_ps(one, grove__exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
 }
 
 /* tanh(x) = 2 sigmoid(2x) - 1 (absolute error about 1e-7 near 0). */

@@ -82,6 +82,14 @@ static void walk_next(walker *w) {
   }
 }
 
+/* A walker over shape (nd dims) for the n operands ops, each broadcast to
+ * it (grove__broadcast_strides). */
+static void walk_start(walker *w, int nd, const int64_t *shape, int n,
+                       const grove_tensor *const *ops) {
+  *w = (walker){.nd = nd, .n = n, .shape = shape};
+  for (int k = 0; k < n; k++) grove__broadcast_strides(ops[k], nd, shape, w->st[k]);
+}
+
 grove_status grove__op_compare(grove_fwd *f, int op, const grove_tensor *a, const grove_tensor *b,
                                grove_tensor *out) {
   grove_status s;
@@ -92,9 +100,8 @@ grove_status grove__op_compare(grove_fwd *f, int op, const grove_tensor *a, cons
   if ((s = grove_fwd_alloc(f, out, GROVE_BOOL, nd, shape))) return s;
   const int64_t n = grove_tensor_numel(out);
   uint8_t *y = out->data;
-  walker w = {.nd = nd, .n = 2, .shape = shape};
-  grove__broadcast_strides(a, nd, shape, w.st[0]);
-  grove__broadcast_strides(b, nd, shape, w.st[1]);
+  walker w;
+  walk_start(&w, nd, shape, 2, (const grove_tensor *const[]){a, b});
   if (a->dtype == GROVE_F32 && b->dtype == GROVE_F32) {
     const float *pa = a->data, *pb = b->data;
     for (int64_t i = 0; i < n; i++, walk_next(&w)) y[i] = cmp_d(op, pa[w.off[0]], pb[w.off[1]]);
@@ -156,10 +163,8 @@ grove_status grove__op_where(grove_fwd *f, const grove_tensor *cond, const grove
   if ((s = grove_fwd_alloc(f, out, GROVE_F32, nd2, shape))) return s;
   const int64_t n = grove_tensor_numel(out);
   float *y = out->data;
-  walker w = {.nd = nd2, .n = 3, .shape = shape};
-  grove__broadcast_strides(cond, nd2, shape, w.st[0]);
-  grove__broadcast_strides(pa, nd2, shape, w.st[1]);
-  grove__broadcast_strides(pb, nd2, shape, w.st[2]);
+  walker w;
+  walk_start(&w, nd2, shape, 3, (const grove_tensor *const[]){cond, pa, pb});
   const float *da = pa->data, *db = pb->data;
   if (cond->dtype == GROVE_BOOL || cond->dtype == GROVE_U8) {
     const uint8_t *c = cond->data;
