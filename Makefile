@@ -155,7 +155,7 @@ TEST_EXTRA_check_npy := $(BUILD)/client/npy.o
 $(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TESTUTIL) $$(TEST_EXTRA_check_$$*) $(LIBGROVE)
 	$(CC) $(LDFLAGS) -o $@ $< $(TESTUTIL) $(TEST_EXTRA_check_$*) $(LIBGROVE) $(PKG_LIBS) $(CHECK_LIBS)
 
-$(FIXTURE_STAMP): tests/gen_fixtures.py tools/grove_export.py tools/grove_safetensors.py tools/grove_ops.json $(wildcard tests/fixtures_gen/*.py) \
+$(FIXTURE_STAMP): tests/gen_fixtures.py tools/grove_export.py tools/grove_export_types.py tools/grove_export_graph.py tools/grove_safetensors.py tools/grove_ops.json $(wildcard tests/fixtures_gen/*.py) \
                   | $(DEPS_TEST)
 	@mkdir -p $(dir $@)
 	@$(NEED_PYTHON); echo "$$py tests/gen_fixtures.py $(BUILD)/fixtures"; \
@@ -234,7 +234,7 @@ install: all
 	install -m 644 $(LIBGROVE) $(DESTDIR)$(PREFIX)/lib/libgrove.a
 	install -m 644 include/grove/*.h $(DESTDIR)$(PREFIX)/include/grove/
 	install -d $(DESTDIR)$(PREFIX)/share/grove
-	install -m 644 tools/grove_export.py tools/grove_safetensors.py tools/grove_ops.json $(DESTDIR)$(PREFIX)/share/grove/
+	install -m 644 tools/grove_export.py tools/grove_export_types.py tools/grove_export_graph.py tools/grove_safetensors.py tools/grove_ops.json $(DESTDIR)$(PREFIX)/share/grove/
 
 fmt:
 	clang-format -i $(CORE_SRC) $(CLIENT_SRC) $(TEST_SRC) include/grove/*.h core/*.h core/*/*.h

@@ -1,0 +1,747 @@
+#!/usr/bin/env python3
+"""grove_export_graph: the walk over a module tree (module_spec) and the
+torch.fx graphs of the modules Grove does not run as one type.  Imports
+grove_export_types only; grove_export (the API and the command line) imports it."""
+import importlib
+import json
+import operator
+import os
+import sys
+
+from grove_export_types import (  # noqa: E402
+    ExportError,
+    _OPS_FILE,
+    _dtype_name,
+    _join,
+    _kind_of,
+    _rebuild,
+    _where,
+)
+
+
+# ---------------------------------------------------------------- the walk
+
+
+def _check_hooks(m, path):
+    if m._forward_hooks or m._forward_pre_hooks:
+        raise ExportError(
+            f"cannot export {_where(path, m)}: it has forward hooks or pre-hooks, which "
+            "change what it computes and are not part of the model directory; remove them "
+            "(handle.remove()) before exporting")
+
+
+def _check_slots(m, path, kind):
+    got_p = list(m._parameters.keys())
+    got_b = list(m._buffers.keys())
+    want_p = kind.params(m) if callable(kind.params) else kind.params
+    extra = [n for n in got_p if n not in want_p] + [n for n in got_b if n not in kind.buffers]
+    missing = [n for n in want_p if n not in m._parameters and n not in kind.optional] + \
+              [n for n in kind.buffers if n not in m._buffers]
+    if extra or missing:
+        what = []
+        if extra:
+            what.append("extra parameter/buffer slot(s) " + ", ".join(repr(n) for n in extra))
+        if missing:
+            what.append("no slot(s) " + ", ".join(repr(n) for n in missing))
+        raise ExportError(
+            f"cannot export {_where(path, m)}: it has {' and '.join(what)} that torch.nn."
+            f"{kind.name} does not (was it changed after construction, e.g. by "
+            "torch.nn.utils.weight_norm or spectral_norm? remove_weight_norm first)")
+    non_persistent = getattr(m, "_non_persistent_buffers_set", set())
+    if non_persistent:
+        raise ExportError(f"cannot export {_where(path, m)}: non-persistent buffer(s) "
+                          f"{sorted(non_persistent)} are not part of torch.nn.{kind.name}")
+    if not kind.container and not kind.composite and len(m._modules) > 0:
+        names = ", ".join(repr(n) for n in m._modules)
+        raise ExportError(f"cannot export {_where(path, m)}: it has child module(s) {names}, "
+                          f"which torch.nn.{kind.name} does not have and would not call")
+    _check_hooks(m, path)
+
+
+def _check_composite(m, path, kind, args):
+    """A composite's submodules are Grove's own: torch's constructor with the
+    same arguments must give the same state_dict keys and shapes, and nothing
+    inside may carry hooks."""
+    for sub_path, sub in m.named_modules(prefix=path):
+        if sub is not m:
+            _check_hooks(sub, sub_path)
+    got = [(k, tuple(v.shape)) for k, v in m.state_dict().items()]
+    want = [(k, tuple(v.shape)) for k, v in _rebuild(kind, args).state_dict().items()]
+    if got != want:
+        diff = [g for g in got if g not in want] + [w for w in want if w not in got]
+        raise ExportError(
+            f"cannot export {_where(path, m)}: its parameters differ from those torch.nn."
+            f"{kind.name} makes for the same arguments ({diff[:4]}); it was changed after "
+            "construction")
+
+
+class _CustomParent:
+    """The parent kind of a custom module's children: it calls what its
+    graph calls, so a ModuleList child is fine."""
+    name = "a custom module"
+    callable = False
+    composite = False
+
+
+_CUSTOM_PARENT = _CustomParent()
+
+
+def module_spec(model, require_callable=True):
+    """The "module" value of model.json for model: a dict as described in
+    docs/model-spec.md.  torch.nn modules Grove runs are written with their
+    constructor arguments; a module with its own forward is written with its
+    torch.fx graph (see _graph), its own parameters and buffers, and its
+    children.  Raises ExportError naming the dotted path and class of the first
+    module Grove cannot run (and, for a graph, the operation and the line of
+    forward).  With require_callable (the default), a tree whose forward torch
+    itself could not run (a ModuleList or ModuleDict as the root or as a
+    Sequential's child) is refused too."""
+    seen = {}        # id(module) -> dotted path of its first occurrence
+    inside = {}      # id(module) -> path, for the submodules of composites
+    first_param = {}  # id(parameter) -> dotted path of its first occurrence
+    on_stack = set()
+    called = set()   # ids of modules a graph or a called Sequential calls
+
+    def params_and_ties(m, path, spec):
+        tied = {}
+        for pname, p in m._parameters.items():
+            if p is None:
+                continue
+            if id(p) in first_param:
+                tied[pname] = first_param[id(p)]
+            else:
+                first_param[id(p)] = _join(path, pname)
+        if tied:
+            spec["tied"] = tied
+
+    def walk(m, path, parent_kind, is_called):
+        if m is None:
+            return None
+        if id(m) in on_stack:
+            raise ExportError(f"cannot export {_where(path, m)}: the module contains itself "
+                              f"(it is also '{seen[id(m)]}', an ancestor)")
+        if id(m) in inside:
+            raise ExportError(f"cannot export {_where(path, m)}: it is also '{inside[id(m)]}', "
+                              "inside a layer Grove builds itself; share it the other way round")
+        if id(m) in seen:
+            kind = _kind_of(m, path)
+            if require_callable and parent_kind is not None and parent_kind.callable \
+                    and kind is not None and not kind.callable:
+                raise _not_callable(m, path, parent_kind)
+            return {"ref": seen[id(m)]}
+        kind = _kind_of(m, path)
+        if kind is None:
+            return walk_custom(m, path, is_called)
+        args = kind.args(m, path)
+        _check_slots(m, path, kind)
+        if kind.composite:
+            _check_composite(m, path, kind, args)
+        if require_callable:
+            if parent_kind is None and not kind.callable:
+                raise ExportError(f"cannot export {_where(path, m)}: torch.nn.{kind.name} has "
+                                  "no forward, so there is nothing to serve")
+            if parent_kind is not None and parent_kind.callable and not kind.callable:
+                raise _not_callable(m, path, parent_kind)
+        seen[id(m)] = path
+        spec = {"type": kind.name}
+        spec.update(args)
+        params_and_ties(m, path, spec)
+        if kind.composite:
+            for sub_path, sub in m.named_modules(prefix=path):
+                if sub is not m:
+                    inside[id(sub)] = sub_path
+            for sub_path, p in m.named_parameters(prefix=path):
+                first_param.setdefault(id(p), sub_path)
+        if kind.container:
+            on_stack.add(id(m))
+            names = list(m._modules.keys())
+            kids_called = is_called and kind.name == "Sequential"
+            kids = [walk(c, _join(path, n), kind, kids_called or id(c) in called)
+                    for n, c in m._modules.items()]
+            on_stack.discard(id(m))
+            positional = names == [str(i) for i in range(len(names))]
+            if kind.name == "ModuleDict" or not positional:
+                spec["children"] = dict(zip(names, kids))
+            else:
+                spec["children"] = kids
+        return spec
+
+    def walk_custom(m, path, is_called):
+        _check_hooks(m, path)
+        seen[id(m)] = path
+        spec = {"type": type(m).__name__}
+        graph = None
+        if is_called:
+            graph = _graph(m, path)
+            for node in graph:
+                if node["op"] == "call_module":
+                    called.add(id(m.get_submodule(node["target"])))
+        params = {}
+        for pname, p in m._parameters.items():
+            params[pname] = None if p is None else \
+                {"shape": list(p.shape), "dtype": _dtype_name(p.dtype)}
+        if params:
+            spec["parameters"] = params
+        non_persistent = getattr(m, "_non_persistent_buffers_set", set())
+        bufs = {}
+        for bname, b in m._buffers.items():
+            if bname in non_persistent:
+                continue  # not in the state_dict; a graph that reads one was refused
+            bufs[bname] = None if b is None else \
+                {"shape": list(b.shape), "dtype": _dtype_name(b.dtype)}
+        if bufs:
+            spec["buffers"] = bufs
+        params_and_ties(m, path, spec)
+        on_stack.add(id(m))
+        kids = {n: walk(c, _join(path, n), _CUSTOM_PARENT, id(c) in called)
+                for n, c in m._modules.items()}
+        on_stack.discard(id(m))
+        if kids:
+            spec["children"] = kids
+        spec["graph"] = graph
+        return spec
+
+    return walk(model, "", None, True)
+
+
+def _check_cycles(model):
+    on_stack, first = set(), {}
+
+    def walk(m, path):
+        if m is None:
+            return
+        if id(m) in on_stack:
+            raise ExportError(f"cannot export {_where(path, m)}: the module contains itself "
+                              f"(it is also '{first[id(m)]}', an ancestor)")
+        first.setdefault(id(m), path)
+        on_stack.add(id(m))
+        for n, c in m._modules.items():
+            walk(c, _join(path, n))
+        on_stack.discard(id(m))
+
+    walk(model, "")
+
+
+def _not_callable(m, path, parent_kind):
+    return ExportError(
+        f"cannot export {_where(path, m)}: it is a child of a {parent_kind.name}, which "
+        f"calls every child, but torch.nn.{type(m).__name__} has no forward (torch itself "
+        "would raise NotImplementedError)")
+
+
+def _expected_keys(model):
+    """state_dict keys as torch orders them, from the module tree alone:
+    each module's parameters, its persistent buffers, then its children
+    (shared modules and tied tensors repeated, as torch does)."""
+    keys = []
+
+    def walk(m, prefix):
+        for n, p in m._parameters.items():
+            if p is not None:
+                keys.append(prefix + n)
+        for n, b in m._buffers.items():
+            if b is not None:
+                keys.append(prefix + n)
+        for n, c in m._modules.items():
+            if c is not None:
+                walk(c, prefix + n + ".")
+
+    walk(model, "")
+    return keys
+
+
+# ---------------------------------------------------------------- graphs (torch.fx)
+
+# Operations a graph may call, read from tools/grove_ops.json: the op table of
+# core/nn/ops_*.c written out by tools/grove_ops_json.c (`make ops-json`; `make
+# test` fails when it is stale), so that the exporter and Grove never drift.
+# Each op lists its canonical name (the node's target), its parameters in
+# Grove's order, and every torch spelling, each with the positional
+# parameters of that callable ("torch.nn.functional.softmax(input,dim,
+# _stacklevel,dtype)"; a "*shape" gathers the rest; a Tensor method's first
+# is self).
+_TABLE = None
+# Arguments that change nothing in eval mode, dropped from the file.
+_DROP = {"inplace", "_stacklevel", "memory_format"}
+
+
+# The canonical name -> the index of its *args parameter (-1: none): the
+# parameters after it can only be passed by keyword.
+_VARARGS = {}
+
+
+def _table():
+    """(functions, methods, canon): the callable fx records -> (canonical
+    name, its positional parameters); Tensor method name -> the same; the
+    canonical name -> Grove's parameter order.  Spellings this torch lacks
+    (torch.concat before 1.10) are skipped."""
+    global _TABLE
+    if _TABLE is None:
+        import builtins
+        import operator
+        import torch
+        with open(_OPS_FILE) as f:
+            doc = json.load(f)
+        roots = {"torch": torch, "operator": operator, "builtins": builtins}
+        funcs, methods, canon = {}, {}, {}
+        for op in doc["ops"]:
+            if op.get("module_only"):
+                continue
+            name = op["name"]
+            canon[name] = tuple(p["name"] for p in op["params"])
+            va = op.get("varargs")  # the parameter's name, or null
+            _VARARGS[name] = canon[name].index(va) if va in canon[name] else -1
+            for spelling in op["torch"]:
+                path, _, plist = spelling.partition("(")
+                params = tuple(plist.rstrip(")").split(",")) if plist else canon[name]
+                head, _, attr = path.rpartition(".")
+                if head == "Tensor":
+                    methods[attr] = (name, params)
+                    continue
+                parts = head.split(".")
+                if parts[0] not in roots:
+                    # Another package's function (torchvision.ops.stochastic_depth):
+                    # resolved when that package is installed, skipped otherwise.
+                    try:
+                        roots[parts[0]] = importlib.import_module(parts[0])
+                    except ImportError:
+                        roots[parts[0]] = None
+                obj = roots.get(parts[0])
+                for part in parts[1:]:
+                    obj = getattr(obj, part, None)
+                fn = getattr(obj, attr, None) if obj is not None else None
+                if fn is not None:
+                    funcs[fn] = (name, params)
+        _TABLE = (funcs, methods, canon)
+    return _TABLE
+
+
+def _fn_name(fn):
+    """A readable name for a callable fx recorded: torch.sin, operator.neg,
+    torch.nn.functional.linear; another package's function by the shortest
+    module path that exports it (torchvision.ops.stochastic_depth, not
+    torch.stochastic_depth)."""
+    mod = getattr(fn, "__module__", None) or ""
+    top = mod.split(".")[0]  # a package name, not a prefix: torchvision is not torch
+    name = getattr(fn, "__name__", repr(fn))
+    if mod in ("_operator", "operator"):
+        mod = "operator"
+    elif mod.startswith("torch._C._nn") or mod.startswith("torch.nn.functional"):
+        mod = "torch.nn.functional"
+    elif top == "torch":
+        mod = "torch"
+    elif mod:
+        parts = mod.split(".")
+        for k in range(1, len(parts) + 1):
+            owner = sys.modules.get(".".join(parts[:k]))
+            if owner is not None and getattr(owner, name, None) is fn:
+                mod = ".".join(parts[:k])
+                break
+    return f"{mod}.{name}" if mod else name
+
+
+def _source(node):
+    """'file.py:42: code' for the line of forward a node came from (the first
+    frame of its recorded stack outside torch's own package), or None.  The
+    test is on directories, not on a string prefix: torchvision (installed
+    beside torch, /usr/lib/python3/dist-packages/torchvision) is the model's
+    code, and its frames are the ones to quote."""
+    import os
+    import re
+    import torch
+    trace = node.stack_trace or ""
+    torch_dir = os.path.join(os.path.realpath(os.path.dirname(torch.__file__)), "")
+    lines = trace.splitlines()
+    for i, line in enumerate(lines):
+        mt = re.match(r'\s*File "(.*)", line (\d+), in (.*)', line)
+        if not mt:
+            continue
+        fname = mt.group(1)
+        if os.path.realpath(fname).startswith(torch_dir) or \
+                os.path.realpath(fname) in _OWN_FILES:
+            continue
+        code = lines[i + 1].strip() if i + 1 < len(lines) and \
+            not lines[i + 1].lstrip().startswith("File ") else ""
+        return f"{os.path.basename(fname)}:{mt.group(2)}: {code}" if code else \
+            f"{os.path.basename(fname)}:{mt.group(2)}"
+    return None
+
+
+# The exporter's own files (this one, grove_export.py, grove_export_types.py):
+# their frames are never the user's code.
+_OWN_FILES = {os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), f))
+              for f in ("grove_export.py", "grove_export_graph.py", "grove_export_types.py")}
+
+
+class _Patch:
+    """torch 1.13's fx unpacks a traced tuple (`a, b = self.attn(...)`) by
+    reading the caller's bytecode at f_lasti // 2, which is wrong from Python
+    3.11 on (f_lasti counts bytes and instructions have inline caches).  For
+    the duration of a trace, Proxy.__iter__ finds the instruction by its
+    offset instead."""
+
+    def __enter__(self):
+        import dis
+        import inspect
+        import torch.fx as fx
+        self.orig = fx.Proxy.__iter__
+
+        def proxy_iter(proxy):
+            frame = inspect.currentframe().f_back
+            for inst in dis.get_instructions(frame.f_code):
+                if inst.offset == frame.f_lasti:
+                    if inst.opname == "UNPACK_SEQUENCE":
+                        return (proxy[i] for i in range(inst.argval))
+                    break
+            return proxy.tracer.iter(proxy)
+
+        fx.Proxy.__iter__ = proxy_iter
+        return self
+
+    def __exit__(self, *exc):
+        import torch.fx as fx
+        fx.Proxy.__iter__ = self.orig
+        return False
+
+
+def _trace(m, path):
+    """torch.fx graph of m.forward, every submodule call kept as a
+    call_module (Grove runs each submodule itself: torch.nn layers, and
+    custom modules through their own graphs)."""
+    import torch
+    import torch.fx as fx
+
+    class Tracer(fx.Tracer):
+        def __init__(self):
+            super().__init__()
+            self.record_stack_traces = True
+            # Buffers as get_attr nodes, as parameters are: real sequence
+            # code slices them by a traced length (self.position_ids[:, :t],
+            # a causal mask[:t, :t]), which fx 1.13 (off by default) would
+            # try on the tensor itself with a Proxy index.
+            self.proxy_buffer_attributes = True
+            # torch.full((t, t), ...), torch.arange(0, t), torch.zeros(x.size())
+            # with a traced size: their arguments are no tensors, so
+            # __torch_function__ never sees the Proxy and torch raises.  fx
+            # wraps these (as fx.wrap would) while it traces.
+            makers = [getattr(torch, n) for n in ("full", "zeros", "ones", "arange", "empty")
+                      if hasattr(torch, n)]
+            if hasattr(self, "_autowrap_search") and hasattr(self, "_autowrap_function_ids"):
+                self._autowrap_function_ids.update(id(f) for f in makers)
+                self._autowrap_search.append(torch)
+
+        def is_leaf_module(self, mod, qualname):
+            return True
+
+    before = set(vars(m))
+    real_finfo = torch.finfo
+
+    def finfo(t=None):
+        # torch.finfo(x.dtype) of a traced float tensor: Grove computes in
+        # float32, so its limits are float32's (a constant in the graph).
+        return real_finfo(torch.float32 if isinstance(t, fx.Proxy) else t) if t is not None \
+            else real_finfo()
+
+    try:
+        torch.finfo = finfo
+        with _Patch():
+            return Tracer().trace(m)
+    except ExportError:
+        raise
+    except Exception as e:  # fx says what it could not follow (control flow on values, ...)
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ExportError(f"cannot export {_where(path, m)}: torch.fx cannot trace its forward: "
+                          f"{type(e).__name__}: {msg}") from e
+    finally:
+        torch.finfo = real_finfo
+        # fx stores tensor constants created in forward on the module.
+        for k in set(vars(m)) - before:
+            delattr(m, k)
+
+
+def _drop_shape_guards(graph):
+    """Removes the torch._assert(cond, msg) calls of a traced forward and
+    the nodes that only computed their conditions (h == self.image_size,
+    x.dim() == 3).  Traced on the example, such a guard checks the shapes of
+    the example; what it guards is what model.json's input shapes fix (a
+    dim the model does not take one larger is fixed, _io), and Grove checks
+    every request against those, so the guard has nothing left to do."""
+    import torch
+    guards = [n for n in graph.nodes if n.op == "call_function" and n.target is torch._assert]
+    if not guards:
+        return
+    feeding = set()
+    todo = list(guards)
+    while todo:
+        n = todo.pop()
+        for a in n.all_input_nodes:
+            if a not in feeding:
+                feeding.add(a)
+                todo.append(a)
+    import builtins
+    import operator
+    for n in guards:
+        graph.erase_node(n)
+
+    def shape_read(n):  # `n, c, h, w = x.shape` leaves the unused n behind
+        return (n.op == "call_function" and n.target in (builtins.getattr, operator.getitem)) or \
+            (n.op == "call_method" and n.target in ("size", "dim"))
+
+    for n in reversed(list(graph.nodes)):
+        if not n.users and (n in feeding and n.op in ("call_function", "call_method", "get_attr")
+                            or shape_read(n)):
+            graph.erase_node(n)
+
+
+def _graph(m, path):
+    """The "graph" of a custom module: its fx nodes in the format of
+    docs/model-spec.md.  Refuses, naming the operation and the line of
+    forward, what Grove cannot run."""
+    import math
+    import torch
+    import torch.fx as fx
+    graph = _trace(m, path)
+    _drop_shape_guards(graph)
+    ops, methods, canons = _table()
+    out = []
+
+    def refuse(node, why):
+        src = _source(node)
+        where = f"forward line {src}" if src else f"node '{node.name}' of its forward"
+        raise ExportError(f"cannot export {_where(path, m)}: {where}: {why}")
+
+    dict_keys = {}  # id(submodule) -> the keys of the dict its forward returns
+
+    def key_index(node, src, key):
+        """features["out"] on what a submodule returned as a dict (torchvision's
+        IntermediateLayerGetter): Grove passes that dict as a tuple in the
+        order of its keys (the submodule's graph writes its values so), so
+        the key becomes its position."""
+        keys = None
+        if isinstance(src, fx.Node) and src.op == "call_module":
+            sub = m.get_submodule(src.target)
+            if _kind_of(sub, _join(path, src.target)) is None:
+                if id(sub) not in dict_keys:
+                    out = [n for n in _trace(sub, _join(path, src.target)).nodes
+                           if n.op == "output"]
+                    res = out[0].args[0] if out else None
+                    dict_keys[id(sub)] = list(res) if isinstance(res, dict) else None
+                keys = dict_keys[id(sub)]
+        if keys is None or key not in keys:
+            refuse(node, f"indexing by the key {key!r} is supported only on the dict a submodule "
+                         "returns")
+        return keys.index(key)
+
+    def enc(node, a):
+        if isinstance(a, fx.Node):
+            return {"node": a.name}
+        if a is None or isinstance(a, (bool, int, str)):
+            return a
+        if isinstance(a, float):
+            if not math.isfinite(a):  # JSON has no infinities (masks fill with -inf)
+                return {"float": "nan" if math.isnan(a) else ("inf" if a > 0 else "-inf")}
+            return a
+        if isinstance(a, torch.dtype):
+            return _dtype_name(a)
+        if isinstance(a, (list, tuple)):
+            return [enc(node, x) for x in a]
+        if isinstance(a, slice):
+            return {"slice": [enc(node, a.start), enc(node, a.stop), enc(node, a.step)]}
+        if isinstance(a, torch.dtype):  # x.to(torch.float32): model.json's dtype names
+            return str(a).replace("torch.", "")
+        if isinstance(a, torch.device):  # x.to(device): Grove serves on the CPU
+            return str(a)
+        if a is Ellipsis:
+            return {"ellipsis": True}
+        if isinstance(a, torch.Tensor):
+            refuse(node, "a tensor constant in an argument is not supported (register it as a "
+                         "buffer)")
+        refuse(node, f"an argument of type {type(a).__name__} ({a!r}) is not supported")
+
+    def bind(node, name, params, args, kwargs):
+        """names -> values for the callable's parameters."""
+        star = [i for i, p in enumerate(params) if p.startswith("*")]
+        if star:  # view(*shape), reshape(*shape), permute(*dims)
+            k = star[0]
+            bound = dict(zip(params[:k], args[:k]))
+            rest = list(args[k:])
+            if len(rest) == 1:
+                rest = rest[0]
+            bound[params[k][1:]] = rest
+            bound.update(kwargs)
+            return bound
+        if len(args) > len(params):
+            refuse(node, f"{name} called with {len(args)} positional arguments")
+        bound = dict(zip(params, args))
+        bound.update(kwargs)
+        return bound
+
+    def check(node, name, b):
+        const = lambda v: not isinstance(v, fx.Node)  # noqa: E731
+        if name == "div" and b.get("rounding_mode") is not None:
+            refuse(node, f"div with rounding_mode={b['rounding_mode']!r} is not supported")
+        if name == "dropout" and b.get("training", True) is not False:
+            refuse(node, "F.dropout with training=True drops activations at random even in "
+                         "eval mode; pass training=self.training")
+        if name in ("softmax", "log_softmax", "mean", "sum") and b.get("dtype") is not None:
+            refuse(node, f"{name} with a dtype is not supported")
+        if name in ("softmax", "log_softmax") and not (b.get("dim") is None or
+                                                      (const(b["dim"]) and
+                                                       isinstance(b["dim"], int))):
+            refuse(node, f"{name} needs a constant integer dim")
+        if name == "gelu" and b.get("approximate", "none") not in ("none", "tanh"):
+            refuse(node, f"gelu approximate={b['approximate']!r} is not supported")
+        if name == "flatten" and not all(isinstance(b.get(k, 0), int) and const(b.get(k, 0))
+                                         for k in ("start_dim", "end_dim")):
+            refuse(node, "flatten needs constant integer dims")
+        if name == "getattr" and b.get("name") not in ("shape", "ndim", "device", "dtype"):
+            refuse(node, f"getattr of {b.get('name')!r} is not supported (only .shape, .ndim, "
+                         ".device, .dtype)")
+        if name in ("mean", "sum") and not isinstance(b.get("keepdim", False), bool):
+            refuse(node, f"{name} needs a constant keepdim")
+
+    def emit_call(node, name, b):
+        check(node, name, b)
+        canon = canons[name]
+        b = {k: v for k, v in b.items() if k not in _DROP and not (k == "dtype" and v is None)}
+        args, kwargs = [], {}
+        va = _VARARGS.get(name, -1)
+        for p in canon:
+            if va >= 0 and canon.index(p) > va:
+                break  # after zeros(*size): dtype=... by keyword
+            if p in b and len(args) == canon.index(p):
+                args.append(enc(node, b.pop(p)))
+        for k, v in b.items():
+            if k not in canon:
+                refuse(node, f"{name} has no argument {k!r} Grove knows")
+            kwargs[k] = enc(node, v)
+        spec = {"op": node.op, "name": node.name, "target": name, "args": args}
+        if kwargs:
+            spec["kwargs"] = kwargs
+        return spec
+
+    for node in graph.nodes:
+        src = _source(node)
+        if node.op == "placeholder":
+            if str(node.target).startswith("*"):
+                refuse(node, "a forward with *args or **kwargs is not supported")
+            spec = {"op": "placeholder", "name": node.name}
+            if node.args:
+                spec["default"] = enc(node, node.args[0])
+                if isinstance(spec["default"], (list, dict)):
+                    refuse(node, f"the default of '{node.target}' is not a number or None")
+        elif node.op == "get_attr":
+            target = node.target
+            owner_path, _, slot = target.rpartition(".")
+            try:
+                owner = m.get_submodule(owner_path)
+            except AttributeError:
+                owner = None
+            persistent = owner is not None and (
+                slot in owner._parameters or
+                (slot in owner._buffers and
+                 slot not in getattr(owner, "_non_persistent_buffers_set", set())))
+            if not persistent:
+                refuse(node, f"self.{target} is not a parameter or persistent buffer, so its "
+                             "value is not in the state_dict (a tensor made in forward, or "
+                             "stored as a plain attribute); register it with "
+                             "register_buffer(name, tensor) or as an nn.Parameter")
+            spec = {"op": "get_attr", "name": node.name, "target": target}
+        elif node.op == "call_module":
+            sub = m.get_submodule(node.target)
+            call_args, call_kwargs = _module_call_args(node, sub, refuse)
+            spec = {"op": "call_module", "name": node.name, "target": node.target,
+                    "args": [enc(node, a) for a in call_args]}
+            if call_kwargs:
+                spec["kwargs"] = {k: enc(node, v) for k, v in call_kwargs.items()}
+            _check_module_call(node, sub, call_args, call_kwargs, refuse)
+        elif node.op == "call_function":
+            if node.target is operator.getitem and isinstance(node.args[1], str):
+                node.args = (node.args[0], key_index(node, node.args[0], node.args[1]))
+            if node.target not in ops:
+                refuse(node, f"operation {_fn_name(node.target)} is not supported by Grove "
+                             f"(supported: {', '.join(sorted(set(n for n, _ in ops.values())))})")
+            name, params = ops[node.target]
+            spec = emit_call(node, name, bind(node, name, params, node.args, dict(node.kwargs)))
+        elif node.op == "call_method":
+            if node.target not in methods:
+                refuse(node, f"method Tensor.{node.target} is not supported by Grove "
+                             f"(supported: {', '.join(sorted(methods))})")
+            name, params = methods[node.target]
+            spec = emit_call(node, name, bind(node, name, params, node.args,
+                                              dict(node.kwargs)))
+        elif node.op == "output":
+            res = node.args[0]
+            if isinstance(res, dict):  # torchvision's segmentation nets: {"out": ..., "aux": ...}
+                res = tuple(res.values())
+            items = list(res) if isinstance(res, (list, tuple)) else [res]
+            if not items or not all(isinstance(x, fx.Node) for x in items) or len(items) > 4:
+                refuse(node, "forward must return a tensor or a tuple of 1 to 4 tensors")
+            spec = {"op": "output", "name": node.name, "args": [enc(node, res)]}
+        else:
+            refuse(node, f"fx node kind {node.op!r} is not supported")
+        if src and node.op not in ("placeholder", "output"):
+            spec["source"] = src
+        out.append(spec)
+    return out
+
+
+def _module_call_args(node, sub, refuse):
+    """(args, kwargs) of a call_module as model.json writes them.  A recurrent
+    net's and an EmbeddingBag's keyword arguments become positional (graph.c
+    passes module tensors positionally): RNN/GRU (input, hx), LSTM (input,
+    (h0, c0)); EmbeddingBag (input, offsets, per_sample_weights), with a None
+    offsets left out before per_sample_weights (Grove's EmbeddingBag reads a
+    float second tensor as the weights)."""
+    import inspect
+    import torch.nn as nn
+    if not isinstance(sub, (nn.RNNBase, nn.EmbeddingBag)):
+        return list(node.args), dict(node.kwargs)
+    try:
+        b = inspect.signature(type(sub).forward).bind(sub, *node.args, **node.kwargs)
+    except TypeError as e:
+        refuse(node, f"{type(sub).__name__} call: {e}")
+    b.apply_defaults()
+    vals = list(b.arguments.values())[1:]
+    if isinstance(sub, nn.EmbeddingBag) and len(vals) == 3 and vals[1] is None \
+            and vals[2] is not None:
+        vals = [vals[0], vals[2]]
+    while vals and vals[-1] is None:
+        vals.pop()
+    return vals, {}
+
+
+def _check_module_call(node, sub, call_args, call_kwargs, refuse):
+    """What graph.c accepts for a call_module: tensors in; the attention and
+    transformer modules also take masks (tensors or None) and constant
+    need_weights / average_attn_weights."""
+    import inspect
+    import torch.fx as fx
+    import torch.nn as nn
+    mask_types = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerEncoder,
+                  nn.TransformerDecoderLayer, nn.TransformerDecoder, nn.Transformer)
+    if type(sub) in mask_types:
+        try:
+            b = inspect.signature(type(sub).forward).bind(sub, *node.args, **node.kwargs)
+        except TypeError as e:
+            refuse(node, f"{type(sub).__name__} call: {e}")
+        for k, v in list(b.arguments.items())[1:]:
+            if "mask" in k and not (v is None or isinstance(v, fx.Node)):
+                refuse(node, f"argument {k} of {type(sub).__name__} must be a tensor or None")
+            if "is_causal" in k and v:
+                refuse(node, f"{k}=True is not supported (pass the causal mask itself)")
+            if k in ("need_weights", "average_attn_weights") and not isinstance(v, bool):
+                refuse(node, f"argument {k} must be a constant True or False")
+        return
+    if call_kwargs:
+        refuse(node, f"keyword arguments to a {type(sub).__name__} are not supported (Grove "
+                     "passes tensors positionally)")
+    args = list(call_args)
+    while args and args[-1] is None:
+        args.pop()
+    if isinstance(sub, nn.RNNBase) and len(args) == 2 and isinstance(args[1], (tuple, list)):
+        # An LSTM's (h0, c0): graph.c passes the pair as two more tensors.
+        args = args[:1] + list(args[1])
+    if len(args) > 4 or not all(isinstance(a, fx.Node) for a in args):
+        refuse(node, f"a {type(sub).__name__} called with a constant argument: Grove passes "
+                     "only tensors (1 to 4) between modules")
