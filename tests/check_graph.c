@@ -37,7 +37,7 @@ static const char *const cases[] = {
     /* The zoo's operations (#18): tests/fixtures_gen/zoo_ops.py. */
     "zoo_acts", "zoo_conv_acts", "zoo_math", "zoo_compare", "zoo_shapes", "zoo_tensor_index", "zoo_picks",
     "zoo_resample", "zoo_pad_shuffle", "zoo_norms", "zoo_param_norms", "zoo_convert",
-    "zoo_depth",
+    "zoo_depth", "zoo_resample_modules", "zoo_pad_modules",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

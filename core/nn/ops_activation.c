@@ -492,7 +492,7 @@ static void softmax_after_json(const grove__opdef *d, const char *path, const ga
 
 static grove_status make(const grove__opdef *d, const garg *a, int n, grove_module **out,
                          grove_err *err) {
-  return grove__op_module_new(d, a, n, out, err);
+  return grove__op_module_new(d, d->module, a, n, out, err);
 }
 
 grove_status grove_relu_new(grove_module **out, grove_err *err) {
