@@ -422,24 +422,68 @@ def _plain_call(args, kwargs):
     return 0 < len(args) <= 4 and all(isinstance(a, fx.Proxy) for a in args)
 
 
-_DICT_KEYS = None  # module -> the keys of the dict its forward returns, or None
+_RESULTS = None  # custom module -> (kind, dict keys, ExportError) of what its forward returns
+
+
+def _result(sub, sub_path):
+    """What a custom module's forward returns, traced once per module:
+    ("plain", None) for what graph.c passes between modules (a value, or a
+    tuple/list of 1 to 4), ("dict", keys) for a dict of 1 to 4 (torchvision's
+    IntermediateLayerGetter; passed as a tuple in its keys' order), ("other",
+    None) for anything else (more than 4 values, a constant in a tuple), or
+    ("error", e) when its forward cannot be traced (the caller's own walk
+    reports that)."""
+    global _RESULTS
+    import weakref
+    import torch.fx as fx
+    if _RESULTS is None:
+        _RESULTS = weakref.WeakKeyDictionary()
+    if sub not in _RESULTS:
+        try:
+            out = [n for n in _trace(sub, sub_path).nodes if n.op == "output"]
+        except ExportError as e:
+            _RESULTS[sub] = ("error", e)
+            return _RESULTS[sub]
+        res = out[0].args[0] if out else None
+        items = list(res.values()) if isinstance(res, dict) else \
+            list(res) if isinstance(res, (tuple, list)) else [res]
+        plain = 0 < len(items) <= 4 and all(isinstance(x, fx.Node) and not _size_value(x)
+                                            for x in items)
+        _RESULTS[sub] = ("other", None) if not plain else \
+            ("dict", list(res)) if isinstance(res, dict) else ("plain", None)
+    return _RESULTS[sub]
+
+
+def _size_value(node, depth=0):
+    """Whether an fx node computes a size rather than a tensor (x.shape[1] * 2,
+    x.size(0), x.dim()): a module's graph returns tensors only, so a forward
+    returning one is traced through."""
+    import builtins
+    import torch.fx as fx
+    if depth > 32 or not isinstance(node, fx.Node):
+        return False
+    if node.op == "call_method" and node.target in ("size", "dim", "numel"):
+        return True
+    if node.op == "call_function" and node.target is builtins.getattr:
+        return node.args[1] in ("shape", "ndim")
+    if node.op == "call_function" and (node.target is operator.getitem or
+                                       getattr(node.target, "__module__", None) in
+                                       ("_operator", "operator")):
+        ins = [a for a in node.args if isinstance(a, fx.Node)]
+        return bool(ins) and all(_size_value(a, depth + 1) for a in ins)
+    return False
 
 
 def _dict_keys(sub, sub_path):
-    """The keys of the dict a custom module's forward returns (torchvision's
-    IntermediateLayerGetter), in order, or None (a torch.nn layer, or a
-    forward returning anything else).  Traced once per module."""
-    global _DICT_KEYS
-    import weakref
-    if _DICT_KEYS is None:
-        _DICT_KEYS = weakref.WeakKeyDictionary()
+    """The keys of the dict a custom module's forward returns, in order, or
+    None (a torch.nn layer, or a forward returning anything else)."""
     if _kind_of(sub, sub_path) is not None:
         return None
-    if sub not in _DICT_KEYS:
-        out = [n for n in _trace(sub, sub_path).nodes if n.op == "output"]
-        res = out[0].args[0] if out else None
-        _DICT_KEYS[sub] = list(res) if isinstance(res, dict) else None
-    return _DICT_KEYS[sub]
+    kind, val = _result(sub, sub_path)
+    if kind == "error":
+        _trace(sub, sub_path)  # raises again, naming sub by its path from the model
+        raise val
+    return val if kind == "dict" else None
 
 
 def _traced_through(root, mod, qualname, args, kwargs):
@@ -447,18 +491,20 @@ def _traced_through(root, mod, qualname, args, kwargs):
     into its caller's graph (root's); so is one given the dict another custom
     module returned (LRASPP's head indexes the backbone's features["low"]),
     which Grove passes between modules as a tuple the callee could not index
-    by key.  A torch.nn layer keeps its node and the call is checked (and
-    refused if need be) by _check_module_call."""
+    by key, and one whose forward returns what Grove does not pass back (5
+    tensors, a tuple with an int).  A torch.nn layer keeps its node and the
+    call is checked (and refused if need be) by _check_module_call."""
     if _kind_of(mod, qualname) is not None:
         return False
     if not _plain_call(args, kwargs):
         return True
     for a in args:
         n = getattr(a, "node", None)
-        if n is not None and n.op == "call_module" and \
-                _dict_keys(root.get_submodule(n.target), n.target) is not None:
-            return True
-    return False
+        if n is not None and n.op == "call_module":
+            sub = root.get_submodule(n.target)
+            if _kind_of(sub, n.target) is None and _result(sub, n.target)[0] == "dict":
+                return True
+    return _result(mod, qualname)[0] == "other"
 
 
 def _trace(m, path, inlined=None):

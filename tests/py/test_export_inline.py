@@ -161,6 +161,42 @@ class Consts(nn.Module):
         return self.many(u, u * 2, u + 1, u.exp(), u.tanh())
 
 
+class Five(nn.Module):
+    """Returns five tensors and a tuple with an int: more than, and other
+    than, what Grove passes back from a module."""
+
+    def forward(self, x):
+        return x + 1, x * 2, x - 3, x.exp(), x.tanh()
+
+
+class Pair(nn.Module):
+    def forward(self, x):
+        return x * 3, x.shape[1] * 2
+
+
+class Results(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.five = Five()
+        self.pair = Pair()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        a, b, c, d, e = self.five(self.fc(x))
+        y, k = self.pair(a * b - c)
+        return y * k + d - e
+
+
+def test_many_results_traced_through():
+    torch.manual_seed(9)
+    rng = np.random.default_rng(10)
+    doc = check_model("results", Results(), torch.zeros(1, 4),
+                      [rng.standard_normal((3, 4)).astype(np.float32)])
+    root = doc["module"]
+    assert [n["target"] for n in root["graph"] if n["op"] == "call_module"] == ["fc"]
+    assert root["children"]["five"]["inlined"] and root["children"]["pair"]["inlined"]
+
+
 def test_constant_keyword_and_many_arguments_traced_through():
     torch.manual_seed(5)
     rng = np.random.default_rng(6)
