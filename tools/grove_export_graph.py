@@ -96,6 +96,8 @@ def module_spec(model, require_callable=True):
     forward).  With require_callable (the default), a tree whose forward torch
     itself could not run (a ModuleList or ModuleDict as the root or as a
     Sequential's child) is refused too."""
+    global _RESULTS
+    _RESULTS = None  # traced afresh for every export: a module may have changed since
     seen = {}        # id(module) -> dotted path of its first occurrence
     inside = {}      # id(module) -> path, for the submodules of composites
     first_param = {}  # id(parameter) -> dotted path of its first occurrence
@@ -422,7 +424,7 @@ def _plain_call(args, kwargs):
     return 0 < len(args) <= 4 and all(isinstance(a, fx.Proxy) for a in args)
 
 
-_RESULTS = None  # custom module -> (kind, dict keys, ExportError) of what its forward returns
+_RESULTS = None  # custom module -> (kind, value) of what its forward returns (_result)
 
 
 def _result(sub, sub_path):
@@ -494,15 +496,22 @@ def _traced_through(root, mod, qualname, args, kwargs):
     by key, and one whose forward returns what Grove does not pass back (5
     tensors, a tuple with an int).  A torch.nn layer keeps its node and the
     call is checked (and refused if need be) by _check_module_call."""
-    if _kind_of(mod, qualname) is not None:
-        return False
+    try:
+        if _kind_of(mod, qualname) is not None:
+            return False
+    except ExportError:
+        return False  # a torch.nn type Grove lacks: the walk names it by its full path
     if not _plain_call(args, kwargs):
         return True
     for a in args:
         n = getattr(a, "node", None)
         if n is not None and n.op == "call_module":
             sub = root.get_submodule(n.target)
-            if _kind_of(sub, n.target) is None and _result(sub, n.target)[0] == "dict":
+            try:
+                custom = _kind_of(sub, n.target) is None
+            except ExportError:
+                custom = False
+            if custom and _result(sub, n.target)[0] == "dict":
                 return True
     return _result(mod, qualname)[0] == "other"
 
