@@ -512,7 +512,7 @@ END_TEST
  * a holder that is merely never called (no "inlined") still takes them, as
  * in torch. */
 static grove_status count_calls(void *user, const grove_module *mod, grove_fwd *f,
-                               const grove_values *in, grove_values *out) {
+                                const grove_values *in, grove_values *out) {
   (*(int *)user)++;
   return GROVE_OK;
 }
@@ -520,14 +520,15 @@ static grove_status count_calls(void *user, const grove_module *mod, grove_fwd *
 START_TEST(test_inlined_module_hooks) {
   grove_err err = {0};
   grove_model *m = NULL;
-  ck_assert_ok(from_module(GC("{\"layer\": {\"type\": \"_DenseLayer\", \"graph\": null, "
-                              "\"inlined\": true, \"children\": {\"fc\": {\"type\": \"Linear\", "
-                              "\"in_features\": 4, \"out_features\": 4}}}, "
-                              "\"holder\": {\"type\": \"Holder\", \"graph\": null, \"inlined\": false}}",
-                              PH ",{\"op\": \"call_module\", \"name\": \"fc\", \"target\": "
-                                 "\"layer.fc\", \"args\": [{\"node\": \"x\"}]}," OUT("fc")),
-                           &m, &err),
-               &err);
+  ck_assert_ok(
+      from_module(GC("{\"layer\": {\"type\": \"_DenseLayer\", \"graph\": null, "
+                     "\"inlined\": true, \"children\": {\"fc\": {\"type\": \"Linear\", "
+                     "\"in_features\": 4, \"out_features\": 4}}}, "
+                     "\"holder\": {\"type\": \"Holder\", \"graph\": null, \"inlined\": false}}",
+                     PH ",{\"op\": \"call_module\", \"name\": \"fc\", \"target\": "
+                        "\"layer.fc\", \"args\": [{\"node\": \"x\"}]}," OUT("fc")),
+                  &m, &err),
+      &err);
   grove_module *layer = grove_module_find(m->root, "layer");
   grove_module *fc = grove_module_find(m->root, "layer.fc");
   grove_module *holder = grove_module_find(m->root, "holder");
@@ -556,7 +557,8 @@ START_TEST(test_inlined_module_hooks) {
   grove_arena_free(a);
   grove_model_free(m);
   spec_err(GC("{\"sub\": {\"type\": \"Inner\", \"graph\": [" PH "," OUT("x") "], "
-              "\"inlined\": true}}", PH "," OUT("x")),
+                                                                             "\"inlined\": true}}",
+              PH "," OUT("x")),
            GROVE_E_SPEC, "$.module.children.sub.inlined: expected true (with \"graph\": null)");
 }
 END_TEST

@@ -892,9 +892,10 @@ START_TEST(test_registry) {
   json_ok("{\"type\": \"PixelShuffle\", \"upscale_factor\": 3}", "PixelShuffle");
   json_ok("{\"type\": \"LocalResponseNorm\", \"size\": 5, \"alpha\": 1e-3}",
           "LocalResponseNorm");
-  json_ok("{\"type\": \"Upsample\", \"size\": [4, 6], \"mode\": \"bilinear\", "
-          "\"align_corners\": false}",
-          "Upsample");
+  json_ok(
+      "{\"type\": \"Upsample\", \"size\": [4, 6], \"mode\": \"bilinear\", "
+      "\"align_corners\": false}",
+      "Upsample");
   json_ok("{\"type\": \"Upsample\", \"scale_factor\": 2}", "Upsample");
   json_ok("{\"type\": \"ConstantPad1d\", \"padding\": [1, 2], \"value\": 0.5}", "ConstantPad1d");
   json_ok("{\"type\": \"ConstantPad2d\", \"padding\": [1, 2, 0, 0], \"value\": -1}",

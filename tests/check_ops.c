@@ -79,8 +79,10 @@ START_TEST(test_entries) {
         ck_assert_msg(md->type->forward == grove__op_module_forward, "%s: its own forward",
                       md->cls);
         for (int k = 0; k < GROVE__OPMOD_MAX_ARGS && md->args[k].name; k++)
-          ck_assert_msg(param_index(d, md->args[k].name) > 0, "%s: constructor argument %s is "
-                        "no parameter of %s", md->cls, md->args[k].name, d->name);
+          ck_assert_msg(param_index(d, md->args[k].name) > 0,
+                        "%s: constructor argument %s is "
+                        "no parameter of %s",
+                        md->cls, md->args[k].name, d->name);
       }
     }
   }
@@ -96,52 +98,52 @@ START_TEST(test_modules_build_and_run) {
   ck_assert_ptr_nonnull(arena);
   int built = 0;
   for (int i = 0; i < n; i++)
-  for (const grove__opmod *md = t[i]->module; md; md = md->next) {
-    const grove__layer_def *ld = grove__layer_find(md->cls);
-    ck_assert_msg(ld != NULL, "the registry lacks %s", md->cls);
-    json_t *obj = json_pack("{ss}", "type", md->cls);
-    grove_module *m = NULL;
-    grove_err err = {0};
-    /* A module with a required constructor argument (PixelShuffle's
-     * upscale_factor, ConstantPad2d's padding) must say so when it is
-     * missing, and Upsample with neither size nor scale_factor is refused as
-     * F.interpolate is; their parity cases run them
-     * (tests/fixtures_gen/zoo_ops.py). */
-    bool required = false;
-    for (int k = 0; k < GROVE__OPMOD_MAX_ARGS && md->args[k].name; k++)
-      required |= md->args[k].dk == D_REQ;
-    if (required || strcmp(md->cls, "Upsample") == 0) {
-      ck_assert_status(ld->from_json(obj, "$.module", &m, &err), GROVE_E_SPEC);
-      ck_assert_msg(strstr(grove_err_msg(&err), required ? "missing required argument"
-                                                         : "either size or scale_factor"),
-                    "%s", grove_err_msg(&err));
+    for (const grove__opmod *md = t[i]->module; md; md = md->next) {
+      const grove__layer_def *ld = grove__layer_find(md->cls);
+      ck_assert_msg(ld != NULL, "the registry lacks %s", md->cls);
+      json_t *obj = json_pack("{ss}", "type", md->cls);
+      grove_module *m = NULL;
+      grove_err err = {0};
+      /* A module with a required constructor argument (PixelShuffle's
+       * upscale_factor, ConstantPad2d's padding) must say so when it is
+       * missing, and Upsample with neither size nor scale_factor is refused as
+       * F.interpolate is; their parity cases run them
+       * (tests/fixtures_gen/zoo_ops.py). */
+      bool required = false;
+      for (int k = 0; k < GROVE__OPMOD_MAX_ARGS && md->args[k].name; k++)
+        required |= md->args[k].dk == D_REQ;
+      if (required || strcmp(md->cls, "Upsample") == 0) {
+        ck_assert_status(ld->from_json(obj, "$.module", &m, &err), GROVE_E_SPEC);
+        ck_assert_msg(strstr(grove_err_msg(&err), required ? "missing required argument"
+                                                           : "either size or scale_factor"),
+                      "%s", grove_err_msg(&err));
+        json_decref(obj);
+        continue;
+      }
+      ck_assert_ok(ld->from_json(obj, "$.module", &m, &err), &err);
+      ck_assert_ptr_eq(m->type, md->type);
+      grove_module_eval(m);
+      float xs[6] = {-2, -1, 0, 0.5f, 1, 3};
+      int64_t shape[2] = {2, 3};
+      grove_tensor x;
+      grove_tensor_init(&x, GROVE_F32, 2, shape, xs);
+      grove_values in = {.n = 1}, out = {0};
+      in.v[0] = x;
+      grove_fwd f = {.arena = arena, .err = &err};
+      ck_assert_ok(grove_module_forward(m, &f, &in, &out), &err);
+      ck_assert_int_eq(out.n, 1);
+      ck_assert_int_eq(out.v[0].dtype, GROVE_F32);
+      /* Two inputs: the message every layer gives. */
+      in.n = 2;
+      in.v[1] = x;
+      ck_assert_status(grove_module_forward(m, &f, &in, &out), GROVE_E_INVALID_ARGUMENT);
+      ck_assert_msg(strstr(grove_err_msg(&err), "expected 1 input tensor, got 2"), "%s",
+                    grove_err_msg(&err));
+      grove_arena_reset(arena);
+      grove_module_release(m);
       json_decref(obj);
-      continue;
+      built++;
     }
-    ck_assert_ok(ld->from_json(obj, "$.module", &m, &err), &err);
-    ck_assert_ptr_eq(m->type, md->type);
-    grove_module_eval(m);
-    float xs[6] = {-2, -1, 0, 0.5f, 1, 3};
-    int64_t shape[2] = {2, 3};
-    grove_tensor x;
-    grove_tensor_init(&x, GROVE_F32, 2, shape, xs);
-    grove_values in = {.n = 1}, out = {0};
-    in.v[0] = x;
-    grove_fwd f = {.arena = arena, .err = &err};
-    ck_assert_ok(grove_module_forward(m, &f, &in, &out), &err);
-    ck_assert_int_eq(out.n, 1);
-    ck_assert_int_eq(out.v[0].dtype, GROVE_F32);
-    /* Two inputs: the message every layer gives. */
-    in.n = 2;
-    in.v[1] = x;
-    ck_assert_status(grove_module_forward(m, &f, &in, &out), GROVE_E_INVALID_ARGUMENT);
-    ck_assert_msg(strstr(grove_err_msg(&err), "expected 1 input tensor, got 2"), "%s",
-                  grove_err_msg(&err));
-    grove_arena_reset(arena);
-    grove_module_release(m);
-    json_decref(obj);
-    built++;
-  }
   ck_assert_int_ge(built, 9);
   grove_arena_free(arena);
 }
@@ -238,7 +240,8 @@ START_TEST(test_module_list_arguments) {
        "only one of size or scale_factor"},
       {"{\"type\": \"Upsample\", \"scale_factor\": 2, \"align_corners\": false}",
        "align_corners option can only be set with the interpolating modes"},
-      {"{\"type\": \"Upsample\", \"size\": 4, \"mode\": \"bicubic\"}", "$.module.mode: expected one of"},
+      {"{\"type\": \"Upsample\", \"size\": 4, \"mode\": \"bicubic\"}",
+       "$.module.mode: expected one of"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     m = NULL;

@@ -151,8 +151,8 @@ static grove_status declare_tensors(grove_module *m, const json_t *decl, const c
 
 grove_status grove__graph_from_json(const json_t *obj, const char *path, grove_module **out,
                                     grove_err *err) {
-  static const char *const keys[] = {"type", "graph", "children", "parameters",
-                                     "buffers", "tied", "inlined", NULL};
+  static const char *const keys[] = {"type",    "graph", "children", "parameters",
+                                     "buffers", "tied",  "inlined",  NULL};
   *out = NULL;
   const char *key;
   json_t *v;

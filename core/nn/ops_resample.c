@@ -65,8 +65,7 @@ static grove_status interpolate_fwd(const grove__opctx *c, gval *res) {
     const int nf = sf->kind == A_LIST ? sf->n : 1;
     if (nf != 1 && nf != nsp)
       return grove_err_set(c->f->err, GROVE_E_SHAPE,
-                           "interpolate: scale_factor has %d numbers for %d spatial dims", nf,
-                           nsp);
+                           "interpolate: scale_factor has %d numbers for %d spatial dims", nf, nsp);
     /* torch: the output size is floor(in * scale_factor); the source
      * coordinates step by 1 / scale_factor unless recompute_scale_factor. */
     const bool recompute = c->args[5].kind == A_BOOL && c->args[5].i;
@@ -252,8 +251,8 @@ static grove_status lrn_fwd(const grove__opctx *c, gval *res) {
 
 /* ------------------------------------------------------------ the entries */
 
-#define OP_MODULE_TYPE(var, cls) \
-  const grove_module_type var = {                                                         \
+#define OP_MODULE_TYPE(var, cls)  \
+  const grove_module_type var = { \
       .name = cls, .forward = grove__op_module_forward, .free_impl = grove__op_module_free}
 OP_MODULE_TYPE(grove__upsample_type, "Upsample");
 OP_MODULE_TYPE(grove__constant_pad1d_type, "ConstantPad1d");
@@ -271,19 +270,22 @@ const grove_module_type grove__local_response_norm_type = {.name = "LocalRespons
 static const grove__opmod upsample_module = {
     .cls = "Upsample",
     .type = &grove__upsample_type,
-    .args = {{.name = "size", .kind = P_INTS, .dk = D_NONE, .min = 1, .max = 1 << 30},
-             {.name = "scale_factor", .kind = P_NUMBER, .dk = D_NONE, .min = 0x1p-20,
-              .max = 1 << 20},
-             {.name = "mode", .kind = P_STR, .dk = D_STR, .ds = "nearest", .choices = interp_modes},
-             {.name = "align_corners", .kind = P_BOOL, .dk = D_NONE},
-             {.name = "recompute_scale_factor", .kind = P_BOOL, .dk = D_NONE}},
+    .args =
+        {{.name = "size", .kind = P_INTS, .dk = D_NONE, .min = 1, .max = 1 << 30},
+         {.name = "scale_factor", .kind = P_NUMBER, .dk = D_NONE, .min = 0x1p-20, .max = 1 << 20},
+         {.name = "mode", .kind = P_STR, .dk = D_STR, .ds = "nearest", .choices = interp_modes},
+         {.name = "align_corners", .kind = P_BOOL, .dk = D_NONE},
+         {.name = "recompute_scale_factor", .kind = P_BOOL, .dk = D_NONE}},
     .check_args = true,
 };
 
 /* The constant pads, all F.pad(input, padding, "constant", value): torch
  * stores padding as the full tuple (2, 4 or 6 numbers), which is F.pad's. */
-#define PADDING \
-  { .name = "pad", .key = "padding", .kind = P_INTS, .dk = D_REQ, .min = -(1 << 30), .max = 1 << 30 }
+#define PADDING                                                                      \
+  {                                                                                  \
+    .name = "pad", .key = "padding", .kind = P_INTS, .dk = D_REQ, .min = -(1 << 30), \
+    .max = 1 << 30                                                                   \
+  }
 #define PAD_VALUE \
   { .name = "value", .kind = P_FLOAT, .dk = D_REQ, .min = -INFINITY, .max = INFINITY }
 static const grove__opmod zero_pad2d_module = {

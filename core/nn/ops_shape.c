@@ -177,13 +177,12 @@ const grove__opdef grove__opdef_permute = {
 const grove__opdef grove__opdef_transpose = {
     .name = "transpose",
     .id = G_TRANSPOSE,
-    .torch = (const char *const[]){"torch.transpose(input,dim0,dim1)",
-                                   "Tensor.transpose(input,dim0,dim1)",
-                                   /* numpy's names (MaxViT's SwapAxes), bound by position */
-                                   "torch.swapaxes(input,dim0,dim1)",
-                                   "Tensor.swapaxes(input,dim0,dim1)",
-                                   "torch.swapdims(input,dim0,dim1)",
-                                   "Tensor.swapdims(input,dim0,dim1)", NULL},
+    .torch =
+        (const char *const[]){
+            "torch.transpose(input,dim0,dim1)", "Tensor.transpose(input,dim0,dim1)",
+            /* numpy's names (MaxViT's SwapAxes), bound by position */
+            "torch.swapaxes(input,dim0,dim1)", "Tensor.swapaxes(input,dim0,dim1)",
+            "torch.swapdims(input,dim0,dim1)", "Tensor.swapdims(input,dim0,dim1)", NULL},
     .varargs = -1,
     .p = {INPUT, OP_REQ("dim0", P_INT), OP_REQ("dim1", P_INT)},
     .forward = transpose_fwd,

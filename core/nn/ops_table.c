@@ -172,14 +172,13 @@ void grove__op_list(char *buf, size_t n) {
  * scale_factor, ConstantPad2d's padding.  Absent: p's default; null where
  * the default is None. */
 static grove_status read_numbers(const json_t *obj, const char *path, const char *cls,
-                                 const grove__oppar *p, const char *key, garg *a,
-                                 grove_err *err) {
+                                 const grove__oppar *p, const char *key, garg *a, grove_err *err) {
   const bool ints = p->kind == P_INTS;
   const json_t *v = json_object_get(obj, key);
   if (!v || (json_is_null(v) && p->dk == D_NONE)) {
     if (!v && p->dk == D_REQ)
-      return grove_err_set(err, GROVE_E_SPEC, "%s.%s: missing required argument of %s", path,
-                           key, cls);
+      return grove_err_set(err, GROVE_E_SPEC, "%s.%s: missing required argument of %s", path, key,
+                           cls);
     if (p->dk == D_NONE) {
       a->kind = A_NONE;
     } else {
@@ -199,10 +198,10 @@ static grove_status read_numbers(const json_t *obj, const char *path, const char
   if (!ok) {
     char got[96];
     grove__json_describe(v, got, sizeof got);
-    return grove_err_set(err, GROVE_E_SPEC, "%s.%s: expected %s%s in [%g, %g]%s, got %s", path,
-                         key, p->dk == D_REQ ? "" : "null, or ", ints ? "integers" : "numbers",
-                         p->min, p->max,
-                         p->dk == D_REQ ? " as a list" : " (one, or a list of one per dim)", got);
+    return grove_err_set(err, GROVE_E_SPEC, "%s.%s: expected %s%s in [%g, %g]%s, got %s", path, key,
+                         p->dk == D_REQ ? "" : "null, or ", ints ? "integers" : "numbers", p->min,
+                         p->max, p->dk == D_REQ ? " as a list" : " (one, or a list of one per dim)",
+                         got);
   }
   if (!list) {
     a->kind = ints ? A_INT : A_FLOAT;
@@ -252,11 +251,11 @@ static grove_status read_arg(const json_t *obj, const char *path, const char *cl
       int64_t v = 0;
       bool is_null = false;
       if (p->dk == D_NONE)
-        s = grove__json_int_or_null(obj, path, cls, key, true, 0, (int64_t)p->min,
-                                    (int64_t)p->max, &v, &is_null, err);
+        s = grove__json_int_or_null(obj, path, cls, key, true, 0, (int64_t)p->min, (int64_t)p->max,
+                                    &v, &is_null, err);
       else
-        s = grove__json_int(obj, path, cls, key, p->dk == D_REQ, (int64_t)p->dv,
-                            (int64_t)p->min, (int64_t)p->max, &v, err);
+        s = grove__json_int(obj, path, cls, key, p->dk == D_REQ, (int64_t)p->dv, (int64_t)p->min,
+                            (int64_t)p->max, &v, err);
       a->kind = is_null ? A_NONE : A_INT;
       a->i = v;
       return s;
@@ -265,8 +264,8 @@ static grove_status read_arg(const json_t *obj, const char *path, const char *cl
     case P_NUMBER: {
       double v;
       if (p->dk == D_REQ && !json_object_get(obj, key)) /* ConstantPad2d's value */
-        return grove_err_set(err, GROVE_E_SPEC, "%s.%s: missing required argument of %s", path,
-                             key, cls);
+        return grove_err_set(err, GROVE_E_SPEC, "%s.%s: missing required argument of %s", path, key,
+                             cls);
       s = grove__json_number(obj, path, cls, key, p->dv, p->min, p->max, &v, err);
       a->kind = A_FLOAT;
       a->f = v;
@@ -290,8 +289,8 @@ static grove_status read_arg(const json_t *obj, const char *path, const char *cl
 /* The op's check (interpolate: a mode with align_corners, size and
  * scale_factor both set) on a module's arguments, the op's defaults
  * elsewhere, so that a module and a node are refused alike, at build time. */
-static grove_status check_module_args(const grove__opdef *d, const grove__opmod *md,
-                                      const garg *a, int n, const char *path, grove_err *err) {
+static grove_status check_module_args(const grove__opdef *d, const grove__opmod *md, const garg *a,
+                                      int n, const char *path, grove_err *err) {
   if (!d->check || !md->check_args) return GROVE_OK;
   garg dflt[GROVE__OP_MAX_PARAMS] = {{0}}; /* owned */
   garg view[GROVE__OP_MAX_PARAMS] = {{0}}; /* borrowed from dflt and a */
