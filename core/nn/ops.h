@@ -278,6 +278,10 @@ grove_status grove__op_module_forward(const grove_module *m, grove_fwd *f, const
                                       grove_values *out);
 /* Every op module type's free_impl. */
 void grove__op_module_free(void *impl);
+/* Defines an op module's vtable: var, named cls (torch's class). */
+#define GROVE__OP_MODULE_TYPE(var, cls) \
+  const grove_module_type var = {       \
+      .name = cls, .forward = grove__op_module_forward, .free_impl = grove__op_module_free}
 /* The bound argument i (a parameter of d) of an op module, or NULL when m
  * is not one (train.c reads Dropout's p, Softmax's dim ... from it). */
 const garg *grove__op_module_arg(const grove_module *m, const char *name);

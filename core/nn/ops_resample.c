@@ -251,19 +251,13 @@ static grove_status lrn_fwd(const grove__opctx *c, gval *res) {
 
 /* ------------------------------------------------------------ the entries */
 
-#define OP_MODULE_TYPE(var, cls)  \
-  const grove_module_type var = { \
-      .name = cls, .forward = grove__op_module_forward, .free_impl = grove__op_module_free}
-OP_MODULE_TYPE(grove__upsample_type, "Upsample");
-OP_MODULE_TYPE(grove__constant_pad1d_type, "ConstantPad1d");
-OP_MODULE_TYPE(grove__constant_pad2d_type, "ConstantPad2d");
-OP_MODULE_TYPE(grove__constant_pad3d_type, "ConstantPad3d");
-OP_MODULE_TYPE(grove__zero_pad2d_type, "ZeroPad2d");
-const grove_module_type grove__pixel_shuffle_type = {
-    .name = "PixelShuffle", .forward = grove__op_module_forward, .free_impl = grove__op_module_free};
-const grove_module_type grove__local_response_norm_type = {.name = "LocalResponseNorm",
-                                                           .forward = grove__op_module_forward,
-                                                           .free_impl = grove__op_module_free};
+GROVE__OP_MODULE_TYPE(grove__upsample_type, "Upsample");
+GROVE__OP_MODULE_TYPE(grove__constant_pad1d_type, "ConstantPad1d");
+GROVE__OP_MODULE_TYPE(grove__constant_pad2d_type, "ConstantPad2d");
+GROVE__OP_MODULE_TYPE(grove__constant_pad3d_type, "ConstantPad3d");
+GROVE__OP_MODULE_TYPE(grove__zero_pad2d_type, "ZeroPad2d");
+GROVE__OP_MODULE_TYPE(grove__pixel_shuffle_type, "PixelShuffle");
+GROVE__OP_MODULE_TYPE(grove__local_response_norm_type, "LocalResponseNorm");
 
 /* nn.Upsample: F.interpolate's module, its arguments as torch keeps them
  * (size and scale_factor a number or a tuple per dim). */
