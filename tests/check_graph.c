@@ -37,7 +37,7 @@ static const char *const cases[] = {
     /* The zoo's operations (#18): tests/fixtures_gen/zoo_ops.py. */
     "zoo_acts", "zoo_conv_acts", "zoo_math", "zoo_compare", "zoo_shapes", "zoo_tensor_index", "zoo_picks",
     "zoo_resample", "zoo_pad_shuffle", "zoo_norms", "zoo_param_norms", "zoo_convert",
-    "zoo_depth",
+    "zoo_depth", "zoo_resample_modules", "zoo_pad_modules",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -505,6 +505,64 @@ START_TEST(test_holder_not_callable) {
 }
 END_TEST
 
+/* A module whose forward the exporter traced into its caller's graph
+ * ("inlined": true, a DenseNet _DenseLayer called with a list): no node
+ * calls it, so a forward hook on it could never fire and is refused at
+ * registration; its leaves, which the caller's graph calls, take hooks, and
+ * a holder that is merely never called (no "inlined") still takes them, as
+ * in torch. */
+static grove_status count_calls(void *user, const grove_module *mod, grove_fwd *f,
+                                const grove_values *in, grove_values *out) {
+  (*(int *)user)++;
+  return GROVE_OK;
+}
+
+START_TEST(test_inlined_module_hooks) {
+  grove_err err = {0};
+  grove_model *m = NULL;
+  ck_assert_ok(
+      from_module(GC("{\"layer\": {\"type\": \"_DenseLayer\", \"graph\": null, "
+                     "\"inlined\": true, \"children\": {\"fc\": {\"type\": \"Linear\", "
+                     "\"in_features\": 4, \"out_features\": 4}}}, "
+                     "\"holder\": {\"type\": \"Holder\", \"graph\": null, \"inlined\": false}}",
+                     PH ",{\"op\": \"call_module\", \"name\": \"fc\", \"target\": "
+                        "\"layer.fc\", \"args\": [{\"node\": \"x\"}]}," OUT("fc")),
+                  &m, &err),
+      &err);
+  grove_module *layer = grove_module_find(m->root, "layer");
+  grove_module *fc = grove_module_find(m->root, "layer.fc");
+  grove_module *holder = grove_module_find(m->root, "holder");
+  ck_assert(layer && fc && holder);
+  ck_assert(layer->inlined && !fc->inlined && !holder->inlined);
+  int fired = 0;
+  uint64_t id = 0;
+  ck_assert_int_eq(grove_module_register_forward_hook(layer, count_calls, &fired, false, &id),
+                   GROVE_E_UNSUPPORTED);
+  ck_assert_int_eq(grove_module_register_forward_pre_hook(layer, NULL, NULL, false, &id),
+                   GROVE_E_UNSUPPORTED);
+  ck_assert_int_eq(grove_module_register_forward_hook(holder, count_calls, &fired, false, &id),
+                   GROVE_OK);
+  ck_assert(grove_module_remove_hook(holder, id));
+  ck_assert_int_eq(grove_module_register_forward_hook(fc, count_calls, &fired, false, &id),
+                   GROVE_OK);
+  float buf[4] = {0};
+  int64_t shape[2] = {1, 4};
+  grove_tensor x, y;
+  grove_tensor_init(&x, GROVE_F32, 2, shape, buf);
+  grove_arena *a = grove_arena_new(0);
+  grove_fwd f = {.arena = a, .err = &err};
+  ck_assert_ok(grove_module_call(m->root, &f, &x, &y), &err);
+  ck_assert_int_eq(fired, 1);
+  ck_assert(grove_module_remove_hook(fc, id));
+  grove_arena_free(a);
+  grove_model_free(m);
+  spec_err(GC("{\"sub\": {\"type\": \"Inner\", \"graph\": [" PH "," OUT("x") "], "
+                                                                             "\"inlined\": true}}",
+              PH "," OUT("x")),
+           GROVE_E_SPEC, "$.module.children.sub.inlined: expected true (with \"graph\": null)");
+}
+END_TEST
+
 /* The state_dict of a graph module: its own parameters, then buffers, then
  * its children, as torch; the load error names the Python class. */
 START_TEST(test_state_dict) {
@@ -602,6 +660,7 @@ static Suite *graph_suite(void) {
   tcase_add_test(tc, test_identity_graph);
   tcase_add_test(tc, test_liveness);
   tcase_add_test(tc, test_holder_not_callable);
+  tcase_add_test(tc, test_inlined_module_hooks);
   tcase_add_test(tc, test_state_dict);
   tcase_add_test(tc, test_large_graph_compiles);
   suite_add_tcase(s, tc);

@@ -841,7 +841,7 @@ static void json_err(const char *text, grove_status code, const char *msg) {
 START_TEST(test_registry) {
   size_t n;
   const grove__layer_def *defs = grove__layer_defs(&n);
-  ck_assert_uint_eq(n, 55);
+  ck_assert_uint_eq(n, 60);
   for (size_t i = 0; i < n; i++) ck_assert_ptr_eq(grove__layer_find(defs[i].type), &defs[i]);
   ck_assert_ptr_null(grove__layer_find("Conv3d"));
   ck_assert_ptr_null(grove__layer_find("linear"));
@@ -892,6 +892,19 @@ START_TEST(test_registry) {
   json_ok("{\"type\": \"PixelShuffle\", \"upscale_factor\": 3}", "PixelShuffle");
   json_ok("{\"type\": \"LocalResponseNorm\", \"size\": 5, \"alpha\": 1e-3}",
           "LocalResponseNorm");
+  json_ok(
+      "{\"type\": \"Upsample\", \"size\": [4, 6], \"mode\": \"bilinear\", "
+      "\"align_corners\": false}",
+      "Upsample");
+  json_ok("{\"type\": \"Upsample\", \"scale_factor\": 2}", "Upsample");
+  json_ok("{\"type\": \"ConstantPad1d\", \"padding\": [1, 2], \"value\": 0.5}", "ConstantPad1d");
+  json_ok("{\"type\": \"ConstantPad2d\", \"padding\": [1, 2, 0, 0], \"value\": -1}",
+          "ConstantPad2d");
+  json_ok("{\"type\": \"ConstantPad3d\", \"padding\": [1, 1, 1, 1, 1, 1], \"value\": 0}",
+          "ConstantPad3d");
+  json_ok("{\"type\": \"ZeroPad2d\", \"padding\": [1, 1, 2, 2]}", "ZeroPad2d");
+  json_err("{\"type\": \"ZeroPad2d\", \"padding\": [1, 1], \"value\": 1}", GROVE_E_SPEC,
+           "$.module.value: unknown argument of ZeroPad2d (it takes: padding)");
   json_ok("{\"type\": \"GroupNorm\", \"num_groups\": 2, \"num_channels\": 6}", "GroupNorm");
   json_ok("{\"type\": \"GroupNorm\", \"num_groups\": 3, \"num_channels\": 6, \"eps\": 1e-6, "
           "\"affine\": false}",

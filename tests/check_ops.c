@@ -71,13 +71,19 @@ START_TEST(test_entries) {
       }
     }
     if (d->module) {
-      const grove__opmod *md = d->module;
-      ck_assert_ptr_eq(grove__op_find_module(md->cls), d);
-      ck_assert_str_eq(md->type->name, md->cls);
-      ck_assert_msg(md->type->forward == grove__op_module_forward, "%s: its own forward", md->cls);
-      for (int k = 0; k < 4 && md->args[k].name; k++)
-        ck_assert_msg(param_index(d, md->args[k].name) > 0, "%s: constructor argument %s is no "
-                      "parameter of %s", md->cls, md->args[k].name, d->name);
+      for (const grove__opmod *md = d->module; md; md = md->next) {
+        const grove__opmod *found = NULL;
+        ck_assert_ptr_eq(grove__op_find_module(md->cls, &found), d);
+        ck_assert_ptr_eq(found, md);
+        ck_assert_str_eq(md->type->name, md->cls);
+        ck_assert_msg(md->type->forward == grove__op_module_forward, "%s: its own forward",
+                      md->cls);
+        for (int k = 0; k < GROVE__OPMOD_MAX_ARGS && md->args[k].name; k++)
+          ck_assert_msg(param_index(d, md->args[k].name) > 0,
+                        "%s: constructor argument %s is "
+                        "no parameter of %s",
+                        md->cls, md->args[k].name, d->name);
+      }
     }
   }
 }
@@ -91,51 +97,53 @@ START_TEST(test_modules_build_and_run) {
   grove_arena *arena = grove_arena_new(1 << 20);
   ck_assert_ptr_nonnull(arena);
   int built = 0;
-  for (int i = 0; i < n; i++) {
-    const grove__opdef *d = t[i];
-    if (!d->module) continue;
-    const grove__layer_def *ld = grove__layer_find(d->module->cls);
-    ck_assert_msg(ld != NULL, "the registry lacks %s", d->module->cls);
-    json_t *obj = json_pack("{ss}", "type", d->module->cls);
-    grove_module *m = NULL;
-    grove_err err = {0};
-    /* A module with a required constructor argument (PixelShuffle's
-     * upscale_factor) must say so when it is missing; its parity cases run
-     * it (tests/fixtures_gen/zoo_ops.py). */
-    bool required = false;
-    for (int k = 0; k < 4 && d->module->args[k].name; k++)
-      required |= d->module->args[k].dk == D_REQ;
-    if (required) {
-      ck_assert_status(ld->from_json(obj, "$.module", &m, &err), GROVE_E_SPEC);
-      ck_assert_msg(strstr(grove_err_msg(&err), "missing required argument"), "%s",
+  for (int i = 0; i < n; i++)
+    for (const grove__opmod *md = t[i]->module; md; md = md->next) {
+      const grove__layer_def *ld = grove__layer_find(md->cls);
+      ck_assert_msg(ld != NULL, "the registry lacks %s", md->cls);
+      json_t *obj = json_pack("{ss}", "type", md->cls);
+      grove_module *m = NULL;
+      grove_err err = {0};
+      /* A module with a required constructor argument (PixelShuffle's
+       * upscale_factor, ConstantPad2d's padding) must say so when it is
+       * missing, and Upsample with neither size nor scale_factor is refused as
+       * F.interpolate is; their parity cases run them
+       * (tests/fixtures_gen/zoo_ops.py). */
+      bool required = false;
+      for (int k = 0; k < GROVE__OPMOD_MAX_ARGS && md->args[k].name; k++)
+        required |= md->args[k].dk == D_REQ;
+      if (required || strcmp(md->cls, "Upsample") == 0) {
+        ck_assert_status(ld->from_json(obj, "$.module", &m, &err), GROVE_E_SPEC);
+        ck_assert_msg(strstr(grove_err_msg(&err), required ? "missing required argument"
+                                                           : "either size or scale_factor"),
+                      "%s", grove_err_msg(&err));
+        json_decref(obj);
+        continue;
+      }
+      ck_assert_ok(ld->from_json(obj, "$.module", &m, &err), &err);
+      ck_assert_ptr_eq(m->type, md->type);
+      grove_module_eval(m);
+      float xs[6] = {-2, -1, 0, 0.5f, 1, 3};
+      int64_t shape[2] = {2, 3};
+      grove_tensor x;
+      grove_tensor_init(&x, GROVE_F32, 2, shape, xs);
+      grove_values in = {.n = 1}, out = {0};
+      in.v[0] = x;
+      grove_fwd f = {.arena = arena, .err = &err};
+      ck_assert_ok(grove_module_forward(m, &f, &in, &out), &err);
+      ck_assert_int_eq(out.n, 1);
+      ck_assert_int_eq(out.v[0].dtype, GROVE_F32);
+      /* Two inputs: the message every layer gives. */
+      in.n = 2;
+      in.v[1] = x;
+      ck_assert_status(grove_module_forward(m, &f, &in, &out), GROVE_E_INVALID_ARGUMENT);
+      ck_assert_msg(strstr(grove_err_msg(&err), "expected 1 input tensor, got 2"), "%s",
                     grove_err_msg(&err));
+      grove_arena_reset(arena);
+      grove_module_release(m);
       json_decref(obj);
-      continue;
+      built++;
     }
-    ck_assert_ok(ld->from_json(obj, "$.module", &m, &err), &err);
-    ck_assert_ptr_eq(m->type, d->module->type);
-    grove_module_eval(m);
-    float xs[6] = {-2, -1, 0, 0.5f, 1, 3};
-    int64_t shape[2] = {2, 3};
-    grove_tensor x;
-    grove_tensor_init(&x, GROVE_F32, 2, shape, xs);
-    grove_values in = {.n = 1}, out = {0};
-    in.v[0] = x;
-    grove_fwd f = {.arena = arena, .err = &err};
-    ck_assert_ok(grove_module_forward(m, &f, &in, &out), &err);
-    ck_assert_int_eq(out.n, 1);
-    ck_assert_int_eq(out.v[0].dtype, GROVE_F32);
-    /* Two inputs: the message every layer gives. */
-    in.n = 2;
-    in.v[1] = x;
-    ck_assert_status(grove_module_forward(m, &f, &in, &out), GROVE_E_INVALID_ARGUMENT);
-    ck_assert_msg(strstr(grove_err_msg(&err), "expected 1 input tensor, got 2"), "%s",
-                  grove_err_msg(&err));
-    grove_arena_reset(arena);
-    grove_module_release(m);
-    json_decref(obj);
-    built++;
-  }
   ck_assert_int_ge(built, 9);
   grove_arena_free(arena);
 }
@@ -164,6 +172,84 @@ START_TEST(test_module_arguments) {
   ck_assert_status(grove__op_module_from_json(obj, "$.module", &m, &err), GROVE_E_SPEC);
   ck_assert_msg(strstr(grove_err_msg(&err), "$.module.p"), "%s", grove_err_msg(&err));
   json_decref(obj);
+}
+END_TEST
+
+/* The list-valued constructor arguments (Upsample's size and scale_factor,
+ * the pads' padding): read as torch keeps them, copied into the module,
+ * and refused with the key named when they are not numbers, out of range,
+ * or what F.interpolate / F.pad refuse. */
+static grove_status from_text(const char *text, grove_module **m, grove_err *err) {
+  json_error_t je;
+  json_t *obj = json_loads(text, 0, &je);
+  ck_assert_msg(obj != NULL, "%s", je.text);
+  grove_status s = grove__op_module_from_json(obj, "$.module", m, err);
+  json_decref(obj);
+  return s;
+}
+
+START_TEST(test_module_list_arguments) {
+  grove_err err = {0};
+  grove_module *m = NULL;
+  ck_assert_ok(from_text("{\"type\": \"Upsample\", \"size\": null, \"scale_factor\": [2.0, 3.0], "
+                         "\"mode\": \"bilinear\", \"align_corners\": true, "
+                         "\"recompute_scale_factor\": null}",
+                         &m, &err),
+               &err);
+  ck_assert_str_eq(m->type->name, "Upsample");
+  const garg *sf = grove__op_module_arg(m, "scale_factor");
+  ck_assert_int_eq(sf->kind, A_LIST);
+  ck_assert_int_eq(sf->n, 2);
+  ck_assert(sf->items[0].f == 2.0 && sf->items[1].f == 3.0);
+  ck_assert_int_eq(grove__op_module_arg(m, "size")->kind, A_NONE);
+  ck_assert_int_eq(grove__op_module_arg(m, "align_corners")->kind, A_BOOL);
+  ck_assert_int_eq(grove__op_module_arg(m, "recompute_scale_factor")->kind, A_NONE);
+  /* Runs: [1, 1, 2, 2] -> [1, 1, 4, 6], corners kept (align_corners). */
+  grove_arena *arena = grove_arena_new(1 << 16);
+  float xs[4] = {0, 1, 2, 3};
+  int64_t shape[4] = {1, 1, 2, 2};
+  grove_values in = {.n = 1}, out = {0};
+  grove_tensor_init(&in.v[0], GROVE_F32, 4, shape, xs);
+  grove_fwd f = {.arena = arena, .err = &err};
+  grove_module_eval(m);
+  ck_assert_ok(grove_module_forward(m, &f, &in, &out), &err);
+  ck_assert_int_eq(out.v[0].shape[2], 4);
+  ck_assert_int_eq(out.v[0].shape[3], 6);
+  const float *y = out.v[0].data;
+  ck_assert(y[0] == 0 && y[5] == 1 && y[18] == 2 && y[23] == 3);
+  grove_module_release(m);
+  grove_arena_free(arena);
+
+  ck_assert_ok(from_text("{\"type\": \"ZeroPad2d\", \"padding\": [1, 2, 0, -1]}", &m, &err), &err);
+  const garg *pad = grove__op_module_arg(m, "pad");
+  ck_assert_int_eq(pad->kind, A_LIST);
+  ck_assert_int_eq(pad->n, 4);
+  ck_assert_int_eq(pad->items[3].i, -1);
+  grove_module_release(m);
+
+  static const struct {
+    const char *json, *msg;
+  } bad[] = {
+      {"{\"type\": \"ConstantPad2d\", \"padding\": [1, 1.5, 0, 0], \"value\": 0}",
+       "$.module.padding: expected integers"},
+      {"{\"type\": \"ConstantPad2d\", \"padding\": 2, \"value\": 0}", "as a list"},
+      {"{\"type\": \"ConstantPad1d\", \"padding\": [1, 1]}",
+       "$.module.value: missing required argument of ConstantPad1d"},
+      {"{\"type\": \"Upsample\", \"scale_factor\": [2, -1]}", "$.module.scale_factor: expected"},
+      {"{\"type\": \"Upsample\", \"size\": [4, 4], \"scale_factor\": 2}",
+       "only one of size or scale_factor"},
+      {"{\"type\": \"Upsample\", \"scale_factor\": 2, \"align_corners\": false}",
+       "align_corners option can only be set with the interpolating modes"},
+      {"{\"type\": \"Upsample\", \"size\": 4, \"mode\": \"bicubic\"}",
+       "$.module.mode: expected one of"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    m = NULL;
+    ck_assert_status(from_text(bad[i].json, &m, &err), GROVE_E_SPEC);
+    ck_assert_msg(strstr(grove_err_msg(&err), bad[i].msg), "%s: %s", bad[i].json,
+                  grove_err_msg(&err));
+    ck_assert_ptr_null(m);
+  }
 }
 END_TEST
 
@@ -310,6 +396,7 @@ static Suite *ops_suite(void) {
   tcase_add_test(tc, test_entries);
   tcase_add_test(tc, test_modules_build_and_run);
   tcase_add_test(tc, test_module_arguments);
+  tcase_add_test(tc, test_module_list_arguments);
   tcase_add_test(tc, test_generated_file_matches);
   tcase_add_test(tc, test_declared_dtypes);
   tcase_add_test(tc, test_layer_settings);

@@ -96,11 +96,14 @@ def module_spec(model, require_callable=True):
     forward).  With require_callable (the default), a tree whose forward torch
     itself could not run (a ModuleList or ModuleDict as the root or as a
     Sequential's child) is refused too."""
+    global _RESULTS
+    _RESULTS = None  # traced afresh for every export: a module may have changed since
     seen = {}        # id(module) -> dotted path of its first occurrence
     inside = {}      # id(module) -> path, for the submodules of composites
     first_param = {}  # id(parameter) -> dotted path of its first occurrence
     on_stack = set()
     called = set()   # ids of modules a graph or a called Sequential calls
+    inlined = set()  # ids of custom modules a graph traced through (_traced_through)
 
     def params_and_ties(m, path, spec):
         tied = {}
@@ -172,10 +175,14 @@ def module_spec(model, require_callable=True):
         spec = {"type": type(m).__name__}
         graph = None
         if is_called:
-            graph = _graph(m, path)
+            graph = _graph(m, path, inlined)
             for node in graph:
                 if node["op"] == "call_module":
                     called.add(id(m.get_submodule(node["target"])))
+        elif id(m) in inlined:
+            # Its forward is part of its caller's graph: no node calls it, so
+            # Grove refuses a forward hook on it (docs/exporter.md).
+            spec["inlined"] = True
         params = {}
         for pname, p in m._parameters.items():
             params[pname] = None if p is None else \
@@ -404,16 +411,126 @@ class _Patch:
         return False
 
 
-def _trace(m, path):
+def _plain_call(args, kwargs):
+    """Whether a module call passes what graph.c passes between modules:
+    1 to GROVE_MAX_VALUES (4) traced values, positionally, trailing Nones
+    being the callee's defaults."""
+    import torch.fx as fx
+    if kwargs:
+        return False
+    args = list(args)
+    while args and args[-1] is None:
+        args.pop()
+    return 0 < len(args) <= 4 and all(isinstance(a, fx.Proxy) for a in args)
+
+
+_RESULTS = None  # custom module -> (kind, value) of what its forward returns (_result)
+
+
+def _result(sub, sub_path):
+    """What a custom module's forward returns, traced once per module:
+    ("plain", None) for what graph.c passes between modules (a value, or a
+    tuple/list of 1 to 4), ("dict", keys) for a dict of 1 to 4 (torchvision's
+    IntermediateLayerGetter; passed as a tuple in its keys' order), ("other",
+    None) for anything else (more than 4 values, a constant in a tuple), or
+    ("error", e) when its forward cannot be traced (the caller's own walk
+    reports that)."""
+    global _RESULTS
+    import weakref
+    import torch.fx as fx
+    if _RESULTS is None:
+        _RESULTS = weakref.WeakKeyDictionary()
+    if sub not in _RESULTS:
+        try:
+            out = [n for n in _trace(sub, sub_path).nodes if n.op == "output"]
+        except ExportError as e:
+            _RESULTS[sub] = ("error", e)
+            return _RESULTS[sub]
+        res = out[0].args[0] if out else None
+        items = list(res.values()) if isinstance(res, dict) else \
+            list(res) if isinstance(res, (tuple, list)) else [res]
+        plain = 0 < len(items) <= 4 and all(isinstance(x, fx.Node) and not _size_value(x)
+                                            for x in items)
+        _RESULTS[sub] = ("other", None) if not plain else \
+            ("dict", list(res)) if isinstance(res, dict) else ("plain", None)
+    return _RESULTS[sub]
+
+
+def _size_value(node, depth=0):
+    """Whether an fx node computes a size rather than a tensor (x.shape[1] * 2,
+    x.size(0), x.dim()): a module's graph returns tensors only, so a forward
+    returning one is traced through."""
+    import builtins
+    import torch.fx as fx
+    if depth > 32 or not isinstance(node, fx.Node):
+        return False
+    if node.op == "call_method" and node.target in ("size", "dim", "numel"):
+        return True
+    if node.op == "call_function" and node.target is builtins.getattr:
+        return node.args[1] in ("shape", "ndim")
+    if node.op == "call_function" and (node.target is operator.getitem or
+                                       getattr(node.target, "__module__", None) in
+                                       ("_operator", "operator")):
+        ins = [a for a in node.args if isinstance(a, fx.Node)]
+        return bool(ins) and all(_size_value(a, depth + 1) for a in ins)
+    return False
+
+
+def _dict_keys(sub, sub_path):
+    """The keys of the dict a custom module's forward returns, in order, or
+    None (a torch.nn layer, or a forward returning anything else)."""
+    if _kind_of(sub, sub_path) is not None:
+        return None
+    kind, val = _result(sub, sub_path)
+    if kind == "error":
+        _trace(sub, sub_path)  # raises again, naming sub by its path from the model
+        raise val
+    return val if kind == "dict" else None
+
+
+def _traced_through(root, mod, qualname, args, kwargs):
+    """A custom module (no torch.nn kind) whose call is not plain is inlined
+    into its caller's graph (root's); so is one given the dict another custom
+    module returned (LRASPP's head indexes the backbone's features["low"]),
+    which Grove passes between modules as a tuple the callee could not index
+    by key, and one whose forward returns what Grove does not pass back (5
+    tensors, a tuple with an int).  A torch.nn layer keeps its node and the
+    call is checked (and refused if need be) by _check_module_call."""
+    try:
+        if _kind_of(mod, qualname) is not None:
+            return False
+    except ExportError:
+        return False  # a torch.nn type Grove lacks: the walk names it by its full path
+    if not _plain_call(args, kwargs):
+        return True
+    for a in args:
+        n = getattr(a, "node", None)
+        if n is not None and n.op == "call_module":
+            sub = root.get_submodule(n.target)
+            try:
+                custom = _kind_of(sub, n.target) is None
+            except ExportError:
+                custom = False
+            if custom and _result(sub, n.target)[0] == "dict":
+                return True
+    return _result(mod, qualname)[0] == "other"
+
+
+def _trace(m, path, inlined=None):
     """torch.fx graph of m.forward, every submodule call kept as a
     call_module (Grove runs each submodule itself: torch.nn layers, and
-    custom modules through their own graphs)."""
+    custom modules through their own graphs), except the calls of custom
+    modules with lists, dicts, constants or keyword arguments, which are
+    traced through (_traced_through); their ids are added to inlined."""
+    if inlined is None:
+        inlined = set()
     import torch
     import torch.fx as fx
 
     class Tracer(fx.Tracer):
         def __init__(self):
             super().__init__()
+            self.inline_stack = []  # (dotted path, class) of the forwards being traced through
             self.record_stack_traces = True
             # Buffers as get_attr nodes, as parameters are: real sequence
             # code slices them by a traced length (self.position_ids[:, :t],
@@ -432,6 +549,31 @@ def _trace(m, path):
 
         def is_leaf_module(self, mod, qualname):
             return True
+
+        def call_module(self, mod, forward, args, kwargs):
+            # A custom module called with what Grove cannot pass between
+            # modules (a list of tensors, a dict, an int, keyword arguments)
+            # is traced through: its forward's operations land in this graph,
+            # and the modules it calls stay call_module nodes by their dotted
+            # paths from m (fx's path_of_module), so state_dict keys are
+            # torch's.  Its own spec gets "inlined": true (module_spec).
+            qualname = self.path_of_module(mod)
+            if _traced_through(self.root, mod, qualname, args, kwargs):
+                inlined.add(id(mod))
+                self.inline_stack.append((qualname, type(mod).__name__))
+                try:
+                    return forward(*args, **kwargs)
+                finally:
+                    self.inline_stack.pop()
+            return super().call_module(mod, forward, args, kwargs)
+
+        def create_node(self, *args, **kwargs):
+            # A node of a traced-through forward remembers whose, so that a
+            # refusal names that module beside the line (_graph's refuse).
+            node = super().create_node(*args, **kwargs)
+            if self.inline_stack:
+                node.meta["grove_inlined"] = self.inline_stack[-1]
+            return node
 
     before = set(vars(m))
     real_finfo = torch.finfo
@@ -493,14 +635,15 @@ def _drop_shape_guards(graph):
             graph.erase_node(n)
 
 
-def _graph(m, path):
+def _graph(m, path, inlined=None):
     """The "graph" of a custom module: its fx nodes in the format of
     docs/model-spec.md.  Refuses, naming the operation and the line of
-    forward, what Grove cannot run."""
+    forward, what Grove cannot run.  The ids of the submodules traced
+    through (_traced_through) are added to inlined."""
     import math
     import torch
     import torch.fx as fx
-    graph = _trace(m, path)
+    graph = _trace(m, path, inlined)
     _drop_shape_guards(graph)
     ops, methods, canons = _table()
     out = []
@@ -508,9 +651,11 @@ def _graph(m, path):
     def refuse(node, why):
         src = _source(node)
         where = f"forward line {src}" if src else f"node '{node.name}' of its forward"
+        inl = node.meta.get("grove_inlined")
+        if inl:  # the line is in a submodule's forward, traced into this graph
+            where = f"in '{_join(path, inl[0])}' ({inl[1]}, whose forward is traced into " \
+                    f"this one), {where}"
         raise ExportError(f"cannot export {_where(path, m)}: {where}: {why}")
-
-    dict_keys = {}  # id(submodule) -> the keys of the dict its forward returns
 
     def key_index(node, src, key):
         """features["out"] on what a submodule returned as a dict (torchvision's
@@ -519,14 +664,7 @@ def _graph(m, path):
         the key becomes its position."""
         keys = None
         if isinstance(src, fx.Node) and src.op == "call_module":
-            sub = m.get_submodule(src.target)
-            if _kind_of(sub, _join(path, src.target)) is None:
-                if id(sub) not in dict_keys:
-                    out = [n for n in _trace(sub, _join(path, src.target)).nodes
-                           if n.op == "output"]
-                    res = out[0].args[0] if out else None
-                    dict_keys[id(sub)] = list(res) if isinstance(res, dict) else None
-                keys = dict_keys[id(sub)]
+            keys = _dict_keys(m.get_submodule(src.target), _join(path, src.target))
         if keys is None or key not in keys:
             refuse(node, f"indexing by the key {key!r} is supported only on the dict a submodule "
                          "returns")

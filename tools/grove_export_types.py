@@ -345,20 +345,22 @@ def _kinds():
         _Kind(nn.ModuleDict, none, container=True, callable_=False),
     ]
     kinds = {k.cls: k for k in ks}
-    # The parameter-free modules of the op table (ReLU6, Hardswish, ...,
-    # tools/grove_ops.json): their constructor arguments are the table's,
-    # read off the instance by name.
+    # The parameter-free modules of the op table (ReLU6, Hardswish, Upsample,
+    # ConstantPad2d, ..., tools/grove_ops.json; an op may have several
+    # classes, "more_modules"): their constructor arguments are the table's,
+    # read off the instance by their torch attribute name ("key" where it is
+    # not the op parameter's: ConstantPad2d's padding is pad's pad).
     with open(_OPS_FILE) as f:
         doc = json.load(f)
     for op in doc["ops"]:
-        mod = op.get("module")
-        cls = getattr(nn, mod["class"], None) if mod else None
-        if cls is None or cls in kinds:
-            continue
-        names = [a["name"] for a in mod["args"]]
-        kinds[cls] = _Kind(cls, (lambda names: lambda m, path: {
-            n: _plain(getattr(m, n)) for n in names})(names), shape_preserving=op["name"] in
-            _SHAPE_KEEPING)
+        for mod in ([op["module"]] if op.get("module") else []) + op.get("more_modules", []):
+            cls = getattr(nn, mod["class"], None)
+            if cls is None or cls in kinds:
+                continue
+            names = [a.get("key", a["name"]) for a in mod["args"]]
+            kinds[cls] = _Kind(cls, (lambda names: lambda m, path: {
+                n: _plain(getattr(m, n)) for n in names})(names), shape_preserving=op["name"] in
+                _SHAPE_KEEPING)
     return kinds
 
 

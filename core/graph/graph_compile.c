@@ -152,7 +152,7 @@ static grove_status declare_tensors(grove_module *m, const json_t *decl, const c
 grove_status grove__graph_from_json(const json_t *obj, const char *path, grove_module **out,
                                     grove_err *err) {
   static const char *const keys[] = {"type",    "graph", "children", "parameters",
-                                     "buffers", "tied",  NULL};
+                                     "buffers", "tied",  "inlined",  NULL};
   *out = NULL;
   const char *key;
   json_t *v;
@@ -162,7 +162,7 @@ grove_status grove__graph_from_json(const json_t *obj, const char *path, grove_m
     if (!ok)
       return grove_err_set(err, GROVE_E_SPEC,
                            "%s.%s: unknown key of a module with a graph (known: type, graph, "
-                           "children, parameters, buffers, tied)",
+                           "children, parameters, buffers, tied, inlined)",
                            path, key);
   }
   const json_t *tv = json_object_get(obj, "type");
@@ -174,6 +174,12 @@ grove_status grove__graph_from_json(const json_t *obj, const char *path, grove_m
     return grove_err_set(err, GROVE_E_SPEC,
                          "%s.graph: expected the list of torch.fx nodes, or null for a module "
                          "whose forward Grove never calls",
+                         path);
+  const json_t *iv = json_object_get(obj, "inlined");
+  if (iv && (!json_is_boolean(iv) || (json_is_true(iv) && !json_is_null(gv))))
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%s.inlined: expected true (with \"graph\": null) for a module whose "
+                         "forward the exporter traced into its caller's graph, or false",
                          path);
   const json_t *kids = json_object_get(obj, "children");
   if (kids && !json_is_object(kids))
@@ -192,6 +198,7 @@ grove_status grove__graph_from_json(const json_t *obj, const char *path, grove_m
   g->type.free_impl = grove__graph_free_impl;
   grove_module *m = grove_module_new(&g->type, g, err);
   if (!m) return err && err->code ? err->code : GROVE_E_NOMEM;
+  m->inlined = json_is_true(iv);
   grove_status s =
       declare_tensors(m, json_object_get(obj, "parameters"), path, "parameters", false, err);
   if (!s) s = declare_tensors(m, json_object_get(obj, "buffers"), path, "buffers", true, err);

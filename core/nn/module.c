@@ -84,6 +84,11 @@ static bool hook_list_remove(hook_list *l, uint64_t id) {
 
 static grove_status module_hook_add(grove_module *m, int kind, any_fn fn, void *user,
                                     bool prepend, uint64_t *id, grove_err *err) {
+  if (m->inlined && (kind == HK_FWD_PRE || kind == HK_FWD))
+    return grove_err_set(err, GROVE_E_UNSUPPORTED,
+                         "a %s whose forward the exporter traced into its caller's graph has no "
+                         "forward of its own to hook; hook the modules it calls",
+                         m->type && m->type->name ? m->type->name : "module");
   if (!m->hooks) {
     m->hooks = calloc(1, sizeof *m->hooks);
     if (!m->hooks) return grove_err_set(err, GROVE_E_NOMEM, "out of memory registering a hook");

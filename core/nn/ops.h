@@ -120,6 +120,10 @@ typedef struct grove__oppar {
    * (numbers) or its choices (NULL-terminated strings). */
   double min, max;
   const char *const *choices;
+  /* A module constructor argument whose torch attribute (and model.json
+   * key) is not the op parameter's name: ConstantPad2d's "padding" is
+   * pad's "pad".  NULL: the name. */
+  const char *key;
 } grove__oppar;
 
 /* Parameter initialisers: REQ a required one, D* a default. */
@@ -159,15 +163,28 @@ typedef grove_status (*grove__opcheck_fn)(const struct grove__opdef *d, const ga
  * set c->f->err without naming the node (the evaluator prefixes it). */
 typedef grove_status (*grove__opforward_fn)(const grove__opctx *c, gval *res);
 
+/* The most constructor arguments an op module has (Upsample: size,
+ * scale_factor, mode, align_corners, recompute_scale_factor). */
+#define GROVE__OPMOD_MAX_ARGS 5
+
 /* The torch.nn module that means an op. */
 typedef struct grove__opmod {
   const char *cls;                /* "Softmax": model.json's "type" */
   const grove_module_type *type;  /* its vtable (forward: grove__op_module_forward) */
-  grove__oppar args[4];           /* constructor arguments, each named as an op parameter,
-                                     with the module's defaults (Flatten: start_dim=1) */
+  grove__oppar args[GROVE__OPMOD_MAX_ARGS]; /* constructor arguments, each named as an op
+                                     parameter, with the module's defaults (Flatten:
+                                     start_dim=1) */
   /* Optional: called after the builder read obj (Softmax warns of an
    * implicit dim). */
   void (*after_json)(const struct grove__opdef *d, const char *path, const garg *args);
+  /* The builder runs the op's check on the constructor arguments (the
+   * op's defaults elsewhere): Upsample's are F.interpolate's, refused
+   * alike.  Off where a default means something else in a module
+   * (Dropout's training=True is the module's mode). */
+  bool check_args;
+  /* Another torch.nn class that means the same op (ConstantPad1d, 2d, 3d
+   * and ZeroPad2d are all F.pad), or NULL. */
+  const struct grove__opmod *next;
 } grove__opmod;
 
 typedef struct grove__opdef {
@@ -230,8 +247,9 @@ enum {
 const grove__opdef *const *grove__ops(int *n);
 /* The entry a model.json target names (name or alias), or NULL. */
 const grove__opdef *grove__op_find(const char *target);
-/* The entry whose module class is cls, or NULL. */
-const grove__opdef *grove__op_find_module(const char *cls);
+/* The entry one of whose module classes (d->module and its next chain) is
+ * cls, or NULL; *md (when md is not NULL) that class's grove__opmod. */
+const grove__opdef *grove__op_find_module(const char *cls, const grove__opmod **md);
 /* "add, sub, ..." of every graph target (names, then alias): messages. */
 void grove__op_list(char *buf, size_t n);
 
@@ -248,17 +266,22 @@ json_t *grove__ops_json(void);
 
 /* ------------------------------------------------------------ modules (ops_module.c) */
 
-/* A module of d whose constructor arguments are args (values of
- * d->module->args, in that order; n of them).  The public constructors
+/* A module of class md (d->module or one of its next chain) whose
+ * constructor arguments are args (values of md->args, in that order; n of
+ * them; copied, lists and strings too).  The public constructors
  * (grove_relu_new ...) and the builder call it.  *out owned by the caller. */
-grove_status grove__op_module_new(const grove__opdef *d, const garg *args, int n,
-                                  grove_module **out, grove_err *err);
+grove_status grove__op_module_new(const grove__opdef *d, const grove__opmod *md, const garg *args,
+                                  int n, grove_module **out, grove_err *err);
 /* Every op module type's forward: d->forward on its one input tensor with
  * the bound constructor arguments. */
 grove_status grove__op_module_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                       grove_values *out);
 /* Every op module type's free_impl. */
 void grove__op_module_free(void *impl);
+/* Defines an op module's vtable: var, named cls (torch's class). */
+#define GROVE__OP_MODULE_TYPE(var, cls) \
+  const grove_module_type var = {       \
+      .name = cls, .forward = grove__op_module_forward, .free_impl = grove__op_module_free}
 /* The bound argument i (a parameter of d) of an op module, or NULL when m
  * is not one (train.c reads Dropout's p, Softmax's dim ... from it). */
 const garg *grove__op_module_arg(const grove_module *m, const char *name);

@@ -311,19 +311,15 @@ static grove_status dropout_check(const grove__opdef *d, const garg *a, const ch
 
 /* ------------------------------------------------------------ the entries */
 
-#define OP_MODULE_TYPE(var, cls)  \
-  const grove_module_type var = { \
-      .name = cls, .forward = grove__op_module_forward, .free_impl = grove__op_module_free}
-
-OP_MODULE_TYPE(grove__relu_type, "ReLU");
-OP_MODULE_TYPE(grove__leaky_relu_type, "LeakyReLU");
-OP_MODULE_TYPE(grove__gelu_type, "GELU");
-OP_MODULE_TYPE(grove__silu_type, "SiLU");
-OP_MODULE_TYPE(grove__sigmoid_type, "Sigmoid");
-OP_MODULE_TYPE(grove__tanh_type, "Tanh");
-OP_MODULE_TYPE(grove__softmax_type, "Softmax");
-OP_MODULE_TYPE(grove__log_softmax_type, "LogSoftmax");
-OP_MODULE_TYPE(grove__dropout_type, "Dropout");
+GROVE__OP_MODULE_TYPE(grove__relu_type, "ReLU");
+GROVE__OP_MODULE_TYPE(grove__leaky_relu_type, "LeakyReLU");
+GROVE__OP_MODULE_TYPE(grove__gelu_type, "GELU");
+GROVE__OP_MODULE_TYPE(grove__silu_type, "SiLU");
+GROVE__OP_MODULE_TYPE(grove__sigmoid_type, "Sigmoid");
+GROVE__OP_MODULE_TYPE(grove__tanh_type, "Tanh");
+GROVE__OP_MODULE_TYPE(grove__softmax_type, "Softmax");
+GROVE__OP_MODULE_TYPE(grove__log_softmax_type, "LogSoftmax");
+GROVE__OP_MODULE_TYPE(grove__dropout_type, "Dropout");
 
 #define F32 (1u << GROVE_F32)
 #define INPUT \
@@ -492,7 +488,7 @@ static void softmax_after_json(const grove__opdef *d, const char *path, const ga
 
 static grove_status make(const grove__opdef *d, const garg *a, int n, grove_module **out,
                          grove_err *err) {
-  return grove__op_module_new(d, a, n, out, err);
+  return grove__op_module_new(d, d->module, a, n, out, err);
 }
 
 grove_status grove_relu_new(grove_module **out, grove_err *err) {

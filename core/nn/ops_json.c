@@ -40,6 +40,7 @@ static json_t *param_json(const grove__oppar *p) {
       json_object_set_new(o, "default", json_string(p->ds));
       break;
   }
+  if (p->key) json_object_set_new(o, "key", json_string(p->key));
   if (p->choices) {
     json_t *c = json_array();
     for (int i = 0; p->choices[i]; i++) json_array_append_new(c, json_string(p->choices[i]));
@@ -66,14 +67,24 @@ json_t *grove__ops_json(void) {
                         d->varargs >= 0 ? json_string(d->p[d->varargs].name) : json_null());
     for (int k = 0; d->torch && d->torch[k]; k++) json_array_append_new(sp, json_string(d->torch[k]));
     json_object_set_new(o, "torch", sp);
-    if (d->module) {
+    /* "module": the first class; "more_modules": the rest of its chain
+     * (ConstantPad2d, ZeroPad2d, ... after ConstantPad1d). */
+    json_t *more = json_array();
+    for (const grove__opmod *md = d->module; md; md = md->next) {
       json_t *m = json_object(), *as = json_array();
-      json_object_set_new(m, "class", json_string(d->module->cls));
-      for (int k = 0; k < 4 && d->module->args[k].name; k++)
-        json_array_append_new(as, param_json(&d->module->args[k]));
+      json_object_set_new(m, "class", json_string(md->cls));
+      for (int k = 0; k < GROVE__OPMOD_MAX_ARGS && md->args[k].name; k++)
+        json_array_append_new(as, param_json(&md->args[k]));
       json_object_set_new(m, "args", as);
-      json_object_set_new(o, "module", m);
+      if (md == d->module)
+        json_object_set_new(o, "module", m);
+      else
+        json_array_append_new(more, m);
     }
+    if (json_array_size(more))
+      json_object_set_new(o, "more_modules", more);
+    else
+      json_decref(more);
     if (d->module_only) json_object_set_new(o, "module_only", json_true());
     json_array_append_new(ops, o);
   }

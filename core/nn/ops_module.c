@@ -14,6 +14,7 @@
 
 typedef struct opmod_impl {
   const grove__opdef *def;
+  const grove__opmod *md; /* the class it was built as */
   int nargs;
   garg args[GROVE__OP_MAX_PARAMS];
 } opmod_impl;
@@ -31,13 +32,30 @@ static int slot_of(const grove__opdef *d, const char *name) {
   return -1;
 }
 
-grove_status grove__op_module_new(const grove__opdef *d, const garg *args, int n,
-                                  grove_module **out, grove_err *err) {
+/* *dst = a deep copy of src (its list items and string owned). */
+static bool garg_copy(garg *dst, const garg *src) {
+  *dst = *src;
+  dst->s = NULL;
+  dst->items = NULL;
+  dst->n = 0;
+  if (src->s && !(dst->s = strdup(src->s))) return false;
+  if (src->n > 0) {
+    if (!(dst->items = calloc((size_t)src->n, sizeof *dst->items))) return false;
+    for (int i = 0; i < src->n; i++) {
+      dst->n = i + 1;
+      if (!garg_copy(&dst->items[i], &src->items[i])) return false;
+    }
+  }
+  return true;
+}
+
+grove_status grove__op_module_new(const grove__opdef *d, const grove__opmod *md, const garg *args,
+                                  int n, grove_module **out, grove_err *err) {
   *out = NULL;
-  const grove__opmod *md = d->module;
   opmod_impl *p = calloc(1, sizeof *p);
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", md->cls);
   p->def = d;
+  p->md = md;
   p->nargs = grove__op_nparams(d);
   for (int i = 0; i < p->nargs; i++) {
     if (i == 0) { /* the call's input */
@@ -56,10 +74,7 @@ grove_status grove__op_module_new(const grove__opdef *d, const garg *args, int n
     int i = slot_of(d, md->args[k].name);
     garg *a = &p->args[i];
     grove__garg_fini(a);
-    *a = args[k];
-    a->items = NULL;
-    a->n = 0;
-    if (args[k].s && !(a->s = strdup(args[k].s))) {
+    if (!garg_copy(a, &args[k])) {
       grove__op_module_free(p);
       return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", md->cls);
     }
@@ -70,7 +85,7 @@ grove_status grove__op_module_new(const grove__opdef *d, const garg *args, int n
 grove_status grove__op_module_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                       grove_values *out) {
   const opmod_impl *p = m->impl;
-  const char *cls = p->def->module->cls;
+  const char *cls = p->md->cls;
   if (in->n != 1)
     return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "%s: expected 1 input tensor, got %d",
                          cls, in->n);

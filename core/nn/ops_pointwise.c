@@ -217,18 +217,15 @@ static grove_status nonzero_check(const grove__opdef *d, const garg *a, const ch
 
 /* ------------------------------------------------------------ the entries */
 
-#define OP_MODULE_TYPE(var, cls) \
-  const grove_module_type var = { \
-      .name = cls, .forward = grove__op_module_forward, .free_impl = grove__op_module_free}
-OP_MODULE_TYPE(grove__relu6_type, "ReLU6");
-OP_MODULE_TYPE(grove__hardswish_type, "Hardswish");
-OP_MODULE_TYPE(grove__hardsigmoid_type, "Hardsigmoid");
-OP_MODULE_TYPE(grove__hardtanh_type, "Hardtanh");
-OP_MODULE_TYPE(grove__elu_type, "ELU");
-OP_MODULE_TYPE(grove__selu_type, "SELU");
-OP_MODULE_TYPE(grove__celu_type, "CELU");
-OP_MODULE_TYPE(grove__softplus_type, "Softplus");
-OP_MODULE_TYPE(grove__mish_type, "Mish");
+GROVE__OP_MODULE_TYPE(grove__relu6_type, "ReLU6");
+GROVE__OP_MODULE_TYPE(grove__hardswish_type, "Hardswish");
+GROVE__OP_MODULE_TYPE(grove__hardsigmoid_type, "Hardsigmoid");
+GROVE__OP_MODULE_TYPE(grove__hardtanh_type, "Hardtanh");
+GROVE__OP_MODULE_TYPE(grove__elu_type, "ELU");
+GROVE__OP_MODULE_TYPE(grove__selu_type, "SELU");
+GROVE__OP_MODULE_TYPE(grove__celu_type, "CELU");
+GROVE__OP_MODULE_TYPE(grove__softplus_type, "Softplus");
+GROVE__OP_MODULE_TYPE(grove__mish_type, "Mish");
 
 /* An activation with only `inplace`: F.<n>(input, inplace), nn.<cls>(inplace). */
 #define ACT_INPLACE(n, CLS, fwd)                                                             \

@@ -59,16 +59,26 @@ static grove_status interpolate_fwd(const grove__opctx *c, gval *res) {
                            "interpolate: size has %d numbers for %d spatial dims", n, nsp);
     for (int d = 0; d < nsp; d++) size[d] = v[n == 1 ? 0 : d];
   } else {
-    double f;
-    int64_t i;
-    bool is_int;
-    if (!grove__op_number(c, &c->args[2], &f, &i, &is_int) || !(f > 0))
-      return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
-                           "interpolate: expected a size or a positive scale_factor");
+    /* One scale_factor for every spatial dim, or one per dim (nn.Upsample
+     * keeps a tuple as given). */
+    const garg *sf = &c->args[2];
+    const int nf = sf->kind == A_LIST ? sf->n : 1;
+    if (nf != 1 && nf != nsp)
+      return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                           "interpolate: scale_factor has %d numbers for %d spatial dims", nf, nsp);
     /* torch: the output size is floor(in * scale_factor); the source
      * coordinates step by 1 / scale_factor unless recompute_scale_factor. */
     const bool recompute = c->args[5].kind == A_BOOL && c->args[5].i;
     for (int d = 0; d < nsp; d++) {
+      double f;
+      int64_t i;
+      bool is_int;
+      const garg *fa = sf->kind == A_LIST ? &sf->items[nf == 1 ? 0 : d] : sf;
+      if (!grove__op_number(c, fa, &f, &i, &is_int) || !(f > 0) ||
+          !((double)x->shape[2 + d] * f < (double)INT32_MAX))
+        return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
+                             "interpolate: expected a size or a positive scale_factor whose "
+                             "output size fits");
       size[d] = (int64_t)floor((double)x->shape[2 + d] * f);
       scale[d] = recompute ? 0 : f;
     }
@@ -102,9 +112,6 @@ static grove_status interpolate_check(const grove__opdef *d, const garg *a, cons
   if (a[1].kind != A_NONE && a[2].kind != A_NONE)
     return grove_err_set(err, GROVE_E_SPEC,
                          "%s: only one of size or scale_factor should be defined", jp);
-  if (a[2].kind == A_LIST)
-    return grove_err_set(err, GROVE_E_UNSUPPORTED,
-                         "%s: a scale_factor per dimension is not supported (one number)", jp);
   if (a[6].kind == A_BOOL && a[6].i)
     return grove_err_set(err, GROVE_E_UNSUPPORTED, "%s: antialias=True is not supported", jp);
   return GROVE_OK;
@@ -244,11 +251,54 @@ static grove_status lrn_fwd(const grove__opctx *c, gval *res) {
 
 /* ------------------------------------------------------------ the entries */
 
-const grove_module_type grove__pixel_shuffle_type = {
-    .name = "PixelShuffle", .forward = grove__op_module_forward, .free_impl = grove__op_module_free};
-const grove_module_type grove__local_response_norm_type = {.name = "LocalResponseNorm",
-                                                           .forward = grove__op_module_forward,
-                                                           .free_impl = grove__op_module_free};
+GROVE__OP_MODULE_TYPE(grove__upsample_type, "Upsample");
+GROVE__OP_MODULE_TYPE(grove__constant_pad1d_type, "ConstantPad1d");
+GROVE__OP_MODULE_TYPE(grove__constant_pad2d_type, "ConstantPad2d");
+GROVE__OP_MODULE_TYPE(grove__constant_pad3d_type, "ConstantPad3d");
+GROVE__OP_MODULE_TYPE(grove__zero_pad2d_type, "ZeroPad2d");
+GROVE__OP_MODULE_TYPE(grove__pixel_shuffle_type, "PixelShuffle");
+GROVE__OP_MODULE_TYPE(grove__local_response_norm_type, "LocalResponseNorm");
+
+/* nn.Upsample: F.interpolate's module, its arguments as torch keeps them
+ * (size and scale_factor a number or a tuple per dim). */
+static const grove__opmod upsample_module = {
+    .cls = "Upsample",
+    .type = &grove__upsample_type,
+    .args =
+        {{.name = "size", .kind = P_INTS, .dk = D_NONE, .min = 1, .max = 1 << 30},
+         {.name = "scale_factor", .kind = P_NUMBER, .dk = D_NONE, .min = 0x1p-20, .max = 1 << 20},
+         {.name = "mode", .kind = P_STR, .dk = D_STR, .ds = "nearest", .choices = interp_modes},
+         {.name = "align_corners", .kind = P_BOOL, .dk = D_NONE},
+         {.name = "recompute_scale_factor", .kind = P_BOOL, .dk = D_NONE}},
+    .check_args = true,
+};
+
+/* The constant pads, all F.pad(input, padding, "constant", value): torch
+ * stores padding as the full tuple (2, 4 or 6 numbers), which is F.pad's. */
+#define PADDING                                                                      \
+  {                                                                                  \
+    .name = "pad", .key = "padding", .kind = P_INTS, .dk = D_REQ, .min = -(1 << 30), \
+    .max = 1 << 30                                                                   \
+  }
+#define PAD_VALUE \
+  { .name = "value", .kind = P_FLOAT, .dk = D_REQ, .min = -INFINITY, .max = INFINITY }
+static const grove__opmod zero_pad2d_module = {
+    .cls = "ZeroPad2d", .type = &grove__zero_pad2d_type, .args = {PADDING}, .check_args = true};
+static const grove__opmod constant_pad3d_module = {.cls = "ConstantPad3d",
+                                                   .type = &grove__constant_pad3d_type,
+                                                   .args = {PADDING, PAD_VALUE},
+                                                   .check_args = true,
+                                                   .next = &zero_pad2d_module};
+static const grove__opmod constant_pad2d_module = {.cls = "ConstantPad2d",
+                                                   .type = &grove__constant_pad2d_type,
+                                                   .args = {PADDING, PAD_VALUE},
+                                                   .check_args = true,
+                                                   .next = &constant_pad3d_module};
+static const grove__opmod constant_pad1d_module = {.cls = "ConstantPad1d",
+                                                   .type = &grove__constant_pad1d_type,
+                                                   .args = {PADDING, PAD_VALUE},
+                                                   .check_args = true,
+                                                   .next = &constant_pad2d_module};
 
 #define FNUM(n, v) \
   { .name = n, .kind = P_FLOAT, .dk = D_FLOAT, .dv = v, .min = -INFINITY, .max = INFINITY }
@@ -267,6 +317,7 @@ const grove__opdef grove__opdef_interpolate = {
           OP_NONE("recompute_scale_factor", P_BOOL), OP_BOOL("antialias", 0)},
     .check = interpolate_check,
     .forward = interpolate_fwd,
+    .module = &upsample_module,
 };
 
 const grove__opdef grove__opdef_pad = {
@@ -277,6 +328,7 @@ const grove__opdef grove__opdef_pad = {
     .p = {INPUT, OP_REQ("pad", P_INTS), OP_STR("mode", "constant"), OP_NONE("value", P_NUMBER)},
     .check = pad_check,
     .forward = pad_fwd,
+    .module = &constant_pad1d_module,
 };
 
 const grove__opdef grove__opdef_pixel_shuffle = {

@@ -100,7 +100,7 @@ const grove__opdef grove__opdef_flatten = {
 
 grove_status grove_flatten_new(int start_dim, int end_dim, grove_module **out, grove_err *err) {
   const garg a[2] = {{.kind = A_INT, .i = start_dim}, {.kind = A_INT, .i = end_dim}};
-  return grove__op_module_new(&grove__opdef_flatten, a, 2, out, err);
+  return grove__op_module_new(&grove__opdef_flatten, grove__opdef_flatten.module, a, 2, out, err);
 }
 
 /* ------------------------------------------------------------ views */
@@ -177,8 +177,12 @@ const grove__opdef grove__opdef_permute = {
 const grove__opdef grove__opdef_transpose = {
     .name = "transpose",
     .id = G_TRANSPOSE,
-    .torch = (const char *const[]){"torch.transpose(input,dim0,dim1)",
-                                   "Tensor.transpose(input,dim0,dim1)", NULL},
+    .torch =
+        (const char *const[]){
+            "torch.transpose(input,dim0,dim1)", "Tensor.transpose(input,dim0,dim1)",
+            /* numpy's names (MaxViT's SwapAxes), bound by position */
+            "torch.swapaxes(input,dim0,dim1)", "Tensor.swapaxes(input,dim0,dim1)",
+            "torch.swapdims(input,dim0,dim1)", "Tensor.swapdims(input,dim0,dim1)", NULL},
     .varargs = -1,
     .p = {INPUT, OP_REQ("dim0", P_INT), OP_REQ("dim1", P_INT)},
     .forward = transpose_fwd,

@@ -7,6 +7,7 @@
  * to add an operation"). */
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "layers_internal.h"
@@ -141,10 +142,14 @@ const grove__opdef *grove__op_find(const char *target) {
   return NULL;
 }
 
-const grove__opdef *grove__op_find_module(const char *cls) {
+const grove__opdef *grove__op_find_module(const char *cls, const grove__opmod **md) {
   if (!cls) return NULL;
   for (int i = 0; i < NTABLE; i++)
-    if (table[i]->module && strcmp(table[i]->module->cls, cls) == 0) return table[i];
+    for (const grove__opmod *m = table[i]->module; m; m = m->next)
+      if (strcmp(m->cls, cls) == 0) {
+        if (md) *md = m;
+        return table[i];
+      }
   return NULL;
 }
 
@@ -162,16 +167,82 @@ void grove__op_list(char *buf, size_t n) {
 
 /* ------------------------------------------------------------ the module builder */
 
-/* Reads constructor argument p of module cls from obj into a. */
+/* A number (integers, as P_INTS, or any), or a list of 1 to
+ * 2 * GROVE_MAX_DIMS of them, in [p->min, p->max]: Upsample's size and
+ * scale_factor, ConstantPad2d's padding.  Absent: p's default; null where
+ * the default is None. */
+static grove_status read_numbers(const json_t *obj, const char *path, const char *cls,
+                                 const grove__oppar *p, const char *key, garg *a, grove_err *err) {
+  const bool ints = p->kind == P_INTS;
+  const json_t *v = json_object_get(obj, key);
+  if (!v || (json_is_null(v) && p->dk == D_NONE)) {
+    if (!v && p->dk == D_REQ)
+      return grove_err_set(err, GROVE_E_SPEC, "%s.%s: missing required argument of %s", path, key,
+                           cls);
+    if (p->dk == D_NONE) {
+      a->kind = A_NONE;
+    } else {
+      a->kind = A_FLOAT;
+      a->f = p->dv;
+    }
+    return GROVE_OK;
+  }
+  const bool list = json_is_array(v);
+  const size_t n = list ? json_array_size(v) : 1;
+  bool ok = (!list || (n >= 1 && n <= 2 * GROVE_MAX_DIMS)) && !(ints && !list && p->dk == D_REQ);
+  for (size_t i = 0; ok && i < n; i++) {
+    const json_t *x = list ? json_array_get(v, i) : v;
+    ok = ints ? json_is_integer(x) : json_is_number(x);
+    ok = ok && json_number_value(x) >= p->min && json_number_value(x) <= p->max;
+  }
+  if (!ok) {
+    char got[96];
+    grove__json_describe(v, got, sizeof got);
+    return grove_err_set(err, GROVE_E_SPEC, "%s.%s: expected %s%s in [%g, %g]%s, got %s", path, key,
+                         p->dk == D_REQ ? "" : "null, or ", ints ? "integers" : "numbers", p->min,
+                         p->max, p->dk == D_REQ ? " as a list" : " (one, or a list of one per dim)",
+                         got);
+  }
+  if (!list) {
+    a->kind = ints ? A_INT : A_FLOAT;
+    a->i = ints ? (int64_t)json_integer_value(v) : 0;
+    a->f = json_number_value(v);
+    return GROVE_OK;
+  }
+  if (!(a->items = calloc(n, sizeof *a->items)))
+    return grove_err_set(err, GROVE_E_NOMEM, "%s.%s: out of memory", path, key);
+  a->kind = A_LIST;
+  a->n = (int)n;
+  for (size_t i = 0; i < n; i++) {
+    const json_t *x = json_array_get(v, i);
+    a->items[i].kind = ints ? A_INT : A_FLOAT;
+    a->items[i].i = ints ? (int64_t)json_integer_value(x) : 0;
+    a->items[i].f = json_number_value(x);
+  }
+  return GROVE_OK;
+}
+
+/* Reads constructor argument p of module cls from obj into a (a list's
+ * items owned by a). */
 static grove_status read_arg(const json_t *obj, const char *path, const char *cls,
                              const grove__oppar *p, garg *a, grove_err *err) {
   memset(a, 0, sizeof *a);
   grove_status s;
+  const char *key = p->key ? p->key : p->name;
+  if (p->kind == P_INTS || (p->kind == P_NUMBER && p->dk == D_NONE))
+    return read_numbers(obj, path, cls, p, key, a, err);
   switch (p->kind) {
     case P_BOOL:
     case P_IGNORED: {
+      if (p->dk == D_NONE) { /* Upsample's align_corners: None, True or False */
+        const json_t *v = json_object_get(obj, key);
+        if (!v || json_is_null(v)) {
+          a->kind = A_NONE;
+          return GROVE_OK;
+        }
+      }
       bool b;
-      s = grove__json_bool(obj, path, cls, p->name, p->dv != 0, &b, err);
+      s = grove__json_bool(obj, path, cls, key, p->dv != 0, &b, err);
       a->kind = A_BOOL;
       a->i = b;
       return s;
@@ -180,11 +251,11 @@ static grove_status read_arg(const json_t *obj, const char *path, const char *cl
       int64_t v = 0;
       bool is_null = false;
       if (p->dk == D_NONE)
-        s = grove__json_int_or_null(obj, path, cls, p->name, true, 0, (int64_t)p->min,
-                                    (int64_t)p->max, &v, &is_null, err);
+        s = grove__json_int_or_null(obj, path, cls, key, true, 0, (int64_t)p->min, (int64_t)p->max,
+                                    &v, &is_null, err);
       else
-        s = grove__json_int(obj, path, cls, p->name, p->dk == D_REQ, (int64_t)p->dv,
-                            (int64_t)p->min, (int64_t)p->max, &v, err);
+        s = grove__json_int(obj, path, cls, key, p->dk == D_REQ, (int64_t)p->dv, (int64_t)p->min,
+                            (int64_t)p->max, &v, err);
       a->kind = is_null ? A_NONE : A_INT;
       a->i = v;
       return s;
@@ -192,7 +263,10 @@ static grove_status read_arg(const json_t *obj, const char *path, const char *cl
     case P_FLOAT:
     case P_NUMBER: {
       double v;
-      s = grove__json_number(obj, path, cls, p->name, p->dv, p->min, p->max, &v, err);
+      if (p->dk == D_REQ && !json_object_get(obj, key)) /* ConstantPad2d's value */
+        return grove_err_set(err, GROVE_E_SPEC, "%s.%s: missing required argument of %s", path, key,
+                             cls);
+      s = grove__json_number(obj, path, cls, key, p->dv, p->min, p->max, &v, err);
       a->kind = A_FLOAT;
       a->f = v;
       return s;
@@ -201,35 +275,60 @@ static grove_status read_arg(const json_t *obj, const char *path, const char *cl
       int dflt = 0, which = 0;
       for (int i = 0; p->choices && p->choices[i]; i++)
         if (p->ds && strcmp(p->choices[i], p->ds) == 0) dflt = i;
-      s = grove__json_choice(obj, path, cls, p->name, dflt, p->choices, &which, err);
+      s = grove__json_choice(obj, path, cls, key, dflt, p->choices, &which, err);
       a->kind = A_STR;
       a->s = (char *)p->choices[which]; /* not owned: grove__op_module_new copies it */
       return s;
     }
     default:
       return grove_err_set(err, GROVE_E_INTERNAL, "%s: constructor argument %s of kind %d", cls,
-                           p->name, p->kind);
+                           key, p->kind);
   }
+}
+
+/* The op's check (interpolate: a mode with align_corners, size and
+ * scale_factor both set) on a module's arguments, the op's defaults
+ * elsewhere, so that a module and a node are refused alike, at build time. */
+static grove_status check_module_args(const grove__opdef *d, const grove__opmod *md, const garg *a,
+                                      int n, const char *path, grove_err *err) {
+  if (!d->check || !md->check_args) return GROVE_OK;
+  garg dflt[GROVE__OP_MAX_PARAMS] = {{0}}; /* owned */
+  garg view[GROVE__OP_MAX_PARAMS] = {{0}}; /* borrowed from dflt and a */
+  const int np = grove__op_nparams(d);
+  grove_status s = GROVE_OK;
+  for (int i = 1; i < np && !s; i++) { /* 0: the input */
+    int k = 0;
+    while (k < n && strcmp(md->args[k].name, d->p[i].name) != 0) k++;
+    if (k < n) {
+      view[i] = a[k];
+      continue;
+    }
+    if ((s = grove__op_default(&d->p[i], &dflt[i])) == GROVE_E_SPEC) s = GROVE_OK; /* required */
+    view[i] = dflt[i];
+  }
+  if (!s) s = d->check(d, view, path, err);
+  for (int i = 0; i < np; i++) grove__garg_fini(&dflt[i]);
+  return s;
 }
 
 grove_status grove__op_module_from_json(const json_t *obj, const char *path, grove_module **out,
                                         grove_err *err) {
   *out = NULL;
   const char *cls = json_string_value(json_object_get(obj, "type"));
-  const grove__opdef *d = grove__op_find_module(cls);
+  const grove__opmod *md = NULL;
+  const grove__opdef *d = grove__op_find_module(cls, &md);
   if (!d) return grove_err_set(err, GROVE_E_INTERNAL, "%s: no op module of type %s", path, cls);
-  const grove__opmod *md = d->module;
-  const char *keys[5] = {NULL};
+  const char *keys[GROVE__OPMOD_MAX_ARGS + 1] = {NULL};
   int n = 0;
-  while (n < 4 && md->args[n].name) {
-    keys[n] = md->args[n].name;
+  while (n < GROVE__OPMOD_MAX_ARGS && md->args[n].name) {
+    keys[n] = md->args[n].key ? md->args[n].key : md->args[n].name;
     n++;
   }
   grove_status s = grove__json_check_keys(obj, path, cls, keys, err);
-  garg a[4];
+  garg a[GROVE__OPMOD_MAX_ARGS] = {{0}};
   for (int k = 0; !s && k < n; k++) s = read_arg(obj, path, cls, &md->args[k], &a[k], err);
-  if (s) return s;
-  if (md->after_json) {
+  if (!s) s = check_module_args(d, md, a, n, path, err);
+  if (!s && md->after_json) {
     /* The hook reads parameters by their op slot. */
     garg full[GROVE__OP_MAX_PARAMS] = {{0}};
     for (int k = 0; k < n; k++)
@@ -237,5 +336,10 @@ grove_status grove__op_module_from_json(const json_t *obj, const char *path, gro
         if (strcmp(d->p[i].name, md->args[k].name) == 0) full[i] = a[k];
     md->after_json(d, path, full);
   }
-  return grove__json_built(path, grove__op_module_new(d, a, n, out, err), err);
+  if (!s) s = grove__json_built(path, grove__op_module_new(d, md, a, n, out, err), err);
+  for (int k = 0; k < n; k++) {
+    a[k].s = NULL; /* a choice string of the table, not owned */
+    grove__garg_fini(&a[k]);
+  }
+  return s;
 }

@@ -176,6 +176,11 @@ struct grove_module {
    * builds so; core/nn/module_internal.h, "deferred refresh"): impl holds no derived
    * data yet and forward must not run.  Cleared by load_state_dict. */
   bool refresh_pending;
+  /* Its forward was traced into its caller's graph at export (model.json
+   * "inlined": true, docs/exporter.md): no node calls it, so a forward hook
+   * on it could never fire and registering one is GROVE_E_UNSUPPORTED.
+   * Set by the graph builder, read-only after. */
+  bool inlined;
   int refcount; /* atomic */
   grove_slot *params;
   size_t nparams, params_cap;
@@ -371,7 +376,9 @@ bool grove_load_report_remove(grove_load_report *report, int which, const char *
 
 /* Registration returns a handle id (unique in the process, never 0) that
  * removes the hook.  prepend puts it before m's existing hooks of that kind.
- * Call only while no forward runs on m's tree. */
+ * Call only while no forward runs on m's tree.  A forward (pre-)hook on a
+ * module whose forward was inlined at export (m->inlined) is refused with
+ * GROVE_E_UNSUPPORTED: it would never fire. */
 grove_status grove_module_register_forward_pre_hook(grove_module *m, grove_forward_pre_hook_fn fn,
                                                     void *user, bool prepend, uint64_t *id);
 grove_status grove_module_register_forward_hook(grove_module *m, grove_forward_hook_fn fn,

@@ -141,6 +141,54 @@ class PadShuffle(nn.Module):
                 self.shuffle(x), F.pad(x.transpose(2, 3), (1, 1)))
 
 
+class ResampleModules(nn.Module):
+    """nn.Upsample (size and scale_factor as numbers and as tuples, nearest
+    and bilinear with align_corners both ways) and its subclasses
+    UpsamplingNearest2d / UpsamplingBilinear2d, beside F.interpolate with
+    the same arguments: one op entry behind both spellings."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.up_bl = nn.Upsample(scale_factor=(2, 1.5), mode="bilinear", align_corners=False)
+        self.up_ac = nn.Upsample(size=(11, 13), mode="bilinear", align_corners=True)
+        self.up_ac2 = nn.UpsamplingBilinear2d(size=(11, 13))
+        self.up_near = nn.Upsample(scale_factor=2)
+        self.up_near2 = nn.UpsamplingNearest2d(scale_factor=(2, 3))
+        self.up_1d = nn.Upsample(size=16, mode="linear")
+
+    def forward(self, x):  # x [N, 3, 7, 9]
+        h = self.conv(x)  # channels last
+        s = x[:, :, ::2]  # a stepped slice
+        return (self.up_bl(h) + 0.5 * F.interpolate(h, scale_factor=(2.0, 1.5), mode="bilinear"),
+                self.up_ac(x) - 0.25 * self.up_ac2(x.transpose(2, 3).transpose(2, 3)),
+                self.up_near(s) + F.interpolate(s, scale_factor=(2, 2)),
+                torch.cat([self.up_near2(s).flatten(2), self.up_1d(x[:, 0]).flatten(1).unsqueeze(1)
+                           .expand(-1, 3, -1)], dim=2))
+
+
+class PadModules(nn.Module):
+    """ZeroPad2d and ConstantPad1d/2d/3d (negative pads crop, as in torch)
+    beside F.pad with the same arguments; torch.swapaxes / swapdims
+    (MaxViT's spelling of transpose) feed them strided views."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.zero = nn.ZeroPad2d((1, 2, 0, 3))
+        self.zero1 = nn.ZeroPad2d(1)
+        self.pad1 = nn.ConstantPad1d(2, -1.0)
+        self.pad2 = nn.ConstantPad2d((2, -1, 1, 1), 0.5)
+        self.pad3 = nn.ConstantPad3d((1, 1, 0, 2, 1, 0), 0.25)
+
+    def forward(self, x):  # x [N, 4, 5, 6]
+        h = self.conv(x)  # channels last
+        return (self.zero(h) + F.pad(h, (1, 2, 0, 3)),
+                self.pad2(x) - F.pad(x, (2, -1, 1, 1), value=0.5) * 0.5,
+                self.pad1(torch.swapaxes(x, 2, 3)) + x.swapdims(2, 3).mean(),
+                torch.cat([self.pad3(x), self.zero1(x)], dim=1))
+
+
 class Norms(nn.Module):
     def __init__(self):
         super().__init__()
@@ -232,6 +280,10 @@ CASES = [
      lambda: (torch.randn(3, 3, 5, 4),)),
     ("zoo_convert", Convert, lambda: (torch.randn(2, 3),), lambda: (torch.randn(4, 3),)),
     ("zoo_depth", Depth, lambda: (torch.randn(2, 3, 6),), lambda: (torch.randn(5, 3, 6),)),
+    ("zoo_resample_modules", ResampleModules, lambda: (torch.randn(1, 3, 7, 9),),
+     lambda: (torch.randn(2, 3, 7, 9),)),
+    ("zoo_pad_modules", PadModules, lambda: (torch.randn(2, 4, 5, 6),),
+     lambda: (torch.randn(3, 4, 5, 6),)),
 ]
 
 

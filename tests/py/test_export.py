@@ -130,6 +130,19 @@ def zoo():
         ("embed", nn.Sequential(nn.Embedding(12, 4, padding_idx=2), nn.Linear(4, 3)),
          torch.randint(0, 12, (2, 5))),
         ("tied", tied_lm(), None),
+        # The op table's modules with tuple arguments, as layers of a
+        # Sequential (no graph): Upsample by size and by a scale per dim,
+        # bilinear with align_corners both ways and nearest, the pads.
+        ("resample", nn.Sequential(
+            nn.Conv2d(2, 3, 3), nn.Upsample(scale_factor=(2, 1.5), mode="bilinear"),
+            nn.ZeroPad2d((1, 0, 2, -1)), nn.UpsamplingBilinear2d(size=(9, 11)),
+            nn.ConstantPad2d(1, -0.5), nn.Upsample(scale_factor=2),
+            nn.ConstantPad3d((0, 1, 1, 0, 0, 2), 0.25),
+            nn.Upsample(size=(12, 10), mode="bilinear", align_corners=False)),
+         torch.randn(1, 2, 6, 5)),
+        ("pad1d", nn.Sequential(nn.Conv1d(2, 3, 1), nn.ConstantPad1d((2, -1), 1.5),
+                                nn.Upsample(size=9, mode="linear", align_corners=True)),
+         torch.randn(1, 2, 7)),
     ]
 
 
@@ -306,6 +319,11 @@ def test_refuses_changed_layers():
     loop = nn.Sequential(nn.Linear(1, 1))
     loop.append(loop)
     expect_refusal(loop, "contains itself")
+    # Grove pads with a constant only: the other pad modules by name.
+    expect_refusal(nn.Sequential(nn.ReflectionPad2d(1)), "'0'",
+                   "torch.nn.ReflectionPad2d is not a type Grove runs")
+    expect_refusal(nn.Sequential(nn.ReplicationPad1d(1)), "'0'",
+                   "torch.nn.ReplicationPad1d is not a type Grove runs")
 
 
 def test_training_flags_restored():
