@@ -745,7 +745,9 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
         conv_winograd(p, xt, cnt, H, W, OH, OW, rows, rows + 16 * cnt * tiles * C, zeros,
                       into_y ? ep.dst : acc, into_y ? ep.ldo : 0, ep.scale, ep.shift, relu);
         if (into_y) continue;
-      } else if (grove__linear_pack_native(p->packs[g])) {
+      } else if (grove__linear_pack_native(p->packs[g]) &&
+                 (grove_compute_threads() == 1 ||
+                  cnt * P >= 2 * grove_compute_threads() * FUSED_MIN_ROWS)) {
         rows_fused w = {.rows = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W,
                                  .OH = OH, .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g},
                         .ep = ep, .pack = p->packs[g], .x = direct ? xt : rows, .acc = acc,
@@ -757,6 +759,11 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
         grove__parallel_for(nblk, fused_grain(nblk, 16 * K * cout_g, 16), par_rows_fused, &w);
         continue;
       } else {
+        /* OpenBLAS packs, or too few rows to give every thread enough (a
+         * 7 x 7 image at batch 1): the stages one after another, so that
+         * grove__linear_run gives each thread its own panels of the weight
+         * over every row; fused chunks of rows would each read all of it
+         * (ResNet-50's layer4, 9.4 MB, read twice for 49 rows). */
         if (!direct) {
           conv_par c = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W, .OH = OH,
                         .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g};
