@@ -18,13 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_time.h"
 #include "internal.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 #define MAXC 16
 
@@ -115,12 +110,12 @@ int main(int argc, char **argv) {
         for (int c = 0; c < copies; c++) {
           grove_fwd f = {.arena = arena, .err = &err};
           grove_tensor y;
-          double t0 = now();
+          double t0 = bench_now();
           if (grove_module_call(l.m[v][c], &f, l.x, &y)) {
             fprintf(stderr, "conv_bench: %s\n", err.msg);
             return 1;
           }
-          double t = now() - t0;
+          double t = bench_now() - t0;
           grove_arena_reset(arena);
           if (it >= 0 && t < best[v]) best[v] = t;
         }

@@ -20,27 +20,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_time.h"
 #include "internal.h"
 
 #if GROVE__X86_SIMD
 #include <immintrin.h>
 #endif
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 #if GROVE__X86_SIMD
 GROVE__TARGET_PUSH("avx512f,fma")
@@ -50,14 +35,14 @@ static double peak_gflops(double seconds) {
   for (int i = 0; i < 24; i++) acc[i] = _mm512_set1_ps((float)i * 1e-3f);
   const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-4f);
   long iters = 0;
-  double t0 = now(), t;
+  double t0 = bench_now(), t;
   do {
     for (int r = 0; r < 4096; r++) {
 #pragma GCC unroll 24
       for (int i = 0; i < 24; i++) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
     }
     iters += 4096;
-    t = now();
+    t = bench_now();
   } while (t - t0 < seconds);
   float sink = 0;
   for (int i = 0; i < 24; i++) sink += _mm512_reduce_add_ps(acc[i]);
@@ -81,14 +66,14 @@ typedef struct shape {
 /* Seconds per whole product (all M rows, ROWS at a time). */
 static double time_shape(shape *s, double seconds) {
   long iters = 0;
-  double t0 = now(), t;
+  double t0 = bench_now(), t;
   do {
     for (int64_t r = 0; r < s->M; r += s->rows) {
       int64_t n = s->M - r < s->rows ? s->M - r : s->rows;
       grove__linear_run_alone(s->pk, s->x + r * s->K, n, NULL, s->y + r * s->N, GROVE__ACT_NONE);
     }
     iters++;
-    t = now();
+    t = bench_now();
   } while (t - t0 < seconds);
   return (t - t0) / (double)iters;
 }
@@ -158,12 +143,12 @@ int main(int argc, char **argv) {
       ts[i][r] = 2.0 * (double)(sh[i].M * sh[i].N * sh[i].K) / t * 1e-9;
     }
   }
-  double peak = median(tp, rounds);
+  double peak = bench_median(tp, rounds);
   printf("# gemm_shapes: one thread, kernel %s, %d rounds, median round\n",
          grove_compute_kernel(), rounds);
   printf("peak fma loop            %7.1f GFLOP/s\n", peak);
   for (int i = 0; i < ns; i++) {
-    double g = median(ts[i], rounds);
+    double g = bench_median(ts[i], rounds);
     printf("M=%-5lld N=%-5lld K=%-5lld rows=%-4lld %7.1f GFLOP/s  %5.1f%% of peak\n",
            (long long)sh[i].M, (long long)sh[i].N, (long long)sh[i].K, (long long)sh[i].rows, g,
            peak > 0 ? 100.0 * g / peak : 0.0);
