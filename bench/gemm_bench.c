@@ -26,15 +26,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_time.h"
 #include "internal.h"
 
 void openblas_set_num_threads(int num_threads);
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static float frand(unsigned *s) {
   *s = *s * 1664525u + 1013904223u;
@@ -82,11 +77,11 @@ static void mlp_blas(net *n, int64_t B) {
 static double time_it(void (*fn)(void *, int64_t), void *arg, int64_t B, double seconds) {
   for (int i = 0; i < 3; i++) fn(arg, B);
   long iters = 0;
-  double t0 = now(), t;
+  double t0 = bench_now(), t;
   do {
     fn(arg, B);
     iters++;
-    t = now();
+    t = bench_now();
   } while (t - t0 < seconds);
   return (t - t0) / (double)iters;
 }
@@ -109,16 +104,6 @@ static void call_grove_layer(void *a, int64_t B) {
 static void call_blas_layer(void *a, int64_t B) {
   one_layer *o = a;
   blas_layer(o->n->W[o->l], o->n->b[o->l], o->n->x, B, IN[o->l], OUT[o->l], o->n->h1, 1);
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static void print_layers(net *n, int64_t B, double seconds, int blas) {
@@ -235,11 +220,11 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < nb; i++) {
     long long B = (long long)bs[i];
-    double g = median(tg[i], rounds);
+    double g = bench_median(tg[i], rounds);
     printf("grove  mlp batch=%-4lld samples_per_s=%9.1f ms_per_batch=%8.4f gflops=%6.1f\n", B,
            (double)B / g, g * 1e3, flops_per_sample * (double)B / g * 1e-9);
     if (!with_blas) continue;
-    double c = median(tb[i], rounds);
+    double c = bench_median(tb[i], rounds);
     printf("cblas  mlp batch=%-4lld samples_per_s=%9.1f ms_per_batch=%8.4f gflops=%6.1f\n", B,
            (double)B / c, c * 1e3, flops_per_sample * (double)B / c * 1e-9);
     printf("ratio  mlp batch=%-4lld grove/cblas=%.2f\n", B, c / g);

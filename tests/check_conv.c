@@ -679,9 +679,13 @@ START_TEST(test_threads_bitwise) {
       snprintf(what, sizeof what, "conv case %zu%s", k, nhwc ? " (nhwc out)" : "");
       check_threads(what, m, x, true, nhwc);
       /* One small image: too few Winograd tiles for chunks of tiles, so
-       * the threads share out the 16 products instead. */
+       * the threads share out the 16 products instead.  An image this
+       * small takes the plain rows by default (wino_pays), so Winograd is
+       * forced for case 0 to keep that path covered. */
       snprintf(what, sizeof what, "conv case %zu, small%s", k, nhwc ? " (nhwc out)" : "");
+      if (k == 0) setenv("GROVE_CONV", "winograd", 1);
       check_threads(what, m, small, true, nhwc);
+      unsetenv("GROVE_CONV");
     }
     grove_module_release(m);
   }
@@ -786,6 +790,70 @@ static grove_status see_layout(void *user, const grove_module *m, grove_fwd *f,
  * BatchNorm2d, ReLU, MaxPool2d and AdaptiveAvgPool2d read that layout as it is; a
  * public call and every hook see contiguous tensors; values agree with the
  * layers run one by one. */
+/* A 3x3 stride-1 convolution takes Winograd only on an image with 64 or
+ * more 2x2 output tiles (layers_conv.c, wino_pays): a 7x7 output gives the
+ * plain rows' bits, a 16x16 one Winograd's, and an image's result is the
+ * same whatever batch it comes in. */
+static float *conv_out(grove_module *m, const grove_tensor *x, size_t *n) {
+  return run_threads(m, x, 1, true, false, n);
+}
+
+START_TEST(test_winograd_by_image) {
+  grove_err err = {0};
+  const grove_conv_opts o = co(3, 3, 1, 1, 1, 1, 1, 1, 1, true);
+  grove_module *dflt = NULL, *rows = NULL;
+  ck_assert_ok(grove_conv2d_new(16, 24, &o, &dflt, &err), &err);
+  setenv("GROVE_CONV", "rows", 1);
+  ck_assert_ok(grove_conv2d_new(16, 24, &o, &rows, &err), &err);
+  unsetenv("GROVE_CONV");
+  grove_module *ms[2] = {dflt, rows};
+  for (int i = 0; i < 2; i++) {
+    grove_module_eval(ms[i]);
+    grove_tensor *w = grove_module_param(ms[i], "weight");
+    grove_tensor *r = rand_tensor(w->ndim, w->shape, 300);
+    memcpy(w->data, r->data, grove_tensor_nbytes(w));
+    grove_tensor_release(r);
+    if (i == 1) setenv("GROVE_CONV", "rows", 1);
+    ck_assert_ok(ms[i]->type->refresh(ms[i], &err), &err);
+    unsetenv("GROVE_CONV");
+  }
+  const int64_t sizes[2] = {7, 16};
+  for (int k = 0; k < 2; k++) {
+    const int64_t xs[4] = {3, 16, sizes[k], sizes[k]};
+    grove_tensor *x = rand_tensor(4, xs, 301 + (unsigned)k);
+    size_t n, nr, nw;
+    float *d = conv_out(dflt, x, &n);
+    float *r = conv_out(rows, x, &nr);
+    setenv("GROVE_CONV", "winograd", 1);
+    float *wg = conv_out(dflt, x, &nw);
+    unsetenv("GROVE_CONV");
+    ck_assert(n == nr && n == nw);
+    /* The two lowerings round differently, so the comparison tells them
+     * apart. */
+    ck_assert_msg(memcmp(r, wg, n) != 0, "rows and Winograd gave the same bits");
+    ck_assert_msg(memcmp(d, k == 0 ? r : wg, n) == 0, "%lldx%lld: the default is not %s",
+                  (long long)sizes[k], (long long)sizes[k], k == 0 ? "the rows" : "Winograd");
+    /* The first image alone: the same bits as in the batch of three. */
+    const int64_t x1s[4] = {1, 16, sizes[k], sizes[k]};
+    grove_tensor *x1 = grove_tensor_new(GROVE_F32, 4, x1s, NULL);
+    memcpy(x1->data, x->data, grove_tensor_nbytes(x1));
+    size_t n1;
+    float *d1 = conv_out(dflt, x1, &n1);
+    ck_assert_uint_eq(n1 * 3, n);
+    ck_assert_msg(memcmp(d1, d, n1) == 0, "%lldx%lld: batch 1 and batch 3 differ",
+                  (long long)sizes[k], (long long)sizes[k]);
+    free(d);
+    free(r);
+    free(wg);
+    free(d1);
+    grove_tensor_release(x1);
+    grove_tensor_release(x);
+  }
+  grove_module_release(dflt);
+  grove_module_release(rows);
+}
+END_TEST
+
 START_TEST(test_channels_last) {
   grove_err err = {0};
   const int64_t xs[4] = {3, 16, 9, 7};
@@ -1042,6 +1110,7 @@ static Suite *conv_suite(void) {
   tcase_add_test(tc, test_strided_input);
   tcase_add_test(tc, test_epilogue);
   tcase_add_test(tc, test_threads_bitwise);
+  tcase_add_test(tc, test_winograd_by_image);
   tcase_add_test(tc, test_channels_last);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");

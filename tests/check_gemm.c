@@ -219,6 +219,82 @@ START_TEST(test_thread_setting) {
 }
 END_TEST
 
+/* y of one product on `threads` compute threads (malloc'd). */
+static float *run_on(const grove__linear_pack *p, const float *x, int64_t M, int64_t N,
+                     const float *b, int threads) {
+  grove_set_compute_threads(threads);
+  float *y = malloc((size_t)(M * N) * sizeof(float));
+  ck_assert_ptr_nonnull(y);
+  grove__linear_run(p, x, M, b, y, GROVE__ACT_RELU);
+  grove_set_compute_threads(1);
+  return y;
+}
+
+/* A product with few panels is also cut by rows, so that every thread gets
+ * about four chunks (Linear(384, 96), a 64- and a 32-wide panel, went to
+ * two threads as 2:1), and the cut never changes a bit. */
+START_TEST(test_cut_few_panels) {
+  static const struct { int64_t M, N, K; } cases[] = {
+      {3136, 96, 40}, {257, 192, 33}, {100, 10, 17}, {49, 128, 300}};
+  for (int c = 0; c < COUNT(cases); c++) {
+    const int64_t M = cases[c].M, N = cases[c].N, K = cases[c].K;
+    float *W = rand_buf(N * K, 40 + (unsigned)c, 1.0f / (float)K);
+    float *x = rand_buf(M * K, 50 + (unsigned)c, 1.0f);
+    float *b = rand_buf(N, 60 + (unsigned)c, 0.5f);
+    grove__linear_pack *p = grove__linear_pack_new(W, N, K);
+    ck_assert_ptr_nonnull(p);
+    const int64_t npanels = (N + 63) / 64, blocks = (M + 5) / 6;
+    for (int t = 2; t <= 3; t++) {
+      grove__linear_cut cut = grove__linear_cut_plan(p, M, t);
+      ck_assert_msg(cut.row_groups > 0, "M=%lld N=%lld: not cut by rows", (long long)M,
+                    (long long)N);
+      ck_assert_int_eq(cut.chunks, cut.row_groups * npanels);
+      /* About four a thread (fewer by the rounding of rows to groups), and
+       * never fewer than two a thread unless every group is one tile. */
+      ck_assert_msg(cut.chunks >= 2 * t || cut.row_groups == blocks,
+                    "M=%lld N=%lld threads=%d: %lld chunks", (long long)M, (long long)N, t,
+                    (long long)cut.chunks);
+      ck_assert_int_eq(cut.rows_per_chunk % 6, 0);
+      ck_assert(cut.row_groups * cut.rows_per_chunk >= M);
+      ck_assert((cut.row_groups - 1) * cut.rows_per_chunk < M);
+      float *one = run_on(p, x, M, N, b, 1), *many = run_on(p, x, M, N, b, t);
+      ck_assert_msg(memcmp(one, many, (size_t)(M * N) * sizeof(float)) == 0,
+                    "M=%lld N=%lld: %d threads changed the result", (long long)M, (long long)N, t);
+      free(one);
+      free(many);
+    }
+    grove__linear_pack_free(p);
+    free(W);
+    free(x);
+    free(b);
+  }
+  /* Panels enough for four chunks a thread, or one row block: runs of
+   * panels over all rows. */
+  float *W = rand_buf(1024 * 8, 70, 0.1f);
+  grove__linear_pack *p = grove__linear_pack_new(W, 1024, 8);
+  ck_assert_ptr_nonnull(p);
+  grove__linear_cut cut = grove__linear_cut_plan(p, 256, 2);
+  ck_assert_int_eq(cut.row_groups, 0);
+  ck_assert_int_eq(cut.chunks, 16);
+  ck_assert_int_eq(cut.panels_per_chunk, 1);
+  grove__linear_pack_free(p);
+  p = grove__linear_pack_new(W, 100, 8);
+  cut = grove__linear_cut_plan(p, 6, 2);
+  ck_assert_int_eq(cut.row_groups, 0);
+  ck_assert_int_eq(cut.chunks, 2);
+  /* A panel per thread and a few rows: panels kept whole, so that each
+   * weight is read once; with more threads than panels, cut by rows. */
+  cut = grove__linear_cut_plan(p, 7, 2);
+  ck_assert_int_eq(cut.row_groups, 0);
+  ck_assert_int_eq(cut.chunks, 2);
+  cut = grove__linear_cut_plan(p, 7, 3);
+  ck_assert_int_eq(cut.row_groups, 2);
+  ck_assert_int_eq(cut.chunks, 4);
+  grove__linear_pack_free(p);
+  free(W);
+}
+END_TEST
+
 /* ---------------------------------------------------------- concurrency */
 
 typedef struct conc_arg {
@@ -662,6 +738,7 @@ Suite *gemm_suite(void) {
   tcase_add_loop_test(tc, test_long_k, 0, 4);
   tcase_add_test(tc, test_empty_and_degenerate);
   tcase_add_test(tc, test_thread_setting);
+  tcase_add_test(tc, test_cut_few_panels);
   tcase_add_test(tc, test_concurrent_runs);
   tcase_add_test(tc, test_concurrent_runs_two_pools);
   tcase_add_test(tc, test_concurrent_runs_blas);

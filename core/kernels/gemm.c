@@ -74,56 +74,80 @@ static void packed_part(const grove__linear_pack *p, const float *x, const float
   }
 }
 
-/* One product cut into chunks for grove__parallel_for: chunk c is a run of
- * panels_per_chunk panels over all rows, or with by_rows rows_per_chunk rows
- * (a multiple of MR) over all panels. */
+/* One product cut into chunks for grove__parallel_for: a run of
+ * panels_per_chunk panels over all rows, or with row_groups > 0 one panel
+ * over rows_per_chunk rows (a multiple of MR): chunk c is panel c % npanels
+ * of row group c / npanels. */
 typedef struct linear_job {
   const grove__linear_pack *p;
   const float *x, *bias;
   float *y;
   int64_t M;
   int relu;
-  bool by_rows;
-  int64_t rows_per_chunk;
-  int64_t panels_per_chunk;
+  grove__linear_cut cut;
 } linear_job;
 
 static void linear_chunks(void *ctx, int64_t begin, int64_t end) {
   const linear_job *jb = ctx;
   const grove__linear_pack *p = jb->p;
+  const grove__linear_cut *cut = &jb->cut;
   for (int64_t c = begin; c < end; c++) {
-    if (jb->by_rows) {
-      int64_t r0 = c * jb->rows_per_chunk;
-      int64_t r1 = r0 + jb->rows_per_chunk < jb->M ? r0 + jb->rows_per_chunk : jb->M;
-      packed_part(p, jb->x, jb->bias, jb->y, jb->relu, r0, r1, 0, p->npanels);
+    if (cut->row_groups) {
+      const int64_t pi = c % p->npanels;
+      const int64_t r0 = c / p->npanels * cut->rows_per_chunk;
+      const int64_t r1 = r0 + cut->rows_per_chunk < jb->M ? r0 + cut->rows_per_chunk : jb->M;
+      packed_part(p, jb->x, jb->bias, jb->y, jb->relu, r0, r1, pi, pi + 1);
     } else {
-      int64_t q0 = c * jb->panels_per_chunk;
-      int64_t q1 = q0 + jb->panels_per_chunk < p->npanels ? q0 + jb->panels_per_chunk : p->npanels;
+      const int64_t q0 = c * cut->panels_per_chunk;
+      const int64_t q1 =
+          q0 + cut->panels_per_chunk < p->npanels ? q0 + cut->panels_per_chunk : p->npanels;
       packed_part(p, jb->x, jb->bias, jb->y, jb->relu, 0, jb->M, q0, q1);
     }
   }
 }
+#endif /* GROVE__X86_SIMD */
 
+/* kernels.h.  About four chunks per thread, so that a late helper still
+ * finds work and a slow one does not hold up the end.  With that many
+ * panels, runs of panels over all rows (each panel's weights read by one
+ * thread); with fewer, each panel is also cut into row groups: by panels
+ * alone, Linear(384, 96) (a 64- and a 32-wide panel) gave one of two
+ * threads twice the other's work, and a one-panel layer a single chunk. */
+grove__linear_cut grove__linear_cut_plan(const grove__linear_pack *p, int64_t M, int threads) {
+  /* The pool's claim word counts at most 65535 chunks. */
+  enum { MAX_CHUNKS = 0xFFFF };
+  grove__linear_cut cut = {0};
+  const int64_t want = 4 * (int64_t)threads, blocks = (M + MR - 1) / MR;
+  if (p->npanels >= want || blocks <= 1) {
+    cut.panels_per_chunk = (p->npanels + MAX_CHUNKS - 1) / MAX_CHUNKS;
+    cut.chunks = (p->npanels + cut.panels_per_chunk - 1) / cut.panels_per_chunk;
+    return cut;
+  }
+  int64_t groups = (want + p->npanels - 1) / p->npanels;
+  if (groups > blocks) groups = blocks;
+  /* With a panel for every thread, a panel is cut only into groups of four
+   * tiles or more: each group reads the panel's weights again, which for a
+   * few rows (a batch of 7) would double what a weight-bound product reads. */
+  if (p->npanels >= threads && groups > blocks / 4) groups = blocks / 4;
+  if (groups <= 1) {
+    cut.panels_per_chunk = 1;
+    cut.chunks = p->npanels;
+    return cut;
+  }
+  const int64_t per = (blocks + groups - 1) / groups;
+  cut.rows_per_chunk = per * MR;
+  cut.row_groups = (blocks + per - 1) / per;
+  cut.chunks = cut.row_groups * p->npanels;
+  return cut;
+}
+
+#if GROVE__X86_SIMD
 /* Runs one product over the compute threads. */
 static void linear_threaded(int threads, const grove__linear_pack *p, const float *x, int64_t M,
                             const float *bias, float *y, int relu) {
-  /* The pool's claim word counts at most 65535 chunks. */
-  enum { MAX_CHUNKS = 0xFFFF };
   linear_job jb = {.p = p, .x = x, .bias = bias, .y = y, .M = M, .relu = relu};
-  int64_t chunks;
-  if (p->npanels >= threads) {
-    jb.panels_per_chunk = (p->npanels + MAX_CHUNKS - 1) / MAX_CHUNKS;
-    chunks = (p->npanels + jb.panels_per_chunk - 1) / jb.panels_per_chunk;
-  } else {
-    /* About four row groups per thread, so that a late helper still finds
-     * work and a slow one does not hold up the end. */
-    int64_t blocks = (M + MR - 1) / MR;
-    int64_t per = (blocks + 4 * threads - 1) / (4 * threads);
-    jb.by_rows = true;
-    jb.rows_per_chunk = per * MR;
-    chunks = (blocks + per - 1) / per;
-  }
-  grove__parallel_for(chunks, 1, linear_chunks, &jb);
+  jb.cut = grove__linear_cut_plan(p, M, threads);
+  grove__parallel_for(jb.cut.chunks, 1, linear_chunks, &jb);
 }
 #endif /* GROVE__X86_SIMD */
 

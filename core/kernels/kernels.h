@@ -56,6 +56,16 @@ void grove__linear_pack_free(grove__linear_pack *p);
 void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, const float *bias,
                        float *y, grove__act act);
 
+/* How grove__linear_run cuts a product of M rows over `threads` compute
+ * threads (gemm.c): chunks chunks, each a run of panels_per_chunk 64-wide
+ * panels over all rows, or, when row_groups > 0, one panel over
+ * rows_per_chunk rows (the last group shorter).  For tests and benchmarks;
+ * any thread. */
+typedef struct grove__linear_cut {
+  int64_t chunks, panels_per_chunk, row_groups, rows_per_chunk;
+} grove__linear_cut;
+grove__linear_cut grove__linear_cut_plan(const grove__linear_pack *p, int64_t M, int threads);
+
 /* grove__linear_run on the calling thread alone: for the fn of a
  * grove__parallel_for, whose chunks are already spread over the compute
  * threads (a convolution computes each block of its output positions from

@@ -506,8 +506,17 @@ static void par_rows(void *ctx, int64_t b, int64_t e) {
  * a microsecond) stays small beside it. */
 #define FUSED_MIN_MACS ((int64_t)256 << 10)
 /* Floats of V and M (Winograd) or of patch rows one pass of a fused chunk
- * touches at most: about a quarter of L2. */
-#define FUSED_STEP_FLOATS ((int64_t)64 << 10)
+ * touches at most: half of a 1 MB L2.  Each pass reads the whole weight,
+ * so short passes cost more than cache misses on the rows: at 64 K floats
+ * ResNet-50's layer4 products (K 2048 or 512, 49 positions) went 16 rows a
+ * pass and ran at 46% of the FMA peak, all 49 at once at 64%
+ * (bench/gemm_shapes.c). */
+#define FUSED_STEP_FLOATS ((int64_t)128 << 10)
+/* The same for a weight of more than 2 * FUSED_STEP_FLOATS: its reads from
+ * L3 then cost more than rows that overflow a 1 MB L2 (ResNet-50's layer4
+ * 3x3, 2.4 M floats, made 4 passes over its 49 positions at the bound
+ * above, 1 at this one). */
+#define FUSED_BIG_STEP_FLOATS ((int64_t)384 << 10)
 
 /* Product rows a fused chunk is given at least where it can: each chunk
  * reads the whole weight, so fewer rows would make the products wait for
@@ -526,10 +535,23 @@ static int64_t fused_grain(int64_t n, int64_t macs, int64_t rows) {
   return per > lo ? per : lo;
 }
 
+/* Units per pass of a fused chunk of n units of `floats` each, over a
+ * weight of wfloats: as many as FUSED_STEP_FLOATS (or for a large weight
+ * FUSED_BIG_STEP_FLOATS) holds, evened out over the passes, so that the
+ * last pass is not a remainder of a few rows that reads the whole weight
+ * (13 blocks at 12 a pass made a 4-row pass). */
+static int64_t fused_step(int64_t n, int64_t floats, int64_t wfloats) {
+  const int64_t budget = wfloats > 2 * FUSED_STEP_FLOATS ? FUSED_BIG_STEP_FLOATS : FUSED_STEP_FLOATS;
+  int64_t most = budget / (floats > 0 ? floats : 1);
+  if (most < 1) most = 1;
+  const int64_t passes = (n + most - 1) / most;
+  return passes > 1 ? (n + passes - 1) / passes : (n > 0 ? n : 1);
+}
+
 typedef struct wino_fused {
   conv_par in, out; /* the input transform's (src xt, dst V) and the output transform's */
   float *V, *M;     /* [16][T][cin], [16][T][cout] */
-  int64_t step;     /* tiles per pass */
+  int64_t floats;   /* of V and M per tile */
 } wino_fused;
 
 /* Tiles [b, e) of a Winograd chunk: transform, 16 products, transform. */
@@ -537,8 +559,9 @@ static void par_wino_fused(void *ctx, int64_t b, int64_t e) {
   const wino_fused *w = ctx;
   const conv_impl *p = w->in.p;
   const int64_t C = p->cin, Co = p->cout, T = w->in.T;
-  for (int64_t t0 = b; t0 < e; t0 += w->step) {
-    const int64_t t1 = e - t0 < w->step ? e : t0 + w->step;
+  const int64_t step = fused_step(e - b, w->floats, 16 * C * Co);
+  for (int64_t t0 = b; t0 < e; t0 += step) {
+    const int64_t t1 = e - t0 < step ? e : t0 + step;
     par_wino_in((void *)&w->in, t0, t1);
     for (int k = 0; k < 16; k++)
       grove__linear_run_alone(p->wino[k], w->V + (k * T + t0) * C, t1 - t0, NULL,
@@ -580,8 +603,7 @@ static void conv_winograd(const conv_impl *p, const float *xt, int64_t cnt, int6
       w.out.shift = shift;
       w.out.relu = relu;
     }
-    w.step = FUSED_STEP_FLOATS / (16 * (C + Co));
-    if (w.step < 1) w.step = 1;
+    w.floats = 16 * (C + Co);
     const int threads = grove_compute_threads();
     if (threads == 1 || T >= 2 * threads * FUSED_MIN_ROWS) {
       grove__parallel_for(T, fused_grain(T, 16 * C * Co, 1), par_wino_fused, &w);
@@ -604,6 +626,21 @@ static void conv_winograd(const conv_impl *p, const float *xt, int64_t cnt, int6
   grove__parallel_for(T, grove__par_grain(20 * Co), par_wino_out, &c);
 }
 
+/* Whether an OH x OW output takes Winograd (when the layer has its packs).
+ * Its transformed weight is 16/9 the size of the plain one and its 16
+ * products have one row per 2 x 2 tile, so on a small image the products
+ * are short and reading the weight dominates: 512 channels at 7 x 7 (16
+ * tiles) took 1.7 to 4 times as long as the plain rows, 256 at 14 x 14 (49)
+ * about as long, 128 at 28 x 28 (196) 0.6 (bench/conv_bench.c, batch 1, one
+ * thread).  Decided by the image, not the batch, so that an image's result
+ * does not depend on the batch it came in; GROVE_CONV=winograd keeps it
+ * everywhere (tests). */
+static bool wino_pays(int64_t OH, int64_t OW) {
+  const char *force = getenv("GROVE_CONV");
+  if (force && strcmp(force, "winograd") == 0) return true;
+  return ((OH + 1) / 2) * ((OW + 1) / 2) >= 64;
+}
+
 typedef struct rows_fused {
   conv_par rows, ep; /* patch rows (src xt, dst rows) and epilogue (src acc, dst y) */
   const grove__linear_pack *pack;
@@ -614,7 +651,8 @@ typedef struct rows_fused {
    * (one group, scale 1: a convolution without a BatchNorm folded in), so
    * no epilogue pass reads it back. */
   bool into_y;
-  int64_t blocks, P, K, step; /* 16-position blocks per image; blocks per pass */
+  int64_t blocks, P, K; /* 16-position blocks per image */
+  int64_t floats;       /* of patch rows and product per block */
 } rows_fused;
 
 /* The row of the chunk where 16-position block j begins. */
@@ -627,8 +665,9 @@ static int64_t block_row(const rows_fused *w, int64_t j) {
 static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
   rows_fused *w = ctx;
   const int64_t n = w->ep.cout_g;
-  for (int64_t j0 = b; j0 < e; j0 += w->step) {
-    const int64_t j1 = e - j0 < w->step ? e : j0 + w->step;
+  const int64_t step = fused_step(e - b, w->floats, w->K * n);
+  for (int64_t j0 = b; j0 < e; j0 += step) {
+    const int64_t j1 = e - j0 < step ? e : j0 + step;
     const int64_t r0 = block_row(w, j0), r1 = block_row(w, j1);
     if (!w->direct) par_rows(&w->rows, r0, r1);
     if (w->into_y) {
@@ -665,7 +704,7 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
   /* Images go through in chunks whose transposed input, rows and product
    * all stay in cache: each chunk reads its input once and writes its
    * output once. */
-  const bool wino = p->wino[0] != NULL;
+  const bool wino = p->wino[0] != NULL && wino_pays(OH, OW);
   const int64_t tiles = ((OH + 1) / 2) * ((OW + 1) / 2);
   const int64_t work = wino ? 16 * tiles * (C + p->cout) : direct ? 0 : P * K;
   const size_t per_image = (size_t)(work + HW * C + P * cout_g) * sizeof(float);
@@ -706,19 +745,25 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
         conv_winograd(p, xt, cnt, H, W, OH, OW, rows, rows + 16 * cnt * tiles * C, zeros,
                       into_y ? ep.dst : acc, into_y ? ep.ldo : 0, ep.scale, ep.shift, relu);
         if (into_y) continue;
-      } else if (grove__linear_pack_native(p->packs[g])) {
+      } else if (grove__linear_pack_native(p->packs[g]) &&
+                 (grove_compute_threads() == 1 ||
+                  cnt * P >= 2 * grove_compute_threads() * FUSED_MIN_ROWS)) {
         rows_fused w = {.rows = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W,
                                  .OH = OH, .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g},
                         .ep = ep, .pack = p->packs[g], .x = direct ? xt : rows, .acc = acc,
                         .direct = direct, .nhwc_out = nhwc_out, .blocks = (P + 15) / 16,
                         .P = P, .K = direct ? C : K,
                         .into_y = nhwc_out && G == 1 && scale == p->ones};
-        w.step = FUSED_STEP_FLOATS / (16 * (K + cout_g));
-        if (w.step < 1) w.step = 1;
+        w.floats = 16 * (K + cout_g);
         const int64_t nblk = cnt * w.blocks;
         grove__parallel_for(nblk, fused_grain(nblk, 16 * K * cout_g, 16), par_rows_fused, &w);
         continue;
       } else {
+        /* OpenBLAS packs, or too few rows to give every thread enough (a
+         * 7 x 7 image at batch 1): the stages one after another, so that
+         * grove__linear_run gives each thread its own panels of the weight
+         * over every row; fused chunks of rows would each read all of it
+         * (ResNet-50's layer4, 9.4 MB, read twice for 49 rows). */
         if (!direct) {
           conv_par c = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W, .OH = OH,
                         .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g};
