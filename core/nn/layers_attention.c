@@ -184,11 +184,11 @@ void grove__take_call(grove_fwd *f, const grove_module *m, const grove_tensor *m
 
 /* ------------------------------------------------------------ attention core */
 
-/* Heads of up to 64 keys and 128 dims (every transformer of this size class)
- * run an AVX-512 kernel where the CPU has it: a score row and an output row
- * live in registers over their whole reduction.  The build's baseline is
- * SSE2, so the portable loops below run 4 floats at a time and spill their
- * accumulators to memory on every step. */
+/* Heads of up to 128 dims (every transformer of this size class, any number
+ * of keys) run AVX-512 kernels where the CPU has it: a block of score rows
+ * and an output row live in registers over their whole reduction.  The
+ * build's baseline is SSE2, so the portable loops below run 4 floats at a
+ * time and spill their accumulators to memory on every step. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ATT_HAVE_AVX512 1
 #include <immintrin.h>
@@ -212,42 +212,73 @@ static inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
 }
 
-/* sc[l][s] = scale * q[l] . kt[:, s] for S <= 64 (kt is [d, S]).  Rows go
- * four at a time so that four independent accumulator chains hide the FMA
- * latency. */
+/* sc[l][s] = scale * q[l] . kt[:, s] (kt is [d, S], sc rows S apart), in
+ * column blocks of up to 64 keys: a block's four rows keep their
+ * accumulators in registers over the whole reduction.  Rows go four at a
+ * time so that independent accumulator chains hide the FMA latency. */
 static void scores_avx512(const float *q, int64_t rsq, const float *kt, int64_t L, int64_t S,
                           int64_t d, float scale, float *sc) {
-  const int nv = (int)((S + 15) / 16);
-  __mmask16 m[4];
-  for (int j = 0; j < 4; j++) m[j] = j < nv ? tail_mask(S - 16 * j) : 0;
-  int64_t l = 0;
-  for (; l + 4 <= L; l += 4) {
-    for (int j = 0; j < nv; j++) {
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      const float *q0 = q + l * rsq;
-      for (int64_t t = 0; t < d; t++) {
-        const __m512 kv = _mm512_maskz_loadu_ps(m[j], kt + t * S + 16 * j);
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[t]), kv, a0);
-        a1 = _mm512_fmadd_ps(_mm512_set1_ps(q0[rsq + t]), kv, a1);
-        a2 = _mm512_fmadd_ps(_mm512_set1_ps(q0[2 * rsq + t]), kv, a2);
-        a3 = _mm512_fmadd_ps(_mm512_set1_ps(q0[3 * rsq + t]), kv, a3);
+  const __m512 sv = _mm512_set1_ps(scale);
+  for (int64_t c0 = 0; c0 < S; c0 += 64) {
+    const int64_t cols = S - c0 < 64 ? S - c0 : 64;
+    const int nv = (int)((cols + 15) / 16);
+    __mmask16 m[4];
+    for (int j = 0; j < 4; j++) m[j] = j < nv ? tail_mask(cols - 16 * j) : 0;
+    const float *kb = kt + c0;
+    int64_t l = 0;
+    if (nv == 4) {
+      /* A full block: 16 accumulators, each kt vector loaded once for 4 rows. */
+      for (; l + 4 <= L; l += 4) {
+        __m512 a[4][4];
+        for (int r = 0; r < 4; r++)
+          for (int j = 0; j < 4; j++) a[r][j] = _mm512_setzero_ps();
+        const float *q0 = q + l * rsq;
+        for (int64_t t = 0; t < d; t++) {
+          const float *kr = kb + t * S;
+          const __m512 k0 = _mm512_loadu_ps(kr), k1 = _mm512_loadu_ps(kr + 16),
+                       k2 = _mm512_loadu_ps(kr + 32), k3 = _mm512_maskz_loadu_ps(m[3], kr + 48);
+          for (int r = 0; r < 4; r++) {
+            const __m512 qv = _mm512_set1_ps(q0[r * rsq + t]);
+            a[r][0] = _mm512_fmadd_ps(qv, k0, a[r][0]);
+            a[r][1] = _mm512_fmadd_ps(qv, k1, a[r][1]);
+            a[r][2] = _mm512_fmadd_ps(qv, k2, a[r][2]);
+            a[r][3] = _mm512_fmadd_ps(qv, k3, a[r][3]);
+          }
+        }
+        for (int r = 0; r < 4; r++) {
+          float *out = sc + (l + r) * S + c0;
+          for (int j = 0; j < 4; j++)
+            _mm512_mask_storeu_ps(out + 16 * j, m[j], _mm512_mul_ps(a[r][j], sv));
+        }
       }
-      const __m512 sv = _mm512_set1_ps(scale);
-      float *out = sc + l * S + 16 * j;
-      _mm512_mask_storeu_ps(out, m[j], _mm512_mul_ps(a0, sv));
-      _mm512_mask_storeu_ps(out + S, m[j], _mm512_mul_ps(a1, sv));
-      _mm512_mask_storeu_ps(out + 2 * S, m[j], _mm512_mul_ps(a2, sv));
-      _mm512_mask_storeu_ps(out + 3 * S, m[j], _mm512_mul_ps(a3, sv));
     }
-  }
-  for (; l < L; l++) {
-    for (int j = 0; j < nv; j++) {
-      __m512 a0 = _mm512_setzero_ps();
-      const float *ql = q + l * rsq;
-      for (int64_t t = 0; t < d; t++)
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(ql[t]),
-                             _mm512_maskz_loadu_ps(m[j], kt + t * S + 16 * j), a0);
-      _mm512_mask_storeu_ps(sc + l * S + 16 * j, m[j], _mm512_mul_ps(a0, _mm512_set1_ps(scale)));
+    for (; l + 4 <= L; l += 4) {
+      for (int j = 0; j < nv; j++) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        const float *q0 = q + l * rsq;
+        for (int64_t t = 0; t < d; t++) {
+          const __m512 kv = _mm512_maskz_loadu_ps(m[j], kb + t * S + 16 * j);
+          a0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[t]), kv, a0);
+          a1 = _mm512_fmadd_ps(_mm512_set1_ps(q0[rsq + t]), kv, a1);
+          a2 = _mm512_fmadd_ps(_mm512_set1_ps(q0[2 * rsq + t]), kv, a2);
+          a3 = _mm512_fmadd_ps(_mm512_set1_ps(q0[3 * rsq + t]), kv, a3);
+        }
+        float *out = sc + l * S + c0 + 16 * j;
+        _mm512_mask_storeu_ps(out, m[j], _mm512_mul_ps(a0, sv));
+        _mm512_mask_storeu_ps(out + S, m[j], _mm512_mul_ps(a1, sv));
+        _mm512_mask_storeu_ps(out + 2 * S, m[j], _mm512_mul_ps(a2, sv));
+        _mm512_mask_storeu_ps(out + 3 * S, m[j], _mm512_mul_ps(a3, sv));
+      }
+    }
+    for (; l < L; l++) {
+      for (int j = 0; j < nv; j++) {
+        __m512 a0 = _mm512_setzero_ps();
+        const float *ql = q + l * rsq;
+        for (int64_t t = 0; t < d; t++)
+          a0 = _mm512_fmadd_ps(_mm512_set1_ps(ql[t]),
+                               _mm512_maskz_loadu_ps(m[j], kb + t * S + 16 * j), a0);
+        _mm512_mask_storeu_ps(sc + l * S + c0 + 16 * j, m[j], _mm512_mul_ps(a0, sv));
+      }
     }
   }
 }
@@ -288,19 +319,24 @@ static void mix_avx512(const float *p, const float *v, int64_t rsv, float *o, in
   }
 }
 
-/* Softmax of L rows of S <= 64 floats in place: max-subtracted, summed in
- * float over at most 64 terms. */
-static void softmax_rows_avx512(float *sc, int64_t L, int64_t S) {
-  const int nv = (int)((S + 15) / 16);
-  __mmask16 m[4];
-  for (int j = 0; j < 4; j++) m[j] = j < nv ? tail_mask(S - 16 * j) : 0;
+/* Softmax of L rows of S floats in place, the additive mask (madd row l at
+ * madd + l * ldm; ldm 0: one row for every l; NULL: none) added first, in
+ * the same float addition as a separate pass would make: max-subtracted,
+ * summed in float. */
+static void softmax_rows_avx512(float *sc, int64_t L, int64_t S, const float *madd, int64_t ldm) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
   for (int64_t l = 0; l < L; l++) {
     float *row = sc + l * S;
-    __m512 v[4];
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int j = 0; j < nv; j++) {
-      v[j] = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m[j], row + 16 * j);
-      mx = _mm512_max_ps(mx, v[j]);
+    const float *mr = madd ? madd + l * ldm : NULL;
+    __m512 mx = ninf;
+    for (int64_t c = 0; c < S; c += 16) {
+      const __mmask16 m = tail_mask(S - c);
+      __m512 v = _mm512_mask_loadu_ps(ninf, m, row + c);
+      if (mr) {
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, mr + c));
+        _mm512_mask_storeu_ps(row + c, m, v);
+      }
+      mx = _mm512_max_ps(mx, v);
     }
     const float top = _mm512_reduce_max_ps(mx);
     if (top == -INFINITY) { /* every key masked: torch's softmax gives NaN */
@@ -309,17 +345,21 @@ static void softmax_rows_avx512(float *sc, int64_t L, int64_t S) {
     }
     const __m512 mv = _mm512_set1_ps(top);
     __m512 sum = _mm512_setzero_ps();
-    for (int j = 0; j < nv; j++) {
+    for (int64_t c = 0; c < S; c += 16) {
+      const __mmask16 m = tail_mask(S - c);
+      const __m512 v = _mm512_mask_loadu_ps(ninf, m, row + c);
       /* A masked key (-inf) weighs exactly 0, as in torch (grove__exp16 clamps
        * its argument, which would leave 2^-127). */
-      const __mmask16 live =
-          m[j] & _mm512_cmp_ps_mask(v[j], _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
-      v[j] = _mm512_maskz_mov_ps(live, grove__exp16(_mm512_sub_ps(v[j], mv)));
-      sum = _mm512_add_ps(sum, v[j]);
+      const __mmask16 live = m & _mm512_cmp_ps_mask(v, ninf, _CMP_NEQ_UQ);
+      const __m512 e = _mm512_maskz_mov_ps(live, grove__exp16(_mm512_sub_ps(v, mv)));
+      _mm512_mask_storeu_ps(row + c, m, e);
+      sum = _mm512_add_ps(sum, e);
     }
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-    for (int j = 0; j < nv; j++)
-      _mm512_mask_storeu_ps(row + 16 * j, m[j], _mm512_mul_ps(v[j], inv));
+    for (int64_t c = 0; c < S; c += 16) {
+      const __mmask16 m = tail_mask(S - c);
+      _mm512_mask_storeu_ps(row + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + c), inv));
+    }
   }
 }
 
@@ -327,29 +367,39 @@ GROVE__TARGET_POP
 #endif /* ATT_HAVE_AVX512 */
 
 /* One head of one batch item: o[l] = softmax(scale * q[l] . k^T + madd[l]) . v,
- * rows of q, k, v and o rs* floats apart; madd is the [L, S] additive mask
- * (NULL: none; -inf masks a key, and a row of -inf gives NaN as in torch);
- * sc is [L, S] scratch that ends up
- * holding the probabilities and kt [d, S] scratch.  Large heads go to
- * sgemm; small ones (the common case: a few dozen tokens) run loops that
- * vectorise along S and d: k is transposed once so that every inner loop is
- * a contiguous multiply-add. */
+ * rows of q, k, v and o rs* floats apart; madd row l at madd + l * ldm (ldm
+ * 0: one row for all l, a padding mask's; NULL: no mask; -inf masks a key,
+ * and a row of -inf gives NaN as in torch), added in the softmax's first
+ * pass; sc is [L, S] scratch that ends up holding the probabilities and kt
+ * [d, S] scratch.  With AVX-512 and d <= 128 every head runs the register
+ * kernels above on k transposed once; otherwise large heads go to sgemm and
+ * small ones to loops that vectorise along S and d (att_big says
+ * when the caller must not run heads on several threads: OpenBLAS's own
+ * threads are not for calls from ours). */
+static bool att_fast(int64_t d) {
+  return d <= 128 && att_avx512();
+}
+
+static bool att_big(int64_t L, int64_t S, int64_t d) {
+  return !att_fast(d) && L * S * d >= (1 << 15);
+}
+
 static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, const float *v,
                    int64_t rsv, float *o, int64_t rso, int64_t L, int64_t S, int64_t d, float scale,
-                   const float *madd, float *restrict sc, float *restrict kt) {
-  const bool big = L * S * d >= (1 << 15);
-  bool fast = false; /* the AVX-512 kernels: S <= 64, d <= 128 */
-#if ATT_HAVE_AVX512
-  fast = S <= 64 && d <= 128 && att_avx512();
-#endif
-  if (big) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)S, (blasint)d, scale,
-                q, (blasint)rsq, k, (blasint)rsk, 0.0f, sc, (blasint)S);
-  } else if (fast) {
+                   const float *madd, int64_t ldm, float *restrict sc, float *restrict kt) {
+  const bool fast = att_fast(d), big = att_big(L, S, d);
+  if (fast) {
 #if ATT_HAVE_AVX512
     grove__transpose_f32_ld(k, rsk, kt, S, S, d); /* kt[t][s] = k[s][t] */
     scores_avx512(q, rsq, kt, L, S, d, scale, sc);
+    softmax_rows_avx512(sc, L, S, madd, ldm);
+    mix_avx512(sc, v, rsv, o, rso, L, S, d);
 #endif
+    return;
+  }
+  if (big) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)S, (blasint)d, scale,
+                q, (blasint)rsq, k, (blasint)rsk, 0.0f, sc, (blasint)S);
   } else {
     grove__transpose_f32_ld(k, rsk, kt, S, S, d);
     for (int64_t l = 0; l < L; l++) {
@@ -363,35 +413,23 @@ static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, con
       }
     }
   }
-  if (madd)
-    for (int64_t i = 0; i < L * S; i++) sc[i] += madd[i];
-  if (fast) {
-#if ATT_HAVE_AVX512
-    softmax_rows_avx512(sc, L, S);
-#endif
-  } else {
-    for (int64_t l = 0; l < L; l++) {
-      float *row = sc + l * S;
-      float mx = -INFINITY;
-      for (int64_t s = 0; s < S; s++) mx = row[s] > mx ? row[s] : mx;
-      double sum = 0;
-      for (int64_t s = 0; s < S; s++) {
-        row[s] = expf(row[s] - mx);
-        sum += row[s];
-      }
-      const float inv = (float)(1.0 / sum);
-      for (int64_t s = 0; s < S; s++) row[s] *= inv;
+  for (int64_t l = 0; l < L; l++) {
+    float *row = sc + l * S;
+    if (madd)
+      for (int64_t s = 0; s < S; s++) row[s] += madd[l * ldm + s];
+    float mx = -INFINITY;
+    for (int64_t s = 0; s < S; s++) mx = row[s] > mx ? row[s] : mx;
+    double sum = 0;
+    for (int64_t s = 0; s < S; s++) {
+      row[s] = expf(row[s] - mx);
+      sum += row[s];
     }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t s = 0; s < S; s++) row[s] *= inv;
   }
   if (big) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)L, (blasint)d, (blasint)S, 1.0f,
                 sc, (blasint)S, v, (blasint)rsv, 0.0f, o, (blasint)rso);
-    return;
-  }
-  if (fast) {
-#if ATT_HAVE_AVX512
-    mix_avx512(sc, v, rsv, o, rso, L, S, d);
-#endif
     return;
   }
   for (int64_t l = 0; l < L; l++) {
@@ -520,6 +558,78 @@ static void mask_rows(float *madd, const grove_tensor *kpm, const grove_tensor *
   }
 }
 
+/* ------------------------------------------------------------ heads in parallel */
+
+enum { ATT_MASK_NONE, ATT_MASK_ROWS, ATT_MASK_SHARED, ATT_MASK_UNIT };
+
+/* One attention call's heads, for att_groups on the compute threads. */
+typedef struct att_par {
+  const float *Q, *K, *V; /* the projected rows */
+  int64_t ldq, ldk, ldv;
+  float *ctx; /* [rows, E]: each head writes its d columns */
+  int64_t E, H, d, L, S, S2, qstep, kstep;
+  bool bf, extended;
+  float scale;
+  const grove_tensor *kpm, *am;
+  int mode;    /* ATT_MASK_*: how the additive mask is found */
+  float *mask; /* ROWS: [N, S2]; SHARED: [L, S2] */
+  float *wd;   /* the attention weights' output, or NULL */
+  bool need_weights, average, per_item;
+  int64_t units, groups, per; /* per: scratch floats per group */
+  float *scratch;             /* groups * per */
+} att_par;
+
+/* Head h of batch item n, with scratch sc ([L, S2]), kt ([d, S2]) and madd
+ * ([L, S2], for ATT_MASK_UNIT). */
+static void att_head(const att_par *a, int64_t n, int64_t h, float *sc, float *kt, float *madd) {
+  const int64_t E = a->E, d = a->d, L = a->L, S2 = a->S2;
+  const int64_t q0r = a->bf ? n * L : n, k0r = a->bf || a->extended ? n * S2 : n;
+  float *probs = (a->need_weights && !a->average) ? a->wd + ((n * a->H + h) * L) * S2 : sc;
+  if (S2 == 0) {
+    for (int64_t l = 0; l < L; l++)
+      memset(a->ctx + (q0r + l * a->qstep) * E + h * d, 0, (size_t)d * sizeof(float));
+    return;
+  }
+  const float *m = NULL;
+  int64_t ldm = S2;
+  if (a->mode == ATT_MASK_ROWS) {
+    m = a->mask + n * S2;
+    ldm = 0;
+  } else if (a->mode == ATT_MASK_SHARED) {
+    m = a->mask;
+  } else if (a->mode == ATT_MASK_UNIT) {
+    mask_rows(madd, a->kpm, a->am, n, h, a->H, L, a->S, S2);
+    m = madd;
+  }
+  attend(a->Q + q0r * a->ldq + h * d, a->qstep * a->ldq, a->K + k0r * a->ldk + h * d,
+         a->kstep * a->ldk, a->V + k0r * a->ldv + h * d, a->kstep * a->ldv,
+         a->ctx + q0r * E + h * d, a->qstep * E, L, S2, d, a->scale, m, ldm, probs, kt);
+  if (a->per_item) {
+    float *w = a->wd + n * L * S2;
+    for (int64_t i = 0; i < L * S2; i++) w[i] += probs[i];
+  }
+}
+
+static void att_groups(void *ctx, int64_t g0, int64_t g1) {
+  const att_par *a = ctx;
+  const int64_t L = a->L, S2 = a->S2;
+  for (int64_t g = g0; g < g1; g++) {
+    float *sc = a->scratch + g * a->per, *madd = sc + L * S2, *kt = madd + L * S2;
+    const int64_t u0 = g * a->units / a->groups, u1 = (g + 1) * a->units / a->groups;
+    for (int64_t u = u0; u < u1; u++) {
+      if (!a->per_item) {
+        att_head(a, u / a->H, u % a->H, sc, kt, madd);
+        continue;
+      }
+      /* Batch item u, every head, its weights summed then averaged. */
+      for (int64_t h = 0; h < a->H; h++) att_head(a, u, h, sc, kt, madd);
+      float *w = a->wd + u * L * S2;
+      const float inv = 1.0f / (float)a->H;
+      for (int64_t i = 0; i < L * S2; i++) w[i] *= inv;
+    }
+  }
+}
+
 /* ------------------------------------------------------------ forward */
 
 static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_tensor *q0,
@@ -628,11 +738,7 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
     ldk = ldv = E;
   }
   float *ctx = grove_arena_alloc(f->arena, (size_t)(rq * E) * sizeof(float) + 1);
-  float *sc = grove_arena_alloc(f->arena, (size_t)(L * S2) * sizeof(float) + 1);
-  float *kt = grove_arena_alloc(f->arena, (size_t)(d * S2) * sizeof(float) + 1);
-  float *madd = NULL;
-  if (kpm || am) madd = grove_arena_alloc(f->arena, (size_t)(L * S2) * sizeof(float) + 1);
-  if (!ctx || !sc || !kt || ((kpm || am) && !madd)) return grove__scratch_error(f, T);
+  if (!ctx) return grove__scratch_error(f, T);
 
   /* Attention weights: [N, L, S2] averaged, [N, H, L, S2] per head
    * (unbatched: without N). */
@@ -649,33 +755,57 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
     wd = wt.data;
     if (average) memset(wd, 0, (size_t)(N * L * S2) * sizeof(float));
   }
-  const float scale = (float)(1.0 / sqrt((double)d));
-  const int64_t qstep = bf ? 1 : N, kstep = bf || extended ? 1 : N;
-  for (int64_t n = 0; n < N && L > 0; n++) {
-    const int64_t q0r = bf ? n * L : n, k0r = bf || extended ? n * S2 : n;
-    for (int64_t h = 0; h < H; h++) {
-      float *probs = (need_weights && !average) ? wd + ((n * H + h) * L) * S2 : sc;
-      if (S2 == 0) {
-        for (int64_t l = 0; l < L; l++)
-          memset(ctx + (q0r + l * qstep) * E + h * d, 0, (size_t)d * sizeof(float));
-        continue;
-      }
-      /* A padding mask alone is the same for every head: built once. */
-      if (madd && (h == 0 || (am && am->ndim == 3))) mask_rows(madd, kpm, am, n, h, H, L, S, S2);
-      attend(Q + q0r * ldq + h * d, qstep * ldq, K + k0r * ldk + h * d, kstep * ldk,
-             V + k0r * ldv + h * d, kstep * ldv, ctx + q0r * E + h * d, qstep * E, L, S2, d, scale,
-             madd, probs, kt);
-      if (need_weights && average) {
-        float *w = wd + n * L * S2;
-        for (int64_t i = 0; i < L * S2; i++) w[i] += probs[i];
-      }
-    }
-    if (need_weights && average) {
-      float *w = wd + n * L * S2;
-      const float inv = 1.0f / (float)H;
-      for (int64_t i = 0; i < L * S2; i++) w[i] *= inv;
-    }
+  att_par ap = {.Q = Q,
+                .K = K,
+                .V = V,
+                .ldq = ldq,
+                .ldk = ldk,
+                .ldv = ldv,
+                .ctx = ctx,
+                .E = E,
+                .H = H,
+                .d = d,
+                .L = L,
+                .S = S,
+                .S2 = S2,
+                .qstep = bf ? 1 : N,
+                .kstep = bf || extended ? 1 : N,
+                .bf = bf,
+                .extended = extended,
+                .scale = (float)(1.0 / sqrt((double)d)),
+                .kpm = kpm,
+                .am = am,
+                .wd = wd,
+                .need_weights = need_weights,
+                .average = average};
+  /* The masks merged once where they allow it: a padding mask alone is one
+   * row per batch item for every query and head, a 2-d attn_mask alone one
+   * [L, S2] matrix for all; other mixes are built per head. */
+  if (kpm && !am) {
+    ap.mode = ATT_MASK_ROWS;
+    ap.mask = grove_arena_alloc(f->arena, (size_t)(N * S2) * sizeof(float) + 1);
+    if (!ap.mask) return grove__scratch_error(f, T);
+    for (int64_t n = 0; n < N; n++) mask_rows(ap.mask + n * S2, kpm, NULL, n, 0, H, 1, S, S2);
+  } else if (am && am->ndim == 2 && !kpm) {
+    ap.mode = ATT_MASK_SHARED;
+    ap.mask = grove_arena_alloc(f->arena, (size_t)(L * S2) * sizeof(float) + 1);
+    if (!ap.mask) return grove__scratch_error(f, T);
+    mask_rows(ap.mask, NULL, am, 0, 0, H, L, S, S2);
+  } else {
+    ap.mode = kpm || am ? ATT_MASK_UNIT : ATT_MASK_NONE;
   }
+  /* Heads (or, when the averaged weights are summed over heads, batch
+   * items) are independent units; they run in up to 16 groups on the
+   * compute threads, each group with scratch of its own, so the result is
+   * the same for any thread count. */
+  ap.per_item = need_weights && average;
+  ap.units = L > 0 ? (ap.per_item ? N : N * H) : 0;
+  ap.groups = ap.units < 16 ? ap.units : 16;
+  if (att_big(L, S2, d)) ap.groups = ap.units < 1 ? ap.units : 1;
+  ap.per = 2 * L * S2 + d * S2;
+  ap.scratch = grove_arena_alloc(f->arena, (size_t)(ap.groups * ap.per) * sizeof(float) + 1);
+  if (!ap.scratch) return grove__scratch_error(f, T);
+  if (ap.groups > 0) grove__parallel_for(ap.groups, 1, att_groups, &ap);
   /* out_proj, called as torch does: with its weights, not as a module (its
    * hooks do not fire in torch either). */
   const grove_module *op = grove_module_child(m, "out_proj");
