@@ -184,9 +184,8 @@ void grove__take_call(grove_fwd *f, const grove_module *m, const grove_tensor *m
 
 /* ------------------------------------------------------------ attention core */
 
-/* Heads of up to 128 dims (every transformer of this size class, any number
- * of keys) run AVX-512 kernels where the CPU has it: a block of score rows
- * and an output row live in registers over their whole reduction.  The
+/* Heads of any size run AVX-512 kernels where the CPU has it: a block of
+ * score or output rows lives in registers over its whole reduction.  The
  * build's baseline is SSE2, so the portable loops below run 4 floats at a
  * time and spill their accumulators to memory on every step. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -212,168 +211,91 @@ static inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
 }
 
-/* sc[l][s] = scale * q[l] . kt[:, s] (kt is [d, S], sc rows S apart), in
- * column blocks of up to 64 keys: a block's four rows keep their
- * accumulators in registers over the whole reduction.  Rows go four at a
- * time so that independent accumulator chains hide the FMA latency. */
-static void scores_avx512(const float *q, int64_t rsq, const float *kt, int64_t L, int64_t S,
-                          int64_t d, float scale, float *sc) {
+/* out[l][c] = scale * sum_t A[l * lda + t] B[t * ldb + c] for l < L, c < C,
+ * t < K: both of attention's products, the scores (A = q, B = k transposed,
+ * K = d) and the mix (A = the probabilities, B = v, K = S; scale 1, which
+ * is exact).  Columns go in blocks of up to 64: a full block keeps 4 rows x
+ * 4 vectors in 16 named accumulators (registers; an array of them spills),
+ * each B vector loaded once for 4 rows; a partial block runs one vector at
+ * a time for 4 rows.  Every sum runs over t in order, so the blocking does
+ * not change the bits. */
+static void rows_avx512(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t L,
+                        int64_t C, int64_t K, float scale, float *out, int64_t ldo) {
   const __m512 sv = _mm512_set1_ps(scale);
-  for (int64_t c0 = 0; c0 < S; c0 += 64) {
-    const int64_t cols = S - c0 < 64 ? S - c0 : 64;
+  for (int64_t c0 = 0; c0 < C; c0 += 64) {
+    const int64_t cols = C - c0 < 64 ? C - c0 : 64;
     const int nv = (int)((cols + 15) / 16);
     __mmask16 m[4];
     for (int j = 0; j < 4; j++) m[j] = j < nv ? tail_mask(cols - 16 * j) : 0;
-    const float *kb = kt + c0;
+    const float *bb = B + c0;
     int64_t l = 0;
-    if (nv == 4) {
-      /* A full block: 16 accumulators (named, so that they stay in
-       * registers), each kt vector loaded once for 4 rows. */
-      for (; l + 4 <= L; l += 4) {
-        __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
-        __m512 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
-        __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
-        __m512 a30 = a00, a31 = a00, a32 = a00, a33 = a00;
-        const float *q0 = q + l * rsq;
-        for (int64_t t = 0; t < d; t++) {
-          const float *kr = kb + t * S;
-          const __m512 k0 = _mm512_loadu_ps(kr), k1 = _mm512_loadu_ps(kr + 16),
-                       k2 = _mm512_loadu_ps(kr + 32), k3 = _mm512_maskz_loadu_ps(m[3], kr + 48);
-#define ATT_ROW(r, qv)                          \
-  do {                                          \
-    const __m512 b_ = _mm512_set1_ps(qv);       \
-    a##r##0 = _mm512_fmadd_ps(b_, k0, a##r##0); \
-    a##r##1 = _mm512_fmadd_ps(b_, k1, a##r##1); \
-    a##r##2 = _mm512_fmadd_ps(b_, k2, a##r##2); \
-    a##r##3 = _mm512_fmadd_ps(b_, k3, a##r##3); \
+    for (; nv == 4 && l + 4 <= L; l += 4) {
+      __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
+      __m512 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+      __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
+      __m512 a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+      const float *a0 = A + l * lda;
+      for (int64_t t = 0; t < K; t++) {
+        const float *br = bb + t * ldb;
+        const __m512 b0 = _mm512_loadu_ps(br), b1 = _mm512_loadu_ps(br + 16),
+                     b2 = _mm512_loadu_ps(br + 32), b3 = _mm512_maskz_loadu_ps(m[3], br + 48);
+#define ROWS_FMA(r)                                    \
+  do {                                                 \
+    const __m512 x_ = _mm512_set1_ps(a0[r * lda + t]); \
+    a##r##0 = _mm512_fmadd_ps(x_, b0, a##r##0);        \
+    a##r##1 = _mm512_fmadd_ps(x_, b1, a##r##1);        \
+    a##r##2 = _mm512_fmadd_ps(x_, b2, a##r##2);        \
+    a##r##3 = _mm512_fmadd_ps(x_, b3, a##r##3);        \
   } while (0)
-          ATT_ROW(0, q0[t]);
-          ATT_ROW(1, q0[rsq + t]);
-          ATT_ROW(2, q0[2 * rsq + t]);
-          ATT_ROW(3, q0[3 * rsq + t]);
-#undef ATT_ROW
-        }
-#define ATT_STORE(r)                                                  \
+        ROWS_FMA(0);
+        ROWS_FMA(1);
+        ROWS_FMA(2);
+        ROWS_FMA(3);
+#undef ROWS_FMA
+      }
+#define ROWS_STORE(r)                                                 \
   do {                                                                \
-    float *o_ = sc + (l + r) * S + c0;                                \
+    float *o_ = out + (l + r) * ldo + c0;                             \
     _mm512_storeu_ps(o_, _mm512_mul_ps(a##r##0, sv));                 \
     _mm512_storeu_ps(o_ + 16, _mm512_mul_ps(a##r##1, sv));            \
     _mm512_storeu_ps(o_ + 32, _mm512_mul_ps(a##r##2, sv));            \
     _mm512_mask_storeu_ps(o_ + 48, m[3], _mm512_mul_ps(a##r##3, sv)); \
   } while (0)
-        ATT_STORE(0);
-        ATT_STORE(1);
-        ATT_STORE(2);
-        ATT_STORE(3);
-#undef ATT_STORE
-      }
+      ROWS_STORE(0);
+      ROWS_STORE(1);
+      ROWS_STORE(2);
+      ROWS_STORE(3);
+#undef ROWS_STORE
     }
-    for (; l + 4 <= L; l += 4) {
+    for (; l < L; l += 4) {
+      const int rows = L - l < 4 ? (int)(L - l) : 4;
+      const float *a0 = A + l * lda;
       for (int j = 0; j < nv; j++) {
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        const float *q0 = q + l * rsq;
-        for (int64_t t = 0; t < d; t++) {
-          const __m512 kv = _mm512_maskz_loadu_ps(m[j], kb + t * S + 16 * j);
-          a0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[t]), kv, a0);
-          a1 = _mm512_fmadd_ps(_mm512_set1_ps(q0[rsq + t]), kv, a1);
-          a2 = _mm512_fmadd_ps(_mm512_set1_ps(q0[2 * rsq + t]), kv, a2);
-          a3 = _mm512_fmadd_ps(_mm512_set1_ps(q0[3 * rsq + t]), kv, a3);
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                         _mm512_setzero_ps()};
+        if (rows == 4) {
+          /* Four chains, named (see above). */
+          __m512 r0 = acc[0], r1 = acc[1], r2 = acc[2], r3 = acc[3];
+          for (int64_t t = 0; t < K; t++) {
+            const __m512 bv = _mm512_maskz_loadu_ps(m[j], bb + t * ldb + 16 * j);
+            r0 = _mm512_fmadd_ps(_mm512_set1_ps(a0[t]), bv, r0);
+            r1 = _mm512_fmadd_ps(_mm512_set1_ps(a0[lda + t]), bv, r1);
+            r2 = _mm512_fmadd_ps(_mm512_set1_ps(a0[2 * lda + t]), bv, r2);
+            r3 = _mm512_fmadd_ps(_mm512_set1_ps(a0[3 * lda + t]), bv, r3);
+          }
+          acc[0] = r0, acc[1] = r1, acc[2] = r2, acc[3] = r3;
+        } else {
+          for (int r = 0; r < rows; r++) {
+            __m512 r0 = _mm512_setzero_ps();
+            for (int64_t t = 0; t < K; t++)
+              r0 = _mm512_fmadd_ps(_mm512_set1_ps(a0[r * lda + t]),
+                                   _mm512_maskz_loadu_ps(m[j], bb + t * ldb + 16 * j), r0);
+            acc[r] = r0;
+          }
         }
-        float *out = sc + l * S + c0 + 16 * j;
-        _mm512_mask_storeu_ps(out, m[j], _mm512_mul_ps(a0, sv));
-        _mm512_mask_storeu_ps(out + S, m[j], _mm512_mul_ps(a1, sv));
-        _mm512_mask_storeu_ps(out + 2 * S, m[j], _mm512_mul_ps(a2, sv));
-        _mm512_mask_storeu_ps(out + 3 * S, m[j], _mm512_mul_ps(a3, sv));
+        for (int r = 0; r < rows; r++)
+          _mm512_mask_storeu_ps(out + (l + r) * ldo + c0 + 16 * j, m[j], _mm512_mul_ps(acc[r], sv));
       }
-    }
-    for (; l < L; l++) {
-      for (int j = 0; j < nv; j++) {
-        __m512 a0 = _mm512_setzero_ps();
-        const float *ql = q + l * rsq;
-        for (int64_t t = 0; t < d; t++)
-          a0 = _mm512_fmadd_ps(_mm512_set1_ps(ql[t]),
-                               _mm512_maskz_loadu_ps(m[j], kb + t * S + 16 * j), a0);
-        _mm512_mask_storeu_ps(sc + l * S + c0 + 16 * j, m[j], _mm512_mul_ps(a0, sv));
-      }
-    }
-  }
-}
-
-/* o[l] = sum_s p[l][s] v[s] for d <= 128, four rows at a time. */
-static void mix_avx512(const float *p, const float *v, int64_t rsv, float *o, int64_t rso,
-                       int64_t L, int64_t S, int64_t d) {
-  const int nv = (int)((d + 15) / 16);
-  __mmask16 m[8];
-  for (int j = 0; j < 8; j++) m[j] = j < nv ? tail_mask(d - 16 * j) : 0;
-  int64_t l = 0;
-  for (; l + 4 <= L; l += 4) {
-    const float *p0 = p + l * S;
-    int j = 0;
-    /* Blocks of 64 output columns: 16 named accumulators in registers, each
-     * v vector loaded once for 4 rows; the same sums in the same order as
-     * the one-vector loop below. */
-    for (; j + 4 <= nv; j += 4) {
-      __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
-      __m512 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
-      __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
-      __m512 a30 = a00, a31 = a00, a32 = a00, a33 = a00;
-      for (int64_t s = 0; s < S; s++) {
-        const float *vr = v + s * rsv + 16 * j;
-        const __m512 v0 = _mm512_maskz_loadu_ps(m[j], vr),
-                     v1 = _mm512_maskz_loadu_ps(m[j + 1], vr + 16),
-                     v2 = _mm512_maskz_loadu_ps(m[j + 2], vr + 32),
-                     v3 = _mm512_maskz_loadu_ps(m[j + 3], vr + 48);
-#define MIX_ROW(r)                                   \
-  do {                                               \
-    const __m512 b_ = _mm512_set1_ps(p0[r * S + s]); \
-    a##r##0 = _mm512_fmadd_ps(b_, v0, a##r##0);      \
-    a##r##1 = _mm512_fmadd_ps(b_, v1, a##r##1);      \
-    a##r##2 = _mm512_fmadd_ps(b_, v2, a##r##2);      \
-    a##r##3 = _mm512_fmadd_ps(b_, v3, a##r##3);      \
-  } while (0)
-        MIX_ROW(0);
-        MIX_ROW(1);
-        MIX_ROW(2);
-        MIX_ROW(3);
-#undef MIX_ROW
-      }
-#define MIX_STORE(r)                                   \
-  do {                                                 \
-    float *o_ = o + (l + r) * rso + 16 * j;            \
-    _mm512_mask_storeu_ps(o_, m[j], a##r##0);          \
-    _mm512_mask_storeu_ps(o_ + 16, m[j + 1], a##r##1); \
-    _mm512_mask_storeu_ps(o_ + 32, m[j + 2], a##r##2); \
-    _mm512_mask_storeu_ps(o_ + 48, m[j + 3], a##r##3); \
-  } while (0)
-      MIX_STORE(0);
-      MIX_STORE(1);
-      MIX_STORE(2);
-      MIX_STORE(3);
-#undef MIX_STORE
-    }
-    for (; j < nv; j++) {
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t s = 0; s < S; s++) {
-        const __m512 vv = _mm512_maskz_loadu_ps(m[j], v + s * rsv + 16 * j);
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[s]), vv, a0);
-        a1 = _mm512_fmadd_ps(_mm512_set1_ps(p0[S + s]), vv, a1);
-        a2 = _mm512_fmadd_ps(_mm512_set1_ps(p0[2 * S + s]), vv, a2);
-        a3 = _mm512_fmadd_ps(_mm512_set1_ps(p0[3 * S + s]), vv, a3);
-      }
-      float *out = o + l * rso + 16 * j;
-      _mm512_mask_storeu_ps(out, m[j], a0);
-      _mm512_mask_storeu_ps(out + rso, m[j], a1);
-      _mm512_mask_storeu_ps(out + 2 * rso, m[j], a2);
-      _mm512_mask_storeu_ps(out + 3 * rso, m[j], a3);
-    }
-  }
-  for (; l < L; l++) {
-    for (int j = 0; j < nv; j++) {
-      __m512 a0 = _mm512_setzero_ps();
-      for (int64_t s = 0; s < S; s++)
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[l * S + s]),
-                             _mm512_maskz_loadu_ps(m[j], v + s * rsv + 16 * j), a0);
-      _mm512_mask_storeu_ps(o + l * rso + 16 * j, m[j], a0);
     }
   }
 }
@@ -430,29 +352,29 @@ GROVE__TARGET_POP
  * 0: one row for all l, a padding mask's; NULL: no mask; -inf masks a key,
  * and a row of -inf gives NaN as in torch), added in the softmax's first
  * pass; sc is [L, S] scratch that ends up holding the probabilities and kt
- * [d, S] scratch.  With AVX-512 and d <= 128 every head runs the register
+ * [d, S] scratch.  With AVX-512 every head runs the register
  * kernels above on k transposed once; otherwise large heads go to sgemm and
  * small ones to loops that vectorise along S and d (att_big says
  * when the caller must not run heads on several threads: OpenBLAS's own
  * threads are not for calls from ours). */
-static bool att_fast(int64_t d) {
-  return d <= 128 && att_avx512();
+static bool att_fast(void) {
+  return att_avx512();
 }
 
 static bool att_big(int64_t L, int64_t S, int64_t d) {
-  return !att_fast(d) && L * S * d >= (1 << 15);
+  return !att_fast() && L * S * d >= (1 << 15);
 }
 
 static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, const float *v,
                    int64_t rsv, float *o, int64_t rso, int64_t L, int64_t S, int64_t d, float scale,
                    const float *madd, int64_t ldm, float *restrict sc, float *restrict kt) {
-  const bool fast = att_fast(d), big = att_big(L, S, d);
+  const bool fast = att_fast(), big = att_big(L, S, d);
   if (fast) {
 #if ATT_HAVE_AVX512
-    grove__transpose_f32_ld(k, rsk, kt, S, S, d); /* kt[t][s] = k[s][t] */
-    scores_avx512(q, rsq, kt, L, S, d, scale, sc);
+    grove__transpose_f32_ld(k, rsk, kt, S, S, d);      /* kt[t][s] = k[s][t] */
+    rows_avx512(q, rsq, kt, S, L, S, d, scale, sc, S); /* the scores */
     softmax_rows_avx512(sc, L, S, madd, ldm);
-    mix_avx512(sc, v, rsv, o, rso, L, S, d);
+    rows_avx512(sc, S, v, rsv, L, d, S, 1.0f, o, rso); /* the mix */
 #endif
     return;
   }
