@@ -781,9 +781,15 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
    * the same for any thread count. */
   ap.per_item = need_weights && average;
   ap.units = L > 0 ? (ap.per_item ? N : N * H) : 0;
-  ap.groups = ap.units < 16 ? ap.units : 16;
-  if (att_big(L, S2, d)) ap.groups = ap.units < 1 ? ap.units : 1;
   ap.per = 2 * L * S2 + d * S2;
+  /* More groups than threads only balance the load: past 32 MB of scratch
+   * (long sequences: a head's [L, S] scores are 64 MB at 4,096 tokens) there
+   * are as many groups as compute threads. */
+  int64_t cap = ((int64_t)32 << 20) / ((ap.per > 0 ? ap.per : 1) * (int64_t)sizeof(float));
+  if (cap < grove_compute_threads()) cap = grove_compute_threads();
+  ap.groups = ap.units < 16 ? ap.units : 16;
+  if (ap.groups > cap) ap.groups = cap;
+  if (att_big(L, S2, d)) ap.groups = ap.units < 1 ? ap.units : 1;
   ap.scratch = grove_arena_alloc(f->arena, (size_t)(ap.groups * ap.per) * sizeof(float) + 1);
   if (!ap.scratch) return grove__scratch_error(f, T);
   if (ap.groups > 0) grove__parallel_for(ap.groups, 1, att_groups, &ap);
