@@ -7,8 +7,10 @@
  * in_proj weight (core/kernels/gemm.c) when query, key and value are one tensor
  * (self-attention), else three.  Scores, softmax and the weighted sum run per
  * batch item and head straight on the projected rows (no transposed copies of
- * q, k, v: a head is a column block of a row-major matrix), with the softmax
- * max-subtracted and summed in double; the output projection is out_proj's
+ * q or v: a head is a column block of a row-major matrix; k is transposed
+ * once per head), the heads on the compute threads, with the softmax
+ * max-subtracted (summed in float on the AVX-512 path, in double on the
+ * portable one); the output projection is out_proj's
  * Linear.  q is scaled by 1/sqrt(head_dim) before the product, as torch does.
  * Masks are F.multi_head_attention_forward's: attn_mask (bool or float,
  * [L, S] or [N * num_heads, L, S]) and key_padding_mask (bool or float,
