@@ -404,7 +404,7 @@ END_TEST
  * exporter's JSON, its masks set in the forward's context (slot i = the i-th
  * mask argument of torch's forward), compared with torch, NaN where torch
  * gives NaN (rows whose every key is masked). */
-static void mask_case(const char *name) {
+static void mask_case(const char *name, bool threads) {
   grove_err err = {0};
   char fname[256];
   snprintf(fname, sizeof fname, "attnm_%s.safetensors", name);
@@ -473,6 +473,27 @@ static void mask_case(const char *name) {
   ck_assert_int_eq(out.n, a ? 2 : 1);
   snprintf(what, sizeof what, "%s: attention weights", name);
   if (a) assert_close(what, &out.v[1], a);
+  if (threads) {
+    /* The heads run on the compute threads: the same bits on 1 and 2. */
+    grove_values o1 = {0}, o2 = {0};
+    grove_arena *a1 = grove_arena_new(0), *a2 = grove_arena_new(0);
+    grove_fwd f1 = {.arena = a1, .err = &err}, f2 = {.arena = a2, .err = &err};
+    grove_set_compute_threads(1);
+    if (m->type == &grove__mha_type) grove__mha_next_call(&f1, m, need, avg);
+    grove__next_call_masks(&f1, m, nmasks, masks);
+    ck_assert_ok(grove_module_forward(m, &f1, &in, &o1), &err);
+    grove_set_compute_threads(2);
+    if (m->type == &grove__mha_type) grove__mha_next_call(&f2, m, need, avg);
+    grove__next_call_masks(&f2, m, nmasks, masks);
+    ck_assert_ok(grove_module_forward(m, &f2, &in, &o2), &err);
+    grove_set_compute_threads(1);
+    ck_assert_int_eq(o1.n, o2.n);
+    for (int k = 0; k < o1.n; k++)
+      ck_assert_msg(memcmp(o1.v[k].data, o2.v[k].data, grove_tensor_nbytes(&o1.v[k])) == 0,
+                    "%s: output %d differs between 1 and 2 compute threads", name, k);
+    grove_arena_free(a1);
+    grove_arena_free(a2);
+  }
   grove_arena_free(arena);
   grove_sd_free(w);
   grove_model_free(model);
@@ -490,9 +511,19 @@ START_TEST(test_mask_parity) {
   json_t *names = json_loads(text, 0, &je);
   ck_assert(json_array_size(names) >= 30);
   for (size_t i = 0; i < json_array_size(names); i++)
-    mask_case(json_string_value(json_array_get(names, i)));
+    mask_case(json_string_value(json_array_get(names, i)), false);
   json_decref(names);
   free(text);
+}
+END_TEST
+
+/* Long sequences (more than 64 keys, every mask kind) give the same bits on
+ * one compute thread and on two: the heads are independent units whatever
+ * thread takes them. */
+START_TEST(test_long_threads_bitwise) {
+  mask_case("mha_long_kpm_bf", true);
+  mask_case("mha_long_causal_avg", true);
+  mask_case("mha_long_am3_kpm", true);
 }
 END_TEST
 
@@ -546,6 +577,7 @@ static Suite *attention_suite(void) {
   tcase_add_test(tc, test_encoder_scratch);
   tcase_add_test(tc, test_mask_parity);
   tcase_add_test(tc, test_mask_full_row_nan);
+  tcase_add_test(tc, test_long_threads_bitwise);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_test(tc, test_errors);

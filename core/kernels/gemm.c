@@ -44,7 +44,24 @@
  * blocks of at most KC, so that the block of a panel (KC x 64 floats,
  * 256 KB) stays in L2 while every row block of x passes over it; the
  * partial sums go through y, and bias and ReLU come with the last block. */
+static void packed_rows(const grove__linear_pack *p, const float *x, const float *bias, float *y,
+                        int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
+
+/* Rows [r0, r1) x panels [p0, p1) of one product, in blocks of rows whose
+ * x stays in L2 while every panel passes over it: a long product (a
+ * transformer's 2,048 token rows at batch 16) would otherwise read all of x
+ * from memory once per panel.  Each output is computed as packed_rows
+ * computes it, so the bits do not depend on the blocking. */
 static void packed_part(const grove__linear_pack *p, const float *x, const float *bias, float *y,
+                        int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  enum { X_BLOCK_BYTES = 256 * 1024 };
+  int64_t mc = X_BLOCK_BYTES / ((p->K > 0 ? p->K : 1) * (int64_t)sizeof(float));
+  mc = mc < MR ? MR : mc - mc % MR;
+  for (int64_t rb = r0; rb < r1; rb += mc)
+    packed_rows(p, x, bias, y, relu, rb, r1 - rb < mc ? r1 : rb + mc, p0, p1);
+}
+
+static void packed_rows(const grove__linear_pack *p, const float *x, const float *bias, float *y,
                         int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const int64_t N = p->N, K = p->K;
   const bool avx2 = p->kind == GROVE__GEMM_KIND_AVX2;

@@ -7,8 +7,10 @@
  * in_proj weight (core/kernels/gemm.c) when query, key and value are one tensor
  * (self-attention), else three.  Scores, softmax and the weighted sum run per
  * batch item and head straight on the projected rows (no transposed copies of
- * q, k, v: a head is a column block of a row-major matrix), with the softmax
- * max-subtracted and summed in double; the output projection is out_proj's
+ * q or v: a head is a column block of a row-major matrix; k is transposed
+ * once per head), the heads on the compute threads, with the softmax
+ * max-subtracted (summed in float on the AVX-512 path, in double on the
+ * portable one); the output projection is out_proj's
  * Linear.  q is scaled by 1/sqrt(head_dim) before the product, as torch does.
  * Masks are F.multi_head_attention_forward's: attn_mask (bool or float,
  * [L, S] or [N * num_heads, L, S]) and key_padding_mask (bool or float,
@@ -184,11 +186,10 @@ void grove__take_call(grove_fwd *f, const grove_module *m, const grove_tensor *m
 
 /* ------------------------------------------------------------ attention core */
 
-/* Heads of up to 64 keys and 128 dims (every transformer of this size class)
- * run an AVX-512 kernel where the CPU has it: a score row and an output row
- * live in registers over their whole reduction.  The build's baseline is
- * SSE2, so the portable loops below run 4 floats at a time and spill their
- * accumulators to memory on every step. */
+/* Heads of any size run AVX-512 kernels where the CPU has it: a block of
+ * score or output rows lives in registers over its whole reduction.  The
+ * build's baseline is SSE2, so the portable loops below run 4 floats at a
+ * time and spill their accumulators to memory on every step. */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define ATT_HAVE_AVX512 1
 #include <immintrin.h>
@@ -212,95 +213,113 @@ static inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
 }
 
-/* sc[l][s] = scale * q[l] . kt[:, s] for S <= 64 (kt is [d, S]).  Rows go
- * four at a time so that four independent accumulator chains hide the FMA
- * latency. */
-static void scores_avx512(const float *q, int64_t rsq, const float *kt, int64_t L, int64_t S,
-                          int64_t d, float scale, float *sc) {
-  const int nv = (int)((S + 15) / 16);
-  __mmask16 m[4];
-  for (int j = 0; j < 4; j++) m[j] = j < nv ? tail_mask(S - 16 * j) : 0;
-  int64_t l = 0;
-  for (; l + 4 <= L; l += 4) {
-    for (int j = 0; j < nv; j++) {
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      const float *q0 = q + l * rsq;
-      for (int64_t t = 0; t < d; t++) {
-        const __m512 kv = _mm512_maskz_loadu_ps(m[j], kt + t * S + 16 * j);
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(q0[t]), kv, a0);
-        a1 = _mm512_fmadd_ps(_mm512_set1_ps(q0[rsq + t]), kv, a1);
-        a2 = _mm512_fmadd_ps(_mm512_set1_ps(q0[2 * rsq + t]), kv, a2);
-        a3 = _mm512_fmadd_ps(_mm512_set1_ps(q0[3 * rsq + t]), kv, a3);
+/* out[l][c] = scale * sum_t A[l * lda + t] B[t * ldb + c] for l < L, c < C,
+ * t < K: both of attention's products, the scores (A = q, B = k transposed,
+ * K = d) and the mix (A = the probabilities, B = v, K = S; scale 1, which
+ * is exact).  Columns go in blocks of up to 64: a full block keeps 4 rows x
+ * 4 vectors in 16 named accumulators (registers; an array of them spills),
+ * each B vector loaded once for 4 rows; a partial block runs one vector at
+ * a time for 4 rows.  Every sum runs over t in order, so the blocking does
+ * not change the bits. */
+static void rows_avx512(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t L,
+                        int64_t C, int64_t K, float scale, float *out, int64_t ldo) {
+  const __m512 sv = _mm512_set1_ps(scale);
+  for (int64_t c0 = 0; c0 < C; c0 += 64) {
+    const int64_t cols = C - c0 < 64 ? C - c0 : 64;
+    const int nv = (int)((cols + 15) / 16);
+    __mmask16 m[4];
+    for (int j = 0; j < 4; j++) m[j] = j < nv ? tail_mask(cols - 16 * j) : 0;
+    const float *bb = B + c0;
+    int64_t l = 0;
+    for (; nv == 4 && l + 4 <= L; l += 4) {
+      __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
+      __m512 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+      __m512 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
+      __m512 a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+      const float *a0 = A + l * lda;
+      for (int64_t t = 0; t < K; t++) {
+        const float *br = bb + t * ldb;
+        const __m512 b0 = _mm512_loadu_ps(br), b1 = _mm512_loadu_ps(br + 16),
+                     b2 = _mm512_loadu_ps(br + 32), b3 = _mm512_maskz_loadu_ps(m[3], br + 48);
+#define ROWS_FMA(r)                                    \
+  do {                                                 \
+    const __m512 x_ = _mm512_set1_ps(a0[r * lda + t]); \
+    a##r##0 = _mm512_fmadd_ps(x_, b0, a##r##0);        \
+    a##r##1 = _mm512_fmadd_ps(x_, b1, a##r##1);        \
+    a##r##2 = _mm512_fmadd_ps(x_, b2, a##r##2);        \
+    a##r##3 = _mm512_fmadd_ps(x_, b3, a##r##3);        \
+  } while (0)
+        ROWS_FMA(0);
+        ROWS_FMA(1);
+        ROWS_FMA(2);
+        ROWS_FMA(3);
+#undef ROWS_FMA
       }
-      const __m512 sv = _mm512_set1_ps(scale);
-      float *out = sc + l * S + 16 * j;
-      _mm512_mask_storeu_ps(out, m[j], _mm512_mul_ps(a0, sv));
-      _mm512_mask_storeu_ps(out + S, m[j], _mm512_mul_ps(a1, sv));
-      _mm512_mask_storeu_ps(out + 2 * S, m[j], _mm512_mul_ps(a2, sv));
-      _mm512_mask_storeu_ps(out + 3 * S, m[j], _mm512_mul_ps(a3, sv));
+#define ROWS_STORE(r)                                                 \
+  do {                                                                \
+    float *o_ = out + (l + r) * ldo + c0;                             \
+    _mm512_storeu_ps(o_, _mm512_mul_ps(a##r##0, sv));                 \
+    _mm512_storeu_ps(o_ + 16, _mm512_mul_ps(a##r##1, sv));            \
+    _mm512_storeu_ps(o_ + 32, _mm512_mul_ps(a##r##2, sv));            \
+    _mm512_mask_storeu_ps(o_ + 48, m[3], _mm512_mul_ps(a##r##3, sv)); \
+  } while (0)
+      ROWS_STORE(0);
+      ROWS_STORE(1);
+      ROWS_STORE(2);
+      ROWS_STORE(3);
+#undef ROWS_STORE
     }
-  }
-  for (; l < L; l++) {
-    for (int j = 0; j < nv; j++) {
-      __m512 a0 = _mm512_setzero_ps();
-      const float *ql = q + l * rsq;
-      for (int64_t t = 0; t < d; t++)
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(ql[t]),
-                             _mm512_maskz_loadu_ps(m[j], kt + t * S + 16 * j), a0);
-      _mm512_mask_storeu_ps(sc + l * S + 16 * j, m[j], _mm512_mul_ps(a0, _mm512_set1_ps(scale)));
+    for (; l < L; l += 4) {
+      const int rows = L - l < 4 ? (int)(L - l) : 4;
+      const float *a0 = A + l * lda;
+      for (int j = 0; j < nv; j++) {
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                         _mm512_setzero_ps()};
+        if (rows == 4) {
+          /* Four chains, named (see above). */
+          __m512 r0 = acc[0], r1 = acc[1], r2 = acc[2], r3 = acc[3];
+          for (int64_t t = 0; t < K; t++) {
+            const __m512 bv = _mm512_maskz_loadu_ps(m[j], bb + t * ldb + 16 * j);
+            r0 = _mm512_fmadd_ps(_mm512_set1_ps(a0[t]), bv, r0);
+            r1 = _mm512_fmadd_ps(_mm512_set1_ps(a0[lda + t]), bv, r1);
+            r2 = _mm512_fmadd_ps(_mm512_set1_ps(a0[2 * lda + t]), bv, r2);
+            r3 = _mm512_fmadd_ps(_mm512_set1_ps(a0[3 * lda + t]), bv, r3);
+          }
+          acc[0] = r0, acc[1] = r1, acc[2] = r2, acc[3] = r3;
+        } else {
+          for (int r = 0; r < rows; r++) {
+            __m512 r0 = _mm512_setzero_ps();
+            for (int64_t t = 0; t < K; t++)
+              r0 = _mm512_fmadd_ps(_mm512_set1_ps(a0[r * lda + t]),
+                                   _mm512_maskz_loadu_ps(m[j], bb + t * ldb + 16 * j), r0);
+            acc[r] = r0;
+          }
+        }
+        for (int r = 0; r < rows; r++)
+          _mm512_mask_storeu_ps(out + (l + r) * ldo + c0 + 16 * j, m[j], _mm512_mul_ps(acc[r], sv));
+      }
     }
   }
 }
 
-/* o[l] = sum_s p[l][s] v[s] for d <= 128, four rows at a time. */
-static void mix_avx512(const float *p, const float *v, int64_t rsv, float *o, int64_t rso,
-                       int64_t L, int64_t S, int64_t d) {
-  const int nv = (int)((d + 15) / 16);
-  __mmask16 m[8];
-  for (int j = 0; j < 8; j++) m[j] = j < nv ? tail_mask(d - 16 * j) : 0;
-  int64_t l = 0;
-  for (; l + 4 <= L; l += 4) {
-    for (int j = 0; j < nv; j++) {
-      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      const float *p0 = p + l * S;
-      for (int64_t s = 0; s < S; s++) {
-        const __m512 vv = _mm512_maskz_loadu_ps(m[j], v + s * rsv + 16 * j);
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[s]), vv, a0);
-        a1 = _mm512_fmadd_ps(_mm512_set1_ps(p0[S + s]), vv, a1);
-        a2 = _mm512_fmadd_ps(_mm512_set1_ps(p0[2 * S + s]), vv, a2);
-        a3 = _mm512_fmadd_ps(_mm512_set1_ps(p0[3 * S + s]), vv, a3);
-      }
-      float *out = o + l * rso + 16 * j;
-      _mm512_mask_storeu_ps(out, m[j], a0);
-      _mm512_mask_storeu_ps(out + rso, m[j], a1);
-      _mm512_mask_storeu_ps(out + 2 * rso, m[j], a2);
-      _mm512_mask_storeu_ps(out + 3 * rso, m[j], a3);
-    }
-  }
-  for (; l < L; l++) {
-    for (int j = 0; j < nv; j++) {
-      __m512 a0 = _mm512_setzero_ps();
-      for (int64_t s = 0; s < S; s++)
-        a0 = _mm512_fmadd_ps(_mm512_set1_ps(p[l * S + s]),
-                             _mm512_maskz_loadu_ps(m[j], v + s * rsv + 16 * j), a0);
-      _mm512_mask_storeu_ps(o + l * rso + 16 * j, m[j], a0);
-    }
-  }
-}
-
-/* Softmax of L rows of S <= 64 floats in place: max-subtracted, summed in
- * float over at most 64 terms. */
-static void softmax_rows_avx512(float *sc, int64_t L, int64_t S) {
-  const int nv = (int)((S + 15) / 16);
-  __mmask16 m[4];
-  for (int j = 0; j < 4; j++) m[j] = j < nv ? tail_mask(S - 16 * j) : 0;
+/* Softmax of L rows of S floats in place, the additive mask (madd row l at
+ * madd + l * ldm; ldm 0: one row for every l; NULL: none) added first, in
+ * the same float addition as a separate pass would make: max-subtracted,
+ * summed in float. */
+static void softmax_rows_avx512(float *sc, int64_t L, int64_t S, const float *madd, int64_t ldm) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
   for (int64_t l = 0; l < L; l++) {
     float *row = sc + l * S;
-    __m512 v[4];
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int j = 0; j < nv; j++) {
-      v[j] = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m[j], row + 16 * j);
-      mx = _mm512_max_ps(mx, v[j]);
+    const float *mr = madd ? madd + l * ldm : NULL;
+    __m512 mx = ninf;
+    for (int64_t c = 0; c < S; c += 16) {
+      const __mmask16 m = tail_mask(S - c);
+      __m512 v = _mm512_mask_loadu_ps(ninf, m, row + c);
+      if (mr) {
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, mr + c));
+        _mm512_mask_storeu_ps(row + c, m, v);
+      }
+      mx = _mm512_max_ps(mx, v);
     }
     const float top = _mm512_reduce_max_ps(mx);
     if (top == -INFINITY) { /* every key masked: torch's softmax gives NaN */
@@ -309,17 +328,21 @@ static void softmax_rows_avx512(float *sc, int64_t L, int64_t S) {
     }
     const __m512 mv = _mm512_set1_ps(top);
     __m512 sum = _mm512_setzero_ps();
-    for (int j = 0; j < nv; j++) {
+    for (int64_t c = 0; c < S; c += 16) {
+      const __mmask16 m = tail_mask(S - c);
+      const __m512 v = _mm512_mask_loadu_ps(ninf, m, row + c);
       /* A masked key (-inf) weighs exactly 0, as in torch (grove__exp16 clamps
        * its argument, which would leave 2^-127). */
-      const __mmask16 live =
-          m[j] & _mm512_cmp_ps_mask(v[j], _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
-      v[j] = _mm512_maskz_mov_ps(live, grove__exp16(_mm512_sub_ps(v[j], mv)));
-      sum = _mm512_add_ps(sum, v[j]);
+      const __mmask16 live = m & _mm512_cmp_ps_mask(v, ninf, _CMP_NEQ_UQ);
+      const __m512 e = _mm512_maskz_mov_ps(live, grove__exp16(_mm512_sub_ps(v, mv)));
+      _mm512_mask_storeu_ps(row + c, m, e);
+      sum = _mm512_add_ps(sum, e);
     }
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-    for (int j = 0; j < nv; j++)
-      _mm512_mask_storeu_ps(row + 16 * j, m[j], _mm512_mul_ps(v[j], inv));
+    for (int64_t c = 0; c < S; c += 16) {
+      const __mmask16 m = tail_mask(S - c);
+      _mm512_mask_storeu_ps(row + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + c), inv));
+    }
   }
 }
 
@@ -327,29 +350,39 @@ GROVE__TARGET_POP
 #endif /* ATT_HAVE_AVX512 */
 
 /* One head of one batch item: o[l] = softmax(scale * q[l] . k^T + madd[l]) . v,
- * rows of q, k, v and o rs* floats apart; madd is the [L, S] additive mask
- * (NULL: none; -inf masks a key, and a row of -inf gives NaN as in torch);
- * sc is [L, S] scratch that ends up
- * holding the probabilities and kt [d, S] scratch.  Large heads go to
- * sgemm; small ones (the common case: a few dozen tokens) run loops that
- * vectorise along S and d: k is transposed once so that every inner loop is
- * a contiguous multiply-add. */
+ * rows of q, k, v and o rs* floats apart; madd row l at madd + l * ldm (ldm
+ * 0: one row for all l, a padding mask's; NULL: no mask; -inf masks a key,
+ * and a row of -inf gives NaN as in torch), added in the softmax's first
+ * pass; sc is [L, S] scratch that ends up holding the probabilities and kt
+ * [d, S] scratch.  With AVX-512 every head runs the register
+ * kernels above on k transposed once; otherwise large heads go to sgemm and
+ * small ones to loops that vectorise along S and d (att_big says
+ * when the caller must not run heads on several threads: OpenBLAS's own
+ * threads are not for calls from ours). */
+static bool att_fast(void) {
+  return att_avx512();
+}
+
+static bool att_big(int64_t L, int64_t S, int64_t d) {
+  return !att_fast() && L * S * d >= (1 << 15);
+}
+
 static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, const float *v,
                    int64_t rsv, float *o, int64_t rso, int64_t L, int64_t S, int64_t d, float scale,
-                   const float *madd, float *restrict sc, float *restrict kt) {
-  const bool big = L * S * d >= (1 << 15);
-  bool fast = false; /* the AVX-512 kernels: S <= 64, d <= 128 */
+                   const float *madd, int64_t ldm, float *restrict sc, float *restrict kt) {
+  const bool fast = att_fast(), big = att_big(L, S, d);
+  if (fast) {
 #if ATT_HAVE_AVX512
-  fast = S <= 64 && d <= 128 && att_avx512();
+    grove__transpose_f32_ld(k, rsk, kt, S, S, d);      /* kt[t][s] = k[s][t] */
+    rows_avx512(q, rsq, kt, S, L, S, d, scale, sc, S); /* the scores */
+    softmax_rows_avx512(sc, L, S, madd, ldm);
+    rows_avx512(sc, S, v, rsv, L, d, S, 1.0f, o, rso); /* the mix */
 #endif
+    return;
+  }
   if (big) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)L, (blasint)S, (blasint)d, scale,
                 q, (blasint)rsq, k, (blasint)rsk, 0.0f, sc, (blasint)S);
-  } else if (fast) {
-#if ATT_HAVE_AVX512
-    grove__transpose_f32_ld(k, rsk, kt, S, S, d); /* kt[t][s] = k[s][t] */
-    scores_avx512(q, rsq, kt, L, S, d, scale, sc);
-#endif
   } else {
     grove__transpose_f32_ld(k, rsk, kt, S, S, d);
     for (int64_t l = 0; l < L; l++) {
@@ -363,35 +396,23 @@ static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, con
       }
     }
   }
-  if (madd)
-    for (int64_t i = 0; i < L * S; i++) sc[i] += madd[i];
-  if (fast) {
-#if ATT_HAVE_AVX512
-    softmax_rows_avx512(sc, L, S);
-#endif
-  } else {
-    for (int64_t l = 0; l < L; l++) {
-      float *row = sc + l * S;
-      float mx = -INFINITY;
-      for (int64_t s = 0; s < S; s++) mx = row[s] > mx ? row[s] : mx;
-      double sum = 0;
-      for (int64_t s = 0; s < S; s++) {
-        row[s] = expf(row[s] - mx);
-        sum += row[s];
-      }
-      const float inv = (float)(1.0 / sum);
-      for (int64_t s = 0; s < S; s++) row[s] *= inv;
+  for (int64_t l = 0; l < L; l++) {
+    float *row = sc + l * S;
+    if (madd)
+      for (int64_t s = 0; s < S; s++) row[s] += madd[l * ldm + s];
+    float mx = -INFINITY;
+    for (int64_t s = 0; s < S; s++) mx = row[s] > mx ? row[s] : mx;
+    double sum = 0;
+    for (int64_t s = 0; s < S; s++) {
+      row[s] = expf(row[s] - mx);
+      sum += row[s];
     }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t s = 0; s < S; s++) row[s] *= inv;
   }
   if (big) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)L, (blasint)d, (blasint)S, 1.0f,
                 sc, (blasint)S, v, (blasint)rsv, 0.0f, o, (blasint)rso);
-    return;
-  }
-  if (fast) {
-#if ATT_HAVE_AVX512
-    mix_avx512(sc, v, rsv, o, rso, L, S, d);
-#endif
     return;
   }
   for (int64_t l = 0; l < L; l++) {
@@ -520,6 +541,78 @@ static void mask_rows(float *madd, const grove_tensor *kpm, const grove_tensor *
   }
 }
 
+/* ------------------------------------------------------------ heads in parallel */
+
+enum { ATT_MASK_NONE, ATT_MASK_ROWS, ATT_MASK_SHARED, ATT_MASK_UNIT };
+
+/* One attention call's heads, for att_groups on the compute threads. */
+typedef struct att_par {
+  const float *Q, *K, *V; /* the projected rows */
+  int64_t ldq, ldk, ldv;
+  float *ctx; /* [rows, E]: each head writes its d columns */
+  int64_t E, H, d, L, S, S2, qstep, kstep;
+  bool bf, extended;
+  float scale;
+  const grove_tensor *kpm, *am;
+  int mode;    /* ATT_MASK_*: how the additive mask is found */
+  float *mask; /* ROWS: [N, S2]; SHARED: [L, S2] */
+  float *wd;   /* the attention weights' output, or NULL */
+  bool need_weights, average, per_item;
+  int64_t units, groups, per; /* per: scratch floats per group */
+  float *scratch;             /* groups * per */
+} att_par;
+
+/* Head h of batch item n, with scratch sc ([L, S2]), kt ([d, S2]) and madd
+ * ([L, S2], for ATT_MASK_UNIT). */
+static void att_head(const att_par *a, int64_t n, int64_t h, float *sc, float *kt, float *madd) {
+  const int64_t E = a->E, d = a->d, L = a->L, S2 = a->S2;
+  const int64_t q0r = a->bf ? n * L : n, k0r = a->bf || a->extended ? n * S2 : n;
+  float *probs = (a->need_weights && !a->average) ? a->wd + ((n * a->H + h) * L) * S2 : sc;
+  if (S2 == 0) {
+    for (int64_t l = 0; l < L; l++)
+      memset(a->ctx + (q0r + l * a->qstep) * E + h * d, 0, (size_t)d * sizeof(float));
+    return;
+  }
+  const float *m = NULL;
+  int64_t ldm = S2;
+  if (a->mode == ATT_MASK_ROWS) {
+    m = a->mask + n * S2;
+    ldm = 0;
+  } else if (a->mode == ATT_MASK_SHARED) {
+    m = a->mask;
+  } else if (a->mode == ATT_MASK_UNIT) {
+    mask_rows(madd, a->kpm, a->am, n, h, a->H, L, a->S, S2);
+    m = madd;
+  }
+  attend(a->Q + q0r * a->ldq + h * d, a->qstep * a->ldq, a->K + k0r * a->ldk + h * d,
+         a->kstep * a->ldk, a->V + k0r * a->ldv + h * d, a->kstep * a->ldv,
+         a->ctx + q0r * E + h * d, a->qstep * E, L, S2, d, a->scale, m, ldm, probs, kt);
+  if (a->per_item) {
+    float *w = a->wd + n * L * S2;
+    for (int64_t i = 0; i < L * S2; i++) w[i] += probs[i];
+  }
+}
+
+static void att_groups(void *ctx, int64_t g0, int64_t g1) {
+  const att_par *a = ctx;
+  const int64_t L = a->L, S2 = a->S2;
+  for (int64_t g = g0; g < g1; g++) {
+    float *sc = a->scratch + g * a->per, *madd = sc + L * S2, *kt = madd + L * S2;
+    const int64_t u0 = g * a->units / a->groups, u1 = (g + 1) * a->units / a->groups;
+    for (int64_t u = u0; u < u1; u++) {
+      if (!a->per_item) {
+        att_head(a, u / a->H, u % a->H, sc, kt, madd);
+        continue;
+      }
+      /* Batch item u, every head, its weights summed then averaged. */
+      for (int64_t h = 0; h < a->H; h++) att_head(a, u, h, sc, kt, madd);
+      float *w = a->wd + u * L * S2;
+      const float inv = 1.0f / (float)a->H;
+      for (int64_t i = 0; i < L * S2; i++) w[i] *= inv;
+    }
+  }
+}
+
 /* ------------------------------------------------------------ forward */
 
 static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_tensor *q0,
@@ -628,11 +721,7 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
     ldk = ldv = E;
   }
   float *ctx = grove_arena_alloc(f->arena, (size_t)(rq * E) * sizeof(float) + 1);
-  float *sc = grove_arena_alloc(f->arena, (size_t)(L * S2) * sizeof(float) + 1);
-  float *kt = grove_arena_alloc(f->arena, (size_t)(d * S2) * sizeof(float) + 1);
-  float *madd = NULL;
-  if (kpm || am) madd = grove_arena_alloc(f->arena, (size_t)(L * S2) * sizeof(float) + 1);
-  if (!ctx || !sc || !kt || ((kpm || am) && !madd)) return grove__scratch_error(f, T);
+  if (!ctx) return grove__scratch_error(f, T);
 
   /* Attention weights: [N, L, S2] averaged, [N, H, L, S2] per head
    * (unbatched: without N). */
@@ -649,33 +738,63 @@ static grove_status mha_run(const grove_module *m, grove_fwd *f, const grove_ten
     wd = wt.data;
     if (average) memset(wd, 0, (size_t)(N * L * S2) * sizeof(float));
   }
-  const float scale = (float)(1.0 / sqrt((double)d));
-  const int64_t qstep = bf ? 1 : N, kstep = bf || extended ? 1 : N;
-  for (int64_t n = 0; n < N && L > 0; n++) {
-    const int64_t q0r = bf ? n * L : n, k0r = bf || extended ? n * S2 : n;
-    for (int64_t h = 0; h < H; h++) {
-      float *probs = (need_weights && !average) ? wd + ((n * H + h) * L) * S2 : sc;
-      if (S2 == 0) {
-        for (int64_t l = 0; l < L; l++)
-          memset(ctx + (q0r + l * qstep) * E + h * d, 0, (size_t)d * sizeof(float));
-        continue;
-      }
-      /* A padding mask alone is the same for every head: built once. */
-      if (madd && (h == 0 || (am && am->ndim == 3))) mask_rows(madd, kpm, am, n, h, H, L, S, S2);
-      attend(Q + q0r * ldq + h * d, qstep * ldq, K + k0r * ldk + h * d, kstep * ldk,
-             V + k0r * ldv + h * d, kstep * ldv, ctx + q0r * E + h * d, qstep * E, L, S2, d, scale,
-             madd, probs, kt);
-      if (need_weights && average) {
-        float *w = wd + n * L * S2;
-        for (int64_t i = 0; i < L * S2; i++) w[i] += probs[i];
-      }
-    }
-    if (need_weights && average) {
-      float *w = wd + n * L * S2;
-      const float inv = 1.0f / (float)H;
-      for (int64_t i = 0; i < L * S2; i++) w[i] *= inv;
-    }
+  att_par ap = {.Q = Q,
+                .K = K,
+                .V = V,
+                .ldq = ldq,
+                .ldk = ldk,
+                .ldv = ldv,
+                .ctx = ctx,
+                .E = E,
+                .H = H,
+                .d = d,
+                .L = L,
+                .S = S,
+                .S2 = S2,
+                .qstep = bf ? 1 : N,
+                .kstep = bf || extended ? 1 : N,
+                .bf = bf,
+                .extended = extended,
+                .scale = (float)(1.0 / sqrt((double)d)),
+                .kpm = kpm,
+                .am = am,
+                .wd = wd,
+                .need_weights = need_weights,
+                .average = average};
+  /* The masks merged once where they allow it: a padding mask alone is one
+   * row per batch item for every query and head, a 2-d attn_mask alone one
+   * [L, S2] matrix for all; other mixes are built per head. */
+  if (kpm && !am) {
+    ap.mode = ATT_MASK_ROWS;
+    ap.mask = grove_arena_alloc(f->arena, (size_t)(N * S2) * sizeof(float) + 1);
+    if (!ap.mask) return grove__scratch_error(f, T);
+    for (int64_t n = 0; n < N; n++) mask_rows(ap.mask + n * S2, kpm, NULL, n, 0, H, 1, S, S2);
+  } else if (am && am->ndim == 2 && !kpm) {
+    ap.mode = ATT_MASK_SHARED;
+    ap.mask = grove_arena_alloc(f->arena, (size_t)(L * S2) * sizeof(float) + 1);
+    if (!ap.mask) return grove__scratch_error(f, T);
+    mask_rows(ap.mask, NULL, am, 0, 0, H, L, S, S2);
+  } else {
+    ap.mode = kpm || am ? ATT_MASK_UNIT : ATT_MASK_NONE;
   }
+  /* Heads (or, when the averaged weights are summed over heads, batch
+   * items) are independent units; they run in up to 16 groups on the
+   * compute threads, each group with scratch of its own, so the result is
+   * the same for any thread count. */
+  ap.per_item = need_weights && average;
+  ap.units = L > 0 ? (ap.per_item ? N : N * H) : 0;
+  ap.per = 2 * L * S2 + d * S2;
+  /* More groups than threads only balance the load: past 32 MB of scratch
+   * (long sequences: a head's [L, S] scores are 64 MB at 4,096 tokens) there
+   * are as many groups as compute threads. */
+  int64_t cap = ((int64_t)32 << 20) / ((ap.per > 0 ? ap.per : 1) * (int64_t)sizeof(float));
+  if (cap < grove_compute_threads()) cap = grove_compute_threads();
+  ap.groups = ap.units < 16 ? ap.units : 16;
+  if (ap.groups > cap) ap.groups = cap;
+  if (att_big(L, S2, d)) ap.groups = ap.units < 1 ? ap.units : 1;
+  ap.scratch = grove_arena_alloc(f->arena, (size_t)(ap.groups * ap.per) * sizeof(float) + 1);
+  if (!ap.scratch) return grove__scratch_error(f, T);
+  if (ap.groups > 0) grove__parallel_for(ap.groups, 1, att_groups, &ap);
   /* out_proj, called as torch does: with its weights, not as a module (its
    * hooks do not fire in torch either). */
   const grove_module *op = grove_module_child(m, "out_proj");

@@ -545,9 +545,76 @@ static double sq_dev_f64(const float *x, int64_t n, double mean) {
   return (s0 + s1) + (s2 + s3);
 }
 
-void grove__layer_norm_rows(const float *restrict x, float *restrict y, int64_t rows, int64_t D,
-                            const float *restrict w, const float *restrict b, double eps) {
-  for (int64_t r = 0; r < rows; r++) {
+#if GROVE__X86_SIMD
+#include <immintrin.h>
+
+GROVE__TARGET_PUSH("avx512f")
+/* One row of LayerNorm on 8 double lanes: the sums of the mean and of the
+ * squared deviations in double as the scalar loop below keeps them (in
+ * another order: 16 chains, then the lanes), then (x - mean) * rstd in
+ * double, rounded to float, times w plus b in float, as the scalar loop
+ * computes every element. */
+static void ln_row_avx512(const float *restrict xr, float *restrict yr, int64_t D,
+                          const float *restrict w, const float *restrict b, double eps) {
+  __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+  int64_t j = 0;
+  for (; j + 16 <= D; j += 16) {
+    s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm256_loadu_ps(xr + j)));
+    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_loadu_ps(xr + j + 8)));
+  }
+  double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+  for (int64_t t = j; t < D; t++) sum += xr[t];
+  const double mean = sum / (double)D;
+  const __m512d mv = _mm512_set1_pd(mean);
+  s0 = s1 = _mm512_setzero_pd();
+  for (j = 0; j + 16 <= D; j += 16) {
+    const __m512d d0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(xr + j)), mv);
+    const __m512d d1 = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(xr + j + 8)), mv);
+    s0 = _mm512_add_pd(s0, _mm512_mul_pd(d0, d0));
+    s1 = _mm512_add_pd(s1, _mm512_mul_pd(d1, d1));
+  }
+  double sq = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+  for (int64_t t = j; t < D; t++) sq += (xr[t] - mean) * (xr[t] - mean);
+  const double rstd = 1.0 / sqrt(sq / (double)D + eps);
+  const __m512d rv = _mm512_set1_pd(rstd);
+  for (j = 0; j + 8 <= D; j += 8) {
+    __m256 v = _mm512_cvtpd_ps(
+        _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(xr + j)), mv), rv));
+    if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + j));
+    if (b) v = _mm256_add_ps(v, _mm256_loadu_ps(b + j));
+    _mm256_storeu_ps(yr + j, v);
+  }
+  for (; j < D; j++) {
+    float v = (float)((xr[j] - mean) * rstd);
+    if (w) v *= w[j];
+    if (b) v += b[j];
+    yr[j] = v;
+  }
+}
+GROVE__TARGET_POP
+#endif
+
+/* Rows [r0, r1) of grove__layer_norm_rows, on one thread. */
+typedef struct ln_par {
+  const float *x, *w, *b;
+  float *y;
+  int64_t D;
+  double eps;
+} ln_par;
+
+GROVE__CHANNEL_LOOP static void ln_chunk(void *ctx, int64_t r0, int64_t r1) {
+  const ln_par *c = ctx;
+  const float *restrict x = c->x, *restrict w = c->w, *restrict b = c->b;
+  float *restrict y = c->y;
+  const int64_t D = c->D;
+  const double eps = c->eps;
+#if GROVE__X86_SIMD
+  if (grove__cpu_avx512()) {
+    for (int64_t r = r0; r < r1; r++) ln_row_avx512(x + r * D, y + r * D, D, w, b, eps);
+    return;
+  }
+#endif
+  for (int64_t r = r0; r < r1; r++) {
     const float *xr = x + r * D;
     float *yr = y + r * D;
     const double mean = sum_f64(xr, D) / (double)D;
@@ -564,6 +631,14 @@ void grove__layer_norm_rows(const float *restrict x, float *restrict y, int64_t 
       for (int64_t j = 0; j < D; j++) yr[j] = (float)((xr[j] - mean) * rstd);
     }
   }
+}
+
+/* Rows are independent: they run in chunks on the compute threads, each
+ * with the same arithmetic, so any cut gives the same bits. */
+void grove__layer_norm_rows(const float *restrict x, float *restrict y, int64_t rows, int64_t D,
+                            const float *restrict w, const float *restrict b, double eps) {
+  ln_par p = {x, w, b, y, D, eps};
+  grove__parallel_for(rows, grove__par_grain(2 * D), ln_chunk, &p);
 }
 
 static grove_status ln_forward(const grove_module *m, grove_fwd *f, const grove_values *in,

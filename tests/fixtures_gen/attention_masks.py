@@ -151,6 +151,16 @@ CASES = [
      lambda: [_x(3, 5, 16), _x(3, 4, 16)],
      lambda: [None, _causal(4), None, _pad(3, 5, [5, 2, 3]), None, _pad(3, 5, [5, 2, 3])],
      False, True),
+    # Long sequences: more than 64 keys, so the heads' score kernels run in
+    # several column blocks (64 + a partial one); padding, causal and mixed
+    # masks, one item fully padded, weights averaged and per head.
+    ("mha_long_kpm_bf", lambda: MHA(64, 2, batch_first=True), lambda: [_x(3, 130, 64)],
+     lambda: [_pad(3, 130, [130, 71, 0]), None], False, True),
+    ("mha_long_causal_avg", lambda: MHA(32, 4), lambda: [_x(97, 2, 32)],
+     lambda: [None, _causal(97)], True, True),
+    ("mha_long_am3_kpm", lambda: MHA(48, 3, batch_first=True),
+     lambda: [_x(2, 66, 48), _x(2, 150, 48), _x(2, 150, 48)],
+     lambda: [_pad(2, 150, [150, 80]), torch.rand(6, 66, 150) > 0.8], True, False),
 ]
 
 _NMASKS = {nn.MultiheadAttention: 2, nn.TransformerEncoderLayer: 2, nn.TransformerEncoder: 2,
