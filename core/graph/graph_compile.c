@@ -659,6 +659,7 @@ static grove_status resolve_attr(cctx *c, gnode *n, const char *target, const ch
 static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
   gnode *n = &c->g->nodes[c->cur];
   n->fuse_bn = n->fuse_relu = n->fused_into = -1;
+  n->fuse_act = GROVE__ACT_NONE;
   n->last_use = -1;
   if (!json_is_object(v))
     return grove_err_set(c->err, GROVE_E_SPEC, "%s: expected a node object {\"op\", \"name\", ...}",
@@ -815,9 +816,12 @@ static int sole_reader(const graph_impl *g, int i) {
   return -1;
 }
 
-static bool is_relu_node(const graph_impl *g, int r) {
+/* The activation node r applies, when a convolution before it can take it
+ * into its epilogue (a Linear only a ReLU). */
+static grove__act node_act(const graph_impl *g, int r) {
   const gnode *n = &g->nodes[r];
-  return n->op == G_RELU || (n->op == G_CALL_MODULE && n->mod->type == &grove__relu_type);
+  if (n->op == G_RELU) return GROVE__ACT_RELU;
+  return n->op == G_CALL_MODULE ? grove__fusable_act(n->mod) : GROVE__ACT_NONE;
 }
 
 static void plan_fusion(graph_impl *g) {
@@ -837,8 +841,10 @@ static void plan_fusion(graph_impl *g) {
       r = sole_reader(g, r);
       if (r < 0) continue;
     }
-    if (is_relu_node(g, r)) {
+    const grove__act act = node_act(g, r);
+    if (act == GROVE__ACT_RELU || (conv && act != GROVE__ACT_NONE)) {
       n->fuse_relu = r;
+      n->fuse_act = act;
       g->nodes[r].fused_into = i;
     }
   }

@@ -365,6 +365,11 @@ typedef struct conv_par {
   int64_t g, cin_g, cout_g;
   const float *zeros, *scale, *shift;
   bool relu;
+  /* An activation other than ReLU fused after the epilogue (NONE: none),
+   * applied by the stages that write the NHWC output, on the rows they
+   * just wrote (still in cache); an NCHW output gets it in one pass after
+   * (act_pass). */
+  grove__act post;
   int64_t ldo; /* nhwc_out: floats per output position */
 } conv_par;
 
@@ -410,6 +415,7 @@ GROVE__CHANNEL_LOOP static void par_epilogue_nhwc(void *ctx, int64_t b, int64_t 
     } else {
       for (int64_t k = 0; k < n; k++) yr[k] = ar[k] * sc[k] + sf[k];
     }
+    grove__act_apply(c->post, yr, yr, n);
   }
 }
 
@@ -449,6 +455,9 @@ static void par_wino_out(void *ctx, int64_t b, int64_t e) {
         y[2 * a + q] = (oy < OH && ox < OW) ? c->dst + (i * c->P + oy * OW + ox) * ld : NULL;
       }
     grove__wino_out(c->src + t * Co, c->T * Co, Co, y, c->ldo ? &ep : NULL);
+    if (c->ldo)
+      for (int k = 0; k < 4; k++)
+        if (y[k]) grove__act_apply(c->post, y[k], y[k], Co);
   }
 }
 
@@ -565,7 +574,7 @@ static void par_wino_k(void *ctx, int64_t b, int64_t e) {
 static void conv_winograd(const conv_impl *p, const float *xt, int64_t cnt, int64_t H, int64_t W,
                           int64_t OH, int64_t OW, float *V, float *M, const float *zeros,
                           float *acc, int64_t ldo, const float *scale, const float *shift,
-                          bool relu) {
+                          bool relu, grove__act post) {
   const int64_t C = p->cin, Co = p->cout;
   const int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, T = cnt * TH * TW;
   conv_par c = {.p = p, .src = xt, .dst = V, .C = C, .H = H, .W = W, .OH = OH, .OW = OW,
@@ -579,6 +588,7 @@ static void conv_winograd(const conv_impl *p, const float *xt, int64_t cnt, int6
       w.out.scale = scale;
       w.out.shift = shift;
       w.out.relu = relu;
+      w.out.post = post;
     }
     w.step = FUSED_STEP_FLOATS / (16 * (C + Co));
     if (w.step < 1) w.step = 1;
@@ -634,6 +644,7 @@ static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
     if (w->into_y) {
       grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, w->ep.shift,
                               w->ep.dst + r0 * n, w->ep.relu ? GROVE__ACT_RELU : GROVE__ACT_NONE);
+      grove__act_apply(w->ep.post, w->ep.dst + r0 * n, w->ep.dst + r0 * n, (r1 - r0) * n);
       continue;
     }
     grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, NULL, w->acc + r0 * n,
@@ -654,8 +665,8 @@ static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
  * the NHWC input itself as its rows. */
 static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd, int64_t N,
                               int64_t H, int64_t W, int64_t OH, int64_t OW, float *yd,
-                              const float *scale, const float *shift, bool relu, bool nhwc_in,
-                              bool nhwc_out, const char *T) {
+                              const float *scale, const float *shift, bool relu, grove__act post,
+                              bool nhwc_in, bool nhwc_out, const char *T) {
   const int64_t G = p->groups, C = p->cin, cin_g = C / G, cout_g = p->cout / G, K = p->K;
   const int64_t P = OH * OW, HW = H * W;
   const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
@@ -692,7 +703,8 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
     }
     for (int64_t g = 0; g < G; g++) {
       conv_par ep = {.p = p, .src = acc, .C = C, .HW = HW, .P = P, .g = g, .cout_g = cout_g,
-                     .scale = scale + g * cout_g, .shift = shift + g * cout_g, .relu = relu};
+                     .scale = scale + g * cout_g, .shift = shift + g * cout_g, .relu = relu,
+                     .post = nhwc_out ? post : GROVE__ACT_NONE};
       if (nhwc_out) {
         ep.dst = yd + n0 * P * p->cout;
         ep.ldo = p->cout;
@@ -704,7 +716,8 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
         /* With an NHWC output, the output transform applies the epilogue. */
         const bool into_y = nhwc_out && grove__linear_pack_native(p->wino[0]);
         conv_winograd(p, xt, cnt, H, W, OH, OW, rows, rows + 16 * cnt * tiles * C, zeros,
-                      into_y ? ep.dst : acc, into_y ? ep.ldo : 0, ep.scale, ep.shift, relu);
+                      into_y ? ep.dst : acc, into_y ? ep.ldo : 0, ep.scale, ep.shift, relu,
+                      ep.post);
         if (into_y) continue;
       } else if (grove__linear_pack_native(p->packs[g])) {
         rows_fused w = {.rows = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W,
@@ -760,6 +773,7 @@ typedef struct dw_par {
   const float *src; /* the NHWC result, for the transpose to NCHW */
   float *dst;
   int64_t P, C;
+  grove__act post; /* applied to each row after the kernel's clamp */
 } dw_par;
 
 /* Output rows [b, e) (row = image * OH + oh). */
@@ -768,7 +782,9 @@ static void par_dw_rows(void *ctx, int64_t b, int64_t e) {
   const grove__dw_args *a = &c->a;
   for (int64_t r = b; r < e; r++) {
     const int64_t i = r / a->OH, oh = r % a->OH;
-    grove__depthwise_row(a, c->x + i * a->H * a->W * a->C, oh, c->y + r * a->OW * a->C);
+    float *y = c->y + r * a->OW * a->C;
+    grove__depthwise_row(a, c->x + i * a->H * a->W * a->C, oh, y);
+    grove__act_apply(c->post, y, y, a->OW * a->C);
   }
 }
 
@@ -786,7 +802,7 @@ static void par_dw_to_nchw(void *ctx, int64_t b, int64_t e) {
  * Rows are independent and computed the same way by any thread. */
 static grove_status conv_depthwise(const conv_impl *p, grove_fwd *f, const float *xd, int64_t N,
                                    int64_t H, int64_t W, int64_t OH, int64_t OW, float *yd,
-                                   const float *scale, const float *shift, bool relu,
+                                   const float *scale, const float *shift, grove__act act,
                                    bool nhwc_in, bool nhwc_out, const char *T) {
   const int64_t C = p->cin, HW = H * W, P = OH * OW;
   float *xbuf = nhwc_in ? NULL : grove_arena_alloc(f->arena, (size_t)(N * HW * C) * sizeof(float));
@@ -799,8 +815,16 @@ static grove_status conv_depthwise(const conv_impl *p, grove_fwd *f, const float
   dw_par c = {.a = {.H = H, .W = W, .C = C, .OH = OH, .OW = OW, .kh = p->k[0], .kw = p->k[1],
                     .sh = p->stride[0], .sw = p->stride[1], .dh = p->dil[0], .dw = p->dil[1],
                     .ph = p->pad_lo[0], .pw = p->pad_lo[1], .w = p->dww, .scale = scale,
-                    .shift = shift, .lo = relu ? 0.0f : -INFINITY, .hi = INFINITY},
+                    .shift = shift, .lo = -INFINITY, .hi = INFINITY},
               .x = nhwc_in ? xd : xbuf, .y = nhwc_out ? yd : ybuf, .P = P, .C = C};
+  /* ReLU and ReLU6 are the kernel's own clamp (the same comparisons as
+   * grove__act_apply's); the others follow on each row. */
+  if (act == GROVE__ACT_RELU || act == GROVE__ACT_RELU6) {
+    c.a.lo = 0.0f;
+    if (act == GROVE__ACT_RELU6) c.a.hi = 6.0f;
+  } else {
+    c.post = act;
+  }
   grove__parallel_for(N * OH, grove__par_grain(OW * C * p->k[0] * p->k[1]), par_dw_rows, &c);
   if (!nhwc_out) {
     c.src = ybuf;
@@ -810,9 +834,28 @@ static grove_status conv_depthwise(const conv_impl *p, grove_fwd *f, const float
   return GROVE_OK;
 }
 
+/* Elements [b, e) of an activation applied in place over a whole output. */
+typedef struct act_par {
+  grove__act act;
+  float *y;
+} act_par;
+
+static void par_act(void *ctx, int64_t b, int64_t e) {
+  const act_par *c = ctx;
+  grove__act_apply(c->act, c->y + b, c->y + b, e - b);
+}
+
+/* The fused activation over a whole output, for the paths that write it
+ * NCHW (a stage per channel plane would cut each call into short runs). */
+static void act_pass(grove__act act, float *y, int64_t n) {
+  if (act == GROVE__ACT_NONE) return;
+  act_par c = {act, y};
+  grove__parallel_for(n, (int64_t)16 << 10, par_act, &c);
+}
+
 grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
                                     grove_values *out, const float *scale, const float *shift,
-                                    bool relu, bool out_nhwc) {
+                                    grove__act act, bool out_nhwc) {
   const conv_impl *p = m->impl;
   const char *T = m->type->name;
   grove_tensor x;
@@ -866,11 +909,19 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   const int64_t P = OH * OW, HW = H * W;
   const float *xd = x.data;
   float *yd = out->v[0].data;
+  /* ReLU is every path's own clamp; any other activation follows the
+   * epilogue (in the stages that write an NHWC output, else act_pass). */
+  const bool relu = act == GROVE__ACT_RELU;
+  const grove__act post = relu ? GROVE__ACT_NONE : act;
+  const int64_t numel = grove_tensor_numel(&out->v[0]);
   if (p->dww)
-    return conv_depthwise(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, nhwc_in, out_nhwc,
+    return conv_depthwise(p, f, xd, N, H, W, OH, OW, yd, scale, shift, act, nhwc_in, out_nhwc,
                           T);
-  if (p->packs)
-    return conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, nhwc_in, out_nhwc, T);
+  if (p->packs) {
+    s = conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, post, nhwc_in, out_nhwc, T);
+    if (!s && !out_nhwc) act_pass(post, yd, numel);
+    return s;
+  }
   const bool direct = p->k[0] == 1 && p->k[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
                       p->pad_lo[0] == 0 && p->pad_lo[1] == 0 && p->pad_hi[0] == 0 &&
                       p->pad_hi[1] == 0;
@@ -885,6 +936,7 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
         epilogue(y, P, y, P, cout_g, P, scale + g * cout_g, shift + g * cout_g, relu);
       }
     }
+    act_pass(post, yd, numel);
     return GROVE_OK;
   }
   /* Images per chunk: as many as fit the column budget, at least one. */
@@ -920,17 +972,18 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
                  scale + g * cout_g, shift + g * cout_g, relu);
     }
   }
+  act_pass(post, yd, numel);
   return GROVE_OK;
 }
 
 static grove_status conv_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                  grove_values *out) {
-  return grove__conv_forward_ex(m, f, in, out, NULL, NULL, false, f->channels_last_ok);
+  return grove__conv_forward_ex(m, f, in, out, NULL, NULL, GROVE__ACT_NONE, f->channels_last_ok);
 }
 
-grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_module *bn,
-                                         bool relu, grove_fwd *f, const grove_values *in,
-                                         grove_values *out, bool out_nhwc) {
+grove_status grove__conv_bn_act_forward(const grove_module *conv, const grove_module *bn,
+                                        grove__act act, grove_fwd *f, const grove_values *in,
+                                        grove_values *out, bool out_nhwc) {
   const float *scale = NULL, *shift = NULL;
   if (bn) {
     const float *bs, *bt;
@@ -949,7 +1002,18 @@ grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_m
     scale = tmp;
     shift = tmp + C;
   }
-  return grove__conv_forward_ex(conv, f, in, out, scale, shift, relu, out_nhwc);
+  return grove__conv_forward_ex(conv, f, in, out, scale, shift, act, out_nhwc);
+}
+
+grove__act grove__fusable_act(const grove_module *m) {
+  const grove_module_type *t = m->type;
+  if (t == &grove__relu_type) return GROVE__ACT_RELU;
+  if (t == &grove__relu6_type) return GROVE__ACT_RELU6;
+  if (t == &grove__hardswish_type) return GROVE__ACT_HARDSWISH;
+  if (t == &grove__hardsigmoid_type) return GROVE__ACT_HARDSIGMOID;
+  if (t == &grove__silu_type) return GROVE__ACT_SILU;
+  if (t == &grove__sigmoid_type) return GROVE__ACT_SIGMOID;
+  return GROVE__ACT_NONE;
 }
 
 bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn) {

@@ -42,10 +42,9 @@ typedef struct unary_par {
 static void unary_chunk(void *ctx, int64_t b, int64_t e) {
   const unary_par *c = ctx;
   float *restrict d = c->d;
-  if (c->act == ACT_RELU)
-    for (int64_t i = b; i < e; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i];
-  else if (c->act == ACT_SIGMOID)
-    for (int64_t i = b; i < e; i++) d[i] = 1.0f / (1.0f + expf(-d[i]));
+  if (c->act == ACT_RELU || c->act == ACT_SIGMOID)
+    grove__act_apply(c->act == ACT_RELU ? GROVE__ACT_RELU : GROVE__ACT_SIGMOID, d + b, d + b,
+                     e - b);
   else
     for (int64_t i = b; i < e; i++) d[i] = tanhf(d[i]);
 }
@@ -56,7 +55,7 @@ static void unary_chunk(void *ctx, int64_t b, int64_t e) {
 void grove__elementwise(int act, float slope, const float *x, float *y, int64_t n) {
   switch (act) {
     case ACT_RELU:
-      for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+      grove__act_apply(GROVE__ACT_RELU, x, y, n);
       break;
     case ACT_LEAKY:
       /* Written as pos + neg * slope with two selects against zero: GCC 12
@@ -82,11 +81,11 @@ void grove__elementwise(int act, float slope, const float *x, float *y, int64_t 
       }
       break;
     }
-    case ACT_SILU:
-      for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+    case ACT_SILU: /* the convolutions' fused epilogue's formula too (kernels.h) */
+      grove__act_apply(GROVE__ACT_SILU, x, y, n);
       break;
     case ACT_SIGMOID:
-      for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+      grove__act_apply(GROVE__ACT_SIGMOID, x, y, n);
       break;
     default:
       for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
