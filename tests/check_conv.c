@@ -873,6 +873,116 @@ START_TEST(test_fused_act) {
 }
 END_TEST
 
+/* A BatchNorm2d folded into the packed weight of the Conv2d before it
+ * (grove__conv_fold_bn: a Sequential's refresh does it on every load)
+ * follows the weights: the fused Sequential equals the layers one after
+ * the other after a load, after a second load of other weights into the
+ * same tree, after a load into the BatchNorm alone (the stale fold is not
+ * used), and after the conv's own refresh (which drops it). */
+static grove_state_dict *fold_sd(grove_module *seq, unsigned seed) {
+  grove_err err = {0};
+  grove_state_dict *own = grove_sd_new(), *sd = grove_sd_new();
+  ck_assert_ok(grove_module_state_dict(seq, NULL, own, &err), &err);
+  for (size_t i = 0; i < grove_sd_count(own); i++) {
+    grove_tensor *t = grove_sd_tensor(own, i);
+    const char *key = grove_sd_key(own, i);
+    if (t->dtype != GROVE_F32) { /* num_batches_tracked */
+      ck_assert_ok(grove_sd_set(sd, key, t, &err), &err);
+      continue;
+    }
+    grove_tensor *r = rand_tensor(t->ndim, t->shape, seed + (unsigned)i);
+    float *d = r->data;
+    /* Variances and the BatchNorm's weight well away from zero. */
+    const bool pos = strstr(key, "running_var") || strcmp(key, "1.weight") == 0;
+    for (int64_t k = 0; k < grove_tensor_numel(r); k++) d[k] = pos ? 0.2f + fabsf(d[k]) : d[k];
+    ck_assert_ok(grove_sd_set(sd, key, r, &err), &err);
+    grove_tensor_release(r);
+  }
+  grove_sd_free(own);
+  return sd;
+}
+
+static void fold_check(const char *what, grove_module *seq, grove_fwd *f, const grove_tensor *x) {
+  grove_err err = {0};
+  grove_tensor c, b, want;
+  grove_module *conv = seq->children[0].module, *bn = seq->children[1].module;
+  ck_assert_ok(grove_module_call(conv, f, x, &c), &err);
+  ck_assert_ok(grove_module_call(bn, f, &c, &b), &err);
+  ck_assert_ok(grove_fwd_alloc(f, &want, GROVE_F32, 4, b.shape), &err);
+  for (int64_t i = 0; i < grove_tensor_numel(&b); i++)
+    ((float *)want.data)[i] = ref_act(GROVE__ACT_SILU, ((const float *)b.data)[i]);
+  for (int nhwc = 0; nhwc < 2; nhwc++) {
+    grove_values in = {.n = 1}, out = {0};
+    in.v[0] = *x;
+    f->channels_last_ok = nhwc;
+    ck_assert_ok(grove_module_forward(seq, f, &in, &out), &err);
+    char msg[128];
+    snprintf(msg, sizeof msg, "%s, %s out", what, nhwc ? "NHWC" : "NCHW");
+    assert_close_strided(msg, &out.v[0], &want);
+  }
+}
+
+START_TEST(test_bn_fold) {
+  grove_err err = {0};
+  const int64_t xs[4] = {2, 16, 7, 9};
+  grove_tensor *x = rand_tensor(4, xs, 31);
+  grove_module *seq = NULL, *conv = NULL, *bn = NULL, *act = NULL;
+  const grove_conv_opts o[] = {co(1, 1, 1, 1, 0, 0, 1, 1, 1, true),
+                               co(3, 3, 2, 2, 1, 1, 1, 1, 1, false)};
+  for (size_t k = 0; k < sizeof o / sizeof o[0]; k++) {
+    ck_assert_ok(grove_sequential_new(&seq, &err), &err);
+    ck_assert_ok(grove_conv2d_new(16, 40, &o[k], &conv, &err), &err);
+    ck_assert_ok(grove_batch_norm2d_new(40, 1e-5, 0.1, true, true, &bn, &err), &err);
+    ck_assert_ok(grove_silu_new(&act, &err), &err);
+    ck_assert_ok(grove_module_add_module(seq, "0", conv, &err), &err);
+    ck_assert_ok(grove_module_add_module(seq, "1", bn, &err), &err);
+    ck_assert_ok(grove_module_add_module(seq, "2", act, &err), &err);
+    grove_module_eval(seq);
+    grove_arena *a = grove_arena_new(0);
+    grove_fwd f = {.arena = a, .err = &err};
+
+    grove_state_dict *sd1 = fold_sd(seq, 1000 + 100 * (unsigned)k);
+    ck_assert_ok(grove_module_load_state_dict(seq, sd1, NULL, NULL, &err), &err);
+    ck_assert(grove__conv_rows_path(conv));
+    ck_assert(grove__conv_fold_active(conv, bn));
+    fold_check("folded, first load", seq, &f, x);
+
+    grove_state_dict *sd2 = fold_sd(seq, 2000 + 100 * (unsigned)k);
+    ck_assert_ok(grove_module_load_state_dict(seq, sd2, NULL, NULL, &err), &err);
+    ck_assert(grove__conv_fold_active(conv, bn));
+    fold_check("folded, second load", seq, &f, x);
+
+    /* The BatchNorm alone gets the first weights back: its parent is not
+     * refreshed, the fold is stale and must not be used. */
+    grove_state_dict *bsd = grove_sd_new();
+    static const char *const bk[] = {"weight", "bias", "running_mean", "running_var"};
+    for (int i = 0; i < 4; i++) {
+      char key[32];
+      snprintf(key, sizeof key, "1.%s", bk[i]);
+      ck_assert_ok(grove_sd_set(bsd, bk[i], grove_sd_get(sd1, key), &err), &err);
+    }
+    grove_load_opts lax = {.strict = false};
+    ck_assert_ok(grove_module_load_state_dict(bn, bsd, &lax, NULL, &err), &err);
+    fold_check("stale fold (the BatchNorm reloaded alone)", seq, &f, x);
+
+    /* The conv's own refresh drops the fold; the parent's makes it again. */
+    ck_assert_ok(conv->type->refresh(conv, &err), &err);
+    ck_assert(!grove__conv_fold_active(conv, bn));
+    fold_check("fold dropped by the conv's refresh", seq, &f, x);
+    ck_assert_ok(seq->type->refresh(seq, &err), &err);
+    ck_assert(grove__conv_fold_active(conv, bn));
+    fold_check("folded again", seq, &f, x);
+
+    grove_sd_free(sd1);
+    grove_sd_free(sd2);
+    grove_sd_free(bsd);
+    grove_arena_free(a);
+    grove_module_release(seq);
+  }
+  grove_tensor_release(x);
+}
+END_TEST
+
 static int hook_calls, hook_strided;
 static grove_status see_layout(void *user, const grove_module *m, grove_fwd *f,
                                const grove_values *in, grove_values *out) {
@@ -1176,6 +1286,7 @@ static Suite *conv_suite(void) {
   tcase_add_test(tc, test_threads_bitwise);
   tcase_add_test(tc, test_channels_last);
   tcase_add_test(tc, test_fused_act);
+  tcase_add_test(tc, test_bn_fold);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_test(tc, test_shape_errors);

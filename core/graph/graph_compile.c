@@ -850,6 +850,20 @@ static void plan_fusion(graph_impl *g) {
   }
 }
 
+/* After the children's refresh (a load or a reload): each convolution
+ * that plan_fusion joined to a BatchNorm2d gets it folded into its packed
+ * weight (grove__conv_fold_bn). */
+static grove_status graph_refresh(grove_module *m, grove_err *err) {
+  graph_impl *g = m->impl;
+  for (int i = 0; i < g->nnodes; i++) {
+    const gnode *n = &g->nodes[i];
+    if (n->fuse_bn < 0) continue;
+    grove_status s = grove__conv_fold_bn(n->mod, g->nodes[n->fuse_bn].mod, err);
+    if (s) return s;
+  }
+  return GROVE_OK;
+}
+
 grove_status grove__graph_compile(grove_module *m, const json_t *obj, const char *path,
                                   const char *where, grove_err *err) {
   graph_impl *g = m->impl;
@@ -897,5 +911,6 @@ grove_status grove__graph_compile(grove_module *m, const json_t *obj, const char
   plan_fusion(g);
   g->compiled = true;
   g->type.forward = grove__graph_forward;
+  g->type.refresh = graph_refresh;
   return GROVE_OK;
 }

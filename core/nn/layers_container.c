@@ -72,9 +72,24 @@ static grove_status sequential_forward(const grove_module *m, grove_fwd *f, cons
   return GROVE_OK;
 }
 
+/* After the children's refresh (a load or a reload): a Conv2d followed by
+ * a BatchNorm2d that sequential_forward fuses gets the BatchNorm folded
+ * into its packed weight (grove__conv_fold_bn). */
+static grove_status sequential_refresh(grove_module *m, grove_err *err) {
+  for (size_t i = 0; i + 1 < m->nchildren; i++) {
+    grove_module *c = m->children[i].module;
+    const grove_module *bn = m->children[i + 1].module;
+    if (!c || !bn || c->type != &grove__conv2d_type) continue;
+    grove_status s = grove__conv_fold_bn(c, bn, err);
+    if (s) return s;
+  }
+  return GROVE_OK;
+}
+
 const grove_module_type grove__sequential_type = {
     .name = "Sequential",
     .forward = sequential_forward,
+    .refresh = sequential_refresh,
 };
 const grove_module_type grove__module_list_type = {
     .name = "ModuleList", .forward = NULL, /* not callable, like torch's ModuleList */

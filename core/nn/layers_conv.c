@@ -103,8 +103,27 @@ typedef struct conv_impl {
   /* The depthwise kernel (see conv_depthwise): the weight repacked
    * [kh][kw][C], or NULL when another path runs. */
   float *dww;
+  /* A following BatchNorm2d folded into the weight (grove__conv_fold_bn):
+   * fold_pack packs W * scale (the rows path, one group, no Winograd), and
+   * fold_bias is bias * scale + shift, so the product writes the output
+   * with its bias and no epilogue pass reads it back.  fold_key holds the
+   * BatchNorm's scale and shift it was made from: a forward uses the fold
+   * only while the BatchNorm still has those (a reload of the BatchNorm
+   * alone falls back to the epilogue until its parent is refreshed).
+   * NULL when nothing is folded; dropped by every refresh of the conv. */
+  grove__linear_pack *fold_pack;
+  float *fold_bias; /* cout floats, then fold_key's 2 * cout */
+  const grove_module *fold_bn;
   float data[];
 } conv_impl;
+
+static void conv_drop_fold(conv_impl *p) {
+  grove__linear_pack_free(p->fold_pack);
+  free(p->fold_bias);
+  p->fold_pack = NULL;
+  p->fold_bias = NULL;
+  p->fold_bn = NULL;
+}
 
 static void conv_free_packs(conv_impl *p) {
   for (int k = 0; k < 16; k++) {
@@ -137,6 +156,7 @@ static void conv_free_impl(void *impl) {
   conv_impl *p = impl;
   if (!p) return;
   conv_free_packs(p);
+  conv_drop_fold(p);
   free(p->dww);
   free(p);
 }
@@ -209,23 +229,35 @@ static grove_status wino_pack(conv_impl *p, grove__linear_pack *out[16]) {
   return s;
 }
 
-/* Packs of the weight for the rows path, K reordered to (ki, kj, c). */
-static grove_status conv_pack(conv_impl *p, grove_err *err, const char *T) {
+/* The pack of group g of the weight w ([cout, K], (c, ki, kj)) for the rows
+ * path, K reordered to (ki, kj, c), each output channel o times oscale[o]
+ * when oscale is not NULL; tmp is scratch of cout_g * K floats.  NULL when
+ * out of memory. */
+static grove__linear_pack *pack_group(const conv_impl *p, const float *w, int64_t g,
+                                      const float *oscale, float *tmp) {
   const int64_t G = p->groups, cin_g = p->cin / G, cout_g = p->cout / G, K = p->K;
   const int64_t kk = p->k[0] * p->k[1];
+  for (int64_t o = 0; o < cout_g; o++) {
+    const float *src = w + (g * cout_g + o) * K; /* (c, ki, kj) */
+    float *dst = tmp + o * K;                    /* (ki, kj, c) */
+    const float a = oscale ? oscale[g * cout_g + o] : 1.0f;
+    for (int64_t c = 0; c < cin_g; c++)
+      for (int64_t q = 0; q < kk; q++) dst[q * cin_g + c] = oscale ? src[c * kk + q] * a
+                                                                   : src[c * kk + q];
+  }
+  return grove__linear_pack_new(tmp, cout_g, K);
+}
+
+/* Packs of the weight for the rows path, K reordered to (ki, kj, c). */
+static grove_status conv_pack(conv_impl *p, grove_err *err, const char *T) {
+  const int64_t G = p->groups, cout_g = p->cout / G, K = p->K;
   grove__linear_pack **packs = calloc((size_t)G, sizeof *packs);
   float *tmp = malloc((size_t)(cout_g * K) * sizeof(float) + 1);
   grove_status s = GROVE_OK;
   if (!packs || !tmp)
     s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing the weight", T);
   for (int64_t g = 0; !s && g < G; g++) {
-    for (int64_t o = 0; o < cout_g; o++) {
-      const float *src = p->w + (g * cout_g + o) * K; /* (c, ki, kj) */
-      float *dst = tmp + o * K;                       /* (ki, kj, c) */
-      for (int64_t c = 0; c < cin_g; c++)
-        for (int64_t q = 0; q < kk; q++) dst[q * cin_g + c] = src[c * kk + q];
-    }
-    packs[g] = grove__linear_pack_new(tmp, cout_g, K);
+    packs[g] = pack_group(p, p->w, g, NULL, tmp);
     if (!packs[g]) s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing the weight", T);
   }
   free(tmp);
@@ -248,6 +280,9 @@ static grove_status conv_pack(conv_impl *p, grove_err *err, const char *T) {
 static grove_status conv_refresh(grove_module *m, grove_err *err) {
   conv_impl *p = m->impl;
   const char *T = m->type->name;
+  /* New weights: a BatchNorm folded into the old ones no longer applies
+   * (the parent's refresh, which runs after, folds it again). */
+  conv_drop_fold(p);
   const grove_tensor *w = grove_module_param(m, "weight");
   const grove_tensor *b = grove_module_param(m, "bias");
   if (!w) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: weight is None", T);
@@ -666,7 +701,8 @@ static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
 static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd, int64_t N,
                               int64_t H, int64_t W, int64_t OH, int64_t OW, float *yd,
                               const float *scale, const float *shift, bool relu, grove__act post,
-                              bool nhwc_in, bool nhwc_out, const char *T) {
+                              bool nhwc_in, bool nhwc_out, grove__linear_pack *const *packs,
+                              const char *T) {
   const int64_t G = p->groups, C = p->cin, cin_g = C / G, cout_g = p->cout / G, K = p->K;
   const int64_t P = OH * OW, HW = H * W;
   const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
@@ -719,10 +755,10 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
                       into_y ? ep.dst : acc, into_y ? ep.ldo : 0, ep.scale, ep.shift, relu,
                       ep.post);
         if (into_y) continue;
-      } else if (grove__linear_pack_native(p->packs[g])) {
+      } else if (grove__linear_pack_native(packs[g])) {
         rows_fused w = {.rows = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W,
                                  .OH = OH, .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g},
-                        .ep = ep, .pack = p->packs[g], .x = direct ? xt : rows, .acc = acc,
+                        .ep = ep, .pack = packs[g], .x = direct ? xt : rows, .acc = acc,
                         .direct = direct, .nhwc_out = nhwc_out, .blocks = (P + 15) / 16,
                         .P = P, .K = direct ? C : K,
                         .into_y = nhwc_out && G == 1 && scale == p->ones};
@@ -737,7 +773,7 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
                         .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g};
           grove__parallel_for(cnt * P, grove__par_grain(K), par_rows, &c);
         }
-        grove__linear_run(p->packs[g], direct ? xt : rows, cnt * P, NULL, acc, GROVE__ACT_NONE);
+        grove__linear_run(packs[g], direct ? xt : rows, cnt * P, NULL, acc, GROVE__ACT_NONE);
       }
       if (nhwc_out) {
         /* acc [cnt * P, cout_g] -> out [n][p][g * cout_g + c]: no transpose. */
@@ -853,9 +889,12 @@ static void act_pass(grove__act act, float *y, int64_t n) {
   grove__parallel_for(n, (int64_t)16 << 10, par_act, &c);
 }
 
-grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
-                                    grove_values *out, const float *scale, const float *shift,
-                                    grove__act act, bool out_nhwc) {
+/* grove__conv_forward_ex with the rows path's packs given (p->packs, or
+ * the folded BatchNorm's pack, one group). */
+static grove_status conv_forward_packs(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                       grove_values *out, const float *scale, const float *shift,
+                                       grove__act act, bool out_nhwc,
+                                       grove__linear_pack *const *packs) {
   const conv_impl *p = m->impl;
   const char *T = m->type->name;
   grove_tensor x;
@@ -918,7 +957,8 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
     return conv_depthwise(p, f, xd, N, H, W, OH, OW, yd, scale, shift, act, nhwc_in, out_nhwc,
                           T);
   if (p->packs) {
-    s = conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, post, nhwc_in, out_nhwc, T);
+    s = conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, post, nhwc_in, out_nhwc,
+                  packs, T);
     if (!s && !out_nhwc) act_pass(post, yd, numel);
     return s;
   }
@@ -976,6 +1016,13 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   return GROVE_OK;
 }
 
+grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                    grove_values *out, const float *scale, const float *shift,
+                                    grove__act act, bool out_nhwc) {
+  const conv_impl *p = m->impl;
+  return conv_forward_packs(m, f, in, out, scale, shift, act, out_nhwc, p->packs);
+}
+
 static grove_status conv_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                  grove_values *out) {
   return grove__conv_forward_ex(m, f, in, out, NULL, NULL, GROVE__ACT_NONE, f->channels_last_ok);
@@ -991,6 +1038,14 @@ grove_status grove__conv_bn_act_forward(const grove_module *conv, const grove_mo
     assert(ok); /* the caller checked grove__conv_bn_fusable */
     (void)ok;
     const int64_t C = grove__conv_out_channels(conv);
+    const conv_impl *p = conv->impl;
+    /* Folded into the weight when the parent was refreshed, from this
+     * BatchNorm's present statistics: the product writes the output. */
+    if (p->fold_bn == bn && memcmp(p->fold_bias + C, bs, (size_t)C * sizeof(float)) == 0 &&
+        memcmp(p->fold_bias + 2 * C, bt, (size_t)C * sizeof(float)) == 0) {
+      grove__linear_pack *const one[1] = {p->fold_pack};
+      return conv_forward_packs(conv, f, in, out, p->ones, p->fold_bias, act, out_nhwc, one);
+    }
     const float *cb = grove__conv_bias(conv);
     float *tmp = grove_arena_alloc(f->arena, (size_t)C * 2 * sizeof(float));
     if (!tmp) return grove__scratch_error(f, conv->type->name);
@@ -1014,6 +1069,47 @@ grove__act grove__fusable_act(const grove_module *m) {
   if (t == &grove__silu_type) return GROVE__ACT_SILU;
   if (t == &grove__sigmoid_type) return GROVE__ACT_SIGMOID;
   return GROVE__ACT_NONE;
+}
+
+grove_status grove__conv_fold_bn(grove_module *conv, const grove_module *bn, grove_err *err) {
+  conv_impl *p = conv->impl;
+  conv_drop_fold(p);
+  const float *bs, *bt;
+  /* Only where it removes a pass: the rows path's own products (Winograd
+   * and the depthwise kernel apply the epilogue in their output stage). */
+  if (!grove__conv_bn_fusable(conv, bn) || !p->packs || p->wino[0] || p->groups != 1 ||
+      !grove__linear_pack_native(p->packs[0]) || !grove__bn2d_affine(bn, &bs, &bt))
+    return GROVE_OK;
+  const char *T = conv->type->name;
+  const grove_tensor *w = grove_module_param(conv, "weight");
+  const int64_t C = p->cout, n = C * p->K;
+  float *wf = malloc((size_t)n * sizeof(float)), *tmp = malloc((size_t)n * sizeof(float));
+  float *fb = malloc((size_t)(3 * C) * sizeof(float));
+  grove_status s = GROVE_OK;
+  if (!wf || !tmp || !fb) s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+  if (!s) s = grove__copy_f32(wf, n, w, T, "weight", err);
+  grove__linear_pack *pk = s ? NULL : pack_group(p, wf, 0, bs, tmp);
+  if (!s && !pk) s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing the weight", T);
+  free(wf);
+  free(tmp);
+  if (s) {
+    free(fb);
+    return s;
+  }
+  /* The same shift as the unfolded epilogue's: bn(conv(x) + b) =
+   * conv(x) * s + (b * s + t). */
+  for (int64_t c = 0; c < C; c++) fb[c] = p->bias[c] * bs[c] + bt[c];
+  memcpy(fb + C, bs, (size_t)C * sizeof(float));
+  memcpy(fb + 2 * C, bt, (size_t)C * sizeof(float));
+  p->fold_pack = pk;
+  p->fold_bias = fb;
+  p->fold_bn = bn;
+  return GROVE_OK;
+}
+
+bool grove__conv_fold_active(const grove_module *conv, const grove_module *bn) {
+  const conv_impl *p = conv->impl;
+  return is_conv(conv) && p->fold_bn == bn && p->fold_pack != NULL;
 }
 
 bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn) {

@@ -124,6 +124,18 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
 grove_status grove__conv_bn_act_forward(const grove_module *conv, const grove_module *bn,
                                         grove__act act, grove_fwd *f, const grove_values *in,
                                         grove_values *out, bool out_nhwc);
+/* Folds the BatchNorm2d bn that follows conv into conv's packed weight
+ * (W * scale, bias * scale + shift), so that grove__conv_bn_act_forward's
+ * product writes the output with no epilogue pass; only where that removes
+ * a pass (the rows path, one group, no Winograd), else nothing.  The
+ * parents that fuse (Sequential, a graph) call it from their refresh,
+ * which runs after their children's on every load and reload; the conv's
+ * own refresh drops it, and a forward uses it only while bn still has the
+ * statistics it was made from.  One more packed copy of the weight.
+ * Refresh time: no forward may run on conv meanwhile. */
+grove_status grove__conv_fold_bn(grove_module *conv, const grove_module *bn, grove_err *err);
+/* Whether conv holds a fold of bn (tests). */
+bool grove__conv_fold_active(const grove_module *conv, const grove_module *bn);
 /* The activation a convolution can fuse when module m follows it (ReLU,
  * ReLU6, Hardswish, Hardsigmoid, SiLU, Sigmoid), or GROVE__ACT_NONE. */
 grove__act grove__fusable_act(const grove_module *m);
