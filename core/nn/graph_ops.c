@@ -91,8 +91,11 @@ static void bstrides(const grove_tensor *t, int n, const int64_t *shape, int64_t
 
 /* y = a OP b over one inner run, strides sa and sb (0, 1 or any). */
 /* py may be pa or pb (in place): every element is read before it is
- * written, at the same index. */
-static void binary_run(int op, float alpha, const float *pa, int64_t sa, const float *pb,
+ * written, at the same index.  Compiled for AVX-512 and AVX2 too
+ * (GROVE__CHANNEL_LOOP: each element alone, the same bits at any width):
+ * squeeze-excitation's scale * input over a whole activation was 10% of
+ * EfficientNet-B0 in the baseline build's loops. */
+GROVE__CHANNEL_LOOP static void binary_run(int op, float alpha, const float *pa, int64_t sa, const float *pb,
                        int64_t sb, float *py, int64_t inner) {
   switch (op) {
     case GROVE__BIN_ADD:
@@ -175,8 +178,24 @@ typedef struct chan_par {
   bool per_image; /* the per-channel operand has one row of C per image */
 } chan_par;
 
-static void chan_chunk(void *ctx, int64_t b, int64_t e) {
+GROVE__CHANNEL_LOOP static void chan_chunk(void *ctx, int64_t b, int64_t e) {
   const chan_par *c = ctx;
+  const int64_t C = c->C;
+  /* x * s and x + s (commutative, exactly): the loop inline, without a
+   * call per position (C is often 16 to 96). */
+  if (c->op == GROVE__BIN_MUL || (c->op == GROVE__BIN_ADD && c->alpha == 1.0f)) {
+    const bool mul = c->op == GROVE__BIN_MUL;
+    for (int64_t r = b; r < e; r++) {
+      const float *row = (c->a_big ? c->a : c->b) + r * C;
+      const float *ch = (c->a_big ? c->b : c->a) + (c->per_image ? r / c->P * C : 0);
+      float *y = c->y + r * C;
+      if (mul)
+        for (int64_t k = 0; k < C; k++) y[k] = row[k] * ch[k];
+      else
+        for (int64_t k = 0; k < C; k++) y[k] = row[k] + ch[k];
+    }
+    return;
+  }
   for (int64_t r = b; r < e; r++) {
     const float *row = (c->a_big ? c->a : c->b) + r * c->C;
     const float *ch = (c->a_big ? c->b : c->a) + (c->per_image ? r / c->P * c->C : 0);
