@@ -129,11 +129,19 @@ void grove__act_apply(grove__act act, const float *x, float *y, int64_t n) {
   exp_kind_scalar(act, x, y, n);
 }
 
-void grove__act_apply_rows(grove__act act, float *y, int64_t ld, int64_t rows, int64_t n) {
-  if (act == GROVE__ACT_NONE) return;
-  if (ld == n) {
-    grove__act_apply(act, y, y, rows * n);
-    return;
-  }
-  for (int64_t r = 0; r < rows; r++) grove__act_apply(act, y + r * ld, y + r * ld, n);
+/* Elements [b, e) of grove__act_inplace_par. */
+typedef struct act_par {
+  grove__act act;
+  float *y;
+} act_par;
+
+static void act_chunk(void *ctx, int64_t b, int64_t e) {
+  const act_par *c = ctx;
+  grove__act_apply(c->act, c->y + b, c->y + b, e - b);
+}
+
+void grove__act_inplace_par(grove__act act, float *y, int64_t n) {
+  if (act == GROVE__ACT_NONE || n <= 0) return;
+  act_par c = {act, y};
+  grove__parallel_for(n, (int64_t)16 << 10, act_chunk, &c);
 }

@@ -61,8 +61,10 @@ typedef enum grove__act {
  * one implementation behind the activation ops and the convolutions' fused
  * epilogues (activation.c).  Pure, any thread. */
 void grove__act_apply(grove__act act, const float *x, float *y, int64_t n);
-/* The same in place over rows of n floats ld apart. */
-void grove__act_apply_rows(grove__act act, float *y, int64_t ld, int64_t rows, int64_t n);
+/* The same in place over n floats, cut between the compute threads (each
+ * element alone: the same bits at any thread count).  The forward's
+ * thread. */
+void grove__act_inplace_par(grove__act act, float *y, int64_t n);
 
 typedef struct grove__linear_pack grove__linear_pack;
 

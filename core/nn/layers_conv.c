@@ -870,23 +870,10 @@ static grove_status conv_depthwise(const conv_impl *p, grove_fwd *f, const float
   return GROVE_OK;
 }
 
-/* Elements [b, e) of an activation applied in place over a whole output. */
-typedef struct act_par {
-  grove__act act;
-  float *y;
-} act_par;
-
-static void par_act(void *ctx, int64_t b, int64_t e) {
-  const act_par *c = ctx;
-  grove__act_apply(c->act, c->y + b, c->y + b, e - b);
-}
-
 /* The fused activation over a whole output, for the paths that write it
  * NCHW (a stage per channel plane would cut each call into short runs). */
 static void act_pass(grove__act act, float *y, int64_t n) {
-  if (act == GROVE__ACT_NONE) return;
-  act_par c = {act, y};
-  grove__parallel_for(n, (int64_t)16 << 10, par_act, &c);
+  grove__act_inplace_par(act, y, n);
 }
 
 /* grove__conv_forward_ex with the rows path's packs given (p->packs, or

@@ -32,21 +32,11 @@ enum {
   ACT_TANH = GROVE__ELT_TANH,
 };
 
-/* Elements [b, e) of an in-place relu, sigmoid or tanh, on whichever
- * compute thread takes them. */
-typedef struct unary_par {
-  int act;
-  float *d;
-} unary_par;
-
-static void unary_chunk(void *ctx, int64_t b, int64_t e) {
-  const unary_par *c = ctx;
-  float *restrict d = c->d;
-  if (c->act == ACT_RELU || c->act == ACT_SIGMOID)
-    grove__act_apply(c->act == ACT_RELU ? GROVE__ACT_RELU : GROVE__ACT_SIGMOID, d + b, d + b,
-                     e - b);
-  else
-    for (int64_t i = b; i < e; i++) d[i] = tanhf(d[i]);
+/* Elements [b, e) of an in-place tanh, on whichever compute thread takes
+ * them (relu and sigmoid: grove__act_inplace_par). */
+static void tanh_chunk(void *ctx, int64_t b, int64_t e) {
+  float *restrict d = ctx;
+  for (int64_t i = b; i < e; i++) d[i] = tanhf(d[i]);
 }
 
 /* y = act(x) over n elements.  torch's formulas: ReLU keeps NaN (as torch's
@@ -99,8 +89,11 @@ static grove_status act_forward(const grove__opctx *c, gval *res, int act, float
   grove_status s = grove__op_tensor(c, 0, &xa);
   if (s) return s;
   if ((c->overwrite & 1u) && (act == ACT_RELU || act == ACT_SIGMOID || act == ACT_TANH)) {
-    unary_par p = {act, xa->data};
-    grove__parallel_for(grove_tensor_numel(xa), (int64_t)16 << 10, unary_chunk, &p);
+    if (act == ACT_TANH)
+      grove__parallel_for(grove_tensor_numel(xa), (int64_t)16 << 10, tanh_chunk, xa->data);
+    else
+      grove__act_inplace_par(act == ACT_RELU ? GROVE__ACT_RELU : GROVE__ACT_SIGMOID, xa->data,
+                             grove_tensor_numel(xa));
     grove__op_set_tensor(res, xa);
     return GROVE_OK;
   }
