@@ -38,8 +38,9 @@ typedef struct gnode {
   /* Fusion (only when no forward hook is registered anywhere). */
   int fuse_bn;    /* conv: index of the BatchNorm2d node it absorbs, or -1 */
   int fuse_relu;  /* conv/Linear: index of the activation node it absorbs, or -1 */
-  grove__act fuse_act; /* what that node applies (a Linear: only ReLU), or NONE */
   int fused_into; /* an absorbed node: the node that computes it, or -1 */
+  /* What the fuse_relu node applies (a Linear: only ReLU), or NONE. */
+  grove__act fuse_act;
 } gnode;
 
 typedef struct graph_impl {

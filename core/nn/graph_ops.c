@@ -95,8 +95,8 @@ static void bstrides(const grove_tensor *t, int n, const int64_t *shape, int64_t
  * (GROVE__CHANNEL_LOOP: each element alone, the same bits at any width):
  * squeeze-excitation's scale * input over a whole activation was 10% of
  * EfficientNet-B0 in the baseline build's loops. */
-GROVE__CHANNEL_LOOP static void binary_run(int op, float alpha, const float *pa, int64_t sa, const float *pb,
-                       int64_t sb, float *py, int64_t inner) {
+GROVE__CHANNEL_LOOP static void binary_run(int op, float alpha, const float *pa, int64_t sa,
+                                           const float *pb, int64_t sb, float *py, int64_t inner) {
   switch (op) {
     case GROVE__BIN_ADD:
       if (alpha == 1.0f) {

@@ -242,8 +242,8 @@ static grove__linear_pack *pack_group(const conv_impl *p, const float *w, int64_
     float *dst = tmp + o * K;                    /* (ki, kj, c) */
     const float a = oscale ? oscale[g * cout_g + o] : 1.0f;
     for (int64_t c = 0; c < cin_g; c++)
-      for (int64_t q = 0; q < kk; q++) dst[q * cin_g + c] = oscale ? src[c * kk + q] * a
-                                                                   : src[c * kk + q];
+      for (int64_t q = 0; q < kk; q++)
+        dst[q * cin_g + c] = oscale ? src[c * kk + q] * a : src[c * kk + q];
   }
   return grove__linear_pack_new(tmp, cout_g, K);
 }
