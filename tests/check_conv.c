@@ -776,6 +776,217 @@ static void assert_close_strided(const char *what, const grove_tensor *got,
   }
 }
 
+/* A convolution's fused activation (grove__conv_bn_act_forward: what a
+ * Sequential or a graph runs for Conv2d [+ BatchNorm2d] + ReLU, ReLU6,
+ * Hardswish, Hardsigmoid, SiLU or Sigmoid) equals the layers one after the
+ * other, on every path (patch rows, the direct 1x1 product writing the
+ * output, Winograd, depthwise 3x3 and 5x5, grouped columns), with and
+ * without a folded BatchNorm, into an NCHW or an NHWC output, from an NCHW
+ * or an NHWC input.  The reference applies torch's formulas in the test. */
+static float ref_act(grove__act act, float v) {
+  const float h = v + 3.0f < 0.0f ? 0.0f : (v + 3.0f > 6.0f ? 6.0f : v + 3.0f);
+  switch (act) {
+    case GROVE__ACT_RELU: return v < 0.0f ? 0.0f : v;
+    case GROVE__ACT_RELU6: return v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v);
+    case GROVE__ACT_HARDSWISH: return v * h / 6.0f;
+    case GROVE__ACT_HARDSIGMOID: return h / 6.0f;
+    case GROVE__ACT_SILU: return (float)((double)v / (1.0 + exp(-(double)v)));
+    case GROVE__ACT_SIGMOID: return (float)(1.0 / (1.0 + exp(-(double)v)));
+    default: return v;
+  }
+}
+
+START_TEST(test_fused_act) {
+  grove_err err = {0};
+  const int64_t xs[4] = {2, 16, 9, 11};
+  grove_tensor *x = rand_tensor(4, xs, 21);
+  static const char *const cw[] = {"weight", "bias"};
+  static const char *const bw[] = {"weight", "bias", "running_mean", "running_var"};
+  struct {
+    grove_conv_opts o;
+    int64_t cout;
+  } cc[] = {
+      {co(3, 3, 2, 2, 1, 1, 1, 1, 1, true), 40},   /* patch rows */
+      {co(1, 1, 1, 1, 0, 0, 1, 1, 1, false), 40},  /* direct 1x1 */
+      {co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), 24},   /* Winograd */
+      {co(3, 3, 1, 1, 1, 1, 1, 1, 16, false), 16}, /* depthwise */
+      {co(5, 5, 2, 2, 2, 2, 1, 1, 16, true), 16},  /* depthwise 5x5, stride 2 */
+      {co(3, 3, 1, 1, 1, 1, 1, 1, 4, true), 16},   /* grouped: columns */
+  };
+  grove_arena *a = grove_arena_new(0);
+  grove_fwd f = {.arena = a, .err = &err};
+  grove_values in = {.n = 1}, out = {0};
+  int over6 = 0; /* ReLU6's upper clamp is exercised */
+  /* The input channels last too (the layout a convolution hands the next). */
+  grove_tensor xl;
+  ck_assert_ok(grove_fwd_alloc(&f, &xl, GROVE_F32, 4, xs), &err);
+  grove__set_nhwc(&xl);
+  {
+    const int64_t HW = xs[2] * xs[3], C = xs[1];
+    for (int64_t k = 0; k < grove_tensor_numel(x); k++)
+      ((float *)xl.data)[(k / (C * HW)) * C * HW + (k % HW) * C + k / HW % C] =
+          ((const float *)x->data)[k];
+  }
+  for (size_t k = 0; k < sizeof cc / sizeof cc[0]; k++) {
+    grove_module *conv = NULL, *bn = NULL;
+    ck_assert_ok(grove_conv2d_new(16, cc[k].cout, &cc[k].o, &conv, &err), &err);
+    ck_assert_ok(grove_batch_norm2d_new(cc[k].cout, 1e-5, 0.1, true, true, &bn, &err), &err);
+    randomize(conv, cw, cc[k].o.bias ? 2 : 1, 900 + 10 * (unsigned)k, -0.5f);
+    randomize(bn, bw, 4, 905 + 10 * (unsigned)k, 0.1f);
+    ck_assert_ok(conv->type->refresh(conv, &err), &err);
+    ck_assert_ok(bn->type->refresh(bn, &err), &err);
+    grove_module_eval(conv);
+    grove_module_eval(bn);
+    ck_assert(k != 3 || grove__conv_depthwise_path(conv));
+    ck_assert(k != 5 || !grove__conv_rows_path(conv));
+    for (int with_bn = 0; with_bn < 2; with_bn++) {
+      grove_tensor c, pre;
+      ck_assert_ok(grove_module_call(conv, &f, x, &c), &err);
+      if (with_bn)
+        ck_assert_ok(grove_module_call(bn, &f, &c, &pre), &err);
+      else
+        pre = c;
+      const float *pv = pre.data;
+      for (int64_t i = 0; i < grove_tensor_numel(&pre); i++) over6 += pv[i] > 6.0f;
+      for (int act = GROVE__ACT_NONE; act <= GROVE__ACT_SIGMOID; act++) {
+        grove_tensor want;
+        ck_assert_ok(grove_fwd_alloc(&f, &want, GROVE_F32, 4, pre.shape), &err);
+        for (int64_t i = 0; i < grove_tensor_numel(&pre); i++)
+          ((float *)want.data)[i] = ref_act((grove__act)act, pv[i]);
+        for (int lay = 0; lay < 4; lay++) {
+          in.v[0] = lay & 1 ? xl : *x;
+          const bool nhwc_out = lay & 2;
+          ck_assert_ok(grove__conv_bn_act_forward(conv, with_bn ? bn : NULL, (grove__act)act, &f,
+                                                  &in, &out, nhwc_out),
+                       &err);
+          ck_assert(nhwc_out == grove__is_nhwc(&out.v[0]) || k == 5);
+          char what[128];
+          snprintf(what, sizeof what, "conv case %zu%s, activation %d, %s in, %s out", k,
+                   with_bn ? " + BatchNorm2d" : "", act, lay & 1 ? "NHWC" : "NCHW",
+                   nhwc_out ? "NHWC" : "NCHW");
+          assert_close_strided(what, &out.v[0], &want);
+        }
+      }
+    }
+    grove_module_release(conv);
+    grove_module_release(bn);
+  }
+  ck_assert_int_gt(over6, 10);
+  grove_arena_free(a);
+  grove_tensor_release(x);
+}
+END_TEST
+
+/* A BatchNorm2d folded into the packed weight of the Conv2d before it
+ * (grove__conv_fold_bn: a Sequential's refresh does it on every load)
+ * follows the weights: the fused Sequential equals the layers one after
+ * the other after a load, after a second load of other weights into the
+ * same tree, after a load into the BatchNorm alone (the stale fold is not
+ * used), and after the conv's own refresh (which drops it). */
+static grove_state_dict *fold_sd(grove_module *seq, unsigned seed) {
+  grove_err err = {0};
+  grove_state_dict *own = grove_sd_new(), *sd = grove_sd_new();
+  ck_assert_ok(grove_module_state_dict(seq, NULL, own, &err), &err);
+  for (size_t i = 0; i < grove_sd_count(own); i++) {
+    grove_tensor *t = grove_sd_tensor(own, i);
+    const char *key = grove_sd_key(own, i);
+    if (t->dtype != GROVE_F32) { /* num_batches_tracked */
+      ck_assert_ok(grove_sd_set(sd, key, t, &err), &err);
+      continue;
+    }
+    grove_tensor *r = rand_tensor(t->ndim, t->shape, seed + (unsigned)i);
+    float *d = r->data;
+    /* Variances and the BatchNorm's weight well away from zero. */
+    const bool pos = strstr(key, "running_var") || strcmp(key, "1.weight") == 0;
+    for (int64_t k = 0; k < grove_tensor_numel(r); k++) d[k] = pos ? 0.2f + fabsf(d[k]) : d[k];
+    ck_assert_ok(grove_sd_set(sd, key, r, &err), &err);
+    grove_tensor_release(r);
+  }
+  grove_sd_free(own);
+  return sd;
+}
+
+static void fold_check(const char *what, grove_module *seq, grove_fwd *f, const grove_tensor *x) {
+  grove_err err = {0};
+  grove_tensor c, b, want;
+  grove_module *conv = seq->children[0].module, *bn = seq->children[1].module;
+  ck_assert_ok(grove_module_call(conv, f, x, &c), &err);
+  ck_assert_ok(grove_module_call(bn, f, &c, &b), &err);
+  ck_assert_ok(grove_fwd_alloc(f, &want, GROVE_F32, 4, b.shape), &err);
+  for (int64_t i = 0; i < grove_tensor_numel(&b); i++)
+    ((float *)want.data)[i] = ref_act(GROVE__ACT_SILU, ((const float *)b.data)[i]);
+  for (int nhwc = 0; nhwc < 2; nhwc++) {
+    grove_values in = {.n = 1}, out = {0};
+    in.v[0] = *x;
+    f->channels_last_ok = nhwc;
+    ck_assert_ok(grove_module_forward(seq, f, &in, &out), &err);
+    char msg[128];
+    snprintf(msg, sizeof msg, "%s, %s out", what, nhwc ? "NHWC" : "NCHW");
+    assert_close_strided(msg, &out.v[0], &want);
+  }
+}
+
+START_TEST(test_bn_fold) {
+  grove_err err = {0};
+  const int64_t xs[4] = {2, 16, 7, 9};
+  grove_tensor *x = rand_tensor(4, xs, 31);
+  grove_module *seq = NULL, *conv = NULL, *bn = NULL, *act = NULL;
+  const grove_conv_opts o[] = {co(1, 1, 1, 1, 0, 0, 1, 1, 1, true),
+                               co(3, 3, 2, 2, 1, 1, 1, 1, 1, false)};
+  for (size_t k = 0; k < sizeof o / sizeof o[0]; k++) {
+    ck_assert_ok(grove_sequential_new(&seq, &err), &err);
+    ck_assert_ok(grove_conv2d_new(16, 40, &o[k], &conv, &err), &err);
+    ck_assert_ok(grove_batch_norm2d_new(40, 1e-5, 0.1, true, true, &bn, &err), &err);
+    ck_assert_ok(grove_silu_new(&act, &err), &err);
+    ck_assert_ok(grove_module_add_module(seq, "0", conv, &err), &err);
+    ck_assert_ok(grove_module_add_module(seq, "1", bn, &err), &err);
+    ck_assert_ok(grove_module_add_module(seq, "2", act, &err), &err);
+    grove_module_eval(seq);
+    grove_arena *a = grove_arena_new(0);
+    grove_fwd f = {.arena = a, .err = &err};
+
+    grove_state_dict *sd1 = fold_sd(seq, 1000 + 100 * (unsigned)k);
+    ck_assert_ok(grove_module_load_state_dict(seq, sd1, NULL, NULL, &err), &err);
+    ck_assert(grove__conv_rows_path(conv));
+    ck_assert(grove__conv_fold_active(conv, bn));
+    fold_check("folded, first load", seq, &f, x);
+
+    grove_state_dict *sd2 = fold_sd(seq, 2000 + 100 * (unsigned)k);
+    ck_assert_ok(grove_module_load_state_dict(seq, sd2, NULL, NULL, &err), &err);
+    ck_assert(grove__conv_fold_active(conv, bn));
+    fold_check("folded, second load", seq, &f, x);
+
+    /* The BatchNorm alone gets the first weights back: its parent is not
+     * refreshed, the fold is stale and must not be used. */
+    grove_state_dict *bsd = grove_sd_new();
+    static const char *const bk[] = {"weight", "bias", "running_mean", "running_var"};
+    for (int i = 0; i < 4; i++) {
+      char key[32];
+      snprintf(key, sizeof key, "1.%s", bk[i]);
+      ck_assert_ok(grove_sd_set(bsd, bk[i], grove_sd_get(sd1, key), &err), &err);
+    }
+    grove_load_opts lax = {.strict = false};
+    ck_assert_ok(grove_module_load_state_dict(bn, bsd, &lax, NULL, &err), &err);
+    fold_check("stale fold (the BatchNorm reloaded alone)", seq, &f, x);
+
+    /* The conv's own refresh drops the fold; the parent's makes it again. */
+    ck_assert_ok(conv->type->refresh(conv, &err), &err);
+    ck_assert(!grove__conv_fold_active(conv, bn));
+    fold_check("fold dropped by the conv's refresh", seq, &f, x);
+    ck_assert_ok(seq->type->refresh(seq, &err), &err);
+    ck_assert(grove__conv_fold_active(conv, bn));
+    fold_check("folded again", seq, &f, x);
+
+    grove_sd_free(sd1);
+    grove_sd_free(sd2);
+    grove_sd_free(bsd);
+    grove_arena_free(a);
+    grove_module_release(seq);
+  }
+  grove_tensor_release(x);
+}
+END_TEST
+
 static int hook_calls, hook_strided;
 static grove_status see_layout(void *user, const grove_module *m, grove_fwd *f,
                                const grove_values *in, grove_values *out) {
@@ -1007,10 +1218,10 @@ START_TEST(test_channels_last) {
     ck_assert_ok(grove_module_forward(dw, &f, &in2, &o2), &err);
     ck_assert(grove__is_nhwc(&o2.v[0]));
     assert_close_strided("depthwise Conv2d, channels last", &o2.v[0], &dref);
-    ck_assert_ok(grove__conv_bn_relu_forward(dw, dbn, true, &f, &in2, &o2, true), &err);
+    ck_assert_ok(grove__conv_bn_act_forward(dw, dbn, true, &f, &in2, &o2, true), &err);
     ck_assert(grove__is_nhwc(&o2.v[0]));
     assert_close_strided("depthwise Conv2d + BatchNorm2d + ReLU, channels last", &o2.v[0], &rref);
-    ck_assert_ok(grove__conv_bn_relu_forward(dw, dbn, true, &f, &in2, &o2, false), &err);
+    ck_assert_ok(grove__conv_bn_act_forward(dw, dbn, true, &f, &in2, &o2, false), &err);
     ck_assert(grove_tensor_is_contiguous(&o2.v[0]));
     assert_close_strided("depthwise Conv2d + BatchNorm2d + ReLU, from channels last", &o2.v[0],
                          &rref);
@@ -1019,8 +1230,10 @@ START_TEST(test_channels_last) {
   }
 
   /* Arithmetic on channels last (graph_ops.c): with a number, in place,
-   * the layout stays; with a broadcast operand, the result is contiguous
-   * even when offered the channels-last operand's memory. */
+   * the layout stays; with a per-channel operand ([C, 1, 1], [1, C, 1, 1],
+   * [N, C, 1, 1]: a bias, squeeze-excitation's scale * input, either
+   * order) it stays too, in place when offered the channels-last operand's
+   * memory; with any other broadcast operand the result is contiguous. */
   {
     const int64_t C = want.shape[1], n = grove_tensor_numel(&want);
     grove_tensor cl, y, half, bias;
@@ -1039,10 +1252,39 @@ START_TEST(test_channels_last) {
     ck_assert_ok(grove_fwd_alloc(&f, &bias, GROVE_F32, 3, bs), &err);
     for (int64_t k = 0; k < C; k++) ((float *)bias.data)[k] = (float)k;
     ck_assert_ok(grove__op_binary(&f, GROVE__BIN_ADD, &y, &bias, 1.0, &o2.v[0], &y), &err);
-    ck_assert(grove_tensor_is_contiguous(&o2.v[0]));
-    const int64_t HW = want.shape[2] * want.shape[3];
+    ck_assert(grove__is_nhwc(&o2.v[0]) && o2.v[0].data == y.data);
+    const int64_t HW = want.shape[2] * want.shape[3], N = want.shape[0];
     for (int64_t k = 0; k < n; k++) ((float *)halved.data)[k] += (float)(k / HW % C);
     assert_close_strided("NHWC + bias[C, 1, 1]", &o2.v[0], &halved);
+    /* scale[N, C, 1, 1] - x and x / scale, one scale per image and channel:
+     * the order of the operands holds. */
+    const int64_t ss[4] = {N, C, 1, 1};
+    grove_tensor sc, r1, r2, ref1, ref2;
+    ck_assert_ok(grove_fwd_alloc(&f, &sc, GROVE_F32, 4, ss), &err);
+    for (int64_t k = 0; k < N * C; k++) ((float *)sc.data)[k] = 0.25f + (float)k;
+    ck_assert_ok(grove__op_binary(&f, GROVE__BIN_SUB, &sc, &o2.v[0], 1.0, &r1, NULL), &err);
+    ck_assert_ok(grove__op_binary(&f, GROVE__BIN_DIV, &o2.v[0], &sc, 1.0, &r2, NULL), &err);
+    ck_assert(grove__is_nhwc(&r1) && grove__is_nhwc(&r2));
+    ck_assert_ok(grove_fwd_alloc(&f, &ref1, GROVE_F32, 4, want.shape), &err);
+    ck_assert_ok(grove_fwd_alloc(&f, &ref2, GROVE_F32, 4, want.shape), &err);
+    for (int64_t k = 0; k < n; k++) {
+      const float v = ((const float *)halved.data)[k], w = ((const float *)sc.data)[k / HW];
+      ((float *)ref1.data)[k] = w - v;
+      ((float *)ref2.data)[k] = v / w;
+    }
+    assert_close_strided("scale[N, C, 1, 1] - NHWC", &r1, &ref1);
+    assert_close_strided("NHWC / scale[N, C, 1, 1]", &r2, &ref2);
+    /* A broadcast along the positions (a [1, 1, H, W] operand) makes it
+     * contiguous. */
+    const int64_t ps[4] = {1, 1, want.shape[2], want.shape[3]};
+    grove_tensor pl, r3;
+    ck_assert_ok(grove_fwd_alloc(&f, &pl, GROVE_F32, 4, ps), &err);
+    for (int64_t k = 0; k < HW; k++) ((float *)pl.data)[k] = (float)k;
+    ck_assert_ok(grove__op_binary(&f, GROVE__BIN_ADD, &o2.v[0], &pl, 1.0, &r3, NULL), &err);
+    ck_assert(grove_tensor_is_contiguous(&r3));
+    for (int64_t k = 0; k < n; k++) ((float *)ref1.data)[k] = ((const float *)halved.data)[k] +
+                                                           (float)(k % HW);
+    assert_close_strided("NHWC + plane[1, 1, H, W]", &r3, &ref1);
   }
 
   /* cat along channels of channels-last tensors stays channels last (no
@@ -1112,6 +1354,8 @@ static Suite *conv_suite(void) {
   tcase_add_test(tc, test_threads_bitwise);
   tcase_add_test(tc, test_winograd_by_image);
   tcase_add_test(tc, test_channels_last);
+  tcase_add_test(tc, test_fused_act);
+  tcase_add_test(tc, test_bn_fold);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_test(tc, test_shape_errors);

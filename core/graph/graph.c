@@ -210,8 +210,8 @@ static grove_status run_module(run *r, int i, gval *res) {
     if (mm->type == &grove__linear_type)
       s = grove__linear_forward_act(mm, r->f, &in, &out, GROVE__ACT_RELU);
     else
-      s = grove__conv_bn_relu_forward(mm, n->fuse_bn >= 0 ? r->g->nodes[n->fuse_bn].mod : NULL,
-                                      n->fuse_relu >= 0, r->f, &in, &out, cl);
+      s = grove__conv_bn_act_forward(mm, n->fuse_bn >= 0 ? r->g->nodes[n->fuse_bn].mod : NULL,
+                                     n->fuse_act, r->f, &in, &out, cl);
   } else {
     if (n->mod_kind == MK_MHA)
       grove__mha_next_call(r->f, n->mod, n->need_weights, n->average_weights);

@@ -666,6 +666,7 @@ static grove_status resolve_attr(cctx *c, gnode *n, const char *target, const ch
 static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
   gnode *n = &c->g->nodes[c->cur];
   n->fuse_bn = n->fuse_relu = n->fused_into = -1;
+  n->fuse_act = GROVE__ACT_NONE;
   n->last_use = -1;
   if (!json_is_object(v))
     return grove_err_set(c->err, GROVE_E_SPEC, "%s: expected a node object {\"op\", \"name\", ...}",
@@ -822,9 +823,12 @@ static int sole_reader(const graph_impl *g, int i) {
   return -1;
 }
 
-static bool is_relu_node(const graph_impl *g, int r) {
+/* The activation node r applies, when a convolution before it can take it
+ * into its epilogue (a Linear only a ReLU). */
+static grove__act node_act(const graph_impl *g, int r) {
   const gnode *n = &g->nodes[r];
-  return n->op == G_RELU || (n->op == G_CALL_MODULE && n->mod->type == &grove__relu_type);
+  if (n->op == G_RELU) return GROVE__ACT_RELU;
+  return n->op == G_CALL_MODULE ? grove__fusable_act(n->mod) : GROVE__ACT_NONE;
 }
 
 static void plan_fusion(graph_impl *g) {
@@ -844,11 +848,27 @@ static void plan_fusion(graph_impl *g) {
       r = sole_reader(g, r);
       if (r < 0) continue;
     }
-    if (is_relu_node(g, r)) {
+    const grove__act act = node_act(g, r);
+    if (act == GROVE__ACT_RELU || (conv && act != GROVE__ACT_NONE)) {
       n->fuse_relu = r;
+      n->fuse_act = act;
       g->nodes[r].fused_into = i;
     }
   }
+}
+
+/* After the children's refresh (a load or a reload): each convolution
+ * that plan_fusion joined to a BatchNorm2d gets it folded into its packed
+ * weight (grove__conv_fold_bn). */
+static grove_status graph_refresh(grove_module *m, grove_err *err) {
+  graph_impl *g = m->impl;
+  for (int i = 0; i < g->nnodes; i++) {
+    const gnode *n = &g->nodes[i];
+    if (n->fuse_bn < 0) continue;
+    grove_status s = grove__conv_fold_bn(n->mod, g->nodes[n->fuse_bn].mod, err);
+    if (s) return s;
+  }
+  return GROVE_OK;
 }
 
 grove_status grove__graph_compile(grove_module *m, const json_t *obj, const char *path,
@@ -898,5 +918,6 @@ grove_status grove__graph_compile(grove_module *m, const json_t *obj, const char
   plan_fusion(g);
   g->compiled = true;
   g->type.forward = grove__graph_forward;
+  g->type.refresh = graph_refresh;
   return GROVE_OK;
 }

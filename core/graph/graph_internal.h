@@ -37,8 +37,10 @@ typedef struct gnode {
   int last_use;                       /* index of the last node reading it; -1: none */
   /* Fusion (only when no forward hook is registered anywhere). */
   int fuse_bn;    /* conv: index of the BatchNorm2d node it absorbs, or -1 */
-  int fuse_relu;  /* conv/Linear: index of the ReLU node it absorbs, or -1 */
+  int fuse_relu;  /* conv/Linear: index of the activation node it absorbs, or -1 */
   int fused_into; /* an absorbed node: the node that computes it, or -1 */
+  /* What the fuse_relu node applies (a Linear: only ReLU), or NONE. */
+  grove__act fuse_act;
 } gnode;
 
 typedef struct graph_impl {

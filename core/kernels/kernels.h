@@ -3,7 +3,8 @@
  * the compute thread pool (grove__parallel_for, threadpool.c), arena
  * compaction (arena_keep.c), the NCHW/NHWC transposes (transpose.c), a
  * convolution's patches (im2col.c), the Winograd transforms (winograd.c)
- * the depthwise convolution (depthwise.c) and the vector exp (simd_exp.h).
+ * the depthwise convolution (depthwise.c), the elementwise activations
+ * (activation.c) and the vector exp (simd_exp.h).
  * Never installed (tests and bench/ may include it). */
 #ifndef GROVE_CORE_KERNELS_H
 #define GROVE_CORE_KERNELS_H
@@ -45,7 +46,25 @@
 typedef enum grove__act {
   GROVE__ACT_NONE = 0,
   GROVE__ACT_RELU = 1,
+  /* Only for grove__act_apply (a convolution's fused activation): the
+   * linear kernels take NONE or RELU. */
+  GROVE__ACT_RELU6,
+  GROVE__ACT_HARDSWISH,
+  GROVE__ACT_HARDSIGMOID,
+  GROVE__ACT_SILU,
+  GROVE__ACT_SIGMOID,
 } grove__act;
+
+/* y[i] = act(x[i]) for n floats (x == y allowed; NONE leaves y alone), with
+ * torch's formulas; SiLU and Sigmoid with simd_exp.h's exp on AVX-512 /
+ * AVX2 (each element by the same code wherever it falls in the run).  The
+ * one implementation behind the activation ops and the convolutions' fused
+ * epilogues (activation.c).  Pure, any thread. */
+void grove__act_apply(grove__act act, const float *x, float *y, int64_t n);
+/* The same in place over n floats, cut between the compute threads (each
+ * element alone: the same bits at any thread count).  The forward's
+ * thread. */
+void grove__act_inplace_par(grove__act act, float *y, int64_t n);
 
 typedef struct grove__linear_pack grove__linear_pack;
 

@@ -91,9 +91,12 @@ static void bstrides(const grove_tensor *t, int n, const int64_t *shape, int64_t
 
 /* y = a OP b over one inner run, strides sa and sb (0, 1 or any). */
 /* py may be pa or pb (in place): every element is read before it is
- * written, at the same index. */
-static void binary_run(int op, float alpha, const float *pa, int64_t sa, const float *pb,
-                       int64_t sb, float *py, int64_t inner) {
+ * written, at the same index.  Compiled for AVX-512 and AVX2 too
+ * (GROVE__CHANNEL_LOOP: each element alone, the same bits at any width):
+ * squeeze-excitation's scale * input over a whole activation was 10% of
+ * EfficientNet-B0 in the baseline build's loops. */
+GROVE__CHANNEL_LOOP static void binary_run(int op, float alpha, const float *pa, int64_t sa,
+                                           const float *pb, int64_t sb, float *py, int64_t inner) {
   switch (op) {
     case GROVE__BIN_ADD:
       if (alpha == 1.0f) {
@@ -153,6 +156,54 @@ static void dense_chunk(void *ctx, int64_t b, int64_t e) {
  * hand-off (about a microsecond) stays small beside it. */
 #define DENSE_GRAIN ((int64_t)16 << 10)
 
+/* Whether t is a contiguous per-channel operand of the 4-d x: [C, 1, 1] or
+ * [1 or N, C, 1, 1]. */
+static bool per_channel(const grove_tensor *t, const grove_tensor *x) {
+  if (t->dtype != GROVE_F32 || x->ndim != 4 || !grove_tensor_is_contiguous(t)) return false;
+  if (t->ndim == 3) return t->shape[0] == x->shape[1] && t->shape[1] == 1 && t->shape[2] == 1;
+  return t->ndim == 4 && (t->shape[0] == 1 || t->shape[0] == x->shape[0]) &&
+         t->shape[1] == x->shape[1] && t->shape[2] == 1 && t->shape[3] == 1;
+}
+
+/* Positions [b, e) (image * P + position) of a channels-last tensor with a
+ * per-channel operand: one run of C channels each, by binary_run (so each
+ * element computes as in the contiguous loops). */
+typedef struct chan_par {
+  int op;
+  float alpha;
+  const float *a, *b;
+  float *y;
+  bool a_big; /* a is the channels-last tensor, b the per-channel one */
+  int64_t C, P;
+  bool per_image; /* the per-channel operand has one row of C per image */
+} chan_par;
+
+GROVE__CHANNEL_LOOP static void chan_chunk(void *ctx, int64_t b, int64_t e) {
+  const chan_par *c = ctx;
+  const int64_t C = c->C;
+  /* x * s and x + s (commutative, exactly): the loop inline, without a
+   * call per position (C is often 16 to 96). */
+  if (c->op == GROVE__BIN_MUL || (c->op == GROVE__BIN_ADD && c->alpha == 1.0f)) {
+    const bool mul = c->op == GROVE__BIN_MUL;
+    for (int64_t r = b; r < e; r++) {
+      const float *row = (c->a_big ? c->a : c->b) + r * C;
+      const float *ch = (c->a_big ? c->b : c->a) + (c->per_image ? r / c->P * C : 0);
+      float *y = c->y + r * C;
+      if (mul)
+        for (int64_t k = 0; k < C; k++) y[k] = row[k] * ch[k];
+      else
+        for (int64_t k = 0; k < C; k++) y[k] = row[k] + ch[k];
+    }
+    return;
+  }
+  for (int64_t r = b; r < e; r++) {
+    const float *row = (c->a_big ? c->a : c->b) + r * c->C;
+    const float *ch = (c->a_big ? c->b : c->a) + (c->per_image ? r / c->P * c->C : 0);
+    binary_run(c->op, c->alpha, c->a_big ? row : ch, 1, c->a_big ? ch : row, 1, c->y + r * c->C,
+               c->C);
+  }
+}
+
 grove_status grove__op_binary(grove_fwd *f, int op, const grove_tensor *a, const grove_tensor *b,
                               double alpha, grove_tensor *out, const grove_tensor *into) {
   if (a->dtype != GROVE_F32 || b->dtype != GROVE_F32)
@@ -178,6 +229,22 @@ grove_status grove__op_binary(grove_fwd *f, int op, const grove_tensor *a, const
       grove__set_nhwc(out);
     dense_par c = {op, (float)alpha, a->data, na ? 1 : 0, b->data, nb ? 1 : 0, out->data};
     grove__parallel_for(grove_tensor_numel(t), DENSE_GRAIN, dense_chunk, &c);
+    return GROVE_OK;
+  }
+  /* A channels-last [N, C, H, W] with a per-channel operand ([N or 1, C,
+   * 1, 1] or [C, 1, 1], contiguous: squeeze-excitation's scale * input, a
+   * bias): the result keeps the layout, each position one run over C. */
+  const grove_tensor *big = na ? a : nb ? b : NULL, *chan = na ? b : a;
+  if (big && (na != nb) && per_channel(chan, big)) {
+    if (into && grove__is_nhwc(into) && grove_tensor_same_shape(into, big))
+      *out = *into;
+    else if ((s = grove_fwd_alloc(f, out, GROVE_F32, 4, big->shape)))
+      return s;
+    else
+      grove__set_nhwc(out);
+    chan_par c = {op, (float)alpha, a->data, b->data, out->data, na, big->shape[1],
+                  big->shape[2] * big->shape[3], chan->ndim == 4 && chan->shape[0] > 1};
+    grove__parallel_for(big->shape[0] * c.P, grove__par_grain(c.C), chan_chunk, &c);
     return GROVE_OK;
   }
   if ((s = broadcast(f, a, b, &nd, shape))) return s;

@@ -24,7 +24,9 @@ static const grove_module *seq_next(const grove_module *m, size_t i) {
 
 /* torch.nn.Sequential.forward: input = module(input) for each child.  A
  * Linear immediately followed by a ReLU, and a Conv2d followed by a
- * BatchNorm2d (with running statistics) and/or a ReLU, run as one fused
+ * BatchNorm2d (with running statistics) and/or an activation a convolution
+ * fuses (grove__fusable_act: ReLU, ReLU6, Hardswish, Hardsigmoid, SiLU,
+ * Sigmoid: MobileNet's and EfficientNet's Conv2dNormActivation), run as one fused
  * pass when no forward hook is registered anywhere and the forward's
  * observer watches none of them (with hooks, the ReLU's hooks must see the
  * Linear's output, so every child runs on its own).  Every child but the
@@ -48,15 +50,16 @@ static grove_status sequential_forward(const grove_module *m, grove_fwd *f, cons
                                      grove__conv_bn_fusable(c, after)
                                  ? after
                                  : NULL;
-    const grove_module *relu = bn ? seq_next(m, i + 1) : after;
-    if (relu && (relu->type != &grove__relu_type || grove__observes(f, relu))) relu = NULL;
-    if (fuse && !watched && c->type == &grove__linear_type && relu) {
+    const grove_module *am = bn ? seq_next(m, i + 1) : after;
+    grove__act act = am && !grove__observes(f, am) ? grove__fusable_act(am) : GROVE__ACT_NONE;
+    if (fuse && !watched && c->type == &grove__linear_type && act == GROVE__ACT_RELU) {
       s = grove__linear_forward_act(c, f, &cur, &next, GROVE__ACT_RELU);
       i++;
-    } else if (fuse && !watched && c->type == &grove__conv2d_type && (bn || relu)) {
-      const size_t last = i + (bn != NULL) + (relu != NULL);
-      s = grove__conv_bn_relu_forward(c, bn, relu != NULL, f, &cur, &next,
-                                      channels_last || last + 1 < m->nchildren);
+    } else if (fuse && !watched && c->type == &grove__conv2d_type &&
+               (bn || act != GROVE__ACT_NONE)) {
+      const size_t last = i + (bn != NULL) + (act != GROVE__ACT_NONE);
+      s = grove__conv_bn_act_forward(c, bn, act, f, &cur, &next,
+                                     channels_last || last + 1 < m->nchildren);
       i = last;
     } else {
       f->channels_last_ok = channels_last || i + 1 < m->nchildren;
@@ -69,9 +72,24 @@ static grove_status sequential_forward(const grove_module *m, grove_fwd *f, cons
   return GROVE_OK;
 }
 
+/* After the children's refresh (a load or a reload): a Conv2d followed by
+ * a BatchNorm2d that sequential_forward fuses gets the BatchNorm folded
+ * into its packed weight (grove__conv_fold_bn). */
+static grove_status sequential_refresh(grove_module *m, grove_err *err) {
+  for (size_t i = 0; i + 1 < m->nchildren; i++) {
+    grove_module *c = m->children[i].module;
+    const grove_module *bn = m->children[i + 1].module;
+    if (!c || !bn || c->type != &grove__conv2d_type) continue;
+    grove_status s = grove__conv_fold_bn(c, bn, err);
+    if (s) return s;
+  }
+  return GROVE_OK;
+}
+
 const grove_module_type grove__sequential_type = {
     .name = "Sequential",
     .forward = sequential_forward,
+    .refresh = sequential_refresh,
 };
 const grove_module_type grove__module_list_type = {
     .name = "ModuleList", .forward = NULL, /* not callable, like torch's ModuleList */

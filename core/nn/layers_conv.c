@@ -103,8 +103,27 @@ typedef struct conv_impl {
   /* The depthwise kernel (see conv_depthwise): the weight repacked
    * [kh][kw][C], or NULL when another path runs. */
   float *dww;
+  /* A following BatchNorm2d folded into the weight (grove__conv_fold_bn):
+   * fold_pack packs W * scale (the rows path, one group, no Winograd), and
+   * fold_bias is bias * scale + shift, so the product writes the output
+   * with its bias and no epilogue pass reads it back.  fold_key holds the
+   * BatchNorm's scale and shift it was made from: a forward uses the fold
+   * only while the BatchNorm still has those (a reload of the BatchNorm
+   * alone falls back to the epilogue until its parent is refreshed).
+   * NULL when nothing is folded; dropped by every refresh of the conv. */
+  grove__linear_pack *fold_pack;
+  float *fold_bias; /* cout floats, then fold_key's 2 * cout */
+  const grove_module *fold_bn;
   float data[];
 } conv_impl;
+
+static void conv_drop_fold(conv_impl *p) {
+  grove__linear_pack_free(p->fold_pack);
+  free(p->fold_bias);
+  p->fold_pack = NULL;
+  p->fold_bias = NULL;
+  p->fold_bn = NULL;
+}
 
 static void conv_free_packs(conv_impl *p) {
   for (int k = 0; k < 16; k++) {
@@ -137,6 +156,7 @@ static void conv_free_impl(void *impl) {
   conv_impl *p = impl;
   if (!p) return;
   conv_free_packs(p);
+  conv_drop_fold(p);
   free(p->dww);
   free(p);
 }
@@ -209,23 +229,35 @@ static grove_status wino_pack(conv_impl *p, grove__linear_pack *out[16]) {
   return s;
 }
 
-/* Packs of the weight for the rows path, K reordered to (ki, kj, c). */
-static grove_status conv_pack(conv_impl *p, grove_err *err, const char *T) {
+/* The pack of group g of the weight w ([cout, K], (c, ki, kj)) for the rows
+ * path, K reordered to (ki, kj, c), each output channel o times oscale[o]
+ * when oscale is not NULL; tmp is scratch of cout_g * K floats.  NULL when
+ * out of memory. */
+static grove__linear_pack *pack_group(const conv_impl *p, const float *w, int64_t g,
+                                      const float *oscale, float *tmp) {
   const int64_t G = p->groups, cin_g = p->cin / G, cout_g = p->cout / G, K = p->K;
   const int64_t kk = p->k[0] * p->k[1];
+  for (int64_t o = 0; o < cout_g; o++) {
+    const float *src = w + (g * cout_g + o) * K; /* (c, ki, kj) */
+    float *dst = tmp + o * K;                    /* (ki, kj, c) */
+    const float a = oscale ? oscale[g * cout_g + o] : 1.0f;
+    for (int64_t c = 0; c < cin_g; c++)
+      for (int64_t q = 0; q < kk; q++)
+        dst[q * cin_g + c] = oscale ? src[c * kk + q] * a : src[c * kk + q];
+  }
+  return grove__linear_pack_new(tmp, cout_g, K);
+}
+
+/* Packs of the weight for the rows path, K reordered to (ki, kj, c). */
+static grove_status conv_pack(conv_impl *p, grove_err *err, const char *T) {
+  const int64_t G = p->groups, cout_g = p->cout / G, K = p->K;
   grove__linear_pack **packs = calloc((size_t)G, sizeof *packs);
   float *tmp = malloc((size_t)(cout_g * K) * sizeof(float) + 1);
   grove_status s = GROVE_OK;
   if (!packs || !tmp)
     s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing the weight", T);
   for (int64_t g = 0; !s && g < G; g++) {
-    for (int64_t o = 0; o < cout_g; o++) {
-      const float *src = p->w + (g * cout_g + o) * K; /* (c, ki, kj) */
-      float *dst = tmp + o * K;                       /* (ki, kj, c) */
-      for (int64_t c = 0; c < cin_g; c++)
-        for (int64_t q = 0; q < kk; q++) dst[q * cin_g + c] = src[c * kk + q];
-    }
-    packs[g] = grove__linear_pack_new(tmp, cout_g, K);
+    packs[g] = pack_group(p, p->w, g, NULL, tmp);
     if (!packs[g]) s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing the weight", T);
   }
   free(tmp);
@@ -248,6 +280,9 @@ static grove_status conv_pack(conv_impl *p, grove_err *err, const char *T) {
 static grove_status conv_refresh(grove_module *m, grove_err *err) {
   conv_impl *p = m->impl;
   const char *T = m->type->name;
+  /* New weights: a BatchNorm folded into the old ones no longer applies
+   * (the parent's refresh, which runs after, folds it again). */
+  conv_drop_fold(p);
   const grove_tensor *w = grove_module_param(m, "weight");
   const grove_tensor *b = grove_module_param(m, "bias");
   if (!w) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: weight is None", T);
@@ -365,6 +400,11 @@ typedef struct conv_par {
   int64_t g, cin_g, cout_g;
   const float *zeros, *scale, *shift;
   bool relu;
+  /* An activation other than ReLU fused after the epilogue (NONE: none),
+   * applied by the stages that write the NHWC output, on the rows they
+   * just wrote (still in cache); an NCHW output gets it in one pass after
+   * (act_pass). */
+  grove__act post;
   int64_t ldo; /* nhwc_out: floats per output position */
 } conv_par;
 
@@ -410,6 +450,7 @@ GROVE__CHANNEL_LOOP static void par_epilogue_nhwc(void *ctx, int64_t b, int64_t 
     } else {
       for (int64_t k = 0; k < n; k++) yr[k] = ar[k] * sc[k] + sf[k];
     }
+    grove__act_apply(c->post, yr, yr, n);
   }
 }
 
@@ -449,6 +490,9 @@ static void par_wino_out(void *ctx, int64_t b, int64_t e) {
         y[2 * a + q] = (oy < OH && ox < OW) ? c->dst + (i * c->P + oy * OW + ox) * ld : NULL;
       }
     grove__wino_out(c->src + t * Co, c->T * Co, Co, y, c->ldo ? &ep : NULL);
+    if (c->ldo)
+      for (int k = 0; k < 4; k++)
+        if (y[k]) grove__act_apply(c->post, y[k], y[k], Co);
   }
 }
 
@@ -588,7 +632,7 @@ static void par_wino_k(void *ctx, int64_t b, int64_t e) {
 static void conv_winograd(const conv_impl *p, const float *xt, int64_t cnt, int64_t H, int64_t W,
                           int64_t OH, int64_t OW, float *V, float *M, const float *zeros,
                           float *acc, int64_t ldo, const float *scale, const float *shift,
-                          bool relu) {
+                          bool relu, grove__act post) {
   const int64_t C = p->cin, Co = p->cout;
   const int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, T = cnt * TH * TW;
   conv_par c = {.p = p, .src = xt, .dst = V, .C = C, .H = H, .W = W, .OH = OH, .OW = OW,
@@ -602,6 +646,7 @@ static void conv_winograd(const conv_impl *p, const float *xt, int64_t cnt, int6
       w.out.scale = scale;
       w.out.shift = shift;
       w.out.relu = relu;
+      w.out.post = post;
     }
     w.floats = 16 * (C + Co);
     const int threads = grove_compute_threads();
@@ -673,6 +718,7 @@ static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
     if (w->into_y) {
       grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, w->ep.shift,
                               w->ep.dst + r0 * n, w->ep.relu ? GROVE__ACT_RELU : GROVE__ACT_NONE);
+      grove__act_apply(w->ep.post, w->ep.dst + r0 * n, w->ep.dst + r0 * n, (r1 - r0) * n);
       continue;
     }
     grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, NULL, w->acc + r0 * n,
@@ -693,8 +739,9 @@ static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
  * the NHWC input itself as its rows. */
 static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd, int64_t N,
                               int64_t H, int64_t W, int64_t OH, int64_t OW, float *yd,
-                              const float *scale, const float *shift, bool relu, bool nhwc_in,
-                              bool nhwc_out, const char *T) {
+                              const float *scale, const float *shift, bool relu, grove__act post,
+                              bool nhwc_in, bool nhwc_out, grove__linear_pack *const *packs,
+                              const char *T) {
   const int64_t G = p->groups, C = p->cin, cin_g = C / G, cout_g = p->cout / G, K = p->K;
   const int64_t P = OH * OW, HW = H * W;
   const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
@@ -731,7 +778,8 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
     }
     for (int64_t g = 0; g < G; g++) {
       conv_par ep = {.p = p, .src = acc, .C = C, .HW = HW, .P = P, .g = g, .cout_g = cout_g,
-                     .scale = scale + g * cout_g, .shift = shift + g * cout_g, .relu = relu};
+                     .scale = scale + g * cout_g, .shift = shift + g * cout_g, .relu = relu,
+                     .post = nhwc_out ? post : GROVE__ACT_NONE};
       if (nhwc_out) {
         ep.dst = yd + n0 * P * p->cout;
         ep.ldo = p->cout;
@@ -743,14 +791,15 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
         /* With an NHWC output, the output transform applies the epilogue. */
         const bool into_y = nhwc_out && grove__linear_pack_native(p->wino[0]);
         conv_winograd(p, xt, cnt, H, W, OH, OW, rows, rows + 16 * cnt * tiles * C, zeros,
-                      into_y ? ep.dst : acc, into_y ? ep.ldo : 0, ep.scale, ep.shift, relu);
+                      into_y ? ep.dst : acc, into_y ? ep.ldo : 0, ep.scale, ep.shift, relu,
+                      ep.post);
         if (into_y) continue;
-      } else if (grove__linear_pack_native(p->packs[g]) &&
+      } else if (grove__linear_pack_native(packs[g]) &&
                  (grove_compute_threads() == 1 ||
                   cnt * P >= 2 * grove_compute_threads() * FUSED_MIN_ROWS)) {
         rows_fused w = {.rows = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W,
                                  .OH = OH, .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g},
-                        .ep = ep, .pack = p->packs[g], .x = direct ? xt : rows, .acc = acc,
+                        .ep = ep, .pack = packs[g], .x = direct ? xt : rows, .acc = acc,
                         .direct = direct, .nhwc_out = nhwc_out, .blocks = (P + 15) / 16,
                         .P = P, .K = direct ? C : K,
                         .into_y = nhwc_out && G == 1 && scale == p->ones};
@@ -769,7 +818,7 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
                         .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g};
           grove__parallel_for(cnt * P, grove__par_grain(K), par_rows, &c);
         }
-        grove__linear_run(p->packs[g], direct ? xt : rows, cnt * P, NULL, acc, GROVE__ACT_NONE);
+        grove__linear_run(packs[g], direct ? xt : rows, cnt * P, NULL, acc, GROVE__ACT_NONE);
       }
       if (nhwc_out) {
         /* acc [cnt * P, cout_g] -> out [n][p][g * cout_g + c]: no transpose. */
@@ -805,6 +854,7 @@ typedef struct dw_par {
   const float *src; /* the NHWC result, for the transpose to NCHW */
   float *dst;
   int64_t P, C;
+  grove__act post; /* applied to each row after the kernel's clamp */
 } dw_par;
 
 /* Output rows [b, e) (row = image * OH + oh). */
@@ -813,7 +863,9 @@ static void par_dw_rows(void *ctx, int64_t b, int64_t e) {
   const grove__dw_args *a = &c->a;
   for (int64_t r = b; r < e; r++) {
     const int64_t i = r / a->OH, oh = r % a->OH;
-    grove__depthwise_row(a, c->x + i * a->H * a->W * a->C, oh, c->y + r * a->OW * a->C);
+    float *y = c->y + r * a->OW * a->C;
+    grove__depthwise_row(a, c->x + i * a->H * a->W * a->C, oh, y);
+    grove__act_apply(c->post, y, y, a->OW * a->C);
   }
 }
 
@@ -831,7 +883,7 @@ static void par_dw_to_nchw(void *ctx, int64_t b, int64_t e) {
  * Rows are independent and computed the same way by any thread. */
 static grove_status conv_depthwise(const conv_impl *p, grove_fwd *f, const float *xd, int64_t N,
                                    int64_t H, int64_t W, int64_t OH, int64_t OW, float *yd,
-                                   const float *scale, const float *shift, bool relu,
+                                   const float *scale, const float *shift, grove__act act,
                                    bool nhwc_in, bool nhwc_out, const char *T) {
   const int64_t C = p->cin, HW = H * W, P = OH * OW;
   float *xbuf = nhwc_in ? NULL : grove_arena_alloc(f->arena, (size_t)(N * HW * C) * sizeof(float));
@@ -844,8 +896,16 @@ static grove_status conv_depthwise(const conv_impl *p, grove_fwd *f, const float
   dw_par c = {.a = {.H = H, .W = W, .C = C, .OH = OH, .OW = OW, .kh = p->k[0], .kw = p->k[1],
                     .sh = p->stride[0], .sw = p->stride[1], .dh = p->dil[0], .dw = p->dil[1],
                     .ph = p->pad_lo[0], .pw = p->pad_lo[1], .w = p->dww, .scale = scale,
-                    .shift = shift, .lo = relu ? 0.0f : -INFINITY, .hi = INFINITY},
+                    .shift = shift, .lo = -INFINITY, .hi = INFINITY},
               .x = nhwc_in ? xd : xbuf, .y = nhwc_out ? yd : ybuf, .P = P, .C = C};
+  /* ReLU and ReLU6 are the kernel's own clamp (the same comparisons as
+   * grove__act_apply's); the others follow on each row. */
+  if (act == GROVE__ACT_RELU || act == GROVE__ACT_RELU6) {
+    c.a.lo = 0.0f;
+    if (act == GROVE__ACT_RELU6) c.a.hi = 6.0f;
+  } else {
+    c.post = act;
+  }
   grove__parallel_for(N * OH, grove__par_grain(OW * C * p->k[0] * p->k[1]), par_dw_rows, &c);
   if (!nhwc_out) {
     c.src = ybuf;
@@ -855,9 +915,18 @@ static grove_status conv_depthwise(const conv_impl *p, grove_fwd *f, const float
   return GROVE_OK;
 }
 
-grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
-                                    grove_values *out, const float *scale, const float *shift,
-                                    bool relu, bool out_nhwc) {
+/* The fused activation over a whole output, for the paths that write it
+ * NCHW (a stage per channel plane would cut each call into short runs). */
+static void act_pass(grove__act act, float *y, int64_t n) {
+  grove__act_inplace_par(act, y, n);
+}
+
+/* grove__conv_forward_ex with the rows path's packs given (p->packs, or
+ * the folded BatchNorm's pack, one group). */
+static grove_status conv_forward_packs(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                       grove_values *out, const float *scale, const float *shift,
+                                       grove__act act, bool out_nhwc,
+                                       grove__linear_pack *const *packs) {
   const conv_impl *p = m->impl;
   const char *T = m->type->name;
   grove_tensor x;
@@ -911,11 +980,20 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
   const int64_t P = OH * OW, HW = H * W;
   const float *xd = x.data;
   float *yd = out->v[0].data;
+  /* ReLU is every path's own clamp; any other activation follows the
+   * epilogue (in the stages that write an NHWC output, else act_pass). */
+  const bool relu = act == GROVE__ACT_RELU;
+  const grove__act post = relu ? GROVE__ACT_NONE : act;
+  const int64_t numel = grove_tensor_numel(&out->v[0]);
   if (p->dww)
-    return conv_depthwise(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, nhwc_in, out_nhwc,
+    return conv_depthwise(p, f, xd, N, H, W, OH, OW, yd, scale, shift, act, nhwc_in, out_nhwc,
                           T);
-  if (p->packs)
-    return conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, nhwc_in, out_nhwc, T);
+  if (p->packs) {
+    s = conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, post, nhwc_in, out_nhwc,
+                  packs, T);
+    if (!s && !out_nhwc) act_pass(post, yd, numel);
+    return s;
+  }
   const bool direct = p->k[0] == 1 && p->k[1] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
                       p->pad_lo[0] == 0 && p->pad_lo[1] == 0 && p->pad_hi[0] == 0 &&
                       p->pad_hi[1] == 0;
@@ -930,6 +1008,7 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
         epilogue(y, P, y, P, cout_g, P, scale + g * cout_g, shift + g * cout_g, relu);
       }
     }
+    act_pass(post, yd, numel);
     return GROVE_OK;
   }
   /* Images per chunk: as many as fit the column budget, at least one. */
@@ -965,17 +1044,25 @@ grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const g
                  scale + g * cout_g, shift + g * cout_g, relu);
     }
   }
+  act_pass(post, yd, numel);
   return GROVE_OK;
+}
+
+grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                    grove_values *out, const float *scale, const float *shift,
+                                    grove__act act, bool out_nhwc) {
+  const conv_impl *p = m->impl;
+  return conv_forward_packs(m, f, in, out, scale, shift, act, out_nhwc, p->packs);
 }
 
 static grove_status conv_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                  grove_values *out) {
-  return grove__conv_forward_ex(m, f, in, out, NULL, NULL, false, f->channels_last_ok);
+  return grove__conv_forward_ex(m, f, in, out, NULL, NULL, GROVE__ACT_NONE, f->channels_last_ok);
 }
 
-grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_module *bn,
-                                         bool relu, grove_fwd *f, const grove_values *in,
-                                         grove_values *out, bool out_nhwc) {
+grove_status grove__conv_bn_act_forward(const grove_module *conv, const grove_module *bn,
+                                        grove__act act, grove_fwd *f, const grove_values *in,
+                                        grove_values *out, bool out_nhwc) {
   const float *scale = NULL, *shift = NULL;
   if (bn) {
     const float *bs, *bt;
@@ -983,6 +1070,14 @@ grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_m
     assert(ok); /* the caller checked grove__conv_bn_fusable */
     (void)ok;
     const int64_t C = grove__conv_out_channels(conv);
+    const conv_impl *p = conv->impl;
+    /* Folded into the weight when the parent was refreshed, from this
+     * BatchNorm's present statistics: the product writes the output. */
+    if (p->fold_bn == bn && memcmp(p->fold_bias + C, bs, (size_t)C * sizeof(float)) == 0 &&
+        memcmp(p->fold_bias + 2 * C, bt, (size_t)C * sizeof(float)) == 0) {
+      grove__linear_pack *const one[1] = {p->fold_pack};
+      return conv_forward_packs(conv, f, in, out, p->ones, p->fold_bias, act, out_nhwc, one);
+    }
     const float *cb = grove__conv_bias(conv);
     float *tmp = grove_arena_alloc(f->arena, (size_t)C * 2 * sizeof(float));
     if (!tmp) return grove__scratch_error(f, conv->type->name);
@@ -994,7 +1089,59 @@ grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_m
     scale = tmp;
     shift = tmp + C;
   }
-  return grove__conv_forward_ex(conv, f, in, out, scale, shift, relu, out_nhwc);
+  return grove__conv_forward_ex(conv, f, in, out, scale, shift, act, out_nhwc);
+}
+
+grove__act grove__fusable_act(const grove_module *m) {
+  const grove_module_type *t = m->type;
+  if (t == &grove__relu_type) return GROVE__ACT_RELU;
+  if (t == &grove__relu6_type) return GROVE__ACT_RELU6;
+  if (t == &grove__hardswish_type) return GROVE__ACT_HARDSWISH;
+  if (t == &grove__hardsigmoid_type) return GROVE__ACT_HARDSIGMOID;
+  if (t == &grove__silu_type) return GROVE__ACT_SILU;
+  if (t == &grove__sigmoid_type) return GROVE__ACT_SIGMOID;
+  return GROVE__ACT_NONE;
+}
+
+grove_status grove__conv_fold_bn(grove_module *conv, const grove_module *bn, grove_err *err) {
+  conv_impl *p = conv->impl;
+  conv_drop_fold(p);
+  const float *bs, *bt;
+  /* Only where it removes a pass: the rows path's own products (Winograd
+   * and the depthwise kernel apply the epilogue in their output stage). */
+  if (!grove__conv_bn_fusable(conv, bn) || !p->packs || p->wino[0] || p->groups != 1 ||
+      !grove__linear_pack_native(p->packs[0]) || !grove__bn2d_affine(bn, &bs, &bt))
+    return GROVE_OK;
+  const char *T = conv->type->name;
+  const grove_tensor *w = grove_module_param(conv, "weight");
+  const int64_t C = p->cout, n = C * p->K;
+  float *wf = malloc((size_t)n * sizeof(float)), *tmp = malloc((size_t)n * sizeof(float));
+  float *fb = malloc((size_t)(3 * C) * sizeof(float));
+  grove_status s = GROVE_OK;
+  if (!wf || !tmp || !fb) s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+  if (!s) s = grove__copy_f32(wf, n, w, T, "weight", err);
+  grove__linear_pack *pk = s ? NULL : pack_group(p, wf, 0, bs, tmp);
+  if (!s && !pk) s = grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory packing the weight", T);
+  free(wf);
+  free(tmp);
+  if (s) {
+    free(fb);
+    return s;
+  }
+  /* The same shift as the unfolded epilogue's: bn(conv(x) + b) =
+   * conv(x) * s + (b * s + t). */
+  for (int64_t c = 0; c < C; c++) fb[c] = p->bias[c] * bs[c] + bt[c];
+  memcpy(fb + C, bs, (size_t)C * sizeof(float));
+  memcpy(fb + 2 * C, bt, (size_t)C * sizeof(float));
+  p->fold_pack = pk;
+  p->fold_bias = fb;
+  p->fold_bn = bn;
+  return GROVE_OK;
+}
+
+bool grove__conv_fold_active(const grove_module *conv, const grove_module *bn) {
+  const conv_impl *p = conv->impl;
+  return is_conv(conv) && p->fold_bn == bn && p->fold_pack != NULL;
 }
 
 bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn) {

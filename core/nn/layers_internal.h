@@ -33,6 +33,8 @@ extern const grove_module_type grove__leaky_relu_type;
 extern const grove_module_type grove__gelu_type;
 extern const grove_module_type grove__silu_type;
 extern const grove_module_type grove__sigmoid_type;
+/* ops_pointwise.c */
+extern const grove_module_type grove__relu6_type, grove__hardswish_type, grove__hardsigmoid_type;
 extern const grove_module_type grove__tanh_type;
 extern const grove_module_type grove__softmax_type;
 extern const grove_module_type grove__log_softmax_type;
@@ -112,13 +114,31 @@ int64_t grove__embedding_padding_idx(const grove_module *m);
  * strided tensor it is). */
 grove_status grove__conv_forward_ex(const grove_module *m, grove_fwd *f, const grove_values *in,
                                     grove_values *out, const float *scale, const float *shift,
-                                    bool relu, bool out_nhwc);
+                                    grove__act act, bool out_nhwc);
 /* conv, then the BatchNorm2d bn folded into its epilogue (bn NULL: none;
- * grove__conv_bn_fusable must hold), then ReLU when relu: one pass, as a
- * graph or a Sequential fuses them when nothing observes the layers. */
-grove_status grove__conv_bn_relu_forward(const grove_module *conv, const grove_module *bn,
-                                         bool relu, grove_fwd *f, const grove_values *in,
-                                         grove_values *out, bool out_nhwc);
+ * grove__conv_bn_fusable must hold), then the activation act (NONE: none):
+ * one pass, as a graph or a Sequential fuses them when nothing observes the
+ * layers.  The activation is grove__act_apply's, the formula its own module
+ * runs, so the result is that of the modules one after the other.  The
+ * forward's thread. */
+grove_status grove__conv_bn_act_forward(const grove_module *conv, const grove_module *bn,
+                                        grove__act act, grove_fwd *f, const grove_values *in,
+                                        grove_values *out, bool out_nhwc);
+/* Folds the BatchNorm2d bn that follows conv into conv's packed weight
+ * (W * scale, bias * scale + shift), so that grove__conv_bn_act_forward's
+ * product writes the output with no epilogue pass; only where that removes
+ * a pass (the rows path, one group, no Winograd), else nothing.  The
+ * parents that fuse (Sequential, a graph) call it from their refresh,
+ * which runs after their children's on every load and reload; the conv's
+ * own refresh drops it, and a forward uses it only while bn still has the
+ * statistics it was made from.  One more packed copy of the weight.
+ * Refresh time: no forward may run on conv meanwhile. */
+grove_status grove__conv_fold_bn(grove_module *conv, const grove_module *bn, grove_err *err);
+/* Whether conv holds a fold of bn (tests). */
+bool grove__conv_fold_active(const grove_module *conv, const grove_module *bn);
+/* The activation a convolution can fuse when module m follows it (ReLU,
+ * ReLU6, Hardswish, Hardsigmoid, SiLU, Sigmoid), or GROVE__ACT_NONE. */
+grove__act grove__fusable_act(const grove_module *m);
 /* Whether bn is an eval BatchNorm2d with running statistics over conv's
  * output channels, conv a Conv2d: then it folds into the convolution. */
 bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn);

@@ -33,22 +33,11 @@ enum {
   ACT_TANH = GROVE__ELT_TANH,
 };
 
-/* Elements [b, e) of an in-place relu, sigmoid or tanh, on whichever
- * compute thread takes them. */
-typedef struct unary_par {
-  int act;
-  float *d;
-} unary_par;
-
-static void unary_chunk(void *ctx, int64_t b, int64_t e) {
-  const unary_par *c = ctx;
-  float *restrict d = c->d;
-  if (c->act == ACT_RELU)
-    for (int64_t i = b; i < e; i++) d[i] = d[i] < 0.0f ? 0.0f : d[i];
-  else if (c->act == ACT_SIGMOID)
-    for (int64_t i = b; i < e; i++) d[i] = 1.0f / (1.0f + expf(-d[i]));
-  else
-    for (int64_t i = b; i < e; i++) d[i] = tanhf(d[i]);
+/* Elements [b, e) of an in-place tanh, on whichever compute thread takes
+ * them (relu and sigmoid: grove__act_inplace_par). */
+static void tanh_chunk(void *ctx, int64_t b, int64_t e) {
+  float *restrict d = ctx;
+  for (int64_t i = b; i < e; i++) d[i] = tanhf(d[i]);
 }
 
 /* The exact GELU on vectors, for the transformers' feed-forward blocks:
@@ -126,7 +115,7 @@ GROVE__TARGET_POP
 static void elementwise_run(int act, float slope, const float *x, float *y, int64_t n) {
   switch (act) {
     case ACT_RELU:
-      for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+      grove__act_apply(GROVE__ACT_RELU, x, y, n);
       break;
     case ACT_LEAKY:
       /* Written as pos + neg * slope with two selects against zero: GCC 12
@@ -161,11 +150,11 @@ static void elementwise_run(int act, float slope, const float *x, float *y, int6
       }
       break;
     }
-    case ACT_SILU:
-      for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+    case ACT_SILU: /* the convolutions' fused epilogue's formula too (kernels.h) */
+      grove__act_apply(GROVE__ACT_SILU, x, y, n);
       break;
     case ACT_SIGMOID:
-      for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+      grove__act_apply(GROVE__ACT_SIGMOID, x, y, n);
       break;
     default:
       for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
@@ -202,8 +191,11 @@ static grove_status act_forward(const grove__opctx *c, gval *res, int act, float
   grove_status s = grove__op_tensor(c, 0, &xa);
   if (s) return s;
   if ((c->overwrite & 1u) && (act == ACT_RELU || act == ACT_SIGMOID || act == ACT_TANH)) {
-    unary_par p = {act, xa->data};
-    grove__parallel_for(grove_tensor_numel(xa), (int64_t)16 << 10, unary_chunk, &p);
+    if (act == ACT_TANH)
+      grove__parallel_for(grove_tensor_numel(xa), (int64_t)16 << 10, tanh_chunk, xa->data);
+    else
+      grove__act_inplace_par(act == ACT_RELU ? GROVE__ACT_RELU : GROVE__ACT_SIGMOID, xa->data,
+                             grove_tensor_numel(xa));
     grove__op_set_tensor(res, xa);
     return GROVE_OK;
   }

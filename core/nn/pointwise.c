@@ -58,14 +58,16 @@ static void unary_chunk(void *ctx, int64_t b, int64_t e) {
   float *y = c->y;
   const float a = c->a, p = c->b;
   switch (c->op) {
+    /* The three a convolution's epilogue can apply: one implementation
+     * for both (kernels.h, grove__act_apply). */
     case GROVE__UN_RELU6:
-      for (int64_t i = b; i < e; i++) y[i] = clampf(x[i], 0.0f, 6.0f);
+      grove__act_apply(GROVE__ACT_RELU6, x + b, y + b, e - b);
       break;
     case GROVE__UN_HARDSWISH:
-      for (int64_t i = b; i < e; i++) y[i] = x[i] * clampf(x[i] + 3.0f, 0.0f, 6.0f) / 6.0f;
+      grove__act_apply(GROVE__ACT_HARDSWISH, x + b, y + b, e - b);
       break;
     case GROVE__UN_HARDSIGMOID:
-      for (int64_t i = b; i < e; i++) y[i] = clampf(x[i] + 3.0f, 0.0f, 6.0f) / 6.0f;
+      grove__act_apply(GROVE__ACT_HARDSIGMOID, x + b, y + b, e - b);
       break;
     case GROVE__UN_HARDTANH:
     case GROVE__UN_CLAMP:
