@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -575,6 +576,59 @@ static inline Grove__Reply *h_raw(const char *url, Grove__Request *req) {
   if (h_raw_call(url, buf, n, 10000, &rep) != 0) rep = NULL;
   free(buf);
   return rep;
+}
+
+/* ------------------------------------------------------------ raw sockets */
+
+static inline int h_tcp_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct timeval tv = {2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* A TCP connection to port that has done the SP handshake of a req0 peer
+ * (0, 'S', 'P', 0, protocol 0x30 big-endian, 0, 0) and then stays quiet.
+ * The server's header is read (at most 2 s; not at all once a server has
+ * not sent one: *answering false) so that the pipe exists on groved's side
+ * before the next one; -1 when even the connect failed. */
+static inline int h_sp_connect(int port, bool *answering) {
+  int fd = h_tcp_connect(port);
+  if (fd < 0) return -1;
+  static const unsigned char hdr[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0};
+  if (write(fd, hdr, sizeof hdr) != (ssize_t)sizeof hdr || !*answering) return fd;
+  unsigned char got[8];
+  size_t n = 0;
+  while (n < sizeof got) {
+    ssize_t r = read(fd, got + n, sizeof got - n);
+    if (r <= 0) break;
+    n += (size_t)r;
+  }
+  if (n < sizeof got) *answering = false;
+  return fd;
+}
+
+/* Whether the peer has closed fd (EOF or a reset is waiting). */
+static inline bool h_peer_closed(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLHUP | POLLERR)) return true;
+  char b[64];
+  for (;;) {
+    ssize_t r = recv(fd, b, sizeof b, MSG_DONTWAIT);
+    if (r == 0) return true;
+    if (r < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
+    /* Data (the SP header, read already; or anything): keep draining. */
+  }
 }
 
 /* Copies file src to dst (0 on success). */
