@@ -49,26 +49,7 @@ static int port_of(const hserver *s) {
 /* A predict of row `row` of the fixture, packed, with request id id. */
 static uint8_t *pack_predict(const hio *o, int64_t row, uint64_t id, size_t *len) {
   grove_tensor in = h_rows(o->x, row, 1);
-  Grove__Tensor t = GROVE__TENSOR__INIT;
-  t.dtype = (int32_t)in.dtype;
-  t.n_shape = (size_t)in.ndim;
-  t.shape = in.shape;
-  t.data.len = grove_tensor_nbytes(&in);
-  t.data.data = in.data;
-  Grove__Tensor *tp = &t;
-  Grove__PredictRequest pr = GROVE__PREDICT_REQUEST__INIT;
-  pr.model = "server_mlp";
-  pr.n_inputs = 1;
-  pr.inputs = &tp;
-  Grove__Request req = GROVE__REQUEST__INIT;
-  req.protocol = 1;
-  req.id = id;
-  req.body_case = GROVE__REQUEST__BODY_PREDICT;
-  req.predict = &pr;
-  *len = grove__request__get_packed_size(&req);
-  uint8_t *buf = malloc(*len);
-  grove__request__pack(&req, buf);
-  return buf;
+  return h_pack_predict("server_mlp", &in, id, len);
 }
 
 /* Whether reply rep answers row `row` of o with torch's numbers. */
@@ -106,6 +87,20 @@ static bool wait_closed(int fd, double timeout_s) {
     h_sleep_ms(10);
   }
   return false;
+}
+
+/* groved's resident memory in MiB (/proc/PID/status VmRSS). */
+static double rss_mib(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  double kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %lf", &kib) == 1) break;
+  fclose(f);
+  ck_assert(kib >= 0);
+  return kib / 1024.0;
 }
 
 static bool write_all(int fd, const void *p, size_t n) {
@@ -362,38 +357,56 @@ END_TEST
 START_TEST(a_peer_that_never_reads_is_closed_others_answered) {
   hserver s;
   start_loop(&s, NULL);
-  int port = port_of(&s);
   hio o;
   h_io_load("server_mlp", &o);
-  int fd = h_tcp_connect(port);
+  /* A small receive buffer, set before the connect so that the window
+   * stays small: groved's writes block soon. */
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
   ck_assert_int_ge(fd, 0);
   int small = 4096;
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-  static const uint8_t req0[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0};
-  ck_assert(write_all(fd, req0, 8));
-  /* Predicts (each reply carries 10 floats and a header) written and never
-   * read: the replies pile up in groved's queue, then its reading stops. */
-  size_t len;
-  uint8_t *body = pack_predict(&o, 0, 1, &len);
-  uint8_t *frame = malloc(12 + len);
-  put64be(frame, 4 + len);
-  memcpy(frame + 8, "\x80\0\0\1", 4);
-  memcpy(frame + 12, body, len);
-  free(body);
   struct timeval tv = {0, 200000};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port_of(&s)),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  static const uint8_t req0[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0};
+  ck_assert(write_all(fd, req0, 8));
+  /* Status requests (answered on the loop, each reply a few hundred
+   * bytes), written and never read: the replies fill the socket, then
+   * groved's queue, then groved stops reading and this write blocks. */
+  Grove__Request req = GROVE__REQUEST__INIT;
+  Grove__StatusRequest st = GROVE__STATUS_REQUEST__INIT;
+  req.protocol = 1;
+  req.body_case = GROVE__REQUEST__BODY_STATUS;
+  req.status = &st;
+  size_t len = grove__request__get_packed_size(&req);
+  uint8_t frame[64];
+  ck_assert_uint_le(len, sizeof frame - 12);
+  put64be(frame, 4 + len);
+  memcpy(frame + 8, "\x80\0\0\1", 4);
+  grove__request__pack(&req, frame + 12);
+  enum { CHUNK = 256 };
+  static uint8_t chunk[CHUNK * 64];
+  for (int i = 0; i < CHUNK; i++) memcpy(chunk + (size_t)i * (12 + len), frame, 12 + len);
+  double rss0 = rss_mib(s.pid);
   int sent = 0;
-  double until = h_now() + 8.0;
-  while (h_now() < until && write_all(fd, frame, 12 + len)) sent++;
-  free(frame);
-  ck_assert_int_gt(sent, 100);
+  double until = h_now() + 10.0;
+  while (h_now() < until && write_all(fd, chunk, CHUNK * (12 + len))) sent += CHUNK;
+  ck_assert_int_gt(sent, 1000);
+  /* What groved holds for it is bounded (its queue stops at 4 MiB, then
+   * the connection is not read), however long the peer keeps sending. */
+  double grown = rss_mib(s.pid) - rss0;
+  ck_assert_msg(grown < 64, "groved grew by %.0f MiB for %d unread replies", grown, sent);
   /* Meanwhile everyone else is answered. */
   ck_assert_int_eq(predict_one(s.tcp, &o, 1), GROVE_OK);
   ck_assert_int_eq(predict_one(s.ipc, &o, 2), GROVE_OK);
   /* The send timeout (10 s without progress) closes it. */
-  double deadline = h_now() + 20.0;
+  double deadline = h_now() + 30.0;
   while (!h_log_contains(&s, "sp.send_stalled") && h_now() < deadline) h_sleep_ms(100);
-  ck_assert_msg(h_log_contains(&s, "sp.send_stalled"), "a peer that never reads was not closed");
+  ck_assert_msg(h_log_contains(&s, "sp.send_stalled"),
+                "a peer that never read %d replies was not closed", sent);
   close(fd);
   ck_assert_int_eq(predict_one(s.tcp, &o, 3), GROVE_OK);
   h_io_free(&o);
