@@ -34,14 +34,23 @@
  * grove__rpc_max_inflight (NNG's context count): past it, connections stop
  * being read until replies go out.  No call here blocks.
  *
- * Replies: on the loop, uv_try_write first (a whole reply in one writev
- * when the connection has nothing queued), the rest queued and written
- * with uv_write.  Another thread's reply (a worker's batch, a reload's) goes
- * to the outbox, one mutex-guarded list, and the loop is woken only when
- * the list was empty, so a batch's replies cost one wake-up.
+ * Replies: a worker (or any thread that answers) writes its reply itself,
+ * one non-blocking writev, when the connection has nothing queued and its
+ * lock is free (never waiting for it); what it cannot write is queued for
+ * the loop.  Either way the request then goes to the outbox, one
+ * mutex-guarded list, for the loop's bookkeeping (its connection's
+ * reference, the window), and the loop is woken only when the list was
+ * empty: a batch's replies cost one wake-up.  A reply the worker did not
+ * write goes out from the loop: uv_try_write first (a whole reply in one
+ * writev), the rest queued and written with uv_write.  Writing from the
+ * worker measured better than handing every reply to the loop: at 32
+ * clients it halved the context switches per request, client and server
+ * together (docs/performance.md, "The request path (#20)"), since the
+ * replies go out as the batch finishes instead of when the loop wakes.
  *
- * Threads: everything here is the loop thread's but sp_deliver (any thread,
- * the outbox) and sp_close_id (conns.c's sweeper, the outbox).  A request
+ * Threads: everything here is the loop thread's but sp_deliver (any thread:
+ * worker_write under the connection's wmu, then the outbox) and sp_close_id
+ * (conns.c's sweeper, the outbox).  A request
  * holds a reference to its connection, so a connection that closes while
  * its requests are on workers lives until their replies come back (and are
  * dropped).
@@ -58,6 +67,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -103,6 +113,9 @@ typedef struct sp_req {
   sp_conn *c;
   uint8_t bt[4 * MAX_HOPS];
   uint8_t btlen;
+  /* The worker wrote the reply (whole, or the rest is queued: kick), or
+   * failed to queue its rest (cut: the connection must close). */
+  bool written, kick, cut;
   struct sp_req *onext; /* the outbox or the free list */
 } sp_req;
 
@@ -151,6 +164,11 @@ struct sp_conn {
   uint8_t *wbuf, *qbuf; /* being written; queued behind it */
   size_t wlen, wcap, qlen, qcap;
   uint32_t wreplies, qreplies; /* replies (srv->sending) in each */
+  /* A worker writes a reply itself when nothing is queued (worker_write):
+   * wmu (recursive: the loop's writes nest) guards closing, writing and
+   * the queue, which the loop changes only under it. */
+  pthread_mutex_t wmu;
+  int fd;
 };
 
 struct srv_sp {
@@ -220,6 +238,7 @@ static void sending_done(srv_sp *sp, uint32_t n) {
 
 static void conn_unref(sp_conn *c) {
   if (--c->refs > 0) return;
+  pthread_mutex_destroy(&c->wmu);
   free(c->wbuf);
   free(c);
 }
@@ -232,6 +251,7 @@ static void unpause_window(srv_sp *sp);
 
 static void conn_close(sp_conn *c) {
   if (c->closing) return;
+  pthread_mutex_lock(&c->wmu);
   c->closing = true;
   srv_sp *sp = c->sp;
   if (c->on_paused) {
@@ -254,6 +274,7 @@ static void conn_close(sp_conn *c) {
   free(c->big);
   c->big = NULL;
   uv_close((uv_handle_t *)&c->h.stream, conn_handle_closed);
+  pthread_mutex_unlock(&c->wmu);
   uv_close((uv_handle_t *)&c->timer, conn_handle_closed);
 }
 
@@ -317,9 +338,16 @@ static bool append(uint8_t **buf, size_t *len, size_t *cap, const void *p, size_
 }
 
 static void start_write(sp_conn *c);
+static void on_written_locked(sp_conn *c, int status);
 
 static void on_written(uv_write_t *wr, int status) {
   sp_conn *c = wr->data;
+  pthread_mutex_lock(&c->wmu);
+  on_written_locked(c, status);
+  pthread_mutex_unlock(&c->wmu);
+}
+
+static void on_written_locked(sp_conn *c, int status) {
   c->writing = false;
   c->wlen = 0;
   uint32_t done = c->wreplies;
@@ -366,14 +394,26 @@ static void start_write(sp_conn *c) {
 
 /* One reply (the request's backtrace and body) on c; counted in
  * srv->sending until it is in the kernel's hands. */
-static void send_reply(sp_conn *c, const sp_req *sr, const void *body, size_t n) {
-  uint8_t head[9 + 4 * MAX_HOPS];
+static size_t frame_head(const sp_conn *c, const sp_req *sr, size_t n, uint8_t *head) {
   size_t hl = 0;
   if (c->ipc) head[hl++] = 1;
   put64(head + hl, (uint64_t)sr->btlen + n);
   hl += 8;
   memcpy(head + hl, sr->bt, sr->btlen);
-  hl += sr->btlen;
+  return hl + sr->btlen;
+}
+
+static void send_reply_locked(sp_conn *c, const sp_req *sr, const void *body, size_t n);
+
+static void send_reply(sp_conn *c, const sp_req *sr, const void *body, size_t n) {
+  pthread_mutex_lock(&c->wmu);
+  send_reply_locked(c, sr, body, n);
+  pthread_mutex_unlock(&c->wmu);
+}
+
+static void send_reply_locked(sp_conn *c, const sp_req *sr, const void *body, size_t n) {
+  uint8_t head[9 + 4 * MAX_HOPS];
+  size_t hl = frame_head(c, sr, n, head);
   size_t total = hl + n, off = 0;
   if (!c->writing) {
     uv_buf_t b[2] = {uv_buf_init((char *)head, (unsigned)hl), uv_buf_init((char *)body, (unsigned)n)};
@@ -426,6 +466,16 @@ static void reply_now(sp_req *sr) {
   srv_sp *sp = c->sp;
   nng_msg *m = sr->r.reply;
   sr->r.reply = NULL;
+  if (sr->written) sending_done(sp, 1);
+  if (sr->cut) {
+    sending_done(sp, 1);
+    conn_close(c);
+  }
+  if (sr->kick && !c->closing) {
+    pthread_mutex_lock(&c->wmu);
+    if (!c->writing && c->qlen) start_write(c);
+    pthread_mutex_unlock(&c->wmu);
+  }
   if (m) {
     if (c->closing)
       sending_done(sp, 1);
@@ -439,6 +489,42 @@ static void reply_now(sp_req *sr) {
   if (sp->paused) unpause_window(sp);
 }
 
+/* A worker writes sr's reply itself when its connection has nothing queued
+ * (never waiting for the lock); what it cannot write is queued for the
+ * loop. */
+static void worker_write(sp_req *sr) {
+  sp_conn *c = sr->c;
+  if (pthread_mutex_trylock(&c->wmu) != 0) return;
+  if (c->fd >= 0 && !c->closing && !c->writing && c->qlen == 0) {
+    nng_msg *m = sr->r.reply;
+    size_t n = nng_msg_len(m);
+    uint8_t head[9 + 4 * MAX_HOPS];
+    size_t hl = frame_head(c, sr, n, head);
+    struct iovec iov[2] = {{head, hl}, {nng_msg_body(m), n}};
+    ssize_t w = writev(c->fd, iov, 2);
+    if (w > 0) {
+      size_t off = (size_t)w;
+      if (off < hl + n) {
+        bool ok = true;
+        if (off < hl) ok = append(&c->qbuf, &c->qlen, &c->qcap, head + off, hl - off);
+        size_t boff = off > hl ? off - hl : 0;
+        if (ok) ok = append(&c->qbuf, &c->qlen, &c->qcap, (uint8_t *)nng_msg_body(m) + boff, n - boff);
+        if (ok) {
+          c->qreplies++;
+          sr->kick = true;
+        } else {
+          sr->cut = true;
+        }
+      } else {
+        sr->written = true;
+      }
+      nng_msg_free(m);
+      sr->r.reply = NULL;
+    }
+  }
+  pthread_mutex_unlock(&c->wmu);
+}
+
 /* srv_req.deliver of sp.c's requests (any thread; never blocks). */
 static void sp_deliver(srv_req *r) {
   sp_req *sr = (sp_req *)r;
@@ -450,6 +536,7 @@ static void sp_deliver(srv_req *r) {
     reply_now(sr);
     return;
   }
+  if (r->reply) worker_write(sr);
   sr->onext = NULL;
   pthread_mutex_lock(&sp->mu);
   bool was_empty = !sp->out_head && !sp->nclose;
@@ -521,6 +608,7 @@ static sp_req *req_get(srv_sp *sp) {
     if (!sr) return NULL;
   }
   memset(&sr->r, 0, sizeof sr->r);
+  sr->written = sr->kick = sr->cut = false;
   return sr;
 }
 
@@ -701,6 +789,12 @@ static void on_connection(uv_stream_t *server, int status) {
   c->buf = buf;
   c->ipc = l->ipc;
   c->refs = 2;
+  c->fd = -1;
+  pthread_mutexattr_t ma;
+  pthread_mutexattr_init(&ma);
+  pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+  pthread_mutex_init(&c->wmu, &ma);
+  pthread_mutexattr_destroy(&ma);
   if (l->ipc)
     uv_pipe_init(&sp->srv->loop, &c->h.pipe, 0);
   else
@@ -734,6 +828,8 @@ static void on_connection(uv_stream_t *server, int status) {
     return;
   }
   c->closing = false;
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)&c->h.stream, &fd) == 0) c->fd = fd;
   if (!l->ipc) uv_tcp_nodelay(&c->h.tcp, 1);
   const uint8_t hs[8] = {0, 'S', 'P', 0, PROTO_REP0 >> 8, PROTO_REP0 & 0xff, 0, 0};
   memcpy(c->hs, hs, 8);
