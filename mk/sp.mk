@@ -1,8 +1,8 @@
-# mk/sp.mk: groved's data plane read on its own loop (--data-io loop,
-# server/sp.c).  tests/check_sp.c runs with the other Check suites; `make
-# sp-test` runs every other suite that starts groved again with each groved
-# on the loop's listener (GROVED_DATA_IO=loop, --data-io's default), so that
-# each guarantee of theirs holds on both listeners.
+# mk/sp.mk: groved's data plane read on its own loop (--data-io loop, the
+# default: server/sp.c).  tests/check_sp.c runs with the other Check suites;
+# `make sp-test` runs every other suite that starts groved again with each
+# groved on NNG's listener (GROVED_DATA_IO=nng, --data-io's default), so
+# that each guarantee of theirs holds on both listeners.
 # (Read before server.mk: hence "=".)
 
 TEST_EXTRA_check_sp = $(CLIENTLIB)
@@ -17,7 +17,7 @@ SP_LOOP_SUITES = $(filter-out check_sp,$(basename $(notdir $(shell grep -l grove
 .PHONY: sp-test
 sp-test: all $(SP_LOOP_SUITES:%=$(BUILD)/tests/%) $(FIXTURE_STAMP)
 	@fail=0; for t in $(SP_LOOP_SUITES); do \
-	  echo "sp-test: $$t with GROVED_DATA_IO=loop"; \
-	  GROVED_DATA_IO=loop GROVE_FIXTURES=$(FIXTURES) GROVE_BIN=$(GROVE_BIN) \
+	  echo "sp-test: $$t with GROVED_DATA_IO=nng"; \
+	  GROVED_DATA_IO=nng GROVE_FIXTURES=$(FIXTURES) GROVE_BIN=$(GROVE_BIN) \
 	    CK_DEFAULT_TIMEOUT=120 $(BUILD)/tests/$$t || fail=1; \
 	done; exit $$fail

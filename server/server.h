@@ -42,9 +42,11 @@
  *     through the same inbox.  It replies to each request itself (the reply
  *     goes out on NNG from the worker thread: one hop less than going back
  *     through the loop, and the loop never waits on a socket).
- *   - With --data-io loop (sp.c) the loop itself reads the data plane's
- *     connections, decodes and checks each request, and writes every reply
- *     (a worker's come back through sp.c's outbox, one wake-up per batch).
+ *   - With --data-io loop (sp.c, the default) the loop itself reads the
+ *     data plane's connections, decodes and checks each request; a worker
+ *     writes its replies when their connection has nothing queued, the
+ *     loop the rest (the requests come back through sp.c's outbox, one
+ *     wake-up per batch).  NNG's threads then serve the admin plane only.
  *   - A request (srv_req) belongs to exactly one of them at a time, so it
  *     carries no lock: NNG thread -> loop -> worker -> NNG again.  An OIP
  *     infer (oip.c) goes HTTP thread -> loop -> worker -> HTTP thread (the

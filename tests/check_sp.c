@@ -17,8 +17,9 @@
  *     the send timeout, while others are answered meanwhile.
  *
  * The other guarantees (deadlines, queue limits, drain, reload, hooks, the
- * connection caps) are check_server's and check_conns's, which mk/sp.mk
- * runs again with GROVE_TEST_DATA_IO=loop.  Every wait is bounded; nothing
+ * connection caps) are the other groved suites', which run on the loop's
+ * listener (the default) and, in `make sp-test`, again on NNG's
+ * (GROVED_DATA_IO=nng).  Every wait is bounded; nothing
  * here times anything. */
 #include <sys/un.h>
 
@@ -163,19 +164,26 @@ START_TEST(nng_req0_clients_get_torchs_rows_over_tcp_and_ipc) {
 END_TEST
 
 START_TEST(groved_data_io_env_is_the_flags_default) {
-  /* $GROVED_DATA_IO=loop without the flag: the loop's listener. */
-  setenv("GROVED_DATA_IO", "loop", 1);
-  hserver s;
-  const char *extra[] = {"--model", model_arg(), NULL};
-  const hstart_opts opts = {.die_with_test = true};
-  h_start_with(&s, &opts, extra);
-  unsetenv("GROVED_DATA_IO");
-  ck_assert_msg(h_log_contains(&s, "on the loop: --data-io loop"), "not the loop's listener");
   hio o;
   h_io_load("server_mlp", &o);
+  const hstart_opts opts = {.die_with_test = true};
+  const char *extra[] = {"--model", model_arg(), NULL};
+  /* Neither: the loop's listener, the default. */
+  hserver s;
+  h_start_with(&s, &opts, extra);
+  ck_assert_msg(h_log_contains(&s, "on the loop: --data-io loop"), "not the loop's listener");
   ck_assert_int_eq(predict_one(s.tcp, &o, 0), GROVE_OK);
-  h_io_free(&o);
   ck_assert_int_eq(h_stop(&s), 0);
+  /* $GROVED_DATA_IO=nng without the flag: NNG's, which serves as well. */
+  setenv("GROVED_DATA_IO", "nng", 1);
+  h_start_with(&s, &opts, extra);
+  unsetenv("GROVED_DATA_IO");
+  ck_assert_msg(h_log_contains(&s, "listening on tcp://"), "no server.listen line");
+  ck_assert_msg(!h_log_contains(&s, "on the loop"), "GROVED_DATA_IO=nng served on the loop");
+  ck_assert_int_eq(predict_one(s.tcp, &o, 0), GROVE_OK);
+  ck_assert_int_eq(predict_one(s.ipc, &o, 1), GROVE_OK);
+  ck_assert_int_eq(h_stop(&s), 0);
+  h_io_free(&o);
   /* A value that is neither: a usage error (2), as a bad flag is. */
   setenv("GROVED_DATA_IO", "epoll", 1);
   const char *args[] = {"--listen", "tcp://127.0.0.1:1", "--http", "none", NULL};
