@@ -190,6 +190,7 @@ struct srv_sp {
   uint32_t next_id;
   size_t inflight, window;
   sp_conn *paused;
+  bool unpausing;
   sp_req *free_reqs;
   size_t nfree;
   uint64_t bad[BAD_KINDS]; /* hostile peers by kind, for the log's rate limit */
@@ -303,12 +304,18 @@ static void resume_conn(sp_conn *c, int why) {
 }
 
 static void unpause_window(srv_sp *sp) {
+  /* A resumed connection's requests may be answered at once (status),
+   * which comes back here: the outer call goes on resuming, so the stack
+   * does not grow with the number of paused connections. */
+  if (sp->unpausing) return;
+  sp->unpausing = true;
   while (sp->paused && sp->inflight < sp->window) {
     sp_conn *c = sp->paused;
     sp->paused = c->pnext;
     c->on_paused = false;
     resume_conn(c, PAUSE_WINDOW);
   }
+  sp->unpausing = false;
 }
 
 static void on_timer(uv_timer_t *t) {
