@@ -879,20 +879,36 @@ static grove_status listen_one(srv_sp *sp, sp_listener *l, const char *url, grov
     l->ipc = true;
     l->path = strdup(url + 6);
     if (!l->path) return grove_err_set(err, GROVE_E_NOMEM, "out of memory");
-    if (!l->path[0] || strlen(l->path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+    /* Room for the temporary name's suffix (".PID~") too. */
+    if (!l->path[0] || strlen(l->path) + 13 >= sizeof(((struct sockaddr_un *)0)->sun_path))
       return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                            "cannot listen on %s: an IPC path of 1 to %zu bytes wanted", url,
-                           sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+                           sizeof(((struct sockaddr_un *)0)->sun_path) - 14);
     uv_pipe_init(loop, &l->h.pipe, 0);
     l->h.stream.data = l;
-    rv = uv_pipe_bind(&l->h.pipe, l->path);
-    if (rv == UV_EADDRINUSE && stale_socket(l->path)) {
-      unlink(l->path);
-      rv = uv_pipe_bind(&l->h.pipe, l->path);
+    /* Bound and listening under a temporary name, then renamed into place:
+     * a client that sees the path can connect (NNG binds the path itself,
+     * and a client quick enough is refused before its listen). */
+    char tmp[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    struct stat st;
+    rv = 0;
+    if (lstat(l->path, &st) == 0) {
+      if (stale_socket(l->path))
+        unlink(l->path);
+      else
+        rv = UV_EADDRINUSE; /* another server's, or not a socket */
     }
+    bool bound = false;
+    if (!rv && snprintf(tmp, sizeof tmp, "%s.%ld~", l->path, (long)getpid()) >= (int)sizeof tmp)
+      rv = UV_ENAMETOOLONG;
+    if (!rv) bound = (rv = uv_pipe_bind(&l->h.pipe, tmp)) == 0;
+    if (!rv) rv = uv_listen(&l->h.stream, BACKLOG, on_connection);
+    if (!rv && rename(tmp, l->path) != 0) rv = -errno;
+    if (rv && bound) unlink(tmp);
     if (rv) {
       free(l->path); /* not ours to remove */
       l->path = NULL;
+      return grove_err_set(err, GROVE_E_IO, "cannot listen on %s: %s", url, uv_strerror(rv));
     }
   } else {
     const char *hp = NULL;
@@ -934,9 +950,9 @@ static grove_status listen_one(srv_sp *sp, sp_listener *l, const char *url, grov
     l->h.stream.data = l;
     rv = uv_tcp_bind(&l->h.tcp, ai->ai_addr, 0);
     uv_freeaddrinfo(gai.addrinfo);
+    if (!rv) rv = uv_listen(&l->h.stream, BACKLOG, on_connection);
+    if (rv) return grove_err_set(err, GROVE_E_IO, "cannot listen on %s: %s", url, uv_strerror(rv));
   }
-  if (!rv) rv = uv_listen(&l->h.stream, BACKLOG, on_connection);
-  if (rv) return grove_err_set(err, GROVE_E_IO, "cannot listen on %s: %s", url, uv_strerror(rv));
   grove__slog(GROVE_LOG_INFO, "server.listen", "listening on %s (on the loop: --data-io loop)",
               url);
   return GROVE_OK;

@@ -198,6 +198,54 @@ START_TEST(groved_data_io_env_is_the_flags_default) {
 }
 END_TEST
 
+/* A unix socket bound at path: listening (live) or closed, leaving its file
+ * behind as a killed server's would (stale).  Returns the descriptor of a
+ * live one (the caller closes it), -1 for a stale one. */
+static int unix_bound(const char *path, bool live) {
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  ck_assert_uint_lt(strlen(path), sizeof a.sun_path);
+  memcpy(a.sun_path, path, strlen(path) + 1);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  if (live) {
+    ck_assert_int_eq(listen(fd, 4), 0);
+    return fd;
+  }
+  close(fd);
+  return -1;
+}
+
+START_TEST(ipc_paths_stale_replaced_live_refused_removed_at_exit) {
+  const char *dir = grove_test_tmpdir();
+  ck_assert_ptr_nonnull(dir);
+  char path[200], url[220];
+  snprintf(path, sizeof path, "%s/d.sock", dir);
+  snprintf(url, sizeof url, "ipc://%s", path);
+  /* Another server listening there: groved does not start (status 1). */
+  int live = unix_bound(path, true);
+  const char *args[] = {"--data-io", "loop", "--listen", url,  "--http",
+                        "none",      "--pub", "none",   "--admin-listen", "none", NULL};
+  int st = h_groved_exit(args);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 1);
+  close(live);
+  unlink(path);
+  /* A file left by a server that died: replaced. */
+  unix_bound(path, false);
+  hserver s;
+  const hstart_opts opts = {.die_with_test = true, .no_ipc = true};
+  const char *extra[] = {"--data-io", "loop", "--model", model_arg(), "--listen", url, NULL};
+  h_start_with(&s, &opts, extra);
+  hio o;
+  h_io_load("server_mlp", &o);
+  ck_assert_int_eq(predict_one(url, &o, 0), GROVE_OK);
+  h_io_free(&o);
+  ck_assert_int_eq(h_stop(&s), 0);
+  ck_assert_msg(access(path, F_OK) != 0, "groved left %s behind", path);
+}
+END_TEST
+
 #define DEEP 400
 
 START_TEST(one_connection_with_hundreds_in_flight_gets_every_reply) {
@@ -439,6 +487,7 @@ Suite *sp_suite(void) {
   tcase_set_timeout(t, 120);
   tcase_add_test(t, nng_req0_clients_get_torchs_rows_over_tcp_and_ipc);
   tcase_add_test(t, groved_data_io_env_is_the_flags_default);
+  tcase_add_test(t, ipc_paths_stale_replaced_live_refused_removed_at_exit);
   tcase_add_test(t, one_connection_with_hundreds_in_flight_gets_every_reply);
   tcase_add_test(t, hostile_peers_are_closed_and_logged_others_unaffected);
   tcase_add_test(t, a_thousand_connections_leave_predict_answering);
