@@ -422,7 +422,9 @@ static void send_reply_locked(sp_conn *c, const sp_req *sr, const void *body, si
   uint8_t head[9 + 4 * MAX_HOPS];
   size_t hl = frame_head(c, sr, n, head);
   size_t total = hl + n, off = 0;
-  if (!c->writing) {
+  /* Nothing queued: a worker may have left the rest of its reply in qbuf
+   * without writing (worker_write's kick, still on its way here). */
+  if (!c->writing && c->qlen == 0) {
     uv_buf_t b[2] = {uv_buf_init((char *)head, (unsigned)hl), uv_buf_init((char *)body, (unsigned)n)};
     int w = uv_try_write(&c->h.stream, b, 2);
     if (w == (int)total) {
