@@ -1044,6 +1044,7 @@ void grove__sp_free(srv_server *srv) {
     free(sr);
   }
   for (size_t i = 0; i < sp->nls; i++) {
+    if (!sp->stopped && sp->ls[i].path) unlink(sp->ls[i].path); /* a failed start */
     free(sp->ls[i].url);
     free(sp->ls[i].path);
   }

@@ -231,6 +231,24 @@ START_TEST(ipc_paths_stale_replaced_live_refused_removed_at_exit) {
   ck_assert_int_eq(WEXITSTATUS(st), 1);
   close(live);
   unlink(path);
+  /* A start that fails after the data plane listens (its HTTP port taken)
+   * leaves no socket file behind. */
+  int port = h_free_port();
+  int taken = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in ta = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(bind(taken, (struct sockaddr *)&ta, sizeof ta), 0);
+  ck_assert_int_eq(listen(taken, 4), 0);
+  char http[64];
+  snprintf(http, sizeof http, "127.0.0.1:%d", port);
+  const char *failing[] = {"--data-io", "loop", "--listen", url,    "--http",
+                           http,        "--pub", "none",   "--admin-listen", "none", NULL};
+  st = h_groved_exit(failing);
+  close(taken);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 1);
+  ck_assert_msg(access(path, F_OK) != 0, "a failed start left %s behind", path);
   /* A file left by a server that died: replaced. */
   unix_bound(path, false);
   hserver s;
