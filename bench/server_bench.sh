@@ -21,7 +21,7 @@
 # it would for any client on the box.  Environment: GROVE_SERVER_BENCH_ROUNDS (3),
 # GROVE_SERVER_BENCH_SECONDS (3), GROVE_SERVER_BENCH_WORKERS and
 # GROVE_SERVER_BENCH_BLAS_THREADS (groved's defaults: cores / 1 and 1),
-# GROVE_SERVER_BENCH_MAX_BATCH (64) and GROVE_SERVER_BENCH_DELAY_US (500) for the exported
+# GROVE_SERVER_BENCH_DATA_IO (groved's --data-io), GROVE_SERVER_BENCH_MAX_BATCH (64) and GROVE_SERVER_BENCH_DELAY_US (500) for the exported
 # model's batching, GROVE_PEERS (the peers folder).
 set -uo pipefail
 
@@ -84,6 +84,8 @@ tcp="tcp://127.0.0.1:$port"
 args=(--model "mlp=$model_dir" --listen "$ipc" --listen "$tcp" --http "127.0.0.1:$hport"
   --blas-threads "$blas" --log-level warn --admin-listen none)
 [ -n "$workers" ] && args+=(--workers "$workers")
+# GROVE_SERVER_BENCH_DATA_IO: groved's --data-io (loop or nng; unset: groved's default).
+[ -n "${GROVE_SERVER_BENCH_DATA_IO:-}" ] && args+=(--data-io "$GROVE_SERVER_BENCH_DATA_IO")
 oip_load=
 if cc -std=c11 -O2 -o "$work/oip_load" "$root/bench/oip_load.c" 2>"$work/cc.log"; then
   oip_load="$work/oip_load"

@@ -253,7 +253,13 @@ static uint32_t take_lru(srv_conns *c, uint8_t pl) {
   return N(c, k)->id;
 }
 
-static void close_id(uint32_t id) {
+/* Closes connection id of plane pl: NNG's pipe, or through the plane's own
+ * closer (sp.c's connections on the loop). */
+static void close_in(const srv_plane *pl, uint32_t id) {
+  if (pl->close_fn) {
+    pl->close_fn(pl->close_arg, id);
+    return;
+  }
   /* NNG 1.5.2 has no lookup from an id: nng_pipe is the id itself. */
   nng_pipe p = NNG_PIPE_INITIALIZER;
   p.id = id;
@@ -262,57 +268,69 @@ static void close_id(uint32_t id) {
 
 /* ------------------------------------------------------------ pipes */
 
-static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
-  srv_plane *pl = arg;
+bool grove__conns_admit(srv_plane *pl, uint32_t id) {
+  /* At the cap, the new connection takes the place of the one that has
+   * been quiet longest (closed, as an idle one would be): a peer that
+   * opens connections and sends nothing cannot lock out clients that
+   * have requests to send.  Only when every connection has a request in
+   * flight (or the plane is already past its cap by the slack while the
+   * evicted ones close) is the new one refused. */
   srv_conns *c = pl->conns;
   uint8_t pi = (uint8_t)(pl - c->planes);
+  uint32_t victim = 0;
+  bool ok = true;
+  pthread_mutex_lock(&c->mu);
+  size_t open = atomic_load(&pl->open);
+  if (open - c->lru[pi].closing >= pl->cap)
+    ok = open < pl->cap + slack_of(pl->cap) && (victim = take_lru(c, pi)) != 0;
+  if (ok) ok = add(c, id, pi);
+  if (ok) atomic_fetch_add(&pl->open, 1);
+  pthread_mutex_unlock(&c->mu);
+  if (victim) {
+    atomic_fetch_add(&pl->evicted, 1);
+    close_in(pl, victim);
+  }
+  if (!ok) {
+    uint64_t n = atomic_fetch_add(&pl->refused, 1);
+    /* The first refusal and then one in a thousand: a flood must not
+     * turn into a flood of log lines. */
+    if (n % 1000 == 0)
+      grove__slog(GROVE_LOG_WARN, "server.connection_refused",
+                  "%s listener: %zu connections open (the cap%s), each with a request in "
+                  "flight; refusing new ones (%" PRIu64 " refused so far)",
+                  pl->name, pl->cap, pl->is_data ? ", --max-connections" : "", n + 1);
+  }
+  return ok;
+}
+
+void grove__conns_forget(srv_plane *pl, uint32_t id) {
+  srv_conns *c = pl->conns;
+  pthread_mutex_lock(&c->mu);
+  uint32_t k = find(c, id);
+  if (k) {
+    node *e = N(c, k);
+    if (e->closing) c->lru[e->plane].closing--;
+    lru_unlink(c, k);
+    grove__pmap_del(&c->tab, key_of(id));
+    e->id = 0;
+    e->next = c->free_head;
+    c->free_head = k;
+    atomic_fetch_sub(&pl->open, 1);
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg) {
+  srv_plane *pl = arg;
   uint32_t id = (uint32_t)nng_pipe_id(p);
   if (ev == NNG_PIPE_EV_ADD_PRE) {
-    /* At the cap, the new connection takes the place of the one that has
-     * been quiet longest (closed, as an idle one would be): a peer that
-     * opens connections and sends nothing cannot lock out clients that
-     * have requests to send.  Only when every connection has a request in
-     * flight (or the plane is already past its cap by the slack while the
-     * evicted ones close) is the new one refused. */
-    uint32_t victim = 0;
-    bool ok = true;
-    pthread_mutex_lock(&c->mu);
-    size_t open = atomic_load(&pl->open);
-    if (open - c->lru[pi].closing >= pl->cap)
-      ok = open < pl->cap + slack_of(pl->cap) && (victim = take_lru(c, pi)) != 0;
-    if (ok) ok = add(c, id, pi);
-    if (ok) atomic_fetch_add(&pl->open, 1);
-    pthread_mutex_unlock(&c->mu);
-    if (victim) {
-      atomic_fetch_add(&pl->evicted, 1);
-      close_id(victim);
-    }
-    if (!ok) {
-      uint64_t n = atomic_fetch_add(&pl->refused, 1);
-      /* The first refusal and then one in a thousand: a flood must not
-       * turn into a flood of log lines. */
-      if (n % 1000 == 0)
-        grove__slog(GROVE_LOG_WARN, "server.connection_refused",
-                    "%s listener: %zu connections open (the cap%s), each with a request in "
-                    "flight; refusing new ones (%" PRIu64 " refused so far)",
-                    pl->name, pl->cap, pl->is_data ? ", --max-connections" : "", n + 1);
+    /* Refused: closing it here frees its descriptor at once. */
+    if (!grove__conns_admit(pl, id)) {
       nng_pipe_close(p);
       return;
     }
   } else if (ev == NNG_PIPE_EV_REM_POST) {
-    pthread_mutex_lock(&c->mu);
-    uint32_t k = find(c, id);
-    if (k) {
-      node *e = N(c, k);
-      if (e->closing) c->lru[e->plane].closing--;
-      lru_unlink(c, k);
-      grove__pmap_del(&c->tab, key_of(id));
-      e->id = 0;
-      e->next = c->free_head;
-      c->free_head = k;
-      atomic_fetch_sub(&pl->open, 1);
-    }
-    pthread_mutex_unlock(&c->mu);
+    grove__conns_forget(pl, id);
   }
   if (pl->chain && ev != NNG_PIPE_EV_ADD_PRE) pl->chain(p, ev, pl->chain_arg);
 }
@@ -389,7 +407,7 @@ static size_t sweep(srv_conns *c) {
              now - N(c, c->lru[pi].tail)->last_ns >= c->idle_ns)
         ids[n++] = take_lru(c, (uint8_t)pi);
       pthread_mutex_unlock(&c->mu);
-      for (size_t i = 0; i < n; i++) close_id(ids[i]);
+      for (size_t i = 0; i < n; i++) close_in(&c->planes[pi], ids[i]);
       atomic_fetch_add(&c->planes[pi].idle_closed, n);
       total += n;
       if (n < CLOSE_BATCH) break;

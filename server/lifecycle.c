@@ -4,7 +4,7 @@
  * Start-up order: the connection budget (before any model opens a file),
  * the admin plane's configuration, the models, the loop, the batcher's
  * timer, the signals, the loop-job queue, the features (reload, export,
- * training, workers, telemetry), the RPC sockets and their listeners, HTTP,
+ * training, workers, telemetry), the RPC sockets and their listeners (NNG's, or sp.c's on the loop), HTTP,
  * the idle sweeper; then the loop runs until SIGTERM/SIGINT has drained
  * everything.  Each part's start registers what the layers below it call
  * back (RPC handlers, metric families), so that rpc.c, metrics.c and loop.c
@@ -37,6 +37,7 @@ static void shut_down(srv_server *srv) {
   /* Training threads may still be answering through NNG: join them before
    * the sockets and their contexts go. */
   grove__training_stop(srv);
+  grove__sp_stop(srv);
   grove__rpc_stop(srv);
   grove__loopjob_close(srv);
   grove__reload_close(srv);
@@ -163,7 +164,7 @@ int grove__server_run(srv_server *srv) {
       (s = grove__export_start(srv, &err)) || (s = grove__training_start(srv, &err)) ||
       (s = grove__workers_start(srv, &err)) || (s = grove__telemetry_start(srv, &err)) ||
       (s = grove__telemetry_rpc_start(srv, &err)) || (s = grove__rpc_start(srv, &err)) ||
-      (s = grove__admin_plane_listen(srv, &err)) || (s = grove__rpc_serve(srv, &err)) ||
+      (s = grove__admin_plane_listen(srv, &err)) || (s = grove__rpc_serve(srv, &err)) || (s = grove__sp_start(srv, &err)) ||
       (s = grove__oip_start(srv, &err)) || (s = grove__http_start(srv, &err)) || (s = grove__conns_start(srv, &err))) {
     grove__slog(GROVE_LOG_ERROR, "server.start_failed", "%s", grove_err_msg(&err));
     rc = 1;
@@ -189,6 +190,7 @@ out:
   grove__http_stop(srv);
   grove__telemetry_stop(srv);
   grove__loop_close(srv);
+  grove__sp_free(srv);
   grove__batcher_close(srv);
   grove__workers_free(srv);
   grove__telemetry_free(srv);

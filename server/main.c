@@ -5,7 +5,7 @@
  *          [--pub URL|none] [--http HOST:PORT|none] [--workers N] [--blas-threads N]
  *          [--log-level LEVEL] [--max-request-bytes N] [--drain-timeout SECONDS]
  *          [--watch] [--watch-debounce-ms N] [--reload-in-place] [--background-yield-us N]
- *          [--max-connections N] [--idle-timeout SECONDS]
+ *          [--max-connections N] [--idle-timeout SECONDS] [--data-io loop|nng]
  *
  * Start-up order: flags, compute threads (before any model opens: opening
  * runs a trial forward), models, the loop, workers, the NNG socket, HTTP,
@@ -83,11 +83,21 @@ static const char usage_text[] =
     "                          limit leaves beside a reserve for files, HTTP, PUB, admin)\n"
     "  --idle-timeout S        close an RPC or HTTP connection with no request for S\n"
     "                          seconds (default 300; 0: never); clients redial themselves\n"
+    "  --data-io loop|nng      who reads the --listen connections: groved's own loop,\n"
+    "                          speaking NNG's SP protocol over tcp:// and ipc:// (loop,\n"
+    "                          the default), or NNG's threads (nng; every NNG transport);\n"
+    "                          $GROVED_DATA_IO sets the default\n"
     "  --version, -h/--help\n"
     "\n"
     "Signals: SIGTERM/SIGINT drain (queued requests are answered, new ones get UNAVAILABLE)\n"
     "and exit 0; SIGHUP reloads every model from its directory (docs/operations.md).\n"
     "See docs/operations.md.\n";
+
+static bool parse_data_io(const char *s, srv_config *cfg) {
+  if (strcmp(s, "loop") != 0 && strcmp(s, "nng") != 0) return false;
+  cfg->data_io_loop = s[0] == 'l';
+  return true;
+}
 
 static int usage(const char *fmt, const char *arg) {
   fputs("groved: ", stderr);
@@ -128,6 +138,7 @@ enum {
   OPT_CHECKPOINT_DIR,
   OPT_MAX_CONNS,
   OPT_IDLE_TIMEOUT,
+  OPT_DATA_IO,
 };
 
 static bool nng_url_ok(const char *u) {
@@ -161,6 +172,7 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
       {"reload-in-place", no_argument, NULL, OPT_RELOAD_IN_PLACE},
       {"max-connections", required_argument, NULL, OPT_MAX_CONNS},
       {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+      {"data-io", required_argument, NULL, OPT_DATA_IO},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   cfg->http = DEFAULT_HTTP;
@@ -171,6 +183,14 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
   cfg->background_yield_us = 100;
   cfg->log_level = GROVE_LOG_INFO;
   cfg->idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S;
+  /* The loop's listener measured better than NNG's (docs/performance.md,
+   * "The request path (#20)"); NNG's stays for its other transports. */
+  cfg->data_io_loop = true;
+  /* $GROVED_DATA_IO: --data-io's default, so that a deployment (or a test
+   * run: mk/sp.mk) switches every groved it starts at once. */
+  const char *data_io = getenv("GROVED_DATA_IO");
+  if (data_io && data_io[0] && !parse_data_io(data_io, cfg))
+    return usage("GROVED_DATA_IO wants loop or nng, not '%s'", data_io);
   opterr = 0;
   int c;
   long long v;
@@ -295,6 +315,9 @@ static int parse_flags(int argc, char **argv, srv_config *cfg) {
         if (!parse_long(optarg, 0, 86400, &v))
           return usage("--idle-timeout wants seconds from 0 to 86400, not '%s'", optarg);
         cfg->idle_timeout_s = (int)v;
+        break;
+      case OPT_DATA_IO:
+        if (!parse_data_io(optarg, cfg)) return usage("--data-io wants loop or nng, not '%s'", optarg);
         break;
       case OPT_VERSION:
         printf("groved %s (protocol %d)\n", GROVE_VERSION,

@@ -341,7 +341,7 @@ static void req_cb(void *arg) {
 
 /* ------------------------------------------------------------ start/stop */
 
-static size_t context_count(srv_server *srv) {
+size_t grove__rpc_max_inflight(const srv_server *srv) {
   /* Enough for every queue to fill (so that RESOURCE_EXHAUSTED, not NNG's
    * back-pressure, is what a client sees when a model is overloaded), every
    * worker to hold a full batch of one-row requests, and some status calls. */
@@ -355,12 +355,16 @@ static size_t context_count(srv_server *srv) {
   return n > MAX_CONTEXTS ? MAX_CONTEXTS : (size_t)n;
 }
 
+size_t grove__rpc_recv_max(const srv_server *srv) {
+  size_t hard = srv->cfg.max_request_bytes + HARD_SLACK;
+  return hard < srv->cfg.max_request_bytes ? SIZE_MAX : hard;
+}
+
 grove_status grove__rpc_start(srv_server *srv, grove_err *err) {
   int rv = nng_rep0_open(&srv->sock);
   if (rv) return grove_err_set(err, GROVE_E_IO, "cannot open the rep socket: %s", nng_strerror(rv));
   srv->sock_open = true;
-  size_t hard = srv->cfg.max_request_bytes + HARD_SLACK;
-  if (hard < srv->cfg.max_request_bytes) hard = SIZE_MAX;
+  size_t hard = grove__rpc_recv_max(srv);
   if ((rv = nng_socket_set_size(srv->sock, NNG_OPT_RECVMAXSZ, hard)))
     return grove_err_set(err, GROVE_E_IO, "cannot set the receive limit: %s", nng_strerror(rv));
   if ((rv = nng_rep0_open(&srv->admin_sock)))
@@ -369,7 +373,9 @@ grove_status grove__rpc_start(srv_server *srv, grove_err *err) {
   srv->admin_sock_open = true;
   if ((rv = nng_socket_set_size(srv->admin_sock, NNG_OPT_RECVMAXSZ, hard)))
     return grove_err_set(err, GROVE_E_IO, "cannot set the receive limit: %s", nng_strerror(rv));
-  size_t ndata = context_count(srv), n = ndata + ADMIN_CONTEXTS;
+  /* --data-io loop: the data socket listens nowhere; sp.c's requests need
+   * no context. */
+  size_t ndata = srv->cfg.data_io_loop ? 0 : grove__rpc_max_inflight(srv), n = ndata + ADMIN_CONTEXTS;
   srv->reqs = calloc(n, sizeof *srv->reqs);
   if (!srv->reqs) return grove_err_set(err, GROVE_E_NOMEM, "out of memory for %zu contexts", n);
   for (size_t i = 0; i < n; i++) {
@@ -384,10 +390,13 @@ grove_status grove__rpc_start(srv_server *srv, grove_err *err) {
       return grove_err_set(err, GROVE_E_IO, "cannot open a context: %s", nng_strerror(rv));
   }
   /* Every --listen URL shares the data plane's cap (conns.c). */
-  grove_status cs = grove__conns_watch(srv, srv->sock, "data", grove__conns_default_cap(srv, true),
-                                       true, NULL, NULL, err);
-  if (cs) return cs;
-  for (size_t i = 0; i < srv->cfg.nlisten; i++) {
+  if (!srv->cfg.data_io_loop) {
+    grove_status cs = grove__conns_watch(srv, srv->sock, "data",
+                                         grove__conns_default_cap(srv, true), true, NULL, NULL, err);
+    if (cs) return cs;
+  }
+  /* --data-io loop: sp.c listens on the loop instead (lifecycle.c). */
+  for (size_t i = 0; !srv->cfg.data_io_loop && i < srv->cfg.nlisten; i++) {
     const char *url = srv->cfg.listen[i];
     if ((rv = nng_listen(srv->sock, url, NULL, 0)))
       return grove_err_set(err, GROVE_E_IO, "cannot listen on %s: %s", url, nng_strerror(rv));

@@ -8,6 +8,8 @@
  *   lifecycle.c start-up order, signals, drain, shutdown
  *   registry.c  model directories loaded into refcounted versions; installs
  *               a model's new version
+ *   sp.c        --data-io loop: the data plane's connections read and written
+ *               on the loop, in NNG's wire protocol
  *   rpc.c       the NNG rep sockets: receive, decode, dispatch through the
  *               handler table, reply
  *   predict.c   the Predict RPC: validate, hand to the loop
@@ -40,6 +42,11 @@
  *     through the same inbox.  It replies to each request itself (the reply
  *     goes out on NNG from the worker thread: one hop less than going back
  *     through the loop, and the loop never waits on a socket).
+ *   - With --data-io loop (sp.c, the default) the loop itself reads the
+ *     data plane's connections, decodes and checks each request; a worker
+ *     writes its replies when their connection has nothing queued, the
+ *     loop the rest (the requests come back through sp.c's outbox, one
+ *     wake-up per batch).  NNG's threads then serve the admin plane only.
  *   - A request (srv_req) belongs to exactly one of them at a time, so it
  *     carries no lock: NNG thread -> loop -> worker -> NNG again.  An OIP
  *     infer (oip.c) goes HTTP thread -> loop -> worker -> HTTP thread (the
@@ -101,6 +108,7 @@ typedef struct srv_config {
   grove_log_level log_level;
   size_t max_connections; /* --max-connections; 0: from the descriptor limit (conns.c) */
   int idle_timeout_s;     /* --idle-timeout; 0: never */
+  bool data_io_loop;      /* --data-io loop: sp.c reads the --listen URLs on the loop */
 } srv_config;
 
 /* ================================================================ logging */
@@ -433,6 +441,7 @@ struct srv_server {
   struct srv_telemetry *telemetry; /* telemetry.c: hooks and the PUB socket */
   struct srv_training *training;   /* train.c: training sessions */
   struct srv_conns *conns;         /* conns.c: connection caps and idle timeouts */
+  struct srv_sp *sp;               /* sp.c: the data plane's listeners on the loop */
 
   srv_rpc_table rpc;                        /* rpc.c's handlers (above) */
   srv_metrics_fn families[SRV_MAX_FAMILIES]; /* metrics.c's families, in order */
@@ -482,6 +491,10 @@ typedef struct srv_plane {
   _Atomic uint64_t refused, evicted, idle_closed;
   nng_pipe_cb chain; /* the socket's own ADD_POST/REM_POST callback, or NULL */
   void *chain_arg;
+  /* Closes connection id of this plane (any thread; it may close later);
+   * NULL: id is an NNG pipe (nng_pipe_close).  sp.c's, set at start. */
+  void (*close_fn)(void *arg, uint32_t id);
+  void *close_arg;
   srv_conns *conns;
 } srv_plane;
 /* Raises the soft RLIMIT_NOFILE to the hard limit and splits it between a
@@ -502,6 +515,14 @@ srv_plane *grove__conns_plane(srv_server *srv, const char *name, size_t cap, boo
 grove_status grove__conns_watch(srv_server *srv, nng_socket s, const char *name, size_t cap,
                                 bool idle_close, nng_pipe_cb chain, void *chain_arg,
                                 grove_err *err);
+/* A listener that is not NNG's (sp.c) tells conns.c of its connections
+ * itself: admit a new one (id unique among the plane's open ones and never 0)
+ * before reading from it, forget it once closed.  admit returns false when
+ * the plane is at its cap with every connection busy (logged; the caller
+ * closes it), and closes the quietest one (close_fn) to make room at the
+ * cap.  Any thread. */
+bool grove__conns_admit(srv_plane *pl, uint32_t id);
+void grove__conns_forget(srv_plane *pl, uint32_t id);
 /* n requests arrived on pipe_ids (delta +1; repeats allowed) or were
  * answered (-1): a pipe with a request in flight is never idle.  One lock
  * for all n (a worker's batch of replies).  Any thread. */
@@ -511,6 +532,19 @@ grove_status grove__conns_start(srv_server *srv, grove_err *err);
 void grove__conns_stop(srv_server *srv);
 void grove__conns_free(srv_server *srv);
 void grove__conns_metrics(srv_server *srv, srv_text *b);
+
+/* sp.c: the data plane's listeners read on the loop (--data-io loop): NNG's
+ * SP wire protocol (TCP and IPC transports, rep0 over them) spoken by groved
+ * itself, so that NNG req0 clients work unchanged while a request goes from
+ * the socket to the batcher with no thread between.  start listens on
+ * every --listen URL (main thread, before the loop runs; the loop thread is
+ * the caller's); stop closes listeners and connections (loop thread, once
+ * everything is sent: the drain's shut-down); free after the loop ended.
+ * Requests arrive in srv_reqs whose deliver is sp.c's: any thread may
+ * answer them; the replies are written on the loop. */
+grove_status grove__sp_start(srv_server *srv, grove_err *err);
+void grove__sp_stop(srv_server *srv);
+void grove__sp_free(srv_server *srv);
 
 /* rpc.c.  start opens the sockets and their contexts and listens on the
  * data plane's URLs; serve posts the contexts' receives (after the admin
@@ -550,6 +584,17 @@ void grove__rpc_send_chain(srv_req *first);
  * deliver and pipe_id set) and dispatches it through the handler table: r
  * is answered now or handed to its handler.  The thread that owns r. */
 void grove__rpc_dispatch(srv_req *r, const void *bytes, size_t len);
+/* The largest message a data-plane connection may send: --max-request-bytes
+ * plus a slack, so that a request a little over the limit is answered
+ * INVALID_ARGUMENT while a hostile one is not buffered (its connection is
+ * closed).  Any thread. */
+size_t grove__rpc_recv_max(const srv_server *srv);
+/* How many data-plane requests may be in flight at once: enough for every
+ * queue to fill and every worker to hold a full batch of one-row requests
+ * (so that RESOURCE_EXHAUSTED, not back-pressure, is what an overloaded
+ * model's clients see).  NNG's contexts and sp.c's window.  After the
+ * models loaded. */
+size_t grove__rpc_max_inflight(const srv_server *srv);
 /* Packs reply into a new nng_msg; NULL when out of memory. */
 nng_msg *grove__rpc_pack(const Grove__Reply *reply);
 

@@ -38,48 +38,11 @@ static const char *model_arg(void) {
   return buf;
 }
 
-static int tcp_connect(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  struct timeval tv = {2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-/* A TCP connection to port that has done the SP handshake of a req0 peer
- * (0, 'S', 'P', 0, protocol 0x30 big-endian, 0, 0) and then stays quiet.
- * The server's header is read (at most 2 s; not at all once a server has
- * not sent one: *answering false) so that the pipe exists on groved's side
- * before the next one; -1 when even the connect failed. */
-static int sp_idle_connect(int port, bool *answering) {
-  int fd = tcp_connect(port);
-  if (fd < 0) return -1;
-  static const unsigned char hdr[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0};
-  if (write(fd, hdr, sizeof hdr) != (ssize_t)sizeof hdr || !*answering) return fd;
-  unsigned char got[8];
-  size_t n = 0;
-  while (n < sizeof got) {
-    ssize_t r = read(fd, got + n, sizeof got - n);
-    if (r <= 0) break;
-    n += (size_t)r;
-  }
-  if (n < sizeof got) *answering = false;
-  return fd;
-}
-
 /* The status of GET path on a new connection to port, every step bounded
  * (2 s for the connect, 2 s per read: h_http's connect is not); -1 when
  * nothing answers. */
 static int http_status(int port, const char *path) {
-  int fd = tcp_connect(port);
+  int fd = h_tcp_connect(port);
   if (fd < 0) return -1;
   char req[256], buf[512];
   int n =
@@ -94,20 +57,6 @@ static int http_status(int port, const char *path) {
   }
   close(fd);
   return code;
-}
-
-/* Whether the peer has closed fd (EOF or a reset is waiting). */
-static bool peer_closed(int fd) {
-  struct pollfd p = {.fd = fd, .events = POLLIN};
-  if (poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLHUP | POLLERR)) return true;
-  char b[64];
-  for (;;) {
-    ssize_t r = recv(fd, b, sizeof b, MSG_DONTWAIT);
-    if (r == 0) return true;
-    if (r < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
-    /* Data (the SP header, read already; or anything): keep draining. */
-  }
 }
 
 /* User plus system CPU seconds of process pid so far. */
@@ -166,12 +115,12 @@ START_TEST(idle_flood_leaves_predict_and_healthz_answering) {
    * the first that does. */
   bool data_up = true, http_up = true;
   for (int i = 0; i < FLOOD && (data_up || http_up); i++) {
-    int fd = data_up ? sp_idle_connect(port, &answering) : -1;
+    int fd = data_up ? h_sp_connect(port, &answering) : -1;
     if (fd >= 0)
       data_fds[ndata++] = fd;
     else
       data_up = false;
-    fd = http_up ? tcp_connect(s.http_port) : -1;
+    fd = http_up ? h_tcp_connect(s.http_port) : -1;
     if (fd >= 0)
       http_fds[nhttp++] = fd;
     else
@@ -241,8 +190,8 @@ START_TEST(idle_connections_close_after_the_timeout) {
   int fds[2 * N];
   bool answering = true;
   for (int i = 0; i < N; i++) {
-    fds[i] = sp_idle_connect(port, &answering);
-    fds[N + i] = tcp_connect(s.http_port);
+    fds[i] = h_sp_connect(port, &answering);
+    fds[N + i] = h_tcp_connect(s.http_port);
     ck_assert_int_ge(fds[i], 0);
     ck_assert_int_ge(fds[N + i], 0);
   }
@@ -255,7 +204,7 @@ START_TEST(idle_connections_close_after_the_timeout) {
   int closed = 0;
   while (closed < 2 * N && h_now() < deadline) {
     closed = 0;
-    for (int i = 0; i < 2 * N; i++) closed += peer_closed(fds[i]);
+    for (int i = 0; i < 2 * N; i++) closed += h_peer_closed(fds[i]);
     if (closed < 2 * N) h_sleep_ms(50);
   }
   ck_assert_msg(closed == 2 * N, "%d of %d idle connections closed after 20 s", closed, 2 * N);
@@ -327,15 +276,15 @@ START_TEST(max_connections_evicts_the_quietest_and_refuses_when_all_busy) {
   start(&s, extra);
   int port = atoi(strrchr(s.tcp, ':') + 1);
   bool answering = true;
-  int idle = sp_idle_connect(port, &answering);
+  int idle = h_sp_connect(port, &answering);
   ck_assert_int_ge(idle, 0);
   ck_assert_msg(h_wait_metric(&s, "groved_connections{listener=\"data\"}", 1, 10) == 1,
                 "the idle connection is not counted");
   grove_client *c1 = h_connect(s.tcp);
   grove_client *c2 = h_connect(s.tcp);
   double deadline = h_now() + 10;
-  while (!peer_closed(idle) && h_now() < deadline) h_sleep_ms(20);
-  ck_assert_msg(peer_closed(idle), "the quietest connection was not closed for a new one");
+  while (!h_peer_closed(idle) && h_now() < deadline) h_sleep_ms(20);
+  ck_assert_msg(h_peer_closed(idle), "the quietest connection was not closed for a new one");
   ck_assert_msg(h_metric(&s, "groved_connections_evicted_total{listener=\"data\"}") >= 1,
                 "no eviction counted");
   hio o;
@@ -351,11 +300,11 @@ START_TEST(max_connections_evicts_the_quietest_and_refuses_when_all_busy) {
                &err);
   ck_assert_msg(h_wait_metric(&s, "grove_inflight_requests", 2, 10) == 2,
                 "the two predicts did not reach groved");
-  int late = sp_idle_connect(port, &answering);
+  int late = h_sp_connect(port, &answering);
   ck_assert_int_ge(late, 0);
   deadline = h_now() + 10;
-  while (!peer_closed(late) && h_now() < deadline) h_sleep_ms(20);
-  ck_assert_msg(peer_closed(late), "a connection over the cap was let in with every one busy");
+  while (!h_peer_closed(late) && h_now() < deadline) h_sleep_ms(20);
+  ck_assert_msg(h_peer_closed(late), "a connection over the cap was let in with every one busy");
   ck_assert_msg(h_metric(&s, "groved_connections_refused_total{listener=\"data\"}") >= 1,
                 "no refusal counted");
   grove_client_wait_idle(c1);

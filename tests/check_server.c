@@ -285,24 +285,10 @@ START_TEST(garbage_never_hurts) {
 
   float x[16] = {0};
   int64_t shape[2] = {1, 16};
-  Grove__Tensor t = GROVE__TENSOR__INIT;
-  t.dtype = GROVE_F32;
-  t.n_shape = 2;
-  t.shape = shape;
-  t.data.len = sizeof x;
-  t.data.data = (uint8_t *)x;
-  Grove__Tensor *tp = &t;
-  Grove__PredictRequest pr = GROVE__PREDICT_REQUEST__INIT;
-  pr.model = "server_mlp";
-  pr.n_inputs = 1;
-  pr.inputs = &tp;
-  Grove__Request req = GROVE__REQUEST__INIT;
-  req.protocol = 1;
-  req.body_case = GROVE__REQUEST__BODY_PREDICT;
-  req.predict = &pr;
-  size_t n = grove__request__get_packed_size(&req);
-  uint8_t *buf = malloc(n);
-  grove__request__pack(&req, buf);
+  grove_tensor xt;
+  grove_tensor_init(&xt, GROVE_F32, 2, shape, x);
+  size_t n;
+  uint8_t *buf = h_pack_predict("server_mlp", &xt, 0, &n);
   for (size_t cut = 1; cut < n; cut += 7) {
     rep = NULL;
     ck_assert_int_eq(h_raw_call(A.tcp, buf, cut, 10000, &rep), 0);

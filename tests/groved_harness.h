@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -162,14 +163,14 @@ static inline const char *h_groved_path(void) {
   return "build/release/groved";
 }
 
-/* GET path on 127.0.0.1:port; returns the HTTP status and the body
- * (malloc'd) in *body, or -1 (and *body NULL) when nothing answers. */
-static inline int h_http(int port, const char *path, char **body) {
-  *body = NULL;
+/* A TCP connection to 127.0.0.1:port whose reads and writes give up after
+ * seconds; -1 when the connect fails. */
+static inline int h_tcp_dial(int port, int seconds) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return -1;
-  struct timeval tv = {10, 0};
+  struct timeval tv = {seconds, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   struct sockaddr_in a = {.sin_family = AF_INET,
                           .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -177,6 +178,15 @@ static inline int h_http(int port, const char *path, char **body) {
     close(fd);
     return -1;
   }
+  return fd;
+}
+
+/* GET path on 127.0.0.1:port; returns the HTTP status and the body
+ * (malloc'd) in *body, or -1 (and *body NULL) when nothing answers. */
+static inline int h_http(int port, const char *path, char **body) {
+  *body = NULL;
+  int fd = h_tcp_dial(port, 10);
+  if (fd < 0) return -1;
   char req[256];
   int n = snprintf(req, sizeof req,
                    "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", path);
@@ -577,6 +587,47 @@ static inline Grove__Reply *h_raw(const char *url, Grove__Request *req) {
   return rep;
 }
 
+/* ------------------------------------------------------------ raw sockets */
+
+static inline int h_tcp_connect(int port) {
+  return h_tcp_dial(port, 2);
+}
+
+/* A TCP connection to port that has done the SP handshake of a req0 peer
+ * (0, 'S', 'P', 0, protocol 0x30 big-endian, 0, 0) and then stays quiet.
+ * The server's header is read (at most 2 s; not at all once a server has
+ * not sent one: *answering false) so that the pipe exists on groved's side
+ * before the next one; -1 when even the connect failed. */
+static inline int h_sp_connect(int port, bool *answering) {
+  int fd = h_tcp_connect(port);
+  if (fd < 0) return -1;
+  static const unsigned char hdr[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0};
+  if (write(fd, hdr, sizeof hdr) != (ssize_t)sizeof hdr || !*answering) return fd;
+  unsigned char got[8];
+  size_t n = 0;
+  while (n < sizeof got) {
+    ssize_t r = read(fd, got + n, sizeof got - n);
+    if (r <= 0) break;
+    n += (size_t)r;
+  }
+  if (n < sizeof got) *answering = false;
+  return fd;
+}
+
+/* Whether the peer has closed fd (EOF or a reset is waiting). */
+static inline bool h_peer_closed(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLHUP | POLLERR)) return true;
+  char b[64];
+  for (;;) {
+    ssize_t r = recv(fd, b, sizeof b, MSG_DONTWAIT);
+    if (r == 0) return true;
+    if (r < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
+    /* Data (the SP header, read already; or anything): keep draining. */
+  }
+}
+
 /* Copies file src to dst (0 on success). */
 static inline int h_copy(const char *src, const char *dst) {
   size_t len = 0;
@@ -596,6 +647,33 @@ static inline grove_tensor h_rows(const grove_tensor *t, int64_t r0, int64_t n) 
   grove_tensor v;
   grove_tensor_init(&v, t->dtype, t->ndim, shape, (char *)t->data + row * (size_t)r0);
   return v;
+}
+
+/* A grove.Request (protocol 1, id) predicting model on the one input in,
+ * packed into a malloc'd buffer of *len bytes (the caller frees). */
+static inline uint8_t *h_pack_predict(const char *model, const grove_tensor *in, uint64_t id,
+                                      size_t *len) {
+  Grove__Tensor t = GROVE__TENSOR__INIT;
+  t.dtype = (int32_t)in->dtype;
+  t.n_shape = (size_t)in->ndim;
+  t.shape = (int64_t *)in->shape;
+  t.data.len = grove_tensor_nbytes(in);
+  t.data.data = in->data;
+  Grove__Tensor *tp = &t;
+  Grove__PredictRequest pr = GROVE__PREDICT_REQUEST__INIT;
+  pr.model = (char *)model;
+  pr.n_inputs = 1;
+  pr.inputs = &tp;
+  Grove__Request req = GROVE__REQUEST__INIT;
+  req.protocol = 1;
+  req.id = id;
+  req.body_case = GROVE__REQUEST__BODY_PREDICT;
+  req.predict = &pr;
+  *len = grove__request__get_packed_size(&req);
+  uint8_t *buf = malloc(*len ? *len : 1);
+  ck_assert_ptr_nonnull(buf);
+  grove__request__pack(&req, buf);
+  return buf;
 }
 
 /* A model fixture's io.safetensors: inputs x and torch's outputs y. */
