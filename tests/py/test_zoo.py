@@ -73,16 +73,13 @@ SMALL_CLASSIFIER = {"alexnet", "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16"
 
 # What Grove refuses today, and the refusal each gives (a part of the
 # exporter's message).  Shrinks as #18's operations land: DenseNet's list
-# of tensors into a module, Swin's shifted windows, MaxViT's partitions and
-# LRASPP's dict between modules remain.
+# of tensors into a module, MaxViT's partitions and LRASPP's dict between
+# modules remain.
 _DENSE = "a _DenseLayer called with a constant argument"
-_RELBIAS = "operation torchvision.models.swin_transformer._get_relative_position_bias is not"
 EXPECTED_REFUSALS = {
     # A _DenseLayer is called with the list of the block's features so far.
     "densenet121": _DENSE, "densenet161": _DENSE, "densenet169": _DENSE, "densenet201": _DENSE,
     "maxvit_t": "a WindowPartition called with a constant argument",
-    "swin_t": _RELBIAS, "swin_s": _RELBIAS, "swin_b": _RELBIAS,
-    "swin_v2_t": _RELBIAS, "swin_v2_s": _RELBIAS, "swin_v2_b": _RELBIAS,
     # Its head is called with the backbone's dict (input["low"]): a dict
     # passed between modules.
     "lraspp_mobilenet_v3_large": "indexing by the key 'low' is supported only on the dict",
