@@ -30,8 +30,8 @@
 #define OPT_TENSOR(n) \
   { .name = n, .kind = P_TENSOR, .dk = D_NONE, .dtypes = 1u << GROVE_F32 }
 
-static grove_status shape_err(grove_fwd *f, const char *op, const char *what,
-                              const grove_tensor *t, const char *want) {
+static grove_status shape_err(grove_fwd *f, const char *op, const char *what, const grove_tensor *t,
+                              const char *want) {
   char got[128];
   return grove_err_set(f->err, GROVE_E_SHAPE, "%s: %s has shape %s, expected %s", op, what,
                        grove_shape_str(t->ndim, t->shape, got, sizeof got), want);
@@ -105,8 +105,8 @@ static grove_status window_size_check(const garg *a, const char *jp, const char 
   for (int i = 0; i < 2; i++)
     if (a->items[i].kind != A_INT || a->items[i].i < (positive ? 1 : 0) ||
         a->items[i].i > (1 << 12))
-      return grove_err_set(err, GROVE_E_SPEC, "%s: %s's %s[%d] must be an int in [%d, %d]", jp,
-                           op, what, i, positive ? 1 : 0, 1 << 12);
+      return grove_err_set(err, GROVE_E_SPEC, "%s: %s's %s[%d] must be an int in [%d, %d]", jp, op,
+                           what, i, positive ? 1 : 0, 1 << 12);
   return GROVE_OK;
 }
 
@@ -213,8 +213,8 @@ static grove_status swa_fwd(const grove__opctx *c, gval *res) {
       (c->args[11].kind != A_NONE && (s = grove__op_tensor(c, 11, &ls))))
     return s;
   if (nws != 2 || nsh != 2)
-    return grove_err_set(f->err, GROVE_E_SHAPE, "%s: window_size and shift_size must be of length 2",
-                         OP);
+    return grove_err_set(f->err, GROVE_E_SHAPE,
+                         "%s: window_size and shift_size must be of length 2", OP);
   if (x->ndim != 4) return shape_err(f, OP, "input", x, "[B, H, W, C]");
   const int64_t B = x->shape[0], H = x->shape[1], W = x->shape[2], C = x->shape[3];
   char want[96];
@@ -293,11 +293,10 @@ static grove_status swa_fwd(const grove__opctx *c, gval *res) {
   float *sc = grove_arena_alloc(f->arena, (size_t)(N * N) * sizeof(float) + 1);
   float *kt = grove_arena_alloc(f->arena, (size_t)(d * N) * sizeof(float) + 1);
   float *madd = grove_arena_alloc(f->arena, (size_t)(N * N) * sizeof(float) + 1);
-  int32_t *id = shifted ? grove_arena_alloc(f->arena, (size_t)(pH * pW) * sizeof(int32_t) + 1)
-                        : NULL;
+  int32_t *id =
+      shifted ? grove_arena_alloc(f->arena, (size_t)(pH * pW) * sizeof(int32_t) + 1) : NULL;
   int32_t *wid = shifted ? grove_arena_alloc(f->arena, (size_t)N * sizeof(int32_t) + 1) : NULL;
-  if (!ctx || !sc || !kt || !madd || (shifted && (!id || !wid)))
-    return grove__scratch_error(f, OP);
+  if (!ctx || !sc || !kt || !madd || (shifted && (!id || !wid))) return grove__scratch_error(f, OP);
   if (shifted) region_ids(id, pH, pW, ws, shift);
   if (ls) /* cosine attention: q and k of every head normalised */
     for (int64_t r = 0; r < M; r++)
@@ -328,8 +327,8 @@ static grove_status swa_fwd(const grove__opctx *c, gval *res) {
       for (int64_t b = 0; b < B; b++) {
         const int64_t r0 = (b * nW + w) * N;
         grove__attend_head(Q + r0 * ld + h * d, ld, Q + r0 * ld + C + h * d, ld,
-                           Q + r0 * ld + 2 * C + h * d, ld, ctx + r0 * C + h * d, C, N, N, d,
-                           scale, madd, sc, kt);
+                           Q + r0 * ld + 2 * C + h * d, ld, ctx + r0 * C + h * d, C, N, N, d, scale,
+                           madd, sc, kt);
       }
     }
   }
@@ -352,8 +351,7 @@ static grove_status swa_fwd(const grove__opctx *c, gval *res) {
       {.kind = GROVE__IX_SLICE, .step = 1},
   };
   grove_tensor yi;
-  if ((s = grove__op_index(f, &yb, crop, 4, &yi)) || (s = grove__contig_f32(f, &yi, &yc)))
-    return s;
+  if ((s = grove__op_index(f, &yb, crop, 4, &yi)) || (s = grove__contig_f32(f, &yi, &yc))) return s;
   grove__op_set_tensor(res, &yc);
   return GROVE_OK;
 }
@@ -363,8 +361,8 @@ static grove_status swa_fwd(const grove__opctx *c, gval *res) {
 const grove__opdef grove__opdef_patch_merging_pad = {
     .name = "patch_merging_pad",
     .id = G_OP,
-    .torch = (const char *const[]){"torchvision.models.swin_transformer._patch_merging_pad(x)",
-                                   NULL},
+    .torch =
+        (const char *const[]){"torchvision.models.swin_transformer._patch_merging_pad(x)", NULL},
     .varargs = -1,
     .p = {TENSOR("x")},
     .forward = patch_merging_pad_fwd,
