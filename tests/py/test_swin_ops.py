@@ -155,3 +155,36 @@ def test_dropout_refused():
         m = S.ShiftedWindowAttention(8, [2, 2], [1, 1], 2, **{kw: 0.1}).eval()
         expect_refusal(m, torch.zeros(1, 4, 4, 8), f"{kw}=0.1", "drops at random",
                        "shifted_window_attention")
+
+
+def test_bad_model_json_named():
+    """A model.json whose shifted_window_attention node was edited: a bad
+    constant is refused when the graph compiles, a num_heads that does not
+    divide the channels when it runs; each message names the node and the
+    value, and nothing crashes."""
+    S = _tv()
+    import json
+    import torch
+    from grove_export import export
+    from test_graph_export import predict
+    m = S.ShiftedWindowAttention(8, [2, 2], [1, 1], 2).eval()
+    x = np.zeros((1, 4, 4, 8), np.float32)
+    edits = [  # (argument index, value, what the message says)
+        (4, [0, 2], "window_size[0] must be an int in [1, 4096]"),
+        (6, [1], "shift_size must be a list of 2 ints"),
+        (5, 3, "the input's 8 channels do not divide into num_heads=3"),
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "swa")
+        export(m, d, example_input=torch.zeros(1, 4, 4, 8))
+        path = os.path.join(d, "model.json")
+        orig = json.load(open(path))
+        for k, value, needle in edits:
+            doc = json.loads(json.dumps(orig))
+            graph = doc["module"]["graph"]
+            i = next(j for j, n in enumerate(graph) if n.get("target") == "shifted_window_attention")
+            graph[i]["args"][k] = value
+            json.dump(doc, open(path, "w"))
+            code, err, _ = predict(d, tmp, [x])
+            assert code == 1, (k, value, err)
+            assert needle in err and "shifted_window_attention" in err, (needle, err)
