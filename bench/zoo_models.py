@@ -32,5 +32,9 @@ def mobilenet_v2_relu():
 
 
 BUILDERS = {name: _builder(name) for name in NAMES}
+# Not in the default list, measured by name (bench/zoo.sh GROVE_BIN swin_t): the Swin
+# Transformers, unchanged (window 7 for v1, 8 for v2, at 224x224).
+for _name in ("swin_t", "swin_s", "swin_b", "swin_v2_t", "swin_v2_s", "swin_v2_b"):
+    BUILDERS[_name] = _builder(_name)
 BUILDERS["mobilenet_v2_relu"] = mobilenet_v2_relu
 globals().update(BUILDERS)

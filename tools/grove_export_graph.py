@@ -721,6 +721,12 @@ def _graph(m, path, inlined=None):
         if name == "dropout" and b.get("training", True) is not False:
             refuse(node, "F.dropout with training=True drops activations at random even in "
                          "eval mode; pass training=self.training")
+        if name == "shifted_window_attention":
+            for k in ("attention_dropout", "dropout"):
+                if b.get(k, 0.0) != 0:
+                    refuse(node, f"torchvision's shifted_window_attention with {k}={b[k]!r} "
+                                 "drops at random even in eval mode (it calls F.dropout without "
+                                 f"training=); build the model with {k}=0.0")
         if name in ("softmax", "log_softmax", "mean", "sum") and b.get("dtype") is not None:
             refuse(node, f"{name} with a dtype is not supported")
         if name in ("softmax", "log_softmax") and not (b.get("dim") is None or

@@ -87,7 +87,7 @@ typedef struct gval {
 
 /* ------------------------------------------------------------ the entry */
 
-#define GROVE__OP_MAX_PARAMS 8
+#define GROVE__OP_MAX_PARAMS 12 /* torchvision's shifted_window_attention takes 12 */
 
 /* What a parameter takes (for the accessors' messages and the exporter). */
 enum {

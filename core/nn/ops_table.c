@@ -48,6 +48,9 @@ extern const grove__opdef grove__opdef_relu6, grove__opdef_hardswish, grove__opd
 extern const grove__opdef grove__opdef_max_pool1d, grove__opdef_max_pool2d, grove__opdef_avg_pool1d,
     grove__opdef_avg_pool2d, grove__opdef_adaptive_avg_pool1d, grove__opdef_adaptive_avg_pool2d,
     grove__opdef_adaptive_max_pool1d, grove__opdef_adaptive_max_pool2d;
+/* torchvision's Swin Transformer helpers: ops_window.c. */
+extern const grove__opdef grove__opdef_patch_merging_pad, grove__opdef_get_relative_position_bias,
+    grove__opdef_shifted_window_attention;
 
 static const grove__opdef *const table[] = {
     &grove__opdef_add,        &grove__opdef_sub,       &grove__opdef_mul,        &grove__opdef_div,
@@ -124,6 +127,9 @@ static const grove__opdef *const table[] = {
     &grove__opdef_max_pool1d, &grove__opdef_max_pool2d, &grove__opdef_avg_pool1d,
     &grove__opdef_avg_pool2d, &grove__opdef_adaptive_avg_pool1d, &grove__opdef_adaptive_avg_pool2d,
     &grove__opdef_adaptive_max_pool1d, &grove__opdef_adaptive_max_pool2d,
+    /* ops_window.c: Swin */
+    &grove__opdef_patch_merging_pad, &grove__opdef_get_relative_position_bias,
+    &grove__opdef_shifted_window_attention,
 };
 #define NTABLE ((int)(sizeof table / sizeof table[0]))
 
