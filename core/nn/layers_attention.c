@@ -429,8 +429,8 @@ static void attend(const float *q, int64_t rsq, const float *k, int64_t rsk, con
 
 void grove__attend_head(const float *q, int64_t rsq, const float *k, int64_t rsk, const float *v,
                         int64_t rsv, float *o, int64_t rso, int64_t L, int64_t S, int64_t d,
-                        float scale, const float *madd, float *sc, float *kt) {
-  attend(q, rsq, k, rsk, v, rsv, o, rso, L, S, d, scale, madd, sc, kt);
+                        float scale, const float *madd, int64_t ldm, float *sc, float *kt) {
+  attend(q, rsq, k, rsk, v, rsv, o, rso, L, S, d, scale, madd, ldm, sc, kt);
 }
 
 static grove_status contig(grove_fwd *f, const grove_tensor *t, grove_tensor *out) {

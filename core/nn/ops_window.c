@@ -328,7 +328,7 @@ static grove_status swa_fwd(const grove__opctx *c, gval *res) {
         const int64_t r0 = (b * nW + w) * N;
         grove__attend_head(Q + r0 * ld + h * d, ld, Q + r0 * ld + C + h * d, ld,
                            Q + r0 * ld + 2 * C + h * d, ld, ctx + r0 * C + h * d, C, N, N, d, scale,
-                           madd, sc, kt);
+                           madd, N, sc, kt);
       }
     }
   }
