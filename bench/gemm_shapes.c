@@ -11,7 +11,7 @@
  * convolution path issues it: grove__linear_run_alone over ROWS rows at a
  * time (the fused chunk's step, core/nn/layers_conv.c), one thread.  The
  * default list is ResNet-50's 1x1 and Winograd products at batch 1, 224x224
- * (docs/performance.md, "The torchvision zoo").  Peak and shapes alternate
+ * (docs/performance-models.md, "The torchvision zoo").  Peak and shapes alternate
  * round by round and the median round of each is printed, so the ratio
  * ("of peak") compares like with like on a shared host; absolute figures
  * are the host's weather.  Figures only, no assertions. */

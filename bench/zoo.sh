@@ -16,7 +16,7 @@
 # GROVE_BENCH_EXPORT_ARGS (--max-batch-size 16: opening a model runs one forward at its
 # max_batch_size to size the scratch, and at the default 64 a 224x224 ResNet-50's is
 # several GB; 16 is the largest batch measured here).  Figures and the
-# profile of what remains: docs/performance.md, "The torchvision zoo".
+# profile of what remains: docs/performance-models.md, "The torchvision zoo".
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ -z "${1:-}" ]; then

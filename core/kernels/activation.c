@@ -6,7 +6,7 @@
  * convolution's pass over its output.  A kernel, no layer: pure, any thread.
  *
  * Why a vector exp: SiLU and Sigmoid through libm's scalar expf were 40% of
- * EfficientNet-B0's forward (docs/performance.md, "The torchvision zoo").
+ * EfficientNet-B0's forward (docs/performance-models.md, "The torchvision zoo").
  * simd_exp.h's exp is within 2 ulp of expf; SiLU's x / (1 + exp(-x)) and
  * Sigmoid's 1 / (1 + exp(-x)) are torch's formulas (aten's vectorised CPU
  * kernels use a polynomial exp too), the reciprocal by the CPU's estimate

@@ -1,4 +1,4 @@
-"""A convolution's fused epilogue against torch (docs/performance.md, "The
+"""A convolution's fused epilogue against torch (docs/performance-models.md, "The
 torchvision zoo"): Grove runs Conv2d [+ BatchNorm2d] + an activation (ReLU,
 ReLU6, Hardswish, Hardsigmoid, SiLU, Sigmoid) as one pass when a Sequential
 or a graph holds them in a row, and squeeze-excitation's `scale * input`
