@@ -592,7 +592,7 @@ static void on_async(uv_async_t *a) {
   sp->out_head = sp->out_tail = NULL;
   uint32_t ids[64];
   size_t nids = sp->nclose < 64 ? sp->nclose : 64;
-  memcpy(ids, sp->close_ids + sp->nclose - nids, nids * sizeof *ids);
+  if (nids) memcpy(ids, sp->close_ids + sp->nclose - nids, nids * sizeof *ids);
   sp->nclose -= nids;
   bool more = sp->nclose > 0;
   pthread_mutex_unlock(&sp->mu);

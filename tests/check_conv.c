@@ -941,6 +941,10 @@ START_TEST(test_bn_fold) {
     ck_assert_ok(grove_module_add_module(seq, "0", conv, &err), &err);
     ck_assert_ok(grove_module_add_module(seq, "1", bn, &err), &err);
     ck_assert_ok(grove_module_add_module(seq, "2", act, &err), &err);
+    /* seq holds its own references; conv and bn stay valid while it lives. */
+    grove_module_release(conv);
+    grove_module_release(bn);
+    grove_module_release(act);
     grove_module_eval(seq);
     grove_arena *a = grove_arena_new(0);
     grove_fwd f = {.arena = a, .err = &err};
