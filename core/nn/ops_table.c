@@ -247,7 +247,7 @@ static grove_status read_arg(const json_t *obj, const char *path, const char *cl
           return GROVE_OK;
         }
       }
-      bool b;
+      bool b = false; /* left unset when the key is refused */
       s = grove__json_bool(obj, path, cls, key, p->dv != 0, &b, err);
       a->kind = A_BOOL;
       a->i = b;
@@ -268,7 +268,7 @@ static grove_status read_arg(const json_t *obj, const char *path, const char *cl
     }
     case P_FLOAT:
     case P_NUMBER: {
-      double v;
+      double v = 0;
       if (p->dk == D_REQ && !json_object_get(obj, key)) /* ConstantPad2d's value */
         return grove_err_set(err, GROVE_E_SPEC, "%s.%s: missing required argument of %s", path, key,
                              cls);
