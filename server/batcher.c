@@ -95,15 +95,20 @@ static bool same_tail(const srv_req *a, const srv_req *b) {
  * when nothing was left to run (every candidate had expired). */
 static bool form_batch(srv_server *srv, srv_model *m, srv_worker *w, int64_t now) {
   srv_version *v = m->current;
-  int64_t max_rows = v->model->batching.max_batch_size;
+  /* Unbatched (max_batch_size 0): every request is a batch of one. */
+  int64_t max_rows = v->model->batching.max_batch_size ? v->model->batching.max_batch_size : 1;
   srv_batch *b = &w->batch;
   *b = (srv_batch){.model = m};
   srv_req *btail = NULL, *first = NULL, *prev = NULL, *r = m->head;
   while (r) {
     srv_req *next = r->next;
     bool expired = r->deadline <= now;
+    /* Admitted while an unbatched version served (rows 1, dimension 0 the
+     * model's own), now before a batched one: its rows are not known. */
+    bool stale = v->model->batching.max_batch_size > 0 && r->ninputs > 0 &&
+                 r->inputs[0].ndim > 0 && r->inputs[0].shape[0] != r->rows;
     bool fits = !first || (same_tail(first, r) && b->rows + r->rows <= max_rows);
-    if (!expired && !fits) {
+    if (!expired && !stale && !fits) {
       if (first && same_tail(first, r)) break; /* full: keep arrival order */
       prev = r;                                /* another shape: it waits for a batch of its own */
       r = next;
@@ -118,7 +123,12 @@ static bool form_batch(srv_server *srv, srv_model *m, srv_worker *w, int64_t now
     m->queued--;
     m->queued_rows -= r->rows;
     r->next = NULL;
-    if (expired) {
+    if (stale) {
+      grove__rpc_reply_error(r, GROVE_E_UNAVAILABLE,
+                             "model '%s': a reload changed how the model batches while the "
+                             "request was queued; send it again",
+                             m->name);
+    } else if (expired) {
       grove__rpc_reply_error(r, GROVE_E_DEADLINE_EXCEEDED,
                              "model '%s': the request waited %.3f ms in the queue, past its "
                              "timeout; it was not computed",
@@ -160,7 +170,8 @@ static void schedule(srv_server *srv) {
       if (!m->head || !m->current || m->paused) continue; /* paused: an in-place reload */
       const grove_batching *bc = &m->current->model->batching;
       int64_t due = m->head->t_recv + bc->max_queue_delay_us * 1000;
-      if (draining || m->queued_rows >= bc->max_batch_size || m->running == 0 || now >= due) {
+      int64_t full = bc->max_batch_size ? bc->max_batch_size : 1; /* 0: unbatched */
+      if (draining || m->queued_rows >= full || m->running == 0 || now >= due) {
         pick = m;
         srv->rr = i + 1;
         break;

@@ -186,16 +186,16 @@ static void oip_outputs(srv_req *r, const srv_batch *b, const grove_values *out,
     int k = o->nwant ? o->want[i] : i;
     if (k >= out->n) continue; /* a reload changed the outputs: the ones left */
     const grove_tensor *t = &out->v[k];
-    size_t row_bytes = grove_tensor_nbytes(t) / (size_t)b->rows;
-    const unsigned char *p = (const unsigned char *)t->data + row_bytes * (size_t)row0;
-    size_t nbytes = row_bytes * (size_t)r->rows;
+    size_t nbytes;
+    int64_t dim0;
+    const unsigned char *p = grove__batch_slice(b, r, t, row0, &nbytes, &dim0);
     char nb[32];
     grove__text_append(&j, written ? ",{\"name\":" : "{\"name\":", written ? 9 : 8);
     written++;
     grove__oip_write_string(&j, output_name(gm, k, nb, sizeof nb));
-    grove__text_printf(&j, ",\"datatype\":\"%s\",\"shape\":[%" PRId64,
-                       grove__oip_dtype_name(t->dtype), r->rows);
-    for (int d = 1; d < t->ndim; d++) grove__text_printf(&j, ",%" PRId64, t->shape[d]);
+    grove__text_printf(&j, ",\"datatype\":\"%s\",\"shape\":[", grove__oip_dtype_name(t->dtype));
+    for (int d = 0; d < t->ndim; d++)
+      grove__text_printf(&j, "%s%" PRId64, d ? "," : "", d ? t->shape[d] : dim0);
     grove__text_append(&j, "]", 1);
     bool binary = o->nwant ? o->want_binary[i] : o->binary_all;
     if (binary) {
@@ -555,19 +555,21 @@ static void infer(srv_server *srv, const srv_hreq *q, srv_model *m, const char *
 
 /* ------------------------------------------------------------ metadata */
 
-static void shape_json(srv_text *b, const grove_io_spec *sp, int from) {
+static void shape_json(srv_text *b, const grove_io_spec *sp, int from, bool batched) {
   grove__text_append(b, "[", 1);
   for (int d = from; d < sp->ndim; d++)
-    grove__text_printf(b, "%s%" PRId64, d > from ? "," : "", d == 0 ? -1 : sp->shape[d]);
+    grove__text_printf(b, "%s%" PRId64, d > from ? "," : "",
+                       d == 0 && batched ? -1 : sp->shape[d]);
   grove__text_append(b, "]", 1);
 }
 
 /* The inputs or outputs of a model as a JSON array, under key: OIP's
  * metadata ("datatype" FP32, "shape" with -1 for the batch) or, with
  * triton, Triton's configuration ("data_type" TYPE_FP32, "dims" without
- * the batch dimension, which max_batch_size > 0 says is there). */
+ * the batch dimension, which max_batch_size > 0 says is there; with
+ * max_batch_size 0, unbatched, every dimension is the model's own). */
 static void specs_json(srv_text *b, const char *key, const grove_io_spec *sp, size_t n,
-                       bool triton) {
+                       bool triton, bool batched) {
   grove__text_printf(b, ",\"%s\":[", key);
   for (size_t i = 0; i < n; i++) {
     grove__text_append(b, i ? ",{\"name\":" : "{\"name\":", i ? 9 : 8);
@@ -578,7 +580,7 @@ static void specs_json(srv_text *b, const char *key, const grove_io_spec *sp, si
     else
       grove__text_printf(b, ",\"datatype\":\"%s\",\"shape\":",
                          grove__oip_dtype_name(sp[i].dtype));
-    shape_json(b, &sp[i], triton ? 1 : 0);
+    shape_json(b, &sp[i], triton && batched ? 1 : 0, batched);
     grove__text_append(b, "}", 1);
   }
   grove__text_append(b, "]", 1);
@@ -589,8 +591,8 @@ static void model_metadata(srv_model *m, const grove_model *gm, int64_t version,
   grove__text_append(&b, "{\"name\":", 8);
   grove__oip_write_string(&b, m->name);
   grove__text_printf(&b, ",\"versions\":[\"%" PRId64 "\"],\"platform\":\"grove\"", version);
-  specs_json(&b, "inputs", gm->inputs, gm->ninputs, false);
-  specs_json(&b, "outputs", gm->outputs, gm->noutputs, false);
+  specs_json(&b, "inputs", gm->inputs, gm->ninputs, false, gm->batching.max_batch_size > 0);
+  specs_json(&b, "outputs", gm->outputs, gm->noutputs, false, gm->batching.max_batch_size > 0);
   grove__text_append(&b, "}", 1);
   set_json(res, 200, &b);
 }
@@ -601,13 +603,15 @@ static void model_config(srv_model *m, const grove_model *gm, srv_hres *res) {
   srv_text b = {0};
   grove__text_append(&b, "{\"name\":", 8);
   grove__oip_write_string(&b, m->name);
-  grove__text_printf(&b,
-                     ",\"platform\":\"grove\",\"backend\":\"grove\",\"max_batch_size\":%" PRId64
-                     ",\"dynamic_batching\":{\"max_queue_delay_microseconds\":%" PRId64
-                     "},\"version_policy\":{\"latest\":{\"num_versions\":1}}",
-                     gm->batching.max_batch_size, gm->batching.max_queue_delay_us);
-  specs_json(&b, "input", gm->inputs, gm->ninputs, true);
-  specs_json(&b, "output", gm->outputs, gm->noutputs, true);
+  grove__text_printf(&b, ",\"platform\":\"grove\",\"backend\":\"grove\",\"max_batch_size\":%" PRId64,
+                     gm->batching.max_batch_size);
+  /* Triton allows dynamic batching only with a batch dimension. */
+  if (gm->batching.max_batch_size > 0)
+    grove__text_printf(&b, ",\"dynamic_batching\":{\"max_queue_delay_microseconds\":%" PRId64 "}",
+                       gm->batching.max_queue_delay_us);
+  grove__text_printf(&b, ",\"version_policy\":{\"latest\":{\"num_versions\":1}}");
+  specs_json(&b, "input", gm->inputs, gm->ninputs, true, gm->batching.max_batch_size > 0);
+  specs_json(&b, "output", gm->outputs, gm->noutputs, true, gm->batching.max_batch_size > 0);
   grove__text_append(&b, "}", 1);
   set_json(res, 200, &b);
 }

@@ -74,6 +74,10 @@ static grove_status check_predict(srv_req *r, const grove_model *gm, grove_err *
     err->code = GROVE_E_INVALID_ARGUMENT;
     return GROVE_E_INVALID_ARGUMENT;
   }
+  if (gm->batching.max_batch_size == 0) { /* unbatched: dimension 0 is the model's own */
+    r->rows = 1;
+    return GROVE_OK;
+  }
   int64_t rows = r->inputs[0].shape[0];
   for (size_t i = 1; i < r->ninputs; i++)
     if (r->inputs[i].shape[0] != rows)

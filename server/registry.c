@@ -180,11 +180,11 @@ grove_status grove__model_check_servable(const grove_model *m, grove_err *err) {
     if (m->inputs[i].ndim < 1)
       return grove_err_set(err, GROVE_E_SPEC, "input '%s' has no batch dimension (dim 0)",
                            m->inputs[i].name);
-  if (m->batching.max_batch_size < 1 || m->batching.max_queue_size < 1 ||
+  if (m->batching.max_batch_size < 0 || m->batching.max_queue_size < 1 ||
       m->batching.max_queue_delay_us < 0)
     return grove_err_set(err, GROVE_E_SPEC,
-                         "batching: max_batch_size and max_queue_size must be "
-                         ">= 1 and max_queue_delay_us >= 0");
+                         "batching: max_batch_size must be >= 0 (0: unbatched), "
+                         "max_queue_size >= 1 and max_queue_delay_us >= 0");
   return GROVE_OK;
 }
 

@@ -350,7 +350,9 @@ size_t grove__rpc_max_inflight(const srv_server *srv) {
     srv_version *v = srv->models[i].current;
     if (!v) continue;
     n += (uint64_t)v->model->batching.max_queue_size +
-         (uint64_t)srv->workers * (uint64_t)v->model->batching.max_batch_size;
+         (uint64_t)srv->workers * (uint64_t)(v->model->batching.max_batch_size
+                                                  ? v->model->batching.max_batch_size
+                                                  : 1);
   }
   return n > MAX_CONTEXTS ? MAX_CONTEXTS : (size_t)n;
 }

@@ -351,6 +351,13 @@ struct srv_worker {
 };
 
 grove_status grove__workers_start(srv_server *srv, grove_err *err);
+/* The part of batch b's output t that is request r's, r's rows starting at
+ * row0: its rows of dimension 0, or all of t when the model is unbatched
+ * (batching.max_batch_size 0: one request per forward, outputs whole).
+ * *dim0 is the slice's dimension 0 (meaningless when t has none).  Worker
+ * thread, while b's arena holds t. */
+const void *grove__batch_slice(const srv_batch *b, const srv_req *r, const grove_tensor *t,
+                               int64_t row0, size_t *nbytes, int64_t *dim0);
 /* Hands b to the idle worker w (loop thread). */
 void grove__worker_assign(srv_worker *w);
 /* Stops and joins every worker; one running a batch finishes it first. */

@@ -42,6 +42,23 @@ static void fail_batch(srv_batch *b, grove_status s, const char *msg) {
 }
 
 /* Encodes r's rows of the outputs into r->reply (sent later, in a chain). */
+static bool unbatched(const srv_batch *b) {
+  return b->version->model->batching.max_batch_size == 0;
+}
+
+const void *grove__batch_slice(const srv_batch *b, const srv_req *r, const grove_tensor *t,
+                               int64_t row0, size_t *nbytes, int64_t *dim0) {
+  if (unbatched(b)) {
+    *nbytes = grove_tensor_nbytes(t);
+    *dim0 = t->ndim > 0 ? t->shape[0] : 0;
+    return t->data;
+  }
+  size_t row_bytes = grove_tensor_nbytes(t) / (size_t)b->rows;
+  *nbytes = row_bytes * (size_t)r->rows;
+  *dim0 = r->rows;
+  return (const unsigned char *)t->data + row_bytes * (size_t)row0;
+}
+
 static void encode_rows(srv_req *r, const srv_batch *b, const grove_values *out, int64_t row0,
                         int64_t compute_ns) {
   const grove_model *gm = b->version->model;
@@ -50,15 +67,17 @@ static void encode_rows(srv_req *r, const srv_batch *b, const grove_values *out,
   int64_t shapes[GROVE_MAX_VALUES][GROVE_MAX_DIMS];
   for (int k = 0; k < out->n; k++) {
     const grove_tensor *t = &out->v[k];
-    size_t row_bytes = grove_tensor_nbytes(t) / (size_t)b->rows;
+    size_t nbytes;
+    int64_t dim0;
+    const void *p = grove__batch_slice(b, r, t, row0, &nbytes, &dim0);
     grove__tensor__init(&tens[k]);
     tens[k].dtype = (int32_t)t->dtype;
     tens[k].n_shape = (size_t)t->ndim;
     memcpy(shapes[k], t->shape, sizeof(int64_t) * (size_t)t->ndim);
-    shapes[k][0] = r->rows;
+    if (t->ndim > 0) shapes[k][0] = dim0;
     tens[k].shape = shapes[k];
-    tens[k].data.len = row_bytes * (size_t)r->rows;
-    tens[k].data.data = (uint8_t *)t->data + row_bytes * (size_t)row0;
+    tens[k].data.len = nbytes;
+    tens[k].data.data = (uint8_t *)p;
     tens[k].name = (size_t)k < gm->noutputs && gm->outputs[k].name ? gm->outputs[k].name : "";
     ptrs[k] = &tens[k];
   }
@@ -102,7 +121,10 @@ static void run_batch(srv_worker *w) {
   int64_t t0 = grove__now_ns();
   const srv_req *first = b->reqs;
   grove_tensor in[GROVE_MAX_VALUES];
-  for (size_t i = 0; i < first->ninputs; i++) {
+  /* Unbatched (max_batch_size 0): the lone request's inputs, whole, as
+   * they arrived. */
+  for (size_t i = 0; unbatched(b) && i < first->ninputs; i++) in[i] = first->inputs[i];
+  for (size_t i = 0; !unbatched(b) && i < first->ninputs; i++) {
     const grove_tensor *f = &first->inputs[i];
     size_t row_bytes = grove_tensor_nbytes(f) / (size_t)first->rows;
     unsigned char *p = grove_arena_alloc(a, row_bytes * (size_t)b->rows);
@@ -130,7 +152,7 @@ static void run_batch(srv_worker *w) {
    * be contiguous (a view is copied once into the arena). */
   for (int k = 0; !s && k < out.n; k++) {
     grove_tensor *t = &out.v[k];
-    if (t->ndim < 1 || t->shape[0] != b->rows) {
+    if (!unbatched(b) && (t->ndim < 1 || t->shape[0] != b->rows)) {
       char sh[160];
       s = grove_err_set(&err, GROVE_E_INTERNAL,
                         "output %d has shape %s: its dimension 0 is not the batch of %" PRId64
@@ -225,7 +247,8 @@ static size_t arena_size(const grove_model *m) {
   size_t n = m->arena_bytes;
   for (size_t i = 0; i < m->ninputs; i++) {
     const grove_io_spec *sp = &m->inputs[i];
-    size_t b = grove_dtype_size(sp->dtype) * (size_t)m->batching.max_batch_size;
+    size_t rows = m->batching.max_batch_size ? (size_t)m->batching.max_batch_size : 0;
+    size_t b = grove_dtype_size(sp->dtype) * rows; /* unbatched: inputs not copied */
     for (int d = 1; d < sp->ndim; d++) b *= sp->shape[d] > 0 ? (size_t)sp->shape[d] : 1;
     n += (b + 63) & ~(size_t)63;
   }

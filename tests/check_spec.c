@@ -432,8 +432,8 @@ static const bad_case bad[] = {
      GROVE_E_SPEC, "$.outputs[0].shape[1]: expected a positive integer or -1"},
     {"{" HEAD ", 'outputs': 'y', 'module': " L4 "}", GROVE_E_SPEC, "$.outputs: expected"},
     /* batching */
-    {"{" HEAD ", 'batching': {'max_batch_size': 0}, 'module': " L4 "}", GROVE_E_SPEC,
-     "$.batching.max_batch_size: expected an integer in [1, 1048576], got 0"},
+    {"{" HEAD ", 'batching': {'max_batch_size': -1}, 'module': " L4 "}", GROVE_E_SPEC,
+     "$.batching.max_batch_size: expected an integer in [0, 1048576], got -1"},
     {"{" HEAD ", 'batching': {'max_queue_delay_us': -1}, 'module': " L4 "}", GROVE_E_SPEC,
      "$.batching.max_queue_delay_us: expected an integer in [0, "},
     {"{" HEAD ", 'batching': {'max_queue_size': 1.5}, 'module': " L4 "}", GROVE_E_SPEC,
@@ -1106,6 +1106,53 @@ START_TEST(test_check_inputs) {
 }
 END_TEST
 
+/* grove_model_open's batch probe (model_probe.c): dimension 0 is served as a
+ * batch only when its rows are independent.  Softmax over dimension 0 mixes
+ * the rows (a sequence-first layer's time); Flatten from dimension 0 makes
+ * one row of all of them; Softmax over dimension 1 keeps them apart.  A
+ * spec's own max_batch_size 0 stays 0. */
+START_TEST(test_batch_probe) {
+  static const struct {
+    const char *module;
+    int64_t want;
+  } cases[] = {
+      {"{'type': 'Softmax', 'dim': 0}", 0},
+      {"{'type': 'Flatten', 'start_dim': 0}", 0},
+      {"{'type': 'Softmax', 'dim': 1}", 64},
+      {"{'type': 'Softmax', 'dim': -1}", 64},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *dir = strdup(grove_test_tmpdir());
+    char spec[512];
+    snprintf(spec, sizeof spec,
+             "{'format': 'grove.model/1', 'inputs': [{'name': 'x', 'dtype': 'float32', "
+             "'shape': [-1, 3]}], 'module': %s}",
+             cases[i].module);
+    write_text(dir, "model.json", spec);
+    grove_err err = {0};
+    grove_model *m = NULL;
+    ck_assert_ok(grove_model_open(dir, NULL, &m, &err), &err);
+    ck_assert_msg(m->batching.max_batch_size == cases[i].want, "%s: max_batch_size %lld",
+                  cases[i].module, (long long)m->batching.max_batch_size);
+    grove_model_free(m);
+    rm_rf(dir);
+    free(dir);
+  }
+  char *dir = strdup(grove_test_tmpdir());
+  write_text(dir, "model.json",
+             "{'format': 'grove.model/1', 'inputs': [{'name': 'x', 'dtype': 'float32', "
+             "'shape': [-1, 3]}], 'batching': {'max_batch_size': 0}, "
+             "'module': {'type': 'Softmax', 'dim': 1}}");
+  grove_err err = {0};
+  grove_model *m = NULL;
+  ck_assert_ok(grove_model_open(dir, NULL, &m, &err), &err);
+  ck_assert_int_eq(m->batching.max_batch_size, 0);
+  grove_model_free(m);
+  rm_rf(dir);
+  free(dir);
+}
+END_TEST
+
 Suite *spec_suite(void) {
   Suite *s = suite_create("spec");
   TCase *tc = tcase_create("spec");
@@ -1136,6 +1183,7 @@ Suite *spec_suite(void) {
   tcase_add_test(td, test_json_error_quotes_nothing);
   tcase_add_test(td, test_huge_layer_names_its_path);
   tcase_add_test(td, test_many_refs_build);
+  tcase_add_test(td, test_batch_probe);
   suite_add_tcase(s, td);
   return s;
 }

@@ -284,7 +284,8 @@ def _batching(batching):
             raise ExportError(f"batching: unknown key {k!r} (known: {', '.join(BATCHING_KEYS)})")
         if isinstance(v, bool) or not isinstance(v, int):
             raise ExportError(f"batching.{k}: expected an integer, got {v!r}")
-        low = 0 if k == "max_queue_delay_us" else 1
+        # max_batch_size 0: unbatched, as Triton's (docs/model-spec.md).
+        low = 0 if k in ("max_queue_delay_us", "max_batch_size") else 1
         if v < low:
             raise ExportError(f"batching.{k}: must be >= {low}, got {v}")
         out[k] = v

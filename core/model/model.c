@@ -433,7 +433,8 @@ static grove_status derive_outputs(grove_model *m, const grove_values *a, const 
 static grove_status size_scratch(grove_model *m, grove_err *err) {
   grove_arena *arena = grove_arena_new(0);
   if (!arena) return nomem(err);
-  int64_t batch = m->batching.max_batch_size;
+  /* max_batch_size 0 (unbatched): dimension 0 is the model's own, sized 1. */
+  int64_t batch = m->batching.max_batch_size ? m->batching.max_batch_size : 1;
   grove_values out = {0};
   grove_status s = trial_forward(m, arena, batch, 1, &out, err);
   if (!s && m->noutputs > 0) {
@@ -564,6 +565,7 @@ grove_status grove_model_open(const char *dir, const grove_model_opts *opts, gro
     /* Outputs that disagree with the spec are the spec's fault. */
     if (s) grove_err_prefix(err, "%s", s == GROVE_E_SPEC ? spec_path : dir);
   }
+  if (!s) s = grove__model_probe_rows(m, err);
   /* Each file was read whole, and refused if written meanwhile (fileio.c),
    * so the model is one state of each.  A write since (a `cp` over the
    * weights, the write --watch reacts to) makes it a model of a file that

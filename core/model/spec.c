@@ -572,7 +572,7 @@ static grove_status parse_io(grove_err *err, const json_t *arr, const char *jp, 
 static grove_status parse_batching(grove_err *err, const json_t *b, grove_batching *out) {
   static const char *const keys[] = {"max_batch_size", "max_queue_delay_us", "max_queue_size",
                                      NULL};
-  static const int64_t lo[] = {1, 0, 1}, hi[] = {MAX_BATCH, MAX_DELAY_US, MAX_QUEUE};
+  static const int64_t lo[] = {0, 0, 1}, hi[] = {MAX_BATCH, MAX_DELAY_US, MAX_QUEUE};
   int64_t *dst[] = {&out->max_batch_size, &out->max_queue_delay_us, &out->max_queue_size};
   if (!json_is_object(b))
     return expected(err, "$.batching",

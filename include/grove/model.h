@@ -32,7 +32,10 @@ typedef struct grove_io_spec {
 } grove_io_spec;
 
 typedef struct grove_batching {
-  int64_t max_batch_size;     /* rows; default 64 */
+  int64_t max_batch_size;     /* rows; default 64.  0: unbatched, one request per forward with
+                                 its inputs whole (Triton's max_batch_size 0); set by
+                                 grove_model_open when the model's dimension 0 is not a batch
+                                 of independent rows (docs/model-spec.md) */
   int64_t max_queue_delay_us; /* default 500 */
   int64_t max_queue_size;     /* requests; default 1024 */
 } grove_batching;
@@ -64,8 +67,10 @@ typedef struct grove_model_opts {
 } grove_model_opts;
 
 /* Opens dir: parses model.json, reads the weights file, loads it all or
- * nothing (strict unless opts say otherwise), puts the tree in eval mode and
- * sizes the scratch by one forward at max_batch_size.  opts may be NULL.
+ * nothing (strict unless opts say otherwise), puts the tree in eval mode,
+ * sizes the scratch by one forward at max_batch_size and asks the model
+ * whether dimension 0 is a batch (batching.max_batch_size 0 when it is not).
+ * opts may be NULL.
  * *out is new and the caller's.  Any thread; nothing shared. */
 grove_status grove_model_open(const char *dir, const grove_model_opts *opts, grove_model **out,
                               grove_err *err);

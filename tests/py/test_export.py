@@ -283,7 +283,7 @@ def test_batching_and_name():
         assert list(doc["batching"].items()) == [("max_batch_size", 4), ("max_queue_delay_us", 0),
                                                  ("max_queue_size", 10)]
     expect_refusal(nn.Linear(3, 1), "max_batchsize", batching={"max_batchsize": 4})
-    expect_refusal(nn.Linear(3, 1), "max_batch_size", batching={"max_batch_size": 0})
+    expect_refusal(nn.Linear(3, 1), "max_batch_size", batching={"max_batch_size": -1})
     expect_refusal(nn.Linear(3, 1), "max_batch_size", batching={"max_batch_size": 2.5})
 
 
