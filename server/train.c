@@ -24,6 +24,7 @@
  * workers, before the socket closes): a running step finishes, queued requests are answered
  * UNAVAILABLE. */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -586,10 +587,18 @@ static void run_promote(session *s, srv_req *r) {
     else if (!(path = strdup(q->path)))
       st = grove_err_set(&err, GROVE_E_NOMEM, "out of memory");
   } else {
-    /* A new file of our own; the write below replaces it atomically. */
+    /* A new file of our own; the write below replaces it atomically.  The
+     * model's name goes into the file name only as letters, digits, '.',
+     * '-' and '_', at most 64 of them: a name is any string, and a '/' or
+     * 255 bytes of it would make another path or none. */
     const char *tmp = getenv("TMPDIR");
+    char tag[65];
+    size_t n = 0;
+    for (const char *p = s->m->name; *p && n < sizeof tag - 1; p++)
+      tag[n++] = isalnum((unsigned char)*p) || *p == '.' || *p == '-' || *p == '_' ? *p : '_';
+    tag[n] = '\0';
     path = str_printf("%s/grove-promote-%s-step%" PRIu64 "-XXXXXX.safetensors",
-                      tmp && *tmp ? tmp : "/tmp", s->m->name, s->steps);
+                      tmp && *tmp ? tmp : "/tmp", tag, s->steps);
     int fd = path ? mkstemps(path, 12) : -1;
     if (fd < 0)
       st = grove_err_set(&err, path ? GROVE_E_IO : GROVE_E_NOMEM, "cannot create %s: %s",

@@ -427,6 +427,38 @@ START_TEST(cli_train) {
 }
 END_TEST
 
+/* A model's name is any string: promote's own file (no path given) must not
+ * put a '/' or 255 bytes of it into the file name. */
+START_TEST(train_promote_odd_name) {
+  char name[260];
+  memset(name, 'n', sizeof name - 1);
+  name[sizeof name - 1] = '\0';
+  memcpy(name, "../a b/", 7);
+  snprintf(model_arg, sizeof model_arg, "%s=%s", name, grove_fixture(MODEL));
+  const char *extra[] = {"--model", model_arg, "--workers", "1", NULL};
+  hserver s;
+  h_start(&s, extra);
+  grove_client *c = h_connect(s.tcp);
+  grove_err err = {0};
+  grove_train_opts o = sgd_opts();
+  grove_train_info info;
+  ck_assert_ok(grove_client_start_training(c, name, &o, 10000, &info, &err), &err);
+  grove_train_info_fini(&info);
+  grove_reload_result rr;
+  ck_assert_ok(grove_client_promote(c, name, NULL, true, 20000, &rr, &err), &err);
+  ck_assert_int_eq(rr.version, 2);
+  const char *base = strrchr(rr.weights_path, '/');
+  ck_assert_msg(base && strncmp(base, "/grove-promote-.._a_b_nnn", 25) == 0 && strlen(base) < 120,
+                "%s", rr.weights_path);
+  remove(rr.weights_path);
+  grove_reload_result_fini(&rr);
+  uint64_t steps = 0;
+  ck_assert_ok(grove_client_stop_training(c, name, NULL, 5000, &steps, &err), &err);
+  grove_client_close(c);
+  ck_assert_int_eq(h_stop(&s), 0);
+}
+END_TEST
+
 static Suite *train_server_suite(void) {
   Suite *s = suite_create("train_server");
   TCase *tc = tcase_create("sessions");
@@ -435,6 +467,7 @@ static Suite *train_server_suite(void) {
   tcase_add_test(tc, train_refusals);
   tcase_add_test(tc, predict_while_training);
   tcase_add_test(tc, cli_train);
+  tcase_add_test(tc, train_promote_odd_name);
   suite_add_tcase(s, tc);
   return s;
 }
