@@ -209,7 +209,10 @@ unit-tests: all $(UNIT_SUITES) $(FIXTURE_STAMP)
 ifeq ($(SAN),1)
 PY_PRELOAD = GROVE_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libstdc++.so.6)"
 endif
-py-tests: all | $(DEPS_TEST)
+# test_testutil.py and test_torch_ckpt.py run these two suites' binaries: under
+# `make -j2 test` they must exist before the Python tests start.
+PY_TEST_BINS := $(BUILD)/tests/check_testutil $(BUILD)/tests/check_torch
+py-tests: all $(PY_TEST_BINS) | $(DEPS_TEST)
 	@$(NEED_PYTHON); $(PY_PRELOAD) GROVE_BIN=$(GROVE_BIN) $$py tests/run_py_tests.py
 
 ifeq ($(SAN),thread)
