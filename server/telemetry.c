@@ -85,6 +85,10 @@ static int cmp_key(const void *a, const void *b) {
   return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
+bool grove__tel_observes(const char *pattern, const grove_named_module *nm) {
+  return !nm->module->inlined && grove_module_pattern_match(pattern, nm->name);
+}
+
 void grove__tel_free_names(char **names, size_t n) {
   for (size_t i = 0; i < n; i++) free(names[i]);
   free(names);
@@ -109,7 +113,7 @@ static grove_status build_table(srv_telemetry *tel, size_t mi, srv_version *v, b
     if (hk->model != mi) continue;
     size_t cnt = 0;
     for (size_t i = 0; i < nm.n; i++)
-      cnt += grove_module_pattern_match(hk->pattern, nm.items[i].name);
+      cnt += grove__tel_observes(hk->pattern, &nm.items[i]);
     char **names = cnt ? calloc(cnt, sizeof *names) : NULL;
     if (cnt && !names) {
       s = GROVE_E_NOMEM;
@@ -117,7 +121,7 @@ static grove_status build_table(srv_telemetry *tel, size_t mi, srv_version *v, b
     }
     size_t k = 0;
     for (size_t i = 0; i < nm.n && k < cnt; i++)
-      if (grove_module_pattern_match(hk->pattern, nm.items[i].name)) {
+      if (grove__tel_observes(hk->pattern, &nm.items[i])) {
         if (!(names[k++] = strdup(nm.items[i].name))) s = GROVE_E_NOMEM;
       }
     if (s) {

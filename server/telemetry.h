@@ -269,6 +269,11 @@ static inline const char *grove__tel_kind_name(int kind) {
 }
 
 void grove__tel_free_names(char **names, size_t n);
+/* Whether a hook of pattern observes nm's module: the pattern matches its
+ * name and the module has a forward of its own (one the exporter traced
+ * into its caller's graph, "inlined", is never called, so it would never
+ * fire).  Any thread; reads the tree only. */
+bool grove__tel_observes(const char *pattern, const grove_named_module *nm);
 
 /* Under tel->mu: builds model mi's table from its hooks against v (which
  * updates every hook's resolution) and stages it for the loop to install at

@@ -165,9 +165,17 @@ static void handle_register(srv_req *r) {
     /* The new hook must match something now: a typo is answered at once. */
     grove_named_modules nm = {0};
     s = grove_module_named_modules(v->model->root, "", true, &nm, &err);
-    size_t used = 0;
+    size_t used = 0, inlined = 0;
+    char inl[256] = "";
     for (size_t i = 0; !s && i < nm.n; i++) {
-      if (grove_module_pattern_match(pattern, nm.items[i].name)) matched++;
+      if (grove__tel_observes(pattern, &nm.items[i])) {
+        matched++;
+      } else if (grove_module_pattern_match(pattern, nm.items[i].name)) {
+        size_t u = strlen(inl);
+        if (u + 1 < sizeof inl)
+          snprintf(inl + u, sizeof inl - u, "%s'%s'", inlined ? ", " : "", nm.items[i].name);
+        inlined++;
+      }
       if (*nm.items[i].name && used + 1 < sizeof names) {
         int w =
             snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", nm.items[i].name);
@@ -175,7 +183,13 @@ static void handle_register(srv_req *r) {
       }
     }
     grove_named_modules_fini(&nm);
-    if (!s && matched == 0)
+    if (!s && matched == 0 && inlined > 0)
+      s = grove_err_set(&err, GROVE_E_UNSUPPORTED,
+                        "pattern '%s' matches only module(s) whose forward the exporter traced "
+                        "into their caller's graph (%s), which are never called and so never "
+                        "fire; hook the modules they call",
+                        pattern, inl);
+    else if (!s && matched == 0)
       s = grove_err_set(&err, GROVE_E_NOT_FOUND,
                         "pattern '%s' matches no module of model %s version %" PRId64
                         " (its modules: %s; '**' matches them all, '' the model itself)",

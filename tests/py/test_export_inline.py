@@ -299,3 +299,38 @@ def test_refusals_name_the_inlined_module_and_line():
     # A torch.nn layer has no forward to trace through: still refused.
     expect_refusal(LinearWithConst(), torch.zeros(1, 4), "a Linear called with a constant argument",
                    f"{HERE}:", "self.fc([x])")
+
+
+def test_hooks_on_inlined_modules_refused_in_groved():
+    """A forward hook whose pattern matches only inlined modules would never
+    fire (nothing calls their forward): groved refuses it with UNSUPPORTED
+    naming them, and a pattern that also matches hookable modules counts
+    only those."""
+    import tempfile
+    from grove_export import export
+    from test_pyclient import Groved, load_grove
+    grove = load_grove()
+    torch.manual_seed(5)
+    m = DenseNet().eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "dense")
+        export(m, d, example_input=torch.zeros(1, 3, 8, 8))
+        srv = Groved(tmp, "g", models=[f"dense={d}"])
+        try:
+            with grove.Client(srv.url, admin=srv.admin) as c:
+                for pattern in ("last", "block.layer?"):
+                    try:
+                        c.add_hook("dense", pattern)
+                        raise AssertionError(f"hook on '{pattern}' was accepted")
+                    except grove.GroveError as e:
+                        assert e.status == "GROVE_E_UNSUPPORTED", e
+                        assert "traced into their caller's graph" in str(e), e
+                h = c.add_hook("dense", "block.layer1.*")
+                assert sorted(h["modules"]) == ["block.layer1.conv", "block.layer1.norm"], h
+                h = c.add_hook("dense", "**")
+                assert "last" not in h["modules"] and "block.layer2" not in h["modules"], h
+                assert "last.inner" in h["modules"] and "block" in h["modules"], h
+                x = np.zeros((1, 3, 8, 8), dtype=np.float32)
+                c.predict("dense", x)  # serving is unaffected
+        finally:
+            srv.stop()
