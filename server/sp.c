@@ -80,6 +80,7 @@
 #define HANDSHAKE_MS 10000 /* NNG's negotiation timeout */
 #define SEND_MS 10000      /* rpc.c's SEND_TIMEOUT_MS: a reply's write may stall that long */
 #define READ_BUF (16 * 1024)
+#define BIG_FIRST ((size_t)256 << 10) /* a large message's first buffer; doubles as it fills */
 #define OUT_HIGH ((size_t)4 << 20) /* queued reply bytes past which reading stops */
 #define OUT_LOW ((size_t)1 << 20)  /* ... and below which it resumes */
 #define LOG_EVERY 1000
@@ -160,6 +161,7 @@ struct sp_conn {
   size_t len;
   uint8_t *big; /* a message larger than buf, read into its own buffer */
   size_t big_len, big_got;
+  size_t big_cap; /* big's size: grows with what arrived, up to big_len */
   uv_write_t wr;
   uint8_t *wbuf, *qbuf; /* being written; queued behind it */
   size_t wlen, wcap, qlen, qcap;
@@ -707,9 +709,13 @@ static void parse(sp_conn *c) {
       continue;
     }
     if (hl + len <= READ_BUF) break; /* the rest comes into buf */
-    /* A large message: its own buffer, of the size its head announced (at
-     * most maxmsg), filled straight from the socket. */
-    c->big = malloc((size_t)len);
+    /* A large message: its own buffer, filled straight from the socket.
+     * It starts small and doubles as bytes arrive (on_alloc), so that what
+     * a peer makes groved hold is what it sent, not what its head announced
+     * (at most maxmsg on each of thousands of connections). */
+    size_t cap = avail - hl > BIG_FIRST ? avail - hl : BIG_FIRST;
+    if (cap > len) cap = (size_t)len;
+    c->big = malloc(cap);
     if (!c->big) {
       grove__slog(GROVE_LOG_ERROR, "sp.nomem",
                   "no memory for a message of %" PRIu64 " bytes; closing connection %" PRIu32,
@@ -718,6 +724,7 @@ static void parse(sp_conn *c) {
       return;
     }
     c->big_len = (size_t)len;
+    c->big_cap = cap;
     c->big_got = avail - hl;
     memcpy(c->big, p + hl, c->big_got);
     off = c->len;
@@ -733,7 +740,21 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *b) {
   (void)suggested;
   sp_conn *c = h->data;
   if (c->big) {
-    size_t want = c->big_len - c->big_got;
+    if (c->big_got == c->big_cap) {
+      size_t cap = c->big_cap > c->big_len / 2 ? c->big_len : 2 * c->big_cap;
+      uint8_t *g = realloc(c->big, cap);
+      if (!g) {
+        /* on_read gets UV_ENOBUFS and closes the connection. */
+        grove__slog(GROVE_LOG_ERROR, "sp.nomem",
+                    "no memory for a message of %zu bytes; closing connection %" PRIu32,
+                    c->big_len, c->id & 0x7fffffff);
+        *b = uv_buf_init(NULL, 0);
+        return;
+      }
+      c->big = g;
+      c->big_cap = cap;
+    }
+    size_t want = c->big_cap - c->big_got;
     *b = uv_buf_init((char *)c->big + c->big_got, want > (1u << 30) ? 1u << 30 : (unsigned)want);
   } else {
     *b = uv_buf_init((char *)c->buf + c->len, (unsigned)(READ_BUF - c->len));
