@@ -213,6 +213,11 @@ static int inspect_model(const char *dir) {
   grove_err err = {0};
   grove_model *m = NULL;
   if (grove_model_open(dir, NULL, &m, &err)) return fail_err(&err, dir);
+  /* The batching groved would serve it with (max_batch_size 0: unbatched). */
+  if (grove_model_probe_batching(m, &err)) {
+    grove_model_free(m);
+    return fail_err(&err, dir);
+  }
   printf("model: %s\n", m->name ? m->name : "?");
   printf("directory: %s\n", m->dir ? m->dir : dir);
   printf("weights: %s\n", m->weights_path ? m->weights_path : "(none)");

@@ -165,8 +165,10 @@ static grove_status scan_repo(const char *repo, pending **list, size_t *n, size_
 }
 
 /* What groved needs beyond what grove_model_open checks: declared inputs
- * with a batch dimension, and no more of them than a request carries. */
-grove_status grove__model_check_servable(const grove_model *m, grove_err *err) {
+ * with a batch dimension, and no more of them than a request carries; and
+ * whether that dimension batches (grove_model_probe_batching: otherwise the
+ * model is served one request per forward). */
+grove_status grove__model_check_servable(grove_model *m, grove_err *err) {
   if (m->ninputs == 0)
     return grove_err_set(err, GROVE_E_SPEC,
                          "model.json declares no inputs; groved needs "
@@ -185,7 +187,7 @@ grove_status grove__model_check_servable(const grove_model *m, grove_err *err) {
     return grove_err_set(err, GROVE_E_SPEC,
                          "batching: max_batch_size must be >= 0 (0: unbatched), "
                          "max_queue_size >= 1 and max_queue_delay_us >= 0");
-  return GROVE_OK;
+  return grove_model_probe_batching(m, err);
 }
 
 /* Opens sm->dir into sm->current, or sets sm->error.  name_given: the name

@@ -244,8 +244,10 @@ void grove__registry_names(srv_server *srv, char *buf, size_t n);
 bool grove__registry_ready(srv_server *srv);
 /* What groved needs of a model beyond grove_model_open's checks (declared
  * inputs with a batch dimension, at most GROVE_MAX_VALUES of each, sane
- * batching); GROVE_E_SPEC with err set otherwise.  Any thread. */
-grove_status grove__model_check_servable(const grove_model *m, grove_err *err);
+ * batching); GROVE_E_SPEC with err set otherwise.  Then asks the model
+ * whether dimension 0 batches (grove_model_probe_batching), which may set
+ * m's max_batch_size to 0.  The thread that opened m, before it is shared. */
+grove_status grove__model_check_servable(grove_model *m, grove_err *err);
 
 /* ================================================================ requests */
 

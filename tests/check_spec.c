@@ -1106,7 +1106,7 @@ START_TEST(test_check_inputs) {
 }
 END_TEST
 
-/* grove_model_open's batch probe (model_probe.c): dimension 0 is served as a
+/* The batch probe groved runs on every version (grove_model_probe_batching): dimension 0 is served as a
  * batch only when its rows are independent.  Softmax over dimension 0 mixes
  * the rows (a sequence-first layer's time); Flatten from dimension 0 makes
  * one row of all of them; Softmax over dimension 1 keeps them apart.  A
@@ -1132,6 +1132,8 @@ START_TEST(test_batch_probe) {
     grove_err err = {0};
     grove_model *m = NULL;
     ck_assert_ok(grove_model_open(dir, NULL, &m, &err), &err);
+    ck_assert_int_eq(m->batching.max_batch_size, 64); /* open alone keeps the spec's */
+    ck_assert_ok(grove_model_probe_batching(m, &err), &err);
     ck_assert_msg(m->batching.max_batch_size == cases[i].want, "%s: max_batch_size %lld",
                   cases[i].module, (long long)m->batching.max_batch_size);
     grove_model_free(m);
@@ -1146,6 +1148,7 @@ START_TEST(test_batch_probe) {
   grove_err err = {0};
   grove_model *m = NULL;
   ck_assert_ok(grove_model_open(dir, NULL, &m, &err), &err);
+  ck_assert_ok(grove_model_probe_batching(m, &err), &err);
   ck_assert_int_eq(m->batching.max_batch_size, 0);
   grove_model_free(m);
   rm_rf(dir);

@@ -565,7 +565,6 @@ grove_status grove_model_open(const char *dir, const grove_model_opts *opts, gro
     /* Outputs that disagree with the spec are the spec's fault. */
     if (s) grove_err_prefix(err, "%s", s == GROVE_E_SPEC ? spec_path : dir);
   }
-  if (!s) s = grove__model_probe_rows(m, err);
   /* Each file was read whole, and refused if written meanwhile (fileio.c),
    * so the model is one state of each.  A write since (a `cp` over the
    * weights, the write --watch reacts to) makes it a model of a file that

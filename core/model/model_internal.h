@@ -17,13 +17,4 @@ grove_status grove__model_dir_weights(const char *dir, char **path, grove_err *e
  * replaced). */
 extern const char *const grove__model_weight_names[];
 
-/* Asks m whether dimension 0 of its inputs is a batch of independent rows
- * (model_probe.c: three small forwards on random inputs) and, when it is
- * not, sets m->batching.max_batch_size to 0 (served one request per forward)
- * with a warning that names the output and why.  A spec's own 0 is kept
- * without probing.  Errors only for lack of memory; a probe that cannot run
- * leaves m as it was.  Called by grove_model_open on the opening thread,
- * before m is shared. */
-grove_status grove__model_probe_rows(grove_model *m, grove_err *err);
-
 #endif

@@ -11,7 +11,8 @@
  * two clients' sequences into one (a silently wrong answer), the second
  * could not be split at all.
  *
- * So grove_model_open asks the model itself, once, before serving: three
+ * So groved asks the model itself, once per version before serving it
+ * (grove_model_probe_batching, include/grove/model.h): three
  * small forwards on the same random inputs, row A alone, row B alone, and A
  * and B as one batch of two.  The rows are independent when every output has
  * 1, 1 and 2 in dimension 0 (the rest equal) and the batch's rows equal the
@@ -30,7 +31,6 @@
 #include <string.h>
 
 #include "grove/grove.h"
-#include "model_internal.h"
 #include "module_internal.h"
 
 /* The lone rows' free (-1) non-batch dimensions: 2, so that a dimension
@@ -208,7 +208,7 @@ static void judge(const grove_model *m, const probe_run *a, const probe_run *b,
   }
 }
 
-grove_status grove__model_probe_rows(grove_model *m, grove_err *err) {
+grove_status grove_model_probe_batching(grove_model *m, grove_err *err) {
   if (m->batching.max_batch_size == 0 || m->ninputs == 0) return GROVE_OK;
   for (size_t i = 0; i < m->ninputs; i++)
     if (m->inputs[i].ndim < 1 || m->inputs[i].shape[0] != -1) return GROVE_OK;

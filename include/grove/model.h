@@ -34,8 +34,8 @@ typedef struct grove_io_spec {
 typedef struct grove_batching {
   int64_t max_batch_size;     /* rows; default 64.  0: unbatched, one request per forward with
                                  its inputs whole (Triton's max_batch_size 0); set by
-                                 grove_model_open when the model's dimension 0 is not a batch
-                                 of independent rows (docs/model-spec.md) */
+                                 grove_model_probe_batching when the model's dimension 0 is
+                                 not a batch of independent rows (docs/model-spec.md) */
   int64_t max_queue_delay_us; /* default 500 */
   int64_t max_queue_size;     /* requests; default 1024 */
 } grove_batching;
@@ -67,15 +67,25 @@ typedef struct grove_model_opts {
 } grove_model_opts;
 
 /* Opens dir: parses model.json, reads the weights file, loads it all or
- * nothing (strict unless opts say otherwise), puts the tree in eval mode,
- * sizes the scratch by one forward at max_batch_size and asks the model
- * whether dimension 0 is a batch (batching.max_batch_size 0 when it is not).
- * opts may be NULL.
+ * nothing (strict unless opts say otherwise), puts the tree in eval mode and
+ * sizes the scratch by one forward at max_batch_size.  opts may be NULL.
  * *out is new and the caller's.  Any thread; nothing shared. */
 grove_status grove_model_open(const char *dir, const grove_model_opts *opts, grove_model **out,
                               grove_err *err);
 /* NULL is a no-op. */
 void grove_model_free(grove_model *m);
+
+/* Asks m whether dimension 0 of its inputs is a batch of independent rows,
+ * as a server that concatenates requests along it needs (core/model/
+ * model_probe.c: three small forwards on random inputs, row A, row B, and A
+ * and B as one batch).  When it is not (a sequence-first recurrent or
+ * attention layer, a recurrent net's h_n), sets m->batching.max_batch_size
+ * to 0, unbatched, and logs a warning (model.unbatched) that names the
+ * output and why.  A spec's own 0 is kept without probing, and a probe that
+ * cannot run leaves m as it was.  Errors only for lack of memory.  groved
+ * calls it on every version it opens; grove_model_forward never needs it.
+ * The thread that owns m, before m is shared. */
+grove_status grove_model_probe_batching(grove_model *m, grove_err *err);
 
 /* Checks inputs against the spec (count, dtype, rank, every non-batch
  * dimension); the message names the input, what came and what was
