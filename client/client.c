@@ -81,7 +81,15 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
                      urls[i] ? urls[i] : "(null)");
     if (w > 0) used += (size_t)w;
   }
-  c->io = &grove__client_io_nng;
+  /* GROVE_CLIENT_IO=nng: NNG's req0 socket instead of the SP transport
+   * (docs/operations.md, "The client's transport"). */
+  const char *io = getenv("GROVE_CLIENT_IO");
+  if (io && *io && strcmp(io, "nng") != 0 && strcmp(io, "sp") != 0) {
+    client_free(c);
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "GROVE_CLIENT_IO=%s: \"sp\" (the default) or \"nng\"", io);
+  }
+  c->io = io && strcmp(io, "nng") == 0 ? &grove__client_io_nng : &grove__client_io_sp;
   grove_status s = c->io->open(c, urls, nurls, err);
   if (s) {
     client_free(c);

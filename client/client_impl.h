@@ -87,7 +87,7 @@ struct client_io {
   int (*connected)(grove_client *c);
 };
 
-extern const client_io grove__client_io_nng;
+extern const client_io grove__client_io_sp, grove__client_io_nng;
 
 static inline grove_status grove__client_nomem(grove_err *err) {
   return grove_err_set(err, GROVE_E_NOMEM, LOCAL_PREFIX "out of memory");

@@ -17,7 +17,7 @@ SERVER_SRC   := $(wildcard server/*.c)
 SERVER_OBJ   := $(SERVER_SRC:%.c=$(BUILD)/%.o)
 GROVED_BIN   := $(BUILD)/groved
 CLIENTLIB    := $(BUILD)/libgrove-client.a
-CLIENTLIB_OBJ := $(BUILD)/client/client.o $(BUILD)/client/client_nng.o $(BUILD)/client/client_train.o \
+CLIENTLIB_OBJ := $(BUILD)/client/client.o $(BUILD)/client/client_nng.o $(BUILD)/client/client_sp.o $(BUILD)/client/client_train.o \
                  $(BUILD)/client/nng_close.o $(BUILD)/client/sp_wire.o $(PROTO_OBJ)
 
 # libnng-dev ships no .pc file (DESIGN.md, build notes): link -lnng directly.
@@ -43,7 +43,7 @@ $(PROTO_C) $(PROTO_H) &: proto/grove.proto | $(DEPSTAMP)
 $(PROTO_OBJ): $(PROTO_C) $(PROTO_H)
 	$(CC) -std=c11 $(OPT) $(SANFLAGS) -fPIC -I$(GEN) $(PKG_CFLAGS) -c $< -o $@
 
-$(SERVER_OBJ) $(BUILD)/client/client.o $(BUILD)/client/client_nng.o $(BUILD)/client/client_train.o $(BUILD)/client/cli_remote.o \
+$(SERVER_OBJ) $(BUILD)/client/client.o $(BUILD)/client/client_nng.o $(BUILD)/client/client_sp.o $(BUILD)/client/client_train.o $(BUILD)/client/cli_remote.o \
   $(BUILD)/tests/check_server.o $(BUILD)/tests/check_admin.o: $(PROTO_H)
 
 # groved closes its sockets with the client's bounded close (client/nng_close.c)
