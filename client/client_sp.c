@@ -107,6 +107,8 @@ struct spcall {
   nng_msg *rep;
   pthread_cond_t cv; /* synchronous */
   int64_t deadline;
+  int64_t wait_until; /* asynchronous, waiting for a connection: until then */
+  int tries;          /* asynchronous: sends whose connection failed */
   int timeout_ms;
   client_io_cb cb;
   void *arg;
@@ -127,6 +129,7 @@ typedef struct sp_io {
   int64_t poll_until; /* the reader thread's next timeout (INT64_MAX: none) */
   spcall *doneq, *doneq_tail; /* asynchronous completions for the reader thread */
   spcall *resendq;            /* asynchronous calls to send again */
+  spcall *waitq;              /* asynchronous calls waiting for a connection to come up */
   bool stop;
   int efd;
   bool efd_armed;
@@ -191,6 +194,17 @@ static void follower_del(spconn *cn, spcall *k) {
     }
 }
 
+/* An asynchronous call whose callback is due, for the reader thread (mu
+ * held). */
+static void doneq_push(sp_io *io, spcall *k) {
+  k->qnext = NULL;
+  if (io->doneq_tail)
+    io->doneq_tail->qnext = k;
+  else
+    io->doneq = k;
+  io->doneq_tail = k;
+}
+
 /* k is answered (rep) or failed (s, err set): mu held. */
 static void complete(sp_io *io, spcall *k) {
   tab_del(io, k);
@@ -199,12 +213,7 @@ static void complete(sp_io *io, spcall *k) {
     pthread_cond_signal(&k->cv);
     return;
   }
-  k->qnext = NULL;
-  if (io->doneq_tail)
-    io->doneq_tail->qnext = k;
-  else
-    io->doneq = k;
-  io->doneq_tail = k;
+  doneq_push(io, k);
 }
 
 static void fail(sp_io *io, spcall *k, grove_status s, const char *why) {
@@ -591,12 +600,7 @@ static void run_resends(sp_io *io) {
       k->s = s;
       k->err = e;
       k->done = true;
-      k->qnext = NULL;
-      if (io->doneq_tail)
-        io->doneq_tail->qnext = k;
-      else
-        io->doneq = k;
-      io->doneq_tail = k;
+      doneq_push(io, k);
     }
   }
 }
@@ -624,6 +628,26 @@ static void *reader_main(void *arg) {
             next = k->deadline;
           }
         }
+    /* Asynchronous calls that wait for a connection: sent when one is up,
+     * failed when the redial grace is spent. */
+    for (spcall **pp = &io->waitq; *pp;) {
+      spcall *k = *pp;
+      if (io->up > 0) {
+        *pp = k->qnext;
+        k->qnext = io->resendq;
+        io->resendq = k;
+      } else if (k->wait_until <= now) {
+        *pp = k->qnext;
+        int ms = (int)(k->wait_until - (k->deadline - k->timeout_ms));
+        k->s = grove__client_err_timeout(io->c, false, ms > 0 ? ms : 1, &k->err);
+        k->done = true;
+        doneq_push(io, k);
+      } else {
+        if (k->wait_until < next) next = k->wait_until;
+        pp = &k->qnext;
+      }
+    }
+    if (io->resendq) continue;
     if (io->doneq) continue;
     io->poll_until = next;
     if (!pf || !which) { /* no memory for the poll set: timeouts only */
@@ -697,6 +721,19 @@ static void *reader_main(void *arg) {
  * caller).  Fails with k unregistered. */
 static grove_status send_call(sp_io *io, spcall *k, nng_msg *m, grove_err *err) {
   pthread_mutex_lock(&io->mu);
+  if (io->up <= 0 && k->async) {
+    /* Never blocks its caller (a callback on the reader thread, say): the
+     * reader thread sends it when a connection comes up, or fails it. */
+    if (!k->wait_until) {
+      int64_t grace = grove__client_now_ms() + REDIAL_GRACE_MS;
+      k->wait_until = k->deadline < grace ? k->deadline : grace;
+    }
+    k->qnext = io->waitq;
+    io->waitq = k;
+    wake_reader(io);
+    pthread_mutex_unlock(&io->mu);
+    return GROVE_OK;
+  }
   if (io->up <= 0) {
     int64_t grace = grove__client_now_ms() + REDIAL_GRACE_MS;
     int64_t until = k->deadline < grace ? k->deadline : grace;
@@ -775,8 +812,25 @@ static grove_status send_call(sp_io *io, spcall *k, nng_msg *m, grove_err *err) 
     *err = k->err;
     return k->s ? k->s : GROVE_E_UNAVAILABLE;
   }
-  if (e == ETIMEDOUT) return grove__client_err_timeout(io->c, true, k->timeout_ms, err);
-  return grove__client_err_lost(io->c, err);
+  grove_status s = e == ETIMEDOUT ? grove__client_err_timeout(io->c, true, k->timeout_ms, err)
+                                  : grove__client_err_lost(io->c, err);
+  if (!async) return s;
+  /* An asynchronous call's failure goes to its callback, as one found
+   * later would; a resendable one whose connection failed goes to another
+   * (a few times at most: each try took a connection down). */
+  pthread_mutex_lock(&io->mu);
+  if (k->resend && e != ETIMEDOUT && io->up > 0 && ++k->tries < 4) {
+    k->qnext = io->resendq;
+    io->resendq = k;
+  } else {
+    k->s = s;
+    k->err = *err;
+    k->done = true;
+    doneq_push(io, k);
+  }
+  wake_reader(io);
+  pthread_mutex_unlock(&io->mu);
+  return GROVE_OK;
 }
 
 /* ------------------------------------------------------------ the calls */
