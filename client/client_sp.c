@@ -399,8 +399,10 @@ static int dial(const char *url, bool *ipc, bool *bad_url, int ms, char *why, si
 
 /* A connection that came up (mu held). */
 static void conn_up(sp_io *io, spconn *cn, int fd) {
+  pthread_mutex_lock(&cn->wmu); /* a writer reads fd and gen under it */
   cn->fd = fd;
   cn->gen++;
+  pthread_mutex_unlock(&cn->wmu);
   cn->len = 0;
   cn->rdhup = false;
   cn->why[0] = 0;
