@@ -609,9 +609,9 @@ static void run_resends(sp_io *io) {
 
 static void *reader_main(void *arg) {
   sp_io *io = arg;
+  pthread_mutex_lock(&io->mu);
   struct pollfd *pf = calloc(io->nconns + 1, sizeof *pf);
   size_t *which = calloc(io->nconns + 1, sizeof *which);
-  pthread_mutex_lock(&io->mu);
   while (!io->stop) {
     run_resends(io);
     run_done(io);
@@ -761,6 +761,11 @@ static grove_status send_call(sp_io *io, spcall *k, nng_msg *m, grove_err *err) 
   k->done = false;
   tab_put(io, k);
   unsigned gen = cn->gen;
+  /* On the reader thread, an asynchronous call's connection is read by
+   * that thread from now on (its reply is due there anyway). */
+  bool on_reader = io->reader_started && pthread_equal(pthread_self(), io->reader);
+  if (k->async && on_reader && !cn->reading) cn->reading = cn->bg_reading = true;
+  bool reader_here = on_reader && cn->bg_reading;
   /* An asynchronous call's reply is read by the reader thread: woken when
    * it does not read this connection yet (the first call of a burst) or
    * sleeps past this call's deadline.  After this, k may be completed and
@@ -790,6 +795,20 @@ static grove_status send_call(sp_io *io, spcall *k, nng_msg *m, grove_err *err) 
     if (w > 0) {
       sent += (size_t)w;
     } else if (w < 0 && errno == EINTR) {
+    } else if (w < 0 && errno == EAGAIN && reader_here) {
+      /* The reader thread (a callback's next call, a resend) writing a
+       * connection it reads: it reads while it waits, or a server that
+       * stops reading until its replies are read would wait for it. */
+      struct pollfd pw = {.fd = cn->fd, .events = POLLOUT | POLLIN};
+      int64_t left = k->deadline - grove__client_now_ms();
+      int r = left > 0 ? poll(&pw, 1, left > 1000000 ? 1000000 : (int)left) : 0;
+      if (r < 0 && errno != EINTR) e = errno;
+      if (r == 0) e = ETIMEDOUT;
+      if (r > 0 && (pw.revents & POLLIN)) {
+        char why[300];
+        bool eof;
+        if (read_burst(io, cn, why, sizeof why, &eof) < 0) e = ECONNRESET; /* the loop closes it */
+      }
     } else if (w < 0 && errno == EAGAIN) {
       int r = wait_fd(cn->fd, POLLOUT, k->deadline);
       if (r <= 0) e = r == 0 ? ETIMEDOUT : errno;
@@ -1034,12 +1053,15 @@ static grove_status sp_open(grove_client *c, const char *const *urls, size_t nur
                          why[0] ? why : "no URL");
   }
   io->efd_armed = false;
+  /* Under mu: the reader thread starts by taking it, and finds reader and
+   * reader_started set. */
+  pthread_mutex_lock(&io->mu);
   if (pthread_create(&io->reader, NULL, reader_main, io) != 0) {
+    pthread_mutex_unlock(&io->mu);
     io_free(io);
     return grove_err_set(err, GROVE_E_INTERNAL, LOCAL_PREFIX "cannot start the reader thread");
   }
   io->reader_started = true;
-  pthread_mutex_lock(&io->mu);
   for (size_t i = 0; i < io->nconns; i++)
     if (io->conns[i].fd < 0 && !io->conns[i].bad_url) start_dialer(io);
   pthread_mutex_unlock(&io->mu);
