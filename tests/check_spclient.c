@@ -11,7 +11,7 @@
  *     UNAVAILABLE at once, a call with no server is UNAVAILABLE ("not back
  *     within"), and a groved started again on the URL is redialed;
  *   - two replicas, one killed under asynchronous load: every call answered
- *     (sent again on the other);
+ *     (sent again on the other); a replica down at open joins when it is up;
  *   - a tiny fake server for the hostile cases: a handshake that is not SP,
  *     one of another protocol (open fails saying which), a reply longer
  *     than the client's bound, one without its request id, a connection
@@ -328,6 +328,37 @@ START_TEST(replica_killed_under_async_load) {
 }
 END_TEST
 
+/* A replica down at open is dialed in the background and joins: requests
+ * reach it once it is up. */
+START_TEST(replica_up_later_joins) {
+  hserver a, b;
+  start_io(&a, "loop", NULL);
+  char later[400];
+  snprintf(later, sizeof later, "ipc://%s/later.sock", grove_test_tmpdir());
+  const char *urls[] = {a.tcp, later};
+  grove_client *c = NULL;
+  grove_err err = {0};
+  grove_client_opts opts = {.admin_url = a.admin};
+  ck_assert_ok(grove_client_open(urls, 2, &opts, &c, &err), &err);
+  hio o;
+  h_io_load("server_mlp", &o);
+  ck_assert_msg(predict_row(c, &o, 0, &err), "%s", grove_err_msg(&err));
+  const char *extra[] = {"--listen", later, NULL};
+  start_io(&b, "loop", extra);
+  const char *ok_b = "grove_requests_total{model=\"server_mlp\",status=\"OK\",protocol=\"grove\"}";
+  double deadline = h_now() + 20.0;
+  while (h_metric(&b, ok_b) <= 0 && h_now() < deadline) {
+    ck_assert_msg(predict_row(c, &o, 1, &err), "%s", grove_err_msg(&err));
+    h_sleep_ms(5);
+  }
+  ck_assert_msg(h_metric(&b, ok_b) > 0, "the replica that came up later got no request");
+  grove_client_close(c);
+  h_io_free(&o);
+  h_stop(&a);
+  h_stop(&b);
+}
+END_TEST
+
 /* ============================================================ NNG rep0 */
 
 /* A Grove reply holding a status whose server_version is version, packed
@@ -611,6 +642,7 @@ static Suite *spclient_suite(void) {
   tcase_add_test(t, timeout_is_no_reply);
   tcase_add_test(t, server_killed_and_back);
   tcase_add_test(t, replica_killed_under_async_load);
+  tcase_add_test(t, replica_up_later_joins);
   tcase_add_test(t, plain_nng_rep0);
   tcase_add_test(t, hostile_handshakes);
   tcase_add_test(t, hostile_replies);
