@@ -565,6 +565,11 @@ static int read_burst(sp_io *io, spconn *cn, char *why, size_t nwhy, bool *eof) 
     memmove(cn->buf, cn->buf + off, cn->len - off);
     cn->len -= off;
   }
+  if (cn->len == 0 && cn->cap > READ_BURST) { /* a large reply's room is not kept */
+    free(cn->buf);
+    cn->buf = NULL;
+    cn->cap = 0;
+  }
   if (rc == 0 && *eof) rc = -1;
   return rc;
 }
