@@ -23,8 +23,10 @@
  * another replica; an asynchronous predict is sent again here, on another
  * connection when one is up); when the last goes, that is every call in
  * flight.  A call made while no connection is up waits REDIAL_GRACE_MS for
- * the redial, then fails with UNAVAILABLE ("no connection", told from
- * DEADLINE_EXCEEDED, "no reply").
+ * the redial (a synchronous one on its thread, an asynchronous one on the
+ * reader thread: grove_client_predict_async never blocks), then fails with
+ * UNAVAILABLE ("no connection", told from DEADLINE_EXCEEDED, "no reply").
+ * An asynchronous call's every failure reaches its callback.
  *
  * Threads (io->mu guards everything but the sockets' bytes):
  *   - writes: on the caller's thread, one sendmsg per request under the
