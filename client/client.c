@@ -456,7 +456,9 @@ typedef struct acb {
 static void predict_done(void *arg, grove_status s, nng_msg *rep, const grove_err *ioerr) {
   acb a = *(acb *)arg;
   free(arg);
-  grove_err err = {0};
+  grove_err err; /* 2 KiB: only what a failure reads is set */
+  err.code = GROVE_OK;
+  err.msg[0] = 0;
   grove_prediction pred = {0};
   if (s) {
     err = *ioerr;

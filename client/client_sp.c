@@ -59,6 +59,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,7 +105,6 @@ struct spcall {
   spconn *conn;
   bool async, done, resend, in_table;
   grove_status s;
-  grove_err err;
   nng_msg *req; /* asynchronous resendable calls: kept until the reply */
   nng_msg *rep;
   pthread_cond_t cv; /* synchronous */
@@ -115,7 +115,15 @@ struct spcall {
   client_io_cb cb;
   void *arg;
   spcall *hnext, *fnext, *qnext;
+  grove_err err; /* last: written only on failure (2 KiB not cleared per call: spcall_init) */
 };
+
+/* k's fields cleared but err's message (every failure sets it). */
+static void spcall_init(spcall *k) {
+  memset(k, 0, offsetof(spcall, err));
+  k->err.code = GROVE_OK;
+  k->err.msg[0] = 0;
+}
 
 typedef struct sp_io {
   grove_client *c;
@@ -867,7 +875,10 @@ static grove_status sp_exchange(grove_client *c, nng_msg *m, int timeout_ms, nng
                                 grove_err *err) {
   sp_io *io = c->t;
   *out = NULL;
-  spcall k = {.timeout_ms = timeout_ms, .deadline = grove__client_now_ms() + timeout_ms};
+  spcall k;
+  spcall_init(&k);
+  k.timeout_ms = timeout_ms;
+  k.deadline = grove__client_now_ms() + timeout_ms;
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -939,11 +950,12 @@ static grove_status sp_exchange(grove_client *c, nng_msg *m, int timeout_ms, nng
 static grove_status sp_exchange_async(grove_client *c, nng_msg *m, int timeout_ms, bool resend,
                                       client_io_cb cb, void *arg, grove_err *err) {
   sp_io *io = c->t;
-  spcall *k = calloc(1, sizeof *k);
+  spcall *k = malloc(sizeof *k);
   if (!k) {
     nng_msg_free(m);
     return grove__client_nomem(err);
   }
+  spcall_init(k);
   k->async = true;
   k->resend = resend;
   k->timeout_ms = timeout_ms;
