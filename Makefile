@@ -178,7 +178,7 @@ AVX2_SUITES := $(BUILD)/tests/check_layers $(BUILD)/tests/check_conv $(BUILD)/te
 # in the child by design.  The rest are single-threaded, and the Python
 # tests would only repeat what these drive.
 TSAN_SUITES := $(addprefix $(BUILD)/tests/,check_server check_reload check_replicas \
-               check_train_server check_export check_telemetry)
+               check_train_server check_export check_telemetry check_spclient)
 # halt_on_error: a race ends the process that saw it (a test's child, or
 # the groved it started), so that the test fails; a report alone would not
 # change an exit status that Check looks at.  tests/tsan.supp: OpenBLAS,

@@ -13,6 +13,8 @@
 #        bench/oip_load: OIP binary tensor data infers, likewise
 #        grove bench --local DIR --batch 1 --threads T              (one forward, T = blas threads)
 #        grove --server ipc bench mlp --concurrency 1 --batch 1     (one client: latency)
+#      the grove rows once per client transport of GROVE_SERVER_BENCH_CLIENT_IO (default
+#      "sp nng": libgrove-client's SP transport, then NNG's req0; GROVE_CLIENT_IO), in turn
 #   4. a table (best and median round): server samples/s against local batch 32, p50/p99,
 #      the OIP rows against the NNG tcp row of the same round, and the latency one client adds
 #      over a local forward (server p50 - local ms/batch).
@@ -21,7 +23,7 @@
 # it would for any client on the box.  Environment: GROVE_SERVER_BENCH_ROUNDS (3),
 # GROVE_SERVER_BENCH_SECONDS (3), GROVE_SERVER_BENCH_WORKERS and
 # GROVE_SERVER_BENCH_BLAS_THREADS (groved's defaults: cores / 1 and 1),
-# GROVE_SERVER_BENCH_DATA_IO (groved's --data-io), GROVE_SERVER_BENCH_MAX_BATCH (64) and GROVE_SERVER_BENCH_DELAY_US (500) for the exported
+# GROVE_SERVER_BENCH_DATA_IO (groved's --data-io), GROVE_SERVER_BENCH_CLIENT_IO (the client transports, "sp nng"), GROVE_SERVER_BENCH_MAX_BATCH (64) and GROVE_SERVER_BENCH_DELAY_US (500) for the exported
 # model's batching, GROVE_PEERS (the peers folder).
 set -uo pipefail
 
@@ -39,6 +41,7 @@ workers=${GROVE_SERVER_BENCH_WORKERS:-}
 blas=${GROVE_SERVER_BENCH_BLAS_THREADS:-1}
 max_batch=${GROVE_SERVER_BENCH_MAX_BATCH:-64}
 delay_us=${GROVE_SERVER_BENCH_DELAY_US:-500}
+client_ios=${GROVE_SERVER_BENCH_CLIENT_IO:-sp nng}
 peers=${GROVE_PEERS:-$root/../shared/peers}
 python=/usr/bin/python3
 [ -x "$python" ] || python=python3
@@ -208,23 +211,28 @@ print(json.dumps({"kind": kind + "_cost", "round": r, "batches": d[0], "rows": d
 
 for r in $(seq 1 "$rounds"); do
   run local32 "$r" "$grove_bin" bench --local "$model_dir" --batch 32 --seconds "$seconds"
-  served ipc32 "$r" "$grove_bin" --server "$ipc" bench mlp --concurrency 32 --batch 1 --seconds "$seconds"
-  served tcp32 "$r" "$grove_bin" --server "$tcp" bench mlp --concurrency 32 --batch 1 --seconds "$seconds"
+  for io in $client_ios; do
+    GROVE_CLIENT_IO=$io served "ipc32/$io" "$r" "$grove_bin" --server "$ipc" bench mlp --concurrency 32 --batch 1 --seconds "$seconds"
+    GROVE_CLIENT_IO=$io served "tcp32/$io" "$r" "$grove_bin" --server "$tcp" bench mlp --concurrency 32 --batch 1 --seconds "$seconds"
+  done
   if [ -n "$oip_load" ]; then
     run oipjson32 "$r" "$oip_load" 127.0.0.1 "$hport" /v2/models/mlp/infer "$work/oip.json" 0 32 "$seconds"
     run oipbin32 "$r" "$oip_load" 127.0.0.1 "$hport" /v2/models/mlp/infer "$work/oip.bin" \
       "$(cat "$work/oip.bin.len")" 32 "$seconds"
   fi
   run local1 "$r" "$grove_bin" bench --local "$model_dir" --batch 1 --threads "$blas" --seconds "$seconds"
-  served ipc1 "$r" "$grove_bin" --server "$ipc" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
-  served tcp1 "$r" "$grove_bin" --server "$tcp" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
+  for io in $client_ios; do
+    GROVE_CLIENT_IO=$io served "ipc1/$io" "$r" "$grove_bin" --server "$ipc" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
+    GROVE_CLIENT_IO=$io served "tcp1/$io" "$r" "$grove_bin" --server "$tcp" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
+  done
   echo "  round $r done (load average $(cut -d' ' -f1 /proc/loadavg))"
 done
 
 echo
-"$python" - "$results" <<'EOF'
+"$python" - "$results" "$client_ios" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ios = sys.argv[2].split()
 def vals(kind, key):
     return [r[key] for r in rows if r["kind"] == kind and key in r]
 def agg(kind, key, f):
@@ -239,17 +247,18 @@ for title, f, lo in (("best round", max, min),
     print(f"-- {title}")
     local32 = agg("local32", "samples_per_s", f)
     print(f"  local  batch 32 (grove bench --local):        {fmt(local32)} samples/s")
-    for kind in ("ipc32", "tcp32"):
+    for kind in [k + "/" + io for k in ("ipc32", "tcp32") for io in ios]:
         s = agg(kind, "samples_per_s", f)
         p50 = agg(kind, "p50_ms", lo)
         p99 = agg(kind, "p99_ms", lo)
         ratio = s / local32 if s and local32 else None
-        print(f"  groved {kind[:3]} 32 clients x batch 1:          {fmt(s)} samples/s"
+        print(f"  groved {kind[:3]} 32 clients x batch 1 ({kind[6:]:3s}):    {fmt(s)} samples/s"
               f" = {fmt(ratio and 100 * ratio, 0)}% of local batch 32; p50 {fmt(p50, 3)} ms,"
               f" p99 {fmt(p99, 3)} ms")
     # The Open Inference Protocol on the HTTP listener against the NNG tcp row: by round
     # (the same round's tcp32 figure), then best or median of those ratios.
-    tcp_by_round = {r["round"]: r["samples_per_s"] for r in rows if r["kind"] == "tcp32"}
+    tcp_by_round = {r["round"]: r["samples_per_s"] for r in rows
+                    if r["kind"] == "tcp32/" + ios[0]}
     for kind, label in (("oipjson32", "OIP JSON  "), ("oipbin32", "OIP binary")):
         s = agg(kind, "samples_per_s", f)
         if s is None:
@@ -260,17 +269,17 @@ for title, f, lo in (("best round", max, min),
                   if r["kind"] == kind and tcp_by_round.get(r["round"])]
         ratio = f(ratios) if ratios else None
         print(f"  groved {label} 32 connections x batch 1: {fmt(s)} samples/s"
-              f" = {fmt(ratio and 100 * ratio, 0)}% of NNG tcp (same round); p50 {fmt(p50, 3)} ms,"
+              f" = {fmt(ratio and 100 * ratio, 0)}% of grove tcp ({ios[0]}, same round); p50 {fmt(p50, 3)} ms,"
               f" p99 {fmt(p99, 3)} ms")
     local1 = agg("local1", "ms_per_batch", lo)
-    for kind in ("ipc1", "tcp1"):
+    for kind in [k + "/" + io for k in ("ipc1", "tcp1") for io in ios]:
         p50 = agg(kind, "p50_ms", lo)
         p99 = agg(kind, "p99_ms", lo)
         added = (p50 - local1) * 1000 if p50 is not None and local1 is not None else None
-        print(f"  groved {kind[:3]} 1 client x batch 1:  p50 {fmt(p50, 3)} ms, p99 {fmt(p99, 3)} ms;"
+        print(f"  groved {kind[:3]} 1 client x batch 1 ({kind[5:]:3s}):  p50 {fmt(p50, 3)} ms, p99 {fmt(p99, 3)} ms;"
               f" local forward {fmt(local1, 3)} ms; added {fmt(added, 0)} us")
     print("  per request, outside the forward (groved CPU - compute, over requests answered):")
-    for kind in ("ipc32", "tcp32", "ipc1", "tcp1"):
+    for kind in [k + "/" + io for k in ("ipc32", "tcp32", "ipc1", "tcp1") for io in ios]:
         c = [r for r in rows if r["kind"] == kind + "_cost" and r["requests"] > 0]
         if not c:
             continue
@@ -281,6 +290,6 @@ for title, f, lo in (("best round", max, min),
         cs = g([(r["groved_cs"]) / r["requests"] for r in c])
         ccs = g([(r["client_cs"]) / r["requests"] for r in c])
         rb = f([r["rows"] / r["batches"] for r in c if r["batches"]] or [0])
-        print(f"    {kind:6s} groved {gs:6.1f} us CPU, client {cl:6.1f} us CPU; context switches"
+        print(f"    {kind:10s} groved {gs:6.1f} us CPU, client {cl:6.1f} us CPU; context switches"
               f" groved {cs:5.2f}, client {ccs:5.2f}; rows per batch {rb:5.1f}")
 EOF

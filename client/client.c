@@ -1,15 +1,9 @@
-/* client.c: libgrove-client (include/grove/client.h).
- *
- * One NNG req0 socket per client, dialed to every URL: NNG spreads requests
- * over the connected pipes and sends a request again on another pipe when
- * its own closes.  Every call opens its own context (nng_ctx), so calls from
- * many threads run concurrently on one client without a lock.  A pipe
- * counter (nng_pipe_notify) tells "no connection" from "slow server" when a
- * call times out, and when the last connection goes away (the server exited,
- * was killed or closed it) every call in flight fails at once with
- * UNAVAILABLE instead of waiting out its timeout: no other pipe can take
- * it.  A call made while no connection is back waits REDIAL_GRACE_MS for
- * the redial, not its whole timeout.
+/* client.c: libgrove-client's calls (include/grove/client.h): requests
+ * encoded, replies decoded, predict's retry across replicas, the admin
+ * plane.  The messages travel by a transport (client_impl.h's client_io):
+ * client_sp.c, NNG's SP protocol spoken on the client's own sockets (the
+ * default), or client_nng.c, NNG's req0 socket (GROVE_CLIENT_IO=nng);
+ * docs/operations.md, "The client's transport".
  *
  * Messages of failures found on the client side begin with "grove client: "
  * (grove_client_failed_locally reads that); everything else in err is the
@@ -29,83 +23,10 @@
 #include <unistd.h>
 
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/req.h>
 
 #include "client_impl.h"
-#include "nng_close.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
-/* How long a call made while the connection is lost waits for the redial
- * (NNG redials every 50 ms to 1 s) before it fails with UNAVAILABLE, rather
- * than waiting out its whole timeout for a server that is gone. */
-#define REDIAL_GRACE_MS 2000
-/* How long closing the socket may take (grove__nng_close_bounded: NNG
- * 1.5.2's close can deadlock while connected, nanomsg/nng#1543). */
-#define CLOSE_WAIT_MS 2000
-
-typedef struct acall acall;
-typedef struct sslot sslot;
-
-struct grove_client {
-  nng_socket sock;
-  pthread_mutex_t mu; /* guards the async calls below */
-  pthread_cond_t idle_cv;
-  acall *free_calls, *all_calls;
-  sslot *free_slots, *all_slots; /* contexts for synchronous calls */
-  long outstanding;
-  int default_timeout_ms;
-  atomic_int pipes; /* connected right now */
-  atomic_uint lost; /* times the last pipe went away (calls in flight were failed) */
-  atomic_uint_fast64_t next_id;
-  size_t nurls;   /* > 1: replicas (predict retried on another; one-replica calls refused) */
-  char urls[512]; /* for messages */
-
-  /* The admin plane (reload, export, hooks, training): groved serves them on
-   * another listener.  admin is a client of admin_url alone, opened at the
-   * first admin call (admin_mu guards that), or this client itself when it
-   * was opened on admin_url. */
-  char *admin_url;
-  bool admin_url_given; /* opts or $GROVE_ADMIN, not the default */
-  char *token;          /* sent with admin RPCs only; NULL: none */
-  pthread_mutex_t admin_mu;
-  grove_client *admin;
-  grove_client_opts opts; /* for admin's open */
-};
-
-/* One asynchronous call: a context and an aio of its own, kept on the
- * client's free list between calls so that a steady stream of calls
- * allocates nothing but messages. */
-struct acall {
-  grove_client *c;
-  nng_ctx ctx;
-  nng_aio *aio;
-  bool receiving;
-  bool busy; /* a call is using it (c->mu) */
-  int timeout_ms;
-  int64_t t0;
-  unsigned lost0; /* c->lost when the call began */
-  int send_ms;    /* the send's timeout (send_timeout) */
-  unsigned seq;   /* calls made with it so far (c->mu): tells this call from the next */
-  grove_predict_cb cb;
-  void *arg;
-  struct acall *next;     /* free list */
-  struct acall *all_next; /* every call, for close */
-};
-
-/* A context and an aio (no callback) for synchronous calls, pooled like the
- * asynchronous ones: opening a context takes the socket's lock and
- * allocating an aio the heap, on every call otherwise. */
-struct sslot {
-  nng_ctx ctx;
-  nng_aio *aio;
-  bool busy; /* a call is using it (c->mu) */
-  struct sslot *next;     /* free list */
-  struct sslot *all_next; /* every slot, for close */
-};
-
-grove_status grove__client_nomem(grove_err *err) {
-  return grove_err_set(err, GROVE_E_NOMEM, LOCAL_PREFIX "out of memory");
-}
 
 bool grove_client_failed_locally(grove_status s, const grove_err *err) {
   if (s == GROVE_OK) return false;
@@ -114,52 +35,7 @@ bool grove_client_failed_locally(grove_status s, const grove_err *err) {
 
 /* ------------------------------------------------------------ open/close */
 
-/* Fails every call in flight with NNG_ECONNRESET (c->mu held).  NNG 1.5.2
- * fails a request already sent on the pipe that closed, but one that was
- * queued, or sent while its pipe was going, waits for a pipe that is not
- * coming back: its whole timeout. */
-static void abort_in_flight(grove_client *c) {
-  for (sslot *sl = c->all_slots; sl; sl = sl->all_next)
-    if (sl->busy) nng_aio_abort(sl->aio, NNG_ECONNRESET);
-  for (acall *a = c->all_calls; a; a = a->all_next)
-    if (a->busy) nng_aio_abort(a->aio, NNG_ECONNRESET);
-}
-
-static void pipe_cb(nng_pipe p, nng_pipe_ev ev, void *arg) {
-  (void)p;
-  grove_client *c = arg;
-  if (ev == NNG_PIPE_EV_ADD_POST) {
-    atomic_fetch_add(&c->pipes, 1);
-  } else if (ev == NNG_PIPE_EV_REM_POST && atomic_fetch_sub(&c->pipes, 1) == 1) {
-    /* The last connection is gone: no other replica can take what is in
-     * flight.  (Calls that start from now on wait REDIAL_GRACE_MS for a
-     * redial: send_timeout.) */
-    pthread_mutex_lock(&c->mu);
-    atomic_fetch_add(&c->lost, 1);
-    abort_in_flight(c);
-    pthread_mutex_unlock(&c->mu);
-  }
-}
-
-/* After a call's operation was started on aio: when the last pipe went away
- * since the call began (lost0), the abort in pipe_cb may have come before
- * the operation started and missed it.  For a synchronous call, whose
- * thread owns its slot. */
-static void abort_if_lost(grove_client *c, unsigned lost0, nng_aio *aio) {
-  if (atomic_load(&c->lost) != lost0 && atomic_load(&c->pipes) <= 0)
-    nng_aio_abort(aio, NNG_ECONNRESET);
-}
-
-/* abort_if_lost for an asynchronous call, which may have completed and been
- * reused by the next call by now: seq tells. */
-static void acall_abort_if_lost(grove_client *c, acall *a, unsigned seq, unsigned lost0) {
-  if (atomic_load(&c->lost) == lost0) return;
-  pthread_mutex_lock(&c->mu);
-  if (a->busy && a->seq == seq && atomic_load(&c->pipes) <= 0) nng_aio_abort(a->aio, NNG_ECONNRESET);
-  pthread_mutex_unlock(&c->mu);
-}
-
-/* Frees c's memory (its socket is closed or was never opened). */
+/* Frees c's memory (its transport is closed or was never opened). */
 static void client_free(grove_client *c) {
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->idle_cv);
@@ -181,8 +57,6 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
   if (!c) return grove__client_nomem(err);
   c->default_timeout_ms =
       opts && opts->default_timeout_ms > 0 ? opts->default_timeout_ms : DEFAULT_TIMEOUT_MS;
-  atomic_init(&c->pipes, 0);
-  atomic_init(&c->lost, 0);
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->idle_cv, NULL);
   atomic_init(&c->next_id, 1);
@@ -207,46 +81,19 @@ grove_status grove_client_open(const char *const *urls, size_t nurls, const grov
                      urls[i] ? urls[i] : "(null)");
     if (w > 0) used += (size_t)w;
   }
-  int rv = nng_req0_open(&c->sock);
-  if (rv) {
+  /* GROVE_CLIENT_IO=nng: NNG's req0 socket instead of the SP transport
+   * (docs/operations.md, "The client's transport"). */
+  const char *io = getenv("GROVE_CLIENT_IO");
+  if (io && *io && strcmp(io, "nng") != 0 && strcmp(io, "sp") != 0) {
     client_free(c);
-    return grove_err_set(err, GROVE_E_INTERNAL, LOCAL_PREFIX "cannot open a req socket: %s",
-                         nng_strerror(rv));
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         LOCAL_PREFIX "GROVE_CLIENT_IO=%s: \"sp\" (the default) or \"nng\"", io);
   }
-  /* Replies are as large as the server makes them: the client trusts its
-   * server.  A lost connection is redialed quickly; a request is sent again
-   * only when its connection drops (no timer: predict has a deadline, and a
-   * timed resend would compute it twice). */
-  nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, 0);
-  nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 50);
-  nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
-  nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-  nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, c);
-  nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_cb, c);
-  size_t connected = 0;
-  char why[1024] = "";
-  size_t wused = 0;
-  for (size_t i = 0; i < nurls; i++) {
-    if (!urls[i] || !*urls[i]) continue;
-    /* A synchronous dial first: it says at once why a server cannot be
-     * reached.  A URL that fails is dialed again in the background (NNG
-     * retries it), so a replica that comes up later joins. */
-    rv = nng_dial(c->sock, urls[i], NULL, 0);
-    if (rv == 0) {
-      connected++;
-      continue;
-    }
-    int w = snprintf(why + wused, sizeof why - wused, "%s%s: %s", wused ? "; " : "", urls[i],
-                     nng_strerror(rv));
-    if (w > 0 && (size_t)w < sizeof why - wused) wused += (size_t)w;
-    if (rv != NNG_EADDRINVAL && rv != NNG_ENOTSUP)
-      nng_dial(c->sock, urls[i], NULL, NNG_FLAG_NONBLOCK);
-  }
-  if (connected == 0) {
-    /* A stuck close may still call pipe_cb with c: c is left to it. */
-    if (grove__nng_close_bounded(c->sock, CLOSE_WAIT_MS)) client_free(c);
-    return grove_err_set(err, GROVE_E_UNAVAILABLE, LOCAL_PREFIX "cannot reach the server: %s",
-                         why[0] ? why : "no URL");
+  c->io = io && strcmp(io, "nng") == 0 ? &grove__client_io_nng : &grove__client_io_sp;
+  grove_status s = c->io->open(c, urls, nurls, err);
+  if (s) {
+    client_free(c);
+    return s;
   }
   *out = c;
   return GROVE_OK;
@@ -256,32 +103,12 @@ void grove_client_close(grove_client *c) {
   if (!c) return;
   if (c->admin && c->admin != c) grove_client_close(c->admin);
   grove_client_wait_idle(c);
-  if (!grove__nng_close_bounded(c->sock, CLOSE_WAIT_MS)) {
-    /* NNG's close is stuck: the caller gets its thread back, and c, its
-     * contexts and aios, which NNG may still call back, are left to the
-     * close (a leak instead of a hang). */
-    return;
-  }
-  for (acall *a = c->all_calls, *next; a; a = next) {
-    next = a->all_next;
-    nng_aio_free(a->aio);
-    free(a);
-  }
-  for (sslot *sl = c->all_slots, *next; sl; sl = next) {
-    next = sl->all_next;
-    nng_aio_free(sl->aio);
-    free(sl);
-  }
-  client_free(c);
+  if (c->io->close(c)) client_free(c);
 }
 
 /* ------------------------------------------------------------ one call */
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#define now_ms grove__client_now_ms
 
 int grove__client_timeout_of(const grove_client *c, int timeout_ms) {
   return timeout_ms > 0 ? timeout_ms : c->default_timeout_ms;
@@ -302,7 +129,7 @@ static void sleep_ms(int64_t ms) {
 static bool retry_predict(grove_client *c, grove_status s, const grove_err *err) {
   if (c->nurls < 2 || s != GROVE_E_UNAVAILABLE) return false;
   /* Every connection lost: no replica to send it to. */
-  if (atomic_load(&c->pipes) <= 0) return false;
+  if (c->io->connected(c) <= 0) return false;
   if (!grove_client_failed_locally(s, err)) return true;
   return !strstr(err->msg, "not back within");
 }
@@ -361,33 +188,6 @@ static nng_msg *encode(grove_client *c, Grove__Request *req) {
   return m;
 }
 
-/* The timeout for a call's send: the call's own, or REDIAL_GRACE_MS when
- * the client has lost its every connection (a pipe was there and went). */
-static int send_timeout(grove_client *c, int timeout_ms) {
-  if (atomic_load(&c->pipes) <= 0 && atomic_load(&c->lost) > 0 && timeout_ms > REDIAL_GRACE_MS)
-    return REDIAL_GRACE_MS;
-  return timeout_ms;
-}
-
-/* What a failed NNG operation means for the caller. */
-static grove_status transport_error(grove_client *c, int rv, int timeout_ms, grove_err *err) {
-  if (rv == NNG_ETIMEDOUT) {
-    if (atomic_load(&c->pipes) <= 0)
-      return grove_err_set(err, GROVE_E_UNAVAILABLE,
-                           LOCAL_PREFIX "no connection to %s (lost, and not back within %d ms)",
-                           c->urls, timeout_ms);
-    return grove_err_set(err, GROVE_E_DEADLINE_EXCEEDED,
-                         LOCAL_PREFIX "no reply from %s within %d ms", c->urls, timeout_ms);
-  }
-  if (rv == NNG_ECONNRESET)
-    return grove_err_set(err, GROVE_E_UNAVAILABLE,
-                         LOCAL_PREFIX "the connection to %s was lost with the request in flight "
-                                      "(the server closed it, exited or was killed)",
-                         c->urls);
-  return grove_err_set(err, rv == NNG_ENOMEM ? GROVE_E_NOMEM : GROVE_E_UNAVAILABLE,
-                       LOCAL_PREFIX "%s: %s", c->urls, nng_strerror(rv));
-}
-
 /* Decodes rep (taken) into *out, the caller's to free; a status other than
  * OK becomes the return value with the server's message, and the reply is
  * kept in *out all the same: a failed Reload carries the lists of what did
@@ -419,92 +219,11 @@ static grove_status decode(grove_client *c, nng_msg *rep, Grove__Reply **out, gr
 }
 
 /* Sends m (taken) and waits at most timeout_ms for the reply, decoded. */
-
-static sslot *sslot_get(grove_client *c, grove_err *err) {
-  pthread_mutex_lock(&c->mu);
-  sslot *sl = c->free_slots;
-  if (sl) {
-    c->free_slots = sl->next;
-    sl->busy = true;
-  }
-  pthread_mutex_unlock(&c->mu);
-  if (sl) return sl;
-  if (!(sl = calloc(1, sizeof *sl))) {
-    grove__client_nomem(err);
-    return NULL;
-  }
-  int rv = nng_aio_alloc(&sl->aio, NULL, NULL);
-  if (rv == 0 && (rv = nng_ctx_open(&sl->ctx, c->sock)) != 0) nng_aio_free(sl->aio);
-  if (rv) {
-    free(sl);
-    grove_err_set(err, GROVE_E_INTERNAL, LOCAL_PREFIX "cannot open a context: %s",
-                  nng_strerror(rv));
-    return NULL;
-  }
-  pthread_mutex_lock(&c->mu);
-  sl->busy = true;
-  sl->all_next = c->all_slots;
-  c->all_slots = sl;
-  pthread_mutex_unlock(&c->mu);
-  return sl;
-}
-
-static void sslot_put(grove_client *c, sslot *sl) {
-  pthread_mutex_lock(&c->mu);
-  sl->busy = false;
-  sl->next = c->free_slots;
-  c->free_slots = sl;
-  pthread_mutex_unlock(&c->mu);
-}
-
-/* Sends m (taken) and waits at most timeout_ms for the reply message
- * (*out, the caller's). */
-static grove_status exchange(grove_client *c, nng_msg *m, int timeout_ms, nng_msg **out,
-                             grove_err *err) {
-  *out = NULL;
-  unsigned lost0 = atomic_load(&c->lost);
-  sslot *sl = sslot_get(c, err);
-  if (!sl) {
-    nng_msg_free(m);
-    return err ? err->code : GROVE_E_NOMEM;
-  }
-  /* NNG 1.5 has no nng_ctx_sendmsg: an aio waited on does the same.  A
-   * send on a req context also abandons whatever request the context sent
-   * before (a call that timed out), so a reused context is clean. */
-  nng_msg *rep = NULL;
-  int64_t t0 = now_ms();
-  int send_ms = send_timeout(c, timeout_ms);
-  nng_aio_set_timeout(sl->aio, send_ms);
-  nng_aio_set_msg(sl->aio, m);
-  nng_ctx_send(sl->ctx, sl->aio);
-  abort_if_lost(c, lost0, sl->aio);
-  nng_aio_wait(sl->aio);
-  int rv = nng_aio_result(sl->aio);
-  if (rv) {
-    nng_msg_free(nng_aio_get_msg(sl->aio)); /* still ours when the send failed */
-    timeout_ms = send_ms;                   /* for the message */
-  } else {
-    /* The timeout covers the whole call: the receive gets what is left. */
-    int64_t left = (int64_t)timeout_ms - (now_ms() - t0);
-    nng_aio_set_timeout(sl->aio, left > 0 ? (nng_duration)left : 1);
-    nng_ctx_recv(sl->ctx, sl->aio);
-    abort_if_lost(c, lost0, sl->aio);
-    nng_aio_wait(sl->aio);
-    if (!(rv = nng_aio_result(sl->aio))) rep = nng_aio_get_msg(sl->aio);
-  }
-  nng_aio_set_msg(sl->aio, NULL);
-  sslot_put(c, sl);
-  if (rv) return transport_error(c, rv, timeout_ms, err);
-  *out = rep;
-  return GROVE_OK;
-}
-
-/* Sends m (taken) and waits at most timeout_ms for the reply, decoded. */
 static grove_status roundtrip(grove_client *c, nng_msg *m, int timeout_ms, Grove__Reply **out,
                               grove_err *err) {
   *out = NULL;
   nng_msg *rep = NULL;
-  grove_status s = exchange(c, m, timeout_ms, &rep, err);
+  grove_status s = c->io->exchange(c, m, timeout_ms, &rep, err);
   return s ? s : decode(c, rep, out, err);
 }
 
@@ -718,16 +437,6 @@ grove_status grove_client_predict(grove_client *c, const char *model, const grov
 
 /* ------------------------------------------------------------ async predict */
 
-/* Back on the free list: the callback about to run may reuse it at once. */
-static void acall_put(acall *a) {
-  grove_client *c = a->c;
-  pthread_mutex_lock(&c->mu);
-  a->busy = false;
-  a->next = c->free_calls;
-  c->free_calls = a;
-  pthread_mutex_unlock(&c->mu);
-}
-
 /* A call counts as outstanding until its callback has returned, so that
  * grove_client_wait_idle never returns while a callback still runs. */
 static void outstanding_done(grove_client *c) {
@@ -736,38 +445,30 @@ static void outstanding_done(grove_client *c) {
   pthread_mutex_unlock(&c->mu);
 }
 
-static void acall_cb(void *arg) {
-  acall *a = arg;
-  grove_client *c = a->c;
-  int rv = nng_aio_result(a->aio);
-  grove_err err = {0};
-  grove_status s;
-  if (!rv && !a->receiving) {
-    a->receiving = true;
-    int64_t left = (int64_t)a->timeout_ms - (now_ms() - a->t0);
-    nng_aio_set_timeout(a->aio, left > 0 ? (nng_duration)left : 1);
-    unsigned seq = a->seq, lost0 = a->lost0;
-    nng_ctx_recv(a->ctx, a->aio);
-    acall_abort_if_lost(c, a, seq, lost0);
-    return;
-  }
+typedef struct acb {
+  grove_client *c;
+  grove_predict_cb cb;
+  void *arg;
+} acb;
+
+/* The transport's completion of a predict: decoded, then the caller's
+ * callback. */
+static void predict_done(void *arg, grove_status s, nng_msg *rep, const grove_err *ioerr) {
+  acb a = *(acb *)arg;
+  free(arg);
+  grove_err err; /* 2 KiB: only what a failure reads is set */
+  err.code = GROVE_OK;
+  err.msg[0] = 0;
   grove_prediction pred = {0};
-  if (rv) {
-    if (!a->receiving) nng_msg_free(nng_aio_get_msg(a->aio));
-    s = transport_error(c, rv, a->receiving ? a->timeout_ms : a->send_ms, &err);
+  if (s) {
+    err = *ioerr;
   } else {
     Grove__Reply *r = NULL;
-    s = decode(c, nng_aio_get_msg(a->aio), &r, &err);
+    s = decode(a.c, rep, &r, &err);
     if (!s) s = prediction_from_reply(r, &pred, &err);
   }
-  nng_aio_set_msg(a->aio, NULL);
-  grove_predict_cb cb = a->cb;
-  void *cb_arg = a->arg;
-  /* The call goes back on the free list before the callback, which may
-   * start the next call at once and reuse it. */
-  acall_put(a);
-  cb(cb_arg, s, s ? NULL : &pred, &err);
-  outstanding_done(c);
+  a.cb(a.arg, s, s ? NULL : &pred, &err);
+  outstanding_done(a.c);
 }
 
 grove_status grove_client_predict_async(grove_client *c, const char *model,
@@ -780,51 +481,23 @@ grove_status grove_client_predict_async(grove_client *c, const char *model,
   nng_msg *m = NULL;
   grove_status s = encode_predict(c, model, inputs, ninputs, ms, &m, err);
   if (s) return s;
-  unsigned lost0 = atomic_load(&c->lost);
-  pthread_mutex_lock(&c->mu);
-  acall *a = c->free_calls;
-  if (a) {
-    c->free_calls = a->next;
-    a->busy = true;
-    a->seq++;
+  acb *a = malloc(sizeof *a);
+  if (!a) {
+    nng_msg_free(m);
+    return grove__client_nomem(err);
   }
+  *a = (acb){c, cb, arg};
+  pthread_mutex_lock(&c->mu);
   c->outstanding++;
   pthread_mutex_unlock(&c->mu);
-  if (!a) {
-    int rv = -1;
-    if ((a = calloc(1, sizeof *a))) {
-      a->c = c;
-      if ((rv = nng_aio_alloc(&a->aio, acall_cb, a)) == 0 &&
-          (rv = nng_ctx_open(&a->ctx, c->sock)) != 0) {
-        nng_aio_free(a->aio);
-      }
-    }
-    if (rv) {
-      free(a);
-      nng_msg_free(m);
-      outstanding_done(c);
-      return rv > 0 ? grove_err_set(err, GROVE_E_INTERNAL, LOCAL_PREFIX "%s", nng_strerror(rv))
-                    : grove__client_nomem(err);
-    }
-    pthread_mutex_lock(&c->mu);
-    a->busy = true;
-    a->all_next = c->all_calls;
-    c->all_calls = a;
-    pthread_mutex_unlock(&c->mu);
+  /* Predict is idempotent: sent again on another replica if its
+   * connection drops. */
+  s = c->io->exchange_async(c, m, ms, c->nurls > 1, predict_done, a, err);
+  if (s) {
+    free(a);
+    outstanding_done(c);
   }
-  a->receiving = false;
-  a->lost0 = lost0;
-  unsigned seq = a->seq; /* read by this thread only until the send below */
-  a->timeout_ms = ms;
-  a->t0 = now_ms();
-  a->cb = cb;
-  a->arg = arg;
-  a->send_ms = send_timeout(c, ms);
-  nng_aio_set_timeout(a->aio, a->send_ms);
-  nng_aio_set_msg(a->aio, m);
-  nng_ctx_send(a->ctx, a->aio);
-  acall_abort_if_lost(c, a, seq, lost0);
-  return GROVE_OK;
+  return s;
 }
 
 void grove_client_wait_idle(grove_client *c) {
@@ -1022,7 +695,7 @@ grove_status grove__client_reload_call(grove_client *c, Grove__Request *req, int
                                 const char *what, grove_reload_result *out, grove_err *err) {
   nng_msg *m = encode(c, req), *rep = NULL;
   if (!m) return grove__client_nomem(err);
-  grove_status s = exchange(c, m, timeout_ms, &rep, err);
+  grove_status s = c->io->exchange(c, m, timeout_ms, &rep, err);
   if (s) return s;
   Grove__Reply *r = NULL;
   s = decode_keep(c, rep, &r, err);

@@ -16,8 +16,8 @@ ALL_TARGETS += $(BUILD)/libgrove-client.so
 .PHONY: pyclient
 pyclient: $(BUILD)/libgrove-client.so
 
-$(BUILD)/libgrove-client.so: $(BUILD)/client/client.o $(BUILD)/client/client_train.o $(BUILD)/client/watch.o \
-                             $(BUILD)/client/nng_close.o \
+$(BUILD)/libgrove-client.so: $(BUILD)/client/client.o $(BUILD)/client/client_nng.o $(BUILD)/client/client_sp.o $(BUILD)/client/client_train.o $(BUILD)/client/watch.o \
+                             $(BUILD)/client/nng_close.o $(BUILD)/client/sp_wire.o \
                              $(BUILD)/gen/grove.pb-c.o $(BUILD)/libgrove.a
 	$(CC) -shared $(LDFLAGS) -Wl,-soname,libgrove-client.so -o $@ $(filter %.o,$^) \
 	  $(BUILD)/libgrove.a $(PKG_LIBS)

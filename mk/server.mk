@@ -17,8 +17,8 @@ SERVER_SRC   := $(wildcard server/*.c)
 SERVER_OBJ   := $(SERVER_SRC:%.c=$(BUILD)/%.o)
 GROVED_BIN   := $(BUILD)/groved
 CLIENTLIB    := $(BUILD)/libgrove-client.a
-CLIENTLIB_OBJ := $(BUILD)/client/client.o $(BUILD)/client/client_train.o \
-                 $(BUILD)/client/nng_close.o $(PROTO_OBJ)
+CLIENTLIB_OBJ := $(BUILD)/client/client.o $(BUILD)/client/client_nng.o $(BUILD)/client/client_sp.o $(BUILD)/client/client_train.o \
+                 $(BUILD)/client/nng_close.o $(BUILD)/client/sp_wire.o $(PROTO_OBJ)
 
 # libnng-dev ships no .pc file (DESIGN.md, build notes): link -lnng directly.
 # PKG_LIBS is recursive ("=", the Makefile), so "+=" keeps this $(shell)
@@ -43,12 +43,13 @@ $(PROTO_C) $(PROTO_H) &: proto/grove.proto | $(DEPSTAMP)
 $(PROTO_OBJ): $(PROTO_C) $(PROTO_H)
 	$(CC) -std=c11 $(OPT) $(SANFLAGS) -fPIC -I$(GEN) $(PKG_CFLAGS) -c $< -o $@
 
-$(SERVER_OBJ) $(BUILD)/client/client.o $(BUILD)/client/client_train.o $(BUILD)/client/cli_remote.o \
+$(SERVER_OBJ) $(BUILD)/client/client.o $(BUILD)/client/client_nng.o $(BUILD)/client/client_sp.o $(BUILD)/client/client_train.o $(BUILD)/client/cli_remote.o \
   $(BUILD)/tests/check_server.o $(BUILD)/tests/check_admin.o: $(PROTO_H)
 
-# groved closes its sockets with the client's bounded close (client/nng_close.c).
-$(GROVED_BIN): $(SERVER_OBJ) $(BUILD)/client/nng_close.o $(PROTO_OBJ) $(LIBGROVE)
-	$(CC) $(LDFLAGS) -o $@ $(SERVER_OBJ) $(BUILD)/client/nng_close.o $(PROTO_OBJ) $(LIBGROVE) \
+# groved closes its sockets with the client's bounded close (client/nng_close.c)
+# and speaks SP on its loop with the codec the client shares (client/sp_wire.c).
+$(GROVED_BIN): $(SERVER_OBJ) $(BUILD)/client/nng_close.o $(BUILD)/client/sp_wire.o $(PROTO_OBJ) $(LIBGROVE)
+	$(CC) $(LDFLAGS) -o $@ $(SERVER_OBJ) $(BUILD)/client/nng_close.o $(BUILD)/client/sp_wire.o $(PROTO_OBJ) $(LIBGROVE) \
 	  $(UV_LIBS) $(PKG_LIBS)
 
 $(CLIENTLIB): $(CLIENTLIB_OBJ)

@@ -8,19 +8,13 @@
  * socket, decodes and dispatches (grove__rpc_dispatch, the same entry as
  * NNG's contexts and the HTTP front end), and writes the replies.
  *
- * The wire (checked against NNG's src/sp/transport/tcp/tcp.c, ipc/ipc.c and
- * src/sp/protocol/reqrep0/rep.c):
- *   - both sides first send 8 bytes: 0x00 'S' 'P' 0x00, the sender's
- *     protocol id (16 bits, big-endian: rep0 0x31, req0 0x30), two zero
- *     bytes; a peer whose 8 bytes are not that with req0's id is closed;
- *   - then messages, each a 64-bit big-endian length and that many bytes
- *     (IPC puts a message type, 1, before the length);
- *   - a request begins with its backtrace, 32-bit big-endian words up to
- *     and including the first with the high bit set (the request id; a
- *     device between adds its own words first); the reply carries the same
- *     words back.  More than MAX_HOPS words: the message is dropped (rep0's
- *     TTL); a message that ends before its request id: the connection is
- *     closed, as NNG does.
+ * The wire is NNG's SP (client/sp_wire.h, the codec this file and
+ * libgrove-client's SP transport share): the 8-byte handshake (a peer
+ * whose bytes are not SP with req0's id is closed), 64-bit framing (IPC's
+ * type byte first), and the backtrace each request begins with, echoed on
+ * its reply.  More than SP_MAX_HOPS words: the message is dropped (rep0's
+ * TTL); a message that ends before its request id: the connection is
+ * closed, as NNG does.
  *
  * Hostile peers: a length over grove__rpc_recv_max closes the connection
  * before anything of the message is buffered (one log line per
@@ -73,10 +67,9 @@
 
 #include "base.h"
 #include "server.h"
+#include "sp_wire.h"
 
-#define PROTO_REQ0 0x30
-#define PROTO_REP0 0x31
-#define MAX_HOPS 8
+#define MAX_HOPS SP_MAX_HOPS
 #define HANDSHAKE_MS 10000 /* NNG's negotiation timeout */
 #define SEND_MS 10000      /* rpc.c's SEND_TIMEOUT_MS: a reply's write may stall that long */
 #define READ_BUF (16 * 1024)
@@ -199,16 +192,6 @@ struct srv_sp {
 };
 
 /* ------------------------------------------------------------ helpers */
-
-static uint64_t get64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v = v << 8 | p[i];
-  return v;
-}
-
-static void put64(uint8_t *p, uint64_t v) {
-  for (int i = 7; i >= 0; i--, v >>= 8) p[i] = (uint8_t)v;
-}
 
 static bool on_loop(const srv_sp *sp) {
   return pthread_equal(pthread_self(), sp->loop_tid);
@@ -404,10 +387,7 @@ static void start_write(sp_conn *c) {
 /* One reply (the request's backtrace and body) on c; counted in
  * srv->sending until it is in the kernel's hands. */
 static size_t frame_head(const sp_conn *c, const sp_req *sr, size_t n, uint8_t *head) {
-  size_t hl = 0;
-  if (c->ipc) head[hl++] = 1;
-  put64(head + hl, (uint64_t)sr->btlen + n);
-  hl += 8;
+  size_t hl = grove__sp_head_put(head, c->ipc, (uint64_t)sr->btlen + n);
   memcpy(head + hl, sr->bt, sr->btlen);
   return hl + sr->btlen;
 }
@@ -421,7 +401,7 @@ static void send_reply(sp_conn *c, const sp_req *sr, const void *body, size_t n)
 }
 
 static void send_reply_locked(sp_conn *c, const sp_req *sr, const void *body, size_t n) {
-  uint8_t head[9 + 4 * MAX_HOPS];
+  uint8_t head[SP_HEAD_MAX + 4 * MAX_HOPS];
   size_t hl = frame_head(c, sr, n, head);
   size_t total = hl + n, off = 0;
   /* Nothing queued: a worker may have left the rest of its reply in qbuf
@@ -509,7 +489,7 @@ static void worker_write(sp_req *sr) {
   if (c->fd >= 0 && !c->closing && !c->writing && c->qlen == 0) {
     nng_msg *m = sr->r.reply;
     size_t n = nng_msg_len(m);
-    uint8_t head[9 + 4 * MAX_HOPS];
+    uint8_t head[SP_HEAD_MAX + 4 * MAX_HOPS];
     size_t hl = frame_head(c, sr, n, head);
     struct iovec iov[2] = {{head, hl}, {nng_msg_body(m), n}};
     ssize_t w = writev(c->fd, iov, 2);
@@ -626,24 +606,19 @@ static sp_req *req_get(srv_sp *sp) {
 /* One message of c: p[0..n) (the caller keeps it). */
 static void on_message(sp_conn *c, const uint8_t *p, size_t n) {
   srv_sp *sp = c->sp;
-  size_t i = 0;
-  int hops = 0;
-  for (;;) {
-    if (n - i < 4) {
-      bad_peer(c, BAD_NO_ID, "a message of %zu bytes without its request id", n);
-      conn_close(c);
-      return;
-    }
-    if (++hops > MAX_HOPS) {
-      grove__slog(GROVE_LOG_DEBUG, "sp.too_many_hops",
-                  "connection %" PRIu32 ": a request through more than %d devices dropped",
-                  c->id & 0x7fffffff, MAX_HOPS);
-      return;
-    }
-    uint8_t last = p[i] & 0x80;
-    i += 4;
-    if (last) break;
+  long bt = grove__sp_backtrace_len(p, n, MAX_HOPS);
+  if (bt == 0) {
+    bad_peer(c, BAD_NO_ID, "a message of %zu bytes without its request id", n);
+    conn_close(c);
+    return;
   }
+  if (bt < 0) {
+    grove__slog(GROVE_LOG_DEBUG, "sp.too_many_hops",
+                "connection %" PRIu32 ": a request through more than %d devices dropped",
+                c->id & 0x7fffffff, MAX_HOPS);
+    return;
+  }
+  size_t i = (size_t)bt;
   sp_req *sr = req_get(sp);
   if (!sr) {
     grove__slog(GROVE_LOG_ERROR, "sp.nomem", "no memory for a request; closing connection %" PRIu32,
@@ -667,35 +642,37 @@ static void on_message(sp_conn *c, const uint8_t *p, size_t n) {
 
 /* Everything whole in c->buf: the handshake, then messages. */
 static void parse(sp_conn *c) {
-  size_t off = 0, hl = c->ipc ? 9 : 8;
+  size_t off = 0, hl = grove__sp_head_len(c->ipc);
   while (!c->closing && !c->paused && !c->big) {
     size_t avail = c->len - off;
     const uint8_t *p = c->buf + off;
     if (!c->shook) {
-      if (avail < 8) break;
-      if (p[0] != 0 || p[1] != 'S' || p[2] != 'P' || p[3] != 0 || p[6] != 0 || p[7] != 0) {
+      if (avail < SP_HANDSHAKE_LEN) break;
+      unsigned proto = 0;
+      sp_hs hs = grove__sp_handshake_check(p, SP_PROTO_REQ0, &proto);
+      if (hs == SP_HS_NOT_SP) {
         bad_peer(c, BAD_HANDSHAKE, "not an SP peer (its first bytes are no SP header)");
         conn_close(c);
         return;
       }
-      unsigned proto = (unsigned)p[4] << 8 | p[5];
-      if (proto != PROTO_REQ0) {
-        bad_peer(c, BAD_PROTOCOL, "SP protocol 0x%02x, not req0 (0x%02x)", proto, PROTO_REQ0);
+      if (hs == SP_HS_PROTOCOL) {
+        bad_peer(c, BAD_PROTOCOL, "SP protocol 0x%02x, not req0 (0x%02x)", proto, SP_PROTO_REQ0);
         conn_close(c);
         return;
       }
       c->shook = true;
       uv_timer_stop(&c->timer);
-      off += 8;
+      off += SP_HANDSHAKE_LEN;
       continue;
     }
     if (avail < hl) break;
-    if (c->ipc && p[0] != 1) {
-      bad_peer(c, BAD_FRAME, "IPC message type %u, not 1", p[0]);
+    uint64_t len;
+    unsigned type;
+    if (!grove__sp_head_get(p, c->ipc, &len, &type)) {
+      bad_peer(c, BAD_FRAME, "IPC message type %u, not 1", type);
       conn_close(c);
       return;
     }
-    uint64_t len = get64(p + hl - 8);
     if (len > c->sp->maxmsg) {
       bad_peer(c, BAD_TOO_LARGE,
                "a message of %" PRIu64 " bytes, over the limit of %zu (--max-request-bytes + 1 MiB)",
@@ -861,8 +838,7 @@ static void on_connection(uv_stream_t *server, int status) {
   uv_os_fd_t fd;
   if (uv_fileno((uv_handle_t *)&c->h.stream, &fd) == 0) c->fd = fd;
   if (!l->ipc) uv_tcp_nodelay(&c->h.tcp, 1);
-  const uint8_t hs[8] = {0, 'S', 'P', 0, PROTO_REP0 >> 8, PROTO_REP0 & 0xff, 0, 0};
-  memcpy(c->hs, hs, 8);
+  grove__sp_handshake(c->hs, SP_PROTO_REP0);
   uv_buf_t b = uv_buf_init((char *)c->hs, 8);
   int w = uv_try_write(&c->h.stream, &b, 1);
   if (w >= 0 && w < 8) {

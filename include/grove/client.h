@@ -32,9 +32,18 @@
  * sent by the server (a draining server answers UNAVAILABLE itself).
  *
  * Threads: one grove_client may be used by any number of threads at once
- * (each call runs on its own NNG context); open and close must not race
- * with calls on the same client.  grove_client_predict_async keeps many
- * requests in flight from one thread (the bench's clients). */
+ * (a synchronous call writes its request and, when no other thread is
+ * reading that connection, reads its own reply on its own thread); open and
+ * close must not race with calls on the same client.
+ * grove_client_predict_async keeps many requests in flight from one thread
+ * (the bench's clients); their replies are read in bursts by one reader
+ * thread per client, which runs the callbacks.
+ *
+ * Transport: the client speaks NNG's SP protocol (req0) itself over tcp://
+ * and ipc://, on its own sockets, with no NNG thread; GROVE_CLIENT_IO=nng
+ * (read at open) uses an NNG req0 socket instead, for NNG's other
+ * transports (docs/operations.md, "The client's transport").  Either talks
+ * to any SP rep0 server: groved's listeners, its admin plane. */
 #ifndef GROVE_CLIENT_H
 #define GROVE_CLIENT_H
 
@@ -122,8 +131,8 @@ grove_status grove_client_predict(grove_client *c, const char *model, const grov
 /* Releases everything p holds and empties it.  An empty p is a no-op. */
 void grove_prediction_fini(grove_prediction *p);
 
-/* The completion of an asynchronous predict.  Called once, on one of NNG's
- * threads, with s == GROVE_OK and p holding the outputs (the callback owns
+/* The completion of an asynchronous predict.  Called once, on the client's
+ * reader thread (GROVE_CLIENT_IO=nng: one of NNG's threads), with s == GROVE_OK and p holding the outputs (the callback owns
  * them: grove_prediction_fini), or with the status, p NULL and err saying
  * why.  err is valid during the call only.  It must not block and must not
  * close the client or wait for it to be idle; it may start the next call. */
