@@ -433,6 +433,10 @@ void grove__attend_head(const float *q, int64_t rsq, const float *k, int64_t rsk
   attend(q, rsq, k, rsk, v, rsv, o, rso, L, S, d, scale, madd, ldm, sc, kt);
 }
 
+bool grove__attend_head_threads(int64_t L, int64_t S, int64_t d) {
+  return !att_big(L, S, d);
+}
+
 static grove_status contig(grove_fwd *f, const grove_tensor *t, grove_tensor *out) {
   if (t->dtype != GROVE_F32)
     return grove_err_set(f->err, GROVE_E_DTYPE,
