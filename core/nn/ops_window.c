@@ -10,11 +10,14 @@
  * shifted-window mask and the window partition follow the input's actual
  * H and W, so every input the spec accepts gets torch's answer, and the
  * weights (qkv, proj, the bias table, logit_scale) stay parameters read at
- * each call.  The pieces run on Grove's existing kernels: F.pad, torch.roll,
- * strided indexing, cat, index_select, reshape / permute (graph_ops.c,
- * shape_ops.c, resample.c), matmul for F.linear, and MultiheadAttention's
- * per-head softmax(scale q.k^T + bias) v (grove__attend_head,
- * layers_attention.c).  No training forward (train_graph.c): a graph using
+ * each call.  The pieces run on Grove's existing kernels: F.pad, strided
+ * indexing, cat, index_select, reshape / permute (graph_ops.c, shape_ops.c,
+ * resample.c) for the first two; shifted_window_attention gathers its
+ * windows' rows in one pass (padding, shift and partition together) and
+ * scatters them back the same way, runs F.linear on grove__gemm and
+ * MultiheadAttention's per-head softmax(scale q.k^T + bias) v
+ * (grove__attend_head, layers_attention.c) for its windows' heads on the
+ * compute threads.  No training forward (train_graph.c): a graph using
  * them trains with "<op> has no training forward in Grove". */
 #include <math.h>
 #include <stdio.h>
