@@ -28,12 +28,8 @@ static const grove_module *seq_next(const grove_module *m, size_t i) {
  * the exact GELU of a transformer's MLP (ViT, ConvNeXt), or
  * GROVE__ACT_NONE. */
 static grove__act linear_fusable_act(const grove_module *am) {
-  if (am->type == &grove__gelu_type) {
-    grove__layer_settings st;
-    grove__layer_settings_of(am, &st);
-    return st.tanh_approx ? GROVE__ACT_NONE : GROVE__ACT_GELU;
-  }
-  return grove__fusable_act(am);
+  const grove__act gelu = grove__gelu_act(am);
+  return gelu != GROVE__ACT_NONE ? gelu : grove__fusable_act(am);
 }
 
 /* torch.nn.Sequential.forward: input = module(input) for each child.  A

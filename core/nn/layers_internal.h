@@ -139,6 +139,10 @@ bool grove__conv_fold_active(const grove_module *conv, const grove_module *bn);
 /* The activation a convolution can fuse when module m follows it (ReLU,
  * ReLU6, Hardswish, Hardsigmoid, SiLU, Sigmoid), or GROVE__ACT_NONE. */
 grove__act grove__fusable_act(const grove_module *m);
+/* GROVE__ACT_GELU for a GELU module with approximate='none' (what a Linear's
+ * epilogue can apply: layers_container.c), else GROVE__ACT_NONE
+ * (ops_activation.c).  Any thread. */
+grove__act grove__gelu_act(const grove_module *m);
 /* Whether bn is an eval BatchNorm2d with running statistics over conv's
  * output channels, conv a Conv2d: then it folds into the convolution. */
 bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn);

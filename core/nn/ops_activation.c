@@ -511,6 +511,12 @@ grove_status grove_leaky_relu_new(double negative_slope, grove_module **out, gro
   const garg a = {.kind = A_FLOAT, .f = negative_slope};
   return make(&grove__opdef_leaky_relu, &a, 1, out, err);
 }
+grove__act grove__gelu_act(const grove_module *m) {
+  if (m->type != &grove__gelu_type) return GROVE__ACT_NONE;
+  const garg *a = grove__op_module_arg(m, "approximate");
+  return a && a->kind == A_STR && strcmp(a->s, "tanh") == 0 ? GROVE__ACT_NONE : GROVE__ACT_GELU;
+}
+
 grove_status grove_gelu_new(const char *approximate, grove_module **out, grove_err *err) {
   if (approximate && strcmp(approximate, "tanh") && strcmp(approximate, "none")) {
     *out = NULL;
