@@ -1,9 +1,10 @@
-/* activation.c: the elementwise activations a convolution's epilogue can
- * apply (grove__act_apply): ReLU, ReLU6, Hardswish, Hardsigmoid, SiLU and
- * Sigmoid, once for both the op entries (nn/ops_activation.c,
- * nn/pointwise.c) and the fused convolution (nn/layers_conv.c), so a value
- * computes alike whether its activation ran as a node of its own or in the
- * convolution's pass over its output.  A kernel, no layer: pure, any thread.
+/* activation.c: the elementwise activations a convolution's or a Linear's
+ * epilogue can apply (grove__act_apply): ReLU, ReLU6, Hardswish,
+ * Hardsigmoid, SiLU, Sigmoid and the exact GELU, once for both the op
+ * entries (nn/ops_activation.c, nn/pointwise.c) and the fused layers
+ * (nn/layers_conv.c; a Linear's tiles in gemm.c), so a value computes alike
+ * whether its activation ran as a node of its own or in the layer's pass
+ * over its output.  A kernel, no layer: pure, any thread.
  *
  * Why a vector exp: SiLU and Sigmoid through libm's scalar expf were 40% of
  * EfficientNet-B0's forward (docs/performance-models.md, "The torchvision zoo").
@@ -12,6 +13,7 @@
  * kernels use a polynomial exp too), the reciprocal by the CPU's estimate
  * and one Newton step (a few ulp in all).  NaN stays NaN, as in torch. */
 #include <math.h>
+#include <string.h>
 
 #include "kernels.h"
 #include "simd_exp.h"
@@ -110,8 +112,106 @@ static void exp_kind_avx2(grove__act act, const float *x, float *y, int64_t n) {
 GROVE__TARGET_POP
 #endif
 
+/* The exact GELU on vectors, for the transformers' feed-forward blocks (a
+ * node of its own, or a Linear's epilogue: gemm.c):
+ * 0.5 x (1 + erf(x / sqrt 2)) with erf(z) = 1 - erfc(z) and erfc(|z|) from
+ * Abramowitz & Stegun 7.1.26, t (a1 + t (a2 + ... + t a5)) exp(-z^2) with
+ * t = 1 / (1 + p |z|), absolute error at most 1.5e-7 (erff's own float
+ * rounding is 6e-8).  For x < 0 the factor is erfc(|z|) itself, so the
+ * tail keeps its relative accuracy instead of cancelling in 1 - erf.
+ * NaN stays NaN and +inf stays +inf; -inf gives NaN, as torch's
+ * -inf * 0.5 * (1 + erf(-inf)) does. */
+#define GELU_P 0.3275911f
+#define GELU_A1 0.254829592f
+#define GELU_A2 -0.284496736f
+#define GELU_A3 1.421413741f
+#define GELU_A4 -1.453152027f
+#define GELU_A5 1.061405429f
+#define GELU_R 0.7071067811865476f /* 1 / sqrt(2) */
+
+#if GROVE__X86_SIMD
+/* erfc(z) for z = |x| / sqrt 2 >= 0, with V the intrinsics' prefix, T the
+ * vector type and EXP the vector exp of that width. */
+#define GELU_ERFC(V, T, EXP, z, c)                                                                 \
+  do {                                                                                             \
+    const T one_ = V##_set1_ps(1.0f);                                                              \
+    const T t_ = V##_div_ps(one_, V##_fmadd_ps(V##_set1_ps(GELU_P), (z), one_));                   \
+    T q_ = V##_fmadd_ps(V##_set1_ps(GELU_A5), t_, V##_set1_ps(GELU_A4));                           \
+    q_ = V##_fmadd_ps(q_, t_, V##_set1_ps(GELU_A3));                                               \
+    q_ = V##_fmadd_ps(q_, t_, V##_set1_ps(GELU_A2));                                               \
+    q_ = V##_fmadd_ps(q_, t_, V##_set1_ps(GELU_A1));                                               \
+    (c) = V##_mul_ps(V##_mul_ps(q_, t_), EXP(V##_mul_ps(V##_sub_ps(V##_setzero_ps(), (z)), (z)))); \
+  } while (0)
+
+GROVE__TARGET_PUSH("avx512f")
+static void gelu_avx512(const float *x, float *y, int64_t n) {
+  const __m512 half = _mm512_set1_ps(0.5f), two = _mm512_set1_ps(2.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    const __m512 z = _mm512_mul_ps(_mm512_abs_ps(v), _mm512_set1_ps(GELU_R));
+    __m512 c;
+    GELU_ERFC(_mm512, __m512, grove__exp16, z, c);
+    /* 1 + erf(x / sqrt 2): 2 - erfc for x >= 0, erfc for x < 0. */
+    const __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+    const __m512 f = _mm512_mask_blend_ps(neg, _mm512_sub_ps(two, c), c);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_mul_ps(half, v), f));
+  }
+}
+GROVE__TARGET_POP
+
+GROVE__TARGET_PUSH("avx2,fma")
+static void gelu_avx2(const float *x, float *y, int64_t n) {
+  const __m256 half = _mm256_set1_ps(0.5f), two = _mm256_set1_ps(2.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 z = _mm256_mul_ps(_mm256_andnot_ps(sign, v), _mm256_set1_ps(GELU_R));
+    __m256 c;
+    GELU_ERFC(_mm256, __m256, grove__exp8, z, c);
+    const __m256 neg = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ);
+    const __m256 f = _mm256_blendv_ps(_mm256_sub_ps(two, c), c, neg);
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(half, v), f));
+  }
+  if (i < n) { /* the tail through a zero-padded block */
+    float bx[8] = {0}, by[8];
+    memcpy(bx, x + i, (size_t)(n - i) * sizeof(float));
+    gelu_avx2(bx, by, 8);
+    memcpy(y + i, by, (size_t)(n - i) * sizeof(float));
+  }
+}
+GROVE__TARGET_POP
+#endif /* GROVE__X86_SIMD */
+
+/* GELU on a CPU without AVX2: libm's erff. */
+static void gelu_scalar(const float *x, float *y, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i];
+    y[i] = 0.5f * v * (1.0f + erff(v * GELU_R));
+  }
+}
+
+static void gelu_run(const float *x, float *y, int64_t n) {
+#if GROVE__X86_SIMD
+  if (grove__cpu_avx512()) {
+    gelu_avx512(x, y, n);
+    return;
+  }
+  if (grove__cpu_avx2()) {
+    gelu_avx2(x, y, n);
+    return;
+  }
+#endif
+  gelu_scalar(x, y, n);
+}
+
 void grove__act_apply(grove__act act, const float *x, float *y, int64_t n) {
   if (act == GROVE__ACT_NONE || n <= 0) return;
+  if (act == GROVE__ACT_GELU) {
+    gelu_run(x, y, n);
+    return;
+  }
   if (act != GROVE__ACT_SILU && act != GROVE__ACT_SIGMOID) {
     clamp_kind(act, x, y, n);
     return;

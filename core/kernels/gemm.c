@@ -43,41 +43,61 @@
 /* Rows [r0, r1) x panels [p0, p1) of one product.  A long K is cut into
  * blocks of at most KC, so that the block of a panel (KC x 64 floats,
  * 256 KB) stays in L2 while every row block of x passes over it; the
- * partial sums go through y, and bias and ReLU come with the last block. */
+ * partial sums go through y, and bias and ReLU come with the last block.
+ * The K blocks are the outer loop and the panels the inner one, so that
+ * the rows' slice of one K block is read from L2 by every panel. */
 static void packed_rows(const grove__linear_pack *p, const float *x, const float *bias, float *y,
-                        int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
+                        grove__act act, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
 
-/* Rows [r0, r1) x panels [p0, p1) of one product, in blocks of rows whose
- * x stays in L2 while every panel passes over it: a long product (a
- * transformer's 2,048 token rows at batch 16) would otherwise read all of x
- * from memory once per panel.  Each output is computed as packed_rows
- * computes it, so the bits do not depend on the blocking. */
+/* Rows of x per block: the rows' slice of one K block (kc floats a row)
+ * stays in L2 (2 MB a core here) beside a panel's block while every panel
+ * passes over it, so that each weight is read from memory once per block.
+ * A ViT-B's products (197 token rows, K = 768 or 3,072) are one block; at
+ * 256 KB of whole rows they were 3 to 11, and the MLP's 9.4 MB weights
+ * were read from L3 that many times (gemm_shapes, CPU time, one thread:
+ * 197 x 768 x 3,072 from 86-105 to 117-149 GFLOP/s).  A transformer's
+ * 3,152 rows at batch 16 are still cut, so that x is not read from memory
+ * once per panel. */
+enum { X_BLOCK_BYTES = 768 * 1024 };
+
+static int64_t packed_kblocks(int64_t K) {
+  return K > KC ? (K + KC - 1) / KC : 1;
+}
+
+/* Rows [r0, r1) x panels [p0, p1) of one product, in blocks of rows (see
+ * X_BLOCK_BYTES).  Each output is computed with the same operations in the
+ * same order whatever the blocking (its K blocks in order, the partial sum
+ * through y), so the bits depend neither on it nor on the threads' cut. */
 static void packed_part(const grove__linear_pack *p, const float *x, const float *bias, float *y,
-                        int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
-  enum { X_BLOCK_BYTES = 256 * 1024 };
-  int64_t mc = X_BLOCK_BYTES / ((p->K > 0 ? p->K : 1) * (int64_t)sizeof(float));
+                        grove__act act, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  const int64_t kblocks = packed_kblocks(p->K), kc = (p->K + kblocks - 1) / kblocks;
+  int64_t mc = X_BLOCK_BYTES / ((kc > 0 ? kc : 1) * (int64_t)sizeof(float));
   mc = mc < MR ? MR : mc - mc % MR;
   for (int64_t rb = r0; rb < r1; rb += mc)
-    packed_rows(p, x, bias, y, relu, rb, r1 - rb < mc ? r1 : rb + mc, p0, p1);
+    packed_rows(p, x, bias, y, act, rb, r1 - rb < mc ? r1 : rb + mc, p0, p1);
 }
 
 static void packed_rows(const grove__linear_pack *p, const float *x, const float *bias, float *y,
-                        int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+                        grove__act act, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   const int64_t N = p->N, K = p->K;
   const bool avx2 = p->kind == GROVE__GEMM_KIND_AVX2;
-  const int64_t kblocks = K > KC ? (K + KC - 1) / KC : 1;
-  const int64_t kc = (K + kblocks - 1) / kblocks;
-  for (int64_t pi = p0; pi < p1; pi++) {
-    grove__yield_point();
-    int w = grove__gemm_panel_width(N, pi);
-    int64_t n0 = pi * NR;
-    int ncols = (int)(N - n0 < NR ? N - n0 : NR);
-    const float *B = p->data + pi * K * NR;
-    for (int64_t kb = 0; kb < kblocks; kb++) {
-      int64_t k0 = kb * kc, kn = K - k0 < kc ? K - k0 : kc;
-      bool last = kb == kblocks - 1;
+  const int64_t kblocks = packed_kblocks(K), kc = (K + kblocks - 1) / kblocks;
+  const bool relu = act == GROVE__ACT_RELU;
+  /* Any other activation (GELU after a transformer's first MLP Linear) is
+   * applied to each tile's rows right after the tile's last K block wrote
+   * them, while they are in L1, instead of in a pass of its own over y. */
+  const grove__act post = relu ? GROVE__ACT_NONE : act;
+  for (int64_t kb = 0; kb < kblocks; kb++) {
+    int64_t k0 = kb * kc, kn = K - k0 < kc ? K - k0 : kc;
+    bool last = kb == kblocks - 1;
+    int flags = (kb > 0 ? GROVE__TILE_ACCUMULATE : 0) | (relu && last ? GROVE__TILE_RELU : 0);
+    for (int64_t pi = p0; pi < p1; pi++) {
+      grove__yield_point();
+      int w = grove__gemm_panel_width(N, pi);
+      int64_t n0 = pi * NR;
+      int ncols = (int)(N - n0 < NR ? N - n0 : NR);
+      const float *B = p->data + pi * K * NR;
       const float *bp = bias && last ? bias + n0 : NULL;
-      int flags = (kb > 0 ? GROVE__TILE_ACCUMULATE : 0) | (relu && last ? GROVE__TILE_RELU : 0);
       for (int64_t i = r0; i < r1; i += MR) {
         int mr = (int)(r1 - i < MR ? r1 - i : MR);
         if (avx2)
@@ -86,6 +106,9 @@ static void packed_rows(const grove__linear_pack *p, const float *x, const float
         else
           grove__gemm_tiles512[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * w, bp,
                                                    y + i * N + n0, N, ncols, flags);
+        if (last && post != GROVE__ACT_NONE)
+          for (int r = 0; r < mr; r++)
+            grove__act_apply(post, y + (i + r) * N + n0, y + (i + r) * N + n0, ncols);
       }
     }
   }
@@ -100,7 +123,7 @@ typedef struct linear_job {
   const float *x, *bias;
   float *y;
   int64_t M;
-  int relu;
+  grove__act act;
   grove__linear_cut cut;
 } linear_job;
 
@@ -113,12 +136,12 @@ static void linear_chunks(void *ctx, int64_t begin, int64_t end) {
       const int64_t pi = c % p->npanels;
       const int64_t r0 = c / p->npanels * cut->rows_per_chunk;
       const int64_t r1 = r0 + cut->rows_per_chunk < jb->M ? r0 + cut->rows_per_chunk : jb->M;
-      packed_part(p, jb->x, jb->bias, jb->y, jb->relu, r0, r1, pi, pi + 1);
+      packed_part(p, jb->x, jb->bias, jb->y, jb->act, r0, r1, pi, pi + 1);
     } else {
       const int64_t q0 = c * cut->panels_per_chunk;
       const int64_t q1 =
           q0 + cut->panels_per_chunk < p->npanels ? q0 + cut->panels_per_chunk : p->npanels;
-      packed_part(p, jb->x, jb->bias, jb->y, jb->relu, 0, jb->M, q0, q1);
+      packed_part(p, jb->x, jb->bias, jb->y, jb->act, 0, jb->M, q0, q1);
     }
   }
 }
@@ -161,30 +184,37 @@ grove__linear_cut grove__linear_cut_plan(const grove__linear_pack *p, int64_t M,
 #if GROVE__X86_SIMD
 /* Runs one product over the compute threads. */
 static void linear_threaded(int threads, const grove__linear_pack *p, const float *x, int64_t M,
-                            const float *bias, float *y, int relu) {
-  linear_job jb = {.p = p, .x = x, .bias = bias, .y = y, .M = M, .relu = relu};
+                            const float *bias, float *y, grove__act act) {
+  linear_job jb = {.p = p, .x = x, .bias = bias, .y = y, .M = M, .act = act};
   jb.cut = grove__linear_cut_plan(p, M, threads);
   grove__parallel_for(jb.cut.chunks, 1, linear_chunks, &jb);
 }
 #endif /* GROVE__X86_SIMD */
 
+/* The BLAS path's activation: ReLU in gemm_blas.c, any other over y after
+ * the product. */
+static void blas_linear(const grove__linear_pack *p, const float *x, int64_t M, const float *bias,
+                        float *y, grove__act act) {
+  grove__gemm_blas_linear(p, x, M, bias, y, act == GROVE__ACT_RELU);
+  if (act != GROVE__ACT_RELU) grove__act_apply(act, y, y, M * p->N);
+}
+
 void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, const float *bias,
                        float *y, grove__act act) {
   assert(p && M >= 0);
-  const int relu = act == GROVE__ACT_RELU;
   if (M == 0 || p->N == 0) return;
   if (p->kind == GROVE__GEMM_KIND_BLAS) {
-    grove__gemm_blas_linear(p, x, M, bias, y, relu);
+    blas_linear(p, x, M, bias, y, act);
     return;
   }
 #if GROVE__X86_SIMD
   int threads = grove_compute_threads();
   double macs = (double)M * (double)p->N * (double)p->K;
   if (threads > 1 && macs >= MIN_THREADED_MACS && (p->npanels > 1 || M > MR)) {
-    linear_threaded(threads, p, x, M, bias, y, relu);
+    linear_threaded(threads, p, x, M, bias, y, act);
     return;
   }
-  packed_part(p, x, bias, y, relu, 0, M, 0, p->npanels);
+  packed_part(p, x, bias, y, act, 0, M, 0, p->npanels);
 #endif
 }
 
@@ -193,11 +223,11 @@ void grove__linear_run_alone(const grove__linear_pack *p, const float *x, int64_
   assert(p && M >= 0);
   if (M == 0 || p->N == 0) return;
   if (p->kind == GROVE__GEMM_KIND_BLAS) {
-    grove__gemm_blas_linear(p, x, M, bias, y, act == GROVE__ACT_RELU);
+    blas_linear(p, x, M, bias, y, act);
     return;
   }
 #if GROVE__X86_SIMD
-  packed_part(p, x, bias, y, act == GROVE__ACT_RELU, 0, M, 0, p->npanels);
+  packed_part(p, x, bias, y, act, 0, M, 0, p->npanels);
 #endif
 }
 

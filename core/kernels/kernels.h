@@ -46,13 +46,16 @@
 typedef enum grove__act {
   GROVE__ACT_NONE = 0,
   GROVE__ACT_RELU = 1,
-  /* Only for grove__act_apply (a convolution's fused activation): the
-   * linear kernels take NONE or RELU. */
+  /* ReLU is applied inside the linear kernels' register tiles; these by
+   * grove__act_apply, in a convolution's epilogue or on each tile of a
+   * Linear's output right after the tile is written. */
   GROVE__ACT_RELU6,
   GROVE__ACT_HARDSWISH,
   GROVE__ACT_HARDSIGMOID,
   GROVE__ACT_SILU,
   GROVE__ACT_SIGMOID,
+  /* The exact GELU, 0.5 x (1 + erf(x / sqrt 2)) (torch's approximate='none'). */
+  GROVE__ACT_GELU,
 } grove__act;
 
 /* y[i] = act(x[i]) for n floats (x == y allowed; NONE leaves y alone), with
@@ -71,7 +74,9 @@ typedef struct grove__linear_pack grove__linear_pack;
 /* NULL when out of memory. */
 grove__linear_pack *grove__linear_pack_new(const float *W, int64_t N, int64_t K);
 void grove__linear_pack_free(grove__linear_pack *p);
-/* bias may be NULL.  x is [M,K] contiguous, y is [M,N] contiguous. */
+/* bias may be NULL.  x is [M,K] contiguous, y is [M,N] contiguous.  act is
+ * applied to every output, the same bits as grove__act_apply over y after
+ * the product. */
 void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, const float *bias,
                        float *y, grove__act act);
 

@@ -27,6 +27,7 @@
  * gets one output.  The transformer layers are in layers_transformer.c. */
 #include <assert.h>
 #include <cblas.h>
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -213,14 +214,47 @@ static inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
 }
 
+/* R rows x NV vectors of rows_avx512's output (out row r at out + r * ldo,
+ * B's block at bb), R and NV compile-time constants at every call so that
+ * the accumulators stay in registers: each sum over t in order from zero,
+ * then times sv, as the 4 x 4 tile computes it. */
+static inline __attribute__((always_inline)) void rows_tile(const int R, const int NV,
+                                                            const float *A, int64_t lda,
+                                                            const float *bb, int64_t ldb,
+                                                            int64_t K, const __mmask16 *m,
+                                                            __m512 sv, float *out, int64_t ldo) {
+  __m512 acc[8][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < K; t++) {
+    __m512 b[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) b[j] = _mm512_maskz_loadu_ps(m[j], bb + t * ldb + 16 * j);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+      const __m512 x = _mm512_set1_ps(A[r * lda + t]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; j++) acc[r][j] = _mm512_fmadd_ps(x, b[j], acc[r][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++)
+      _mm512_mask_storeu_ps(out + r * ldo + 16 * j, m[j], _mm512_mul_ps(acc[r][j], sv));
+}
+
 /* out[l][c] = scale * sum_t A[l * lda + t] B[t * ldb + c] for l < L, c < C,
  * t < K: both of attention's products, the scores (A = q, B = k transposed,
  * K = d) and the mix (A = the probabilities, B = v, K = S; scale 1, which
  * is exact).  Columns go in blocks of up to 64: a full block keeps 4 rows x
- * 4 vectors in 16 named accumulators (registers; an array of them spills),
- * each B vector loaded once for 4 rows; a partial block runs one vector at
- * a time for 4 rows.  Every sum runs over t in order, so the blocking does
- * not change the bits. */
+ * 4 vectors in 16 named accumulators (registers; an array of them spills
+ * there), each B vector loaded once for 4 rows; a partial block goes in
+ * tiles of 8 or 5 rows (rows_tile), and the rows left over one at a time
+ * over all of the block's vectors.  Every sum runs over t in order, so the
+ * blocking does not change the bits. */
 static void rows_avx512(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t L,
                         int64_t C, int64_t K, float scale, float *out, int64_t ldo) {
   const __m512 sv = _mm512_set1_ps(scale);
@@ -269,34 +303,41 @@ static void rows_avx512(const float *A, int64_t lda, const float *B, int64_t ldb
       ROWS_STORE(3);
 #undef ROWS_STORE
     }
-    for (; l < L; l += 4) {
-      const int rows = L - l < 4 ? (int)(L - l) : 4;
-      const float *a0 = A + l * lda;
-      for (int j = 0; j < nv; j++) {
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                         _mm512_setzero_ps()};
-        if (rows == 4) {
-          /* Four chains, named (see above). */
-          __m512 r0 = acc[0], r1 = acc[1], r2 = acc[2], r3 = acc[3];
-          for (int64_t t = 0; t < K; t++) {
-            const __m512 bv = _mm512_maskz_loadu_ps(m[j], bb + t * ldb + 16 * j);
-            r0 = _mm512_fmadd_ps(_mm512_set1_ps(a0[t]), bv, r0);
-            r1 = _mm512_fmadd_ps(_mm512_set1_ps(a0[lda + t]), bv, r1);
-            r2 = _mm512_fmadd_ps(_mm512_set1_ps(a0[2 * lda + t]), bv, r2);
-            r3 = _mm512_fmadd_ps(_mm512_set1_ps(a0[3 * lda + t]), bv, r3);
-          }
-          acc[0] = r0, acc[1] = r1, acc[2] = r2, acc[3] = r3;
-        } else {
-          for (int r = 0; r < rows; r++) {
-            __m512 r0 = _mm512_setzero_ps();
-            for (int64_t t = 0; t < K; t++)
-              r0 = _mm512_fmadd_ps(_mm512_set1_ps(a0[r * lda + t]),
-                                   _mm512_maskz_loadu_ps(m[j], bb + t * ldb + 16 * j), r0);
-            acc[r] = r0;
-          }
-        }
-        for (int r = 0; r < rows; r++)
-          _mm512_mask_storeu_ps(out + (l + r) * ldo + c0 + 16 * j, m[j], _mm512_mul_ps(acc[r], sv));
+    /* A block narrower than 64 columns (Swin's mix: d = 32) in tiles of
+     * R rows x nv vectors, R = 8 / 8 / 5 for nv = 1 / 2 / 3 (8 to 16
+     * independent chains: an FMA's result is ready 4 cycles after it
+     * issues, 2 issue a cycle); then each row left alone over all nv
+     * vectors. */
+    switch (nv) {
+      case 1:
+        for (; l + 8 <= L; l += 8)
+          rows_tile(8, 1, A + l * lda, lda, bb, ldb, K, m, sv, out + l * ldo + c0, ldo);
+        break;
+      case 2:
+        for (; l + 8 <= L; l += 8)
+          rows_tile(8, 2, A + l * lda, lda, bb, ldb, K, m, sv, out + l * ldo + c0, ldo);
+        break;
+      case 3:
+        for (; l + 5 <= L; l += 5)
+          rows_tile(5, 3, A + l * lda, lda, bb, ldb, K, m, sv, out + l * ldo + c0, ldo);
+        break;
+      default:
+        break;
+    }
+    for (; l < L; l++) {
+      switch (nv) {
+        case 1:
+          rows_tile(1, 1, A + l * lda, lda, bb, ldb, K, m, sv, out + l * ldo + c0, ldo);
+          break;
+        case 2:
+          rows_tile(1, 2, A + l * lda, lda, bb, ldb, K, m, sv, out + l * ldo + c0, ldo);
+          break;
+        case 3:
+          rows_tile(1, 3, A + l * lda, lda, bb, ldb, K, m, sv, out + l * ldo + c0, ldo);
+          break;
+        default:
+          rows_tile(1, 4, A + l * lda, lda, bb, ldb, K, m, sv, out + l * ldo + c0, ldo);
+          break;
       }
     }
   }
@@ -305,9 +346,14 @@ static void rows_avx512(const float *A, int64_t lda, const float *B, int64_t ldb
 /* Softmax of L rows of S floats in place, the additive mask (madd row l at
  * madd + l * ldm; ldm 0: one row for every l; NULL: none) added first, in
  * the same float addition as a separate pass would make: max-subtracted,
- * summed in float. */
+ * summed in float.  A weight below FLT_MIN (a subnormal) is 0: Swin's
+ * shifted-window mask adds -100, whose exp (3.7e-44) is one, and every FMA
+ * of the mix that reads a subnormal takes a microcode assist (the mix ran
+ * at a fifth of its speed: 18% of Swin-T's forward); a finite mask such as
+ * a padding mask's -1e4 gives grove__exp16's clamp, 2^-127, also subnormal.
+ * What is dropped weighs less than 1.2e-38 of a value. */
 static void softmax_rows_avx512(float *sc, int64_t L, int64_t S, const float *madd, int64_t ldm) {
-  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  const __m512 ninf = _mm512_set1_ps(-INFINITY), tiny = _mm512_set1_ps(FLT_MIN);
   for (int64_t l = 0; l < L; l++) {
     float *row = sc + l * S;
     const float *mr = madd ? madd + l * ldm : NULL;
@@ -334,14 +380,18 @@ static void softmax_rows_avx512(float *sc, int64_t L, int64_t S, const float *ma
       /* A masked key (-inf) weighs exactly 0, as in torch (grove__exp16 clamps
        * its argument, which would leave 2^-127). */
       const __mmask16 live = m & _mm512_cmp_ps_mask(v, ninf, _CMP_NEQ_UQ);
-      const __m512 e = _mm512_maskz_mov_ps(live, grove__exp16(_mm512_sub_ps(v, mv)));
+      __m512 e = _mm512_maskz_mov_ps(live, grove__exp16(_mm512_sub_ps(v, mv)));
+      /* Not below FLT_MIN (a NaN stays). */
+      e = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(e, tiny, _CMP_NLT_UQ), e);
       _mm512_mask_storeu_ps(row + c, m, e);
       sum = _mm512_add_ps(sum, e);
     }
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
     for (int64_t c = 0; c < S; c += 16) {
       const __mmask16 m = tail_mask(S - c);
-      _mm512_mask_storeu_ps(row + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + c), inv));
+      const __m512 p = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + c), inv);
+      _mm512_mask_storeu_ps(row + c, m,
+                            _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, tiny, _CMP_NLT_UQ), p));
     }
   }
 }
@@ -431,6 +481,10 @@ void grove__attend_head(const float *q, int64_t rsq, const float *k, int64_t rsk
                         int64_t rsv, float *o, int64_t rso, int64_t L, int64_t S, int64_t d,
                         float scale, const float *madd, int64_t ldm, float *sc, float *kt) {
   attend(q, rsq, k, rsk, v, rsv, o, rso, L, S, d, scale, madd, ldm, sc, kt);
+}
+
+bool grove__attend_head_threads(int64_t L, int64_t S, int64_t d) {
+  return !att_big(L, S, d);
 }
 
 static grove_status contig(grove_fwd *f, const grove_tensor *t, grove_tensor *out) {

@@ -22,8 +22,19 @@ static const grove_module *seq_next(const grove_module *m, size_t i) {
   return i + 1 < m->nchildren ? m->children[i + 1].module : NULL;
 }
 
+/* The activation a Linear followed by module am applies in its product's
+ * epilogue (gemm.c: in the register tiles for ReLU, on each tile right after
+ * it is written for the others): the convolutions' (grove__fusable_act) and
+ * the exact GELU of a transformer's MLP (ViT, ConvNeXt), or
+ * GROVE__ACT_NONE. */
+static grove__act linear_fusable_act(const grove_module *am) {
+  const grove__act gelu = grove__gelu_act(am);
+  return gelu != GROVE__ACT_NONE ? gelu : grove__fusable_act(am);
+}
+
 /* torch.nn.Sequential.forward: input = module(input) for each child.  A
- * Linear immediately followed by a ReLU, and a Conv2d followed by a
+ * Linear immediately followed by an activation it fuses (linear_fusable_act),
+ * and a Conv2d followed by a
  * BatchNorm2d (with running statistics) and/or an activation a convolution
  * fuses (grove__fusable_act: ReLU, ReLU6, Hardswish, Hardsigmoid, SiLU,
  * Sigmoid: MobileNet's and EfficientNet's Conv2dNormActivation), run as one fused
@@ -51,9 +62,12 @@ static grove_status sequential_forward(const grove_module *m, grove_fwd *f, cons
                                  ? after
                                  : NULL;
     const grove_module *am = bn ? seq_next(m, i + 1) : after;
-    grove__act act = am && !grove__observes(f, am) ? grove__fusable_act(am) : GROVE__ACT_NONE;
-    if (fuse && !watched && c->type == &grove__linear_type && act == GROVE__ACT_RELU) {
-      s = grove__linear_forward_act(c, f, &cur, &next, GROVE__ACT_RELU);
+    const bool linear = c->type == &grove__linear_type;
+    grove__act act = !am || grove__observes(f, am) ? GROVE__ACT_NONE
+                     : linear                      ? linear_fusable_act(am)
+                                                   : grove__fusable_act(am);
+    if (fuse && !watched && linear && act != GROVE__ACT_NONE) {
+      s = grove__linear_forward_act(c, f, &cur, &next, act);
       i++;
     } else if (fuse && !watched && c->type == &grove__conv2d_type &&
                (bn || act != GROVE__ACT_NONE)) {

@@ -139,6 +139,10 @@ bool grove__conv_fold_active(const grove_module *conv, const grove_module *bn);
 /* The activation a convolution can fuse when module m follows it (ReLU,
  * ReLU6, Hardswish, Hardsigmoid, SiLU, Sigmoid), or GROVE__ACT_NONE. */
 grove__act grove__fusable_act(const grove_module *m);
+/* GROVE__ACT_GELU for a GELU module with approximate='none' (what a Linear's
+ * epilogue can apply: layers_container.c), else GROVE__ACT_NONE
+ * (ops_activation.c).  Any thread. */
+grove__act grove__gelu_act(const grove_module *m);
 /* Whether bn is an eval BatchNorm2d with running statistics over conv's
  * output channels, conv a Conv2d: then it folds into the convolution. */
 bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn);
@@ -331,11 +335,16 @@ grove_status grove__shape_error(grove_fwd *f, const char *layer, const char *wan
  * o[l] = softmax(scale * q[l] . k^T + madd[l]) . v over L query and S key
  * rows (q, k, v, o rows rs* floats apart, d floats each), madd the additive
  * mask or NULL with row l at madd + l * ldm (ldm 0: one row for every l),
- * sc [L, S] and kt [d, S] the caller's scratch.  The
- * caller's thread; no allocation. */
+ * sc [L, S] and kt [d, S] the caller's scratch.  Any thread (inside a
+ * grove__parallel_for's fn too when grove__attend_head_threads says so); no
+ * allocation. */
 void grove__attend_head(const float *q, int64_t rsq, const float *k, int64_t rsk, const float *v,
                         int64_t rsv, float *o, int64_t rso, int64_t L, int64_t S, int64_t d,
                         float scale, const float *madd, int64_t ldm, float *sc, float *kt);
+/* Whether heads of these sizes may run on several compute threads at once:
+ * false when grove__attend_head calls OpenBLAS (no AVX-512, a large head),
+ * whose own threads are not for calls from ours. */
+bool grove__attend_head_threads(int64_t L, int64_t S, int64_t d);
 /* GROVE_E_NOMEM: "<layer>: scratch arena is exhausted". */
 grove_status grove__scratch_error(grove_fwd *f, const char *layer);
 

@@ -93,8 +93,11 @@ static grove_status ff_block(const grove_module *m, grove_fwd *f, const tl_impl 
   in.v[0] = *x;
   grove_status s;
   grove_tensor h;
-  if (!p->gelu && grove__no_forward_hooks() && !grove__observes(f, l1)) {
-    if ((s = grove__linear_forward_act(l1, f, &in, &out, GROVE__ACT_RELU))) return s;
+  if (grove__no_forward_hooks() && !grove__observes(f, l1)) {
+    /* The activation in linear1's epilogue (gemm.c), on each tile of h while
+     * it is in cache. */
+    const grove__act act = p->gelu ? GROVE__ACT_GELU : GROVE__ACT_RELU;
+    if ((s = grove__linear_forward_act(l1, f, &in, &out, act))) return s;
     h = out.v[0];
   } else {
     if ((s = grove_module_call(l1, f, x, &h))) return s;

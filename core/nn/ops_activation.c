@@ -19,7 +19,6 @@
 
 #include "layers_internal.h"
 #include "ops.h"
-#include "simd_exp.h"
 
 /* ------------------------------------------------------------ elementwise */
 
@@ -39,77 +38,6 @@ static void tanh_chunk(void *ctx, int64_t b, int64_t e) {
   float *restrict d = ctx;
   for (int64_t i = b; i < e; i++) d[i] = tanhf(d[i]);
 }
-
-/* The exact GELU on vectors, for the transformers' feed-forward blocks:
- * 0.5 x (1 + erf(x / sqrt 2)) with erf(z) = 1 - erfc(z) and erfc(|z|) from
- * Abramowitz & Stegun 7.1.26, t (a1 + t (a2 + ... + t a5)) exp(-z^2) with
- * t = 1 / (1 + p |z|), absolute error at most 1.5e-7 (erff's own float
- * rounding is 6e-8).  For x < 0 the factor is erfc(|z|) itself, so the
- * tail keeps its relative accuracy instead of cancelling in 1 - erf.
- * NaN stays NaN and +inf stays +inf; -inf gives NaN, as torch's
- * -inf * 0.5 * (1 + erf(-inf)) does. */
-#define GELU_P 0.3275911f
-#define GELU_A1 0.254829592f
-#define GELU_A2 -0.284496736f
-#define GELU_A3 1.421413741f
-#define GELU_A4 -1.453152027f
-#define GELU_A5 1.061405429f
-#define GELU_R 0.7071067811865476f /* 1 / sqrt(2) */
-
-#if GROVE__X86_SIMD
-/* erfc(z) for z = |x| / sqrt 2 >= 0, with V the intrinsics' prefix, T the
- * vector type and EXP the vector exp of that width. */
-#define GELU_ERFC(V, T, EXP, z, c)                                                                 \
-  do {                                                                                             \
-    const T one_ = V##_set1_ps(1.0f);                                                              \
-    const T t_ = V##_div_ps(one_, V##_fmadd_ps(V##_set1_ps(GELU_P), (z), one_));                   \
-    T q_ = V##_fmadd_ps(V##_set1_ps(GELU_A5), t_, V##_set1_ps(GELU_A4));                           \
-    q_ = V##_fmadd_ps(q_, t_, V##_set1_ps(GELU_A3));                                               \
-    q_ = V##_fmadd_ps(q_, t_, V##_set1_ps(GELU_A2));                                               \
-    q_ = V##_fmadd_ps(q_, t_, V##_set1_ps(GELU_A1));                                               \
-    (c) = V##_mul_ps(V##_mul_ps(q_, t_), EXP(V##_mul_ps(V##_sub_ps(V##_setzero_ps(), (z)), (z)))); \
-  } while (0)
-
-GROVE__TARGET_PUSH("avx512f")
-static void gelu_avx512(const float *x, float *y, int64_t n) {
-  const __m512 half = _mm512_set1_ps(0.5f), two = _mm512_set1_ps(2.0f);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
-    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-    const __m512 z = _mm512_mul_ps(_mm512_abs_ps(v), _mm512_set1_ps(GELU_R));
-    __m512 c;
-    GELU_ERFC(_mm512, __m512, grove__exp16, z, c);
-    /* 1 + erf(x / sqrt 2): 2 - erfc for x >= 0, erfc for x < 0. */
-    const __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
-    const __m512 f = _mm512_mask_blend_ps(neg, _mm512_sub_ps(two, c), c);
-    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_mul_ps(half, v), f));
-  }
-}
-GROVE__TARGET_POP
-
-GROVE__TARGET_PUSH("avx2,fma")
-static void gelu_avx2(const float *x, float *y, int64_t n) {
-  const __m256 half = _mm256_set1_ps(0.5f), two = _mm256_set1_ps(2.0f);
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
-    const __m256 z = _mm256_mul_ps(_mm256_andnot_ps(sign, v), _mm256_set1_ps(GELU_R));
-    __m256 c;
-    GELU_ERFC(_mm256, __m256, grove__exp8, z, c);
-    const __m256 neg = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ);
-    const __m256 f = _mm256_blendv_ps(_mm256_sub_ps(two, c), c, neg);
-    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(half, v), f));
-  }
-  if (i < n) { /* the tail through a zero-padded block */
-    float bx[8] = {0}, by[8];
-    memcpy(bx, x + i, (size_t)(n - i) * sizeof(float));
-    gelu_avx2(bx, by, 8);
-    memcpy(y + i, by, (size_t)(n - i) * sizeof(float));
-  }
-}
-GROVE__TARGET_POP
-#endif /* GROVE__X86_SIMD */
 
 /* Elements [0, n) of one grove__elementwise call, on one thread. */
 static void elementwise_run(int act, float slope, const float *x, float *y, int64_t n) {
@@ -133,23 +61,9 @@ static void elementwise_run(int act, float slope, const float *x, float *y, int6
       }
       break;
     }
-    case ACT_GELU: {
-#if GROVE__X86_SIMD
-      if (grove__cpu_avx512()) {
-        gelu_avx512(x, y, n);
-        break;
-      }
-      if (grove__cpu_avx2()) {
-        gelu_avx2(x, y, n);
-        break;
-      }
-#endif
-      for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        y[i] = 0.5f * v * (1.0f + erff(v * GELU_R));
-      }
+    case ACT_GELU: /* a Linear's fused epilogue's formula too (kernels.h) */
+      grove__act_apply(GROVE__ACT_GELU, x, y, n);
       break;
-    }
     case ACT_SILU: /* the convolutions' fused epilogue's formula too (kernels.h) */
       grove__act_apply(GROVE__ACT_SILU, x, y, n);
       break;
@@ -177,8 +91,8 @@ static void elt_chunk(void *ctx, int64_t b, int64_t e) {
 /* y = act(x) over n elements (y may be x), in chunks on the compute
  * threads: every element is computed alone, so any cut gives the same
  * bits.  torch's formulas: ReLU keeps NaN (as torch's clamp_min: x < 0 is
- * false for NaN); GELU exact 0.5 x (1 + erf(x / sqrt 2)) (the vector erfc
- * above where the CPU has AVX2 or AVX-512), tanh approximation
+ * false for NaN); GELU exact 0.5 x (1 + erf(x / sqrt 2)) (grove__act_apply's
+ * vector erfc where the CPU has AVX2 or AVX-512), tanh approximation
  * 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))). */
 void grove__elementwise(int act, float slope, const float *x, float *y, int64_t n) {
   elt_par p = {act, slope, x, y};
@@ -597,6 +511,12 @@ grove_status grove_leaky_relu_new(double negative_slope, grove_module **out, gro
   const garg a = {.kind = A_FLOAT, .f = negative_slope};
   return make(&grove__opdef_leaky_relu, &a, 1, out, err);
 }
+grove__act grove__gelu_act(const grove_module *m) {
+  if (m->type != &grove__gelu_type) return GROVE__ACT_NONE;
+  const garg *a = grove__op_module_arg(m, "approximate");
+  return a && a->kind == A_STR && strcmp(a->s, "tanh") == 0 ? GROVE__ACT_NONE : GROVE__ACT_GELU;
+}
+
 grove_status grove_gelu_new(const char *approximate, grove_module **out, grove_err *err) {
   if (approximate && strcmp(approximate, "tanh") && strcmp(approximate, "none")) {
     *out = NULL;

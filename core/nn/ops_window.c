@@ -10,11 +10,14 @@
  * shifted-window mask and the window partition follow the input's actual
  * H and W, so every input the spec accepts gets torch's answer, and the
  * weights (qkv, proj, the bias table, logit_scale) stay parameters read at
- * each call.  The pieces run on Grove's existing kernels: F.pad, torch.roll,
- * strided indexing, cat, index_select, reshape / permute (graph_ops.c,
- * shape_ops.c, resample.c), matmul for F.linear, and MultiheadAttention's
- * per-head softmax(scale q.k^T + bias) v (grove__attend_head,
- * layers_attention.c).  No training forward (train_graph.c): a graph using
+ * each call.  The pieces run on Grove's existing kernels: F.pad, strided
+ * indexing, cat, index_select, reshape / permute (graph_ops.c, shape_ops.c,
+ * resample.c) for the first two; shifted_window_attention gathers its
+ * windows' rows in one pass (padding, shift and partition together) and
+ * scatters them back the same way, runs F.linear on grove__gemm and
+ * MultiheadAttention's per-head softmax(scale q.k^T + bias) v
+ * (grove__attend_head, layers_attention.c) for its windows' heads on the
+ * compute threads.  No training forward (train_graph.c): a graph using
  * them trains with "<op> has no training forward in Grove". */
 #include <math.h>
 #include <stdio.h>
@@ -117,14 +120,30 @@ static grove_status relative_position_bias_check(const grove__opdef *d, const ga
 
 /* ------------------------------------------------------------ shifted_window_attention */
 
-/* F.linear(x, w, b) on [M, K] rows: matmul with w's transposed view, then
- * the bias (b may be NULL) added in place. */
-static grove_status linear(grove_fwd *f, const grove_tensor *x, const grove_tensor *w,
-                           const grove_tensor *b, grove_tensor *y) {
-  grove_tensor wt;
+/* F.linear(x, w, b) on M contiguous rows of K floats: y [M, N] = x w^T + b
+ * in the arena (b may be NULL).  The weights are parameters read at each
+ * call, so the product is grove__gemm's (w packed per call, O(NK) against
+ * the product's O(MNK)), on the compute threads; through matmul it went to
+ * OpenBLAS with its copies (17% of Swin-T's forward). */
+static grove_status linear(grove_fwd *f, const float *x, int64_t M, int64_t K,
+                           const grove_tensor *w, const grove_tensor *b, float **y) {
+  grove_tensor wc, bc;
   grove_status s;
-  if ((s = grove__op_transpose(f, w, 0, 1, &wt)) || (s = grove__op_matmul(f, x, &wt, y))) return s;
-  if (b) return grove__op_binary(f, GROVE__BIN_ADD, y, b, 1.0, y, y);
+  const int64_t N = w->shape[0];
+  if ((s = grove__contig_f32(f, w, &wc)) || (b && (s = grove__contig_f32(f, b, &bc)))) return s;
+  const size_t wsb = grove__gemm_ws_size(GROVE__GEMM_TRANS_B, M, N, K);
+  float *out = grove_arena_alloc(f->arena, (size_t)(M * N) * sizeof(float) + 1);
+  void *ws = wsb ? grove_arena_alloc(f->arena, wsb) : NULL;
+  if (!out || (wsb && !ws)) return grove__scratch_error(f, "shifted_window_attention");
+  grove__gemm(GROVE__GEMM_TRANS_B, M, N, K, x, K, wc.data, K, out, N, ws, wsb);
+  if (b) {
+    const float *bd = bc.data;
+    for (int64_t r = 0; r < M; r++) {
+      float *restrict yr = out + r * N;
+      for (int64_t n = 0; n < N; n++) yr[n] += bd[n];
+    }
+  }
+  *y = out;
   return GROVE_OK;
 }
 
@@ -168,6 +187,101 @@ static void region_ids(int32_t *id, int64_t pH, int64_t pW, const int64_t *ws, c
     for (int b = 0; b < 3; b++, count++)
       for (int64_t i = lo[0][a]; i < hi[0][a]; i++)
         for (int64_t j = lo[1][b]; j < hi[1][b]; j++) id[i * pW + j] = count;
+}
+
+/* The windows' rows of one shifted_window_attention call.  Row r = (b nW +
+ * w) N + a ws1 + c (batch item b, window w, token (a, c) of the window) is
+ * the position (i, j) = ((w / nWw) ws0 + a + sh0) % pH, ((w % nWw) ws1 + c +
+ * sh1) % pW of the padded map: torchvision's F.pad, torch.roll by -shift and
+ * window partition in one gather, zeros where i >= H or j >= W; and back,
+ * torch.roll by +shift and the crop, the same map read the other way. */
+typedef struct swa_map {
+  int64_t H, W, C, pH, pW, nW, nWw, N, ws0, ws1, sh0, sh1;
+  const float *x; /* [B, H, W, C] */
+  float *rows;    /* [B nW N, C] */
+  float *out;     /* [B, H, W, C] (swa_scatter) */
+} swa_map;
+
+/* Row r's position in the unpadded map (i * W + j of its batch item), or -1
+ * for padding. */
+static int64_t swa_pos(const swa_map *m, int64_t r) {
+  const int64_t t = r % m->N, w = r / m->N % m->nW;
+  const int64_t i = ((w / m->nWw) * m->ws0 + t / m->ws1 + m->sh0) % m->pH;
+  const int64_t j = ((w % m->nWw) * m->ws1 + t % m->ws1 + m->sh1) % m->pW;
+  return i < m->H && j < m->W ? i * m->W + j : -1;
+}
+
+static void swa_gather(void *ctx, int64_t r0, int64_t r1) {
+  const swa_map *m = ctx;
+  const size_t bytes = (size_t)m->C * sizeof(float);
+  for (int64_t r = r0; r < r1; r++) {
+    const int64_t p = swa_pos(m, r), b = r / (m->nW * m->N);
+    if (p < 0)
+      memset(m->rows + r * m->C, 0, bytes);
+    else
+      memcpy(m->rows + r * m->C, m->x + (b * m->H * m->W + p) * m->C, bytes);
+  }
+}
+
+static void swa_scatter(void *ctx, int64_t r0, int64_t r1) {
+  const swa_map *m = ctx;
+  const size_t bytes = (size_t)m->C * sizeof(float);
+  for (int64_t r = r0; r < r1; r++) {
+    const int64_t p = swa_pos(m, r), b = r / (m->nW * m->N);
+    if (p >= 0) memcpy(m->out + (b * m->H * m->W + p) * m->C, m->rows + r * m->C, bytes);
+  }
+}
+
+/* The heads of a call: unit u = (window u / heads, head u % heads) over
+ * every batch item; slot g of slots takes units [g units / slots, (g + 1)
+ * units / slots) with its own scratch (per floats at scratch + g per). */
+typedef struct swa_heads {
+  const swa_map *map;
+  int64_t B, heads, d, units, slots, per;
+  const float *Q; /* qkv rows, [M, 3C] */
+  float *ctx;     /* [M, C] */
+  const float *bias, *lsd;
+  const int32_t *id; /* the padded map's regions, NULL when not shifted */
+  float *scratch;
+  float qscale;
+} swa_heads;
+
+static void swa_head_slots(void *vctx, int64_t g0, int64_t g1) {
+  const swa_heads *a = vctx;
+  const swa_map *m = a->map;
+  const int64_t N = m->N, C = m->C, d = a->d, ld = 3 * C;
+  const float cap = (float)log(100.0);
+  for (int64_t g = g0; g < g1; g++) {
+    float *sc = a->scratch + g * a->per, *madd = sc + N * N, *kt = madd + N * N;
+    int32_t *wid = (int32_t *)(kt + d * N);
+    int64_t wcur = -1;
+    for (int64_t u = g * a->units / a->slots; u < (g + 1) * a->units / a->slots; u++) {
+      const int64_t w = u / a->heads, h = u % a->heads;
+      /* The window's tokens' regions (row-major in the window). */
+      if (a->id && w != wcur) {
+        const int64_t i0 = (w / m->nWw) * m->ws0, j0 = (w % m->nWw) * m->ws1;
+        for (int64_t p = 0; p < m->ws0; p++)
+          for (int64_t q = 0; q < m->ws1; q++) wid[p * m->ws1 + q] = a->id[(i0 + p) * m->pW + j0 + q];
+      }
+      wcur = w;
+      const float *bh = a->bias + h * N * N;
+      if (a->id) {
+        for (int64_t l = 0; l < N; l++)
+          for (int64_t t = 0; t < N; t++)
+            madd[l * N + t] = bh[l * N + t] + (wid[l] != wid[t] ? -100.0f : 0.0f);
+      } else {
+        memcpy(madd, bh, (size_t)(N * N) * sizeof(float));
+      }
+      float scale = a->qscale;
+      if (a->lsd) scale = expf(a->lsd[h] < cap ? a->lsd[h] : cap);
+      for (int64_t b = 0; b < a->B; b++) {
+        const int64_t r0 = (b * m->nW + w) * N;
+        const float *q = a->Q + r0 * ld + h * d;
+        grove__attend_head(q, ld, q + C, ld, q + 2 * C, ld, a->ctx + r0 * C + h * d, C, N, N, d,
+                           scale, madd, N, sc, kt);
+      }
+    }
+  }
 }
 
 static grove_status swa_check(const grove__opdef *d, const garg *a, const char *jp,
@@ -246,24 +360,18 @@ static grove_status swa_fwd(const grove__opctx *c, gval *res) {
    * window covers. */
   const int64_t pad_r = (ws[1] - W % ws[1]) % ws[1], pad_b = (ws[0] - H % ws[0]) % ws[0];
   const int64_t pH = H + pad_b, pW = W + pad_r;
-  int64_t shift[2] = {ws[0] >= pH ? 0 : sh[0], ws[1] >= pW ? 0 : sh[1]};
+  const int64_t shift[2] = {ws[0] >= pH ? 0 : sh[0], ws[1] >= pW ? 0 : sh[1]};
   const bool shifted = shift[0] + shift[1] > 0;
   const int64_t nWh = pH / ws[0], nWw = pW / ws[1], nW = nWh * nWw, M = B * nW * N;
-  grove_tensor xp, xr, xv, xt, xw, qkv, y, yv, yt, yr, yb, yc;
-  const int64_t pad[6] = {0, 0, 0, pad_r, 0, pad_b};
-  const int64_t dims[2] = {1, 2};
-  const int64_t back[2] = {-shift[0], -shift[1]};
-  if ((s = grove__op_pad(f, x, pad, 6, 0.0, &xp))) return s;
-  xr = xp;
-  if (shifted && (s = grove__op_roll(f, &xp, back, dims, 2, &xr))) return s;
-  /* Windows: [B, nWh, ws0, nWw, ws1, C] -> [B, nWh, nWw, ws0, ws1, C] rows. */
-  const int64_t part[6] = {B, nWh, ws[0], nWw, ws[1], C};
-  const int64_t perm[6] = {0, 1, 3, 2, 4, 5};
-  const int64_t rows[2] = {M, C};
-  if ((s = grove__op_reshape(f, &xr, part, 6, &xv)) ||
-      (s = grove__op_permute(f, &xv, perm, 6, &xt)) ||
-      (s = grove__op_reshape(f, &xt, rows, 2, &xw)))
-    return s;
+  grove_tensor xc;
+  if ((s = grove__contig_f32(f, x, &xc))) return s;
+  swa_map map = {.H = H, .W = W, .C = C, .pH = pH, .pW = pW, .nW = nW, .nWw = nWw, .N = N,
+                 .ws0 = ws[0], .ws1 = ws[1], .sh0 = shift[0], .sh1 = shift[1],
+                 .x = xc.data};
+  float *xw = grove_arena_alloc(f->arena, (size_t)(M * C) * sizeof(float) + 1);
+  if (!xw) return grove__scratch_error(f, OP);
+  map.rows = xw;
+  grove__parallel_for(B * nW * N, grove__par_grain(C), swa_gather, &map);
 
   /* Swin v2 zeroes the key third of qkv_bias (on a copy). */
   grove_tensor bq;
@@ -277,26 +385,30 @@ static grove_status swa_fwd(const grove__opctx *c, gval *res) {
     grove_tensor_init(&bq, GROVE_F32, 1, bs, bd);
     bqkv = &bq;
   }
-  if ((s = linear(f, &xw, wqkv, bqkv, &qkv))) return s;
-  float *Q = qkv.data;
+  float *Q;
+  if ((s = linear(f, xw, M, C, wqkv, bqkv, &Q))) return s;
   const int64_t ld = 3 * C;
 
   grove_tensor rb, lsc;
   if ((s = grove__contig_f32(f, rpb, &rb))) return s;
-  const float *bias = rb.data;
   const float *lsd = NULL;
   if (ls) {
     if ((s = grove__contig_f32(f, ls, &lsc))) return s;
     lsd = lsc.data;
   }
+  /* Windows x heads, each with scratch of its own: up to four slots per
+   * compute thread, each taking a run of (window, head) units (every
+   * output row of a unit is computed alone, so the cut does not change a
+   * bit). */
+  const int64_t units = nW * heads;
+  int64_t slots = grove__attend_head_threads(N, N, d) ? 4 * (int64_t)grove_compute_threads() : 1;
+  if (slots > units) slots = units;
+  const int64_t per = 2 * N * N + d * N + N; /* sc, madd, kt, wid (as floats) */
   float *ctx = grove_arena_alloc(f->arena, (size_t)(M * C) * sizeof(float) + 1);
-  float *sc = grove_arena_alloc(f->arena, (size_t)(N * N) * sizeof(float) + 1);
-  float *kt = grove_arena_alloc(f->arena, (size_t)(d * N) * sizeof(float) + 1);
-  float *madd = grove_arena_alloc(f->arena, (size_t)(N * N) * sizeof(float) + 1);
+  float *scratch = grove_arena_alloc(f->arena, (size_t)(slots * per) * sizeof(float) + 1);
   int32_t *id =
       shifted ? grove_arena_alloc(f->arena, (size_t)(pH * pW) * sizeof(int32_t) + 1) : NULL;
-  int32_t *wid = shifted ? grove_arena_alloc(f->arena, (size_t)N * sizeof(int32_t) + 1) : NULL;
-  if (!ctx || !sc || !kt || !madd || (shifted && (!id || !wid))) return grove__scratch_error(f, OP);
+  if (!ctx || !scratch || (shifted && !id)) return grove__scratch_error(f, OP);
   if (shifted) region_ids(id, pH, pW, ws, shift);
   if (ls) /* cosine attention: q and k of every head normalised */
     for (int64_t r = 0; r < M; r++)
@@ -304,54 +416,21 @@ static grove_status swa_fwd(const grove__opctx *c, gval *res) {
         normalize(Q + r * ld + h * d, d);
         normalize(Q + r * ld + C + h * d, d);
       }
-  const float qscale = (float)pow((double)d, -0.5);
-  const float cap = (float)log(100.0);
-  for (int64_t w = 0; w < nW; w++) {
-    /* The window's tokens' regions (row-major in the window). */
-    if (shifted) {
-      const int64_t i0 = (w / nWw) * ws[0], j0 = (w % nWw) * ws[1];
-      for (int64_t a = 0; a < ws[0]; a++)
-        for (int64_t b = 0; b < ws[1]; b++) wid[a * ws[1] + b] = id[(i0 + a) * pW + j0 + b];
-    }
-    for (int64_t h = 0; h < heads; h++) {
-      const float *bh = bias + h * N * N;
-      if (shifted) {
-        for (int64_t l = 0; l < N; l++)
-          for (int64_t t = 0; t < N; t++)
-            madd[l * N + t] = bh[l * N + t] + (wid[l] != wid[t] ? -100.0f : 0.0f);
-      } else {
-        memcpy(madd, bh, (size_t)(N * N) * sizeof(float));
-      }
-      float scale = qscale;
-      if (lsd) scale = expf(lsd[h] < cap ? lsd[h] : cap);
-      for (int64_t b = 0; b < B; b++) {
-        const int64_t r0 = (b * nW + w) * N;
-        grove__attend_head(Q + r0 * ld + h * d, ld, Q + r0 * ld + C + h * d, ld,
-                           Q + r0 * ld + 2 * C + h * d, ld, ctx + r0 * C + h * d, C, N, N, d, scale,
-                           madd, N, sc, kt);
-      }
-    }
-  }
-  grove_tensor ct;
-  grove_tensor_init(&ct, GROVE_F32, 2, rows, ctx);
-  if ((s = linear(f, &ct, wproj, bproj, &y))) return s;
-  /* Windows back: [B, nWh, nWw, ws0, ws1, C] -> [B, pH, pW, C], unshift, crop. */
-  const int64_t wins[6] = {B, nWh, nWw, ws[0], ws[1], C};
-  const int64_t full[4] = {B, pH, pW, C};
-  if ((s = grove__op_reshape(f, &y, wins, 6, &yv)) ||
-      (s = grove__op_permute(f, &yv, perm, 6, &yt)) ||
-      (s = grove__op_reshape(f, &yt, full, 4, &yr)))
-    return s;
-  yb = yr;
-  if (shifted && (s = grove__op_roll(f, &yr, shift, dims, 2, &yb))) return s;
-  grove__index crop[4] = {
-      {.kind = GROVE__IX_SLICE, .step = 1},
-      {.kind = GROVE__IX_SLICE, .stop = H, .step = 1, .has_stop = true},
-      {.kind = GROVE__IX_SLICE, .stop = W, .step = 1, .has_stop = true},
-      {.kind = GROVE__IX_SLICE, .step = 1},
-  };
-  grove_tensor yi;
-  if ((s = grove__op_index(f, &yb, crop, 4, &yi)) || (s = grove__contig_f32(f, &yi, &yc))) return s;
+  swa_heads hp = {.map = &map, .B = B, .heads = heads, .d = d, .units = units, .slots = slots,
+                  .per = per, .Q = Q, .ctx = ctx, .bias = rb.data, .lsd = lsd, .id = id,
+                  .scratch = scratch, .qscale = (float)pow((double)d, -0.5)};
+  grove__parallel_for(slots, 1, swa_head_slots, &hp);
+
+  float *y;
+  if ((s = linear(f, ctx, M, C, wproj, bproj, &y))) return s;
+  /* Windows back, unshifted and cropped: each row to the position it came
+   * from. */
+  const int64_t full[4] = {B, H, W, C};
+  grove_tensor yc;
+  if ((s = grove_fwd_alloc(f, &yc, GROVE_F32, 4, full))) return s;
+  map.rows = y;
+  map.out = yc.data;
+  grove__parallel_for(B * nW * N, grove__par_grain(C), swa_scatter, &map);
   grove__op_set_tensor(res, &yc);
   return GROVE_OK;
 }

@@ -5,8 +5,8 @@ fx-wrapped _patch_merging_pad, _get_relative_position_bias and
 shifted_window_attention.  Each case is torchvision's own module
 (PatchMerging, PatchMergingV2, ShiftedWindowAttention, ...V2) or a small
 forward calling the helper, exported with tools/grove_export.py and run with
-`grove predict --local` at batch 1 and 3, compared with torch within
-rtol 1e-4 / atol 1e-5.  The shapes are chosen for the helper's branches:
+`grove predict --local` at batch 1 and 3 on 2 and 1 compute threads (the
+same bits), compared with torch within rtol 1e-4 / atol 1e-5.  The shapes are chosen for the helper's branches:
 odd H and W (padding to the window, to even sizes), non-square windows, a
 window that covers the map (no shift), a shift along one dim only (the
 mask's zero-shift slices), no qkv/proj bias, and v2's logit_scale above
@@ -64,7 +64,9 @@ def _randomise(m, seed):
 
 def _run(name, m, shape, batches=(1, 3)):
     """Exports m for inputs [N, *shape] and compares grove with torch at
-    every batch size in batches."""
+    every batch size in batches, on 2 compute threads and on 1 (the same
+    bits: shifted_window_attention spreads its windows' heads over the
+    threads, each output row computed alone)."""
     import torch
     from grove_export import export
     from test_graph_export import predict
@@ -74,8 +76,11 @@ def _run(name, m, shape, batches=(1, 3)):
         export(m, d, example_input=torch.zeros(1, *shape))
         for n in batches:
             x = rng.standard_normal((n, *shape)).astype(np.float32)
-            code, err, got = predict(d, tmp, [x])
+            code, err, got = predict(d, tmp, [x], threads=2)
             assert code == 0, (name, err)
+            code, err, got1 = predict(d, tmp, [x], threads=1)
+            assert code == 0, (name, err)
+            assert np.array_equal(got[0], got1[0]), (name, n, "1 and 2 threads differ")
             with torch.no_grad():
                 want = m(torch.from_numpy(x)).numpy()
             assert got[0].shape == want.shape, (name, n, got[0].shape, want.shape)
