@@ -40,6 +40,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_time.h"
+
 #include "grove.pb-c.h"
 
 typedef struct conn {
@@ -57,17 +59,6 @@ static size_t body_len;
 static double *t_sent; /* per slot */
 static uint32_t *gen;  /* per slot: the generation in its id */
 static int depth;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static void die(const char *what) {
   perror(what);
@@ -96,7 +87,7 @@ static void send_req(conn *c, int s) {
   for (int i = 3; i >= 0; i--) head[hl++] = (uint8_t)(id >> (8 * i));
   put(c, head, hl);
   put(c, body, body_len);
-  t_sent[s] = now_s();
+  t_sent[s] = bench_now();
 }
 
 static void flush(conn *c) {
@@ -208,11 +199,11 @@ int main(int argc, char **argv) {
   }
 
   double warm = seconds / 5 < 0.5 ? seconds / 5 : 0.5;
-  double start = now_s(), t_count = start + warm, t_end = t_count + seconds;
+  double start = bench_now(), t_count = start + warm, t_end = t_count + seconds;
   size_t nlat = 0, cap_lat = 1 << 20, errors = 0;
   double *lat = malloc(cap_lat * sizeof *lat);
   struct epoll_event evs[256];
-  while (now_s() < t_end) {
+  while (bench_now() < t_end) {
     int n = epoll_wait(ep, evs, 256, 100);
     if (n < 0 && errno != EINTR) die("epoll_wait");
     for (int k = 0; k < n; k++) {
@@ -263,7 +254,7 @@ int main(int argc, char **argv) {
           fprintf(stderr, "sp_load: a reply with an unknown request id 0x%08x\n", id);
           return 1;
         }
-        double t1 = now_s();
+        double t1 = bench_now();
         Grove__Reply *rep = grove__reply__unpack(NULL, (size_t)len - 4, m + 4);
         if (!rep || rep->status != 0) {
           if (errors++ == 0)
@@ -291,7 +282,7 @@ int main(int argc, char **argv) {
       }
     }
   }
-  qsort(lat, nlat, sizeof *lat, cmp_double);
+  qsort(lat, nlat, sizeof *lat, bench_cmp_double);
   double p50 = nlat ? lat[nlat / 2] * 1e3 : 0, p99 = nlat ? lat[(size_t)(nlat * 0.99)] * 1e3 : 0;
   printf("samples_per_s=%.1f p50_ms=%.3f p99_ms=%.3f errors=%zu\n", (double)nlat / seconds, p50,
          p99, errors);
