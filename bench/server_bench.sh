@@ -12,9 +12,10 @@
 #        bench/oip_load: OIP JSON infers, 32 keep-alive connections x batch 1 (HTTP listener)
 #        bench/oip_load: OIP binary tensor data infers, likewise
 #        bench/sp_load: 32 SP connections x batch 1 over ipc and tcp (groved's data plane with
-#          a client of one thread and no NNG: groved's own capacity), then one connection
+#          a client of one thread and no NNG: groved's own capacity)
 #        grove bench --local DIR --batch 1 --threads T              (one forward, T = blas threads)
-#        grove --server ipc bench mlp --concurrency 1 --batch 1     (one client: latency)
+#        grove --server ipc bench mlp --concurrency 1 --batch 1     (one client: latency), tcp too
+#        bench/sp_load: one connection over ipc
 #   4. a table (best and median round): server samples/s against local batch 32, p50/p99,
 #      the OIP rows against the NNG tcp row of the same round, and the latency one client adds
 #      over a local forward (server p50 - local ms/batch).
