@@ -16,7 +16,10 @@
  *   - the server is draining.
  * and only while a worker is idle: while every worker is busy, requests
  * accumulate and the next free worker takes up to max_batch_size rows of
- * them.
+ * them.  A batch takes whole requests in arrival order whose non-batch
+ * dimensions equal the first one's (different shapes cannot be
+ * concatenated; they wait for a batch of their own).  A request past its
+ * deadline is answered DEADLINE_EXCEEDED instead of being computed.
  *
  * A lone request (a batch of one request, nothing else queued, every worker
  * idle) is computed by the loop itself, on an idle worker's arena, when a
@@ -25,10 +28,7 @@
  * request more than its forward in the VMs we serve on (docs/performance.md,
  * "A lone request on the loop"), and what the loop delays meanwhile (a
  * request arriving during that forward) waits less than the batch delay it
- * accepts anyway.  The first forwards, and any longer ones, go to workers.  A batch takes whole requests in arrival order whose non-batch
- * dimensions equal the first one's (different shapes cannot be
- * concatenated; they wait for a batch of their own).  A request past its
- * deadline is answered DEADLINE_EXCEEDED instead of being computed.
+ * accepts anyway.  The first forwards, and any longer ones, go to workers.
  *
  * The delay timer is a timerfd polled by the loop, because libuv's timers
  * count in milliseconds and the delays are microseconds. */

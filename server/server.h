@@ -39,11 +39,11 @@
  *     the loop through the inbox (a mutex-guarded list plus a srv_waker).
  *     Bad requests, status and metadata are answered right there.
  *   - A worker owns the batch the loop gave it until it posts itself back
- *     through the same inbox.  A lone request's batch may instead be run by
- *     the loop itself on an idle worker's arena (batcher.c), the worker
- *     taken off the idle list meanwhile.  It replies to each request itself (the reply
+ *     through the same inbox.  It replies to each request itself (the reply
  *     goes out on NNG from the worker thread: one hop less than going back
- *     through the loop, and the loop never waits on a socket).
+ *     through the loop, and the loop never waits on a socket).  A lone
+ *     request's batch may instead be run by the loop itself on an idle
+ *     worker's arena (batcher.c), the worker off the idle list meanwhile.
  *   - With --data-io loop (sp.c, the default) the loop itself reads the
  *     data plane's connections, decodes and checks each request; a worker
  *     writes its replies when their connection has nothing queued, the
@@ -361,7 +361,8 @@ grove_status grove__waker_init(struct srv_server *srv, srv_waker *w, void (*cb)(
 /* Any thread: cb runs on the loop soon.  Between grove__wakers_hold and
  * grove__wakers_release (one thread, e.g. a worker around its batch) the
  * write waits and goes out at the release, so that a batch's replies and
- * the worker's return wake the loop once. */
+ * the worker's return wake the loop once; another thread's send meanwhile
+ * waits for that release too (at most the rest of the batch's replies). */
 void grove__waker_send(srv_waker *w);
 void grove__wakers_hold(void);
 void grove__wakers_release(void);
