@@ -1,5 +1,6 @@
 /* bench_time.h: the clock and the median round the GEMM and convolution
- * micro-benchmarks (gemm_bench.c, gemm_shapes.c, conv_bench.c) share. */
+ * micro-benchmarks (gemm_bench.c, gemm_shapes.c, conv_bench.c) and the load
+ * generators (oip_load.c, sp_load.c) share. */
 #ifndef GROVE_BENCH_TIME_H
 #define GROVE_BENCH_TIME_H
 

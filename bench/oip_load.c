@@ -27,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_time.h"
+
 typedef struct conn {
   int fd;
   size_t sent;   /* bytes of the request written */
@@ -37,17 +39,6 @@ typedef struct conn {
 
 static char *req;
 static size_t req_len;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static void die(const char *what) {
   perror(what);
@@ -112,18 +103,18 @@ int main(int argc, char **argv) {
     cs[i].in = malloc(cs[i].in_cap);
     struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = &cs[i]};
     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-    cs[i].t0 = now_s();
+    cs[i].t0 = bench_now();
   }
   freeaddrinfo(ai);
 
   double warm = seconds / 5 < 0.5 ? seconds / 5 : 0.5;
-  double start = now_s(), t_count = start + warm, t_end = t_count + seconds;
+  double start = bench_now(), t_count = start + warm, t_end = t_count + seconds;
   size_t nlat = 0, cap_lat = 1 << 20, errors = 0;
   double *lat = malloc(cap_lat * sizeof *lat);
 
   struct epoll_event evs[256];
   for (;;) {
-    double t = now_s();
+    double t = bench_now();
     if (t >= t_end) break;
     int n = epoll_wait(ep, evs, 256, 100);
     if (n < 0 && errno != EINTR) die("epoll_wait");
@@ -153,7 +144,7 @@ int main(int argc, char **argv) {
         int status = 0;
         size_t used = complete(c, &status);
         if (!used) continue;
-        double t1 = now_s();
+        double t1 = bench_now();
         if (status != 200) {
           if (errors++ == 0)
             fprintf(stderr, "oip_load: answer %d: %.*s\n", status, (int)(used < 400 ? used : 400),
@@ -171,7 +162,7 @@ int main(int argc, char **argv) {
       }
     }
   }
-  qsort(lat, nlat, sizeof *lat, cmp_double);
+  qsort(lat, nlat, sizeof *lat, bench_cmp_double);
   double p50 = nlat ? lat[nlat / 2] * 1e3 : 0, p99 = nlat ? lat[(size_t)(nlat * 0.99)] * 1e3 : 0;
   printf("samples_per_s=%.1f p50_ms=%.3f p99_ms=%.3f errors=%zu\n", (double)nlat / seconds, p50,
          p99, errors);

@@ -11,8 +11,11 @@
 #        grove --server tcp bench mlp --concurrency 32 --batch 1
 #        bench/oip_load: OIP JSON infers, 32 keep-alive connections x batch 1 (HTTP listener)
 #        bench/oip_load: OIP binary tensor data infers, likewise
+#        bench/sp_load: 32 SP connections x batch 1 over ipc and tcp (groved's data plane with
+#          a client of one thread and no NNG: groved's own capacity)
 #        grove bench --local DIR --batch 1 --threads T              (one forward, T = blas threads)
-#        grove --server ipc bench mlp --concurrency 1 --batch 1     (one client: latency)
+#        grove --server ipc bench mlp --concurrency 1 --batch 1     (one client: latency), tcp too
+#        bench/sp_load: one connection over ipc
 #      the grove rows once per client transport of GROVE_SERVER_BENCH_CLIENT_IO (default
 #      "sp nng": libgrove-client's SP transport, then NNG's req0; GROVE_CLIENT_IO), in turn
 #   4. a table (best and median round): server samples/s against local batch 32, p50/p99,
@@ -89,6 +92,15 @@ args=(--model "mlp=$model_dir" --listen "$ipc" --listen "$tcp" --http "127.0.0.1
 [ -n "$workers" ] && args+=(--workers "$workers")
 # GROVE_SERVER_BENCH_DATA_IO: groved's --data-io (loop or nng; unset: groved's default).
 [ -n "${GROVE_SERVER_BENCH_DATA_IO:-}" ] && args+=(--data-io "$GROVE_SERVER_BENCH_DATA_IO")
+# bench/sp_load speaks SP itself; its protobuf-c code is generated here from proto/ (any build's).
+sp_load=
+if protoc-c --c_out="$work" --proto_path="$root/proto" grove.proto 2>"$work/protoc.log" &&
+  cc -std=c11 -O2 -I"$work" -o "$work/sp_load" "$root/bench/sp_load.c" "$work/grove.pb-c.c" \
+    -lprotobuf-c 2>"$work/cc_sp.log"; then
+  sp_load="$work/sp_load"
+else
+  echo "server bench: cannot build bench/sp_load.c; the sp rows are skipped"
+fi
 oip_load=
 if cc -std=c11 -O2 -o "$work/oip_load" "$root/bench/oip_load.c" 2>"$work/cc.log"; then
   oip_load="$work/oip_load"
@@ -220,11 +232,16 @@ for r in $(seq 1 "$rounds"); do
     run oipbin32 "$r" "$oip_load" 127.0.0.1 "$hport" /v2/models/mlp/infer "$work/oip.bin" \
       "$(cat "$work/oip.bin.len")" 32 "$seconds"
   fi
+  if [ -n "$sp_load" ]; then
+    served sp_ipc32 "$r" "$sp_load" "$ipc" mlp 784 32 1 "$seconds"
+    served sp_tcp32 "$r" "$sp_load" "$tcp" mlp 784 32 1 "$seconds"
+  fi
   run local1 "$r" "$grove_bin" bench --local "$model_dir" --batch 1 --threads "$blas" --seconds "$seconds"
   for io in $client_ios; do
     GROVE_CLIENT_IO=$io served "ipc1/$io" "$r" "$grove_bin" --server "$ipc" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
     GROVE_CLIENT_IO=$io served "tcp1/$io" "$r" "$grove_bin" --server "$tcp" bench mlp --concurrency 1 --batch 1 --seconds "$seconds"
   done
+  [ -n "$sp_load" ] && served sp_ipc1 "$r" "$sp_load" "$ipc" mlp 784 1 1 "$seconds"
   echo "  round $r done (load average $(cut -d' ' -f1 /proc/loadavg))"
 done
 
@@ -247,12 +264,15 @@ for title, f, lo in (("best round", max, min),
     print(f"-- {title}")
     local32 = agg("local32", "samples_per_s", f)
     print(f"  local  batch 32 (grove bench --local):        {fmt(local32)} samples/s")
-    for kind in [k + "/" + io for k in ("ipc32", "tcp32") for io in ios]:
+    for kind in [k + "/" + io for k in ("ipc32", "tcp32") for io in ios] + ["sp_ipc32", "sp_tcp32"]:
         s = agg(kind, "samples_per_s", f)
+        if s is None:
+            continue
         p50 = agg(kind, "p50_ms", lo)
         p99 = agg(kind, "p99_ms", lo)
         ratio = s / local32 if s and local32 else None
-        print(f"  groved {kind[:3]} 32 clients x batch 1 ({kind[6:]:3s}):    {fmt(s)} samples/s"
+        name = (kind[:3] + " (" + kind[6:] + ")") if "/" in kind else kind[:-2].replace("sp_", "sp_load ")
+        print(f"  groved {name:11s} 32 clients x batch 1: {fmt(s)} samples/s"
               f" = {fmt(ratio and 100 * ratio, 0)}% of local batch 32; p50 {fmt(p50, 3)} ms,"
               f" p99 {fmt(p99, 3)} ms")
     # The Open Inference Protocol on the HTTP listener against the NNG tcp row: by round
@@ -272,14 +292,18 @@ for title, f, lo in (("best round", max, min),
               f" = {fmt(ratio and 100 * ratio, 0)}% of grove tcp ({ios[0]}, same round); p50 {fmt(p50, 3)} ms,"
               f" p99 {fmt(p99, 3)} ms")
     local1 = agg("local1", "ms_per_batch", lo)
-    for kind in [k + "/" + io for k in ("ipc1", "tcp1") for io in ios]:
+    for kind in [k + "/" + io for k in ("ipc1", "tcp1") for io in ios] + ["sp_ipc1"]:
         p50 = agg(kind, "p50_ms", lo)
+        if p50 is None:
+            continue
         p99 = agg(kind, "p99_ms", lo)
         added = (p50 - local1) * 1000 if p50 is not None and local1 is not None else None
-        print(f"  groved {kind[:3]} 1 client x batch 1 ({kind[5:]:3s}):  p50 {fmt(p50, 3)} ms, p99 {fmt(p99, 3)} ms;"
+        name = (kind[:3] + " (" + kind[5:] + ")") if "/" in kind else kind[:-1].replace("sp_", "sp_load ")
+        print(f"  groved {name:11s} 1 client x batch 1:  p50 {fmt(p50, 3)} ms, p99 {fmt(p99, 3)} ms;"
               f" local forward {fmt(local1, 3)} ms; added {fmt(added, 0)} us")
     print("  per request, outside the forward (groved CPU - compute, over requests answered):")
-    for kind in [k + "/" + io for k in ("ipc32", "tcp32", "ipc1", "tcp1") for io in ios]:
+    for kind in ([k + "/" + io for k in ("ipc32", "tcp32", "ipc1", "tcp1") for io in ios]
+                 + ["sp_ipc32", "sp_tcp32", "sp_ipc1"]):
         c = [r for r in rows if r["kind"] == kind + "_cost" and r["requests"] > 0]
         if not c:
             continue

@@ -21,6 +21,15 @@
  * concatenated; they wait for a batch of their own).  A request past its
  * deadline is answered DEADLINE_EXCEEDED instead of being computed.
  *
+ * A lone request (a batch of one request, nothing else queued, every worker
+ * idle) is computed by the loop itself, on an idle worker's arena, when a
+ * forward of one request of the model was measured shorter than its
+ * max_queue_delay_us: waking a worker and being woken back cost a lone
+ * request more than its forward in the VMs we serve on (docs/performance.md,
+ * "A lone request on the loop"), and what the loop delays meanwhile (a
+ * request arriving during that forward) waits less than the batch delay it
+ * accepts anyway.  The first forwards, and any longer ones, go to workers.
+ *
  * The delay timer is a timerfd polled by the loop, because libuv's timers
  * count in milliseconds and the delays are microseconds. */
 #include <errno.h>
@@ -157,6 +166,30 @@ static bool form_batch(srv_server *srv, srv_model *m, srv_worker *w, int64_t now
   return true;
 }
 
+/* A worker back from its batch (the inbox's, or the loop's own run):
+ * idle again, the batch's version reference dropped off the loop. */
+static void worker_back(srv_server *srv, srv_worker *w) {
+  w->batch.model->running--;
+  grove__version_release_off_loop(srv, w->batch.version);
+  w->batch = (srv_batch){0};
+  w->next = srv->idle;
+  srv->idle = w;
+  srv->nidle++;
+}
+
+/* Whether the loop runs w's batch itself (see the top of the file): one
+ * request, nothing else queued anywhere, every other worker idle, and a
+ * forward of one request measured shorter than the model's batch delay. */
+static bool run_here(srv_server *srv, const srv_worker *w) {
+  const srv_batch *b = &w->batch;
+  if (b->nreqs != 1 || srv->nidle + 1 != (size_t)srv->workers || srv->cfg.test_batch_delay_ms > 0)
+    return false;
+  for (size_t i = 0; i < srv->nmodels; i++)
+    if (srv->models[i].head) return false;
+  int64_t est = atomic_load_explicit(&b->model->lone_ns, memory_order_relaxed);
+  return est > 0 && est <= b->version->model->batching.max_queue_delay_us * 1000;
+}
+
 static void schedule(srv_server *srv) {
   int64_t now = grove__now_ns();
   bool draining = atomic_load(&srv->draining);
@@ -184,7 +217,12 @@ static void schedule(srv_server *srv) {
       srv->idle = w->next;
       srv->nidle--;
       w->next = NULL;
-      grove__worker_assign(w);
+      if (run_here(srv, w)) {
+        grove__worker_run_here(w);
+        worker_back(srv, w);
+      } else {
+        grove__worker_assign(w);
+      }
     }
     now = grove__now_ns();
   }
@@ -204,12 +242,7 @@ void grove__batcher_take_inbox(srv_server *srv) {
   while (done) {
     srv_worker *w = done;
     done = w->next;
-    w->batch.model->running--;
-    grove__version_release_off_loop(srv, w->batch.version);
-    w->batch = (srv_batch){0};
-    w->next = srv->idle;
-    srv->idle = w;
-    srv->nidle++;
+    worker_back(srv, w);
   }
   while (reqs) {
     srv_req *r = reqs;

@@ -36,12 +36,14 @@
  *   - The libuv loop thread owns every model's queue, the idle-worker list,
  *     the batch timer and the drain state.  Nothing else touches them.
  *   - NNG's callback threads decode and validate a request, then hand it to
- *     the loop through the inbox (a mutex-guarded list plus uv_async_send).
+ *     the loop through the inbox (a mutex-guarded list plus a srv_waker).
  *     Bad requests, status and metadata are answered right there.
  *   - A worker owns the batch the loop gave it until it posts itself back
  *     through the same inbox.  It replies to each request itself (the reply
  *     goes out on NNG from the worker thread: one hop less than going back
- *     through the loop, and the loop never waits on a socket).
+ *     through the loop, and the loop never waits on a socket).  A lone
+ *     request's batch may instead be run by the loop itself on an idle
+ *     worker's arena (batcher.c), the worker off the idle list meanwhile.
  *   - With --data-io loop (sp.c, the default) the loop itself reads the
  *     data plane's connections, decodes and checks each request; a worker
  *     writes its replies when their connection has nothing queued, the
@@ -207,6 +209,10 @@ typedef struct srv_model {
   bool paused; /* an in-place reload holds this model's batches (grove__model_set_paused) */
 
   /* Any thread. */
+  /* How long a batch of one request takes to compute (worker.c: a running
+   * mean of the last ones, ns; 0 until one ran), for batcher.c's choice of
+   * running a lone request on the loop. */
+  _Atomic int64_t lone_ns;
   _Atomic uint64_t queue_depth; /* = queued, for /metrics and status */
   _Atomic int64_t version_number;
   srv_metrics metrics;
@@ -337,6 +343,34 @@ struct srv_batch {
   int64_t rows;
 };
 
+/* loop.c: a wake-up of the loop from any thread, one per kind of work
+ * (the inbox's, sp.c's outbox), all on one eventfd the loop polls.
+ * libuv 1.44's uv_async_send was one before: the loop, woken by the
+ * sender's write, spun (pause, then sched_yield) until the sender had
+ * returned from it and marked the handle, a fifth of the loop's CPU per
+ * lone request in this VM (perf: uv__async_spin); this one has nothing to
+ * wait for.  Loop thread: init (after grove__loop_init), close; any thread:
+ * send. */
+typedef struct srv_waker srv_waker;
+struct srv_waker {
+  atomic_bool armed; /* sent, its callback not yet run */
+  void (*cb)(srv_waker *);
+  void *data;
+  struct srv_server *srv;
+};
+grove_status grove__waker_init(struct srv_server *srv, srv_waker *w, void (*cb)(srv_waker *),
+                               void *data, grove_err *err);
+/* Any thread: cb runs on the loop soon.  Between grove__wakers_hold and
+ * grove__wakers_release (one thread, e.g. a worker around its batch) the
+ * write waits and goes out at the release, so that a batch's replies and
+ * the worker's return wake the loop once; another thread's send meanwhile
+ * waits for that release too (at most the rest of the batch's replies). */
+void grove__waker_send(srv_waker *w);
+void grove__wakers_hold(void);
+void grove__wakers_release(void);
+/* Loop thread: cb is never called again. */
+void grove__waker_close(srv_waker *w);
+
 typedef struct srv_worker srv_worker;
 struct srv_worker {
   srv_server *srv;
@@ -362,6 +396,10 @@ const void *grove__batch_slice(const srv_batch *b, const srv_req *r, const grove
                                int64_t row0, size_t *nbytes, int64_t *dim0);
 /* Hands b to the idle worker w (loop thread). */
 void grove__worker_assign(srv_worker *w);
+/* Loop thread: runs w's batch (formed by batcher.c, w off the idle list) on
+ * the calling thread, as the worker would, replies included; w goes back to
+ * the idle list by the caller. */
+void grove__worker_run_here(srv_worker *w);
 /* Stops and joins every worker; one running a batch finishes it first. */
 void grove__workers_stop(srv_server *srv);
 /* Frees the workers' arenas and state (after grove__workers_stop). */
@@ -419,7 +457,16 @@ struct srv_server {
 
   /* libuv (loop thread) */
   uv_loop_t loop;
-  uv_async_t async;                /* loop.c: the inbox's wake-up */
+  srv_waker wake;                  /* loop.c: the inbox's wake-up */
+  int wake_fd;                     /* loop.c: every waker's eventfd ... */
+  atomic_bool wake_armed;          /* ... written and not yet read */
+  uv_poll_t wake_poll;
+  srv_waker *wakers[4];
+  size_t nwakers;
+  uv_check_t check;                /* loop.c: the loop's own predicts, taken once per iteration */
+  uv_prepare_t prepare;            /* loop.c: ... and before the loop blocks */
+  pthread_t loop_tid;              /* loop.c: the thread running the loop */
+  bool inbox_dirty;                /* loop thread: pushed from the loop, not yet taken */
   void (*on_wake)(srv_server *);   /* lifecycle.c's, called on every wake-up */
   bool stopped;                    /* lifecycle.c: the loop's handles are closing */
   uv_signal_t sig_term, sig_int, sig_hup;
@@ -632,7 +679,10 @@ grove_status grove__status_start(srv_server *srv, grove_err *err);
 grove_status grove__loop_init(srv_server *srv, void (*on_wake)(srv_server *), grove_err *err);
 void grove__loop_stop(srv_server *srv);
 void grove__loop_close(srv_server *srv);
-/* Any thread: queue r for the loop. */
+/* Any thread: queue r for the loop.  From the loop itself (sp.c's
+ * connections) nothing is woken: every predict read in one iteration of
+ * the loop is taken and scheduled together after that iteration's I/O
+ * (a uv_check), so requests that arrived together batch together. */
 void grove__inbox_push_req(srv_server *srv, srv_req *r);
 /* Any thread (a worker): w finished its batch. */
 void grove__inbox_push_done(srv_server *srv, srv_worker *w);

@@ -172,7 +172,7 @@ struct srv_sp {
   size_t nls;
   srv_plane *plane;
   pthread_t loop_tid;
-  uv_async_t async;
+  srv_waker wake; /* the outbox's (loop.c) */
   bool async_open, stopped;
   size_t maxmsg;
   /* outbox: any thread -> loop */
@@ -538,7 +538,7 @@ static void sp_deliver(srv_req *r) {
   sp->out_tail = sr;
   bool wake = was_empty && sp->async_open;
   pthread_mutex_unlock(&sp->mu);
-  if (wake) uv_async_send(&sp->async);
+  if (wake) grove__waker_send(&sp->wake); /* a worker's: at its release (worker.c) */
 }
 
 /* conns.c's closer for this plane (an eviction at the cap, an idle close). */
@@ -564,10 +564,10 @@ static void sp_close_id(void *arg, uint32_t id) {
   if (ok) sp->close_ids[sp->nclose++] = id;
   bool wake = ok && was_empty && sp->async_open;
   pthread_mutex_unlock(&sp->mu);
-  if (wake) uv_async_send(&sp->async);
+  if (wake) grove__waker_send(&sp->wake);
 }
 
-static void on_async(uv_async_t *a) {
+static void on_async(srv_waker *a) {
   srv_sp *sp = a->data;
   pthread_mutex_lock(&sp->mu);
   sp_req *list = sp->out_head;
@@ -584,7 +584,7 @@ static void on_async(uv_async_t *a) {
     reply_now(sr);
   }
   for (size_t i = 0; i < nids; i++) sp_close_id(sp, ids[i]);
-  if (more) uv_async_send(&sp->async);
+  if (more) grove__waker_send(&sp->wake);
 }
 
 /* ------------------------------------------------------------ requests */
@@ -967,9 +967,8 @@ grove_status grove__sp_start(srv_server *srv, grove_err *err) {
   sp->maxmsg = grove__rpc_recv_max(srv);
   sp->window = grove__rpc_max_inflight(srv);
   pthread_mutex_init(&sp->mu, NULL);
-  sp->async.data = sp;
-  int rv = uv_async_init(&srv->loop, &sp->async, on_async);
-  if (rv) return grove_err_set(err, GROVE_E_INTERNAL, "uv_async_init: %s", uv_strerror(rv));
+  grove_status ws = grove__waker_init(srv, &sp->wake, on_async, sp, err);
+  if (ws) return ws;
   sp->async_open = true;
   sp->plane = grove__conns_plane(srv, "data", grove__conns_default_cap(srv, true), true);
   if (!sp->plane) return grove_err_set(err, GROVE_E_INTERNAL, "too many listeners for conns.c");
@@ -1000,7 +999,7 @@ void grove__sp_stop(srv_server *srv) {
   }
   /* Replies already handed over are written first (the drain waited for
    * them); then every connection closes. */
-  on_async(&sp->async);
+  on_async(&sp->wake);
   size_t n = 0;
   sp_conn **all = sp->conns.n ? malloc(sp->conns.n * sizeof *all) : NULL;
   for (size_t i = 0; all && i < sp->conns.cap; i++)
@@ -1018,7 +1017,7 @@ void grove__sp_stop(srv_server *srv) {
   pthread_mutex_lock(&sp->mu);
   sp->async_open = false;
   pthread_mutex_unlock(&sp->mu);
-  uv_close((uv_handle_t *)&sp->async, closed_noop);
+  grove__waker_close(&sp->wake);
 }
 
 void grove__sp_free(srv_server *srv) {

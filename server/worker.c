@@ -174,6 +174,12 @@ static void run_batch(srv_worker *w) {
   }
   int64_t compute_ns = grove__now_ns() - t0;
   grove__hist_observe_ns(&m->metrics.compute_lat, compute_ns);
+  if (b->nreqs == 1 && !s) {
+    /* A mean over about the last 8 (workers race on it: an estimate). */
+    int64_t old = atomic_load_explicit(&m->lone_ns, memory_order_relaxed);
+    atomic_store_explicit(&m->lone_ns, old ? old + (compute_ns - old) / 8 : compute_ns,
+                          memory_order_relaxed);
+  }
   grove__hist_observe_rows(&m->metrics.batch_size, b->rows);
 
   if (s) {
@@ -215,6 +221,10 @@ static void *worker_main(void *arg) {
     bool run = w->assigned;
     pthread_mutex_unlock(&w->mu);
     if (!run) break;
+    /* The batch's replies (sp.c's outbox) and this worker's return wake
+     * the loop once, together, at the release below: apart, the loop woke
+     * for the replies and again for the worker. */
+    grove__wakers_hold();
     run_batch(w);
     /* The batch's version reference goes back to the loop with the worker
      * (batcher.c): when it is the last one, freeing the version must not
@@ -225,8 +235,15 @@ static void *worker_main(void *arg) {
     w->assigned = false;
     pthread_mutex_unlock(&w->mu);
     grove__inbox_push_done(w->srv, w);
+    grove__wakers_release();
   }
   return NULL;
+}
+
+void grove__worker_run_here(srv_worker *w) {
+  run_batch(w);
+  grove__telemetry_release(w->batch.hooks);
+  w->batch.hooks = NULL;
 }
 
 void grove__worker_assign(srv_worker *w) {

@@ -7,6 +7,7 @@
  * No assertion depends on timing except through --test-batch-delay-ms, which
  * makes every batch sleep long enough (tens of milliseconds) that requests
  * sent together are sure to queue behind it.  Every wait is bounded. */
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -511,6 +512,69 @@ static void fini_all(async_result *res, int n) {
   for (int k = 0; k < n; k++) grove_prediction_fini(&res[k].pred);
 }
 
+/* Voluntary context switches of groved's worker threads (named groved-wN)
+ * so far: a worker sleeps once per batch handed to it. */
+static long worker_switches(pid_t pid) {
+  char path[384], line[256];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  ck_assert_ptr_nonnull(d);
+  long n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char comm[64] = "";
+    snprintf(path, sizeof path, "/proc/%d/task/%s/comm", (int)pid, e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue; /* the thread ended */
+    if (!fgets(comm, sizeof comm, f)) comm[0] = 0;
+    fclose(f);
+    if (strncmp(comm, "groved-w", 8) != 0) continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%s/status", (int)pid, e->d_name);
+    if (!(f = fopen(path, "r"))) continue;
+    long v;
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1) n += v;
+    fclose(f);
+  }
+  closedir(d);
+  return n;
+}
+
+/* One client sends n predicts one after the other (rows checked); returns
+ * how many times groved's workers slept meanwhile. */
+static long lone_requests(const hserver *s, const hio *o, int n) {
+  grove_client *c = h_connect(s->ipc);
+  long before = 0;
+  for (int i = -8; i < n; i++) {
+    if (i == 0) before = worker_switches(s->pid); /* after a warm-up: forwards measured */
+    grove_tensor in = h_rows(o->x, (i + 8) % 60, 1);
+    grove_prediction p;
+    grove_err err = {0};
+    ck_assert_ok(grove_client_predict(c, "server_mlp", &in, 1, 10000, &p, &err), &err);
+    ck_assert_msg(p.noutputs == 1 && h_rows_match(p.outputs[0], o->y, (i + 8) % 60, 1),
+                  "request %d: not torch's rows", i);
+    grove_prediction_fini(&p);
+  }
+  long slept = worker_switches(s->pid) - before;
+  grove_client_close(c);
+  return slept;
+}
+
+START_TEST(a_lone_request_is_computed_on_the_loop) {
+  /* Waking a worker and being woken back cost a lone request more than its
+   * forward: with every worker idle and a forward measured shorter than the
+   * model's batch delay, the loop computes it itself (batcher.c).  Each
+   * batch handed to a worker costs that worker a sleep; here 200 requests
+   * cost them next to none (what else wakes them: nothing in this test). */
+  hio o;
+  h_io_load("server_mlp", &o);
+  long slept = lone_requests(&A, &o, 200);
+  ck_assert_msg(slept < 20, "the workers slept %ld times for 200 lone requests", slept);
+  h_io_free(&o);
+}
+END_TEST
+
 START_TEST(concurrent_clients_get_their_rows) {
   hio o;
   h_io_load("server_mlp", &o);
@@ -805,6 +869,41 @@ START_TEST(draining_refuses_new_requests) {
 }
 END_TEST
 
+START_TEST(a_lone_request_of_a_model_without_batch_delay_goes_to_a_worker) {
+  /* max_queue_delay_us 0: the model accepts no wait at all, so the loop
+   * never holds a request behind another's forward; each lone request is a
+   * worker's (one sleep of a worker each). */
+  char dir[300], path[400], src[4200];
+  snprintf(dir, sizeof dir, "%s/nodelay", grove_test_tmpdir());
+  ck_assert_int_eq(mkdir(dir, 0755), 0);
+  snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+  snprintf(src, sizeof src, "%s/weights.safetensors", grove_fixture("server_mlp"));
+  ck_assert_int_eq(h_copy(src, path), 0);
+  snprintf(src, sizeof src, "%s/model.json", grove_fixture("server_mlp"));
+  size_t len = 0;
+  char *json = grove_test_read_file(src, &len);
+  ck_assert_ptr_nonnull(json);
+  char *at = strstr(json, "\"max_queue_delay_us\": 20000");
+  ck_assert_ptr_nonnull(at);
+  memcpy(at, "\"max_queue_delay_us\":     0", strlen("\"max_queue_delay_us\": 20000"));
+  snprintf(path, sizeof path, "%s/model.json", dir);
+  ck_assert_int_eq(grove_test_write_file(path, json, len), 0);
+  free(json);
+  char arg[400];
+  snprintf(arg, sizeof arg, "server_mlp=%s", dir);
+  const char *extra[] = {"--model", arg, "--workers", "2", "--blas-threads", "1", NULL};
+  hserver s;
+  server_start_with(&s, false, extra);
+  hio o;
+  h_io_load("server_mlp", &o);
+  long slept = lone_requests(&s, &o, 100);
+  ck_assert_msg(slept >= 50, "the workers slept %ld times for 100 lone requests", slept);
+  h_io_free(&o);
+  ck_assert_int_eq(h_stop(&s), 0);
+  h_rm_rf(dir);
+}
+END_TEST
+
 START_TEST(unreachable_and_bad_flags) {
   grove_client *c = NULL;
   grove_err err = {0};
@@ -932,6 +1031,7 @@ Suite *server_suite(void) {
   tcase_add_test(a, nan_inputs_are_computed);
   tcase_add_test(a, http_endpoints);
   tcase_add_test(a, sighup_reloads_every_model);
+  tcase_add_test(a, a_lone_request_is_computed_on_the_loop);
   suite_add_tcase(s, a);
 
   TCase *b = tcase_create("batching");
@@ -948,6 +1048,7 @@ Suite *server_suite(void) {
   tcase_set_timeout(d, 120);
   tcase_add_test(d, sigterm_answers_everything_queued);
   tcase_add_test(d, draining_refuses_new_requests);
+  tcase_add_test(d, a_lone_request_of_a_model_without_batch_delay_goes_to_a_worker);
   tcase_add_test(d, unreachable_and_bad_flags);
   tcase_add_test(d, model_repo_serves_subdirectories);
   tcase_add_test(d, bounded_close_closes_connected_sockets);
