@@ -53,6 +53,7 @@ static const char *const cases[] = {
     "conv2d_dw_same",
     "conv2d_dw_unbatched",
     "conv2d_dw_mult",
+    "conv2d_dw_wide",
     "conv1d_basic",
     "conv1d_stride_pad",
     "conv1d_groups_dil",
@@ -167,6 +168,8 @@ static grove_module *build_case(const char *name, grove_err *err) {
        (o = co(3, 3, 2, 2, 1, 1, 1, 1, 9, true), grove_conv2d_new(9, 9, &o, &m, err)));
   CASE("conv2d_dw_mult",
        (o = co(3, 3, 1, 1, 1, 1, 1, 1, 8, true), grove_conv2d_new(8, 16, &o, &m, err)));
+  CASE("conv2d_dw_wide",
+       (o = co(5, 5, 1, 1, 2, 2, 1, 1, 200, true), grove_conv2d_new(200, 200, &o, &m, err)));
   CASE("conv1d_basic",
        (o = co(3, 0, 1, 0, 0, 0, 1, 0, 1, true), grove_conv1d_new(4, 6, &o, &m, err)));
   CASE("conv1d_stride_pad",
