@@ -48,6 +48,12 @@
  * caller that did not ask.  So a ResNet's activations stay NHWC from the
  * stem to the pooling and no convolution transposes its input or output.
  *
+ * Squeeze-excitation: a 1x1 convolution on the rows path may be given a
+ * per-image channel scale with its input (grove_fwd.se.in_scale, from a
+ * Sequential whose child before it left out its final `scale * x`); its
+ * rows are then the input times the scale (scaled_rows), made block by
+ * block into small buffers in cache, instead of the input itself.
+ *
  * The bias, and when a graph fuses a following BatchNorm2d and ReLU into the
  * convolution their per-channel scale, shift and clamp, are applied in the
  * one pass that writes the NCHW output (the epilogue).
