@@ -779,7 +779,9 @@ static int64_t block_row(const rows_fused *w, int64_t j) {
 static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
   rows_fused *w = ctx;
   const int64_t n = w->ep.cout_g;
-  const int64_t step = fused_step(e - b, w->floats, w->K * n);
+  int64_t step = fused_step(e - b, w->floats, w->K * n);
+  /* The slots hold slot_floats (sized for this convolution's chunks). */
+  if (w->slots && step * 16 * w->K > w->slot_floats) step = w->slot_floats / (16 * w->K);
   const int slot = w->slots ? take_slot(w) : -1;
   float *const buf = w->slots ? w->slots + slot * w->slot_floats : NULL;
   for (int64_t j0 = b; j0 < e; j0 += step) {
@@ -836,19 +838,36 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
   if (nb > N) nb = N;
   float *xbuf =
       nhwc_in ? NULL : grove_arena_alloc(f->arena, (size_t)(nb * HW * C) * sizeof(float) + 1);
+  /* Fused chunks (Grove's packs, rows enough for every thread; as in the
+   * loop below) of a convolution with an input scale make their rows in
+   * the slots, so only a chunk of images run stage by stage needs rows. */
+  const int64_t last = N - (N - 1) / nb * nb;
+#define STAGED(cnt)                                                                          \
+  (!grove__linear_pack_native(packs[0]) ||                                                   \
+   (grove_compute_threads() > 1 && (cnt) * P < 2 * grove_compute_threads() * FUSED_MIN_ROWS))
+  const bool need_rows = !direct && (!in_scale || STAGED(nb) || STAGED(last));
+  const bool need_slots = in_scale && (!STAGED(nb) || !STAGED(last));
+#undef STAGED
   float *rows =
-      direct ? NULL : grove_arena_alloc(f->arena, (size_t)(nb * work) * sizeof(float) + 1);
+      need_rows ? grove_arena_alloc(f->arena, (size_t)(nb * work) * sizeof(float) + 1) : NULL;
   float *zeros = wino ? grove_arena_alloc(f->arena, (size_t)C * sizeof(float)) : NULL;
   if (zeros) memset(zeros, 0, (size_t)C * sizeof(float));
   float *acc = grove_arena_alloc(f->arena, (size_t)(nb * P * cout_g) * sizeof(float) + 1);
   /* The fused chunks' buffers for scaled rows (rows_fused.slots). */
   const int nslots = grove_compute_threads() < 31 ? grove_compute_threads() + 1 : 32;
-  const int64_t slot_floats = in_scale ? fused_most(16 * (K + cout_g), K * cout_g) * 16 * K : 0;
-  float *slots = in_scale ? grove_arena_alloc(f->arena, (size_t)(nslots * slot_floats) *
-                                                            sizeof(float))
-                          : NULL;
-  if ((!nhwc_in && !xbuf) || (!direct && !rows) || !acc || (wino && !zeros) ||
-      (in_scale && !slots))
+  /* A pass takes at most fused_most blocks and no more than its chunk,
+   * whose grain is largest for the largest chunk of images. */
+  int64_t slot_blocks = need_slots ? fused_most(16 * (K + cout_g), K * cout_g) : 0;
+  if (need_slots) {
+    const int64_t nblk = nb * ((P + 15) / 16), g = fused_grain(nblk, 16 * K * cout_g, 16);
+    if (g < slot_blocks) slot_blocks = g;
+  }
+  const int64_t slot_floats = slot_blocks * 16 * K;
+  float *slots = need_slots ? grove_arena_alloc(f->arena, (size_t)(nslots * slot_floats) *
+                                                              sizeof(float))
+                            : NULL;
+  if ((!nhwc_in && !xbuf) || (need_rows && !rows) || !acc || (wino && !zeros) ||
+      (need_slots && !slots))
     return grove__scratch_error(f, T);
   for (int64_t n0 = 0; n0 < N; n0 += nb) {
     const int64_t cnt = N - n0 < nb ? N - n0 : nb;
@@ -879,7 +898,7 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
         if (into_y) continue;
       } else if (grove__linear_pack_native(packs[g]) &&
                  (grove_compute_threads() == 1 ||
-                  cnt * P >= 2 * grove_compute_threads() * FUSED_MIN_ROWS)) {
+                  cnt * P >= 2 * grove_compute_threads() * FUSED_MIN_ROWS || !rows)) {
         rows_fused w = {.rows = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W,
                                  .OH = OH, .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g,
                                  .in_scale = in_scale ? in_scale + n0 * C : NULL},
@@ -888,7 +907,7 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
                         .P = P, .K = direct ? C : K,
                         .into_y = nhwc_out && G == 1 && scale == p->ones};
         w.floats = 16 * (K + cout_g);
-        if (in_scale) {
+        if (slots) {
           w.slots = slots;
           w.slot_floats = slot_floats;
           w.nslots = nslots;
