@@ -53,6 +53,7 @@ static const char *const cases[] = {
     "conv2d_dw_same",
     "conv2d_dw_unbatched",
     "conv2d_dw_mult",
+    "conv2d_dw_wide",
     "conv1d_basic",
     "conv1d_stride_pad",
     "conv1d_groups_dil",
@@ -167,6 +168,8 @@ static grove_module *build_case(const char *name, grove_err *err) {
        (o = co(3, 3, 2, 2, 1, 1, 1, 1, 9, true), grove_conv2d_new(9, 9, &o, &m, err)));
   CASE("conv2d_dw_mult",
        (o = co(3, 3, 1, 1, 1, 1, 1, 1, 8, true), grove_conv2d_new(8, 16, &o, &m, err)));
+  CASE("conv2d_dw_wide",
+       (o = co(5, 5, 1, 1, 2, 2, 1, 1, 200, true), grove_conv2d_new(200, 200, &o, &m, err)));
   CASE("conv1d_basic",
        (o = co(3, 0, 1, 0, 0, 0, 1, 0, 1, true), grove_conv1d_new(4, 6, &o, &m, err)));
   CASE("conv1d_stride_pad",
@@ -1349,6 +1352,38 @@ START_TEST(test_channels_last) {
 }
 END_TEST
 
+/* The input image's transpose to channels last (grove__nchw_to_nhwc, every
+ * convolution of an NCHW input): three channels (RGB) take their own
+ * interleaving loop; it must put every value where the plain transpose
+ * does, for any number of positions and any range of 16-position blocks. */
+START_TEST(test_nchw_to_nhwc_rgb) {
+  const int64_t sizes[] = {1, 15, 16, 17, 53, 224 * 7};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    for (int64_t C = 2; C <= 4; C++) {
+      const int64_t HW = sizes[k], blocks = (HW + 15) / 16;
+      float *src = malloc(sizeof(float) * (size_t)(C * HW));
+      float *dst = malloc(sizeof(float) * (size_t)(C * HW));
+      for (int64_t i = 0; i < C * HW; i++) src[i] = (float)i + 0.25f;
+      for (int64_t b0 = 0; b0 < blocks; b0 += blocks > 2 ? blocks / 2 : 1) {
+        for (int64_t i = 0; i < C * HW; i++) dst[i] = -1.0f;
+        grove__nchw_to_nhwc(src, dst, C, HW, b0, blocks);
+        for (int64_t p = 0; p < HW; p++)
+          for (int64_t c = 0; c < C; c++) {
+            const float want = p < b0 * 16 ? -1.0f : src[c * HW + p];
+            ck_assert_msg(dst[p * C + c] == want, "C %lld HW %lld from block %lld: [%lld][%lld]",
+                          (long long)C, (long long)HW, (long long)b0, (long long)p, (long long)c);
+          }
+      }
+      grove__transpose_f32(src, dst, C, HW);
+      for (int64_t p = 0; p < HW; p++)
+        for (int64_t c = 0; c < C; c++) ck_assert(dst[p * C + c] == src[c * HW + p]);
+      free(src);
+      free(dst);
+    }
+  }
+}
+END_TEST
+
 static Suite *conv_suite(void) {
   Suite *s = suite_create("conv");
   TCase *tc = tcase_create("parity");
@@ -1360,6 +1395,7 @@ static Suite *conv_suite(void) {
   tcase_add_test(tc, test_channels_last);
   tcase_add_test(tc, test_fused_act);
   tcase_add_test(tc, test_bn_fold);
+  tcase_add_test(tc, test_nchw_to_nhwc_rgb);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_test(tc, test_shape_errors);

@@ -378,6 +378,43 @@ static grove_status settle(run *r, int i, gval *v, bool external) {
 
 /* ------------------------------------------------------------ forward */
 
+/* The node of the graph's final `scale * x` (its output is that product,
+ * one operand a placeholder), or -1.  Squeeze-excitation ends so. */
+static int tail_mul(const graph_impl *g) {
+  const garg *o = &g->nodes[g->output].args[0];
+  if (o->kind != A_NODE) return -1;
+  const gnode *n = &g->nodes[o->node];
+  if (n->op != G_MUL || n->nargs != 2 || n->args[0].kind != A_NODE ||
+      n->args[1].kind != A_NODE || n->uses != 1)
+    return -1;
+  const bool x0 = g->nodes[n->args[0].node].op == G_PLACEHOLDER;
+  const bool x1 = g->nodes[n->args[1].node].op == G_PLACEHOLDER;
+  return x0 != x1 ? o->node : -1;
+}
+
+/* Node i, the tail multiply, left to the convolution after the graph
+ * (grove_fwd.se): when x is a channels-last float32 [N, C, H, W] and the
+ * other operand a per-channel scale, copies the scale per image into dst
+ * and makes x the node's value.  False (the product then runs as usual)
+ * for anything else. */
+static bool tail_scale_take(run *r, int i, float *dst, int64_t cap, gval *v) {
+  const gnode *n = &r->g->nodes[i];
+  const int xa = r->g->nodes[n->args[0].node].op == G_PLACEHOLDER ? 0 : 1;
+  const gval *xv = &r->vals[n->args[xa].node], *sv = &r->vals[n->args[1 - xa].node];
+  if (xv->kind != V_TENSOR || sv->kind != V_TENSOR) return false;
+  const grove_tensor *x = &xv->t[0], *t = &sv->t[0];
+  if (x->dtype != GROVE_F32 || x->ndim != 4 || !grove__is_nhwc(x) || !grove__per_channel(t, x))
+    return false;
+  const int64_t N = x->shape[0], C = x->shape[1];
+  if (N * C > cap) return false;
+  const bool per_image = t->ndim == 4 && t->shape[0] > 1;
+  const float *sd = t->data;
+  for (int64_t k = 0; k < N; k++)
+    memcpy(dst + k * C, sd + (per_image ? k * C : 0), (size_t)C * sizeof(float));
+  *v = *xv;
+  return true;
+}
+
 static grove_status run_output(run *r, grove_values *out) {
   const gnode *n = &r->g->nodes[r->g->output];
   const garg *a = &n->args[0];
@@ -476,6 +513,20 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
   if (!r.vals || (!tr && !r.regs))
     return grove_err_set(f->err, GROVE_E_NOMEM, "out of scratch memory");
   r.base = grove_arena_mark_get(f->arena);
+  /* A Sequential's offer to take this graph's final `scale * x` into the
+   * next convolution (grove_fwd.se): for this call only, not the graphs
+   * it calls. */
+  float *se_dst = NULL;
+  int64_t se_cap = 0;
+  int se_node = -1;
+  if (f->se.for_module == m) {
+    se_dst = f->se.dst;
+    se_cap = f->se.cap;
+    se_node = tr ? -1 : tail_mul(g);
+  }
+  f->se.for_module = NULL;
+  f->se.dst = NULL;
+  f->se.done = false;
   int next_input = 0;
   for (int i = 0; i < g->nnodes; i++) {
     grove__yield_point();
@@ -548,6 +599,11 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
       default:
         if (n->op == G_RELU && n->fused_into >= 0 && fused(&r, n->fused_into)) {
           *v = r.vals[n->args[0].node];
+          break;
+        }
+        if (i == se_node && tail_scale_take(&r, i, se_dst, se_cap, v)) {
+          external = true; /* x: the caller's memory */
+          f->se.done = true;
           break;
         }
         s = run_op(&r, i, v);

@@ -72,6 +72,37 @@ static void tr16_epilogue(const float *src, int64_t lds, float *dst, int64_t ldd
   }
 }
 
+/* dst[i * 3 + c] = src[c * lds + i] for i in [0, n): three planes (an RGB
+ * image) interleaved 16 positions at a time, two permutes per output vector
+ * (the first takes channels 0 and 1, the second puts channel 2 in).  The
+ * 16 x 16 blocks never apply to 3 rows, and the element loop took 18% of a
+ * MobileNet stem convolution. */
+static void tr3_avx512(const float *restrict src, int64_t lds, float *restrict dst, int64_t n) {
+  int32_t i01[3][16], i2[3][16];
+  for (int v = 0; v < 3; v++)
+    for (int e = 0; e < 16; e++) {
+      const int j = 16 * v + e, pos = j / 3, ch = j % 3;
+      /* pos is within the block's 16 lanes; bit 4 picks the second source. */
+      i01[v][e] = ch == 1 ? 16 + pos : pos;
+      i2[v][e] = ch == 2 ? 16 + pos : e;
+    }
+  __m512i a01[3], a2[3];
+  for (int v = 0; v < 3; v++) {
+    a01[v] = _mm512_loadu_si512(i01[v]);
+    a2[v] = _mm512_loadu_si512(i2[v]);
+  }
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x0 = _mm512_loadu_ps(src + i), x1 = _mm512_loadu_ps(src + lds + i);
+    const __m512 x2 = _mm512_loadu_ps(src + 2 * lds + i);
+    for (int v = 0; v < 3; v++) {
+      const __m512 t = _mm512_permutex2var_ps(x0, a01[v], x1);
+      _mm512_storeu_ps(dst + 3 * i + 16 * v, _mm512_permutex2var_ps(t, a2[v], x2));
+    }
+  }
+  for (; i < n; i++)
+    for (int c = 0; c < 3; c++) dst[3 * i + c] = src[c * lds + i];
+}
 GROVE__TARGET_POP
 #endif /* GROVE__X86_SIMD */
 
@@ -82,6 +113,12 @@ static void tr_cols(const float *restrict src, int64_t lds, float *restrict dst,
                     int64_t R, int64_t j0, int64_t j1) {
   enum { T = 16 };
   const bool fast = grove__cpu_avx512();
+#if GROVE__X86_SIMD
+  if (fast && R == 3 && ldd == 3) {
+    tr3_avx512(src + j0, lds, dst + j0 * 3, j1 - j0);
+    return;
+  }
+#endif
   for (int64_t i0 = j0; i0 < j1; i0 += T) {
     const int64_t ni = j1 - i0 < T ? j1 - i0 : T;
     for (int64_t c0 = 0; c0 < R; c0 += T) {

@@ -158,7 +158,7 @@ static void dense_chunk(void *ctx, int64_t b, int64_t e) {
 
 /* Whether t is a contiguous per-channel operand of the 4-d x: [C, 1, 1] or
  * [1 or N, C, 1, 1]. */
-static bool per_channel(const grove_tensor *t, const grove_tensor *x) {
+bool grove__per_channel(const grove_tensor *t, const grove_tensor *x) {
   if (t->dtype != GROVE_F32 || x->ndim != 4 || !grove_tensor_is_contiguous(t)) return false;
   if (t->ndim == 3) return t->shape[0] == x->shape[1] && t->shape[1] == 1 && t->shape[2] == 1;
   return t->ndim == 4 && (t->shape[0] == 1 || t->shape[0] == x->shape[0]) &&
@@ -235,7 +235,7 @@ grove_status grove__op_binary(grove_fwd *f, int op, const grove_tensor *a, const
    * 1, 1] or [C, 1, 1], contiguous: squeeze-excitation's scale * input, a
    * bias): the result keeps the layout, each position one run over C. */
   const grove_tensor *big = na ? a : nb ? b : NULL, *chan = na ? b : a;
-  if (big && (na != nb) && per_channel(chan, big)) {
+  if (big && (na != nb) && grove__per_channel(chan, big)) {
     if (into && grove__is_nhwc(into) && grove_tensor_same_shape(into, big))
       *out = *into;
     else if ((s = grove_fwd_alloc(f, out, GROVE_F32, 4, big->shape)))

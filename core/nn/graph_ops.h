@@ -28,6 +28,12 @@ size_t grove__tensor_extent(const grove_tensor *t);
 
 enum { GROVE__BIN_ADD, GROVE__BIN_SUB, GROVE__BIN_MUL, GROVE__BIN_DIV };
 
+/* Whether t is a contiguous per-channel operand of the 4-d float32 x
+ * ([C, 1, 1] or [1 or N, C, 1, 1]: squeeze-excitation's scale, a bias),
+ * which grove__op_binary runs over a channels-last x without changing its
+ * layout.  graph_ops.c; pure. */
+bool grove__per_channel(const grove_tensor *t, const grove_tensor *x);
+
 /* out = a OP b with broadcasting (add, sub: a OP alpha * b).  into, when
  * not NULL and of the result's shape, receives the result in place (it may be
  * a itself when nothing else reads a). */

@@ -32,6 +32,21 @@ static grove__act linear_fusable_act(const grove_module *am) {
   return gelu != GROVE__ACT_NONE ? gelu : grove__fusable_act(am);
 }
 
+/* The input channels of `next` when it is a convolution that can multiply
+ * its input by a per-channel scale as it reads it (grove__conv_takes_in_scale:
+ * a 1x1 Conv2d on the rows path), directly or as the first child of a
+ * Sequential (torchvision's Conv2dNormActivation), and no observer watches
+ * it; else 0. */
+static int64_t se_taker_channels(const grove_fwd *f, const grove_module *next) {
+  if (next->type == &grove__sequential_type && next->nchildren > 0) {
+    if (grove__observes(f, next)) return 0;
+    next = next->children[0].module;
+    if (!next) return 0;
+  }
+  if (grove__observes(f, next) || !grove__conv_takes_in_scale(next)) return 0;
+  return grove__conv_in_channels(next);
+}
+
 /* torch.nn.Sequential.forward: input = module(input) for each child.  A
  * Linear immediately followed by an activation it fuses (linear_fusable_act),
  * and a Conv2d followed by a
@@ -42,7 +57,11 @@ static grove__act linear_fusable_act(const grove_module *am) {
  * observer watches none of them (with hooks, the ReLU's hooks must see the
  * Linear's output, so every child runs on its own).  Every child but the
  * last may hand the next a channels-last result; the last may when the
- * Sequential's own caller allows it. */
+ * Sequential's own caller allows it.  A child that ends in squeeze-
+ * excitation's `scale * x` (a graph) and is followed by a 1x1 convolution
+ * hands over x and the scale instead, and the convolution applies the
+ * scale as it reads its rows (grove_fwd.se): the same products of the same
+ * numbers, without a pass over x that writes a scaled copy. */
 static grove_status sequential_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                        grove_values *out) {
   grove_values cur = *in, next;
@@ -55,6 +74,7 @@ static grove_status sequential_forward(const grove_module *m, grove_fwd *f, cons
                            "Sequential: child '%s' is None and cannot be called",
                            m->children[i].name);
     grove_status s;
+    const bool scaled = f->se.in_scale != NULL; /* for c, from the child before */
     const grove_module *after = seq_next(m, i);
     const bool watched = grove__observes(f, c) || (after && grove__observes(f, after));
     const grove_module *bn = fuse && !watched && after && c->type == &grove__conv2d_type &&
@@ -77,9 +97,36 @@ static grove_status sequential_forward(const grove_module *m, grove_fwd *f, cons
       i = last;
     } else {
       f->channels_last_ok = channels_last || i + 1 < m->nchildren;
+      /* A child ending in squeeze-excitation's `scale * x` before a 1x1
+       * convolution: offered to hand x and the scale over (grove_fwd.se). */
+      const int64_t cin = fuse && !watched && after && cur.n == 1 && cur.v[0].ndim == 4
+                              ? se_taker_channels(f, after)
+                              : 0;
+      float *dst = cin > 0 && cur.v[0].shape[0] > 0
+                       ? grove_arena_alloc(f->arena, (size_t)(cur.v[0].shape[0] * cin) *
+                                                         sizeof(float))
+                       : NULL;
+      if (dst) {
+        f->se.for_module = c;
+        f->se.dst = dst;
+        f->se.cap = cur.v[0].shape[0] * cin;
+      }
       s = grove_module_forward(c, f, &cur, &next);
+      f->se.for_module = NULL;
+      f->se.dst = NULL;
+      if (!s && dst && f->se.done) f->se.in_scale = dst; /* for the next child */
+      f->se.done = false;
     }
-    if (s != GROVE_OK) return s;
+    if (s == GROVE_OK && scaled && f->se.in_scale) {
+      /* se_taker_channels promised a convolution that takes it. */
+      s = grove_err_set(f->err, GROVE_E_INTERNAL,
+                        "Sequential: child '%s' did not take the squeeze-excitation scale",
+                        m->children[i].name);
+    }
+    if (s != GROVE_OK) {
+      f->se.in_scale = NULL;
+      return s;
+    }
     cur = next;
   }
   *out = cur;

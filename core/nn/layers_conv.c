@@ -48,6 +48,12 @@
  * caller that did not ask.  So a ResNet's activations stay NHWC from the
  * stem to the pooling and no convolution transposes its input or output.
  *
+ * Squeeze-excitation: a 1x1 convolution on the rows path may be given a
+ * per-image channel scale with its input (grove_fwd.se.in_scale, from a
+ * Sequential whose child before it left out its final `scale * x`); its
+ * rows are then the input times the scale (scaled_rows), made block by
+ * block into small buffers in cache, instead of the input itself.
+ *
  * The bias, and when a graph fuses a following BatchNorm2d and ReLU into the
  * convolution their per-channel scale, shift and clamp, are applied in the
  * one pass that writes the NCHW output (the epilogue).
@@ -159,6 +165,13 @@ static void conv_free_impl(void *impl) {
   conv_drop_fold(p);
   free(p->dww);
   free(p);
+}
+
+/* A 1x1 convolution whose rows are its input (conv_rows' `direct`). */
+static bool direct_1x1(const conv_impl *p) {
+  return p->groups == 1 && p->k[0] == 1 && p->k[1] == 1 && p->stride[0] == 1 &&
+         p->stride[1] == 1 && p->pad_lo[0] == 0 && p->pad_lo[1] == 0 && p->pad_hi[0] == 0 &&
+         p->pad_hi[1] == 0;
 }
 
 /* Which lowering a convolution takes.  The rows path gathers cin_g floats at
@@ -406,6 +419,9 @@ typedef struct conv_par {
    * (act_pass). */
   grove__act post;
   int64_t ldo; /* nhwc_out: floats per output position */
+  /* Squeeze-excitation's scale ([images][C], from the chunk's first image)
+   * that the 1x1 rows multiply their input by (grove_fwd.se), or NULL. */
+  const float *in_scale;
 } conv_par;
 
 /* Images [i / blocks] of a chunk into NHWC, 16 positions a step. */
@@ -496,17 +512,50 @@ static void par_wino_out(void *ctx, int64_t b, int64_t e) {
   }
 }
 
+/* Rows [b, e) of a 1x1 convolution with an input scale: each row its
+ * input position's C channels times the image's scale, the same product
+ * x * s per element as the multiply node it replaces (graph_ops.c's
+ * chan_chunk), so the convolution's result is the same bits.  Compiled
+ * for AVX-512 and AVX2 too, one image's rows at a time (no division per
+ * row: at 16 to 96 channels those were most of the time). */
+GROVE__CHANNEL_LOOP static void scaled_rows(const conv_par *c, int64_t b, int64_t e,
+                                             float *dst) {
+  const int64_t C = c->C, P = c->HW;
+  for (int64_t row = b; row < e;) {
+    const int64_t i = row / P, end = (i + 1) * P < e ? (i + 1) * P : e;
+    const float *restrict sc = c->in_scale + i * C;
+    for (; row < end; row++) {
+      const float *restrict xs = c->src + row * C;
+      float *restrict r = dst + (row - b) * C;
+      for (int64_t k = 0; k < C; k++) r[k] = xs[k] * sc[k];
+    }
+  }
+}
+
 /* Patch rows [b, e) of the chunk (row = (image, oh, ow)), group g, from the
  * NHWC src into dst rows of K floats. */
 static void par_rows(void *ctx, int64_t b, int64_t e) {
   const conv_par *c = ctx;
+  if (c->in_scale) {
+    scaled_rows(c, b, e, c->dst + b * c->C);
+    return;
+  }
   const conv_impl *p = c->p;
   const int64_t C = c->C, H = c->H, W = c->W, OH = c->OH, OW = c->OW, K = p->K;
   const int64_t cin_g = c->cin_g, G = p->groups;
   const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
   const int64_t dh = p->dil[0], dw = p->dil[1], ph = p->pad_lo[0], pw = p->pad_lo[1];
+  /* (image, oh, ow) of row b, then stepped along: three divisions per
+   * row were a third of the patch rows' time for a stem's 27-float rows. */
+  int64_t i = b / (OH * OW), oh = b / OW % OH, ow = b % OW - 1;
   for (int64_t row = b; row < e; row++) {
-    const int64_t i = row / (OH * OW), oh = row / OW % OH, ow = row % OW;
+    if (++ow == OW) {
+      ow = 0;
+      if (++oh == OH) {
+        oh = 0;
+        i++;
+      }
+    }
     const float *xi = c->src + i * c->HW * C + c->g * cin_g;
     float *r = c->dst + row * K;
     const int64_t iw0 = ow * sw - pw;
@@ -579,15 +628,20 @@ static int64_t fused_grain(int64_t n, int64_t macs, int64_t rows) {
   return per > lo ? per : lo;
 }
 
+/* The most blocks one pass of a fused chunk takes (fused_step). */
+static int64_t fused_most(int64_t floats, int64_t wfloats) {
+  const int64_t budget = wfloats > 2 * FUSED_STEP_FLOATS ? FUSED_BIG_STEP_FLOATS : FUSED_STEP_FLOATS;
+  const int64_t most = budget / (floats > 0 ? floats : 1);
+  return most < 1 ? 1 : most;
+}
+
 /* Units per pass of a fused chunk of n units of `floats` each, over a
  * weight of wfloats: as many as FUSED_STEP_FLOATS (or for a large weight
  * FUSED_BIG_STEP_FLOATS) holds, evened out over the passes, so that the
  * last pass is not a remainder of a few rows that reads the whole weight
  * (13 blocks at 12 a pass made a 4-row pass). */
 static int64_t fused_step(int64_t n, int64_t floats, int64_t wfloats) {
-  const int64_t budget = wfloats > 2 * FUSED_STEP_FLOATS ? FUSED_BIG_STEP_FLOATS : FUSED_STEP_FLOATS;
-  int64_t most = budget / (floats > 0 ? floats : 1);
-  if (most < 1) most = 1;
+  const int64_t most = fused_most(floats, wfloats);
   const int64_t passes = (n + most - 1) / most;
   return passes > 1 ? (n + passes - 1) / passes : (n > 0 ? n : 1);
 }
@@ -698,7 +752,22 @@ typedef struct rows_fused {
   bool into_y;
   int64_t blocks, P, K; /* 16-position blocks per image */
   int64_t floats;       /* of patch rows and product per block */
+  /* With an input scale (rows.in_scale): each pass's scaled rows go to one
+   * of nslots buffers of slot_floats (a chunk takes a free one for its
+   * passes; no more chunks run at once than there are compute threads), so
+   * they are read by the product from cache, not from a buffer the size of
+   * the input. */
+  float *slots;
+  int64_t slot_floats;
+  int nslots;
+  _Atomic unsigned busy;
 } rows_fused;
+
+static int take_slot(rows_fused *w) {
+  for (;;)
+    for (int k = 0; k < w->nslots; k++)
+      if (!(atomic_fetch_or(&w->busy, 1u << k) & (1u << k))) return k;
+}
 
 /* The row of the chunk where 16-position block j begins. */
 static int64_t block_row(const rows_fused *w, int64_t j) {
@@ -710,24 +779,34 @@ static int64_t block_row(const rows_fused *w, int64_t j) {
 static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
   rows_fused *w = ctx;
   const int64_t n = w->ep.cout_g;
-  const int64_t step = fused_step(e - b, w->floats, w->K * n);
+  int64_t step = fused_step(e - b, w->floats, w->K * n);
+  /* The slots hold slot_floats (sized for this convolution's chunks). */
+  if (w->slots && step * 16 * w->K > w->slot_floats) step = w->slot_floats / (16 * w->K);
+  const int slot = w->slots ? take_slot(w) : -1;
+  float *const buf = w->slots ? w->slots + slot * w->slot_floats : NULL;
   for (int64_t j0 = b; j0 < e; j0 += step) {
     const int64_t j1 = e - j0 < step ? e : j0 + step;
     const int64_t r0 = block_row(w, j0), r1 = block_row(w, j1);
-    if (!w->direct) par_rows(&w->rows, r0, r1);
+    const float *xr = w->x + r0 * w->K;
+    if (buf) {
+      scaled_rows(&w->rows, r0, r1, buf);
+      xr = buf;
+    } else if (!w->direct) {
+      par_rows(&w->rows, r0, r1);
+    }
     if (w->into_y) {
-      grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, w->ep.shift,
-                              w->ep.dst + r0 * n, w->ep.relu ? GROVE__ACT_RELU : GROVE__ACT_NONE);
+      grove__linear_run_alone(w->pack, xr, r1 - r0, w->ep.shift, w->ep.dst + r0 * n,
+                              w->ep.relu ? GROVE__ACT_RELU : GROVE__ACT_NONE);
       grove__act_apply(w->ep.post, w->ep.dst + r0 * n, w->ep.dst + r0 * n, (r1 - r0) * n);
       continue;
     }
-    grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, NULL, w->acc + r0 * n,
-                            GROVE__ACT_NONE);
+    grove__linear_run_alone(w->pack, xr, r1 - r0, NULL, w->acc + r0 * n, GROVE__ACT_NONE);
     if (w->nhwc_out)
       par_epilogue_nhwc(&w->ep, r0, r1);
     else
       par_epilogue(&w->ep, j0, j1);
   }
+  if (buf) atomic_fetch_and(&w->busy, ~(1u << slot));
 }
 
 /* The rows path: the input is transposed to NHWC once, each output
@@ -741,13 +820,12 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
                               int64_t H, int64_t W, int64_t OH, int64_t OW, float *yd,
                               const float *scale, const float *shift, bool relu, grove__act post,
                               bool nhwc_in, bool nhwc_out, grove__linear_pack *const *packs,
-                              const char *T) {
+                              const float *in_scale, const char *T) {
   const int64_t G = p->groups, C = p->cin, cin_g = C / G, cout_g = p->cout / G, K = p->K;
   const int64_t P = OH * OW, HW = H * W;
-  const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
-  const int64_t ph = p->pad_lo[0], pw = p->pad_lo[1];
-  const bool direct = G == 1 && kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 &&
-                      p->pad_hi[0] == 0 && p->pad_hi[1] == 0;
+  /* With an input scale (only a 1x1 convolution gets one) the rows are a
+   * scaled copy of the input, made by par_rows like any patch rows. */
+  const bool direct = direct_1x1(p) && !in_scale;
   /* Images go through in chunks whose transposed input, rows and product
    * all stay in cache: each chunk reads its input once and writes its
    * output once. */
@@ -760,12 +838,36 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
   if (nb > N) nb = N;
   float *xbuf =
       nhwc_in ? NULL : grove_arena_alloc(f->arena, (size_t)(nb * HW * C) * sizeof(float) + 1);
+  /* Fused chunks (Grove's packs, rows enough for every thread; as in the
+   * loop below) of a convolution with an input scale make their rows in
+   * the slots, so only a chunk of images run stage by stage needs rows. */
+  const int64_t last = N - (N - 1) / nb * nb;
+#define STAGED(cnt)                                                                          \
+  (!grove__linear_pack_native(packs[0]) ||                                                   \
+   (grove_compute_threads() > 1 && (cnt) * P < 2 * grove_compute_threads() * FUSED_MIN_ROWS))
+  const bool need_rows = !direct && (!in_scale || STAGED(nb) || STAGED(last));
+  const bool need_slots = in_scale && (!STAGED(nb) || !STAGED(last));
+#undef STAGED
   float *rows =
-      direct ? NULL : grove_arena_alloc(f->arena, (size_t)(nb * work) * sizeof(float) + 1);
+      need_rows ? grove_arena_alloc(f->arena, (size_t)(nb * work) * sizeof(float) + 1) : NULL;
   float *zeros = wino ? grove_arena_alloc(f->arena, (size_t)C * sizeof(float)) : NULL;
   if (zeros) memset(zeros, 0, (size_t)C * sizeof(float));
   float *acc = grove_arena_alloc(f->arena, (size_t)(nb * P * cout_g) * sizeof(float) + 1);
-  if ((!nhwc_in && !xbuf) || (!direct && !rows) || !acc || (wino && !zeros))
+  /* The fused chunks' buffers for scaled rows (rows_fused.slots). */
+  const int nslots = grove_compute_threads() < 31 ? grove_compute_threads() + 1 : 32;
+  /* A pass takes at most fused_most blocks and no more than its chunk,
+   * whose grain is largest for the largest chunk of images. */
+  int64_t slot_blocks = need_slots ? fused_most(16 * (K + cout_g), K * cout_g) : 0;
+  if (need_slots) {
+    const int64_t nblk = nb * ((P + 15) / 16), g = fused_grain(nblk, 16 * K * cout_g, 16);
+    if (g < slot_blocks) slot_blocks = g;
+  }
+  const int64_t slot_floats = slot_blocks * 16 * K;
+  float *slots = need_slots ? grove_arena_alloc(f->arena, (size_t)(nslots * slot_floats) *
+                                                              sizeof(float))
+                            : NULL;
+  if ((!nhwc_in && !xbuf) || (need_rows && !rows) || !acc || (wino && !zeros) ||
+      (need_slots && !slots))
     return grove__scratch_error(f, T);
   for (int64_t n0 = 0; n0 < N; n0 += nb) {
     const int64_t cnt = N - n0 < nb ? N - n0 : nb;
@@ -796,14 +898,20 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
         if (into_y) continue;
       } else if (grove__linear_pack_native(packs[g]) &&
                  (grove_compute_threads() == 1 ||
-                  cnt * P >= 2 * grove_compute_threads() * FUSED_MIN_ROWS)) {
+                  cnt * P >= 2 * grove_compute_threads() * FUSED_MIN_ROWS || !rows)) {
         rows_fused w = {.rows = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W,
-                                 .OH = OH, .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g},
+                                 .OH = OH, .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g,
+                                 .in_scale = in_scale ? in_scale + n0 * C : NULL},
                         .ep = ep, .pack = packs[g], .x = direct ? xt : rows, .acc = acc,
                         .direct = direct, .nhwc_out = nhwc_out, .blocks = (P + 15) / 16,
                         .P = P, .K = direct ? C : K,
                         .into_y = nhwc_out && G == 1 && scale == p->ones};
         w.floats = 16 * (K + cout_g);
+        if (slots) {
+          w.slots = slots;
+          w.slot_floats = slot_floats;
+          w.nslots = nslots;
+        }
         const int64_t nblk = cnt * w.blocks;
         grove__parallel_for(nblk, fused_grain(nblk, 16 * K * cout_g, 16), par_rows_fused, &w);
         continue;
@@ -815,7 +923,8 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
          * (ResNet-50's layer4, 9.4 MB, read twice for 49 rows). */
         if (!direct) {
           conv_par c = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W, .OH = OH,
-                        .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g};
+                        .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g,
+                        .in_scale = in_scale ? in_scale + n0 * C : NULL};
           grove__parallel_for(cnt * P, grove__par_grain(K), par_rows, &c);
         }
         grove__linear_run(packs[g], direct ? xt : rows, cnt * P, NULL, acc, GROVE__ACT_NONE);
@@ -931,6 +1040,12 @@ static grove_status conv_forward_packs(const grove_module *m, grove_fwd *f, cons
   const char *T = m->type->name;
   grove_tensor x;
   grove_status s;
+  /* Squeeze-excitation's scale, left to this convolution by a Sequential
+   * (grove_fwd.se), which checked grove__conv_takes_in_scale. */
+  const float *in_scale = f->se.in_scale;
+  f->se.in_scale = NULL;
+  if (in_scale && !grove__conv_takes_in_scale(m))
+    return grove_err_set(f->err, GROVE_E_INTERNAL, "%s: given an input scale it cannot apply", T);
   /* An NHWC input (from a convolution before this one) is read as it is by
    * the rows path; anything else strided is made contiguous first. */
   const bool nhwc_in = in->n == 1 && (p->packs || p->dww) && p->nd == 2 &&
@@ -990,7 +1105,7 @@ static grove_status conv_forward_packs(const grove_module *m, grove_fwd *f, cons
                           T);
   if (p->packs) {
     s = conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, post, nhwc_in, out_nhwc,
-                  packs, T);
+                  packs, in_scale, T);
     if (!s && !out_nhwc) act_pass(post, yd, numel);
     return s;
   }
@@ -1166,6 +1281,15 @@ const grove_module_type grove__conv2d_type = {
 
 int64_t grove__conv_out_channels(const grove_module *m) {
   return ((const conv_impl *)m->impl)->cout;
+}
+
+int64_t grove__conv_in_channels(const grove_module *m) {
+  return ((const conv_impl *)m->impl)->cin;
+}
+
+bool grove__conv_takes_in_scale(const grove_module *m) {
+  const conv_impl *p = m->impl;
+  return m->type == &grove__conv2d_type && p->nd == 2 && p->packs && !p->dww && direct_1x1(p);
 }
 
 const float *grove__conv_bias(const grove_module *m) {

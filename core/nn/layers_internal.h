@@ -196,6 +196,12 @@ bool grove__conv_rows_path(const grove_module *m);
 /* Whether the Conv2d m runs the depthwise kernel (also NHWC in and out). */
 bool grove__conv_depthwise_path(const grove_module *m);
 int64_t grove__conv_out_channels(const grove_module *m);
+int64_t grove__conv_in_channels(const grove_module *m);
+/* Whether the module m is a Conv2d that multiplies its input's channels by
+ * grove_fwd.se.in_scale as it reads them: a 1x1 convolution, stride 1, no
+ * padding, one group, on the rows path (its rows are then a scaled copy of
+ * the input, made block by block in cache). */
+bool grove__conv_takes_in_scale(const grove_module *m);
 /* The conv's bias as float32 (zeros when it has none); out_channels floats. */
 const float *grove__conv_bias(const grove_module *m);
 /* BatchNorm2d's folded eval scale and shift (per channel), when it has

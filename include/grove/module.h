@@ -111,6 +111,25 @@ typedef struct grove_fwd {
     bool need_weights, average;
     const struct grove_tensor *mask[6];
   } mha;
+  /* Squeeze-excitation's `scale * x` applied by the 1x1 convolution that
+   * reads its result, instead of a pass of its own (layers_container.c: a
+   * Sequential child ending in that multiply, then a Conv2d or a Sequential
+   * starting with one).  Set by that Sequential, all zero otherwise:
+   * - for, dst, cap: just before it calls the child `for` (a graph): room
+   *   for N * C floats.  The graph `for` reads and clears them at entry and
+   *   may then leave out its final per-channel multiply, return x, copy the
+   *   scale per image into dst ([N][C]) and set done.
+   * - in_scale: just before it calls the convolution (directly or as the
+   *   first child of a Sequential) when done was set; read and cleared by
+   *   that convolution, which multiplies each image's input channels by it.
+   * The buffers belong to the Sequential's forward (its arena). */
+  struct {
+    const struct grove_module *for_module;
+    float *dst;
+    int64_t cap;
+    bool done;
+    const float *in_scale;
+  } se;
 } grove_fwd;
 
 /* The index of m in o->modules, or -1 when o is NULL or does not watch m.

@@ -120,6 +120,11 @@ CASES = [
     ("conv2d_dw_unbatched", lambda: nn.Conv2d(9, 9, 3, stride=2, padding=1, groups=9),
      lambda: _x(9, 10, 7)),
     ("conv2d_dw_mult", lambda: nn.Conv2d(8, 16, 3, padding=1, groups=8), lambda: _x(2, 8, 6, 6)),
+    # Channels in blocks of the AVX-512 kernel (200 at 5x5: 80, 80 and 40, the
+    # last with a masked tail of 8), eight interior columns at a time and
+    # the edges clipped, at batch 1 as MobileNetV3 and EfficientNet run it.
+    ("conv2d_dw_wide", lambda: nn.Conv2d(200, 200, 5, padding=2, groups=200),
+     lambda: _x(1, 200, 6, 21)),
     # The 1-d pools, AdaptiveMaxPool2d, and the 2-d options together
     # (ceil_mode with padding, dilation, count_include_pad=False, a divisor).
     ("maxpool1d", lambda: nn.MaxPool1d(3, stride=2, padding=1, dilation=2, ceil_mode=True),

@@ -151,3 +151,63 @@ def test_conv_act_parity():
                 lo = min(float(t.min()) for t in seen)
                 assert hi > 6.0 and lo < -3.0, (kind, act, lo, hi)
     assert not failures, "\n".join(failures)
+
+
+def _se_seq(act, bare):
+    """torchvision's MBConv block layout (EfficientNet, MobileNetV3): a
+    Sequential of expand, depthwise, SqueezeExcitation (a graph ending in
+    `scale * input`) and the 1x1 projection, which Grove hands the scale to
+    instead of running the multiply (grove_fwd.se): as Conv2dNormActivation
+    (a Sequential, Conv2d + BatchNorm2d) or, bare, a Conv2d with a bias."""
+    import torch.nn as nn
+    from torchvision.ops.misc import Conv2dNormActivation as CNA, SqueezeExcitation
+    A = getattr(nn, act)
+    scale_act = nn.Hardsigmoid if act == "Hardswish" else nn.Sigmoid
+    project = nn.Conv2d(64, 24, 1) if bare else CNA(64, 24, 1, activation_layer=None)
+    return nn.Sequential(
+        CNA(8, 16, 3, activation_layer=A),
+        CNA(16, 64, 1, activation_layer=A),
+        CNA(64, 64, 3, groups=64, activation_layer=A),
+        SqueezeExcitation(64, 8, activation=A, scale_activation=scale_act),
+        project,
+        CNA(24, 10, 1, activation_layer=A))
+
+
+def test_se_scale_in_conv_parity():
+    """Squeeze-excitation's scale applied by the next 1x1 convolution as it
+    reads its rows equals torch's `scale * input` then the convolution: each
+    image's own scale (batches 2 and 3, images of different content), both
+    kinds of projection, on one and two compute threads, in fused chunks and
+    stage by stage."""
+    import torch
+    from grove_export import export
+    from test_graph_export import predict
+    torch.manual_seed(18)
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, (act, bare) in enumerate((("SiLU", False), ("Hardswish", False), ("ReLU", True))):
+            m = _randomize(_se_seq(act, bare), 300 + k)
+            # 2 x 7 x 5: too few rows for fused chunks on two threads (the
+            # stages one after another).
+            for n, (h, w) in ((1, (15, 13)), (3, (9, 23)), (2, (7, 5))):
+                d = os.path.join(tmp, f"se_{act}_{bare}_{h}x{w}")
+                export(m, d, example_input=torch.zeros(1, 8, h, w),
+                       batching={"max_batch_size": 3})
+                x = (np.random.default_rng(40 + k + n).standard_normal((n, 8, h, w)) * 3
+                     ).astype(np.float32)
+                x *= np.arange(1, n + 1, dtype=np.float32).reshape(n, 1, 1, 1)
+                with torch.no_grad():
+                    want = m(torch.from_numpy(x)).numpy()
+                outs = []
+                for threads in (1, 2):
+                    code, err, got = predict(d, tmp, [x], threads=threads)
+                    assert code == 0, (act, bare, err)
+                    g = got[0]
+                    outs.append(g)
+                    assert g.shape == want.shape, (act, g.shape, want.shape)
+                    if not np.allclose(g, want, rtol=RTOL, atol=ATOL):
+                        failures.append(f"{act} bare={bare} batch {n} {h}x{w} threads {threads}: "
+                                        f"max |diff| {float(np.max(np.abs(g - want))):.3g}")
+                # Grove's own threads never change the bits (docs/performance.md).
+                assert np.array_equal(outs[0], outs[1]), (act, bare, n, h, w)
+    assert not failures, "\n".join(failures)
