@@ -40,52 +40,57 @@
 
 #if GROVE__X86_SIMD
 
-/* Rows [r0, r1) x panels [p0, p1) of one product.  A long K is cut into
- * blocks of at most KC, so that the block of a panel (KC x 64 floats,
- * 256 KB) stays in L2 while every row block of x passes over it; the
- * partial sums go through y, and bias and ReLU come with the last block. */
-static void packed_rows(const grove__linear_pack *p, const float *x, const float *bias, float *y,
-                        int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
-
-/* Rows [r0, r1) x panels [p0, p1) of one product, in blocks of rows whose
- * x stays in L2 while every panel passes over it: a long product (a
- * transformer's 2,048 token rows at batch 16) would otherwise read all of x
- * from memory once per panel.  Each output is computed as packed_rows
- * computes it, so the bits do not depend on the blocking. */
+/* Rows [r0, r1) x panels [p0, p1) of one product, blocked for the caches:
+ *
+ *  - A long K is cut into blocks of at most KC (kc depends on K alone), so
+ *    that the block of a panel (kc x 64 floats, at most 256 KB) stays in L2
+ *    while the rows pass over it; the partial sums go through y, and bias
+ *    and ReLU come with the last block.
+ *  - Rows go in blocks of mc, whose kc-wide slice of x (X_BLOCK_BYTES) stays
+ *    in L2 while every panel's block of that k range passes over it, so the
+ *    weight is read once per block of rows and x once in all.  mc is set by
+ *    kc, not K: set by K, a 3x3 convolution's patch rows (K 4,608, ResNet-50's
+ *    layer4) went 12 rows a block, and its 9.4 MB weight streamed from L3
+ *    five times for the 49 rows of an image (2.3x ONNX Runtime's time on that
+ *    layer); a transformer's 2,048 token rows at batch 16 would otherwise read
+ *    all of x from memory once per panel.
+ *
+ * Each output element is the same sequence of tile calls (block kb of K
+ * after block kb - 1, through y) whatever the blocking of rows and panels
+ * and whichever tile height covers it, so the bits do not depend on M, on
+ * the cut into chunks, or on the thread count. */
 static void packed_part(const grove__linear_pack *p, const float *x, const float *bias, float *y,
                         int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
-  enum { X_BLOCK_BYTES = 256 * 1024 };
-  int64_t mc = X_BLOCK_BYTES / ((p->K > 0 ? p->K : 1) * (int64_t)sizeof(float));
-  mc = mc < MR ? MR : mc - mc % MR;
-  for (int64_t rb = r0; rb < r1; rb += mc)
-    packed_rows(p, x, bias, y, relu, rb, r1 - rb < mc ? r1 : rb + mc, p0, p1);
-}
-
-static void packed_rows(const grove__linear_pack *p, const float *x, const float *bias, float *y,
-                        int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  enum { X_BLOCK_BYTES = 512 * 1024 };
   const int64_t N = p->N, K = p->K;
   const bool avx2 = p->kind == GROVE__GEMM_KIND_AVX2;
   const int64_t kblocks = K > KC ? (K + KC - 1) / KC : 1;
   const int64_t kc = (K + kblocks - 1) / kblocks;
-  for (int64_t pi = p0; pi < p1; pi++) {
-    grove__yield_point();
-    int w = grove__gemm_panel_width(N, pi);
-    int64_t n0 = pi * NR;
-    int ncols = (int)(N - n0 < NR ? N - n0 : NR);
-    const float *B = p->data + pi * K * NR;
+  int64_t mc = X_BLOCK_BYTES / ((kc > 0 ? kc : 1) * (int64_t)sizeof(float));
+  mc = mc < MR ? MR : mc - mc % MR;
+  for (int64_t rb = r0; rb < r1; rb += mc) {
+    const int64_t re = r1 - rb < mc ? r1 : rb + mc;
     for (int64_t kb = 0; kb < kblocks; kb++) {
-      int64_t k0 = kb * kc, kn = K - k0 < kc ? K - k0 : kc;
-      bool last = kb == kblocks - 1;
-      const float *bp = bias && last ? bias + n0 : NULL;
-      int flags = (kb > 0 ? GROVE__TILE_ACCUMULATE : 0) | (relu && last ? GROVE__TILE_RELU : 0);
-      for (int64_t i = r0; i < r1; i += MR) {
-        int mr = (int)(r1 - i < MR ? r1 - i : MR);
-        if (avx2)
-          grove__gemm_tiles2[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * 16, K * 16, bp,
-                                                 y + i * N + n0, N, ncols, flags);
-        else
-          grove__gemm_tiles512[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * w, bp,
+      const int64_t k0 = kb * kc, kn = K - k0 < kc ? K - k0 : kc;
+      const bool last = kb == kblocks - 1;
+      const int flags =
+          (kb > 0 ? GROVE__TILE_ACCUMULATE : 0) | (relu && last ? GROVE__TILE_RELU : 0);
+      for (int64_t pi = p0; pi < p1; pi++) {
+        grove__yield_point();
+        const int w = grove__gemm_panel_width(N, pi);
+        const int64_t n0 = pi * NR;
+        const int ncols = (int)(N - n0 < NR ? N - n0 : NR);
+        const float *B = p->data + pi * K * NR;
+        const float *bp = bias && last ? bias + n0 : NULL;
+        for (int64_t i = rb; i < re; i += MR) {
+          const int mr = (int)(re - i < MR ? re - i : MR);
+          if (avx2)
+            grove__gemm_tiles2[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * 16, K * 16, bp,
                                                    y + i * N + n0, N, ncols, flags);
+          else
+            grove__gemm_tiles512[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * w, bp,
+                                                     y + i * N + n0, N, ncols, flags);
+        }
       }
     }
   }
