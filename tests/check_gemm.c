@@ -168,16 +168,18 @@ START_TEST(test_long_k) {
 }
 END_TEST
 
-/* A product whose K spans several blocks and whose rows span several row
+/* Products whose K spans several blocks and whose rows span several row
  * blocks (packed_part: the weight read once per block of rows, every panel
- * over a block's k range before the next k range): each row comes out
- * bit for bit as it does when it is the only row, on 1 and 2 threads, and
+ * over a block's k range before the next k range): each row comes out bit
+ * for bit as it does when it is the only row, on 1 and 2 threads, and
  * within tolerance of the reference.  A convolution's image must not depend
  * on the batch it came in (check_conv test_winograd_by_image), and this is
- * what that rests on in the kernel. */
-START_TEST(test_row_blocks_bitwise) {
-  unsetenv("GROVE_GEMM");
-  const int64_t M = 200, N = 70, K = 2500;
+ * what that rests on in the kernel.  The second weight (130 x 2,500, 1.3 MB)
+ * takes the tiles that prefetch the next block (a weight of 1 MB or more):
+ * in the 200-row product only the first tiles of each block prefetch, and
+ * a row alone is a prefetching tile, so the two kinds of tile must give the
+ * same bits. */
+static void check_row_blocks(int64_t M, int64_t N, int64_t K) {
   float *W = rand_buf(N * K, 5, 4.0f / (float)K);
   float *x = rand_buf(M * K, 6, 1.0f);
   float *b = rand_buf(N, 7, 0.5f);
@@ -197,8 +199,8 @@ START_TEST(test_row_blocks_bitwise) {
     for (int64_t i = 0; i < M; i += 13) {
       grove__linear_run(p, x + i * K, 1, b, one, GROVE__ACT_RELU);
       ck_assert_msg(memcmp(one, all + i * N, (size_t)N * sizeof(float)) == 0,
-                    "row %lld of %lld differs from the row alone (threads %d)", (long long)i,
-                    (long long)M, t);
+                    "N=%lld K=%lld: row %lld of %lld differs from the row alone (threads %d)",
+                    (long long)N, (long long)K, (long long)i, (long long)M, t);
     }
   }
   grove_set_compute_threads(1);
@@ -209,6 +211,12 @@ START_TEST(test_row_blocks_bitwise) {
   free(want);
   free(all);
   free(one);
+}
+
+START_TEST(test_row_blocks_bitwise) {
+  unsetenv("GROVE_GEMM");
+  check_row_blocks(200, 70, 2500);
+  check_row_blocks(200, 130, 2500);
 }
 END_TEST
 
