@@ -61,16 +61,19 @@
  * the cut into chunks, or on the thread count. */
 static void packed_part(const grove__linear_pack *p, const float *x, const float *bias, float *y,
                         int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
-  enum { X_BLOCK_BYTES = 512 * 1024, PREFETCH_BYTES = 1 << 20 };
+  enum { X_BLOCK_BYTES = 512 * 1024, PREFETCH_BYTES = 256 * 1024 };
   const int64_t N = p->N, K = p->K;
   const bool avx2 = p->kind == GROVE__GEMM_KIND_AVX2;
   const int64_t kblocks = K > KC ? (K + KC - 1) / KC : 1;
   const int64_t kc = (K + kblocks - 1) / kblocks;
   int64_t mc = X_BLOCK_BYTES / ((kc > 0 ? kc : 1) * (int64_t)sizeof(float));
   mc = mc < MR ? MR : mc - mc % MR;
-  /* Prefetching the next block (below) pays for a weight of 1 MB or more,
-   * which comes from L3; for one that stays in L2 the extra load per k
-   * step cost 10-20% (ResNet-50's stem and layer1). */
+  /* Prefetching the next block (below) pays for a weight of 256 KB or
+   * more: a forward's weights pass through L2 once each, so such a weight
+   * comes from L3 (ResNet-50's layer4, 2 to 9.4 MB, took 13-19% less time
+   * with it; layer3's Winograd 3x3, sixteen 256 KB products, 20-30% less
+   * than with the bound at 1 MB).  Smaller ones (the stem's 37 KB, reused
+   * by thousands of rows) keep the plain tiles and their one load less. */
   const bool pf_on = !avx2 && (double)N * (double)K * sizeof(float) >= (double)PREFETCH_BYTES;
   for (int64_t rb = r0; rb < r1; rb += mc) {
     const int64_t re = r1 - rb < mc ? r1 : rb + mc;
@@ -88,8 +91,7 @@ static void packed_part(const grove__linear_pack *p, const float *x, const float
         const float *bp = bias && last ? bias + n0 : NULL;
         /* The block the tiles read next (the next panel's, or the next k
          * range's first), which the tiles of this one prefetch a line per k
-         * step, in turn: a weight beyond L2 (ResNet-50's layer4, 2 to 9.4
-         * MB) otherwise reached each block's first tile from L3. */
+         * step, in turn: otherwise each block's first tile waited on L3. */
         const char *next = NULL;
         int64_t next_bytes = 0;
         if (pf_on) {
