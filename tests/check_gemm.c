@@ -168,6 +168,58 @@ START_TEST(test_long_k) {
 }
 END_TEST
 
+/* Products whose K spans several blocks and whose rows span several row
+ * blocks (packed_part: the weight read once per block of rows, every panel
+ * over a block's k range before the next k range): each row comes out bit
+ * for bit as it does when it is the only row, on 1 and 2 threads, and
+ * within tolerance of the reference.  A convolution's image must not depend
+ * on the batch it came in (check_conv test_winograd_by_image), and this is
+ * what that rests on in the kernel.  The first weight (20 x 2,500, 200 KB)
+ * runs the plain tiles; the second (130 x 2,500, 1.3 MB) the tiles that
+ * prefetch the next block (a weight of 256 KB or more): in the 200-row
+ * product only the first tiles of each block prefetch, and a row alone is
+ * a prefetching tile, so the two kinds of tile must give the same bits. */
+static void check_row_blocks(int64_t M, int64_t N, int64_t K) {
+  float *W = rand_buf(N * K, 5, 4.0f / (float)K);
+  float *x = rand_buf(M * K, 6, 1.0f);
+  float *b = rand_buf(N, 7, 0.5f);
+  float *want = malloc((size_t)(M * N) * sizeof(float));
+  float *all = malloc((size_t)(M * N) * sizeof(float));
+  float *one = malloc((size_t)N * sizeof(float));
+  ck_assert_ptr_nonnull(want);
+  ck_assert_ptr_nonnull(all);
+  ck_assert_ptr_nonnull(one);
+  reference(W, x, b, M, N, K, GROVE__ACT_RELU, want);
+  grove__linear_pack *p = grove__linear_pack_new(W, N, K);
+  ck_assert_ptr_nonnull(p);
+  for (int t = 1; t <= 2; t++) {
+    grove_set_compute_threads(t);
+    grove__linear_run(p, x, M, b, all, GROVE__ACT_RELU);
+    ck_assert_int_eq(grove_test_allclose(all, want, (size_t)(M * N), RTOL, ATOL), -1);
+    for (int64_t i = 0; i < M; i += 13) {
+      grove__linear_run(p, x + i * K, 1, b, one, GROVE__ACT_RELU);
+      ck_assert_msg(memcmp(one, all + i * N, (size_t)N * sizeof(float)) == 0,
+                    "N=%lld K=%lld: row %lld of %lld differs from the row alone (threads %d)",
+                    (long long)N, (long long)K, (long long)i, (long long)M, t);
+    }
+  }
+  grove_set_compute_threads(1);
+  grove__linear_pack_free(p);
+  free(W);
+  free(x);
+  free(b);
+  free(want);
+  free(all);
+  free(one);
+}
+
+START_TEST(test_row_blocks_bitwise) {
+  unsetenv("GROVE_GEMM");
+  check_row_blocks(200, 20, 2500);
+  check_row_blocks(200, 130, 2500);
+}
+END_TEST
+
 START_TEST(test_empty_and_degenerate) {
   /* K = 0 is Linear(0, N): the output is the bias (or zeros). */
   float b[3] = {1.0f, -2.0f, 3.0f}, y[6];
@@ -736,6 +788,7 @@ Suite *gemm_suite(void) {
   tcase_add_loop_test(tc, test_shapes_blas_kernel, 0, 8);
   tcase_add_loop_test(tc, test_shapes_avx2_kernel, 0, 8);
   tcase_add_loop_test(tc, test_long_k, 0, 4);
+  tcase_add_test(tc, test_row_blocks_bitwise);
   tcase_add_test(tc, test_empty_and_degenerate);
   tcase_add_test(tc, test_thread_setting);
   tcase_add_test(tc, test_cut_few_panels);

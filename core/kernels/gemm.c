@@ -40,75 +40,93 @@
 
 #if GROVE__X86_SIMD
 
-/* Rows [r0, r1) x panels [p0, p1) of one product.  A long K is cut into
- * blocks of at most KC, so that the block of a panel (KC x 64 floats,
- * 256 KB) stays in L2 while every row block of x passes over it; the
- * partial sums go through y, and bias and ReLU come with the last block.
- * The K blocks are the outer loop and the panels the inner one, so that
- * the rows' slice of one K block is read from L2 by every panel. */
-static void packed_rows(const grove__linear_pack *p, const float *x, const float *bias, float *y,
-                        grove__act act, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
-
-/* Rows of x per block: the rows' slice of one K block (kc floats a row)
- * stays in L2 (2 MB a core here) beside a panel's block while every panel
- * passes over it, so that each weight is read from memory once per block.
- * A ViT-B's products (197 token rows, K = 768 or 3,072) are one block; at
- * 256 KB of whole rows they were 3 to 11, and the MLP's 9.4 MB weights
- * were read from L3 that many times (gemm_shapes, CPU time, one thread:
- * 197 x 768 x 3,072 from 86-105 to 117-149 GFLOP/s).  A transformer's
- * 3,152 rows at batch 16 are still cut, so that x is not read from memory
- * once per panel. */
-enum { X_BLOCK_BYTES = 768 * 1024 };
-
-static int64_t packed_kblocks(int64_t K) {
-  return K > KC ? (K + KC - 1) / KC : 1;
-}
-
-/* Rows [r0, r1) x panels [p0, p1) of one product, in blocks of rows (see
- * X_BLOCK_BYTES).  Each output is computed with the same operations in the
- * same order whatever the blocking (its K blocks in order, the partial sum
- * through y), so the bits depend neither on it nor on the threads' cut. */
+/* Rows [r0, r1) x panels [p0, p1) of one product, blocked for the caches
+ * (the activation act, if any, applied to each tile after its last K block):
+ *
+ *  - A long K is cut into blocks of at most KC (kc depends on K alone), so
+ *    that the block of a panel (kc x 64 floats, at most 256 KB) stays in L2
+ *    while the rows pass over it; the partial sums go through y, and bias
+ *    and ReLU come with the last block.
+ *  - Rows go in blocks of mc, whose kc-wide slice of x (X_BLOCK_BYTES) stays
+ *    in L2 while every panel's block of that k range passes over it, so the
+ *    weight is read once per block of rows and x once in all (768 KB: a
+ *    ViT-B's 197 token rows, K 768 or 3,072, are one block; at 256 KB of
+ *    whole rows its 9.4 MB MLP weights were read from L3 3 to 11 times).  mc is set by
+ *    kc, not K: set by K, a 3x3 convolution's patch rows (K 4,608, ResNet-50's
+ *    layer4) went 12 rows a block, and its 9.4 MB weight streamed from L3
+ *    five times for the 49 rows of an image (2.3x ONNX Runtime's time on that
+ *    layer); a transformer's 2,048 token rows at batch 16 would otherwise read
+ *    all of x from memory once per panel.
+ *
+ * Each output element is the same sequence of tile calls (block kb of K
+ * after block kb - 1, through y) whatever the blocking of rows and panels
+ * and whichever tile height covers it, so the bits do not depend on M, on
+ * the cut into chunks, or on the thread count. */
 static void packed_part(const grove__linear_pack *p, const float *x, const float *bias, float *y,
                         grove__act act, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
-  const int64_t kblocks = packed_kblocks(p->K), kc = (p->K + kblocks - 1) / kblocks;
-  int64_t mc = X_BLOCK_BYTES / ((kc > 0 ? kc : 1) * (int64_t)sizeof(float));
-  mc = mc < MR ? MR : mc - mc % MR;
-  for (int64_t rb = r0; rb < r1; rb += mc)
-    packed_rows(p, x, bias, y, act, rb, r1 - rb < mc ? r1 : rb + mc, p0, p1);
-}
-
-static void packed_rows(const grove__linear_pack *p, const float *x, const float *bias, float *y,
-                        grove__act act, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+  enum { X_BLOCK_BYTES = 768 * 1024, PREFETCH_BYTES = 256 * 1024 };
   const int64_t N = p->N, K = p->K;
   const bool avx2 = p->kind == GROVE__GEMM_KIND_AVX2;
-  const int64_t kblocks = packed_kblocks(K), kc = (K + kblocks - 1) / kblocks;
+  const int64_t kblocks = K > KC ? (K + KC - 1) / KC : 1;
+  const int64_t kc = (K + kblocks - 1) / kblocks;
+  int64_t mc = X_BLOCK_BYTES / ((kc > 0 ? kc : 1) * (int64_t)sizeof(float));
+  mc = mc < MR ? MR : mc - mc % MR;
   const bool relu = act == GROVE__ACT_RELU;
   /* Any other activation (GELU after a transformer's first MLP Linear) is
    * applied to each tile's rows right after the tile's last K block wrote
    * them, while they are in L1, instead of in a pass of its own over y. */
   const grove__act post = relu ? GROVE__ACT_NONE : act;
-  for (int64_t kb = 0; kb < kblocks; kb++) {
-    int64_t k0 = kb * kc, kn = K - k0 < kc ? K - k0 : kc;
-    bool last = kb == kblocks - 1;
-    int flags = (kb > 0 ? GROVE__TILE_ACCUMULATE : 0) | (relu && last ? GROVE__TILE_RELU : 0);
-    for (int64_t pi = p0; pi < p1; pi++) {
-      grove__yield_point();
-      int w = grove__gemm_panel_width(N, pi);
-      int64_t n0 = pi * NR;
-      int ncols = (int)(N - n0 < NR ? N - n0 : NR);
-      const float *B = p->data + pi * K * NR;
-      const float *bp = bias && last ? bias + n0 : NULL;
-      for (int64_t i = r0; i < r1; i += MR) {
-        int mr = (int)(r1 - i < MR ? r1 - i : MR);
-        if (avx2)
-          grove__gemm_tiles2[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * 16, K * 16, bp,
-                                                 y + i * N + n0, N, ncols, flags);
-        else
-          grove__gemm_tiles512[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * w, bp,
+  /* Prefetching the next block (below) pays for a weight of 256 KB or
+   * more: a forward's weights pass through L2 once each, so such a weight
+   * comes from L3 (ResNet-50's layer4, 2 to 9.4 MB, took 13-19% less time
+   * with it; layer3's Winograd 3x3, sixteen 256 KB products, 20-30% less
+   * than with the bound at 1 MB).  Smaller ones (the stem's 37 KB, reused
+   * by thousands of rows) keep the plain tiles and their one load less. */
+  const bool pf_on = !avx2 && (double)N * (double)K * sizeof(float) >= (double)PREFETCH_BYTES;
+  for (int64_t rb = r0; rb < r1; rb += mc) {
+    const int64_t re = r1 - rb < mc ? r1 : rb + mc;
+    for (int64_t kb = 0; kb < kblocks; kb++) {
+      const int64_t k0 = kb * kc, kn = K - k0 < kc ? K - k0 : kc;
+      const bool last = kb == kblocks - 1;
+      const int flags =
+          (kb > 0 ? GROVE__TILE_ACCUMULATE : 0) | (relu && last ? GROVE__TILE_RELU : 0);
+      for (int64_t pi = p0; pi < p1; pi++) {
+        grove__yield_point();
+        const int w = grove__gemm_panel_width(N, pi);
+        const int64_t n0 = pi * NR;
+        const int ncols = (int)(N - n0 < NR ? N - n0 : NR);
+        const float *B = p->data + pi * K * NR;
+        const float *bp = bias && last ? bias + n0 : NULL;
+        /* The block the tiles read next (the next panel's, or the next k
+         * range's first), which the tiles of this one prefetch a line per k
+         * step, in turn: otherwise each block's first tile waited on L3. */
+        const char *next = NULL;
+        int64_t next_bytes = 0;
+        if (pf_on) {
+          const int64_t npi = pi + 1 < p1 ? pi + 1 : p0;
+          const int64_t nkb = pi + 1 < p1 ? kb : kb + 1 < kblocks ? kb + 1 : 0;
+          const int64_t nk0 = nkb * kc, nw = grove__gemm_panel_width(N, npi);
+          next = (const char *)(p->data + npi * K * NR + nk0 * nw);
+          next_bytes = (K - nk0 < kc ? K - nk0 : kc) * nw * (int64_t)sizeof(float);
+        }
+        for (int64_t i = rb, t = 0; i < re; i += MR, t++) {
+          const int mr = (int)(re - i < MR ? re - i : MR);
+          if (avx2) {
+            grove__gemm_tiles2[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * 16, K * 16, bp,
                                                    y + i * N + n0, N, ncols, flags);
-        if (last && post != GROVE__ACT_NONE)
-          for (int r = 0; r < mr; r++)
-            grove__act_apply(post, y + (i + r) * N + n0, y + (i + r) * N + n0, ncols);
+          } else {
+            /* Tile t takes lines [t * kn, (t + 1) * kn) of the next block;
+             * the tiles past its end prefetch nothing. */
+            const int64_t off = t * kn * 64;
+            const int pf = off < next_bytes;
+            grove__gemm_tiles512[pf][mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * w,
+                                                         pf ? next + off : NULL, bp,
+                                                         y + i * N + n0, N, ncols, flags);
+          }
+          if (last && post != GROVE__ACT_NONE)
+            for (int r = 0; r < mr; r++)
+              grove__act_apply(post, y + (i + r) * N + n0, y + (i + r) * N + n0, ncols);
+        }
       }
     }
   }

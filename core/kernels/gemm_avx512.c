@@ -34,14 +34,18 @@ static inline __attribute__((always_inline)) void tile_masks(const int NV, int n
 }
 
 /* acc[0..mr)[0..NV) += A[0..mr, 0..K) . B, B one packed panel NV * 16 wide:
- * per k, NV aligned loads of the panel, mr broadcasts, mr * NV FMAs.  The
+ * per k, NV aligned loads of the panel, mr broadcasts, mr * NV FMAs, and
+ * with prefetch (a compile-time constant) the line at pf + 64 k brought
+ * towards L2 (the next block of the panels, gemm.c packed_part).  The
  * shared inner loop of tile() and gtile(); always inlined with
  * compile-time mr and NV, so acc stays in registers. */
 static inline __attribute__((always_inline)) void tile_fma(const int mr, const int NV, int64_t K,
                                                            const float *A, int64_t lda,
-                                                           const float *B, __m512 acc[MR][4]) {
+                                                           const float *B, const bool prefetch,
+                                                           const char *pf, __m512 acc[MR][4]) {
   for (int64_t k = 0; k < K; k++) {
     __m512 b[4];
+    if (prefetch) _mm_prefetch(pf + k * 64, _MM_HINT_T1);
 #pragma GCC unroll 4
     for (int j = 0; j < NV; j++) b[j] = _mm512_load_ps(B + k * (NV * 16) + j * 16);
 #pragma GCC unroll 6
@@ -57,10 +61,11 @@ static inline __attribute__((always_inline)) void tile_fma(const int mr, const i
  * packed panel of width NV*16.  mr and NV are compile-time constants at
  * every call (the wrappers below), so the accumulator array lives in
  * registers and the loops unroll. */
-static inline __attribute__((always_inline)) void tile(const int mr, const int NV, int64_t K,
+static inline __attribute__((always_inline)) void tile(const int mr, const int NV,
+                                                       const bool prefetch, int64_t K,
                                                        const float *A, int64_t lda, const float *B,
-                                                       const float *bias, float *y, int64_t ldy,
-                                                       int ncols, int flags) {
+                                                       const char *pf, const float *bias, float *y,
+                                                       int64_t ldy, int ncols, int flags) {
   __m512 acc[MR][4];
   __mmask16 mask[4];
   tile_masks(NV, ncols, mask);
@@ -76,7 +81,7 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int N
       for (int j = 0; j < NV; j++) acc[i][j] = _mm512_setzero_ps();
   }
 
-  tile_fma(mr, NV, K, A, lda, B, acc);
+  tile_fma(mr, NV, K, A, lda, B, prefetch, pf, acc);
 
   __m512 bv[4];
 #pragma GCC unroll 4
@@ -98,10 +103,16 @@ static inline __attribute__((always_inline)) void tile(const int mr, const int N
   }
 }
 
-#define TILE_FN(R, V)                                                                          \
-  static void tile_##R##_##V(int64_t K, const float *A, int64_t lda, const float *B,           \
-                             const float *bias, float *y, int64_t ldy, int ncols, int flags) { \
-    tile(R, V, K, A, lda, B, bias, y, ldy, ncols, flags);                                      \
+#define TILE_FN(R, V)                                                                    \
+  static void tile_##R##_##V(int64_t K, const float *A, int64_t lda, const float *B,     \
+                             const char *pf, const float *bias, float *y, int64_t ldy,   \
+                             int ncols, int flags) {                                     \
+    tile(R, V, false, K, A, lda, B, pf, bias, y, ldy, ncols, flags);                     \
+  }                                                                                      \
+  static void tile_pf_##R##_##V(int64_t K, const float *A, int64_t lda, const float *B,  \
+                                const char *pf, const float *bias, float *y, int64_t ldy, \
+                                int ncols, int flags) {                                  \
+    tile(R, V, true, K, A, lda, B, pf, bias, y, ldy, ncols, flags);                      \
   }
 #define TILE_ROW(R) TILE_FN(R, 1) TILE_FN(R, 2) TILE_FN(R, 3) TILE_FN(R, 4)
 TILE_ROW(1)
@@ -110,10 +121,13 @@ TILE_ROW(3)
 TILE_ROW(4)
 TILE_ROW(5)
 TILE_ROW(6)
-#define TILE_REF(R) \
-  { tile_##R##_1, tile_##R##_2, tile_##R##_3, tile_##R##_4 }
-const grove__tile_fn grove__gemm_tiles512[MR][4] = {TILE_REF(1), TILE_REF(2), TILE_REF(3),
-                                                    TILE_REF(4), TILE_REF(5), TILE_REF(6)};
+#define TILE_REF(P, R) \
+  { P##R##_1, P##R##_2, P##R##_3, P##R##_4 }
+const grove__tile_fn grove__gemm_tiles512[2][MR][4] = {
+    {TILE_REF(tile_, 1), TILE_REF(tile_, 2), TILE_REF(tile_, 3), TILE_REF(tile_, 4),
+     TILE_REF(tile_, 5), TILE_REF(tile_, 6)},
+    {TILE_REF(tile_pf_, 1), TILE_REF(tile_pf_, 2), TILE_REF(tile_pf_, 3), TILE_REF(tile_pf_, 4),
+     TILE_REF(tile_pf_, 5), TILE_REF(tile_pf_, 6)}};
 
 /* One tile of a general product: c[0..mr, 0..ncols) = A . B, or c + A . B
  * when add.  Unlike tile() above, the sum over this K block starts from zero
@@ -133,7 +147,7 @@ static inline __attribute__((always_inline)) void gtile(const int mr, const int 
   for (int i = 0; i < mr; i++)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; j++) acc[i][j] = _mm512_setzero_ps();
-  tile_fma(mr, NV, K, A, lda, B, acc);
+  tile_fma(mr, NV, K, A, lda, B, false, NULL, acc);
 #pragma GCC unroll 6
   for (int i = 0; i < mr; i++) {
 #pragma GCC unroll 4

@@ -72,9 +72,13 @@ int grove__gemm_kind(void);
 
 /* y[0..mr, 0..ncols) = act(A[0..mr, 0..K) . B + bias) (+ y with
  * ACCUMULATE), B one packed AVX-512 panel 16 * (v + 1) wide:
- * grove__gemm_tiles512[mr - 1][v] (gemm_avx512.c). */
+ * grove__gemm_tiles512[pf][mr - 1][v] (gemm_avx512.c).  With pf = 1 the
+ * tile also prefetches, towards L2, the K cache lines from pf on (one per
+ * k step; never dereferenced, so any address will do); pf = 0 ignores it.
+ * A hint only: both compute the same bits. */
 typedef void (*grove__tile_fn)(int64_t K, const float *A, int64_t lda, const float *B,
-                               const float *bias, float *y, int64_t ldy, int ncols, int flags);
+                               const char *pf, const float *bias, float *y, int64_t ldy,
+                               int ncols, int flags);
 /* The same over an AVX2 panel whose 16-column strips are ss floats apart:
  * grove__gemm_tiles2[mr - 1][v] (gemm_avx2.c). */
 typedef void (*grove__tile2_fn)(int64_t K, const float *A, int64_t lda, const float *B, int64_t ss,
@@ -86,7 +90,7 @@ typedef void (*grove__gtile_fn)(int64_t K, const float *A, int64_t lda, const fl
                                 int64_t ldc, int ncols, bool add);
 
 #if GROVE__X86_SIMD
-extern const grove__tile_fn grove__gemm_tiles512[GROVE__GEMM_MR][4];
+extern const grove__tile_fn grove__gemm_tiles512[2][GROVE__GEMM_MR][4];
 extern const grove__tile2_fn grove__gemm_tiles2[GROVE__GEMM_MR][4];
 extern const grove__gtile_fn grove__gemm_gtiles[GROVE__GEMM_MR][4];
 

@@ -729,15 +729,18 @@ static void conv_winograd(const conv_impl *p, const float *xt, int64_t cnt, int6
  * Its transformed weight is 16/9 the size of the plain one and its 16
  * products have one row per 2 x 2 tile, so on a small image the products
  * are short and reading the weight dominates: 512 channels at 7 x 7 (16
- * tiles) took 1.7 to 4 times as long as the plain rows, 256 at 14 x 14 (49)
- * about as long, 128 at 28 x 28 (196) 0.6 (bench/conv_bench.c, batch 1, one
- * thread).  Decided by the image, not the batch, so that an image's result
- * does not depend on the batch it came in; GROVE_CONV=winograd keeps it
- * everywhere (tests). */
+ * tiles) took 1.7 to 4 times as long as the plain rows (bench/conv_bench.c,
+ * batch 1, one thread).  From 49 tiles (a 13 x 13 output) it pays:
+ * ResNet-50's layer3 3x3 (256 channels at 14 x 14) took 26% less
+ * convolution time than the plain rows at batch 16 and no more at batch 1
+ * (per-convolution CPU time in the whole forward, one thread), and from 64
+ * tiles (28 x 28 and up) about 0.6 of it.  Decided by the image, not the
+ * batch, so that an image's result does not depend on the batch it came
+ * in; GROVE_CONV=winograd keeps it everywhere (tests). */
 static bool wino_pays(int64_t OH, int64_t OW) {
   const char *force = getenv("GROVE_CONV");
   if (force && strcmp(force, "winograd") == 0) return true;
-  return ((OH + 1) / 2) * ((OW + 1) / 2) >= 64;
+  return ((OH + 1) / 2) * ((OW + 1) / 2) >= 49;
 }
 
 typedef struct rows_fused {
