@@ -4,9 +4,9 @@
  *   DIR/weights.safetensors or weights.pt / .pth / .bin
  *
  * Opening is all or nothing: the tree is built, the checkpoint read and
- * loaded (checked completely before anything is copied), and one trial
- * forward at max_batch_size both proves that the model runs and measures the
- * scratch a worker's arena needs.  Only then, and only if model.json and
+ * loaded (checked completely before anything is copied), and trial
+ * forwards at batch 1 and 2 prove that the model runs and measure the
+ * scratch a worker's arena needs at max_batch_size (size_scratch).  Only then, and only if model.json and
  * the checkpoint are still what they were when the build began, does the
  * caller get a model.
  *
@@ -426,30 +426,69 @@ static grove_status derive_outputs(grove_model *m, const grove_values *a, const 
   return GROVE_OK;
 }
 
-/* Runs one forward at max_batch_size on zeros (every -1 non-batch dimension
- * at 1) and records the arena's high water: the scratch a worker needs for a
- * full batch.  Longer inputs (a sequence dimension above 1) need more; arenas
- * grow on first use and keep the larger size from then on (arena.h). */
-static grove_status size_scratch(grove_model *m, grove_err *err) {
-  grove_arena *arena = grove_arena_new(0);
-  if (!arena) return nomem(err);
-  int64_t batch = m->batching.max_batch_size;
-  grove_values out = {0};
-  grove_status s = trial_forward(m, arena, batch, 1, &out, err);
-  if (!s && m->noutputs > 0) {
-    s = check_outputs(m, &out, err);
-  } else if (!s) {
-    grove_values first = out, second = {0};
-    /* The first pass's outputs live in the arena, which the second pass
-     * resets: keep their shapes only. */
-    for (int i = 0; i < first.n; i++) first.v[i].data = NULL;
-    grove_arena *arena2 = grove_arena_new(0);
-    s = arena2 ? trial_forward(m, arena2, batch == 1 ? 2 : 1, 2, &second, err) : nomem(err);
-    if (!s) s = derive_outputs(m, &first, &second, batch, err);
-    grove_arena_free(arena2);
+/* The scratch of a forward at max_batch_size, from the high waters hw1 at
+ * batch b1 and hw2 at batch b2 > b1: what a pass holds grows with the batch
+ * at most linearly (activations are per row; packs, tables and a
+ * convolution's chunk buffers, which stop growing at their budget, are
+ * not), so the line through the two points bounds it from above, but for
+ * the arena's rounding of every allocation to 64 bytes (a 70-byte row is
+ * 128 bytes at batch 1, 192 at 2, 1152 at 16: 64 above the line) and a
+ * peak that moves to another node as the batch grows.  A sixteenth more
+ * and 64 KB cover both; the pages of a worker's arena are touched only
+ * as far as a pass reaches, so the margin costs address space, not
+ * memory.  Saturates instead of overflowing. */
+static size_t extrapolate(size_t hw1, int64_t b1, size_t hw2, int64_t b2, int64_t batch) {
+  enum { SLACK = 64 << 10 };
+  uint64_t line = hw2 > hw1 ? hw2 : hw1;
+  if (b2 > b1 && hw2 > hw1 && batch > b2) {
+    const uint64_t per = ((uint64_t)(hw2 - hw1) + (uint64_t)(b2 - b1) - 1) / (uint64_t)(b2 - b1);
+    uint64_t more;
+    if (grove__mul_overflow_u64(per, (uint64_t)(batch - b2), &more) || more > SIZE_MAX / 4)
+      return SIZE_MAX / 2;
+    line += more;
   }
-  if (!s) m->arena_bytes = grove_arena_high_water(arena);
-  grove_arena_free(arena);
+  if (line > SIZE_MAX / 4) return SIZE_MAX / 2;
+  return (size_t)(line + line / 16 + SLACK);
+}
+
+/* Sizes a worker's scratch without running a forward at max_batch_size
+ * (at the default 64 a 224 x 224 ResNet-50's touches about 9 GB, all of it
+ * given back after the open): forwards on zeros at batch 1 and 2 (every -1
+ * non-batch dimension at 1) prove that the model runs, check its outputs,
+ * and measure their arenas' high waters, from which extrapolate() takes
+ * the figure for max_batch_size.  A worker's arena is made that large but
+ * its pages are touched only by the batches that need them; a pass larger
+ * than the figure (a longer sequence, a batch whose layers keep more than
+ * the line says) takes overflow chunks once, and the arena keeps the
+ * larger size from then on (arena.h).  So the open's memory is that of a
+ * batch of 2, whatever max_batch_size is. */
+static grove_status size_scratch(grove_model *m, grove_err *err) {
+  const int64_t maxb = m->batching.max_batch_size;
+  const int64_t b1 = 1, b2 = maxb >= 2 ? 2 : 1;
+  grove_arena *a1 = grove_arena_new(0), *a2 = b2 > b1 ? grove_arena_new(0) : a1;
+  grove_values out1 = {0}, out2 = {0};
+  grove_status s = a1 && a2 ? trial_forward(m, a1, b1, 1, &out1, err) : nomem(err);
+  size_t hw1 = s ? 0 : grove_arena_high_water(a1), hw2 = hw1;
+  if (!s && b2 > b1 && !(s = trial_forward(m, a2, b2, 1, &out2, err)))
+    hw2 = grove_arena_high_water(a2);
+  if (b2 == b1) out2 = out1;
+  if (!s && m->noutputs > 0) {
+    s = check_outputs(m, &out1, err);
+    if (!s && b2 > b1) s = check_outputs(m, &out2, err);
+  } else if (!s) {
+    /* The outputs from the pass at batch b2 against one at another batch
+     * with every free dimension at 2.  The first's live in its arena,
+     * which the second pass does not touch: keep their shapes only. */
+    grove_values first = out2, second = {0};
+    for (int i = 0; i < first.n; i++) first.v[i].data = NULL;
+    grove_arena *a3 = grove_arena_new(0);
+    s = a3 ? trial_forward(m, a3, b2 == 1 ? 2 : 1, 2, &second, err) : nomem(err);
+    if (!s) s = derive_outputs(m, &first, &second, b2, err);
+    grove_arena_free(a3);
+  }
+  if (!s) m->arena_bytes = extrapolate(hw1, b1, hw2, b2, maxb);
+  if (a2 != a1) grove_arena_free(a2);
+  grove_arena_free(a1);
   return s;
 }
 
