@@ -48,6 +48,12 @@ typedef struct region {
   grove_arena_mark end;
 } region;
 
+/* A planned cat's buffer (gnode.cat_planned), once a part allocated it. */
+typedef struct catbuf {
+  float *data;
+  int64_t n, h, w;
+} catbuf;
+
 typedef struct run {
   const graph_impl *g;
   grove_fwd *f;
@@ -59,6 +65,7 @@ typedef struct run {
   bool fuse;
   bool channels_last; /* the graph's caller takes channels-last results */
   const grove__graph_tape *tr; /* the training option, or NULL */
+  catbuf *cats; /* per node, for the planned cats (g->has_cat_plans), else NULL */
 } run;
 
 static grove_status node_error(const run *r, int i, grove_status s) {
@@ -172,10 +179,21 @@ static bool channels_last_for(const run *r, int i) {
   return r->channels_last || r->g->nodes[i].last_use != r->g->output;
 }
 
+/* Whether convolution node i writes its result into its slice of the cat
+ * it was planned for: its own result, or the fused chain's that ends in
+ * the cat's part, nothing observes it (an observer or hook sees each
+ * module's own output), and it may be channels last. */
+static bool writes_slice(const run *r, int i, bool cl) {
+  const gnode *n = &r->g->nodes[i];
+  if (n->cat_into < 0 || !r->cats || !cl || !r->fuse || grove__observes(r->f, n->mod)) return false;
+  return (n->fuse_bn < 0 && n->fuse_relu < 0) || fused(r, i);
+}
+
 static grove_status run_module(run *r, int i, gval *res) {
   const gnode *n = &r->g->nodes[i];
   grove_values in = {.n = n->ntensors}, out = {0};
   const bool cl = channels_last_for(r, i);
+  const bool slice = writes_slice(r, i, cl);
   for (int k = 0; k < n->ntensors; k++) {
     const gval *v = argv_(r, &n->args[k]);
     /* An LSTM's state (h0, c0) may come as one tuple value (the (h_n, c_n)
@@ -205,6 +223,15 @@ static grove_status run_module(run *r, int i, gval *res) {
     masks[k] = &v->t[0];
   }
   grove_status s;
+  if (slice) {
+    const catbuf *cb = &r->cats[n->cat_into];
+    r->f->into.channels = n->cat_channels;
+    r->f->into.offset = n->cat_offset;
+    r->f->into.data = cb->data;
+    r->f->into.n = cb->n;
+    r->f->into.h = cb->h;
+    r->f->into.w = cb->w;
+  }
   if (fused(r, i)) {
     const grove_module *mm = n->mod;
     if (mm->type == &grove__linear_type)
@@ -220,6 +247,13 @@ static grove_status run_module(run *r, int i, gval *res) {
     s = grove_module_forward(n->mod, r->f, &in, &out);
     /* A pre-hook that failed leaves the call options unread: drop them. */
     if (n->mod_kind == MK_MHA || nmasks > 0) grove__mha_next_call(r->f, NULL, true, true);
+  }
+  if (slice) {
+    /* The part that allocated the buffer: the cat's from now on. */
+    catbuf *cb = &r->cats[n->cat_into];
+    if (!cb->data && r->f->into.data)
+      *cb = (catbuf){r->f->into.data, r->f->into.n, r->f->into.h, r->f->into.w};
+    memset(&r->f->into, 0, sizeof r->f->into);
   }
   if (s) return s;
   if (out.n < 1) return grove_err_set(r->f->err, GROVE_E_INTERNAL, "the module returned nothing");
@@ -344,11 +378,35 @@ static int classify(run *r, int i, gval *v, bool external, newblk *blk) {
   return nb;
 }
 
+static size_t catbuf_bytes(const catbuf *cb, int64_t channels) {
+  return (size_t)(cb->n * channels * cb->h * cb->w) * sizeof(float);
+}
+
+/* The new block of node i's result that holds a cat buffer i just
+ * allocated (its result is a slice of it), or -1.  The block must be the
+ * whole buffer, whose later slices its view does not reach. */
+static int catbuf_block(const run *r, int i, const gval *v, newblk *blk, int nb) {
+  const gnode *n = &r->g->nodes[i];
+  if (n->cat_into < 0 || !r->cats || v->kind != V_TENSOR) return -1;
+  const catbuf *cb = &r->cats[n->cat_into];
+  const char *p = v->t[0].data, *b = (const char *)cb->data;
+  if (!b || p < b || p >= b + catbuf_bytes(cb, n->cat_channels)) return -1;
+  for (int k = 0; k < nb; k++)
+    if (blk[k].tensors & 1) return k;
+  return -1;
+}
+
 /* After node i: frees what died, keeps what it made. */
 static grove_status settle(run *r, int i, gval *v, bool external) {
   const gnode *n = &r->g->nodes[i];
   newblk blk[GROVE_MAX_VALUES];
   int nb = classify(r, i, v, external, blk);
+  const int cbk = catbuf_block(r, i, v, blk, nb);
+  if (cbk >= 0) {
+    catbuf *cb = &r->cats[n->cat_into];
+    blk[cbk].start = (char *)cb->data;
+    blk[cbk].bytes = catbuf_bytes(cb, n->cat_channels);
+  }
   for (int k = 0; k < n->nargs; k++) release_args(r, &n->args[k], i);
   if (n->last_use < 0) {
     release(r, v); /* nobody reads it: its new blocks are simply forgotten */
@@ -364,6 +422,7 @@ static grove_status settle(run *r, int i, gval *v, bool external) {
     if (r->nregs >= r->g->max_regions)
       return grove_err_set(r->f->err, GROVE_E_INTERNAL, "graph: region table overflow");
     const ptrdiff_t delta = (char *)keep[k].moved - blk[k].start;
+    if (k == cbk) r->cats[n->cat_into].data = (float *)keep[k].moved;
     for (int j = 0; j < v->n; j++) {
       if (!(blk[k].tensors & (1 << j))) continue;
       v->t[j].data = (char *)v->t[j].data + delta;
@@ -373,6 +432,51 @@ static grove_status settle(run *r, int i, gval *v, bool external) {
     for (int j = 0; j < v->n; j++)
       if (blk[k].tensors & (1 << j)) r->regs[r->nregs - 1].refs++;
   }
+  return GROVE_OK;
+}
+
+/* A planned cat (gnode.cat_planned) once one of its parts allocated its
+ * buffer: the parts written into their slices stay where they are, any
+ * other (a convolution that could not take its slice: grouped columns, an
+ * observed module) is copied into its slice, and the result is the
+ * buffer, channels last.  False, with nothing done, when a part does not
+ * fit the buffer (the cat then runs as always and names what is wrong). */
+static grove_status cat_in_place(run *r, int i, gval *res, bool *done) {
+  const gnode *n = &r->g->nodes[i];
+  const catbuf *cb = &r->cats[i];
+  *done = false;
+  if (!cb->data) return GROVE_OK;
+  const garg *items = n->args[0].items;
+  const int np = n->args[0].n;
+  int64_t C = 0;
+  for (int k = 0; k < np; k++) {
+    const gval *v = &r->vals[items[k].node];
+    if (v->kind != V_TENSOR) return GROVE_OK;
+    const grove_tensor *t = &v->t[0];
+    if (t->dtype != GROVE_F32 || t->ndim != 4 || t->shape[0] != cb->n || t->shape[2] != cb->h ||
+        t->shape[3] != cb->w)
+      return GROVE_OK;
+    C += t->shape[1];
+  }
+  if (C != n->cat_channels) return GROVE_OK;
+  grove_tensor y;
+  const int64_t shape[4] = {cb->n, C, cb->h, cb->w};
+  grove_tensor_init(&y, GROVE_F32, 4, shape, cb->data);
+  grove__set_nhwc(&y);
+  int64_t off = 0;
+  for (int k = 0; k < np; off += r->vals[items[k].node].t[0].shape[1], k++) {
+    const grove_tensor *t = &r->vals[items[k].node].t[0];
+    grove_tensor dst = y;
+    dst.shape[1] = t->shape[1];
+    dst.data = cb->data + off;
+    bool same = t->data == dst.data;
+    for (int d = 0; same && d < 4; d++) same = t->strides[d] == dst.strides[d];
+    if (same) continue;
+    grove_status s = grove_tensor_copy(&dst, t, r->f->err);
+    if (s) return s;
+  }
+  set_tensor(res, &y);
+  *done = true;
   return GROVE_OK;
 }
 
@@ -473,7 +577,11 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
            .tr = tr};
   r.vals = grove_arena_alloc(f->arena, (size_t)g->nnodes * sizeof(gval));
   r.regs = tr ? NULL : grove_arena_alloc(f->arena, (size_t)g->max_regions * sizeof(region));
-  if (!r.vals || (!tr && !r.regs))
+  if (!tr && g->has_cat_plans) {
+    r.cats = grove_arena_alloc(f->arena, (size_t)g->nnodes * sizeof(catbuf));
+    if (r.cats) memset(r.cats, 0, (size_t)g->nnodes * sizeof(catbuf));
+  }
+  if (!r.vals || (!tr && !r.regs) || (!tr && g->has_cat_plans && !r.cats))
     return grove_err_set(f->err, GROVE_E_NOMEM, "out of scratch memory");
   r.base = grove_arena_mark_get(f->arena);
   int next_input = 0;
@@ -549,6 +657,10 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
         if (n->op == G_RELU && n->fused_into >= 0 && fused(&r, n->fused_into)) {
           *v = r.vals[n->args[0].node];
           break;
+        }
+        if (n->cat_planned && r.cats) {
+          bool done;
+          if ((s = cat_in_place(&r, i, v, &done)) || done) break;
         }
         s = run_op(&r, i, v);
         break;

@@ -665,7 +665,7 @@ static grove_status resolve_attr(cctx *c, gnode *n, const char *target, const ch
 
 static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
   gnode *n = &c->g->nodes[c->cur];
-  n->fuse_bn = n->fuse_relu = n->fused_into = -1;
+  n->fuse_bn = n->fuse_relu = n->fused_into = n->cat_into = -1;
   n->fuse_act = GROVE__ACT_NONE;
   n->last_use = -1;
   if (!json_is_object(v))
@@ -857,6 +857,67 @@ static void plan_fusion(graph_impl *g) {
   }
 }
 
+/* The convolution computing item, a part of a cat: item itself, or the
+ * convolution that absorbs item as its last fused node (its BatchNorm with
+ * no activation after it, or its activation); -1 when it is neither. */
+static int slice_producer(const graph_impl *g, int item) {
+  const gnode *it = &g->nodes[item];
+  int q = item;
+  if (it->fused_into >= 0) {
+    const gnode *c = &g->nodes[it->fused_into];
+    if (c->fuse_relu != item && !(c->fuse_bn == item && c->fuse_relu < 0)) return -1;
+    q = it->fused_into;
+  }
+  const gnode *n = &g->nodes[q];
+  /* Whether it has a channels-last path is known only once its weights are
+   * packed (by the load, after compiling): the convolution decides. */
+  if (n->op != G_CALL_MODULE || n->mod_kind != MK_PLAIN || n->tuple ||
+      n->mod->type != &grove__conv2d_type)
+    return -1;
+  return q;
+}
+
+/* Every torch.cat(parts, 1) whose parts are all results of convolutions
+ * read by the cat alone (SqueezeNet's Fire modules, Inception's branches)
+ * is planned so that each convolution writes its slice of the cat's buffer
+ * (gnode.cat_into).  Parts that other nodes read too (DenseNet's growing
+ * list of features) leave the cat as it is.  Whether a slice is written is
+ * decided at run time (graph.c): the convolution must produce channels last
+ * at the buffer's batch and size; the cat checks every part and copies as
+ * before when one is not in place. */
+static void plan_cat_slices(graph_impl *g) {
+  for (int i = 0; i < g->nnodes; i++) {
+    gnode *c = &g->nodes[i];
+    if (c->op != G_CAT || c->nargs < 2 || c->args[0].kind != A_LIST || c->args[0].n < 1 ||
+        c->args[0].n > 64 || c->args[1].kind != A_INT || c->args[1].i != 1)
+      continue;
+    const garg *items = c->args[0].items;
+    const int n = c->args[0].n;
+    int64_t total = 0;
+    bool ok = true;
+    for (int k = 0; ok && k < n; k++) {
+      const int it = items[k].kind == A_NODE ? items[k].node : -1;
+      const int q = it >= 0 && g->nodes[it].uses == 1 && g->nodes[it].last_use == i
+                        ? slice_producer(g, it)
+                        : -1;
+      ok = q >= 0 && g->nodes[q].cat_into < 0;
+      if (ok) total += grove__conv_out_channels(g->nodes[q].mod);
+    }
+    if (!ok) continue;
+    int64_t off = 0;
+    for (int k = 0; k < n; k++) {
+      gnode *q = &g->nodes[slice_producer(g, items[k].node)];
+      q->cat_into = i;
+      q->cat_offset = off;
+      q->cat_channels = total;
+      off += grove__conv_out_channels(q->mod);
+    }
+    c->cat_planned = true;
+    c->cat_channels = total;
+    g->has_cat_plans = true;
+  }
+}
+
 /* After the children's refresh (a load or a reload): each convolution
  * that plan_fusion joined to a BatchNorm2d gets it folded into its packed
  * weight (grove__conv_fold_bn). */
@@ -916,6 +977,7 @@ grove_status grove__graph_compile(grove_module *m, const json_t *obj, const char
   /* Regions: at most one per tensor a node produces. */
   g->max_regions = g->nnodes * GROVE_MAX_VALUES + GROVE_MAX_VALUES;
   plan_fusion(g);
+  plan_cat_slices(g);
   g->compiled = true;
   g->type.forward = grove__graph_forward;
   g->type.refresh = graph_refresh;

@@ -41,6 +41,17 @@ typedef struct gnode {
   int fused_into; /* an absorbed node: the node that computes it, or -1 */
   /* What the fuse_relu node applies (a Linear: only ReLU), or NONE. */
   grove__act fuse_act;
+  /* Concatenation slices (plan_cat_slices): a 2-d convolution whose result,
+   * or that of the BatchNorm / activation fused after it, nothing but the
+   * torch.cat node cat_into (dim 1) reads, writes it into channels
+   * [cat_offset, cat_offset + Cout) of the cat's channels-last buffer of
+   * cat_channels channels (grove_fwd.into); -1: not planned.  A cat node
+   * all of whose parts are planned has cat_planned (and cat_channels): its
+   * result is the buffer, into which only the parts that were not written
+   * in place are copied (graph.c cat_in_place). */
+  int cat_into;
+  int64_t cat_offset, cat_channels;
+  bool cat_planned;
 } gnode;
 
 typedef struct graph_impl {
@@ -55,6 +66,7 @@ typedef struct graph_impl {
   int output;         /* index of the output node */
   bool returns_tuple; /* the output's argument is a list */
   int max_regions;
+  bool has_cat_plans; /* some node has cat_planned */
 } graph_impl;
 
 /* ------------------------------------------------------------ the training option */
