@@ -45,7 +45,8 @@
  * 256 KB) stays in L2 while every row block of x passes over it; the
  * partial sums go through y, and bias and ReLU come with the last block. */
 static void packed_rows(const grove__linear_pack *p, const float *x, const float *bias, float *y,
-                        int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1);
+                        int64_t ldy, int relu, int64_t r0, int64_t r1, int64_t p0,
+                        int64_t p1);
 
 /* Rows [r0, r1) x panels [p0, p1) of one product, in blocks of rows whose
  * x stays in L2 while every panel passes over it: a long product (a
@@ -53,16 +54,18 @@ static void packed_rows(const grove__linear_pack *p, const float *x, const float
  * from memory once per panel.  Each output is computed as packed_rows
  * computes it, so the bits do not depend on the blocking. */
 static void packed_part(const grove__linear_pack *p, const float *x, const float *bias, float *y,
-                        int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+                        int64_t ldy, int relu, int64_t r0, int64_t r1, int64_t p0,
+                        int64_t p1) {
   enum { X_BLOCK_BYTES = 256 * 1024 };
   int64_t mc = X_BLOCK_BYTES / ((p->K > 0 ? p->K : 1) * (int64_t)sizeof(float));
   mc = mc < MR ? MR : mc - mc % MR;
   for (int64_t rb = r0; rb < r1; rb += mc)
-    packed_rows(p, x, bias, y, relu, rb, r1 - rb < mc ? r1 : rb + mc, p0, p1);
+    packed_rows(p, x, bias, y, ldy, relu, rb, r1 - rb < mc ? r1 : rb + mc, p0, p1);
 }
 
 static void packed_rows(const grove__linear_pack *p, const float *x, const float *bias, float *y,
-                        int relu, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+                        int64_t ldy, int relu, int64_t r0, int64_t r1, int64_t p0,
+                        int64_t p1) {
   const int64_t N = p->N, K = p->K;
   const bool avx2 = p->kind == GROVE__GEMM_KIND_AVX2;
   const int64_t kblocks = K > KC ? (K + KC - 1) / KC : 1;
@@ -82,10 +85,10 @@ static void packed_rows(const grove__linear_pack *p, const float *x, const float
         int mr = (int)(r1 - i < MR ? r1 - i : MR);
         if (avx2)
           grove__gemm_tiles2[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * 16, K * 16, bp,
-                                                 y + i * N + n0, N, ncols, flags);
+                                                 y + i * ldy + n0, ldy, ncols, flags);
         else
           grove__gemm_tiles512[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * w, bp,
-                                                   y + i * N + n0, N, ncols, flags);
+                                                   y + i * ldy + n0, ldy, ncols, flags);
       }
     }
   }
@@ -113,12 +116,12 @@ static void linear_chunks(void *ctx, int64_t begin, int64_t end) {
       const int64_t pi = c % p->npanels;
       const int64_t r0 = c / p->npanels * cut->rows_per_chunk;
       const int64_t r1 = r0 + cut->rows_per_chunk < jb->M ? r0 + cut->rows_per_chunk : jb->M;
-      packed_part(p, jb->x, jb->bias, jb->y, jb->relu, r0, r1, pi, pi + 1);
+      packed_part(p, jb->x, jb->bias, jb->y, p->N, jb->relu, r0, r1, pi, pi + 1);
     } else {
       const int64_t q0 = c * cut->panels_per_chunk;
       const int64_t q1 =
           q0 + cut->panels_per_chunk < p->npanels ? q0 + cut->panels_per_chunk : p->npanels;
-      packed_part(p, jb->x, jb->bias, jb->y, jb->relu, 0, jb->M, q0, q1);
+      packed_part(p, jb->x, jb->bias, jb->y, p->N, jb->relu, 0, jb->M, q0, q1);
     }
   }
 }
@@ -184,20 +187,26 @@ void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, c
     linear_threaded(threads, p, x, M, bias, y, relu);
     return;
   }
-  packed_part(p, x, bias, y, relu, 0, M, 0, p->npanels);
+  packed_part(p, x, bias, y, p->N, relu, 0, M, 0, p->npanels);
 #endif
 }
 
 void grove__linear_run_alone(const grove__linear_pack *p, const float *x, int64_t M,
                              const float *bias, float *y, grove__act act) {
-  assert(p && M >= 0);
+  grove__linear_run_alone_ld(p, x, M, bias, y, p->N, act);
+}
+
+void grove__linear_run_alone_ld(const grove__linear_pack *p, const float *x, int64_t M,
+                                const float *bias, float *y, int64_t ldy, grove__act act) {
+  assert(p && M >= 0 && ldy >= p->N);
   if (M == 0 || p->N == 0) return;
   if (p->kind == GROVE__GEMM_KIND_BLAS) {
+    assert(ldy == p->N);
     grove__gemm_blas_linear(p, x, M, bias, y, act == GROVE__ACT_RELU);
     return;
   }
 #if GROVE__X86_SIMD
-  packed_part(p, x, bias, y, act == GROVE__ACT_RELU, 0, M, 0, p->npanels);
+  packed_part(p, x, bias, y, ldy, act == GROVE__ACT_RELU, 0, M, 0, p->npanels);
 #endif
 }
 

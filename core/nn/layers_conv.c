@@ -716,9 +716,15 @@ static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
     const int64_t r0 = block_row(w, j0), r1 = block_row(w, j1);
     if (!w->direct) par_rows(&w->rows, r0, r1);
     if (w->into_y) {
-      grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, w->ep.shift,
-                              w->ep.dst + r0 * n, w->ep.relu ? GROVE__ACT_RELU : GROVE__ACT_NONE);
-      grove__act_apply(w->ep.post, w->ep.dst + r0 * n, w->ep.dst + r0 * n, (r1 - r0) * n);
+      /* ldo: floats per output position (Cout, or a cat's channels). */
+      const int64_t ldo = w->ep.ldo;
+      float *y = w->ep.dst + r0 * ldo;
+      grove__linear_run_alone_ld(w->pack, w->x + r0 * w->K, r1 - r0, w->ep.shift, y, ldo,
+                                 w->ep.relu ? GROVE__ACT_RELU : GROVE__ACT_NONE);
+      if (ldo == n)
+        grove__act_apply(w->ep.post, y, y, (r1 - r0) * n);
+      else
+        for (int64_t r = 0; r < r1 - r0; r++) grove__act_apply(w->ep.post, y + r * ldo, y + r * ldo, n);
       continue;
     }
     grove__linear_run_alone(w->pack, w->x + r0 * w->K, r1 - r0, NULL, w->acc + r0 * n,
@@ -802,7 +808,7 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
                         .ep = ep, .pack = packs[g], .x = direct ? xt : rows, .acc = acc,
                         .direct = direct, .nhwc_out = nhwc_out, .blocks = (P + 15) / 16,
                         .P = P, .K = direct ? C : K,
-                        .into_y = nhwc_out && G == 1 && scale == p->ones && ldo == p->cout};
+                        .into_y = nhwc_out && G == 1 && scale == p->ones};
         w.floats = 16 * (K + cout_g);
         const int64_t nblk = cnt * w.blocks;
         grove__parallel_for(nblk, fused_grain(nblk, 16 * K * cout_g, 16), par_rows_fused, &w);
