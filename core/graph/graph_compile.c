@@ -665,7 +665,7 @@ static grove_status resolve_attr(cctx *c, gnode *n, const char *target, const ch
 
 static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
   gnode *n = &c->g->nodes[c->cur];
-  n->fuse_bn = n->fuse_relu = n->fused_into = n->cat_into = -1;
+  n->fuse_bn = n->fuse_relu = n->fused_into = n->cat_into = n->cat_part = -1;
   n->fuse_act = GROVE__ACT_NONE;
   n->last_use = -1;
   if (!json_is_object(v))
@@ -877,43 +877,75 @@ static int slice_producer(const graph_impl *g, int item) {
   return q;
 }
 
-/* Every torch.cat(parts, 1) whose parts are all results of convolutions
- * read by the cat alone (SqueezeNet's Fire modules, Inception's branches)
- * is planned so that each convolution writes its slice of the cat's buffer
- * (gnode.cat_into).  Parts that other nodes read too (DenseNet's growing
- * list of features) leave the cat as it is.  Whether a slice is written is
- * decided at run time (graph.c): the convolution must produce channels last
- * at the buffer's batch and size; the cat checks every part and copies as
- * before when one is not in place. */
+/* Whether node c is a torch.cat of a list of 1 to 64 distinct nodes along
+ * dim 1. */
+static bool cat_of_nodes(const gnode *c) {
+  if (c->op != G_CAT || c->nargs < 2 || c->args[0].kind != A_LIST || c->args[0].n < 1 ||
+      c->args[0].n > 64 || c->args[1].kind != A_INT || c->args[1].i != 1)
+    return false;
+  const garg *it = c->args[0].items;
+  for (int k = 0; k < c->args[0].n; k++) {
+    if (it[k].kind != A_NODE) return false;
+    for (int j = 0; j < k; j++)
+      if (it[j].node == it[k].node) return false;
+  }
+  return true;
+}
+
+/* Plans the chains of gnode.cat_into, latest cat first (a cat that ends a
+ * chain claims its prefixes).  A part becomes its convolution's slice when
+ * the chain's cats are its only readers; any other part (the block's input
+ * of a DenseNet block, a pool's result) is copied into its slice by the
+ * first cat that lists it, once, and must exist before the chain's first
+ * node runs (the buffer's channel count is then known when it is made).
+ * A chain without a convolution writing its slice is left alone: its cat
+ * would only copy as always, into a layout its readers may not want.
+ * Whether a slice is written is decided at run time (graph.c): the
+ * convolution must produce channels last at the buffer's batch and size;
+ * a cat copies every part it finds elsewhere. */
 static void plan_cat_slices(graph_impl *g) {
-  for (int i = 0; i < g->nnodes; i++) {
-    gnode *c = &g->nodes[i];
-    if (c->op != G_CAT || c->nargs < 2 || c->args[0].kind != A_LIST || c->args[0].n < 1 ||
-        c->args[0].n > 64 || c->args[1].kind != A_INT || c->args[1].i != 1)
-      continue;
-    const garg *items = c->args[0].items;
-    const int n = c->args[0].n;
-    int64_t total = 0;
-    bool ok = true;
-    for (int k = 0; ok && k < n; k++) {
-      const int it = items[k].kind == A_NODE ? items[k].node : -1;
-      const int q = it >= 0 && g->nodes[it].uses == 1 && g->nodes[it].last_use == i
-                        ? slice_producer(g, it)
-                        : -1;
-      ok = q >= 0 && g->nodes[q].cat_into < 0;
-      if (ok) total += grove__conv_out_channels(g->nodes[q].mod);
+  for (int f = g->nnodes - 1; f >= 0; f--) {
+    gnode *F = &g->nodes[f];
+    if (!cat_of_nodes(F) || F->cat_into >= 0) continue;
+    const garg *items = F->args[0].items;
+    const int n = F->args[0].n;
+    int reads[64], writer[64], members[64], nm = 0, first = f;
+    for (int k = 0; k < n; k++) reads[k] = 1;
+    for (int c = 0; c < f && nm < 64; c++) {
+      const gnode *C = &g->nodes[c];
+      if (!cat_of_nodes(C) || C->cat_into >= 0 || C->args[0].n > n) continue;
+      bool prefix = true;
+      for (int k = 0; prefix && k < C->args[0].n; k++)
+        prefix = C->args[0].items[k].node == items[k].node;
+      if (!prefix) continue;
+      members[nm++] = c;
+      for (int k = 0; k < C->args[0].n; k++) reads[k]++;
+      if (c < first) first = c;
     }
-    if (!ok) continue;
-    int64_t off = 0;
+    int writers = 0;
     for (int k = 0; k < n; k++) {
-      gnode *q = &g->nodes[slice_producer(g, items[k].node)];
-      q->cat_into = i;
-      q->cat_offset = off;
-      q->cat_channels = total;
-      off += grove__conv_out_channels(q->mod);
+      const int it = items[k].node;
+      const int q = g->nodes[it].uses == reads[k] ? slice_producer(g, it) : -1;
+      writer[k] = q >= 0 && g->nodes[q].cat_into < 0 ? q : -1;
+      if (writer[k] >= 0) {
+        writers++;
+        if (q < first) first = q;
+      }
     }
-    c->cat_planned = true;
-    c->cat_channels = total;
+    bool ok = writers > 0;
+    for (int k = 0; ok && k < n; k++) ok = writer[k] >= 0 || items[k].node < first;
+    if (!ok) continue;
+    for (int k = 0; k < n; k++) {
+      if (writer[k] < 0) continue;
+      g->nodes[writer[k]].cat_into = f;
+      g->nodes[writer[k]].cat_part = k;
+    }
+    for (int m = 0; m < nm; m++) {
+      g->nodes[members[m]].cat_into = f;
+      g->nodes[members[m]].cat_planned = true;
+    }
+    F->cat_into = f;
+    F->cat_planned = true;
     g->has_cat_plans = true;
   }
 }

@@ -41,16 +41,16 @@ typedef struct gnode {
   int fused_into; /* an absorbed node: the node that computes it, or -1 */
   /* What the fuse_relu node applies (a Linear: only ReLU), or NONE. */
   grove__act fuse_act;
-  /* Concatenation slices (plan_cat_slices): a 2-d convolution whose result,
-   * or that of the BatchNorm / activation fused after it, nothing but the
-   * torch.cat node cat_into (dim 1) reads, writes it into channels
-   * [cat_offset, cat_offset + Cout) of the cat's channels-last buffer of
-   * cat_channels channels (grove_fwd.into); -1: not planned.  A cat node
-   * all of whose parts are planned has cat_planned (and cat_channels): its
-   * result is the buffer, into which only the parts that were not written
-   * in place are copied (graph.c cat_in_place). */
-  int cat_into;
-  int64_t cat_offset, cat_channels;
+  /* Concatenations in place (plan_cat_slices, graph_compile.c).  A chain
+   * is a torch.cat(parts, 1) node F and the cats before it whose parts are
+   * a prefix of F's (DenseNet's growing features; SqueezeNet's Fire: F
+   * alone).  Every member has cat_into = F and cat_planned: its result is
+   * the first channels of F's channels-last buffer, into which each part is
+   * written or copied once.  A 2-d convolution whose result (or that of
+   * the BatchNorm / activation fused after it) is part cat_part of F and
+   * is read by the chain alone has cat_into = F too: it writes that result
+   * straight into its slice (grove_fwd.into).  -1: not planned. */
+  int cat_into, cat_part;
   bool cat_planned;
 } gnode;
 

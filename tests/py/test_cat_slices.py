@@ -11,8 +11,9 @@ listed in another order than they run; a Fire-like block inside a Sequential
 (its cat stays channels last for the next convolution) and as the model's
 output (made contiguous for the caller); and the cats the planner must not
 touch: along dims 2 and 3, with a part that another node also reads, with a
-part that is not a convolution, with a part that is a cat itself (DenseNet's
-growing features).  Batch 1 and 3, odd image sizes.  Exported with
+part that is not a convolution, with a part that is a cat itself; and
+torchvision's DenseNet blocks, whose growing list of features is one buffer
+that each layer's convolution writes its slice of.  Batch 1 and 3, odd image sizes.  Exported with
 tools/grove_export.py, run with `grove predict --local`, compared within
 rtol 1e-4 / atol 1e-5.
 """
@@ -120,7 +121,28 @@ def _models():
             grow = torch.cat([shared, self.f(torch.cat([shared, self.e(x) * 2, x[:, :1]], 1))], 1)
             return h, w, torch.cat([shared + c.sum(1, keepdim=True), mixed], 1), grow
 
-    return (("parts", Parts), ("fires", Fires), ("untouched", Untouched))
+    class Dense(nn.Module):
+        """torchvision's own DenseNet block (torch.cat of a growing list: each
+        layer's cat is a prefix of the next's) at odd widths, its input a
+        pool's result (copied into the block's buffer once) and its output
+        read by a transition."""
+
+        def __init__(self):
+            super().__init__()
+            from torchvision.models.densenet import _DenseBlock, _Transition
+            self.stem = nn.Conv2d(6, 5, 3, 1, 1)
+            self.pool = nn.MaxPool2d(2, 2, ceil_mode=True)
+            self.block = _DenseBlock(num_layers=4, num_input_features=5, bn_size=3,
+                                     growth_rate=7, drop_rate=0)
+            self.trans = _Transition(5 + 4 * 7, 11)
+            self.block2 = _DenseBlock(num_layers=2, num_input_features=11, bn_size=2,
+                                      growth_rate=3, drop_rate=0)
+
+        def forward(self, x):
+            y = self.block(self.pool(self.stem(x)))
+            return y, self.block2(self.trans(y))
+
+    return (("parts", Parts), ("fires", Fires), ("untouched", Untouched), ("dense", Dense))
 
 
 def test_cat_slices_parity():
