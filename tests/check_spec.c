@@ -922,6 +922,26 @@ START_TEST(test_outputs_must_match) {
 }
 END_TEST
 
+/* dir/model.json from spec (single-quoted JSON) and dir/weights.safetensors
+ * from the tree's own state_dict, after fill (may be NULL: its zeros) sets
+ * the values. */
+static void write_model_dir(const char *dir, const char *spec, void (*fill)(grove_state_dict *)) {
+  write_text(dir, "model.json", spec);
+  char *text = J(spec);
+  grove_err err = {0};
+  grove_model *m = NULL;
+  ck_assert_ok(grove_model_from_spec(text, "model.json", &m, &err), &err);
+  grove_state_dict *sd = grove_sd_new();
+  ck_assert_ok(grove_module_state_dict(m->root, NULL, sd, &err), &err);
+  if (fill) fill(sd);
+  char *w = path2(dir, "weights.safetensors");
+  ck_assert_ok(grove_safetensors_write(w, sd, &err), &err);
+  grove_sd_free(sd);
+  grove_model_free(m);
+  free(w);
+  free(text);
+}
+
 START_TEST(test_architecture_that_does_not_run) {
   char *dir = strdup(grove_test_tmpdir());
   const char *spec =
@@ -929,25 +949,14 @@ START_TEST(test_architecture_that_does_not_run) {
       "'shape': [-1, 64]}], 'module': {'type': 'Sequential', 'children': ["
       "{'type': 'Linear', 'in_features': 64, 'out_features': 32},"
       "{'type': 'Linear', 'in_features': 16, 'out_features': 10}]}}";
-  write_text(dir, "model.json", spec);
   /* Weights that fit the tree (its own zeros). */
-  char *text = J(spec);
+  write_model_dir(dir, spec, NULL);
   grove_err err = {0};
-  grove_model *m = NULL;
-  ck_assert_ok(grove_model_from_spec(text, "model.json", &m, &err), &err);
-  grove_state_dict *sd = grove_sd_new();
-  ck_assert_ok(grove_module_state_dict(m->root, NULL, sd, &err), &err);
-  char *w = path2(dir, "weights.safetensors");
-  ck_assert_ok(grove_safetensors_write(w, sd, &err), &err);
-  grove_sd_free(sd);
-  grove_model_free(m);
-  m = (grove_model *)1;
+  grove_model *m = (grove_model *)1;
   ck_assert_status(grove_model_open(dir, NULL, &m, &err), GROVE_E_SHAPE);
   ck_assert_ptr_null(m);
   ck_assert_msg(strstr(err.msg, dir) && strstr(err.msg, "trial forward on zero inputs (batch 1)"),
                 "%s", err.msg);
-  free(w);
-  free(text);
   rm_rf(dir);
   free(dir);
 }
@@ -974,6 +983,16 @@ static void reset_peak_rss(void) {
   fclose(f);
 }
 
+/* Weight and bias values of the Conv2d below that are not its zeros. */
+static void conv_weights(grove_state_dict *sd) {
+  grove_tensor *w = grove_sd_get(sd, "weight"), *b = grove_sd_get(sd, "bias");
+  ck_assert_ptr_nonnull(w);
+  ck_assert_ptr_nonnull(b);
+  float *wd = w->data, *bd = b->data;
+  for (int64_t i = 0; i < grove_tensor_numel(w); i++) wd[i] = (float)((i * 37 % 23) - 11) / 50.0f;
+  for (int64_t i = 0; i < grove_tensor_numel(b); i++) bd[i] = (float)i / 10.0f - 0.7f;
+}
+
 /* Opening at max_batch_size 64 does not run a forward at 64: a Conv2d(3,
  * 16, 3) on 128 x 128 images produces 1 MB per image, 64 MB at batch 64,
  * and the open's peak memory stays under 24 MB above what it was before
@@ -987,24 +1006,9 @@ START_TEST(test_open_memory_bounded_by_small_trials) {
       "'shape': [-1, 3, 128, 128]}], 'batching': {'max_batch_size': 64}, 'module': "
       "{'type': 'Conv2d', 'in_channels': 3, 'out_channels': 16, 'kernel_size': 3, "
       "'padding': 1}}";
-  write_text(dir, "model.json", spec);
-  char *text = J(spec);
+  write_model_dir(dir, spec, conv_weights);
   grove_err err = {0};
   grove_model *m = NULL;
-  ck_assert_ok(grove_model_from_spec(text, "model.json", &m, &err), &err);
-  grove_state_dict *sd = grove_sd_new();
-  ck_assert_ok(grove_module_state_dict(m->root, NULL, sd, &err), &err);
-  grove_tensor *w = grove_sd_get(sd, "weight"), *b = grove_sd_get(sd, "bias");
-  ck_assert_ptr_nonnull(w);
-  ck_assert_ptr_nonnull(b);
-  float *wd = w->data, *bd = b->data;
-  for (int64_t i = 0; i < grove_tensor_numel(w); i++) wd[i] = (float)((i * 37 % 23) - 11) / 50.0f;
-  for (int64_t i = 0; i < grove_tensor_numel(b); i++) bd[i] = (float)i / 10.0f - 0.7f;
-  char *wpath = path2(dir, "weights.safetensors");
-  ck_assert_ok(grove_safetensors_write(wpath, sd, &err), &err);
-  grove_sd_free(sd);
-  grove_model_free(m);
-  m = NULL;
 
   const size_t image_out = (size_t)16 * 128 * 128 * sizeof(float);
   reset_peak_rss();
@@ -1045,8 +1049,6 @@ START_TEST(test_open_memory_bounded_by_small_trials) {
   grove_arena_free(arena);
   free(xd);
   grove_model_free(m);
-  free(wpath);
-  free(text);
   rm_rf(dir);
   free(dir);
 }

@@ -29,19 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 RTOL, ATOL = 1e-4, 1e-5
 
-
-def _randomize(m, seed):
-    import torch
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for mod in m.modules():
-            if isinstance(mod, torch.nn.BatchNorm2d):
-                n = mod.num_features
-                mod.running_mean.copy_(torch.randn(n, generator=g) * 0.5)
-                mod.running_var.copy_(torch.rand(n, generator=g) + 0.2)
-                mod.weight.copy_(torch.rand(n, generator=g) * 2 + 0.5)
-                mod.bias.copy_(torch.randn(n, generator=g))
-    return m.eval()
+from test_conv_act import _randomize  # noqa: E402 (BatchNorm statistics not the defaults)
 
 
 def _models():
