@@ -270,6 +270,8 @@ static grove_status run_module(run *r, int i, gval *res) {
     const grove_module *mm = n->mod;
     if (mm->type == &grove__linear_type)
       s = grove__linear_forward_act(mm, r->f, &in, &out, GROVE__ACT_RELU);
+    else if (mm->type == &grove__batch_norm2d_type)
+      s = grove__bn2d_act_forward(mm, r->f, &in, &out, n->fuse_act);
     else
       s = grove__conv_bn_act_forward(mm, n->fuse_bn >= 0 ? r->g->nodes[n->fuse_bn].mod : NULL,
                                      n->fuse_act, r->f, &in, &out, cl);

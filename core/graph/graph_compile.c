@@ -836,6 +836,19 @@ static void plan_fusion(graph_impl *g) {
     gnode *n = &g->nodes[i];
     if (n->op != G_CALL_MODULE || n->fused_into >= 0 || n->nargs != 1) continue;
     const grove_module_type *t = n->mod->type;
+    if (t == &grove__batch_norm2d_type) {
+      /* A BatchNorm2d no convolution absorbed (a pre-activation block:
+       * DenseNet's norm1 + relu1) applies the activation after it in its
+       * own pass (grove__bn2d_act_forward). */
+      const int r = sole_reader(g, i);
+      const grove__act act = r >= 0 ? node_act(g, r) : GROVE__ACT_NONE;
+      if (act != GROVE__ACT_NONE) {
+        n->fuse_relu = r;
+        n->fuse_act = act;
+        g->nodes[r].fused_into = i;
+      }
+      continue;
+    }
     bool conv = t == &grove__conv1d_type || t == &grove__conv2d_type;
     if (!conv && t != &grove__linear_type) continue;
     int r = sole_reader(g, i);

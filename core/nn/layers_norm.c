@@ -204,6 +204,7 @@ typedef struct bn2d_par {
   int64_t C, L;
   const float *a, *b;
   int64_t ld; /* NHWC: floats from one position of x to the next */
+  grove__act act; /* applied to each run just written (NONE: none) */
 } bn2d_par;
 
 /* The floats between positions of a channels-last [N, C, H, W] x whose
@@ -225,6 +226,7 @@ static void bn2d_rows(void *ctx, int64_t b, int64_t e) {
     const float *restrict x = c->x + r * c->L;
     float *restrict y = c->y + r * c->L;
     for (int64_t l = 0; l < c->L; l++) y[l] = x[l] * a + bb;
+    grove__act_apply(c->act, y, y, c->L);
   }
 }
 
@@ -237,11 +239,17 @@ static void bn2d_positions(void *ctx, int64_t b, int64_t e) {
     const float *restrict x = c->x + r * c->ld;
     float *restrict y = c->y + r * C;
     for (int64_t k = 0; k < C; k++) y[k] = x[k] * c->a[k] + c->b[k];
+    grove__act_apply(c->act, y, y, C);
   }
 }
 
 static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                  grove_values *out) {
+  return grove__bn2d_act_forward(m, f, in, out, GROVE__ACT_NONE);
+}
+
+grove_status grove__bn2d_act_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                     grove_values *out, grove__act act) {
   const bn_impl *p = m->impl;
   if (m->training)
     return grove_err_set(f->err, GROVE_E_UNSUPPORTED,
@@ -275,7 +283,8 @@ static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grov
   if (nhwc) {
     /* Positions of C floats: y = x * a + b per channel, same layout. */
     grove__set_nhwc(&out->v[0]);
-    bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b, .ld = ld};
+    bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b, .ld = ld,
+                  .act = act};
     grove__parallel_for(N * L, grove__par_grain(2 * C), bn2d_positions, &c);
     return GROVE_OK;
   }
@@ -312,7 +321,7 @@ static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grov
     b = ab + C;
   }
   /* Rows (n, c) of L floats, taken by the compute threads in runs. */
-  bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b};
+  bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b, .act = act};
   grove__parallel_for(N * C, grove__par_grain(2 * L), bn2d_rows, &c);
   return GROVE_OK;
 }
