@@ -92,10 +92,10 @@ typedef struct grove_fwd {
    * always does), and hooks always see contiguous ones. */
   bool channels_last_ok;
   /* Set by a graph just before it calls a convolution whose result nothing
-   * but a torch.cat along dim 1 reads (core/graph/graph.c): the callee may
-   * write its channels-last result straight into its slice of the
-   * concatenation instead of a tensor of its own, so that the cat copies
-   * nothing.  channels: the concatenation's channel count (0: no slice, the
+   * but torch.cat along dim 1 reads (core/graph/graph.c: one cat, or a
+   * chain of cats that share one buffer): the callee may write its
+   * channels-last result straight into its slice of the concatenation
+   * instead of a tensor of its own, so that the cat copies nothing.  channels: the concatenation's channel count (0: no slice, the
    * rest unread); offset: this result's first channel in it; data: the
    * concatenation's [n, channels, h, w] channels-last buffer in f's arena,
    * or NULL for the callee to allocate it there (and set data, n, h, w).
