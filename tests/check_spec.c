@@ -915,7 +915,7 @@ START_TEST(test_outputs_must_match) {
   ck_assert_ptr_null(m);
   ck_assert_msg(strstr(err.msg,
                        "model.json: $.outputs[0]: output 'logits' is float32 [-1, 12] "
-                       "in the spec, but the model produces float32 [1, 10]"),
+                       "in the spec, but the model produces float32 [2, 10]"),
                 "%s", err.msg);
   rm_rf(dir);
   free(dir);
@@ -955,7 +955,7 @@ START_TEST(test_architecture_that_does_not_run) {
   grove_model *m = (grove_model *)1;
   ck_assert_status(grove_model_open(dir, NULL, &m, &err), GROVE_E_SHAPE);
   ck_assert_ptr_null(m);
-  ck_assert_msg(strstr(err.msg, dir) && strstr(err.msg, "trial forward on zero inputs (batch 1)"),
+  ck_assert_msg(strstr(err.msg, dir) && strstr(err.msg, "trial forward on zero inputs (batch 2)"),
                 "%s", err.msg);
   rm_rf(dir);
   free(dir);
@@ -996,7 +996,7 @@ static void conv_weights(grove_state_dict *sd) {
 /* Opening at max_batch_size 64 does not run a forward at 64: a Conv2d(3,
  * 16, 3) on 128 x 128 images produces 1 MB per image, 64 MB at batch 64,
  * and the open's peak memory stays under 24 MB above what it was before
- * (the trial forwards run at batch 1 and 2).  The scratch it records still
+ * (the trial forwards run at batch 2 and 4).  The scratch it records still
  * covers a batch of 64 (the arena never grows for it), and that batch
  * gives each image the result it gets alone. */
 START_TEST(test_open_memory_bounded_by_small_trials) {

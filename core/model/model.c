@@ -5,7 +5,7 @@
  *
  * Opening is all or nothing: the tree is built, the checkpoint read and
  * loaded (checked completely before anything is copied), and trial
- * forwards at batch 1 and 2 prove that the model runs and measure the
+ * forwards at batch 2 and 4 prove that the model runs and measure the
  * scratch a worker's arena needs at max_batch_size (size_scratch).  Only then, and only if model.json and
  * the checkpoint are still what they were when the build began, does the
  * caller get a model.
@@ -427,16 +427,20 @@ static grove_status derive_outputs(grove_model *m, const grove_values *a, const 
 }
 
 /* The scratch of a forward at max_batch_size, from the high waters hw1 at
- * batch b1 and hw2 at batch b2 > b1: what a pass holds grows with the batch
- * at most linearly (activations are per row; packs, tables and a
- * convolution's chunk buffers, which stop growing at their budget, are
- * not), so the line through the two points bounds it from above, but for
- * the arena's rounding of every allocation to 64 bytes (a 70-byte row is
- * 128 bytes at batch 1, 192 at 2, 1152 at 16: 64 above the line) and a
- * peak that moves to another node as the batch grows.  A sixteenth more
- * and 64 KB cover both; the pages of a worker's arena are touched only
- * as far as a pass reaches, so the margin costs address space, not
- * memory.  Saturates instead of overflowing. */
+ * batch b1 and hw2 at batch b2 > b1.  A pass's peak is the largest, over
+ * its nodes, of what is live there: a constant (packs, tables, a
+ * convolution's chunk buffers, which stop growing at their budget) plus a
+ * per-row part, so the peak grows piecewise linearly and ever more steeply
+ * with the batch, towards the node whose activations are largest.  Between
+ * batch 1 and 2 the constant parts still decide the peak (ResNet-50: 11.2
+ * MB a row there, 13.65 from batch 2 on); from 2 to 4 the slope is the
+ * largest node's, which the line then follows.  A sixteenth more and 64 KB
+ * cover the arena's rounding of every allocation to 64 bytes (a 70-byte
+ * row is 128 bytes at batch 1, 192 at 2, 1152 at 16: 64 above the line)
+ * and what is left of the bend; a pass larger still grows the arena once.
+ * The pages of a worker's arena are touched only as far as a pass
+ * reaches, so the margin costs address space, not memory.  Saturates
+ * instead of overflowing. */
 static size_t extrapolate(size_t hw1, int64_t b1, size_t hw2, int64_t b2, int64_t batch) {
   enum { SLACK = 64 << 10 };
   uint64_t line = hw2 > hw1 ? hw2 : hw1;
@@ -451,26 +455,50 @@ static size_t extrapolate(size_t hw1, int64_t b1, size_t hw2, int64_t b2, int64_
   return (size_t)(line + line / 16 + SLACK);
 }
 
+/* What a trial forward's arena reserves at least: address space, not
+ * memory (see size_scratch). */
+#define TRIAL_RESERVE ((size_t)256 << 20)
+
+/* An arena of one block of `reserve` bytes, or a growing one where that is
+ * refused. */
+static grove_arena *trial_arena(size_t reserve) {
+  grove_arena *a = grove_arena_new(reserve);
+  return a ? a : grove_arena_new(0);
+}
+
 /* Sizes a worker's scratch without running a forward at max_batch_size
- * (at the default 64 a 224 x 224 ResNet-50's touches about 9 GB, all of it
- * given back after the open): forwards on zeros at batch 1 and 2 (every -1
- * non-batch dimension at 1) prove that the model runs, check its outputs,
- * and measure their arenas' high waters, from which extrapolate() takes
- * the figure for max_batch_size.  A worker's arena is made that large but
+ * (at the default 64 a 224 x 224 ResNet-50's touched 9.2 GB of RSS, all of
+ * it given back after the open): forwards on zeros at batch 2 and 4 (1 and
+ * 2 or 3 for a smaller max_batch_size; every -1 non-batch dimension at 1)
+ * prove that the model runs, check its outputs, and measure their arenas'
+ * high waters, from which extrapolate() takes the figure for
+ * max_batch_size.  A worker's arena is made that large but
  * its pages are touched only by the batches that need them; a pass larger
  * than the figure (a longer sequence, a batch whose layers keep more than
  * the line says) takes overflow chunks once, and the arena keeps the
  * larger size from then on (arena.h).  So the open's memory is that of a
- * batch of 2, whatever max_batch_size is. */
+ * batch of 4, whatever max_batch_size is. */
 static grove_status size_scratch(grove_model *m, grove_err *err) {
   const int64_t maxb = m->batching.max_batch_size;
-  const int64_t b1 = 1, b2 = maxb >= 2 ? 2 : 1;
-  grove_arena *a1 = grove_arena_new(0), *a2 = b2 > b1 ? grove_arena_new(0) : a1;
+  const int64_t b2 = maxb < 4 ? maxb : 4, b1 = b2 >= 4 ? 2 : 1;
+  /* Each trial's arena is one block reserved large enough for its pass:
+   * its pages are touched only as far as the pass's peak reaches.  A fresh
+   * arena would take every allocation from overflow chunks, which a first
+   * pass cannot reuse (arena.c): the memory of everything the pass ever
+   * allocated, not of its peak (ResNet-50 at batch 64: 9.2 GB of RSS for a
+   * peak of 0.87 GB).  Where the reservation is refused, chunks it is. */
+  grove_arena *a1 = trial_arena(TRIAL_RESERVE), *a2 = NULL;
   grove_values out1 = {0}, out2 = {0};
-  grove_status s = a1 && a2 ? trial_forward(m, a1, b1, 1, &out1, err) : nomem(err);
+  grove_status s = a1 ? trial_forward(m, a1, b1, 1, &out1, err) : nomem(err);
   size_t hw1 = s ? 0 : grove_arena_high_water(a1), hw2 = hw1;
-  if (!s && b2 > b1 && !(s = trial_forward(m, a2, b2, 1, &out2, err)))
-    hw2 = grove_arena_high_water(a2);
+  if (!s && b2 > b1) {
+    const size_t want = hw1 < SIZE_MAX / 8 ? hw1 / (size_t)b1 * (size_t)b2 * 2 : 0;
+    a2 = trial_arena(want > TRIAL_RESERVE ? want : TRIAL_RESERVE);
+    s = a2 ? trial_forward(m, a2, b2, 1, &out2, err) : nomem(err);
+    if (!s) hw2 = grove_arena_high_water(a2);
+  } else {
+    a2 = a1;
+  }
   if (b2 == b1) out2 = out1;
   if (!s && m->noutputs > 0) {
     s = check_outputs(m, &out1, err);
@@ -481,7 +509,7 @@ static grove_status size_scratch(grove_model *m, grove_err *err) {
      * which the second pass does not touch: keep their shapes only. */
     grove_values first = out2, second = {0};
     for (int i = 0; i < first.n; i++) first.v[i].data = NULL;
-    grove_arena *a3 = grove_arena_new(0);
+    grove_arena *a3 = trial_arena(TRIAL_RESERVE);
     s = a3 ? trial_forward(m, a3, b2 == 1 ? 2 : 1, 2, &second, err) : nomem(err);
     if (!s) s = derive_outputs(m, &first, &second, b2, err);
     grove_arena_free(a3);

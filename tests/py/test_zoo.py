@@ -264,7 +264,7 @@ def run_one(name, tmp):
     d = os.path.join(tmp, name)
     try:
         # max_batch_size 2: the batch this test sends (the open's trial
-        # forwards run at batch 1 and 2 whatever the figure).
+        # forwards run at batch 1 and 2 for it).
         export(m, d, example_input=torch.zeros(1, 3, size, size), batching={"max_batch_size": 2})
     except ExportError as e:
         return "refused", str(e)
