@@ -14,7 +14,7 @@
 # batch of 16 224x224 images is a second or more on two shared cores), GROVE_BENCH_THREADS
 # (nproc), GROVE_BENCH_OPSET (14: ViT's attention exports from opset 14),
 # GROVE_BENCH_EXPORT_ARGS (--max-batch-size 16: the largest batch measured here; opening
-# sizes the scratch for it from trial forwards at batch 1 and 2, docs/model-spec.md).  Figures and the
+# sizes the scratch for it from trial forwards at batch 2 and 4, docs/model-spec.md).  Figures and the
 # profile of what remains: docs/performance-models.md, "The torchvision zoo".
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
