@@ -13,9 +13,8 @@
 # GROVE_BENCH_SECONDS (3), GROVE_BENCH_ROUNDS (3), GROVE_BENCH_WARMUP (2 forwards; a
 # batch of 16 224x224 images is a second or more on two shared cores), GROVE_BENCH_THREADS
 # (nproc), GROVE_BENCH_OPSET (14: ViT's attention exports from opset 14),
-# GROVE_BENCH_EXPORT_ARGS (--max-batch-size 16: opening a model runs one forward at its
-# max_batch_size to size the scratch, and at the default 64 a 224x224 ResNet-50's is
-# several GB; 16 is the largest batch measured here).  Figures and the
+# GROVE_BENCH_EXPORT_ARGS (--max-batch-size 16: the largest batch measured here; opening
+# sizes the scratch for it from trial forwards at batch 2 and 4, docs/model-spec.md).  Figures and the
 # profile of what remains: docs/performance-models.md, "The torchvision zoo".
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

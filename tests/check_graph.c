@@ -750,6 +750,75 @@ START_TEST(test_se_scale_taken_by_conv) {
 }
 END_TEST
 
+/* torch.cat((relu(a(x)), b(x)), 1) of two convolutions that nothing else
+ * reads (SqueezeNet's Fire), called as a container calls a child whose
+ * result stays in the model (channels last allowed): each convolution
+ * writes its slice of the cat's buffer, so the cat copies nothing and the
+ * parts never exist on their own.  The scratch's peak shows it: the buffer
+ * and one product's accumulator, under 1.75 cat outputs; the two parts
+ * beside the cat's own result took 2.  The biases (zero weights) tell every
+ * channel where it came from, at batch 1 and 3 and odd channel counts. */
+START_TEST(test_cat_slices_copy_nothing) {
+  const char *doc =
+      "{\"format\": \"grove.model/1\", \"inputs\": [{\"name\": \"x\", \"dtype\": \"float32\", "
+      "\"shape\": [-1, 4, 32, 32]}], \"module\": " GC(
+          "{\"a\": {\"type\": \"Conv2d\", \"in_channels\": 4, \"out_channels\": 301, "
+          "\"kernel_size\": [1, 1]}, \"a_act\": {\"type\": \"ReLU\"}, "
+          "\"b\": {\"type\": \"Conv2d\", \"in_channels\": 4, \"out_channels\": 299, "
+          "\"kernel_size\": [1, 1]}}",
+          PH ",{\"op\": \"call_module\", \"name\": \"a\", \"target\": \"a\", \"args\": "
+             "[{\"node\": \"x\"}]},"
+             "{\"op\": \"call_module\", \"name\": \"a_act\", \"target\": \"a_act\", \"args\": "
+             "[{\"node\": \"a\"}]},"
+             "{\"op\": \"call_module\", \"name\": \"b\", \"target\": \"b\", \"args\": "
+             "[{\"node\": \"x\"}]}," FN("cat", "cat",
+                                        "[[{\"node\": \"a_act\"}, {\"node\": \"b\"}], 1]") ","
+                                        OUT("cat")) "}";
+  grove_err err = {0};
+  grove_model *m = NULL;
+  ck_assert_ok(grove_model_from_spec(doc, "model.json", &m, &err), &err);
+  grove_state_dict *sd = grove_sd_new();
+  ck_assert_ok(grove_module_state_dict(m->root, NULL, sd, &err), &err);
+  grove_tensor *ba = grove_sd_get(sd, "a.bias"), *bb = grove_sd_get(sd, "b.bias");
+  ck_assert(ba && bb);
+  for (int c = 0; c < 301; c++) ((float *)ba->data)[c] = (float)(c + 1);
+  for (int c = 0; c < 299; c++) ((float *)bb->data)[c] = (float)-(c + 1);
+  ck_assert_ok(grove_module_load_state_dict(m->root, sd, NULL, NULL, &err), &err);
+  grove_sd_free(sd);
+  for (int64_t n = 1; n <= 3; n += 2) {
+    const int64_t shape[4] = {n, 4, 32, 32}, P = 32 * 32;
+    float *buf = calloc((size_t)(n * 4 * P), sizeof(float));
+    grove_tensor x;
+    grove_tensor_init(&x, GROVE_F32, 4, shape, buf);
+    grove_arena *a = grove_arena_new(0);
+    grove_fwd f = {.arena = a, .err = &err, .channels_last_ok = true};
+    grove_values in = {.n = 1, .v = {x}}, out = {0};
+    ck_assert_ok(grove_module_forward(m->root, &f, &in, &out), &err);
+    const size_t cat_bytes = (size_t)(n * 600 * P) * sizeof(float);
+    ck_assert_msg(grove_arena_high_water(a) < cat_bytes * 7 / 4,
+                  "batch %lld: %zu bytes of scratch for a %zu-byte concatenation", (long long)n,
+                  grove_arena_high_water(a), cat_bytes);
+    const grove_tensor *t = &out.v[0];
+    ck_assert_int_eq(t->shape[0], n);
+    ck_assert_int_eq(t->shape[1], 600);
+    const float *y = t->data;
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t c = 0; c < 600; c++) {
+        const float want = c < 301 ? (float)(c + 1) : (float)-(c - 301 + 1);
+        for (int64_t q = 0; q < P; q += 97) {
+          const float got =
+              y[i * t->strides[0] + c * t->strides[1] + q / 32 * t->strides[2] + q % 32 * t->strides[3]];
+          ck_assert_msg(got == want, "batch %lld image %lld channel %lld: %g", (long long)n,
+                        (long long)i, (long long)c, (double)got);
+        }
+      }
+    grove_arena_free(a);
+    free(buf);
+  }
+  grove_model_free(m);
+}
+END_TEST
+
 static Suite *graph_suite(void) {
   Suite *s = suite_create("graph");
   TCase *tc = tcase_create("parity");
@@ -767,6 +836,7 @@ static Suite *graph_suite(void) {
   tcase_add_test(tc, test_state_dict);
   tcase_add_test(tc, test_large_graph_compiles);
   tcase_add_test(tc, test_se_scale_taken_by_conv);
+  tcase_add_test(tc, test_cat_slices_copy_nothing);
   suite_add_tcase(s, tc);
   return s;
 }

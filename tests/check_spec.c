@@ -915,12 +915,32 @@ START_TEST(test_outputs_must_match) {
   ck_assert_ptr_null(m);
   ck_assert_msg(strstr(err.msg,
                        "model.json: $.outputs[0]: output 'logits' is float32 [-1, 12] "
-                       "in the spec, but the model produces float32 [64, 10]"),
+                       "in the spec, but the model produces float32 [2, 10]"),
                 "%s", err.msg);
   rm_rf(dir);
   free(dir);
 }
 END_TEST
+
+/* dir/model.json from spec (single-quoted JSON) and dir/weights.safetensors
+ * from the tree's own state_dict, after fill (may be NULL: its zeros) sets
+ * the values. */
+static void write_model_dir(const char *dir, const char *spec, void (*fill)(grove_state_dict *)) {
+  write_text(dir, "model.json", spec);
+  char *text = J(spec);
+  grove_err err = {0};
+  grove_model *m = NULL;
+  ck_assert_ok(grove_model_from_spec(text, "model.json", &m, &err), &err);
+  grove_state_dict *sd = grove_sd_new();
+  ck_assert_ok(grove_module_state_dict(m->root, NULL, sd, &err), &err);
+  if (fill) fill(sd);
+  char *w = path2(dir, "weights.safetensors");
+  ck_assert_ok(grove_safetensors_write(w, sd, &err), &err);
+  grove_sd_free(sd);
+  grove_model_free(m);
+  free(w);
+  free(text);
+}
 
 START_TEST(test_architecture_that_does_not_run) {
   char *dir = strdup(grove_test_tmpdir());
@@ -929,25 +949,106 @@ START_TEST(test_architecture_that_does_not_run) {
       "'shape': [-1, 64]}], 'module': {'type': 'Sequential', 'children': ["
       "{'type': 'Linear', 'in_features': 64, 'out_features': 32},"
       "{'type': 'Linear', 'in_features': 16, 'out_features': 10}]}}";
-  write_text(dir, "model.json", spec);
   /* Weights that fit the tree (its own zeros). */
-  char *text = J(spec);
+  write_model_dir(dir, spec, NULL);
   grove_err err = {0};
-  grove_model *m = NULL;
-  ck_assert_ok(grove_model_from_spec(text, "model.json", &m, &err), &err);
-  grove_state_dict *sd = grove_sd_new();
-  ck_assert_ok(grove_module_state_dict(m->root, NULL, sd, &err), &err);
-  char *w = path2(dir, "weights.safetensors");
-  ck_assert_ok(grove_safetensors_write(w, sd, &err), &err);
-  grove_sd_free(sd);
-  grove_model_free(m);
-  m = (grove_model *)1;
+  grove_model *m = (grove_model *)1;
   ck_assert_status(grove_model_open(dir, NULL, &m, &err), GROVE_E_SHAPE);
   ck_assert_ptr_null(m);
-  ck_assert_msg(strstr(err.msg, dir) && strstr(err.msg, "trial forward on zero inputs (batch 64)"),
+  ck_assert_msg(strstr(err.msg, dir) && strstr(err.msg, "trial forward on zero inputs (batch 2)"),
                 "%s", err.msg);
-  free(w);
-  free(text);
+  rm_rf(dir);
+  free(dir);
+}
+END_TEST
+
+/* The peak resident set of this process since the last clear_refs 5, in
+ * bytes (VmHWM of /proc/self/status). */
+static size_t peak_rss(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  ck_assert_ptr_nonnull(f);
+  char line[256];
+  size_t kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %zu kB", &kb) == 1) break;
+  fclose(f);
+  ck_assert_uint_gt(kb, 0);
+  return kb * 1024;
+}
+
+static void reset_peak_rss(void) {
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  ck_assert_msg(f != NULL, "cannot reset the peak RSS (/proc/self/clear_refs)");
+  ck_assert_int_eq(fputs("5", f) >= 0, 1);
+  fclose(f);
+}
+
+/* Weight and bias values of the Conv2d below that are not its zeros. */
+static void conv_weights(grove_state_dict *sd) {
+  grove_tensor *w = grove_sd_get(sd, "weight"), *b = grove_sd_get(sd, "bias");
+  ck_assert_ptr_nonnull(w);
+  ck_assert_ptr_nonnull(b);
+  float *wd = w->data, *bd = b->data;
+  for (int64_t i = 0; i < grove_tensor_numel(w); i++) wd[i] = (float)((i * 37 % 23) - 11) / 50.0f;
+  for (int64_t i = 0; i < grove_tensor_numel(b); i++) bd[i] = (float)i / 10.0f - 0.7f;
+}
+
+/* Opening at max_batch_size 64 does not run a forward at 64: a Conv2d(3,
+ * 16, 3) on 128 x 128 images produces 1 MB per image, 64 MB at batch 64,
+ * and the open's peak memory stays under 24 MB above what it was before
+ * (the trial forwards run at batch 2 and 4).  The scratch it records still
+ * covers a batch of 64 (the arena never grows for it), and that batch
+ * gives each image the result it gets alone. */
+START_TEST(test_open_memory_bounded_by_small_trials) {
+  char *dir = strdup(grove_test_tmpdir());
+  const char *spec =
+      "{'format': 'grove.model/1', 'inputs': [{'name': 'x', 'dtype': 'float32', "
+      "'shape': [-1, 3, 128, 128]}], 'batching': {'max_batch_size': 64}, 'module': "
+      "{'type': 'Conv2d', 'in_channels': 3, 'out_channels': 16, 'kernel_size': 3, "
+      "'padding': 1}}";
+  write_model_dir(dir, spec, conv_weights);
+  grove_err err = {0};
+  grove_model *m = NULL;
+
+  const size_t image_out = (size_t)16 * 128 * 128 * sizeof(float);
+  reset_peak_rss();
+  const size_t before = peak_rss();
+  ck_assert_ok(grove_model_open(dir, NULL, &m, &err), &err);
+  const size_t grew = peak_rss() - before;
+  ck_assert_msg(grew < (size_t)24 << 20, "opening touched %zu bytes (a batch of 64 is %zu)", grew,
+                64 * image_out);
+  ck_assert_uint_ge(m->arena_bytes, 64 * image_out);
+  ck_assert_uint_eq(m->noutputs, 1);
+  ck_assert_int_eq(m->outputs[0].shape[0], -1);
+
+  int64_t shape[4] = {64, 3, 128, 128};
+  const size_t n = (size_t)64 * 3 * 128 * 128, per = n / 64;
+  float *xd = malloc(n * sizeof *xd);
+  ck_assert_ptr_nonnull(xd);
+  for (size_t i = 0; i < n; i++) xd[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+  grove_tensor x;
+  grove_tensor_init(&x, GROVE_F32, 4, shape, xd);
+  grove_arena *arena = grove_arena_new(m->arena_bytes), *one = grove_arena_new(0);
+  grove_values out = {0}, alone = {0};
+  ck_assert_ok(grove_model_forward(m, arena, &x, 1, &out, &err), &err);
+  ck_assert_uint_eq(grove_arena_grow_count(arena), 0);
+  ck_assert_int_eq(out.n, 1);
+  ck_assert_int_eq(out.v[0].shape[0], 64);
+  const size_t oper = image_out / sizeof(float);
+  for (int img = 0; img < 64; img += 63) {
+    int64_t s1[4] = {1, 3, 128, 128};
+    grove_tensor x1;
+    grove_tensor_init(&x1, GROVE_F32, 4, s1, xd + (size_t)img * per);
+    grove_arena_reset(one);
+    ck_assert_ok(grove_model_forward(m, one, &x1, 1, &alone, &err), &err);
+    ck_assert_int_eq(grove_test_allclose((const float *)out.v[0].data + (size_t)img * oper,
+                                         alone.v[0].data, oper, 1e-5, 1e-6),
+                     -1);
+  }
+  grove_arena_free(one);
+  grove_arena_free(arena);
+  free(xd);
+  grove_model_free(m);
   rm_rf(dir);
   free(dir);
 }
@@ -1181,6 +1282,7 @@ Suite *spec_suite(void) {
   tcase_add_test(td, test_size_mismatch);
   tcase_add_test(td, test_outputs_must_match);
   tcase_add_test(td, test_architecture_that_does_not_run);
+  tcase_add_test(td, test_open_memory_bounded_by_small_trials);
   tcase_add_test(td, test_stateless_model_and_derived_outputs);
   tcase_add_test(td, test_check_inputs);
   tcase_add_test(td, test_json_error_quotes_nothing);

@@ -48,6 +48,18 @@ typedef struct region {
   grove_arena_mark end;
 } region;
 
+/* A chain's buffer (gnode.cat_into), once a member or a part made it:
+ * [n, C, h, w] channels last; its first `filled` parts are in place.  Its
+ * region (reg) holds one reference of the chain's own from the node that
+ * made it until the chain's last cat has run, so that it stays while no
+ * value happens to read it (DenseNet: after a layer's norm1 read the
+ * block's features, before its conv2 writes their next slice). */
+typedef struct catbuf {
+  float *data;
+  int64_t n, h, w, C;
+  int filled, reg;
+} catbuf;
+
 typedef struct run {
   const graph_impl *g;
   grove_fwd *f;
@@ -59,6 +71,7 @@ typedef struct run {
   bool fuse;
   bool channels_last; /* the graph's caller takes channels-last results */
   const grove__graph_tape *tr; /* the training option, or NULL */
+  catbuf *cats; /* per node, for the planned cats (g->has_cat_plans), else NULL */
 } run;
 
 static grove_status node_error(const run *r, int i, grove_status s) {
@@ -172,10 +185,47 @@ static bool channels_last_for(const run *r, int i) {
   return r->channels_last || r->g->nodes[i].last_use != r->g->output;
 }
 
+/* The channels of part k of chain f: its convolution's when that writes
+ * its slice, else those of its value, which exists before the chain's
+ * first node runs (plan_cat_slices); -1 when it is not a 4-d tensor. */
+static int64_t part_channels(const run *r, int f, int k) {
+  const gnode *g = r->g->nodes;
+  const int it = g[f].args[0].items[k].node;
+  const int q = g[it].fused_into >= 0 ? g[it].fused_into : it;
+  if (g[q].cat_into == f && g[q].op == G_CALL_MODULE) return grove__conv_out_channels(g[q].mod);
+  const gval *v = &r->vals[it];
+  return v->kind == V_TENSOR && v->t[0].ndim == 4 ? v->t[0].shape[1] : -1;
+}
+
+/* The channels of parts [0, k) of chain f (k = its part count: the
+ * buffer's), or -1. */
+static int64_t chain_channels(const run *r, int f, int k) {
+  int64_t c = 0;
+  for (int j = 0; j < k; j++) {
+    const int64_t cj = part_channels(r, f, j);
+    if (cj < 0) return -1;
+    c += cj;
+  }
+  return c;
+}
+
+/* Whether convolution node i writes its result into its slice of its
+ * chain's buffer: its own result, or the fused chain's that ends in the
+ * cat's part, nothing observes it (an observer or hook sees each module's
+ * own output), and it may be channels last. */
+static bool writes_slice(const run *r, int i, bool cl) {
+  const gnode *n = &r->g->nodes[i];
+  if (n->cat_into < 0 || n->op != G_CALL_MODULE || !r->cats || !cl || !r->fuse ||
+      r->f->observer)
+    return false;
+  return (n->fuse_bn < 0 && n->fuse_relu < 0) || fused(r, i);
+}
+
 static grove_status run_module(run *r, int i, gval *res) {
   const gnode *n = &r->g->nodes[i];
   grove_values in = {.n = n->ntensors}, out = {0};
   const bool cl = channels_last_for(r, i);
+  const bool slice = writes_slice(r, i, cl);
   for (int k = 0; k < n->ntensors; k++) {
     const gval *v = argv_(r, &n->args[k]);
     /* An LSTM's state (h0, c0) may come as one tuple value (the (h_n, c_n)
@@ -205,10 +255,23 @@ static grove_status run_module(run *r, int i, gval *res) {
     masks[k] = &v->t[0];
   }
   grove_status s;
+  if (slice) {
+    const catbuf *cb = &r->cats[n->cat_into];
+    const int f = n->cat_into;
+    r->f->into.channels = cb->data ? cb->C : chain_channels(r, f, r->g->nodes[f].args[0].n);
+    r->f->into.offset = chain_channels(r, f, n->cat_part);
+    if (r->f->into.channels < 0 || r->f->into.offset < 0) r->f->into.channels = 0;
+    r->f->into.data = cb->data;
+    r->f->into.n = cb->n;
+    r->f->into.h = cb->h;
+    r->f->into.w = cb->w;
+  }
   if (fused(r, i)) {
     const grove_module *mm = n->mod;
     if (mm->type == &grove__linear_type)
       s = grove__linear_forward_act(mm, r->f, &in, &out, GROVE__ACT_RELU);
+    else if (mm->type == &grove__batch_norm2d_type)
+      s = grove__bn2d_act_forward(mm, r->f, &in, &out, n->fuse_act);
     else
       s = grove__conv_bn_act_forward(mm, n->fuse_bn >= 0 ? r->g->nodes[n->fuse_bn].mod : NULL,
                                      n->fuse_act, r->f, &in, &out, cl);
@@ -220,6 +283,14 @@ static grove_status run_module(run *r, int i, gval *res) {
     s = grove_module_forward(n->mod, r->f, &in, &out);
     /* A pre-hook that failed leaves the call options unread: drop them. */
     if (n->mod_kind == MK_MHA || nmasks > 0) grove__mha_next_call(r->f, NULL, true, true);
+  }
+  if (slice) {
+    /* The part that allocated the buffer: the cat's from now on. */
+    catbuf *cb = &r->cats[n->cat_into];
+    if (!cb->data && r->f->into.data)
+      *cb = (catbuf){r->f->into.data, r->f->into.n, r->f->into.h, r->f->into.w,
+                     r->f->into.channels, 0, -1};
+    memset(&r->f->into, 0, sizeof r->f->into);
   }
   if (s) return s;
   if (out.n < 1) return grove_err_set(r->f->err, GROVE_E_INTERNAL, "the module returned nothing");
@@ -344,12 +415,40 @@ static int classify(run *r, int i, gval *v, bool external, newblk *blk) {
   return nb;
 }
 
+static size_t catbuf_bytes(const catbuf *cb) {
+  return (size_t)(cb->n * cb->C * cb->h * cb->w) * sizeof(float);
+}
+
+/* The new block of node i's result that holds the chain buffer i just made
+ * (its result is a slice of it), or -1.  The block must be the whole
+ * buffer, whose later slices its view does not reach. */
+static int catbuf_block(const run *r, int i, const gval *v, newblk *blk, int nb) {
+  const gnode *n = &r->g->nodes[i];
+  if (n->cat_into < 0 || !r->cats || v->kind != V_TENSOR) return -1;
+  const catbuf *cb = &r->cats[n->cat_into];
+  const char *p = v->t[0].data, *b = (const char *)cb->data;
+  if (!b || p < b || p >= b + catbuf_bytes(cb)) return -1;
+  for (int k = 0; k < nb; k++)
+    if (blk[k].tensors & 1) return k;
+  return -1;
+}
+
 /* After node i: frees what died, keeps what it made. */
 static grove_status settle(run *r, int i, gval *v, bool external) {
   const gnode *n = &r->g->nodes[i];
   newblk blk[GROVE_MAX_VALUES];
   int nb = classify(r, i, v, external, blk);
+  const int cbk = catbuf_block(r, i, v, blk, nb);
+  if (cbk >= 0) {
+    catbuf *cb = &r->cats[n->cat_into];
+    blk[cbk].start = (char *)cb->data;
+    blk[cbk].bytes = catbuf_bytes(cb);
+  }
   for (int k = 0; k < n->nargs; k++) release_args(r, &n->args[k], i);
+  if (n->cat_planned && n->cat_into == i && r->cats && r->cats[i].reg >= 0) {
+    r->regs[r->cats[i].reg].refs--; /* the chain's own reference (catbuf) */
+    r->cats[i].reg = -1;
+  }
   if (n->last_use < 0) {
     release(r, v); /* nobody reads it: its new blocks are simply forgotten */
     nb = 0;
@@ -364,15 +463,108 @@ static grove_status settle(run *r, int i, gval *v, bool external) {
     if (r->nregs >= r->g->max_regions)
       return grove_err_set(r->f->err, GROVE_E_INTERNAL, "graph: region table overflow");
     const ptrdiff_t delta = (char *)keep[k].moved - blk[k].start;
+    if (k == cbk) {
+      r->cats[n->cat_into].data = (float *)keep[k].moved;
+      r->cats[n->cat_into].reg = n->cat_into != i ? r->nregs : -1;
+    }
     for (int j = 0; j < v->n; j++) {
       if (!(blk[k].tensors & (1 << j))) continue;
       v->t[j].data = (char *)v->t[j].data + delta;
       v->reg[j] = (int32_t)r->nregs;
     }
-    r->regs[r->nregs++] = (region){keep[k].moved, blk[k].bytes, 0, keep[k].end};
+    /* A chain's buffer starts with the chain's own reference, unless its
+     * last cat made it. */
+    const bool hold = k == cbk && n->cat_into != i;
+    r->regs[r->nregs++] = (region){keep[k].moved, blk[k].bytes, hold ? 1 : 0, keep[k].end};
     for (int j = 0; j < v->n; j++)
       if (blk[k].tensors & (1 << j)) r->regs[r->nregs - 1].refs++;
   }
+  return GROVE_OK;
+}
+
+/* Copies [N, C, H, W] src into dst when both keep each position's C
+ * channels together (strides[1] == 1: a channels-last tensor, a slice of a
+ * chain's buffer), one run of C floats a position; else as
+ * grove_tensor_copy does, element by element along W. */
+static grove_status copy_part(grove_tensor *dst, const grove_tensor *src, grove_err *err) {
+  if (src->strides[1] != 1 || dst->strides[1] != 1 || src->dtype != GROVE_F32)
+    return grove_tensor_copy(dst, src, err);
+  const size_t bytes = (size_t)src->shape[1] * sizeof(float);
+  for (int64_t i = 0; i < src->shape[0]; i++)
+    for (int64_t h = 0; h < src->shape[2]; h++)
+      for (int64_t w = 0; w < src->shape[3]; w++)
+        memcpy((float *)dst->data + i * dst->strides[0] + h * dst->strides[2] + w * dst->strides[3],
+               (const float *)src->data + i * src->strides[0] + h * src->strides[2] +
+                   w * src->strides[3],
+               bytes);
+  return GROVE_OK;
+}
+
+/* A chain's cat node i (gnode.cat_planned): its result is the first
+ * channels of the chain's buffer, made here when no part made it yet.  The
+ * parts past the buffer's `filled` that are not in their slices (a
+ * copied part, a convolution that could not take its slice) are copied
+ * in, once for the whole chain.  *done false, nothing done, when a part
+ * does not fit (the cat then runs as always and names what is wrong), or
+ * when a hook or an observer may see the result (a module's input is then
+ * a plain tensor, as without the plan). */
+static grove_status cat_in_place(run *r, int i, gval *res, bool *done) {
+  const gnode *n = &r->g->nodes[i];
+  const int f = n->cat_into;
+  catbuf *cb = &r->cats[f];
+  const garg *items = n->args[0].items;
+  const int np = n->args[0].n;
+  *done = false;
+  if (!r->fuse || r->f->observer) return GROVE_OK;
+  const grove_tensor *t0 = &r->vals[items[0].node].t[0];
+  int64_t C = 0;
+  for (int k = 0; k < np; k++) {
+    const gval *v = &r->vals[items[k].node];
+    if (v->kind != V_TENSOR) return GROVE_OK;
+    const grove_tensor *t = &v->t[0];
+    if (t->dtype != GROVE_F32 || t->ndim != 4 || t->shape[0] != t0->shape[0] ||
+        t->shape[2] != t0->shape[2] || t->shape[3] != t0->shape[3])
+      return GROVE_OK;
+    C += t->shape[1];
+  }
+  if (cb->data && (cb->n != t0->shape[0] || cb->h != t0->shape[2] || cb->w != t0->shape[3] ||
+                   C > cb->C))
+    return GROVE_OK;
+  if (!cb->data) {
+    const int64_t all = chain_channels(r, f, r->g->nodes[f].args[0].n);
+    uint64_t bytes;
+    if (all < C ||
+        grove__mul_overflow_u64((uint64_t)(t0->shape[0] * all),
+                                (uint64_t)(t0->shape[2] * t0->shape[3] * 4), &bytes) ||
+        bytes > SIZE_MAX / 2)
+      return GROVE_OK;
+    float *d = grove_arena_alloc(r->f->arena, (size_t)bytes + 1);
+    if (!d) return GROVE_OK;
+    *cb = (catbuf){d, t0->shape[0], t0->shape[2], t0->shape[3], all, 0, -1};
+  }
+  grove_tensor y;
+  const int64_t shape[4] = {cb->n, C, cb->h, cb->w};
+  grove_tensor_init(&y, GROVE_F32, 4, shape, cb->data);
+  y.strides[0] = cb->h * cb->w * cb->C;
+  y.strides[1] = 1;
+  y.strides[2] = cb->w * cb->C;
+  y.strides[3] = cb->C;
+  int64_t off = 0;
+  for (int k = 0; k < np; off += r->vals[items[k].node].t[0].shape[1], k++) {
+    if (k < cb->filled) continue;
+    const grove_tensor *t = &r->vals[items[k].node].t[0];
+    grove_tensor dst = y;
+    dst.shape[1] = t->shape[1];
+    dst.data = cb->data + off;
+    bool same = t->data == dst.data;
+    for (int d = 0; same && d < 4; d++) same = t->strides[d] == dst.strides[d];
+    if (same) continue;
+    grove_status s = copy_part(&dst, t, r->f->err);
+    if (s) return s;
+  }
+  if (np > cb->filled) cb->filled = np;
+  set_tensor(res, &y);
+  *done = true;
   return GROVE_OK;
 }
 
@@ -510,7 +702,11 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
            .tr = tr};
   r.vals = grove_arena_alloc(f->arena, (size_t)g->nnodes * sizeof(gval));
   r.regs = tr ? NULL : grove_arena_alloc(f->arena, (size_t)g->max_regions * sizeof(region));
-  if (!r.vals || (!tr && !r.regs))
+  if (!tr && g->has_cat_plans) {
+    r.cats = grove_arena_alloc(f->arena, (size_t)g->nnodes * sizeof(catbuf));
+    if (r.cats) memset(r.cats, 0, (size_t)g->nnodes * sizeof(catbuf));
+  }
+  if (!r.vals || (!tr && !r.regs) || (!tr && g->has_cat_plans && !r.cats))
     return grove_err_set(f->err, GROVE_E_NOMEM, "out of scratch memory");
   r.base = grove_arena_mark_get(f->arena);
   /* A Sequential's offer to take this graph's final `scale * x` into the
@@ -605,6 +801,10 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
           external = true; /* x: the caller's memory */
           f->se.done = true;
           break;
+        }
+        if (n->cat_planned && r.cats) {
+          bool done;
+          if ((s = cat_in_place(&r, i, v, &done)) || done) break;
         }
         s = run_op(&r, i, v);
         break;

@@ -665,7 +665,7 @@ static grove_status resolve_attr(cctx *c, gnode *n, const char *target, const ch
 
 static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
   gnode *n = &c->g->nodes[c->cur];
-  n->fuse_bn = n->fuse_relu = n->fused_into = -1;
+  n->fuse_bn = n->fuse_relu = n->fused_into = n->cat_into = n->cat_part = -1;
   n->fuse_act = GROVE__ACT_NONE;
   n->last_use = -1;
   if (!json_is_object(v))
@@ -836,6 +836,19 @@ static void plan_fusion(graph_impl *g) {
     gnode *n = &g->nodes[i];
     if (n->op != G_CALL_MODULE || n->fused_into >= 0 || n->nargs != 1) continue;
     const grove_module_type *t = n->mod->type;
+    if (t == &grove__batch_norm2d_type) {
+      /* A BatchNorm2d no convolution absorbed (a pre-activation block:
+       * DenseNet's norm1 + relu1) applies the activation after it in its
+       * own pass (grove__bn2d_act_forward). */
+      const int r = sole_reader(g, i);
+      const grove__act act = r >= 0 ? node_act(g, r) : GROVE__ACT_NONE;
+      if (act != GROVE__ACT_NONE) {
+        n->fuse_relu = r;
+        n->fuse_act = act;
+        g->nodes[r].fused_into = i;
+      }
+      continue;
+    }
     bool conv = t == &grove__conv1d_type || t == &grove__conv2d_type;
     if (!conv && t != &grove__linear_type) continue;
     int r = sole_reader(g, i);
@@ -854,6 +867,99 @@ static void plan_fusion(graph_impl *g) {
       n->fuse_act = act;
       g->nodes[r].fused_into = i;
     }
+  }
+}
+
+/* The convolution computing item, a part of a cat: item itself, or the
+ * convolution that absorbs item as its last fused node (its BatchNorm with
+ * no activation after it, or its activation); -1 when it is neither. */
+static int slice_producer(const graph_impl *g, int item) {
+  const gnode *it = &g->nodes[item];
+  int q = item;
+  if (it->fused_into >= 0) {
+    const gnode *c = &g->nodes[it->fused_into];
+    if (c->fuse_relu != item && !(c->fuse_bn == item && c->fuse_relu < 0)) return -1;
+    q = it->fused_into;
+  }
+  const gnode *n = &g->nodes[q];
+  /* Whether it has a channels-last path is known only once its weights are
+   * packed (by the load, after compiling): the convolution decides. */
+  if (n->op != G_CALL_MODULE || n->mod_kind != MK_PLAIN || n->tuple ||
+      n->mod->type != &grove__conv2d_type)
+    return -1;
+  return q;
+}
+
+/* Whether node c is a torch.cat of a list of 1 to 64 distinct nodes along
+ * dim 1. */
+static bool cat_of_nodes(const gnode *c) {
+  if (c->op != G_CAT || c->nargs < 2 || c->args[0].kind != A_LIST || c->args[0].n < 1 ||
+      c->args[0].n > 64 || c->args[1].kind != A_INT || c->args[1].i != 1)
+    return false;
+  const garg *it = c->args[0].items;
+  for (int k = 0; k < c->args[0].n; k++) {
+    if (it[k].kind != A_NODE) return false;
+    for (int j = 0; j < k; j++)
+      if (it[j].node == it[k].node) return false;
+  }
+  return true;
+}
+
+/* Plans the chains of gnode.cat_into, latest cat first (a cat that ends a
+ * chain claims its prefixes).  A part becomes its convolution's slice when
+ * the chain's cats are its only readers; any other part (the block's input
+ * of a DenseNet block, a pool's result) is copied into its slice by the
+ * first cat that lists it, once, and must exist before the chain's first
+ * node runs (the buffer's channel count is then known when it is made).
+ * A chain without a convolution writing its slice is left alone: its cat
+ * would only copy as always, into a layout its readers may not want.
+ * Whether a slice is written is decided at run time (graph.c): the
+ * convolution must produce channels last at the buffer's batch and size;
+ * a cat copies every part it finds elsewhere. */
+static void plan_cat_slices(graph_impl *g) {
+  for (int f = g->nnodes - 1; f >= 0; f--) {
+    gnode *F = &g->nodes[f];
+    if (!cat_of_nodes(F) || F->cat_into >= 0) continue;
+    const garg *items = F->args[0].items;
+    const int n = F->args[0].n;
+    int reads[64], writer[64], members[64], nm = 0, first = f;
+    for (int k = 0; k < n; k++) reads[k] = 1;
+    for (int c = 0; c < f && nm < 64; c++) {
+      const gnode *C = &g->nodes[c];
+      if (!cat_of_nodes(C) || C->cat_into >= 0 || C->args[0].n > n) continue;
+      bool prefix = true;
+      for (int k = 0; prefix && k < C->args[0].n; k++)
+        prefix = C->args[0].items[k].node == items[k].node;
+      if (!prefix) continue;
+      members[nm++] = c;
+      for (int k = 0; k < C->args[0].n; k++) reads[k]++;
+      if (c < first) first = c;
+    }
+    int writers = 0;
+    for (int k = 0; k < n; k++) {
+      const int it = items[k].node;
+      const int q = g->nodes[it].uses == reads[k] ? slice_producer(g, it) : -1;
+      writer[k] = q >= 0 && g->nodes[q].cat_into < 0 ? q : -1;
+      if (writer[k] >= 0) {
+        writers++;
+        if (q < first) first = q;
+      }
+    }
+    bool ok = writers > 0;
+    for (int k = 0; ok && k < n; k++) ok = writer[k] >= 0 || items[k].node < first;
+    if (!ok) continue;
+    for (int k = 0; k < n; k++) {
+      if (writer[k] < 0) continue;
+      g->nodes[writer[k]].cat_into = f;
+      g->nodes[writer[k]].cat_part = k;
+    }
+    for (int m = 0; m < nm; m++) {
+      g->nodes[members[m]].cat_into = f;
+      g->nodes[members[m]].cat_planned = true;
+    }
+    F->cat_into = f;
+    F->cat_planned = true;
+    g->has_cat_plans = true;
   }
 }
 
@@ -916,6 +1022,7 @@ grove_status grove__graph_compile(grove_module *m, const json_t *obj, const char
   /* Regions: at most one per tensor a node produces. */
   g->max_regions = g->nnodes * GROVE_MAX_VALUES + GROVE_MAX_VALUES;
   plan_fusion(g);
+  plan_cat_slices(g);
   g->compiled = true;
   g->type.forward = grove__graph_forward;
   g->type.refresh = graph_refresh;

@@ -41,6 +41,17 @@ typedef struct gnode {
   int fused_into; /* an absorbed node: the node that computes it, or -1 */
   /* What the fuse_relu node applies (a Linear: only ReLU), or NONE. */
   grove__act fuse_act;
+  /* Concatenations in place (plan_cat_slices, graph_compile.c).  A chain
+   * is a torch.cat(parts, 1) node F and the cats before it whose parts are
+   * a prefix of F's (DenseNet's growing features; SqueezeNet's Fire: F
+   * alone).  Every member has cat_into = F and cat_planned: its result is
+   * the first channels of F's channels-last buffer, into which each part is
+   * written or copied once.  A 2-d convolution whose result (or that of
+   * the BatchNorm / activation fused after it) is part cat_part of F and
+   * is read by the chain alone has cat_into = F too: it writes that result
+   * straight into its slice (grove_fwd.into).  -1: not planned. */
+  int cat_into, cat_part;
+  bool cat_planned;
 } gnode;
 
 typedef struct graph_impl {
@@ -55,6 +66,7 @@ typedef struct graph_impl {
   int output;         /* index of the output node */
   bool returns_tuple; /* the output's argument is a list */
   int max_regions;
+  bool has_cat_plans; /* some node has cat_planned */
 } graph_impl;
 
 /* ------------------------------------------------------------ the training option */

@@ -41,7 +41,8 @@
 #if GROVE__X86_SIMD
 
 /* Rows [r0, r1) x panels [p0, p1) of one product, blocked for the caches
- * (the activation act, if any, applied to each tile after its last K block):
+ * (y's rows ldy >= N floats apart; the activation act, if any, applied to
+ * each tile after its last K block):
  *
  *  - A long K is cut into blocks of at most KC (kc depends on K alone), so
  *    that the block of a panel (kc x 64 floats, at most 256 KB) stays in L2
@@ -63,7 +64,7 @@
  * and whichever tile height covers it, so the bits do not depend on M, on
  * the cut into chunks, or on the thread count. */
 static void packed_part(const grove__linear_pack *p, const float *x, const float *bias, float *y,
-                        grove__act act, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+                        int64_t ldy, grove__act act, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
   enum { X_BLOCK_BYTES = 768 * 1024, PREFETCH_BYTES = 256 * 1024 };
   const int64_t N = p->N, K = p->K;
   const bool avx2 = p->kind == GROVE__GEMM_KIND_AVX2;
@@ -113,7 +114,7 @@ static void packed_part(const grove__linear_pack *p, const float *x, const float
           const int mr = (int)(re - i < MR ? re - i : MR);
           if (avx2) {
             grove__gemm_tiles2[mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * 16, K * 16, bp,
-                                                   y + i * N + n0, N, ncols, flags);
+                                                   y + i * ldy + n0, ldy, ncols, flags);
           } else {
             /* Tile t takes lines [t * kn, (t + 1) * kn) of the next block;
              * the tiles past its end prefetch nothing. */
@@ -121,11 +122,11 @@ static void packed_part(const grove__linear_pack *p, const float *x, const float
             const int pf = off < next_bytes;
             grove__gemm_tiles512[pf][mr - 1][w / 16 - 1](kn, x + i * K + k0, K, B + k0 * w,
                                                          pf ? next + off : NULL, bp,
-                                                         y + i * N + n0, N, ncols, flags);
+                                                         y + i * ldy + n0, ldy, ncols, flags);
           }
           if (last && post != GROVE__ACT_NONE)
             for (int r = 0; r < mr; r++)
-              grove__act_apply(post, y + (i + r) * N + n0, y + (i + r) * N + n0, ncols);
+              grove__act_apply(post, y + (i + r) * ldy + n0, y + (i + r) * ldy + n0, ncols);
         }
       }
     }
@@ -154,12 +155,12 @@ static void linear_chunks(void *ctx, int64_t begin, int64_t end) {
       const int64_t pi = c % p->npanels;
       const int64_t r0 = c / p->npanels * cut->rows_per_chunk;
       const int64_t r1 = r0 + cut->rows_per_chunk < jb->M ? r0 + cut->rows_per_chunk : jb->M;
-      packed_part(p, jb->x, jb->bias, jb->y, jb->act, r0, r1, pi, pi + 1);
+      packed_part(p, jb->x, jb->bias, jb->y, p->N, jb->act, r0, r1, pi, pi + 1);
     } else {
       const int64_t q0 = c * cut->panels_per_chunk;
       const int64_t q1 =
           q0 + cut->panels_per_chunk < p->npanels ? q0 + cut->panels_per_chunk : p->npanels;
-      packed_part(p, jb->x, jb->bias, jb->y, jb->act, 0, jb->M, q0, q1);
+      packed_part(p, jb->x, jb->bias, jb->y, p->N, jb->act, 0, jb->M, q0, q1);
     }
   }
 }
@@ -232,20 +233,26 @@ void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, c
     linear_threaded(threads, p, x, M, bias, y, act);
     return;
   }
-  packed_part(p, x, bias, y, act, 0, M, 0, p->npanels);
+  packed_part(p, x, bias, y, p->N, act, 0, M, 0, p->npanels);
 #endif
 }
 
 void grove__linear_run_alone(const grove__linear_pack *p, const float *x, int64_t M,
                              const float *bias, float *y, grove__act act) {
-  assert(p && M >= 0);
+  grove__linear_run_alone_ld(p, x, M, bias, y, p->N, act);
+}
+
+void grove__linear_run_alone_ld(const grove__linear_pack *p, const float *x, int64_t M,
+                                const float *bias, float *y, int64_t ldy, grove__act act) {
+  assert(p && M >= 0 && ldy >= p->N);
   if (M == 0 || p->N == 0) return;
   if (p->kind == GROVE__GEMM_KIND_BLAS) {
+    assert(ldy == p->N);
     blas_linear(p, x, M, bias, y, act);
     return;
   }
 #if GROVE__X86_SIMD
-  packed_part(p, x, bias, y, act, 0, M, 0, p->npanels);
+  packed_part(p, x, bias, y, ldy, act, 0, M, 0, p->npanels);
 #endif
 }
 

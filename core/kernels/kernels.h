@@ -99,6 +99,11 @@ grove__linear_cut grove__linear_cut_plan(const grove__linear_pack *p, int64_t M,
  * thread; the same results, bit for bit, as grove__linear_run. */
 void grove__linear_run_alone(const grove__linear_pack *p, const float *x, int64_t M,
                              const float *bias, float *y, grove__act act);
+/* The same with the rows of y ldy >= N floats apart (a convolution writing
+ * its channels of a wider channels-last buffer: graph.c's cat slices); a
+ * native pack only when ldy > N. */
+void grove__linear_run_alone_ld(const grove__linear_pack *p, const float *x, int64_t M,
+                                const float *bias, float *y, int64_t ldy, grove__act act);
 /* Whether p runs Grove's own kernel (AVX-512 or AVX2), not OpenBLAS. */
 bool grove__linear_pack_native(const grove__linear_pack *p);
 /* Whether Grove's AVX-512 code (outside the packs: the convolutions'

@@ -798,9 +798,15 @@ static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
       par_rows(&w->rows, r0, r1);
     }
     if (w->into_y) {
-      grove__linear_run_alone(w->pack, xr, r1 - r0, w->ep.shift, w->ep.dst + r0 * n,
-                              w->ep.relu ? GROVE__ACT_RELU : GROVE__ACT_NONE);
-      grove__act_apply(w->ep.post, w->ep.dst + r0 * n, w->ep.dst + r0 * n, (r1 - r0) * n);
+      /* ldo: floats per output position (Cout, or a cat's channels). */
+      const int64_t ldo = w->ep.ldo;
+      float *y = w->ep.dst + r0 * ldo;
+      grove__linear_run_alone_ld(w->pack, xr, r1 - r0, w->ep.shift, y, ldo,
+                                 w->ep.relu ? GROVE__ACT_RELU : GROVE__ACT_NONE);
+      if (ldo == n)
+        grove__act_apply(w->ep.post, y, y, (r1 - r0) * n);
+      else
+        for (int64_t r = 0; r < r1 - r0; r++) grove__act_apply(w->ep.post, y + r * ldo, y + r * ldo, n);
       continue;
     }
     grove__linear_run_alone(w->pack, xr, r1 - r0, NULL, w->acc + r0 * n, GROVE__ACT_NONE);
@@ -822,8 +828,9 @@ static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
 static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd, int64_t N,
                               int64_t H, int64_t W, int64_t OH, int64_t OW, float *yd,
                               const float *scale, const float *shift, bool relu, grove__act post,
-                              bool nhwc_in, bool nhwc_out, grove__linear_pack *const *packs,
-                              const float *in_scale, const char *T) {
+                              bool nhwc_in, bool nhwc_out, int64_t ldo,
+                              grove__linear_pack *const *packs, const float *in_scale,
+                              const char *T) {
   const int64_t G = p->groups, C = p->cin, cin_g = C / G, cout_g = p->cout / G, K = p->K;
   const int64_t P = OH * OW, HW = H * W;
   /* With an input scale (only a 1x1 convolution gets one) the rows are a
@@ -886,8 +893,8 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
                      .scale = scale + g * cout_g, .shift = shift + g * cout_g, .relu = relu,
                      .post = nhwc_out ? post : GROVE__ACT_NONE};
       if (nhwc_out) {
-        ep.dst = yd + n0 * P * p->cout;
-        ep.ldo = p->cout;
+        ep.dst = yd + n0 * P * ldo;
+        ep.ldo = ldo;
       } else {
         ep.dst = yd + n0 * p->cout * P;
         ep.blocks = (P + 15) / 16;
@@ -1033,6 +1040,39 @@ static void act_pass(grove__act act, float *y, int64_t n) {
   grove__act_inplace_par(act, y, n);
 }
 
+/* Makes *y the caller's slice of a concatenation (grove_fwd.into) for an
+ * [N, Cout, OH, OW] result, allocating the concatenation's buffer when it
+ * is the first of its parts to run.  False (y untouched) when there is no
+ * slice, it does not fit these channels, the buffer has another batch or
+ * size, or it cannot be allocated (the result then gets its own tensor,
+ * and the cat copies it as any other). */
+static bool into_slice(grove_fwd *f, const conv_impl *p, int64_t N, int64_t OH, int64_t OW,
+                       grove_tensor *y) {
+  const int64_t C = f->into.channels, off = f->into.offset;
+  if (C <= 0 || off < 0 || off > C - p->cout) return false;
+  if (!f->into.data) {
+    uint64_t n;
+    if (grove__mul_overflow_u64((uint64_t)N * (uint64_t)C, (uint64_t)(OH * OW), &n) ||
+        n > SIZE_MAX / sizeof(float) / 2)
+      return false;
+    float *d = grove_arena_alloc(f->arena, (size_t)n * sizeof(float) + 1);
+    if (!d) return false;
+    f->into.data = d;
+    f->into.n = N;
+    f->into.h = OH;
+    f->into.w = OW;
+  } else if (f->into.n != N || f->into.h != OH || f->into.w != OW) {
+    return false;
+  }
+  const int64_t shape[4] = {N, p->cout, OH, OW};
+  grove_tensor_init(y, GROVE_F32, 4, shape, f->into.data + off);
+  y->strides[0] = OH * OW * C;
+  y->strides[1] = 1;
+  y->strides[2] = OW * C;
+  y->strides[3] = C;
+  return true;
+}
+
 /* grove__conv_forward_ex with the rows path's packs given (p->packs, or
  * the folded BatchNorm's pack, one group). */
 static grove_status conv_forward_packs(const grove_module *m, grove_fwd *f, const grove_values *in,
@@ -1084,12 +1124,19 @@ static grove_status conv_forward_packs(const grove_module *m, grove_fwd *f, cons
   oshape[nd++] = p->cout;
   if (p->nd == 2) oshape[nd++] = OH;
   oshape[nd++] = OW;
-  s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, nd, oshape);
-  if (s != GROVE_OK) return s;
-  out->n = 1;
   out_nhwc = out_nhwc && (p->packs || p->dww) && p->nd == 2 && batched;
-  /* The same [N, Cout, OH, OW] tensor, its memory laid out NHWC. */
-  if (out_nhwc) grove__set_nhwc(&out->v[0]);
+  /* Floats per output position of an NHWC output: Cout, or the channels of
+   * the concatenation whose slice the result is (grove_fwd.into). */
+  int64_t ldo = p->cout;
+  if (out_nhwc && !p->dww && into_slice(f, p, N, OH, OW, &out->v[0])) {
+    ldo = f->into.channels;
+  } else {
+    s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, nd, oshape);
+    if (s != GROVE_OK) return s;
+    /* The same [N, Cout, OH, OW] tensor, its memory laid out NHWC. */
+    if (out_nhwc) grove__set_nhwc(&out->v[0]);
+  }
+  out->n = 1;
   if (N == 0) return GROVE_OK;
   if (!scale) scale = p->ones;
   if (!shift) shift = p->bias;
@@ -1108,7 +1155,7 @@ static grove_status conv_forward_packs(const grove_module *m, grove_fwd *f, cons
                           T);
   if (p->packs) {
     s = conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, post, nhwc_in, out_nhwc,
-                  packs, in_scale, T);
+                  ldo, packs, in_scale, T);
     if (!s && !out_nhwc) act_pass(post, yd, numel);
     return s;
   }

@@ -208,6 +208,12 @@ const float *grove__conv_bias(const grove_module *m);
  * running statistics and is in eval mode; false otherwise. */
 bool grove__bn2d_affine(const grove_module *m, const float **scale, const float **shift);
 int64_t grove__bn2d_channels(const grove_module *m);
+/* BatchNorm2d m's eval forward followed by the activation act (NONE: none)
+ * in the same pass, on each run of output just written (a graph fuses a
+ * BatchNorm2d with the activation after it: DenseNet's norm1 + relu1).
+ * As the module's forward otherwise; any thread. */
+grove_status grove__bn2d_act_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                     grove_values *out, grove__act act);
 
 /* Sets, in f (grove_fwd.mha), the need_weights / average_attn_weights of
  * the next forward of the MultiheadAttention m (read and cleared by it; any

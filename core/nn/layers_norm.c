@@ -203,7 +203,20 @@ typedef struct bn2d_par {
   float *y;
   int64_t C, L;
   const float *a, *b;
+  int64_t ld; /* NHWC: floats from one position of x to the next */
+  grove__act act; /* applied to each run just written (NONE: none) */
 } bn2d_par;
+
+/* The floats between positions of a channels-last [N, C, H, W] x whose
+ * positions may hold more than its C channels (the first channels of a
+ * concatenation's buffer: core/graph/graph.c, DenseNet's growing
+ * features), or 0 when x is not laid out so. */
+static int64_t nhwc_ld(const grove_tensor *x) {
+  if (x->ndim != 4 || x->strides[1] != 1) return 0;
+  const int64_t ld = x->strides[3], H = x->shape[2], W = x->shape[3];
+  if (ld < x->shape[1] || x->strides[2] != W * ld || x->strides[0] != H * W * ld) return 0;
+  return ld > x->shape[1] || grove__is_nhwc(x) ? ld : 0;
+}
 
 static void bn2d_rows(void *ctx, int64_t b, int64_t e) {
   const bn2d_par *c = ctx;
@@ -213,22 +226,30 @@ static void bn2d_rows(void *ctx, int64_t b, int64_t e) {
     const float *restrict x = c->x + r * c->L;
     float *restrict y = c->y + r * c->L;
     for (int64_t l = 0; l < c->L; l++) y[l] = x[l] * a + bb;
+    grove__act_apply(c->act, y, y, c->L);
   }
 }
 
-/* NHWC: y position r = x position r * a + b (C channels each), r in [b, e). */
+/* NHWC: y position r = x position r * a + b (C channels each; x's
+ * positions ld floats apart), r in [b, e). */
 static void bn2d_positions(void *ctx, int64_t b, int64_t e) {
   const bn2d_par *c = ctx;
   const int64_t C = c->C;
   for (int64_t r = b; r < e; r++) {
-    const float *restrict x = c->x + r * C;
+    const float *restrict x = c->x + r * c->ld;
     float *restrict y = c->y + r * C;
     for (int64_t k = 0; k < C; k++) y[k] = x[k] * c->a[k] + c->b[k];
+    grove__act_apply(c->act, y, y, C);
   }
 }
 
 static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
                                  grove_values *out) {
+  return grove__bn2d_act_forward(m, f, in, out, GROVE__ACT_NONE);
+}
+
+grove_status grove__bn2d_act_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                     grove_values *out, grove__act act) {
   const bn_impl *p = m->impl;
   if (m->training)
     return grove_err_set(f->err, GROVE_E_UNSUPPORTED,
@@ -237,8 +258,11 @@ static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grov
   grove_status s;
   /* Channels last (from a convolution) is read as it is when running
    * statistics are used: the same scale and shift per element. */
-  const bool nhwc = in->n == 1 && p->use_running && in->v[0].dtype == GROVE_F32 &&
-                    grove__is_nhwc(&in->v[0]) && in->v[0].shape[1] == p->C;
+  const int64_t ld = in->n == 1 && p->use_running && in->v[0].dtype == GROVE_F32 &&
+                             in->v[0].ndim == 4 && in->v[0].shape[1] == p->C
+                         ? nhwc_ld(&in->v[0])
+                         : 0;
+  const bool nhwc = ld > 0;
   if (nhwc)
     x = in->v[0];
   else if ((s = grove__layer_input("BatchNorm2d", f, in, GROVE_F32, &x)) != GROVE_OK)
@@ -259,7 +283,8 @@ static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grov
   if (nhwc) {
     /* Positions of C floats: y = x * a + b per channel, same layout. */
     grove__set_nhwc(&out->v[0]);
-    bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b};
+    bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b, .ld = ld,
+                  .act = act};
     grove__parallel_for(N * L, grove__par_grain(2 * C), bn2d_positions, &c);
     return GROVE_OK;
   }
@@ -296,7 +321,7 @@ static grove_status bn2d_forward(const grove_module *m, grove_fwd *f, const grov
     b = ab + C;
   }
   /* Rows (n, c) of L floats, taken by the compute threads in runs. */
-  bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b};
+  bn2d_par c = {.x = x.data, .y = out->v[0].data, .C = C, .L = L, .a = a, .b = b, .act = act};
   grove__parallel_for(N * C, grove__par_grain(2 * L), bn2d_rows, &c);
   return GROVE_OK;
 }

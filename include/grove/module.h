@@ -91,6 +91,23 @@ typedef struct grove_fwd {
    * grove_module_forward returns contiguous tensors (grove_module_call
    * always does), and hooks always see contiguous ones. */
   bool channels_last_ok;
+  /* Set by a graph just before it calls a convolution whose result nothing
+   * but torch.cat along dim 1 reads (core/graph/graph.c: one cat, or a
+   * chain of cats that share one buffer): the callee may write its
+   * channels-last result straight into its slice of the concatenation
+   * instead of a tensor of its own, so that the cat copies nothing.  channels: the concatenation's channel count (0: no slice, the
+   * rest unread); offset: this result's first channel in it; data: the
+   * concatenation's [n, channels, h, w] channels-last buffer in f's arena,
+   * or NULL for the callee to allocate it there (and set data, n, h, w).
+   * The result is then the view [N, Cout, OH, OW] of its channels, strides
+   * [OH * OW * channels, 1, OW * channels, channels].  A callee that cannot
+   * (another layout or size, or a layer that never does) ignores it and
+   * returns a tensor of its own.  The caller clears it after the call;
+   * hooks never see it (a graph sets it only where nothing observes). */
+  struct {
+    int64_t channels, offset, n, h, w;
+    float *data;
+  } into;
   /* The keyword arguments of one attention or transformer call (torch's
    * need_weights and average_attn_weights, and the masks), which a module forward cannot
    * take with its tensors: set by the caller (a graph's call node, a

@@ -7,7 +7,9 @@ after each kind of convolution Grove lowers differently (patch rows, the
 direct 1x1 product, Winograd, depthwise 3x3 and 5x5, grouped columns), as a
 Sequential (MobileNet's Conv2dNormActivation) and as the nodes of a graph
 (an MBConv-like block with squeeze-excitation and a residual add), at batch 1
-and 3 and odd image sizes, with BatchNorm statistics that are not the
+and 3 and odd image sizes, a BatchNorm2d + activation with no convolution
+before it (a pre-activation block, NCHW and channels-last inputs), with
+BatchNorm statistics that are not the
 defaults and inputs large enough that ReLU6's and Hardswish's upper clamps
 and SiLU's negative side matter.  Exported with tools/grove_export.py, run
 with `grove predict --local`, compared within rtol 1e-4 / atol 1e-5.
@@ -111,6 +113,30 @@ def _mbconv(act):
     return Block()
 
 
+def _preact(act):
+    """BatchNorm2d + the activation where no convolution comes before them
+    (a pre-activation block, DenseNet's norm1 + relu1): the graph runs them
+    as one pass, on the model's NCHW input and on a convolution's
+    channels-last result."""
+    import torch.nn as nn
+    A = getattr(nn, act)
+
+    class Preact(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn0 = nn.BatchNorm2d(8)
+            self.act0 = A()
+            self.conv = nn.Conv2d(8, 13, 3, 1, 1)
+            self.bn1 = nn.BatchNorm2d(13)
+            self.act1 = A()
+            self.head = nn.Conv2d(13, 5, 1)
+
+        def forward(self, x):
+            y = self.conv(self.act0(self.bn0(x)))
+            return self.head(self.act1(self.bn1(y * 2)))
+    return Preact()
+
+
 def test_conv_act_parity():
     import torch
     from grove_export import export
@@ -118,7 +144,7 @@ def test_conv_act_parity():
     torch.manual_seed(18)
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
-        for kind, build in (("Sequential", _seq), ("graph", _mbconv)):
+        for kind, build in (("Sequential", _seq), ("graph", _mbconv), ("preact", _preact)):
             for k, act in enumerate(ACTS):
                 m = _randomize(build(act), 100 + k)
                 for n, (h, w) in ((1, (17, 13)), (3, (9, 23))):

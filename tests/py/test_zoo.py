@@ -263,8 +263,8 @@ def run_one(name, tmp):
     x = rng.standard_normal((2, 3, size, size)).astype(np.float32)
     d = os.path.join(tmp, name)
     try:
-        # max_batch_size 2: grove's open-time trial forward runs at the
-        # largest batch (64 by default), which would cost more than the test.
+        # max_batch_size 2: the batch this test sends (the open's trial
+        # forwards run at batch 1 and 2 for it).
         export(m, d, example_input=torch.zeros(1, 3, size, size), batching={"max_batch_size": 2})
     except ExportError as e:
         return "refused", str(e)
