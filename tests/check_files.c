@@ -405,12 +405,28 @@ END_TEST
 
 /* ============================================================ temporary files */
 
-/* A promote whose write fails (the temporary's name is too long for the
- * file system, with a model name this long) leaves nothing in $TMPDIR. */
+/* A promote whose write fails leaves nothing in $TMPDIR.  The failure: a
+ * $TMPDIR so deep that promote's own file (grove-promote-NAME-step0-XXXXXX
+ * .safetensors, NAME cut to 64 bytes) still fits in PATH_MAX, 4090 bytes,
+ * but the writer's temporary beside it (".BASE.grove-tmp.PID.N", 14 or more
+ * bytes longer) does not: mkstemps creates the file, the write fails. */
 START_TEST(files_failed_promote_leaves_nothing) {
-  char tmpd[400];
-  snprintf(tmpd, sizeof tmpd, "%s/tmpdir", grove_test_tmpdir());
+  enum { PROMOTE_BASE = 14 + 64 + 7 + 6 + 12, PATH_LEN = 4090 };
+  char tmpd[PATH_MAX];
+  int len = snprintf(tmpd, sizeof tmpd, "%s/tmpdir", grove_test_tmpdir());
   ck_assert_int_eq(mkdir(tmpd, 0755), 0);
+  const int want = PATH_LEN - 1 - PROMOTE_BASE;
+  ck_assert_int_lt(len, want - 2);
+  while (len < want) { /* "/" and at most 200 bytes a component */
+    int rest = want - len - 1, add = rest > 200 ? 200 : rest;
+    if (rest - add == 1) add--; /* never leave a "/" of its own for last */
+    tmpd[len++] = '/';
+    memset(tmpd + len, 'd', (size_t)add);
+    len += add;
+    tmpd[len] = '\0';
+    ck_assert_msg(mkdir(tmpd, 0755) == 0, "mkdir of %d bytes: %s", len, strerror(errno));
+  }
+  ck_assert_int_eq(len, want);
   ck_assert_int_eq(setenv("TMPDIR", tmpd, 1), 0);
   char name[256];
   memset(name, 'n', 205);
@@ -432,6 +448,12 @@ START_TEST(files_failed_promote_leaves_nothing) {
   ck_assert_ok(grove_client_stop_training(c, name, NULL, 5000, &steps, &err), &err);
   grove_client_close(c);
   ck_assert_int_eq(h_stop(&s), 0);
+  /* The chain of directories, deepest first. */
+  char *cut;
+  while ((cut = strrchr(tmpd, '/')) && strcmp(cut, "/tmpdir") != 0) {
+    rmdir(tmpd);
+    *cut = '\0';
+  }
   rmdir(tmpd);
 }
 END_TEST
