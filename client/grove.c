@@ -228,8 +228,9 @@ static int inspect_model(const char *dir) {
   printf("batching: max_batch_size=%lld max_queue_delay_us=%lld max_queue_size=%lld\n",
          (long long)m->batching.max_batch_size, (long long)m->batching.max_queue_delay_us,
          (long long)m->batching.max_queue_size);
-  printf("scratch: %zu bytes per worker (one forward at batch %lld)\n", m->arena_bytes,
-         (long long)m->batching.max_batch_size);
+  printf("scratch: %zu bytes per worker (for a batch of %lld, from the open's trial forwards)\n",
+         m->arena_bytes,
+         (long long)(m->batching.max_batch_size ? m->batching.max_batch_size : 1));
   int rc = EXIT_OK;
   grove_state_dict *sd = grove_sd_new();
   if (!sd)

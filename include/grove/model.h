@@ -50,7 +50,8 @@ typedef struct grove_model {
   grove_batching batching;
   int64_t param_count;   /* de-duplicated parameter elements */
   size_t weight_bytes;   /* bytes of the state_dict's tensors */
-  size_t arena_bytes;    /* scratch one forward at max_batch_size needs */
+  size_t arena_bytes;    /* scratch one forward at max_batch_size needs, extrapolated from
+                            the open's trial forwards (docs/model-spec.md) */
 } grove_model;
 
 /* Parses a model.json text into a new tree (eval mode, zero weights) and the
