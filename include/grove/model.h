@@ -69,7 +69,8 @@ typedef struct grove_model_opts {
 
 /* Opens dir: parses model.json, reads the weights file, loads it all or
  * nothing (strict unless opts say otherwise), puts the tree in eval mode and
- * sizes the scratch by one forward at max_batch_size.  opts may be NULL.
+ * sizes the scratch from trial forwards at batch 2 and 4, extrapolated to
+ * max_batch_size (docs/model-spec.md).  opts may be NULL.
  * *out is new and the caller's.  Any thread; nothing shared. */
 grove_status grove_model_open(const char *dir, const grove_model_opts *opts, grove_model **out,
                               grove_err *err);
