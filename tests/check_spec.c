@@ -999,6 +999,20 @@ static void conv_weights(grove_state_dict *sd) {
  * (the trial forwards run at batch 2 and 4).  The scratch it records still
  * covers a batch of 64 (the arena never grows for it), and that batch
  * gives each image the result it gets alone. */
+/* AddressSanitizer's redzones and its quarantine of freed blocks (which
+ * keeps every trial's buffers resident) add to the peak: 51 MB measured
+ * (make test SAN=1), still below the 64 MB one forward at 64 touches. */
+#if defined(__SANITIZE_ADDRESS__)
+#define OPEN_RSS_BOUND ((size_t)60 << 20)
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define OPEN_RSS_BOUND ((size_t)60 << 20)
+#endif
+#endif
+#ifndef OPEN_RSS_BOUND
+#define OPEN_RSS_BOUND ((size_t)24 << 20)
+#endif
+
 START_TEST(test_open_memory_bounded_by_small_trials) {
   char *dir = strdup(grove_test_tmpdir());
   const char *spec =
@@ -1015,7 +1029,7 @@ START_TEST(test_open_memory_bounded_by_small_trials) {
   const size_t before = peak_rss();
   ck_assert_ok(grove_model_open(dir, NULL, &m, &err), &err);
   const size_t grew = peak_rss() - before;
-  ck_assert_msg(grew < (size_t)24 << 20, "opening touched %zu bytes (a batch of 64 is %zu)", grew,
+  ck_assert_msg(grew < OPEN_RSS_BOUND, "opening touched %zu bytes (a batch of 64 is %zu)", grew,
                 64 * image_out);
   ck_assert_uint_ge(m->arena_bytes, 64 * image_out);
   ck_assert_uint_eq(m->noutputs, 1);
