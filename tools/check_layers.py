@@ -26,11 +26,14 @@ import sys
 
 
 def objects(objdir, folder):
-    """The objects of one folder, not of its subfolders (each is named on its own)."""
+    """The objects of one folder, not of its subfolders (each is named on its own), whose
+    source file still exists: a build directory keeps the object of a file since removed or
+    renamed, which would otherwise draw arrows the tree no longer has."""
     root = os.path.join(objdir, folder)
     if not os.path.isdir(root):
         return []
-    return [os.path.join(root, f) for f in sorted(os.listdir(root)) if f.endswith(".o")]
+    return [os.path.join(root, f) for f in sorted(os.listdir(root))
+            if f.endswith(".o") and os.path.exists(os.path.join(folder, f[:-2] + ".c"))]
 
 
 def symbols(path):
