@@ -29,8 +29,12 @@
  * (no sum across lanes, so the same bits at any vector width): GCC compiles
  * the function for AVX-512, AVX2 and the baseline and picks one at load
  * time (an ifunc), so the loop is vectorised 16 or 8 wide without
- * intrinsics.  The pools' and epilogues' per-channel loops use it. */
-#if GROVE__X86_SIMD && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+ * intrinsics.  The pools' and epilogues' per-channel loops use it.  Not
+ * under ThreadSanitizer: the ifunc's resolver runs while the dynamic loader
+ * relocates, before TSan's runtime is set up, and its instrumented entry
+ * crashed every SAN=thread binary before main. */
+#if GROVE__X86_SIMD && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && \
+    !defined(__SANITIZE_THREAD__)
 #define GROVE__CHANNEL_LOOP __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define GROVE__CHANNEL_LOOP
