@@ -121,10 +121,10 @@ static void run_batch(srv_worker *w) {
   int64_t t0 = grove__now_ns();
   const srv_req *first = b->reqs;
   grove_tensor in[GROVE_MAX_VALUES];
-  /* Unbatched (max_batch_size 0): the lone request's inputs, whole, as
-   * they arrived. */
-  for (size_t i = 0; unbatched(b) && i < first->ninputs; i++) in[i] = first->inputs[i];
-  for (size_t i = 0; !unbatched(b) && i < first->ninputs; i++) {
+  /* Every request's rows, in order, copied into the arena (64-byte aligned,
+   * as the kernels are given everything).  Unbatched (max_batch_size 0),
+   * the batch is one request and its inputs go whole, dimension 0 as sent. */
+  for (size_t i = 0; i < first->ninputs; i++) {
     const grove_tensor *f = &first->inputs[i];
     size_t row_bytes = grove_tensor_nbytes(f) / (size_t)first->rows;
     unsigned char *p = grove_arena_alloc(a, row_bytes * (size_t)b->rows);
@@ -141,7 +141,7 @@ static void run_batch(srv_worker *w) {
     }
     int64_t shape[GROVE_MAX_DIMS];
     memcpy(shape, f->shape, sizeof(int64_t) * (size_t)f->ndim);
-    shape[0] = b->rows;
+    if (!unbatched(b)) shape[0] = b->rows;
     grove_tensor_init(&in[i], f->dtype, f->ndim, shape, p);
   }
 
@@ -264,8 +264,9 @@ static size_t arena_size(const grove_model *m) {
   size_t n = m->arena_bytes;
   for (size_t i = 0; i < m->ninputs; i++) {
     const grove_io_spec *sp = &m->inputs[i];
-    size_t rows = m->batching.max_batch_size ? (size_t)m->batching.max_batch_size : 0;
-    size_t b = grove_dtype_size(sp->dtype) * rows; /* unbatched: inputs not copied */
+    /* Unbatched: one request, its dimension 0 counted as 1 like a free one. */
+    size_t rows = m->batching.max_batch_size ? (size_t)m->batching.max_batch_size : 1;
+    size_t b = grove_dtype_size(sp->dtype) * rows;
     for (int d = 1; d < sp->ndim; d++) b *= sp->shape[d] > 0 ? (size_t)sp->shape[d] : 1;
     n += (b + 63) & ~(size_t)63;
   }
