@@ -282,7 +282,9 @@ static int inspect_checkpoint(const char *path) {
       format = "safetensors";
       break;
     case GROVE_CKPT_TORCH_ZIP:
-      format = "torch.save zip archive";
+      /* A pickle first: the legacy layout (checkpoint.c). */
+      format =
+          n >= 1 && head[0] == 0x80 ? "torch.save file (legacy format)" : "torch.save zip archive";
       break;
     default:
       break;

@@ -31,8 +31,9 @@ grove_ckpt_format grove_ckpt_detect(const char *path, const void *head, size_t h
     /* The smallest header is "{}". */
     if (n >= 2 && n <= GROVE_ST_MAX_HEADER) return GROVE_CKPT_SAFETENSORS;
   }
-  /* A bare pickle (PROTO 2..5): torch's legacy pre-1.6 format.  The torch
-   * reader refuses it with advice on re-saving, whatever the file's name.
+  /* A bare pickle (PROTO 2..5): torch's legacy pre-1.6 format, which the
+   * torch reader reads (and any other pickle it refuses, with advice on
+   * re-saving), whatever the file's name.
    * Checked after safetensors: a header length of 0x2??-0x5?? bytes starts
    * with the same two bytes (legacy files begin with a LONG1 magic number,
    * so their byte 8 is never '{'). */

@@ -481,7 +481,6 @@ static grove_status wrong_type(machine *m, uint8_t op, const char *expected, con
                        opcode_name(op), at(m) - 1, expected, grove__pk_describe(got, d, sizeof d));
 }
 
-
 /* Reads a string of n bytes from the input into a new STR or BYTES. */
 static grove_status read_str(machine *m, uint64_t n, grove__pk_kind kind, const char *what) {
   if (n > m->lim.max_str)
@@ -747,8 +746,9 @@ static grove_status op_build(machine *m, uint8_t op) {
   /* torch's weights_only unpickler builds OrderedDicts, Tensors and
    * Parameters only: here, dicts from OrderedDict() and the results of the
    * tensor-building calls. */
-  bool ok = (inst->kind == GROVE__PK_DICT && inst->ordered) ||
-            (inst->kind == GROVE__PK_CALL && grove__pk_tag_makes_tensor(inst->u.call.func->u.global.tag));
+  bool ok =
+      (inst->kind == GROVE__PK_DICT && inst->ordered) ||
+      (inst->kind == GROVE__PK_CALL && grove__pk_tag_makes_tensor(inst->u.call.func->u.global.tag));
   if (!ok) {
     char d[160];
     return grove_err_set(m->err, GROVE_E_REFUSED,
@@ -1024,13 +1024,17 @@ const grove__pkl_limits grove__pkl_default_limits = {
     .max_values = GROVE_PKL_MAX_VALUES,
 };
 
-grove_status grove__pickle_load_limited(const void *buf, size_t len, const char *name,
-                                        const grove__pkl_limits *lim, grove__pickle **pk,
-                                        const grove__pk **root, grove_err *err) {
+/* The one entry of the loads: used, when not NULL, receives the bytes up to
+ * and including STOP, and the pickle may then end anywhere in buf[0, len)
+ * (only its first max_bytes count). */
+static grove_status load(const void *buf, size_t len, const char *name,
+                         const grove__pkl_limits *lim, grove__pickle **pk, const grove__pk **root,
+                         size_t *used, grove_err *err) {
   *pk = NULL;
   *root = NULL;
   if (!name) name = "<pickle>";
   if (!lim) lim = &grove__pkl_default_limits;
+  if (used && len > lim->max_bytes) len = lim->max_bytes;
   if (len > lim->max_bytes)
     return grove_err_set(err, GROVE_E_LIMIT, "%s: %zu bytes of pickle (the limit is %zu)", name,
                          len, lim->max_bytes);
@@ -1057,10 +1061,31 @@ grove_status grove__pickle_load_limited(const void *buf, size_t len, const char 
     return st;
   }
   *pk = m.pk;
+  if (used) *used = (size_t)(m.p - m.start);
   return GROVE_OK;
+}
+
+grove_status grove__pickle_load_limited(const void *buf, size_t len, const char *name,
+                                        const grove__pkl_limits *lim, grove__pickle **pk,
+                                        const grove__pk **root, grove_err *err) {
+  return load(buf, len, name, lim, pk, root, NULL, err);
 }
 
 grove_status grove__pickle_load(const void *buf, size_t len, const char *name, grove__pickle **pk,
                                 const grove__pk **root, grove_err *err) {
-  return grove__pickle_load_limited(buf, len, name, NULL, pk, root, err);
+  return load(buf, len, name, NULL, pk, root, NULL, err);
+}
+
+grove_status grove__pickle_load_prefix(const void *buf, size_t len, const char *name,
+                                       grove__pickle **pk, const grove__pk **root, size_t *used,
+                                       grove_err *err) {
+  return load(buf, len, name, NULL, pk, root, used, err);
+}
+
+bool grove__pickle_each(const grove__pickle *pk, grove__pk_kind kind,
+                        bool (*fn)(void *ctx, const grove__pk *v), void *ctx) {
+  for (const slab *s = pk ? pk->slabs : NULL; s; s = s->next)
+    for (size_t i = 0; i < s->used; i++)
+      if (s->v[i].kind == kind && !fn(ctx, &s->v[i])) return false;
+  return true;
 }

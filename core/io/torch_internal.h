@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base.h"
 #include "grove/checkpoint.h"
 #include "grove/state_dict.h"
 #include "grove/status.h"
@@ -226,6 +227,17 @@ typedef struct grove__pickle grove__pickle;
 grove_status grove__pickle_load(const void *buf, size_t len, const char *name, grove__pickle **pk,
                                 const grove__pk **root, grove_err *err);
 void grove__pickle_free(grove__pickle *pk);
+/* grove__pickle_load of a pickle that ends at its STOP, somewhere in
+ * buf[0, len) (a file of several pickles and data after them: torch's
+ * legacy format); *used receives its length.  Only the first
+ * GROVE_PKL_MAX_BYTES of buf may hold it. */
+grove_status grove__pickle_load_prefix(const void *buf, size_t len, const char *name,
+                                       grove__pickle **pk, const grove__pk **root, size_t *used,
+                                       grove_err *err);
+/* Calls fn on every value of pk of that kind, in no particular order,
+ * until fn returns false (then returns false).  The caller's thread. */
+bool grove__pickle_each(const grove__pickle *pk, grove__pk_kind kind,
+                        bool (*fn)(void *ctx, const grove__pk *v), void *ctx);
 
 /* The unpickler's limits; grove__pickle_load uses the defaults (the
  * GROVE_PKL_* values above).  Tests lower them to reach every limit. */
@@ -249,6 +261,32 @@ const grove__pk *grove__pk_dict_get(const grove__pk *d, const char *key);
 bool grove__pk_tag_makes_tensor(grove__pk_tag tag);
 
 /* ================================================================ torch */
+
+/* A legacy torch.save file's layout (torch_legacy.c; see there): its saved
+ * object, and where each storage's bytes are. */
+typedef struct grove__legacy_rec {
+  size_t offset, nbytes; /* of the storage's elements in the file */
+} grove__legacy_rec;
+typedef struct grove__legacy {
+  grove__pickle *pk;      /* the saved object's values */
+  const grove__pk *root;  /* the saved object (in pk) */
+  grove__pickle *keys_pk; /* the storage key list's values */
+  grove__pmap keys;       /* storage key -> what its persistent ids say */
+  grove__pmap recs;       /* storage key -> its grove__legacy_rec */
+  grove__legacy_rec *recs_arr;
+  size_t nrecs;
+} grove__legacy;
+/* Whether buf begins as a legacy torch.save file does. */
+bool grove__legacy_is(const void *buf, size_t len);
+/* Reads the five pickles of buf[0, len) and the storage table after them
+ * into *lg (which the caller finishes with grove__legacy_fini, whatever the
+ * status); names name in messages.  Checks every count and size against len.
+ * The caller's thread; buf must outlive *lg. */
+grove_status grove__legacy_open(const void *buf, size_t len, const char *name, grove__legacy *lg,
+                                grove_err *err);
+/* Where storage key's bytes are, or NULL when the file has none for it. */
+const grove__legacy_rec *grove__legacy_find(const grove__legacy *lg, const char *key);
+void grove__legacy_fini(grove__legacy *lg);
 
 /* grove_torch_read on an archive in memory.  map, when not NULL, is a
  * storage holding buf (the whole file, read by grove__read_file): stored,

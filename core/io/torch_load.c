@@ -30,8 +30,12 @@
  *     are zero-copy (the contract of grove_safetensors_read); the rest is
  *     copied, inflated, and byte-swapped when the archive is big-endian.
  *
+ * The legacy format (before 1.6, or _use_new_zipfile_serialization=False)
+ * holds the same pickle and storages in another layout, which
+ * torch_legacy.c reads; from there on the two are interpreted alike.
+ *
  * Refused, with the file and the key named:
- *   legacy (pre-1.6, non-zip) files and TorchScript archives
+ *   TorchScript archives, tar archives (before 0.4), bare pickles
  *                                     -> GROVE_E_UNSUPPORTED, saying how to
  *                                        re-save them
  *   quantized, sparse, meta tensors, tensor subclasses
@@ -106,7 +110,9 @@ typedef struct slot {
 typedef struct loader {
   const char *name; /* the file, for messages */
   grove__zip zip;
-  char *prefix; /* "archive/" */
+  const grove__legacy *legacy; /* a legacy file's layout, else NULL (a zip) */
+  const uint8_t *buf;          /* the file's bytes */
+  char *prefix;                /* "archive/" */
   bool big_endian;
   grove_storage *map; /* the file read whole (grove__read_file), or NULL */
   grove_err *err;
@@ -154,19 +160,11 @@ static const grove__zip_entry *find_record(loader *ld, const char *rest, char *b
 
 /* ================================================================ archive */
 
-/* The legacy magic number torch.save pickled first (before 1.6):
- * LONG1 0x1950a86a20f9469cfc6c, after PROTO 2. */
-static const uint8_t legacy_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c,
-                                       0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
-
-static grove_status check_kind(const uint8_t *b, size_t len, const char *name, grove_err *err) {
-  if (len >= sizeof legacy_magic && memcmp(b, legacy_magic, sizeof legacy_magic) == 0)
-    return grove_err_set(err, GROVE_E_UNSUPPORTED,
-                         "%s: a torch.save file in the legacy format (PyTorch before 1.6, or "
-                         "_use_new_zipfile_serialization=False); Grove reads the zip format. "
-                         "Re-save it with PyTorch >= 1.6: "
-                         "torch.save(torch.load(f, weights_only=True), 'weights.pt')",
-                         name);
+/* GROVE_OK for a zip archive; *legacy set for a legacy file. */
+static grove_status check_kind(const uint8_t *b, size_t len, const char *name, bool *legacy,
+                               grove_err *err) {
+  *legacy = grove__legacy_is(b, len);
+  if (*legacy) return GROVE_OK;
   if (len >= 262 && memcmp(b + 257, "ustar", 5) == 0)
     return grove_err_set(err, GROVE_E_UNSUPPORTED,
                          "%s: a tar archive (the torch.save format of PyTorch before 0.4?); "
@@ -175,9 +173,8 @@ static grove_status check_kind(const uint8_t *b, size_t len, const char *name, g
                          name);
   if (len >= 2 && b[0] == 0x80 && b[1] <= 5)
     return grove_err_set(err, GROVE_E_UNSUPPORTED,
-                         "%s: a bare pickle, not a torch.save zip archive (pickle.dump, or "
-                         "torch.save with _use_new_zipfile_serialization=False); re-save it "
-                         "with torch.save(obj, 'weights.pt') in PyTorch >= 1.6",
+                         "%s: a bare pickle, not a torch.save file (pickle.dump?); re-save "
+                         "it with torch.save(obj, 'weights.pt')",
                          name);
   if (len < 4 || b[0] != 'P' || b[1] != 'K')
     return grove_err_set(err, GROVE_E_FORMAT,
@@ -265,6 +262,57 @@ static void byteswap(uint8_t *p, size_t nbytes, size_t es) {
     }
 }
 
+/* A new slot for a storage read just now (s, whose reference it takes). */
+static grove_status add_slot(loader *ld, const char *skey, grove_storage *s, grove_dtype dtype,
+                             bool untyped, uint64_t numel, slot **out) {
+  slot *sl = slot_add(ld, skey);
+  if (!sl) {
+    grove_storage_release(s);
+    return nomem(ld);
+  }
+  sl->s = s;
+  sl->dtype = dtype;
+  sl->untyped = untyped;
+  sl->numel = numel;
+  *out = sl;
+  return GROVE_OK;
+}
+
+/* get_storage's part for a legacy file: the bytes are in the file itself,
+ * little-endian, zero-copy when f32 and aligned (as a stored zip record). */
+static grove_status legacy_storage(loader *ld, const char *tkey, const char *skey,
+                                   grove_dtype dtype, bool untyped, uint64_t numel, uint64_t nbytes,
+                                   slot **out) {
+  const grove__legacy_rec *r = grove__legacy_find(ld->legacy, skey);
+  if (!r)
+    return grove_err_set(ld->err, GROVE_E_FORMAT,
+                         "%s: key '%s': its storage '%s' is not in the file's list of storages",
+                         ld->name, tkey, skey);
+  /* torch_legacy.c checked the count against every persistent id. */
+  if (r->nbytes != nbytes)
+    return grove_err_set(ld->err, GROVE_E_BAD_SIZE,
+                         "%s: key '%s': storage '%s' holds %zu bytes, but the pickle says %llu "
+                         "elements of %s",
+                         ld->name, tkey, skey, r->nbytes, (unsigned long long)numel,
+                         grove_dtype_name(dtype));
+  const uint8_t *src = ld->buf + r->offset;
+  grove_storage *s;
+  if (ld->map && dtype == GROVE_F32 && !untyped && nbytes > 0 &&
+      (uintptr_t)src % sizeof(float) == 0) {
+    grove_storage_retain(ld->map);
+    s = grove_storage_wrap((void *)src, (size_t)nbytes, release_map, ld->map);
+    if (!s) {
+      grove_storage_release(ld->map);
+      return nomem(ld);
+    }
+  } else {
+    s = grove_storage_new((size_t)nbytes);
+    if (!s) return nomem(ld);
+    if (nbytes) memcpy(grove_storage_data(s), src, (size_t)nbytes);
+  }
+  return add_slot(ld, skey, s, dtype, untyped, numel, out);
+}
+
 /* Reads storage record key (once) into a grove_storage.  dtype is the
  * storage's element type; swap_es the element size to byte-swap by. */
 static grove_status get_storage(loader *ld, const char *tkey, const char *skey, grove_dtype dtype,
@@ -287,6 +335,7 @@ static grove_status get_storage(loader *ld, const char *tkey, const char *skey, 
     return grove_err_set(ld->err, GROVE_E_BAD_SIZE,
                          "%s: key '%s': storage '%s' of %llu elements overflows", ld->name, tkey,
                          skey, (unsigned long long)numel);
+  if (ld->legacy) return legacy_storage(ld, tkey, skey, dtype, untyped, numel, nbytes, out);
   char rec[4096];
   char skey_short[256];
   snprintf(skey_short, sizeof skey_short, "%s", skey);
@@ -331,17 +380,7 @@ static grove_status get_storage(loader *ld, const char *tkey, const char *skey, 
     }
     if (ld->big_endian && swap_es > 1) byteswap(grove_storage_data(s), (size_t)nbytes, swap_es);
   }
-  sl = slot_add(ld, skey);
-  if (!sl) {
-    grove_storage_release(s);
-    return nomem(ld);
-  }
-  sl->s = s;
-  sl->dtype = dtype;
-  sl->untyped = untyped;
-  sl->numel = numel;
-  *out = sl;
-  return GROVE_OK;
+  return add_slot(ld, skey, s, dtype, untyped, numel, out);
 }
 
 static bool as_int(const grove__pk *v, int64_t *out) {
@@ -380,12 +419,26 @@ static grove_status rebuild(loader *ld, const char *key, const grove__pk *storag
                             const grove__pk *offset_v, const grove__pk *size_v,
                             const grove__pk *stride_v, const grove__pk *dtype_v,
                             grove_tensor **out) {
-  /* The persistent id: ('storage', StorageType, key, location, numel). */
+  /* The persistent id: ('storage', StorageType, key, location, numel),
+   * and in the legacy format a sixth item, view_metadata: None unless the
+   * storage is a view of another (what PyTorch before 1.12 could save). */
   if (!storage_v || storage_v->kind != GROVE__PK_PERSID)
     return bad(ld, key, "a tensor's first argument must be a storage", storage_v);
   const grove__pk *pid = storage_v->u.pid;
-  if (pid->kind != GROVE__PK_TUPLE || pid->u.seq.n != 5 || !is_str(pid->u.seq.items[0], "storage"))
-    return bad(ld, key, "a storage reference must be ('storage', type, key, location, numel)", pid);
+  const size_t pid_n = ld->legacy ? 6 : 5;
+  if (pid->kind != GROVE__PK_TUPLE || pid->u.seq.n != pid_n ||
+      !is_str(pid->u.seq.items[0], "storage"))
+    return bad(ld, key,
+               ld->legacy ? "a storage reference must be ('storage', type, key, location, numel, "
+                            "view_metadata)"
+                          : "a storage reference must be ('storage', type, key, location, numel)",
+               pid);
+  if (ld->legacy && pid->u.seq.items[5]->kind != GROVE__PK_NONE)
+    return grove_err_set(ld->err, GROVE_E_UNSUPPORTED,
+                         "%s: key '%s' is a view of another storage (the legacy format's "
+                         "view_metadata); re-save it with PyTorch >= 1.6: "
+                         "torch.save(torch.load(f), 'weights.pt')",
+                         ld->name, key);
   const grove__pk *type = pid->u.seq.items[1], *skey = pid->u.seq.items[2];
   int64_t numel;
   if (type->kind != GROVE__PK_GLOBAL || type->u.global.tag != GROVE__TAG_STORAGE)
@@ -573,9 +626,9 @@ static grove_status read_metadata(loader *ld, const grove__pk *sd_node, grove_st
 static grove_status find_state_dict(loader *ld, const grove__pk *root, const grove__pk **out) {
   char d[200];
   if (root->kind != GROVE__PK_DICT)
-    return grove_err_set(ld->err, GROVE_E_FORMAT,
-                         "%s: data.pkl holds %s, not a state_dict (a dict of tensors)", ld->name,
-                         grove__pk_describe(root, d, sizeof d));
+    return grove_err_set(
+        ld->err, GROVE_E_FORMAT, "%s: %s holds %s, not a state_dict (a dict of tensors)", ld->name,
+        ld->legacy ? "the saved object" : "data.pkl", grove__pk_describe(root, d, sizeof d));
   static const char *const wrappers[] = {"state_dict", "model", "module"};
   for (int depth = 0; depth < 4; depth++) {
     const grove__pk *inner = NULL;
@@ -633,13 +686,24 @@ grove_status grove__torch_read_buffer(const void *buf, size_t len, const char *n
   if (!name) name = "<buffer>";
   grove_err local = {0};
   if (!err) err = &local;
-  grove_status st = check_kind(buf, len, name, err);
+  bool legacy = false;
+  grove_status st = check_kind(buf, len, name, &legacy, err);
   if (st != GROVE_OK) return st;
 
   loader ld = {.slots = {.strkeys = true}};
   ld.name = name;
   ld.map = map;
   ld.err = err;
+  ld.buf = buf;
+  if (legacy) {
+    grove__legacy lg;
+    st = grove__legacy_open(buf, len, name, &lg, err);
+    ld.legacy = &lg;
+    if (st == GROVE_OK) st = read_state_dict(&ld, lg.root, out);
+    loader_fini(&ld); /* before lg: its slots' keys are lg's strings */
+    grove__legacy_fini(&lg);
+    return st;
+  }
   st = grove__zip_open(&ld.zip, buf, len, name, err);
   if (st == GROVE_OK) st = read_layout(&ld);
 

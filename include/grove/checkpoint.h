@@ -34,7 +34,7 @@ extern "C" {
 typedef enum grove_ckpt_format {
   GROVE_CKPT_UNKNOWN = 0,
   GROVE_CKPT_SAFETENSORS = 1,
-  GROVE_CKPT_TORCH_ZIP = 2,
+  GROVE_CKPT_TORCH_ZIP = 2, /* a torch.save file: the zip format or the legacy one */
 } grove_ckpt_format;
 
 /* Guesses the format from the file name's extension and the first bytes. */

@@ -14,7 +14,9 @@ contiguous views of one torch storage (tied weights, slices).  "mentions"
 are substrings the error message must hold (the key, the global).
 
 Besides torch.save's own output (protocol 2 and 4, tied weights, views,
-every dtype, nested checkpoints, a state_dict of hundreds of keys), some
+every dtype, nested checkpoints, a state_dict of hundreds of keys, the
+legacy format of PyTorch before 1.6, its storage keys renamed from object
+addresses to indexes), some
 archives are rewritten with Python's zipfile: deflated, ZIP64, big-endian
 (storages byte-swapped, "byteorder" = "big").  The deflated and ZIP64 ones
 are checked to load in torch here.  torch_os_system.pt is a real exploit:
@@ -33,6 +35,52 @@ from grove_export import save_safetensors
 
 _DATE = (1980, 1, 1, 0, 0, 0)
 MARKER_CMD = 'touch "${GROVE_PWNED_MARKER:-grove_pwned.marker}"'
+
+
+class _Any(dict):
+    """Whatever a global of the legacy pickle builds, when only its layout
+    matters (takes any arguments, items and state)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def __setstate__(self, state):
+        pass
+
+
+def _legacy_save(obj, path):
+    """torch.save in the legacy format (_use_new_zipfile_serialization=False),
+    with its storage keys made deterministic: torch names them by object
+    address.  Each key is a decimal string in a BINUNICODE; it is replaced,
+    everywhere, by its index in the key list padded to the same length, so
+    every length prefix stays right, and torch must read the result back.
+    The list (and the storages' bytes) keep torch's order, which follows the
+    addresses: a file may still differ from run to run in that order."""
+    import torch
+    buf = io.BytesIO()
+    torch.save(obj, buf, _use_new_zipfile_serialization=False)
+    data = buf.getvalue()
+    # The key list is the pickle after the saved object.
+    f = io.BytesIO(data)
+    for _ in range(3):
+        pickle.load(f)
+
+    class _Skip(pickle.Unpickler):
+        def persistent_load(self, pid):
+            return None
+
+        def find_class(self, module, name):
+            return _Any
+
+    _Skip(f).load()
+    keys = pickle.load(f)
+    for i, k in enumerate(keys):
+        new = str(i).rjust(len(k), "0")
+        old_b = b"X" + len(k).to_bytes(4, "little") + k.encode()
+        new_b = b"X" + len(new).to_bytes(4, "little") + new.encode()
+        data = data.replace(old_b, new_b)
+    with open(path, "wb") as out:
+        out.write(data)
 
 
 def _metadata(sd):
@@ -76,8 +124,14 @@ def generate(out_dir):
     g = torch.Generator().manual_seed(20240611)
     expected = {"read": {}, "refused": {}}
 
-    def read_case(name, obj, sd, **save_kw):
-        torch.save(obj, p(name + ".pt"), **save_kw)
+    def read_case(name, obj, sd, legacy=False, **save_kw):
+        if legacy:
+            _legacy_save(obj, p(name + ".pt"))
+            back = torch.load(p(name + ".pt"))
+            back = back.get("state_dict", back)
+            assert list(back) == list(sd) and all(torch.equal(back[k], sd[k]) for k in sd)
+        else:
+            torch.save(obj, p(name + ".pt"), **save_kw)
         save_safetensors(collections.OrderedDict((k, v.detach()) for k, v in sd.items()),
                          p(name + ".safetensors"))
         expected["read"][name + ".pt"] = {
@@ -183,11 +237,14 @@ def generate(out_dir):
     _rewrite(None, p("torch_bigendian.pt"), records=swapped)
     expected["read"]["torch_bigendian.pt"] = dict(expected["read"]["torch_dtypes.pt"])
 
+    # The legacy format (PyTorch before 1.6, _use_new_zipfile_serialization=
+    # False): every dtype, the views, tied weights, a nested checkpoint.
+    read_case("torch_legacy", dtypes, dtypes, legacy=True)
+    read_case("torch_legacy_views", views, views, legacy=True)
+    read_case("torch_legacy_tied", tied, tied, legacy=True)
+    read_case("torch_legacy_nested", ckpt, sd, legacy=True)
+
     # ---------------------------------------------------------- refused
-    # No tensors: the legacy format names storages by object address, which
-    # would change the file on every run.  The magic number is what counts.
-    torch.save({"epoch": 3}, p("torch_legacy.pt"), _use_new_zipfile_serialization=False)
-    refused("torch_legacy.pt", "GROVE_E_UNSUPPORTED", ["legacy", "torch.save"])
 
     # A module without constants: scripting nn.Linear writes its Final
     # constants in set order, which changes with Python's hash seed.
