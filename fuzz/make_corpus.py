@@ -249,7 +249,8 @@ def main():
     d = out("zip")
     for f in ("torch_tied.pt", "torch_views.pt", "torch_deflated.pt", "torch_zip64.pt",
               "torch_bigendian.pt", "torch_protocol4.pt", "torch_nested_model.pt",
-              "torch_os_system.pt", "torch_legacy.pt", "torch_meta.pt", "torch_quantized.pt"):
+              "torch_os_system.pt", "torch_legacy.pt", "torch_legacy_views.pt", "torch_meta.pt",
+              "torch_quantized.pt"):
         shutil.copy(os.path.join(FIX, f), d)
 
     d = out("pickle")

@@ -33,7 +33,7 @@ FUZZ_BUILD         := build/fuzz
 FUZZ_NAMES         := safetensors zip pickle spec
 FUZZ_SRC           := core/io/safetensors.c core/io/torch_zip.c core/io/pickle.c \
                       core/io/pickle_write.c core/io/torch_load.c core/io/export_plan.c \
-                      core/io/torch_save.c core/io/checkpoint.c core/io/fileio.c \
+                      core/io/torch_save.c core/io/torch_legacy.c core/io/checkpoint.c core/io/fileio.c \
                       core/tensor/tensor.c core/tensor/state_dict.c core/base/status.c \
                       core/base/log.c core/base/utf8.c core/base/yield.c core/base/ptrmap.c
 FUZZ_OBJ           := $(FUZZ_SRC:core/%.c=$(FUZZ_BUILD)/core/%.o)
