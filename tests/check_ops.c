@@ -242,6 +242,9 @@ START_TEST(test_module_list_arguments) {
        "align_corners option can only be set with the interpolating modes"},
       {"{\"type\": \"Upsample\", \"size\": 4, \"mode\": \"bicubic\"}",
        "$.module.mode: expected one of"},
+      /* ReflectionPad2d's class fixes its mode. */
+      {"{\"type\": \"ReflectionPad2d\", \"padding\": [1, 1, 1, 1], \"mode\": \"constant\"}",
+       "$.module.mode: expected one of"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     m = NULL;
@@ -250,6 +253,67 @@ START_TEST(test_module_list_arguments) {
                   grove_err_msg(&err));
     ck_assert_ptr_null(m);
   }
+}
+END_TEST
+
+/* ReflectionPad*d and ReplicationPad*d run F.pad in their mode, and what
+ * torch refuses at run time is refused naming the mode, the padding and the
+ * input: a reflection as wide as its dimension, an input of the wrong rank,
+ * an empty dimension. */
+static grove_status run_pad(const char *json, int nd, const int64_t *shape, const float *x,
+                            grove_values *out, grove_arena *arena, grove_err *err) {
+  grove_module *m = NULL;
+  grove_status s = from_text(json, &m, err);
+  if (s) return s;
+  grove_values in = {.n = 1};
+  grove_tensor_init(&in.v[0], GROVE_F32, nd, shape, (void *)x);
+  grove_fwd f = {.arena = arena, .err = err};
+  grove_module_eval(m);
+  s = grove_module_forward(m, &f, &in, out);
+  grove_module_release(m);
+  return s;
+}
+
+START_TEST(test_edge_pads) {
+  grove_err err = {0};
+  grove_arena *arena = grove_arena_new(1 << 16);
+  const float x[4] = {1, 2, 3, 4};
+  const int64_t s13[3] = {1, 1, 4}, s22[4] = {1, 1, 2, 2}, s10[3] = {1, 1, 0};
+  grove_values out = {0};
+  /* [1 2 3 4] reflect (2, 1) -> [3 2 1 2 3 4 3]; replicate (1, 2) -> [1 1 2 3 4 4 4]. */
+  ck_assert_ok(
+      run_pad("{\"type\": \"ReflectionPad1d\", \"padding\": [2, 1]}", 3, s13, x, &out, arena, &err),
+      &err);
+  const float want_r[7] = {3, 2, 1, 2, 3, 4, 3};
+  ck_assert_int_eq(out.v[0].shape[2], 7);
+  ck_assert_mem_eq(out.v[0].data, want_r, sizeof want_r);
+  ck_assert_ok(run_pad("{\"type\": \"ReplicationPad1d\", \"padding\": [1, 2]}", 3, s13, x, &out,
+                       arena, &err),
+               &err);
+  const float want_p[7] = {1, 1, 2, 3, 4, 4, 4};
+  ck_assert_mem_eq(out.v[0].data, want_p, sizeof want_p);
+  const struct {
+    const char *json;
+    int nd;
+    const int64_t *shape;
+    const char *msg;
+  } bad[] = {
+      {"{\"type\": \"ReflectionPad1d\", \"padding\": [4, 0]}", 3, s13,
+       "less than the dimension's size"},
+      {"{\"type\": \"ReflectionPad2d\", \"padding\": [1, 1, 0, 2]}", 4, s22,
+       "padding (0, 2) of dimension 2 of input [1, 1, 2, 2]"},
+      {"{\"type\": \"ReplicationPad3d\", \"padding\": [1, 1, 1, 1, 1, 1]}", 3, s13,
+       "got 6 padding numbers for an input [1, 1, 4]"},
+      {"{\"type\": \"ReplicationPad1d\", \"padding\": [1, 1]}", 3, s10, "the dimension is empty"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_status(run_pad(bad[i].json, bad[i].nd, bad[i].shape, x, &out, arena, &err),
+                     GROVE_E_SHAPE);
+    ck_assert_msg(strstr(grove_err_msg(&err), bad[i].msg), "%s: %s", bad[i].json,
+                  grove_err_msg(&err));
+    ck_assert_msg(strstr(grove_err_msg(&err), "pad: mode"), "%s", grove_err_msg(&err));
+  }
+  grove_arena_free(arena);
 }
 END_TEST
 
@@ -397,6 +461,7 @@ static Suite *ops_suite(void) {
   tcase_add_test(tc, test_modules_build_and_run);
   tcase_add_test(tc, test_module_arguments);
   tcase_add_test(tc, test_module_list_arguments);
+  tcase_add_test(tc, test_edge_pads);
   tcase_add_test(tc, test_generated_file_matches);
   tcase_add_test(tc, test_declared_dtypes);
   tcase_add_test(tc, test_layer_settings);

@@ -358,8 +358,11 @@ def _kinds():
             if cls is None or cls in kinds:
                 continue
             names = [a.get("key", a["name"]) for a in mod["args"]]
+            # An argument the class keeps no attribute for is fixed by the
+            # class (ReflectionPad2d's mode): the table's default holds.
             kinds[cls] = _Kind(cls, (lambda names: lambda m, path: {
-                n: _plain(getattr(m, n)) for n in names})(names), shape_preserving=op["name"] in
+                n: _plain(getattr(m, n)) for n in names if hasattr(m, n)})(names),
+                shape_preserving=op["name"] in
                 _SHAPE_KEEPING)
     return kinds
 

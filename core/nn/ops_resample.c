@@ -119,6 +119,15 @@ static grove_status interpolate_check(const grove__opdef *d, const garg *a, cons
 
 /* ------------------------------------------------------------ pad */
 
+/* F.pad's modes, in GROVE__PAD_* order (tensor_ops.h). */
+static const char *const pad_modes[] = {"constant", "reflect", "replicate", "circular", NULL};
+
+static int pad_mode(const garg *a) {
+  for (int m = 0; a->kind == A_STR && pad_modes[m]; m++)
+    if (strcmp(a->s, pad_modes[m]) == 0) return m;
+  return -1;
+}
+
 static grove_status pad_fwd(const grove__opctx *c, gval *res) {
   const grove_tensor *x;
   int64_t pad[GROVE_MAX_DIMS * 2];
@@ -131,17 +140,26 @@ static grove_status pad_fwd(const grove__opctx *c, gval *res) {
   bool is_int;
   if (c->args[3].kind != A_NONE && !grove__op_number(c, &c->args[3], &v, &i, &is_int))
     return grove__op_want(c, "a number to pad with");
+  const int mode = pad_mode(&c->args[2]); /* pad_check's */
   grove_tensor y;
-  if ((s = grove__op_pad(c->f, x, pad, n, v, &y))) return s;
-  return done(res, &y);
+  if (mode != GROVE__PAD_CONSTANT && v != 0)
+    return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
+                         "pad: mode \"%s\" takes no value to pad with (got %g)", pad_modes[mode],
+                         v);
+  if (mode == GROVE__PAD_CONSTANT)
+    s = grove__op_pad(c->f, x, pad, n, v, &y);
+  else
+    s = grove__op_pad_edge(c->f, x, pad, n, mode, &y);
+  return s ? s : done(res, &y);
 }
 
 static grove_status pad_check(const grove__opdef *d, const garg *a, const char *jp,
                               grove_err *err) {
-  if (a[2].kind != A_STR || strcmp(a[2].s, "constant"))
+  if (pad_mode(&a[2]) < 0)
     return grove_err_set(err, GROVE_E_UNSUPPORTED,
-                         "%s: pad mode \"%s\" is not supported (Grove pads with a constant)", jp,
-                         a[2].kind == A_STR ? a[2].s : "?");
+                         "%s: pad mode \"%s\" is not one of torch's: constant, reflect, "
+                         "replicate, circular",
+                         jp, a[2].kind == A_STR ? a[2].s : "?");
   return GROVE_OK;
 }
 
@@ -256,6 +274,12 @@ GROVE__OP_MODULE_TYPE(grove__constant_pad1d_type, "ConstantPad1d");
 GROVE__OP_MODULE_TYPE(grove__constant_pad2d_type, "ConstantPad2d");
 GROVE__OP_MODULE_TYPE(grove__constant_pad3d_type, "ConstantPad3d");
 GROVE__OP_MODULE_TYPE(grove__zero_pad2d_type, "ZeroPad2d");
+GROVE__OP_MODULE_TYPE(grove__reflection_pad1d_type, "ReflectionPad1d");
+GROVE__OP_MODULE_TYPE(grove__reflection_pad2d_type, "ReflectionPad2d");
+GROVE__OP_MODULE_TYPE(grove__reflection_pad3d_type, "ReflectionPad3d");
+GROVE__OP_MODULE_TYPE(grove__replication_pad1d_type, "ReplicationPad1d");
+GROVE__OP_MODULE_TYPE(grove__replication_pad2d_type, "ReplicationPad2d");
+GROVE__OP_MODULE_TYPE(grove__replication_pad3d_type, "ReplicationPad3d");
 GROVE__OP_MODULE_TYPE(grove__pixel_shuffle_type, "PixelShuffle");
 GROVE__OP_MODULE_TYPE(grove__local_response_norm_type, "LocalResponseNorm");
 
@@ -282,8 +306,32 @@ static const grove__opmod upsample_module = {
   }
 #define PAD_VALUE \
   { .name = "value", .kind = P_FLOAT, .dk = D_REQ, .min = -INFINITY, .max = INFINITY }
-static const grove__opmod zero_pad2d_module = {
-    .cls = "ZeroPad2d", .type = &grove__zero_pad2d_type, .args = {PADDING}, .check_args = true};
+/* ReflectionPad*d and ReplicationPad*d: F.pad in their mode, which the
+ * class fixes (torch keeps no attribute for it, so the exporter writes
+ * none and the only choice is the default). */
+static const char *const reflect_only[] = {"reflect", NULL};
+static const char *const replicate_only[] = {"replicate", NULL};
+#define FIXED_MODE(m, ch) \
+  { .name = "mode", .kind = P_STR, .dk = D_STR, .ds = m, .choices = ch }
+#define EDGE_PAD(var, C, m, ch, nxt)                                              \
+  static const grove__opmod var##_module = {.cls = #C,                            \
+                                            .type = &grove__##var##_type,         \
+                                            .args = {PADDING, FIXED_MODE(m, ch)}, \
+                                            .check_args = true,                   \
+                                            .next = nxt}
+EDGE_PAD(replication_pad3d, ReplicationPad3d, "replicate", replicate_only, NULL);
+EDGE_PAD(replication_pad2d, ReplicationPad2d, "replicate", replicate_only,
+         &replication_pad3d_module);
+EDGE_PAD(replication_pad1d, ReplicationPad1d, "replicate", replicate_only,
+         &replication_pad2d_module);
+EDGE_PAD(reflection_pad3d, ReflectionPad3d, "reflect", reflect_only, &replication_pad1d_module);
+EDGE_PAD(reflection_pad2d, ReflectionPad2d, "reflect", reflect_only, &reflection_pad3d_module);
+EDGE_PAD(reflection_pad1d, ReflectionPad1d, "reflect", reflect_only, &reflection_pad2d_module);
+static const grove__opmod zero_pad2d_module = {.cls = "ZeroPad2d",
+                                               .type = &grove__zero_pad2d_type,
+                                               .args = {PADDING},
+                                               .check_args = true,
+                                               .next = &reflection_pad1d_module};
 static const grove__opmod constant_pad3d_module = {.cls = "ConstantPad3d",
                                                    .type = &grove__constant_pad3d_type,
                                                    .args = {PADDING, PAD_VALUE},

@@ -1,6 +1,8 @@
 /* resample.c: F.interpolate / nn.Upsample (nearest, nearest-exact,
  * linear/bilinear with align_corners either way), F.pad's constant mode
- * (nn.ZeroPad2d, ConstantPad*d) and F.pixel_shuffle (tensor_ops.h).
+ * (nn.ZeroPad2d, ConstantPad*d) and its reflect, replicate and circular
+ * modes (nn.ReflectionPad*d, ReplicationPad*d), and F.pixel_shuffle
+ * (tensor_ops.h).
  *
  * The source coordinates are computed as aten's upsample kernels do
  * (UpSample.h: area_pixel_compute_scale, nearest_idx,
@@ -168,6 +170,105 @@ grove_status grove__op_pad(grove_fwd *f, const grove_tensor *x, const int64_t *p
   dst.data = (char *)out->data + (size_t)off * es;
   if (grove_tensor_numel(&dst) == 0) return GROVE_OK;
   return grove_tensor_copy(&dst, &src, f->err);
+}
+
+/* Where output index o of a padded dimension of size n (lo before it)
+ * reads, in each mode (aten's reflection_pad, replication_pad and
+ * _pad_circular): the callers checked that it lands inside [0, n). */
+static int64_t edge_src(int mode, int64_t o, int64_t lo, int64_t n) {
+  int64_t i = o - lo;
+  switch (mode) {
+    case GROVE__PAD_REFLECT:
+      if (i < 0) i = -i;
+      if (i >= n) i = 2 * (n - 1) - i;
+      return i;
+    case GROVE__PAD_REPLICATE:
+      return i < 0 ? 0 : i >= n ? n - 1 : i;
+    default: /* circular */
+      return ((i % n) + n) % n;
+  }
+}
+
+grove_status grove__op_pad_edge(grove_fwd *f, const grove_tensor *x0, const int64_t *pad, int npad,
+                                int mode, grove_tensor *out) {
+  static const char *const names[] = {"constant", "reflect", "replicate", "circular"};
+  const char *mname = names[mode];
+  char b[128];
+  const int k = npad / 2;
+  /* torch's rule (at::pad): 2, 4 or 6 numbers, for an input with one or two
+   * more dimensions (the batch and channel dims are never padded). */
+  if (npad % 2 || k < 1 || k > 3 || x0->ndim < k + 1 || x0->ndim > k + 2)
+    return grove_err_set(f->err, GROVE_E_SHAPE,
+                         "pad: mode \"%s\" pads the last 1, 2 or 3 dimensions of an input of 2-3, "
+                         "3-4 or 4-5 dimensions; got %d padding numbers for an input %s",
+                         mname, npad, grove_shape_str(x0->ndim, x0->shape, b, sizeof b));
+  const int nd = x0->ndim;
+  int64_t oshape[GROVE_MAX_DIMS];
+  memcpy(oshape, x0->shape, sizeof oshape);
+  size_t nmap = 0;
+  for (int j = 0; j < k; j++) {
+    const int d = nd - 1 - j;
+    const int64_t n = x0->shape[d], lo = pad[2 * j], hi = pad[2 * j + 1];
+    const int64_t lim = mode == GROVE__PAD_REFLECT    ? n - 1
+                        : mode == GROVE__PAD_CIRCULAR ? n
+                                                      : INT64_MAX;
+    /* Amounts from outside: |lo|, |hi| <= 2^30 (the op's range) and n fits
+     * a tensor, so the sums below do not overflow. */
+    if (n < 1 || lo > lim || hi > lim || lo < -n || hi < -n || n + lo + hi < 1)
+      return grove_err_set(f->err, GROVE_E_SHAPE,
+                           "pad: mode \"%s\": padding (%lld, %lld) of dimension %d of input %s: %s",
+                           mname, (long long)lo, (long long)hi, d,
+                           grove_shape_str(nd, x0->shape, b, sizeof b),
+                           n < 1 ? "the dimension is empty"
+                           : mode == GROVE__PAD_REFLECT && (lo > lim || hi > lim)
+                               ? "each amount must be less than the dimension's size"
+                           : mode == GROVE__PAD_CIRCULAR && (lo > lim || hi > lim)
+                               ? "an amount larger than the dimension would wrap around more "
+                                 "than once"
+                               : "the result would be empty");
+    oshape[d] = n + lo + hi;
+    nmap += (size_t)oshape[d];
+  }
+  grove_tensor x;
+  grove_status s = grove__fwd_contig(f, x0, &x);
+  if (s) return s;
+  int64_t *map = grove_arena_alloc(f->arena, nmap * sizeof(int64_t));
+  if (!map) return grove__scratch_error(f, "pad");
+  /* maps[d]: the source index of each output index along padded dim d;
+   * NULL for the dims left as they are. */
+  const int64_t *maps[GROVE_MAX_DIMS] = {NULL};
+  for (int j = 0, at = 0; j < k; j++) {
+    const int d = nd - 1 - j;
+    int64_t *m = map + at;
+    for (int64_t o = 0; o < oshape[d]; o++) m[o] = edge_src(mode, o, pad[2 * j], x.shape[d]);
+    maps[d] = m;
+    at += (int)oshape[d];
+  }
+  if ((s = grove_fwd_alloc(f, out, x.dtype, nd, oshape))) return s;
+  const size_t es = grove_dtype_size(x.dtype);
+  const int64_t W = oshape[nd - 1], *mw = maps[nd - 1];
+  int64_t rows = 1;
+  for (int d = 0; d < nd - 1; d++) rows *= oshape[d];
+  int64_t idx[GROVE_MAX_DIMS] = {0};
+  const char *xs = x.data;
+  char *y = out->data;
+  for (int64_t r = 0; r < rows; r++, y += (size_t)W * es) {
+    int64_t off = 0; /* the source row, in elements */
+    for (int d = 0; d < nd - 1; d++) off += (maps[d] ? maps[d][idx[d]] : idx[d]) * x.strides[d];
+    const char *xr = xs + (size_t)off * es;
+    if (es == 4) {
+      const float *xf = (const float *)xr;
+      float *yf = (float *)y;
+      for (int64_t o = 0; o < W; o++) yf[o] = xf[mw[o]];
+    } else {
+      for (int64_t o = 0; o < W; o++) memcpy(y + (size_t)o * es, xr + (size_t)mw[o] * es, es);
+    }
+    for (int d = nd - 2; d >= 0; d--) {
+      if (++idx[d] < oshape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return GROVE_OK;
 }
 
 grove_status grove__op_pixel_shuffle(grove_fwd *f, const grove_tensor *x0, int64_t r,

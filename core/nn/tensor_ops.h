@@ -159,6 +159,17 @@ grove_status grove__op_interpolate(grove_fwd *f, const grove_tensor *x, const in
 grove_status grove__op_pad(grove_fwd *f, const grove_tensor *x, const int64_t *pad, int npad,
                            double value, grove_tensor *out);
 
+/* F.pad's modes. */
+enum { GROVE__PAD_CONSTANT, GROVE__PAD_REFLECT, GROVE__PAD_REPLICATE, GROVE__PAD_CIRCULAR };
+/* F.pad(x, pad, mode) for mode reflect, replicate or circular: pad holds
+ * 2, 4 or 6 numbers as for grove__op_pad, x one or two more dimensions
+ * (torch's rule); negative amounts crop; reflect's amounts are below the
+ * dimension's size, circular's at most it.  Any dtype; the result is
+ * contiguous.  nn.ReflectionPad1d/2d/3d and ReplicationPad1d/2d/3d run
+ * this.  The forward's thread. */
+grove_status grove__op_pad_edge(grove_fwd *f, const grove_tensor *x, const int64_t *pad, int npad,
+                                int mode, grove_tensor *out);
+
 /* F.pixel_shuffle(x, r): [*, C * r * r, H, W] -> [*, C, H * r, W * r]. */
 grove_status grove__op_pixel_shuffle(grove_fwd *f, const grove_tensor *x, int64_t r,
                                      grove_tensor *out);

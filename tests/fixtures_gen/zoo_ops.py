@@ -189,6 +189,37 @@ class PadModules(nn.Module):
                 torch.cat([self.pad3(x), self.zero1(x)], dim=1))
 
 
+class EdgePads(nn.Module):
+    """F.pad's reflect, replicate and circular modes and their modules
+    (ReflectionPad1d/2d/3d, ReplicationPad1d/2d/3d: CycleGAN's and style
+    transfer's generators, super-resolution nets, audio front ends), on the
+    channels-last tensor a convolution hands on, on a transposed view and on
+    a plain input; negative amounts crop, as in torch."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.refl2 = nn.ReflectionPad2d((2, 1, 1, 3))
+        self.refl1 = nn.ReflectionPad1d(3)
+        self.refl3 = nn.ReflectionPad3d(1)
+        self.rep2 = nn.ReplicationPad2d(2)
+        self.rep1 = nn.ReplicationPad1d((0, 4))
+        self.rep3 = nn.ReplicationPad3d((1, 0, 0, 2, 1, 1))
+
+    def forward(self, x):  # x [N, 4, 5, 6]
+        h = self.conv(x)  # channels last
+        t = x.transpose(2, 3)  # strided
+        return (self.refl2(h) + F.pad(h, (2, 1, 1, 3), mode="reflect"),
+                self.rep2(t) * F.pad(t, [2, 2, 2, 2], "replicate"),
+                torch.cat([F.pad(x, (1, 2, 5, 0), mode="circular").flatten(1),
+                           F.pad(h, (-1, 2, 1, -2), "reflect").flatten(1),
+                           F.pad(x, (-2, 3, 2, -1), mode="replicate").flatten(1),
+                           F.pad(x[:, 0], (2, 2), "circular").flatten(1)], dim=1),
+                torch.cat([self.refl1(x[:, :, 0]).flatten(1), self.rep1(x[:, 1, :, 1:]).flatten(1),
+                           self.refl3(x.unsqueeze(1)).flatten(1),
+                           self.rep3(x[:, :3]).flatten(1)], dim=1))
+
+
 class Norms(nn.Module):
     def __init__(self):
         super().__init__()
@@ -283,6 +314,8 @@ CASES = [
     ("zoo_resample_modules", ResampleModules, lambda: (torch.randn(1, 3, 7, 9),),
      lambda: (torch.randn(2, 3, 7, 9),)),
     ("zoo_pad_modules", PadModules, lambda: (torch.randn(2, 4, 5, 6),),
+     lambda: (torch.randn(3, 4, 5, 6),)),
+    ("zoo_edge_pads", EdgePads, lambda: (torch.randn(2, 4, 5, 6),),
      lambda: (torch.randn(3, 4, 5, 6),)),
 ]
 
