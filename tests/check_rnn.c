@@ -215,6 +215,47 @@ START_TEST(test_rnn_keys) {
 }
 END_TEST
 
+/* The cells: torch's names (no _l0), their state checks, their
+ * constructor's limits. */
+START_TEST(test_cells) {
+  grove_err err = {0};
+  grove_module *m = NULL;
+  grove_rnn_opts o = {.mode = "LSTM",
+                      .input_size = 4,
+                      .hidden_size = 6,
+                      .num_layers = 1,
+                      .bias = true,
+                      .cell = true};
+  ck_assert_ok(grove_rnn_new(&o, &m, &err), &err);
+  ck_assert_str_eq(grove_module_type_name(m), "LSTMCell");
+  grove_state_dict *sd = grove_sd_new();
+  ck_assert_ok(grove_module_state_dict(m, NULL, sd, &err), &err);
+  static const char *const want[] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+  ck_assert_uint_eq(grove_sd_count(sd), 4);
+  for (size_t i = 0; i < 4; i++) ck_assert_str_eq(grove_sd_key(sd, i), want[i]);
+  ck_assert_int_eq(grove_sd_get(sd, "weight_ih")->shape[0], 24);
+  grove_sd_free(sd);
+  grove_module_eval(m);
+  float buf[3 * 6] = {0};
+  int64_t xs[2] = {3, 4}, hs[2] = {2, 6}, x3[3] = {1, 3, 4};
+  grove_tensor x[3];
+  grove_tensor_init(&x[0], GROVE_F32, 2, xs, buf);
+  grove_tensor_init(&x[1], GROVE_F32, 2, hs, buf);
+  grove_tensor_init(&x[2], GROVE_F32, 2, hs, buf);
+  ck_assert_int_eq(forward_err(m, x, 3, &err), GROVE_E_SHAPE);
+  ck_assert_ptr_nonnull(strstr(err.msg, "LSTMCell: h must be float32 [B, 6]"));
+  ck_assert_int_eq(forward_err(m, x, 2, &err), GROVE_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "(h, c)"));
+  grove_tensor_init(&x[0], GROVE_F32, 3, x3, buf);
+  ck_assert_int_eq(forward_err(m, x, 1, &err), GROVE_E_SHAPE);
+  ck_assert_ptr_nonnull(strstr(err.msg, "Expected input to be 1D or 2D, got 3D"));
+  grove_module_release(m);
+  o.num_layers = 2;
+  ck_assert_int_eq(grove_rnn_new(&o, &m, &err), GROVE_E_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err.msg, "LSTMCell: a cell has one layer"));
+}
+END_TEST
+
 START_TEST(test_bag_errors) {
   grove_err err = {0};
   grove_module *m = NULL;
@@ -275,6 +316,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_threads_bitwise);
   tcase_add_test(tc, test_rnn_errors);
   tcase_add_test(tc, test_rnn_keys);
+  tcase_add_test(tc, test_cells);
   tcase_add_test(tc, test_bag_errors);
   tcase_add_test(tc, test_training_refuses);
   suite_add_tcase(s, tc);

@@ -839,7 +839,7 @@ def _module_call_args(node, sub, refuse):
     float second tensor as the weights)."""
     import inspect
     import torch.nn as nn
-    if not isinstance(sub, (nn.RNNBase, nn.EmbeddingBag)):
+    if not isinstance(sub, (nn.RNNBase, nn.RNNCellBase, nn.EmbeddingBag)):
         return list(node.args), dict(node.kwargs)
     try:
         b = inspect.signature(type(sub).forward).bind(sub, *node.args, **node.kwargs)
@@ -883,8 +883,10 @@ def _check_module_call(node, sub, call_args, call_kwargs, refuse):
     args = list(call_args)
     while args and args[-1] is None:
         args.pop()
-    if isinstance(sub, nn.RNNBase) and len(args) == 2 and isinstance(args[1], (tuple, list)):
-        # An LSTM's (h0, c0): graph.c passes the pair as two more tensors.
+    if isinstance(sub, (nn.RNNBase, nn.LSTMCell)) and len(args) == 2 and \
+            isinstance(args[1], (tuple, list)):
+        # An LSTM's (h0, c0), an LSTMCell's (h, c): graph.c passes the pair
+        # as two more tensors.
         args = args[:1] + list(args[1])
     if len(args) > 4 or not all(isinstance(a, fx.Node) for a in args):
         refuse(node, f"a {type(sub).__name__} called with a constant argument: Grove passes "

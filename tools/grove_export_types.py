@@ -151,6 +151,15 @@ def _rnn_args(m, path):
     return a
 
 
+def _cell_args(m, path):
+    """RNNCell / LSTMCell / GRUCell (torch.nn.RNNCellBase): the constructor's
+    arguments."""
+    a = {"input_size": m.input_size, "hidden_size": m.hidden_size, "bias": bool(m.bias)}
+    if hasattr(m, "nonlinearity"):  # RNNCell
+        a["nonlinearity"] = m.nonlinearity
+    return a
+
+
 def _rnn_slots(m):
     """torch's flat weight names for this configuration (weight_ih_l0, ...,
     weight_hr_l1_reverse), in its order."""
@@ -309,6 +318,9 @@ def _kinds():
         _Kind(nn.RNN, _rnn_args, params=_rnn_slots),
         _Kind(nn.LSTM, _rnn_args, params=_rnn_slots),
         _Kind(nn.GRU, _rnn_args, params=_rnn_slots),
+        _Kind(nn.RNNCell, _cell_args, params=("weight_ih", "weight_hh", "bias_ih", "bias_hh")),
+        _Kind(nn.LSTMCell, _cell_args, params=("weight_ih", "weight_hh", "bias_ih", "bias_hh")),
+        _Kind(nn.GRUCell, _cell_args, params=("weight_ih", "weight_hh", "bias_ih", "bias_hh")),
         _Kind(nn.Conv1d, _conv_args, params=("weight", "bias")),
         _Kind(nn.Conv2d, _conv_args, params=("weight", "bias")),
         _Kind(nn.ConvTranspose2d, _conv_transpose_args, params=("weight", "bias")),

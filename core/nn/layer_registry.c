@@ -81,6 +81,9 @@ static const grove__layer_def defs[] = {
     {"RNN", grove__rnn_from_json, false},
     {"LSTM", grove__lstm_from_json, false},
     {"GRU", grove__gru_from_json, false},
+    {"RNNCell", grove__rnn_cell_from_json, false},
+    {"LSTMCell", grove__lstm_cell_from_json, false},
+    {"GRUCell", grove__gru_cell_from_json, false},
 };
 
 const grove__layer_def *grove__layer_find(const char *type) {

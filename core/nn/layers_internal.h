@@ -510,5 +510,11 @@ grove_status grove__lstm_from_json(const struct json_t *obj, const char *path, g
                                    grove_err *err);
 grove_status grove__gru_from_json(const struct json_t *obj, const char *path, grove_module **out,
                                   grove_err *err);
+grove_status grove__rnn_cell_from_json(const struct json_t *obj, const char *path,
+                                       grove_module **out, grove_err *err);
+grove_status grove__lstm_cell_from_json(const struct json_t *obj, const char *path,
+                                        grove_module **out, grove_err *err);
+grove_status grove__gru_cell_from_json(const struct json_t *obj, const char *path,
+                                       grove_module **out, grove_err *err);
 
 #endif

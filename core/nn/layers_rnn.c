@@ -13,6 +13,12 @@
  * output, h_n (and c_n) as out.v[0..2]; a graph presents them as torch's
  * (output, h_n) or (output, (h_n, c_n)).
  *
+ * torch.nn.RNNCell, LSTMCell and GRUCell are one time step of a one-layer,
+ * one-direction net, with the names weight_ih, weight_hh, bias_ih, bias_hh:
+ * the same packs and gate math, their input [B, I] (or unbatched [I]) run as
+ * a sequence of one, and they return h' (RNNCell, GRUCell) or h', c'
+ * (LSTMCell, which a graph presents as torch's tuple).
+ *
  * How it runs: per layer and direction, the input-to-hidden products of all
  * time steps are one GEMM on the Linear kernel ([T*B, I] x W_ih^T plus both
  * biases folded into one, except GRU's b_hn, which sits inside r * (...)),
@@ -53,10 +59,12 @@ typedef struct rnn_impl {
   bool bias, batch_first, bidirectional;
   double dropout;
   int ndir, gates;
+  bool cell;       /* RNNCell, LSTMCell, GRUCell: one step, names without _l0 */
   rnn_cell *cells; /* num_layers * ndir, layer-major; packs NULL while refresh_pending */
 } rnn_impl;
 
 static const char *rnn_name(const rnn_impl *p) {
+  if (p->cell) return p->mode == RNN_LSTM ? "LSTMCell" : p->mode == RNN_GRU ? "GRUCell" : "RNNCell";
   return p->mode == RNN_LSTM ? "LSTM" : p->mode == RNN_GRU ? "GRU" : "RNN";
 }
 
@@ -90,8 +98,12 @@ static void rnn_free_impl(void *impl) {
   free(p);
 }
 
-static void param_name(char *buf, size_t n, const char *what, int64_t layer, int dir) {
-  snprintf(buf, n, "%s_l%lld%s", what, (long long)layer, dir ? "_reverse" : "");
+static void param_name(char *buf, size_t n, const rnn_impl *p, const char *what, int64_t layer,
+                       int dir) {
+  if (p->cell)
+    snprintf(buf, n, "%s", what);
+  else
+    snprintf(buf, n, "%s_l%lld%s", what, (long long)layer, dir ? "_reverse" : "");
 }
 
 /* The float32 contents of parameter name, checked to be [rows, cols] (cols 0:
@@ -148,10 +160,10 @@ static grove_status refresh_cell(const grove_module *m, int64_t layer, int dir, 
   const int64_t H = p->hidden_size, GH = p->gates * H;
   char name[64];
   grove_status s;
-  param_name(name, sizeof name, "weight_ih", layer, dir);
+  param_name(name, sizeof name, p, "weight_ih", layer, dir);
   if ((s = pack_param(m, name, GH, layer_in(p, layer), &c->ih, err))) return s;
   if (p->proj_size > 0) {
-    param_name(name, sizeof name, "weight_hr", layer, dir);
+    param_name(name, sizeof name, p, "weight_hr", layer, dir);
     if ((s = pack_param(m, name, p->proj_size, H, &c->hr, err))) return s;
   }
   c->bias_x = calloc((size_t)GH, sizeof(float));
@@ -161,7 +173,7 @@ static grove_status refresh_cell(const grove_module *m, int64_t layer, int dir, 
     if (!c->bias_h) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", rnn_name(p));
   }
   if (p->bias && (s = fold_biases(m, layer, dir, c, err))) return s;
-  param_name(name, sizeof name, "weight_hh", layer, dir);
+  param_name(name, sizeof name, p, "weight_hh", layer, dir);
   return pack_hh(m, name, c, err);
 }
 
@@ -229,9 +241,9 @@ static grove_status fold_biases(const grove_module *m, int64_t layer, int dir, r
   char name[64];
   grove_status s;
   float *bi, *bh;
-  param_name(name, sizeof name, "bias_ih", layer, dir);
+  param_name(name, sizeof name, p, "bias_ih", layer, dir);
   if ((s = param_f32(m, name, GH, 0, &bi, err))) return s;
-  param_name(name, sizeof name, "bias_hh", layer, dir);
+  param_name(name, sizeof name, p, "bias_hh", layer, dir);
   if ((s = param_f32(m, name, GH, 0, &bh, err))) {
     free(bi);
     return s;
@@ -617,19 +629,81 @@ static grove_status rnn_forward(const grove_module *m, grove_fwd *f, const grove
   return GROVE_OK;
 }
 
+/* RNNCell, LSTMCell, GRUCell: input [B, I] or [I], and h (and c) [B, H] or
+ * [H] or none (zeros), as torch's cells check them; run as a sequence of
+ * one through rnn_forward, whose h_n (and c_n) are the results. */
+static grove_status cell_forward(const grove_module *m, grove_fwd *f, const grove_values *in,
+                                 grove_values *out) {
+  const rnn_impl *p = m->impl;
+  const char *T_ = rnn_name(p);
+  const int nstate = p->mode == RNN_LSTM ? 2 : 1;
+  if (in->n != 1 && in->n != 1 + nstate)
+    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: expected the input, or the input and %s, got %d tensors", T_,
+                         nstate == 2 ? "(h, c)" : "h", in->n);
+  const grove_tensor *x = &in->v[0];
+  if (x->ndim != 1 && x->ndim != 2)
+    return grove_err_set(f->err, GROVE_E_SHAPE,
+                         "%s: Expected input to be 1D or 2D, got %dD instead", T_, x->ndim);
+  const bool batched = x->ndim == 2;
+  const int64_t B = batched ? x->shape[0] : 1, H = p->hidden_size;
+  grove_values seq = {.n = in->n};
+  grove_status s;
+  /* [1, B, I]: a contiguous copy viewed with one more dimension. */
+  for (int k = 0; k < in->n; k++) {
+    const grove_tensor *t = &in->v[k];
+    if (k > 0) {
+      char got[128];
+      const bool ok = t->dtype == GROVE_F32 && t->ndim == x->ndim && t->shape[t->ndim - 1] == H &&
+                      (!batched || t->shape[0] == B);
+      if (!ok)
+        return grove_err_set(f->err, t->dtype != GROVE_F32 ? GROVE_E_DTYPE : GROVE_E_SHAPE,
+                             "%s: %s must be float32 [%s%lld] (the input's batch, hidden_size), "
+                             "got %s %s",
+                             T_, k == 1 ? "h" : "c", batched ? "B, " : "", (long long)H,
+                             grove_dtype_name(t->dtype),
+                             grove_shape_str(t->ndim, t->shape, got, sizeof got));
+    }
+    grove_tensor c;
+    if ((s = grove__fwd_contig(f, t, &c))) return s;
+    const int64_t sh[3] = {1, B, t->shape[t->ndim - 1]};
+    grove_tensor_init(&seq.v[k], GROVE_F32, 3, sh, c.data);
+  }
+  grove_values res = {0};
+  if ((s = rnn_forward(m, f, &seq, &res))) return s;
+  /* h_n, c_n: [1, B, H] -> [B, H] or [H]. */
+  out->n = nstate;
+  const int64_t sh[2] = {batched ? B : H, H};
+  for (int k = 0; k < nstate; k++)
+    grove_tensor_init(&out->v[k], GROVE_F32, x->ndim, sh, res.v[1 + k].data);
+  return GROVE_OK;
+}
+
 /* ------------------------------------------------------------ construction */
 
-static const grove_module_type rnn_types[3] = {
+static const grove_module_type rnn_types[6] = {
     {.name = "RNN", .forward = rnn_forward, .refresh = rnn_refresh, .free_impl = rnn_free_impl},
     {.name = "LSTM", .forward = rnn_forward, .refresh = rnn_refresh, .free_impl = rnn_free_impl},
     {.name = "GRU", .forward = rnn_forward, .refresh = rnn_refresh, .free_impl = rnn_free_impl},
+    {.name = "RNNCell",
+     .forward = cell_forward,
+     .refresh = rnn_refresh,
+     .free_impl = rnn_free_impl},
+    {.name = "LSTMCell",
+     .forward = cell_forward,
+     .refresh = rnn_refresh,
+     .free_impl = rnn_free_impl},
+    {.name = "GRUCell",
+     .forward = cell_forward,
+     .refresh = rnn_refresh,
+     .free_impl = rnn_free_impl},
 };
 const grove_module_type *const grove__rnn_type = &rnn_types[0];
 const grove_module_type *const grove__lstm_type = &rnn_types[1];
 const grove_module_type *const grove__gru_type = &rnn_types[2];
 
 bool grove__is_rnn(const grove_module *m) {
-  return m && m->type >= &rnn_types[0] && m->type <= &rnn_types[2];
+  return m && m->type >= &rnn_types[0] && m->type <= &rnn_types[5];
 }
 
 bool grove__rnn_is_lstm(const grove_module *m) { return m && m->type == &rnn_types[1]; }
@@ -648,7 +722,18 @@ grove_status grove_rnn_new(const grove_rnn_opts *o, grove_module **out, grove_er
   else
     return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
                          "RNN: mode must be RNN_TANH, RNN_RELU, LSTM or GRU, got \"%s\"", o->mode);
-  const char *T = mode == RNN_LSTM ? "LSTM" : mode == RNN_GRU ? "GRU" : "RNN";
+  const char *T = o->cell ? (mode == RNN_LSTM  ? "LSTMCell"
+                             : mode == RNN_GRU ? "GRUCell"
+                                               : "RNNCell")
+                          : (mode == RNN_LSTM  ? "LSTM"
+                             : mode == RNN_GRU ? "GRU"
+                                               : "RNN");
+  if (o->cell && (o->num_layers != 1 || o->proj_size != 0 || o->bidirectional || o->batch_first ||
+                  o->dropout != 0))
+    return grove_err_set(err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: a cell has one layer, one direction, no projection, batch_first "
+                         "and dropout unset",
+                         T);
   const int gates = mode == RNN_LSTM ? 4 : mode == RNN_GRU ? 3 : 1;
   /* 2^24 keeps every product of two sizes (and the gate count) far from
    * overflowing, and is far beyond any recurrent net's width. */
@@ -682,27 +767,28 @@ grove_status grove_rnn_new(const grove_rnn_opts *o, grove_module **out, grove_er
   p->dropout = o->dropout;
   p->ndir = o->bidirectional ? 2 : 1;
   p->gates = gates;
+  p->cell = o->cell;
   grove_module *m = NULL;
-  grove_status s = grove__layer_make(&rnn_types[mode == RNN_LSTM ? 1 : mode == RNN_GRU ? 2 : 0], p,
-                                     &m, err);
+  const int ti = (mode == RNN_LSTM ? 1 : mode == RNN_GRU ? 2 : 0) + (o->cell ? 3 : 0);
+  grove_status s = grove__layer_make(&rnn_types[ti], p, &m, err);
   if (s != GROVE_OK) return s;
   const int64_t H = p->hidden_size, GH = gates * H, HO = out_width(p);
   for (int64_t l = 0; l < p->num_layers && !s; l++)
     for (int dir = 0; dir < p->ndir && !s; dir++) {
       char name[64];
       int64_t wih[2] = {GH, layer_in(p, l)}, whh[2] = {GH, HO}, whr[2] = {p->proj_size, H};
-      param_name(name, sizeof name, "weight_ih", l, dir);
+      param_name(name, sizeof name, p, "weight_ih", l, dir);
       s = grove__layer_param(m, name, false, 2, wih, GROVE_F32, 0, err);
-      param_name(name, sizeof name, "weight_hh", l, dir);
+      param_name(name, sizeof name, p, "weight_hh", l, dir);
       if (!s) s = grove__layer_param(m, name, false, 2, whh, GROVE_F32, 0, err);
       if (p->bias) {
-        param_name(name, sizeof name, "bias_ih", l, dir);
+        param_name(name, sizeof name, p, "bias_ih", l, dir);
         if (!s) s = grove__layer_param(m, name, false, 1, &GH, GROVE_F32, 0, err);
-        param_name(name, sizeof name, "bias_hh", l, dir);
+        param_name(name, sizeof name, p, "bias_hh", l, dir);
         if (!s) s = grove__layer_param(m, name, false, 1, &GH, GROVE_F32, 0, err);
       }
       if (p->proj_size > 0) {
-        param_name(name, sizeof name, "weight_hr", l, dir);
+        param_name(name, sizeof name, p, "weight_hr", l, dir);
         if (!s) s = grove__layer_param(m, name, false, 2, whr, GROVE_F32, 0, err);
       }
     }
@@ -763,4 +849,41 @@ grove_status grove__lstm_from_json(const json_t *obj, const char *path, grove_mo
 grove_status grove__gru_from_json(const json_t *obj, const char *path, grove_module **out,
                                   grove_err *err) {
   return rnn_from_json(obj, path, "GRU", RNN_GRU, out, err);
+}
+
+/* The cells' constructor arguments: input_size, hidden_size, bias, and
+ * RNNCell's nonlinearity. */
+static grove_status cell_from_json(const json_t *obj, const char *path, const char *T, int mode,
+                                   grove_module **out, grove_err *err) {
+  static const char *const rnn_keys[] = {"input_size", "hidden_size", "bias", "nonlinearity", NULL};
+  static const char *const keys[] = {"input_size", "hidden_size", "bias", NULL};
+  static const char *const nl[] = {"tanh", "relu", NULL};
+  grove_rnn_opts o = {.num_layers = 1, .cell = true};
+  int act = 0;
+  grove_status s = grove__json_check_keys(obj, path, T, mode == RNN_TANH ? rnn_keys : keys, err);
+  if (!s)
+    s = grove__json_int(obj, path, T, "input_size", true, 0, 1, INT64_MAX, &o.input_size, err);
+  if (!s)
+    s = grove__json_int(obj, path, T, "hidden_size", true, 0, 1, INT64_MAX, &o.hidden_size, err);
+  if (!s && mode == RNN_TANH)
+    s = grove__json_choice(obj, path, T, "nonlinearity", 0, nl, &act, err);
+  if (!s) s = grove__json_bool(obj, path, T, "bias", true, &o.bias, err);
+  if (s != GROVE_OK) return s;
+  o.mode = mode == RNN_LSTM ? "LSTM" : mode == RNN_GRU ? "GRU" : act ? "RNN_RELU" : "RNN_TANH";
+  return grove__json_built(path, grove_rnn_new(&o, out, err), err);
+}
+
+grove_status grove__rnn_cell_from_json(const json_t *obj, const char *path, grove_module **out,
+                                       grove_err *err) {
+  return cell_from_json(obj, path, "RNNCell", RNN_TANH, out, err);
+}
+
+grove_status grove__lstm_cell_from_json(const json_t *obj, const char *path, grove_module **out,
+                                        grove_err *err) {
+  return cell_from_json(obj, path, "LSTMCell", RNN_LSTM, out, err);
+}
+
+grove_status grove__gru_cell_from_json(const json_t *obj, const char *path, grove_module **out,
+                                       grove_err *err) {
+  return cell_from_json(obj, path, "GRUCell", RNN_GRU, out, err);
 }

@@ -204,6 +204,9 @@ typedef struct grove_rnn_opts {
   int64_t input_size, hidden_size, num_layers, proj_size;
   bool bias, batch_first, bidirectional;
   double dropout;
+  /* torch.nn.RNNCell / LSTMCell / GRUCell (by mode): one time step, names
+   * weight_ih, weight_hh, bias_ih, bias_hh; num_layers 1, the rest unset. */
+  bool cell;
 } grove_rnn_opts;
 grove_status grove_rnn_new(const grove_rnn_opts *o, grove_module **out, grove_err *err);
 

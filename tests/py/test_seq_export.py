@@ -5,8 +5,9 @@ must be torch's (rtol 1e-4, atol 1e-5).  A model whose top level is an LSTM
 (`out, (h, c) = self.lstm(x)`, `out[:, -1]`, `h[-1]`), initial states given
 as model inputs ((h0, c0) passed as torch's tuple), two LSTMs passing the
 state tuple along, a bidirectional GRU and an RNN run sequence-first inside a
-graph, and EmbeddingBag with offsets and per-sample weights, as a
-recommendation model calls it. 
+graph, EmbeddingBag with offsets and per-sample weights, as a
+recommendation model calls it, and RNNCell / LSTMCell / GRUCell at the top
+level and unrolled in a decoder's loop.
 
 Run by tests/run_py_tests.py under a python3 with torch and numpy.
 """
@@ -180,3 +181,44 @@ def test_embedding_bag_bad_index_is_named():
         code, err, _ = predict(d, tmp, [np.array([[1, 2], [3, 10]], dtype=np.int64)])
         assert code != 0
         assert "EmbeddingBag: index 10 (at flat position 3" in err, err
+
+
+class CellDecoder(nn.Module):
+    """A seq2seq decoder as tutorials write it: an LSTMCell unrolled over a
+    fixed number of steps with its (h, c) state tuple, each step's output
+    fed back; then a GRUCell without bias and a relu RNNCell, both without a
+    state (zeros)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.LSTMCell(6, 8)
+        self.out = nn.Linear(8, 6)
+        self.gru = nn.GRUCell(6, 5, bias=False)
+        self.rnn = nn.RNNCell(5, 4, nonlinearity="relu")
+
+    def forward(self, x, h, c):
+        outs = []
+        inp = x
+        for _ in range(3):
+            h, c = self.cell(inp, (h, c))
+            inp = torch.tanh(self.out(h))
+            outs.append(inp)
+        g = self.gru(inp)
+        return torch.stack(outs, 1), c, g, self.rnn(g, torch.zeros(g.shape[0], 4))
+
+
+def test_rnn_cells_in_graph():
+    torch.manual_seed(13)
+    r = _rng(14)
+    for n in (2, 1, 5):
+        xs = [r.standard_normal((n, k)).astype(np.float32) for k in (6, 8, 8)]
+        check_model("cells", CellDecoder(), tuple(torch.from_numpy(x) for x in xs), xs)
+
+
+def test_top_level_cells():
+    torch.manual_seed(15)
+    r = _rng(16)
+    for m in (nn.LSTMCell(4, 6), nn.GRUCell(4, 6), nn.RNNCell(4, 6, bias=False)):
+        for n in (3, 1):
+            x = r.standard_normal((n, 4)).astype(np.float32)
+            check_model(type(m).__name__, m, torch.from_numpy(x), [x])
