@@ -72,6 +72,7 @@ static const char *const cases[] = {
     "zoo_resample_modules",
     "zoo_pad_modules",
     "zoo_edge_pads",
+    "zoo_unshuffle",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

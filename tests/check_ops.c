@@ -259,7 +259,8 @@ END_TEST
 /* ReflectionPad*d and ReplicationPad*d run F.pad in their mode, and what
  * torch refuses at run time is refused naming the mode, the padding and the
  * input: a reflection as wide as its dimension, an input of the wrong rank,
- * an empty dimension. */
+ * an empty dimension.  Unflatten and PixelUnshuffle refuse sizes that do not
+ * fit. */
 static grove_status run_pad(const char *json, int nd, const int64_t *shape, const float *x,
                             grove_values *out, grove_arena *arena, grove_err *err) {
   grove_module *m = NULL;
@@ -313,6 +314,22 @@ START_TEST(test_edge_pads) {
                   grove_err_msg(&err));
     ck_assert_msg(strstr(grove_err_msg(&err), "pad: mode"), "%s", grove_err_msg(&err));
   }
+  const int64_t s6[2] = {1, 4};
+  ck_assert_status(run_pad("{\"type\": \"Unflatten\", \"dim\": 1, \"unflattened_size\": [3, -1]}",
+                           2, s6, x, &out, arena, &err),
+                   GROVE_E_SHAPE);
+  ck_assert_ptr_nonnull(strstr(grove_err_msg(&err),
+                               "sizes [3, -1] don't multiply up to the size "
+                               "of dim 1 (4)"));
+  ck_assert_ok(run_pad("{\"type\": \"Unflatten\", \"dim\": -1, \"unflattened_size\": [2, -1]}", 2,
+                       s6, x, &out, arena, &err),
+               &err);
+  ck_assert_int_eq(out.v[0].ndim, 3);
+  ck_assert_int_eq(out.v[0].shape[2], 2);
+  ck_assert_status(run_pad("{\"type\": \"PixelUnshuffle\", \"downscale_factor\": 3}", 4, s22, x,
+                           &out, arena, &err),
+                   GROVE_E_SHAPE);
+  ck_assert_ptr_nonnull(strstr(grove_err_msg(&err), "pixel_unshuffle: expected an input"));
   grove_arena_free(arena);
 }
 END_TEST

@@ -46,6 +46,8 @@ static const grove__layer_def defs[] = {
     {"ConstantPad2d", grove__op_module_from_json, false},
     {"ConstantPad3d", grove__op_module_from_json, false},
     {"ZeroPad2d", grove__op_module_from_json, false},
+    {"PixelUnshuffle", grove__op_module_from_json, false},
+    {"Unflatten", grove__op_module_from_json, false},
     {"ReflectionPad1d", grove__op_module_from_json, false},
     {"ReflectionPad2d", grove__op_module_from_json, false},
     {"ReflectionPad3d", grove__op_module_from_json, false},

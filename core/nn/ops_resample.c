@@ -165,13 +165,16 @@ static grove_status pad_check(const grove__opdef *d, const garg *a, const char *
 
 /* ------------------------------------------------------------ pixel_shuffle */
 
+extern const grove__opdef grove__opdef_pixel_unshuffle;
+
+/* pixel_shuffle and pixel_unshuffle: one implementation, each way. */
 static grove_status pixel_shuffle_fwd(const grove__opctx *c, gval *res) {
   const grove_tensor *x;
   int64_t r;
   grove_tensor y;
   grove_status s;
   if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &r)) ||
-      (s = grove__op_pixel_shuffle(c->f, x, r, &y)))
+      (s = grove__op_pixel_shuffle(c->f, x, r, c->def == &grove__opdef_pixel_unshuffle, &y)))
     return s;
   return done(res, &y);
 }
@@ -281,6 +284,7 @@ GROVE__OP_MODULE_TYPE(grove__replication_pad1d_type, "ReplicationPad1d");
 GROVE__OP_MODULE_TYPE(grove__replication_pad2d_type, "ReplicationPad2d");
 GROVE__OP_MODULE_TYPE(grove__replication_pad3d_type, "ReplicationPad3d");
 GROVE__OP_MODULE_TYPE(grove__pixel_shuffle_type, "PixelShuffle");
+GROVE__OP_MODULE_TYPE(grove__pixel_unshuffle_type, "PixelUnshuffle");
 GROVE__OP_MODULE_TYPE(grove__local_response_norm_type, "LocalResponseNorm");
 
 /* nn.Upsample: F.interpolate's module, its arguments as torch keeps them
@@ -390,6 +394,19 @@ const grove__opdef grove__opdef_pixel_shuffle = {
     .module = &(const grove__opmod){.cls = "PixelShuffle",
                                     .type = &grove__pixel_shuffle_type,
                                     .args = {POS_INT("upscale_factor")}},
+};
+
+const grove__opdef grove__opdef_pixel_unshuffle = {
+    .name = "pixel_unshuffle",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.pixel_unshuffle(input,downscale_factor)",
+                                   "torch.pixel_unshuffle(input,downscale_factor)", NULL},
+    .varargs = -1,
+    .p = {INPUT, POS_INT("downscale_factor")},
+    .forward = pixel_shuffle_fwd,
+    .module = &(const grove__opmod){.cls = "PixelUnshuffle",
+                                    .type = &grove__pixel_unshuffle_type,
+                                    .args = {POS_INT("downscale_factor")}},
 };
 
 const grove__opdef grove__opdef_layer_norm = {

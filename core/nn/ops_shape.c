@@ -103,6 +103,90 @@ grove_status grove_flatten_new(int start_dim, int end_dim, grove_module **out, g
   return grove__op_module_new(&grove__opdef_flatten, grove__opdef_flatten.module, a, 2, out, err);
 }
 
+/* Tensor.unflatten(dim, sizes) / nn.Unflatten: dimension dim becomes sizes
+ * (one of them may be -1), a view as torch gives it. */
+static grove_status unflatten_fwd(const grove__opctx *c, gval *res) {
+  const char *layer = grove__op_label(c);
+  const grove_tensor *xa;
+  int64_t dim, sizes[GROVE_MAX_DIMS];
+  int ns;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &xa)) || (s = grove__op_int(c, &c->args[1], &dim)) ||
+      (s = grove__op_ints(c, &c->args[2], true, sizes, &ns)))
+    return s;
+  grove_tensor x;
+  if ((s = grove__fwd_contig(c->f, xa, &x))) return s;
+  int d;
+  if (dim < -GROVE_MAX_DIMS || dim >= GROVE_MAX_DIMS || !grove__op_wrap_dim((int)dim, x.ndim, &d))
+    return grove__op_dim_error(c->f, layer, "dim", (int)dim, x.ndim);
+  char b[128], b2[128];
+  if (ns < 1 || x.ndim - 1 + ns > GROVE_MAX_DIMS)
+    return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                         "%s: unflattened_size must have 1 to %d sizes for a %d-d input, got %d",
+                         layer, GROVE_MAX_DIMS - x.ndim + 1, x.ndim, ns);
+  int64_t known = 1;
+  int infer = -1;
+  for (int k = 0; k < ns; k++) {
+    if (sizes[k] == -1 && infer < 0) {
+      infer = k;
+    } else if (sizes[k] < 0) {
+      infer = -2;
+      break;
+    } else if (__builtin_mul_overflow(known, sizes[k], &known)) {
+      infer = -2;
+      break;
+    }
+  }
+  const int64_t n = x.shape[d];
+  bool ok = infer != -2;
+  if (ok && infer >= 0) {
+    ok = known > 0 && n % known == 0;
+    if (ok) sizes[infer] = n / known;
+  } else if (ok) {
+    ok = known == n;
+  }
+  if (!ok)
+    return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                         "%s: unflatten: provided sizes %s don't multiply up to the size of dim "
+                         "%d (%lld) in the input tensor %s",
+                         layer, grove_shape_str(ns, sizes, b, sizeof b), d, (long long)n,
+                         grove_shape_str(x.ndim, x.shape, b2, sizeof b2));
+  int64_t shape[GROVE_MAX_DIMS];
+  int nd = 0;
+  for (int k = 0; k < d; k++) shape[nd++] = x.shape[k];
+  for (int k = 0; k < ns; k++) shape[nd++] = sizes[k];
+  for (int k = d + 1; k < x.ndim; k++) shape[nd++] = x.shape[k];
+  grove_tensor y;
+  grove_tensor_init(&y, x.dtype, nd, shape, x.data);
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+GROVE__OP_MODULE_TYPE(grove__unflatten_type, "Unflatten");
+
+const grove__opdef grove__opdef_unflatten = {
+    .name = "unflatten",
+    .id = G_OP,
+    .torch = (const char *const[]){"Tensor.unflatten(input,dim,sizes)",
+                                   "torch.unflatten(input,dim,sizes)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_REQ("dim", P_INT), OP_REQ("sizes", P_INTS)},
+    .forward = unflatten_fwd,
+    .module = &(const grove__opmod){.cls = "Unflatten",
+                                    .type = &grove__unflatten_type,
+                                    .args = {{.name = "dim",
+                                              .kind = P_INT,
+                                              .dk = D_REQ,
+                                              .min = -GROVE_MAX_DIMS,
+                                              .max = GROVE_MAX_DIMS - 1},
+                                             {.name = "sizes",
+                                              .key = "unflattened_size",
+                                              .kind = P_INTS,
+                                              .dk = D_REQ,
+                                              .min = -1,
+                                              .max = INT64_MAX}}},
+};
+
 /* ------------------------------------------------------------ views */
 
 /* reshape / view (a shape) and permute (dims): a tensor and a list of ints. */

@@ -1,8 +1,8 @@
 /* resample.c: F.interpolate / nn.Upsample (nearest, nearest-exact,
  * linear/bilinear with align_corners either way), F.pad's constant mode
  * (nn.ZeroPad2d, ConstantPad*d) and its reflect, replicate and circular
- * modes (nn.ReflectionPad*d, ReplicationPad*d), and F.pixel_shuffle
- * (tensor_ops.h).
+ * modes (nn.ReflectionPad*d, ReplicationPad*d), and F.pixel_shuffle and
+ * F.pixel_unshuffle (tensor_ops.h).
  *
  * The source coordinates are computed as aten's upsample kernels do
  * (UpSample.h: area_pixel_compute_scale, nearest_idx,
@@ -271,36 +271,51 @@ grove_status grove__op_pad_edge(grove_fwd *f, const grove_tensor *x0, const int6
   return GROVE_OK;
 }
 
-grove_status grove__op_pixel_shuffle(grove_fwd *f, const grove_tensor *x0, int64_t r,
+grove_status grove__op_pixel_shuffle(grove_fwd *f, const grove_tensor *x0, int64_t r, bool inverse,
                                      grove_tensor *out) {
   char b[128];
-  if (x0->ndim < 3 || r <= 0 || x0->shape[x0->ndim - 3] % (r * r))
+  const int nd = x0->ndim;
+  const bool ok = nd >= 3 && r > 0 &&
+                  (inverse ? x0->shape[nd - 2] % r == 0 && x0->shape[nd - 1] % r == 0
+                           : x0->shape[nd - 3] % (r * r) == 0);
+  if (!ok && inverse)
+    return grove_err_set(f->err, GROVE_E_SHAPE,
+                         "pixel_unshuffle: expected an input [*, C, H * %lld, W * %lld] "
+                         "(downscale factor %lld), got %s",
+                         (long long)r, (long long)r, (long long)r,
+                         grove_shape_str(nd, x0->shape, b, sizeof b));
+  if (!ok)
     return grove_err_set(f->err, GROVE_E_SHAPE,
                          "pixel_shuffle: expected an input [*, C * %lld, H, W] (upscale factor "
                          "%lld), got %s",
                          (long long)(r * r), (long long)r,
-                         grove_shape_str(x0->ndim, x0->shape, b, sizeof b));
+                         grove_shape_str(nd, x0->shape, b, sizeof b));
   grove_tensor x;
   grove_status s = grove__fwd_contig(f, x0, &x);
   if (s) return s;
-  const int nd = x.ndim;
-  const int64_t C = x.shape[nd - 3] / (r * r), H = x.shape[nd - 2], W = x.shape[nd - 1];
+  /* The shuffled side [B, C, H * r, W * r] and the stacked side
+   * [B, C * r * r, H, W]. */
+  const int64_t C = inverse ? x.shape[nd - 3] : x.shape[nd - 3] / (r * r);
+  const int64_t H = inverse ? x.shape[nd - 2] / r : x.shape[nd - 2];
+  const int64_t W = inverse ? x.shape[nd - 1] / r : x.shape[nd - 1];
   int64_t B = 1;
   for (int d = 0; d < nd - 3; d++) B *= x.shape[d];
   int64_t oshape[GROVE_MAX_DIMS];
   memcpy(oshape, x.shape, sizeof oshape);
-  oshape[nd - 3] = C;
-  oshape[nd - 2] = H * r;
-  oshape[nd - 1] = W * r;
+  oshape[nd - 3] = inverse ? C * r * r : C;
+  oshape[nd - 2] = inverse ? H : H * r;
+  oshape[nd - 1] = inverse ? W : W * r;
   if ((s = grove_fwd_alloc(f, out, x.dtype, nd, oshape))) return s;
-  /* out[b, c, h * r + i, w * r + j] = x[b, c * r * r + i * r + j, h, w]:
-   * x seen as [B, C, H, r, W, r] by strides, copied into out. */
+  /* shuffled[b, c, h * r + i, w * r + j] = stacked[b, c * r * r + i * r + j,
+   * h, w]: the shuffled side walked as [B, C, H, r, W, r] contiguously, the
+   * stacked side by strides; the copy runs from whichever is the input. */
   const int64_t sh6[6] = {B, C, H, r, W, r};
   const int64_t st6[6] = {C * r * r * H * W, r * r * H * W, W, r * H * W, 1, H * W};
-  grove_tensor src, dst;
-  grove_tensor_init(&src, x.dtype, 6, sh6, x.data);
-  memcpy(src.strides, st6, sizeof st6);
-  grove_tensor_init(&dst, x.dtype, 6, sh6, out->data);
-  if (grove_tensor_numel(&dst) == 0) return GROVE_OK;
-  return grove_tensor_copy(&dst, &src, f->err);
+  grove_tensor stacked, shuffled;
+  grove_tensor_init(&stacked, x.dtype, 6, sh6, inverse ? out->data : x.data);
+  memcpy(stacked.strides, st6, sizeof st6);
+  grove_tensor_init(&shuffled, x.dtype, 6, sh6, inverse ? x.data : out->data);
+  if (grove_tensor_numel(&shuffled) == 0) return GROVE_OK;
+  return inverse ? grove_tensor_copy(&stacked, &shuffled, f->err)
+                 : grove_tensor_copy(&shuffled, &stacked, f->err);
 }

@@ -170,8 +170,9 @@ enum { GROVE__PAD_CONSTANT, GROVE__PAD_REFLECT, GROVE__PAD_REPLICATE, GROVE__PAD
 grove_status grove__op_pad_edge(grove_fwd *f, const grove_tensor *x, const int64_t *pad, int npad,
                                 int mode, grove_tensor *out);
 
-/* F.pixel_shuffle(x, r): [*, C * r * r, H, W] -> [*, C, H * r, W * r]. */
-grove_status grove__op_pixel_shuffle(grove_fwd *f, const grove_tensor *x, int64_t r,
+/* F.pixel_shuffle(x, r): [*, C * r * r, H, W] -> [*, C, H * r, W * r]; with
+ * inverse, F.pixel_unshuffle(x, r), the way back. */
+grove_status grove__op_pixel_shuffle(grove_fwd *f, const grove_tensor *x, int64_t r, bool inverse,
                                      grove_tensor *out);
 
 /* ------------------------------------------------------------ shape_ops.c */

@@ -220,6 +220,23 @@ class EdgePads(nn.Module):
                            self.rep3(x[:, :3]).flatten(1)], dim=1))
 
 
+class Unshuffle(nn.Module):
+    """nn.Unflatten and Tensor.unflatten (with a -1), nn.PixelUnshuffle and
+    F.pixel_unshuffle (space-to-depth, as super-resolution and YOLO-style
+    necks use it) on a channels-last conv output and a transposed view, and
+    pixel_shuffle undoing it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+        self.un = nn.Unflatten(1, (3, 4))
+        self.pu = nn.PixelUnshuffle(2)
+
+    def forward(self, x, y):  # x [N, 12], y [N, 3, 4, 6]
+        return (self.un(x).softmax(-1), x.unflatten(1, (2, -1)) * 2, self.pu(self.conv(y)),
+                F.pixel_shuffle(F.pixel_unshuffle(y.transpose(2, 3), 2), 2))
+
+
 class Norms(nn.Module):
     def __init__(self):
         super().__init__()
@@ -317,6 +334,8 @@ CASES = [
      lambda: (torch.randn(3, 4, 5, 6),)),
     ("zoo_edge_pads", EdgePads, lambda: (torch.randn(2, 4, 5, 6),),
      lambda: (torch.randn(3, 4, 5, 6),)),
+    ("zoo_unshuffle", Unshuffle, lambda: (torch.randn(2, 12), torch.randn(2, 3, 4, 6)),
+     lambda: (torch.randn(3, 12), torch.randn(3, 3, 4, 6))),
 ]
 
 
