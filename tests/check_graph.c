@@ -73,6 +73,7 @@ static const char *const cases[] = {
     "zoo_pad_modules",
     "zoo_edge_pads",
     "zoo_unshuffle",
+    "zoo_dropouts",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -328,6 +328,11 @@ GROVE__OP_MODULE_TYPE(grove__tanh_type, "Tanh");
 GROVE__OP_MODULE_TYPE(grove__softmax_type, "Softmax");
 GROVE__OP_MODULE_TYPE(grove__log_softmax_type, "LogSoftmax");
 GROVE__OP_MODULE_TYPE(grove__dropout_type, "Dropout");
+GROVE__OP_MODULE_TYPE(grove__dropout1d_type, "Dropout1d");
+GROVE__OP_MODULE_TYPE(grove__dropout2d_type, "Dropout2d");
+GROVE__OP_MODULE_TYPE(grove__dropout3d_type, "Dropout3d");
+GROVE__OP_MODULE_TYPE(grove__alpha_dropout_type, "AlphaDropout");
+GROVE__OP_MODULE_TYPE(grove__feature_alpha_dropout_type, "FeatureAlphaDropout");
 
 #define F32 (1u << GROVE_F32)
 #define INPUT \
@@ -465,10 +470,31 @@ const grove__opdef grove__opdef_log_softmax = {
                                     .after_json = softmax_after_json},
 };
 
+/* The other dropouts (channel-wise, alpha): in eval mode every one is the
+ * identity, which is all a serving tree runs (training=True is refused); a
+ * training replica trains nn.Dropout only (core/train names the others). */
+#define DROP_P \
+  { .name = "p", .kind = P_FLOAT, .dk = D_FLOAT, .dv = 0.5, .min = 0, .max = 1 }
+#define DROPOUT_MODULE(var, C, nxt)          \
+  static const grove__opmod var##_module = { \
+      .cls = #C, .type = &grove__##var##_type, .args = {DROP_P, INPLACE}, .next = nxt}
+DROPOUT_MODULE(feature_alpha_dropout, FeatureAlphaDropout, NULL);
+DROPOUT_MODULE(alpha_dropout, AlphaDropout, &feature_alpha_dropout_module);
+DROPOUT_MODULE(dropout3d, Dropout3d, &alpha_dropout_module);
+DROPOUT_MODULE(dropout2d, Dropout2d, &dropout3d_module);
+DROPOUT_MODULE(dropout1d, Dropout1d, &dropout2d_module);
+
 const grove__opdef grove__opdef_dropout = {
     .name = "dropout",
     .id = G_DROPOUT,
-    .torch = (const char *const[]){"torch.nn.functional.dropout(input,p,training,inplace)", NULL},
+    .torch = (const char *const[]){"torch.nn.functional.dropout(input,p,training,inplace)",
+                                   "torch.nn.functional.dropout1d(input,p,training,inplace)",
+                                   "torch.nn.functional.dropout2d(input,p,training,inplace)",
+                                   "torch.nn.functional.dropout3d(input,p,training,inplace)",
+                                   "torch.nn.functional.alpha_dropout(input,p,training,inplace)",
+                                   "torch.nn.functional.feature_alpha_dropout(input,p,training,"
+                                   "inplace)",
+                                   NULL},
     .varargs = -1,
     .p = {{.name = "input", .kind = P_TENSOR, .dk = D_REQ},
           {.name = "p", .kind = P_FLOAT, .dk = D_FLOAT, .dv = 0.5, .min = 0, .max = 1},
@@ -481,7 +507,8 @@ const grove__opdef grove__opdef_dropout = {
             .cls = "Dropout",
             .type = &grove__dropout_type,
             .args = {{.name = "p", .kind = P_FLOAT, .dk = D_FLOAT, .dv = 0.5, .min = 0, .max = 1},
-                     INPLACE}},
+                     INPLACE},
+            .next = &dropout1d_module},
 };
 
 static void softmax_after_json(const grove__opdef *d, const char *path, const garg *a) {

@@ -237,6 +237,23 @@ class Unshuffle(nn.Module):
                 F.pixel_shuffle(F.pixel_unshuffle(y.transpose(2, 3), 2), 2))
 
 
+class Dropouts(nn.Module):
+    """Dropout1d/2d/3d, AlphaDropout, FeatureAlphaDropout and their
+    functions with training=self.training: the identity in eval mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.d1, self.d2, self.d3 = nn.Dropout1d(0.2), nn.Dropout2d(0.3), nn.Dropout3d()
+        self.a, self.fa = nn.AlphaDropout(0.1), nn.FeatureAlphaDropout(0.2)
+
+    def forward(self, x):  # x [N, 3, 6, 6]
+        h = F.dropout2d(self.d2(F.relu(self.conv(x))), 0.5, self.training)
+        v = F.alpha_dropout(self.a(h.mean((2, 3))), 0.2, training=self.training)
+        return (self.fa(self.d1(v.unsqueeze(-1))).squeeze(-1) * 2,
+                self.d3(F.dropout3d(h.unsqueeze(2), 0.1, self.training)))
+
+
 class Norms(nn.Module):
     def __init__(self):
         super().__init__()
@@ -334,6 +351,8 @@ CASES = [
      lambda: (torch.randn(3, 4, 5, 6),)),
     ("zoo_edge_pads", EdgePads, lambda: (torch.randn(2, 4, 5, 6),),
      lambda: (torch.randn(3, 4, 5, 6),)),
+    ("zoo_dropouts", Dropouts, lambda: (torch.randn(2, 3, 6, 6),),
+     lambda: (torch.randn(3, 3, 6, 6),)),
     ("zoo_unshuffle", Unshuffle, lambda: (torch.randn(2, 12), torch.randn(2, 3, 4, 6)),
      lambda: (torch.randn(3, 12), torch.randn(3, 3, 4, 6))),
 ]
