@@ -95,6 +95,10 @@ static const char *const cases[] = {
     "convt_rect_opad",
     "convt_1x1",
     "convt_unbatched",
+    "convt1d_basic",
+    "convt1d_stride_opad",
+    "convt1d_groups_dil",
+    "convt1d_unbatched",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -224,6 +228,14 @@ static grove_module *build_case(const char *name, grove_err *err) {
        (o = co(1, 1, 1, 1, 0, 0, 1, 1, 1, true), grove_conv_transpose2d_new(5, 7, &o, &m, err)));
   CASE("convt_unbatched",
        (o = co(2, 2, 2, 2, 0, 0, 1, 1, 1, true), grove_conv_transpose2d_new(3, 2, &o, &m, err)));
+  CASE("convt1d_basic",
+       (o = co(3, 0, 1, 0, 0, 0, 1, 0, 1, true), grove_conv_transpose1d_new(4, 6, &o, &m, err)));
+  CASE("convt1d_stride_opad", (o = co(4, 0, 3, 0, 1, 0, 1, 0, 1, true), o.output_padding[0] = 2,
+                               grove_conv_transpose1d_new(8, 5, &o, &m, err)));
+  CASE("convt1d_groups_dil",
+       (o = co(3, 0, 2, 0, 2, 0, 2, 0, 3, false), grove_conv_transpose1d_new(6, 9, &o, &m, err)));
+  CASE("convt1d_unbatched",
+       (o = co(2, 0, 2, 0, 0, 0, 1, 0, 1, true), grove_conv_transpose1d_new(3, 2, &o, &m, err)));
 #undef CASE
   ck_assert_msg(s != GROVE_E_NOT_FOUND, "no C constructor for case %s", name);
   ck_assert_ok(s, err);
@@ -315,7 +327,7 @@ static void run_and_compare(const char *what, grove_module *m, fixture *fx) {
   ck_assert_ok(grove_module_call(m, &f, fx->x, &y), &err);
   assert_close(what, &y, fx->y);
   bool conv = strncmp(m->type->name, "Conv", 4) == 0;
-  bool transposed = strcmp(m->type->name, "ConvTranspose2d") == 0;
+  bool transposed = strncmp(m->type->name, "ConvTranspose", 13) == 0;
   const char *gemm = getenv("GROVE_GEMM");
   bool blas = gemm && strcmp(gemm, "blas") == 0;
   if (!conv || ((grove__conv_rows_path(m) || transposed) && !blas) ||

@@ -324,6 +324,7 @@ def _kinds():
         _Kind(nn.Conv1d, _conv_args, params=("weight", "bias")),
         _Kind(nn.Conv2d, _conv_args, params=("weight", "bias")),
         _Kind(nn.ConvTranspose2d, _conv_transpose_args, params=("weight", "bias")),
+        _Kind(nn.ConvTranspose1d, _conv_transpose_args, params=("weight", "bias")),
         _Kind(nn.BatchNorm2d, _bn_args, **bn_slots),
         _Kind(nn.MaxPool1d, _max_pool_args),
         _Kind(nn.MaxPool2d, _max_pool_args),

@@ -70,6 +70,7 @@ static const grove__layer_def defs[] = {
     {"Conv1d", grove__conv1d_from_json, false},
     {"Conv2d", grove__conv2d_from_json, false},
     {"ConvTranspose2d", grove__conv_transpose2d_from_json, false},
+    {"ConvTranspose1d", grove__conv_transpose1d_from_json, false},
     {"BatchNorm2d", grove__batch_norm2d_from_json, false},
     {"MaxPool2d", grove__max_pool2d_from_json, false},
     {"AvgPool2d", grove__avg_pool2d_from_json, false},

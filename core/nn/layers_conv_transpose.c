@@ -1,6 +1,9 @@
-/* layers_conv_transpose.c: torch.nn.ConvTranspose2d, eval mode, with its
- * constructor and model.json builder (the convolutions are in
- * layers_conv.c, which this mirrors).
+/* layers_conv_transpose.c: torch.nn.ConvTranspose1d and ConvTranspose2d,
+ * eval mode, with their constructors and model.json builders (the
+ * convolutions are in layers_conv.c, which this mirrors).  A 1-d one is the
+ * 2-d one over images of one row: its length is the width, its kernel,
+ * stride, padding, dilation and output_padding the width's, the height's 1
+ * (or 0 for the paddings).
  *
  * A transposed convolution scatters every input pixel into a kh x kw patch
  * of the output: y[co][ih*sh - ph + ki*dh][iw*sw - pw + kj*dw] +=
@@ -25,6 +28,7 @@
 #define BIG (1 << 20)
 
 typedef struct convt_impl {
+  int nd; /* 1: ConvTranspose1d, 2: ConvTranspose2d */
   int64_t cin, cout, groups;
   int64_t k[2], stride[2], pad[2], dil[2], opad[2];
   int64_t cols; /* cout_g * kh * kw: a pixel's patch, one product row */
@@ -48,11 +52,13 @@ static grove_status convt_refresh(grove_module *m, grove_err *err) {
   const grove_tensor *b = grove_module_param(m, "bias");
   const int64_t G = p->groups, cin_g = p->cin / G, cout_g = p->cout / G, kk = p->k[0] * p->k[1];
   if (!w) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: weight is None", T);
-  const int64_t want[4] = {p->cin, cout_g, p->k[0], p->k[1]};
-  if (w->ndim != 4 || memcmp(w->shape, want, sizeof want) != 0) {
+  /* [in, out/groups, (kh,) kw] */
+  const int64_t want[4] = {p->cin, cout_g, p->nd == 2 ? p->k[0] : p->k[1], p->k[1]};
+  const int wn = p->nd + 2;
+  if (w->ndim != wn || memcmp(w->shape, want, (size_t)wn * sizeof(int64_t)) != 0) {
     char got[128], exp[128];
     grove_shape_str(w->ndim, w->shape, got, sizeof got);
-    grove_shape_str(4, want, exp, sizeof exp);
+    grove_shape_str(wn, want, exp, sizeof exp);
     return grove_err_set(err, GROVE_E_SHAPE, "%s: weight has shape %s, expected %s", T, got, exp);
   }
   grove_status s = grove__conv_check_bias(T, w, b, p->cout, err);
@@ -148,19 +154,22 @@ static grove_status convt_forward(const grove_module *m, grove_fwd *f, const gro
   const char *T = m->type->name;
   grove_tensor x;
   grove_status s;
-  const bool nhwc_in = in->n == 1 && in->v[0].dtype == GROVE_F32 && grove__is_nhwc(&in->v[0]);
+  const bool nhwc_in =
+      p->nd == 2 && in->n == 1 && in->v[0].dtype == GROVE_F32 && grove__is_nhwc(&in->v[0]);
   if (nhwc_in)
     x = in->v[0];
   else if ((s = grove__layer_input(T, f, in, GROVE_F32, &x)) != GROVE_OK)
     return s;
-  const bool batched = x.ndim == 4;
-  if ((x.ndim != 3 && x.ndim != 4) || x.shape[batched ? 1 : 0] != p->cin) {
+  const bool batched = x.ndim == p->nd + 2;
+  if ((x.ndim != p->nd + 1 && !batched) || x.shape[batched ? 1 : 0] != p->cin) {
     char want[128];
-    snprintf(want, sizeof want, "a 3-d or 4-d input with %lld channels ([N, C, H, W] or [C, H, W])",
-             (long long)p->cin);
+    snprintf(want, sizeof want, "a %d-d or %d-d input with %lld channels (%s)", p->nd + 1,
+             p->nd + 2, (long long)p->cin,
+             p->nd == 2 ? "[N, C, H, W] or [C, H, W]" : "[N, C, L] or [C, L]");
     return grove__shape_error(f, T, want, &x);
   }
-  const int64_t N = batched ? x.shape[0] : 1, H = x.shape[x.ndim - 2], W = x.shape[x.ndim - 1];
+  const int64_t N = batched ? x.shape[0] : 1, W = x.shape[x.ndim - 1];
+  const int64_t H = p->nd == 2 ? x.shape[x.ndim - 2] : 1;
   const int64_t OH = convt_out_len(p, 0, H), OW = convt_out_len(p, 1, W);
   if (OH <= 0 || OW <= 0)
     return grove__shape_error(f, T, "an input whose transposed output size is positive", &x);
@@ -168,7 +177,7 @@ static grove_status convt_forward(const grove_module *m, grove_fwd *f, const gro
   int nd = 0;
   if (batched) oshape[nd++] = N;
   oshape[nd++] = p->cout;
-  oshape[nd++] = OH;
+  if (p->nd == 2) oshape[nd++] = OH;
   oshape[nd++] = OW;
   if ((s = grove_fwd_alloc(f, &out->v[0], GROVE_F32, nd, oshape))) return s;
   out->n = 1;
@@ -216,11 +225,18 @@ const grove_module_type grove__conv_transpose2d_type = {
     .free_impl = convt_free_impl,
 };
 
-grove_status grove_conv_transpose2d_new(int64_t in_channels, int64_t out_channels,
-                                        const grove_conv_opts *o, grove_module **out,
-                                        grove_err *err) {
+const grove_module_type grove__conv_transpose1d_type = {
+    .name = "ConvTranspose1d",
+    .forward = convt_forward,
+    .refresh = convt_refresh,
+    .free_impl = convt_free_impl,
+};
+
+/* o's sizes are per dim, the 1-d one's in [0]. */
+static grove_status convt_new(int nd, int64_t in_channels, int64_t out_channels,
+                              const grove_conv_opts *o, grove_module **out, grove_err *err) {
   *out = NULL;
-  const char *T = "ConvTranspose2d";
+  const char *T = nd == 1 ? "ConvTranspose1d" : "ConvTranspose2d";
   if (!o) return grove_err_set(err, GROVE_E_INVALID_ARGUMENT, "%s: no options", T);
   const int64_t groups = o->groups ? o->groups : 1;
   if (in_channels <= 0 || out_channels <= 0 || groups <= 0)
@@ -234,15 +250,19 @@ grove_status grove_conv_transpose2d_new(int64_t in_channels, int64_t out_channel
                          "%s: padding must be numbers (torch has no 'same' or 'valid' here)", T);
   convt_impl *p = calloc(1, sizeof *p);
   if (!p) return grove_err_set(err, GROVE_E_NOMEM, "%s: out of memory", T);
+  p->nd = nd;
   p->cin = in_channels;
   p->cout = out_channels;
   p->groups = groups;
   for (int d = 0; d < 2; d++) {
-    p->k[d] = o->kernel_size[d];
-    p->stride[d] = o->stride[d] ? o->stride[d] : 1;
-    p->dil[d] = o->dilation[d] ? o->dilation[d] : 1;
-    p->pad[d] = o->padding[d];
-    p->opad[d] = o->output_padding[d];
+    /* A 1-d one: a height of 1 (k 1, stride 1, no padding), o's [0] the width's. */
+    const int od = nd == 2 ? d : 0;
+    const bool unit = nd == 1 && d == 0;
+    p->k[d] = unit ? 1 : o->kernel_size[od];
+    p->stride[d] = unit || !o->stride[od] ? 1 : o->stride[od];
+    p->dil[d] = unit || !o->dilation[od] ? 1 : o->dilation[od];
+    p->pad[d] = unit ? 0 : o->padding[od];
+    p->opad[d] = unit ? 0 : o->output_padding[od];
     if (p->k[d] <= 0 || p->stride[d] <= 0 || p->dil[d] <= 0 || p->pad[d] < 0 || p->opad[d] < 0 ||
         p->k[d] > BIG || p->stride[d] > BIG || p->dil[d] > BIG || p->pad[d] > BIG) {
       free(p);
@@ -271,26 +291,50 @@ grove_status grove_conv_transpose2d_new(int64_t in_channels, int64_t out_channel
   }
   p->cols = (int64_t)cols;
   grove_module *m = NULL;
-  grove_status s = grove__layer_make(&grove__conv_transpose2d_type, p, &m, err);
+  grove_status s = grove__layer_make(
+      nd == 1 ? &grove__conv_transpose1d_type : &grove__conv_transpose2d_type, p, &m, err);
   if (s) return s;
-  const int64_t wshape[4] = {in_channels, out_channels / groups, p->k[0], p->k[1]};
-  return grove__conv_params(m, 4, wshape, out_channels, o->bias, out, err);
+  const int64_t wshape[4] = {in_channels, out_channels / groups, nd == 2 ? p->k[0] : p->k[1],
+                             p->k[1]};
+  return grove__conv_params(m, nd + 2, wshape, out_channels, o->bias, out, err);
 }
 
-grove_status grove__conv_transpose2d_from_json(const json_t *obj, const char *path,
-                                               grove_module **out, grove_err *err) {
+grove_status grove_conv_transpose2d_new(int64_t in_channels, int64_t out_channels,
+                                        const grove_conv_opts *o, grove_module **out,
+                                        grove_err *err) {
+  return convt_new(2, in_channels, out_channels, o, out, err);
+}
+
+grove_status grove_conv_transpose1d_new(int64_t in_channels, int64_t out_channels,
+                                        const grove_conv_opts *o, grove_module **out,
+                                        grove_err *err) {
+  return convt_new(1, in_channels, out_channels, o, out, err);
+}
+
+static grove_status convt_from_json(const json_t *obj, const char *path, int nd, grove_module **out,
+                                    grove_err *err) {
   static const char *const keys[] = {"in_channels", "out_channels",   "kernel_size",
                                      "stride",      "padding",        "output_padding",
                                      "groups",      "bias",           "dilation",
                                      "padding_mode", NULL};
-  const char *T = "ConvTranspose2d";
+  const char *T = nd == 1 ? "ConvTranspose1d" : "ConvTranspose2d";
   int64_t cin, cout;
   grove_conv_opts o = {0};
   grove_status s = grove__json_check_keys(obj, path, T, keys, err);
-  if (!s) s = grove__conv_json_common(obj, path, T, 2, &cin, &cout, &o, err);
-  if (!s) s = grove__json_ints(obj, path, T, "padding", 2, 0, 0, BIG, o.padding, err);
+  if (!s) s = grove__conv_json_common(obj, path, T, nd, &cin, &cout, &o, err);
+  if (!s) s = grove__json_ints(obj, path, T, "padding", nd, 0, 0, BIG, o.padding, err);
   if (!s)
-    s = grove__json_ints(obj, path, T, "output_padding", 2, 0, 0, BIG, o.output_padding, err);
+    s = grove__json_ints(obj, path, T, "output_padding", nd, 0, 0, BIG, o.output_padding, err);
   if (s) return s;
-  return grove__json_built(path, grove_conv_transpose2d_new(cin, cout, &o, out, err), err);
+  return grove__json_built(path, convt_new(nd, cin, cout, &o, out, err), err);
+}
+
+grove_status grove__conv_transpose2d_from_json(const json_t *obj, const char *path,
+                                               grove_module **out, grove_err *err) {
+  return convt_from_json(obj, path, 2, out, err);
+}
+
+grove_status grove__conv_transpose1d_from_json(const json_t *obj, const char *path,
+                                               grove_module **out, grove_err *err) {
+  return convt_from_json(obj, path, 1, out, err);
 }

@@ -45,6 +45,7 @@ extern const grove_module_type grove__embedding_bag_type;
 extern const grove_module_type grove__conv1d_type;
 extern const grove_module_type grove__conv2d_type;
 extern const grove_module_type grove__conv_transpose2d_type;
+extern const grove_module_type grove__conv_transpose1d_type;
 extern const grove_module_type grove__batch_norm2d_type;
 extern const grove_module_type grove__max_pool2d_type;
 extern const grove_module_type grove__avg_pool2d_type;
@@ -456,6 +457,8 @@ grove_status grove__max_pool2d_from_json(const struct json_t *obj, const char *p
 grove_status grove__avg_pool2d_from_json(const struct json_t *obj, const char *path,
                                          grove_module **out, grove_err *err);
 grove_status grove__conv_transpose2d_from_json(const struct json_t *obj, const char *path,
+                                               grove_module **out, grove_err *err);
+grove_status grove__conv_transpose1d_from_json(const struct json_t *obj, const char *path,
                                                grove_module **out, grove_err *err);
 grove_status grove__adaptive_avg_pool2d_from_json(const struct json_t *obj, const char *path,
                                                   grove_module **out, grove_err *err);

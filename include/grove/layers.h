@@ -94,6 +94,11 @@ grove_status grove_conv2d_new(int64_t in_channels, int64_t out_channels, const g
 grove_status grove_conv_transpose2d_new(int64_t in_channels, int64_t out_channels,
                                         const grove_conv_opts *o, grove_module **out,
                                         grove_err *err);
+/* ConvTranspose1d: the same over [N, C, L] or [C, L], weight [in,
+ * out/groups, k]; o's sizes in their [0]. */
+grove_status grove_conv_transpose1d_new(int64_t in_channels, int64_t out_channels,
+                                        const grove_conv_opts *o, grove_module **out,
+                                        grove_err *err);
 /* As grove_batch_norm1d_new, for [N, C, H, W] input. */
 grove_status grove_batch_norm2d_new(int64_t num_features, double eps, double momentum, bool affine,
                                     bool track_running_stats, grove_module **out, grove_err *err);

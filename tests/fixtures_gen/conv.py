@@ -1,5 +1,5 @@
 """Convolution and pooling parity fixtures: for each case, a torch.nn layer
-(Conv1d, Conv2d, ConvTranspose2d, BatchNorm2d, MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d,
+(Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d, BatchNorm2d, MaxPool1d/2d, AvgPool1d/2d, AdaptiveAvgPool1d/2d,
 AdaptiveMaxPool1d/2d) with
 seeded random weights in eval mode, a seeded random input and torch's output,
 written as
@@ -157,6 +157,14 @@ CASES = [
      lambda: _x(2, 16, 4, 5)),
     ("convt_1x1", lambda: nn.ConvTranspose2d(5, 7, 1), lambda: _x(2, 5, 3, 3)),
     ("convt_unbatched", lambda: nn.ConvTranspose2d(3, 2, 2, stride=2), lambda: _x(3, 4, 4)),
+    # ConvTranspose1d (vocoders' upsamplers): the same cases over one dim.
+    ("convt1d_basic", lambda: nn.ConvTranspose1d(4, 6, 3), lambda: _x(2, 4, 9)),
+    ("convt1d_stride_opad", lambda: nn.ConvTranspose1d(8, 5, 4, stride=3, padding=1,
+                                                       output_padding=2), lambda: _x(1, 8, 7)),
+    ("convt1d_groups_dil", lambda: nn.ConvTranspose1d(6, 9, 3, stride=2, padding=2, dilation=2,
+                                                      groups=3, bias=False),
+     lambda: _x(2, 6, 5)),
+    ("convt1d_unbatched", lambda: nn.ConvTranspose1d(3, 2, 2, stride=2), lambda: _x(3, 7)),
 ]
 
 
