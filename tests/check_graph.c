@@ -74,6 +74,7 @@ static const char *const cases[] = {
     "zoo_edge_pads",
     "zoo_unshuffle",
     "zoo_dropouts",
+    "zoo_bicubic",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

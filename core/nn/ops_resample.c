@@ -30,8 +30,8 @@ static grove_status opt_tensor(const grove__opctx *c, int k, const grove_tensor 
 
 /* ------------------------------------------------------------ interpolate */
 
-static const char *const interp_modes[] = {"nearest", "nearest-exact", "linear", "bilinear",
-                                           NULL};
+static const char *const interp_modes[] = {"nearest",  "nearest-exact", "linear",
+                                           "bilinear", "bicubic",       NULL};
 
 static grove_status interpolate_fwd(const grove__opctx *c, gval *res) {
   const grove_tensor *x;
@@ -47,6 +47,7 @@ static grove_status interpolate_fwd(const grove__opctx *c, gval *res) {
   const char *mode = c->args[3].s;
   int m = strcmp(mode, "nearest") == 0         ? GROVE__INTERP_NEAREST
           : strcmp(mode, "nearest-exact") == 0 ? GROVE__INTERP_NEAREST_EXACT
+          : strcmp(mode, "bicubic") == 0       ? GROVE__INTERP_CUBIC
                                                : GROVE__INTERP_LINEAR;
   int64_t size[2];
   double scale[2] = {0, 0};
@@ -98,7 +99,7 @@ static grove_status interpolate_check(const grove__opdef *d, const garg *a, cons
   if (!known)
     return grove_err_set(err, GROVE_E_UNSUPPORTED,
                          "%s: interpolate mode \"%s\" is not supported (Grove runs nearest, "
-                         "nearest-exact, linear, bilinear)",
+                         "nearest-exact, linear, bilinear, bicubic)",
                          jp, a[3].s);
   const bool linear = strncmp(a[3].s, "nearest", 7) != 0;
   if (!linear && a[4].kind == A_BOOL)

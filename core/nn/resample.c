@@ -44,6 +44,54 @@ static void linear_src(int64_t dst, int64_t in, float sc, bool align, int64_t *i
   if (*l1 < 0) *l1 = 0;
 }
 
+/* torch's cubic convolution weights (A = -0.75) of the four source pixels
+ * around a point t past the first of the middle two (UpSample.h,
+ * get_cubic_upsample_coefficients). */
+static void cubic_weights(float t, float w[4]) {
+  const float A = -0.75f;
+  const float x1 = t + 1.0f, x2 = 1.0f - t, x3 = 2.0f - t;
+  w[0] = ((A * x1 - 5.0f * A) * x1 + 8.0f * A) * x1 - 4.0f * A;
+  w[1] = ((A + 2.0f) * t - (A + 3.0f)) * t * t + 1.0f;
+  w[2] = ((A + 2.0f) * x2 - (A + 3.0f)) * x2 * x2 + 1.0f;
+  w[3] = ((A * x3 - 5.0f * A) * x3 + 8.0f * A) * x3 - 4.0f * A;
+}
+
+/* Bicubic: for each output index, its four source indexes (clamped to the
+ * input, as torch's upsample_get_value_bounded) and weights. */
+static void cubic_src(int64_t dst, int64_t in, float sc, bool align, int64_t *idx, float *w) {
+  /* area_pixel_compute_source_index with cubic=true: no clamp at 0. */
+  const float src = align ? sc * (float)dst : sc * ((float)dst + 0.5f) - 0.5f;
+  const float fl = floorf(src);
+  cubic_weights(src - fl, w);
+  for (int k = 0; k < 4; k++) {
+    int64_t i = (int64_t)fl - 1 + k;
+    idx[k] = i < 0 ? 0 : i > in - 1 ? in - 1 : i;
+  }
+}
+
+static void bicubic(const float *xv, float *y, int64_t planes, int64_t H, int64_t W, int64_t OH,
+                    int64_t OW, const int64_t *cx, const float *wx, const int64_t *cy,
+                    const float *wy) {
+  for (int64_t p = 0; p < planes; p++) {
+    const float *xp = xv + p * H * W;
+    float *yp = y + p * OH * OW;
+    for (int64_t i = 0; i < OH; i++) {
+      const float *rows[4];
+      for (int a = 0; a < 4; a++) rows[a] = xp + cy[4 * i + a] * W;
+      const float *v = wy + 4 * i;
+      for (int64_t j = 0; j < OW; j++) {
+        const int64_t *c = cx + 4 * j;
+        const float *u = wx + 4 * j;
+        float r[4];
+        for (int a = 0; a < 4; a++)
+          r[a] = rows[a][c[0]] * u[0] + rows[a][c[1]] * u[1] + rows[a][c[2]] * u[2] +
+                 rows[a][c[3]] * u[3];
+        yp[i * OW + j] = r[0] * v[0] + r[1] * v[1] + r[2] * v[2] + r[3] * v[3];
+      }
+    }
+  }
+}
+
 grove_status grove__op_interpolate(grove_fwd *f, const grove_tensor *x0, const int64_t *size,
                                    const double *scale, int nsp, int mode, bool align_corners,
                                    grove_tensor *out) {
@@ -51,6 +99,9 @@ grove_status grove__op_interpolate(grove_fwd *f, const grove_tensor *x0, const i
   if (x0->dtype != GROVE_F32)
     return grove_err_set(f->err, GROVE_E_DTYPE, "interpolate: expected a float32 input, got %s",
                          grove_dtype_name(x0->dtype));
+  if (mode == GROVE__INTERP_CUBIC && nsp != 2)
+    return grove_err_set(f->err, GROVE_E_SHAPE,
+                         "interpolate: Got %dD input, but bicubic mode needs 4D input", x0->ndim);
   if (nsp < 1 || nsp > 2 || x0->ndim != nsp + 2)
     return grove_err_set(f->err, GROVE_E_SHAPE,
                          "interpolate: expected an input [N, C, W] or [N, C, H, W] with %d size(s), "
@@ -72,7 +123,7 @@ grove_status grove__op_interpolate(grove_fwd *f, const grove_tensor *x0, const i
   int64_t oshape[4] = {N, C, OH, OW};
   if (nsp == 1) oshape[2] = OW;
   if ((s = grove_fwd_alloc(f, out, GROVE_F32, nsp + 2, oshape))) return s;
-  const bool align = mode == GROVE__INTERP_LINEAR && align_corners;
+  const bool align = (mode == GROVE__INTERP_LINEAR || mode == GROVE__INTERP_CUBIC) && align_corners;
   const float sh = coord_scale(H, OH, align, nsp == 2 && scale ? scale[0] : 0);
   const float sw = coord_scale(W, OW, align, scale ? scale[nsp - 1] : 0);
   /* The source columns (and weights) of every output column, once. */
@@ -81,6 +132,17 @@ grove_status grove__op_interpolate(grove_fwd *f, const grove_tensor *x0, const i
   if (!c0 || !lw) return grove__scratch_error(f, "interpolate");
   int64_t *c1 = c0 + OW, *r0 = c1 + OW, *r1 = r0 + OH;
   float *lh = lw + OW;
+  if (mode == GROVE__INTERP_CUBIC) {
+    int64_t *cx = grove_arena_alloc(f->arena, (size_t)(4 * (OW + OH)) * sizeof(int64_t));
+    float *wx = grove_arena_alloc(f->arena, (size_t)(4 * (OW + OH)) * sizeof(float));
+    if (!cx || !wx) return grove__scratch_error(f, "interpolate");
+    int64_t *cy = cx + 4 * OW;
+    float *wy = wx + 4 * OW;
+    for (int64_t j = 0; j < OW; j++) cubic_src(j, W, sw, align, cx + 4 * j, wx + 4 * j);
+    for (int64_t i = 0; i < OH; i++) cubic_src(i, H, sh, align, cy + 4 * i, wy + 4 * i);
+    bicubic(x.data, out->data, N * C, H, W, OH, OW, cx, wx, cy, wy);
+    return GROVE_OK;
+  }
   for (int64_t j = 0; j < OW; j++) {
     if (mode == GROVE__INTERP_LINEAR)
       linear_src(j, W, sw, align, &c0[j], &c1[j], &lw[j]);

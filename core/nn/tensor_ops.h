@@ -141,13 +141,14 @@ enum {
   GROVE__INTERP_NEAREST,
   GROVE__INTERP_NEAREST_EXACT,
   GROVE__INTERP_LINEAR, /* linear / bilinear: by the number of spatial dims */
+  GROVE__INTERP_CUBIC,  /* bicubic: 2 spatial dims */
 };
 
 /* F.interpolate / nn.Upsample on x [N, C, *spatial] (1 or 2 spatial dims)
  * to size[] (nsp values).  scale NULL or scale[d] <= 0: the source
  * coordinates step by in / out (a given size, or recompute_scale_factor);
  * scale[d] > 0: the scale_factor the caller gave, which torch then maps
- * with (1 / scale_factor).  align_corners only for LINEAR.  A channels-last
+ * with (1 / scale_factor).  align_corners only for LINEAR and CUBIC.  A channels-last
  * input is read as it is; the result is contiguous. */
 grove_status grove__op_interpolate(grove_fwd *f, const grove_tensor *x, const int64_t *size,
                                    const double *scale, int nsp, int mode, bool align_corners,

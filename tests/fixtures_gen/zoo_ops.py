@@ -254,6 +254,24 @@ class Dropouts(nn.Module):
                 self.d3(F.dropout3d(h.unsqueeze(2), 0.1, self.training)))
 
 
+class Bicubic(nn.Module):
+    """Bicubic upsampling (super-resolution nets, position-embedding resizes):
+    nn.Upsample with a scale_factor and with a size and align_corners, and
+    F.interpolate with per-dim scales (one below 1) and on a transposed view;
+    torch's A = -0.75 and clamped borders."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Upsample(scale_factor=2, mode="bicubic", align_corners=False)
+        self.up2 = nn.Upsample(size=(7, 11), mode="bicubic", align_corners=True)
+        self.conv = nn.Conv2d(3, 3, 1)
+
+    def forward(self, x):  # x [N, 3, 5, 6]
+        return (self.up(x), self.up2(self.conv(x)),
+                F.interpolate(x, scale_factor=(1.5, 0.7), mode="bicubic"),
+                F.interpolate(x.transpose(2, 3), size=(3, 2), mode="bicubic", align_corners=False))
+
+
 class Norms(nn.Module):
     def __init__(self):
         super().__init__()
@@ -351,6 +369,8 @@ CASES = [
      lambda: (torch.randn(3, 4, 5, 6),)),
     ("zoo_edge_pads", EdgePads, lambda: (torch.randn(2, 4, 5, 6),),
      lambda: (torch.randn(3, 4, 5, 6),)),
+    ("zoo_bicubic", Bicubic, lambda: (torch.randn(2, 3, 5, 6),),
+     lambda: (torch.randn(3, 3, 5, 6),)),
     ("zoo_dropouts", Dropouts, lambda: (torch.randn(2, 3, 6, 6),),
      lambda: (torch.randn(3, 3, 6, 6),)),
     ("zoo_unshuffle", Unshuffle, lambda: (torch.randn(2, 12), torch.randn(2, 3, 4, 6)),
