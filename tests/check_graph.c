@@ -75,6 +75,7 @@ static const char *const cases[] = {
     "zoo_unshuffle",
     "zoo_dropouts",
     "zoo_bicubic",
+    "zoo_bilinear",
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

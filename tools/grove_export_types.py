@@ -318,6 +318,10 @@ def _kinds():
         _Kind(nn.RNN, _rnn_args, params=_rnn_slots),
         _Kind(nn.LSTM, _rnn_args, params=_rnn_slots),
         _Kind(nn.GRU, _rnn_args, params=_rnn_slots),
+        _Kind(nn.Bilinear, lambda m, path: {
+            "in1_features": m.in1_features, "in2_features": m.in2_features,
+            "out_features": m.out_features, "bias": m.bias is not None},
+            params=("weight", "bias")),
         _Kind(nn.RNNCell, _cell_args, params=("weight_ih", "weight_hh", "bias_ih", "bias_hh")),
         _Kind(nn.LSTMCell, _cell_args, params=("weight_ih", "weight_hh", "bias_ih", "bias_hh")),
         _Kind(nn.GRUCell, _cell_args, params=("weight_ih", "weight_hh", "bias_ih", "bias_hh")),

@@ -89,6 +89,7 @@ static const grove__layer_def defs[] = {
     {"RNN", grove__rnn_from_json, false},
     {"LSTM", grove__lstm_from_json, false},
     {"GRU", grove__gru_from_json, false},
+    {"Bilinear", grove__bilinear_from_json, false},
     {"RNNCell", grove__rnn_cell_from_json, false},
     {"LSTMCell", grove__lstm_cell_from_json, false},
     {"GRUCell", grove__gru_cell_from_json, false},

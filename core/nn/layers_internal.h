@@ -438,6 +438,8 @@ grove_status grove__module_dict_from_json(const struct json_t *obj, const char *
                                           grove_module **out, grove_err *err);
 grove_status grove__linear_from_json(const struct json_t *obj, const char *path, grove_module **out,
                                      grove_err *err);
+grove_status grove__bilinear_from_json(const struct json_t *obj, const char *path,
+                                       grove_module **out, grove_err *err);
 grove_status grove__identity_from_json(const struct json_t *obj, const char *path,
                                        grove_module **out, grove_err *err);
 grove_status grove__batch_norm1d_from_json(const struct json_t *obj, const char *path,

@@ -29,6 +29,11 @@ grove_status grove_module_dict_new(grove_module **out, grove_err *err);
 
 grove_status grove_linear_new(int64_t in_features, int64_t out_features, bool bias,
                               grove_module **out, grove_err *err);
+/* torch.nn.Bilinear: weight [out, in1, in2], bias [out] or None; forward
+ * takes input1 [..., in1] and input2 [..., in2] (the same leading dims) and
+ * gives [..., out]. */
+grove_status grove_bilinear_new(int64_t in1_features, int64_t in2_features, int64_t out_features,
+                                bool bias, grove_module **out, grove_err *err);
 grove_status grove_identity_new(grove_module **out, grove_err *err);
 grove_status grove_flatten_new(int start_dim, int end_dim, grove_module **out, grove_err *err);
 grove_status grove_dropout_new(double p, grove_module **out, grove_err *err);

@@ -272,6 +272,21 @@ class Bicubic(nn.Module):
                 F.interpolate(x.transpose(2, 3), size=(3, 2), mode="bicubic", align_corners=False))
 
 
+class Bilinears(nn.Module):
+    """nn.Bilinear with and without bias, on 2-d rows and on [N, T, F]
+    sequences, fed by a Linear and by a strided view."""
+
+    def __init__(self):
+        super().__init__()
+        self.b = nn.Bilinear(3, 4, 5)
+        self.b2 = nn.Bilinear(5, 5, 2, bias=False)
+        self.lin = nn.Linear(3, 5)
+
+    def forward(self, x, y):  # x [N, 6, 3], y [N, 4, 6]
+        h = self.b(x, y.transpose(1, 2))
+        return self.b2(h, torch.tanh(self.lin(x))), self.b(x[:, 0], y[:, :, 1])
+
+
 class Norms(nn.Module):
     def __init__(self):
         super().__init__()
@@ -369,6 +384,8 @@ CASES = [
      lambda: (torch.randn(3, 4, 5, 6),)),
     ("zoo_edge_pads", EdgePads, lambda: (torch.randn(2, 4, 5, 6),),
      lambda: (torch.randn(3, 4, 5, 6),)),
+    ("zoo_bilinear", Bilinears, lambda: (torch.randn(2, 6, 3), torch.randn(2, 4, 6)),
+     lambda: (torch.randn(3, 6, 3), torch.randn(3, 4, 6))),
     ("zoo_bicubic", Bicubic, lambda: (torch.randn(2, 3, 5, 6),),
      lambda: (torch.randn(3, 3, 5, 6),)),
     ("zoo_dropouts", Dropouts, lambda: (torch.randn(2, 3, 6, 6),),
