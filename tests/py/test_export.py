@@ -319,11 +319,11 @@ def test_refuses_changed_layers():
     loop = nn.Sequential(nn.Linear(1, 1))
     loop.append(loop)
     expect_refusal(loop, "contains itself")
-    # Grove pads with a constant only: the other pad modules by name.
-    expect_refusal(nn.Sequential(nn.ReflectionPad2d(1)), "'0'",
-                   "torch.nn.ReflectionPad2d is not a type Grove runs")
-    expect_refusal(nn.Sequential(nn.ReplicationPad1d(1)), "'0'",
-                   "torch.nn.ReplicationPad1d is not a type Grove runs")
+    # A torch.nn class Grove does not run is refused by name.
+    expect_refusal(nn.Sequential(nn.LPPool2d(2, 2)), "'0'",
+                   "torch.nn.LPPool2d is not a type Grove runs")
+    expect_refusal(nn.Sequential(nn.Conv3d(1, 1, 1)), "'0'",
+                   "torch.nn.Conv3d is not a type Grove runs")
 
 
 def test_training_flags_restored():
