@@ -262,6 +262,17 @@ static void byteswap(uint8_t *p, size_t nbytes, size_t es) {
     }
 }
 
+/* A storage of nbytes at src inside the file read whole (ld->map), which it
+ * keeps alive: the zero-copy case of both layouts. */
+static grove_status wrap_in_map(loader *ld, const uint8_t *src, uint64_t nbytes,
+                                grove_storage **out) {
+  grove_storage_retain(ld->map);
+  *out = grove_storage_wrap((void *)src, (size_t)nbytes, release_map, ld->map);
+  if (*out) return GROVE_OK;
+  grove_storage_release(ld->map);
+  return nomem(ld);
+}
+
 /* A new slot for a storage read just now (s, whose reference it takes). */
 static grove_status add_slot(loader *ld, const char *skey, grove_storage *s, grove_dtype dtype,
                              bool untyped, uint64_t numel, slot **out) {
@@ -299,12 +310,8 @@ static grove_status legacy_storage(loader *ld, const char *tkey, const char *ske
   grove_storage *s;
   if (ld->map && dtype == GROVE_F32 && !untyped && nbytes > 0 &&
       (uintptr_t)src % sizeof(float) == 0) {
-    grove_storage_retain(ld->map);
-    s = grove_storage_wrap((void *)src, (size_t)nbytes, release_map, ld->map);
-    if (!s) {
-      grove_storage_release(ld->map);
-      return nomem(ld);
-    }
+    grove_status st = wrap_in_map(ld, src, nbytes, &s);
+    if (st) return st;
   } else {
     s = grove_storage_new((size_t)nbytes);
     if (!s) return nomem(ld);
@@ -363,13 +370,8 @@ static grove_status get_storage(loader *ld, const char *tkey, const char *skey, 
   if (ld->map && e->method == 0 && !ld->big_endian && dtype == GROVE_F32 && !untyped &&
       nbytes > 0 && (e->data_offset % sizeof(float)) == 0) {
     st = grove__zip_stored(&ld->zip, e, &in_place, ld->err);
+    if (st == GROVE_OK) st = wrap_in_map(ld, in_place, nbytes, &s);
     if (st != GROVE_OK) return st;
-    grove_storage_retain(ld->map);
-    s = grove_storage_wrap((void *)in_place, (size_t)nbytes, release_map, ld->map);
-    if (!s) {
-      grove_storage_release(ld->map);
-      return nomem(ld);
-    }
   } else {
     s = grove_storage_new((size_t)nbytes);
     if (!s) return nomem(ld);

@@ -147,8 +147,8 @@ grove__act grove__gelu_act(const grove_module *m);
 /* Whether bn is an eval BatchNorm2d with running statistics over conv's
  * output channels, conv a Conv2d: then it folds into the convolution. */
 bool grove__conv_bn_fusable(const grove_module *conv, const grove_module *bn);
-/* The convolution modules' shared construction (layers_conv.c; Conv1d,
- * Conv2d, ConvTranspose2d): registers the zero weight of wnd dims wshape
+/* The convolution modules' shared construction (layers_conv_new.c; Conv1d,
+ * Conv2d, ConvTranspose1d/2d, and Bilinear's weight and bias): registers the zero weight of wnd dims wshape
  * and the bias [cout] (or None), refreshes, and sets *out; on failure m is
  * released. */
 grove_status grove__conv_params(grove_module *m, int wnd, const int64_t *wshape, int64_t cout,

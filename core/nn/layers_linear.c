@@ -323,24 +323,11 @@ grove_status grove_bilinear_new(int64_t in1_features, int64_t in2_features, int6
   p->in1 = in1_features;
   p->in2 = in2_features;
   p->out = out_features;
-  grove_module *m = grove_module_new(&grove__bilinear_type, p, err);
-  if (!m) return err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
-  grove_status s = GROVE_OK;
+  grove_module *m = NULL;
+  grove_status s = grove__layer_make(&grove__bilinear_type, p, &m, err);
+  if (s) return s;
   const int64_t wshape[3] = {out_features, in1_features, in2_features};
-  grove_tensor *w = grove_tensor_new(GROVE_F32, 3, wshape, err);
-  grove_tensor *b = bias ? grove_tensor_new(GROVE_F32, 1, &out_features, err) : NULL;
-  if (!w || (bias && !b)) s = err && err->code != GROVE_OK ? err->code : GROVE_E_NOMEM;
-  if (!s) s = grove_module_register_parameter(m, "weight", w, err);
-  if (!s) s = grove_module_register_parameter(m, "bias", b, err);
-  grove_tensor_release(w);
-  grove_tensor_release(b);
-  if (!s) s = grove__refresh_new(m, err);
-  if (s != GROVE_OK) {
-    grove_module_release(m);
-    return s;
-  }
-  *out = m;
-  return GROVE_OK;
+  return grove__conv_params(m, 3, wshape, out_features, bias, out, err);
 }
 
 grove_status grove__bilinear_from_json(const json_t *obj, const char *path, grove_module **out,

@@ -126,12 +126,6 @@ grove_status grove__op_interpolate(grove_fwd *f, const grove_tensor *x0, const i
   const bool align = (mode == GROVE__INTERP_LINEAR || mode == GROVE__INTERP_CUBIC) && align_corners;
   const float sh = coord_scale(H, OH, align, nsp == 2 && scale ? scale[0] : 0);
   const float sw = coord_scale(W, OW, align, scale ? scale[nsp - 1] : 0);
-  /* The source columns (and weights) of every output column, once. */
-  int64_t *c0 = grove_arena_alloc(f->arena, (size_t)(2 * OW + 2 * OH) * sizeof(int64_t));
-  float *lw = grove_arena_alloc(f->arena, (size_t)(OW + OH) * sizeof(float));
-  if (!c0 || !lw) return grove__scratch_error(f, "interpolate");
-  int64_t *c1 = c0 + OW, *r0 = c1 + OW, *r1 = r0 + OH;
-  float *lh = lw + OW;
   if (mode == GROVE__INTERP_CUBIC) {
     int64_t *cx = grove_arena_alloc(f->arena, (size_t)(4 * (OW + OH)) * sizeof(int64_t));
     float *wx = grove_arena_alloc(f->arena, (size_t)(4 * (OW + OH)) * sizeof(float));
@@ -143,6 +137,12 @@ grove_status grove__op_interpolate(grove_fwd *f, const grove_tensor *x0, const i
     bicubic(x.data, out->data, N * C, H, W, OH, OW, cx, wx, cy, wy);
     return GROVE_OK;
   }
+  /* The source columns (and weights) of every output column, once. */
+  int64_t *c0 = grove_arena_alloc(f->arena, (size_t)(2 * OW + 2 * OH) * sizeof(int64_t));
+  float *lw = grove_arena_alloc(f->arena, (size_t)(OW + OH) * sizeof(float));
+  if (!c0 || !lw) return grove__scratch_error(f, "interpolate");
+  int64_t *c1 = c0 + OW, *r0 = c1 + OW, *r1 = r0 + OH;
+  float *lh = lw + OW;
   for (int64_t j = 0; j < OW; j++) {
     if (mode == GROVE__INTERP_LINEAR)
       linear_src(j, W, sw, align, &c0[j], &c1[j], &lw[j]);
