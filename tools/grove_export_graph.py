@@ -270,6 +270,12 @@ def _expected_keys(model):
 _TABLE = None
 # Arguments that change nothing in eval mode, dropped from the file.
 _DROP = {"inplace", "_stacklevel", "memory_format"}
+# Calls Grove refuses on purpose, with why (beside the generic "is not
+# supported"): a served model answers the same input the same way.
+_RANDOM = ("rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli",
+           "multinomial", "normal", "poisson")
+_WHY = {f"torch.{n}": "it draws random numbers, and Grove serves deterministic answers (the same "
+        "input gives the same output); pass the noise in as an input instead" for n in _RANDOM}
 
 
 # The canonical name -> the index of its *args parameter (-1: none): the
@@ -802,6 +808,9 @@ def _graph(m, path, inlined=None):
         elif node.op == "call_function":
             if node.target is operator.getitem and isinstance(node.args[1], str):
                 node.args = (node.args[0], key_index(node, node.args[0], node.args[1]))
+            if node.target not in ops and _fn_name(node.target) in _WHY:
+                refuse(node, f"operation {_fn_name(node.target)} is not supported by Grove: "
+                             f"{_WHY[_fn_name(node.target)]}")
             if node.target not in ops:
                 refuse(node, f"operation {_fn_name(node.target)} is not supported by Grove "
                              f"(supported: {', '.join(sorted(set(n for n, _ in ops.values())))})")

@@ -127,28 +127,47 @@ static grove_status make(const grove__opctx *c, grove_dtype dt, int nd, const in
 
 /* ------------------------------------------------------------ full, zeros, ones */
 
+/* The dtype a tensor made like x gets by default (zeros_like, new_zeros):
+ * x's, as torch, within the dtypes a graph makes (floats are float32). */
+static grove_dtype like_dtype(const grove_tensor *x) {
+  if (grove_dtype_is_float(x->dtype)) return GROVE_F32;
+  if (x->dtype == GROVE_BOOL || x->dtype == GROVE_U8) return x->dtype;
+  return GROVE_I64;
+}
+
+/* A tensor of the sizes argument size_arg (size_arg < 0: like's shape)
+ * filled with value, of the dtype argument dtype_arg_k or by default like's
+ * dtype (like not NULL: the _like and new_ forms) or value's. */
 static grove_status fill_fwd(const grove__opctx *c, int size_arg, const garg *value,
-                             int dtype_arg_k, gval *res) {
+                             int dtype_arg_k, const grove_tensor *like, gval *res) {
   int64_t shape[GROVE_MAX_DIMS];
   int nd;
   double v;
   int64_t iv;
   bool is_int;
-  /* zeros(2, 3), zeros((2, 3)) and zeros(x.size()): the gathered list may
-   * hold the one sequence. */
-  const garg *sz = &c->args[size_arg];
-  if (sz->kind == A_LIST && sz->n == 1) {
-    const gval *sv = grove__op_val(c, &sz->items[0]);
-    if ((sv && sv->kind == V_INTS) || sz->items[0].kind == A_LIST) sz = &sz->items[0];
+  grove_status s = GROVE_OK;
+  if (size_arg < 0) {
+    nd = like->ndim;
+    memcpy(shape, like->shape, (size_t)nd * sizeof(int64_t));
+  } else {
+    /* zeros(2, 3), zeros((2, 3)) and zeros(x.size()): the gathered list may
+     * hold the one sequence. */
+    const garg *sz = &c->args[size_arg];
+    if (sz->kind == A_LIST && sz->n == 1) {
+      const gval *sv = grove__op_val(c, &sz->items[0]);
+      if ((sv && sv->kind == V_INTS) || sz->items[0].kind == A_LIST) sz = &sz->items[0];
+    }
+    if ((s = grove__op_ints(c, sz, true, shape, &nd))) return s;
   }
-  grove_status s = grove__op_ints(c, sz, true, shape, &nd);
-  if (s) return s;
   if (!grove__op_number(c, value, &v, &iv, &is_int))
     return grove__op_want(c, "a number for fill_value");
   const bool is_bool = value->kind == A_BOOL;
   grove_dtype dt;
-  if ((s = dtype_arg(c, dtype_arg_k, is_bool ? GROVE_BOOL : is_int ? GROVE_I64 : GROVE_F32, &dt)))
-    return s;
+  const grove_dtype dflt = like      ? like_dtype(like)
+                           : is_bool ? GROVE_BOOL
+                           : is_int  ? GROVE_I64
+                                     : GROVE_F32;
+  if ((s = dtype_arg(c, dtype_arg_k, dflt, &dt))) return s;
   grove_tensor y;
   if ((s = make(c, dt, nd, shape, &y))) return s;
   const int64_t n = grove_tensor_numel(&y);
@@ -163,14 +182,128 @@ static grove_status fill_fwd(const grove__opctx *c, int size_arg, const garg *va
 }
 
 static grove_status full_fwd(const grove__opctx *c, gval *res) {
-  return fill_fwd(c, 0, &c->args[1], 2, res);
+  return fill_fwd(c, 0, &c->args[1], 2, NULL, res);
 }
 
 static grove_status zeros_ones_fwd(const grove__opctx *c, gval *res) {
   /* torch.zeros / ones default to float32 whatever the sizes' type. */
   const garg one = {.kind = A_FLOAT, .f = strcmp(c->def->name, "ones") == 0 ? 1.0 : 0.0};
-  return fill_fwd(c, 0, &one, 1, res);
+  return fill_fwd(c, 0, &one, 1, NULL, res);
 }
+
+/* zeros_like, ones_like, empty_like (zeros: Grove has no uninitialised
+ * memory to hand out, and a model that reads it is wrong either way),
+ * full_like; new_zeros, new_ones, new_empty, new_full.  The name says
+ * which: a "_like" form takes input's shape, a "new_" form its size
+ * argument (1); both default to input's dtype. */
+static grove_status like_fwd(const grove__opctx *c, gval *res) {
+  const char *n = c->def->name;
+  const bool like = strncmp(n, "new_", 4) != 0, full = strstr(n, "full") != NULL;
+  const garg one = {.kind = A_FLOAT, .f = strstr(n, "ones") ? 1.0 : 0.0};
+  const grove_tensor *x;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  /* _like: (input, [fill_value,] dtype, ...); new_: (input, size, [fill_value,] dtype, ...) */
+  const int size_k = like ? -1 : 1, fill_k = like ? 1 : 2;
+  return fill_fwd(c, size_k, full ? &c->args[fill_k] : &one, fill_k + (full ? 1 : 0), x, res);
+}
+
+/* The shape of new_tensor's data (nested lists of numbers), rectangular. */
+static grove_status data_shape(const grove__opctx *c, const garg *a, int depth, int64_t *shape,
+                               int *nd) {
+  if (a->kind != A_LIST) {
+    if (*nd < 0) *nd = depth;
+    if (*nd != depth) return grove__op_want(c, "data of nested lists of one length per level");
+    return GROVE_OK;
+  }
+  if (depth >= GROVE_MAX_DIMS) return grove__op_want(c, "data nested at most 8 deep");
+  if (*nd >= 0 && (depth >= *nd || shape[depth] != a->n))
+    return grove__op_want(c, "data of nested lists of one length per level");
+  if (*nd < 0 && a->n == 0) *nd = depth + 1;
+  shape[depth] = a->n;
+  for (int i = 0; i < a->n; i++) {
+    grove_status s = data_shape(c, &a->items[i], depth + 1, shape, nd);
+    if (s) return s;
+  }
+  return GROVE_OK;
+}
+
+/* Writes data's numbers (leaves, in order) into y from *at. */
+static grove_status data_put(const grove__opctx *c, const garg *a, grove_tensor *y, int64_t *at) {
+  if (a->kind == A_LIST) {
+    for (int i = 0; i < a->n; i++) {
+      grove_status s = data_put(c, &a->items[i], y, at);
+      if (s) return s;
+    }
+    return GROVE_OK;
+  }
+  double v;
+  int64_t iv;
+  bool is_int;
+  if (!grove__op_number(c, a, &v, &iv, &is_int)) return grove__op_want(c, "numbers in data");
+  put(y, (*at)++, v, is_int ? iv : (int64_t)v);
+  return GROVE_OK;
+}
+
+/* x.new_tensor(data): data (a number or nested lists of numbers, constant
+ * or computed sizes) as a tensor of x's dtype unless dtype says another. */
+static grove_status new_tensor_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  int64_t shape[GROVE_MAX_DIMS] = {0};
+  int nd = -1;
+  grove_dtype dt;
+  grove_tensor y;
+  if ((s = data_shape(c, &c->args[1], 0, shape, &nd)) ||
+      (s = dtype_arg(c, 2, like_dtype(x), &dt)) || (s = make(c, dt, nd, shape, &y)))
+    return s;
+  int64_t at = 0;
+  if ((s = data_put(c, &c->args[1], &y, &at))) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+#define LIKE_TAIL DTYPE, IGNORED("layout"), IGNORED("device"), IGNORED("requires_grad")
+#define LIKE_OP(n, ...)                                                              \
+  const grove__opdef grove__opdef_##n = {                                            \
+      .name = #n,                                                                    \
+      .id = G_OP,                                                                    \
+      .torch = (const char *const[]){"torch." #n, NULL},                             \
+      .varargs = -1,                                                                 \
+      .p = {OP_REQ("input", P_TENSOR), __VA_ARGS__ LIKE_TAIL, IGNORED("pin_memory"), \
+            IGNORED("memory_format")},                                               \
+      .forward = like_fwd,                                                           \
+  }
+LIKE_OP(zeros_like, );
+LIKE_OP(ones_like, );
+LIKE_OP(empty_like, );
+LIKE_OP(full_like, OP_REQ("fill_value", P_NUMBER), );
+
+/* Tensor.new_zeros(*size) and new_ones, new_empty; new_full(size, fill_value). */
+#define NEW_OP(n, spelling, va, ...)                                                  \
+  const grove__opdef grove__opdef_##n = {                                             \
+      .name = #n,                                                                     \
+      .id = G_OP,                                                                     \
+      .torch = (const char *const[]){spelling, NULL},                                 \
+      .varargs = va,                                                                  \
+      .p = {OP_REQ("input", P_TENSOR), OP_REQ("size", P_INTS), __VA_ARGS__ LIKE_TAIL, \
+            IGNORED("pin_memory")},                                                   \
+      .forward = like_fwd,                                                            \
+  }
+NEW_OP(new_zeros, "Tensor.new_zeros(input,*size)", 1, );
+NEW_OP(new_ones, "Tensor.new_ones(input,*size)", 1, );
+NEW_OP(new_empty, "Tensor.new_empty(input,*size)", 1, );
+NEW_OP(new_full, "Tensor.new_full(input,size,fill_value)", -1, OP_REQ("fill_value", P_NUMBER), );
+
+const grove__opdef grove__opdef_new_tensor = {
+    .name = "new_tensor",
+    .id = G_OP,
+    .torch = (const char *const[]){"Tensor.new_tensor(input,data)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("input", P_TENSOR), OP_REQ("data", P_ANY), LIKE_TAIL, IGNORED("pin_memory")},
+    .forward = new_tensor_fwd,
+};
 
 const grove__opdef grove__opdef_full = {
     .name = "full",

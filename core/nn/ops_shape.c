@@ -205,6 +205,21 @@ static grove_status ints_view_fwd(const grove__opctx *c, gval *res) {
   return GROVE_OK;
 }
 
+/* x.view_as(other), x.reshape_as(other), x.expand_as(other): view,
+ * reshape and expand to other's shape (other's values are not read, so
+ * its dtype is any). */
+static grove_status as_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x, *o;
+  grove_tensor y;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_tensor(c, 1, &o))) return s;
+  s = strcmp(c->def->name, "expand_as") == 0 ? grove__op_expand(c->f, x, o->shape, o->ndim, &y)
+                                             : grove__op_reshape(c->f, x, o->shape, o->ndim, &y);
+  if (s) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
 static grove_status transpose_fwd(const grove__opctx *c, gval *res) {
   const grove_tensor *x;
   grove_tensor y;
@@ -247,6 +262,20 @@ const grove__opdef grove__opdef_view = {
     .p = {INPUT, SHAPE_VARARG("shape")},
     .forward = ints_view_fwd,
 };
+
+#define AS_OP(n)                                                          \
+  const grove__opdef grove__opdef_##n = {                                 \
+      .name = #n,                                                         \
+      .id = G_OP,                                                         \
+      .torch = (const char *const[]){"Tensor." #n "(input,other)", NULL}, \
+      .varargs = -1,                                                      \
+      .p = {{.name = "input", .kind = P_TENSOR, .dk = D_REQ},             \
+            {.name = "other", .kind = P_TENSOR, .dk = D_REQ}},            \
+      .forward = as_fwd,                                                  \
+  }
+AS_OP(view_as);
+AS_OP(reshape_as);
+AS_OP(expand_as);
 
 const grove__opdef grove__opdef_permute = {
     .name = "permute",

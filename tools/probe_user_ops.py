@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""probe_user_ops: traces one tiny nn.Module per common torch call (the
+calls users' own models make: tutorial and HuggingFace-style code) through
+tools/grove_export.py and lists which the exporter refuses, with its reason.
+Exporting is the Python side only: no Grove build is needed.
+
+    scripts/torch-python.sh -> python3 tools/probe_user_ops.py [-v] [NAME...]
+
+Exit status 0 always (it is a survey, not a test; tests/py/test_user_ops.py
+holds the parity tests).  -v prints the refusal message of each refused call.
+"""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def cases():
+    """(name, forward(x), input shape): each forward is one user spelling."""
+    import torch
+    import torch.nn.functional as F
+    c = [
+        # 1: tensors made like another
+        ("torch.zeros_like", lambda x: x + torch.zeros_like(x)),
+        ("torch.ones_like", lambda x: x * torch.ones_like(x)),
+        ("torch.full_like", lambda x: x + torch.full_like(x, 2.0)),
+        ("torch.empty_like", lambda x: torch.empty_like(x).fill_(0) + x),
+        ("torch.rand_like", lambda x: x + 0 * torch.rand_like(x)),
+        ("Tensor.new_zeros", lambda x: x + x.new_zeros(x.shape)),
+        ("Tensor.new_ones", lambda x: x + x.new_ones(x.shape)),
+        ("Tensor.new_full", lambda x: x + x.new_full(x.shape, 3.0)),
+        ("Tensor.new_empty", lambda x: x + 0 * x.new_empty(x.shape)),
+        ("Tensor.new_tensor", lambda x: x + x.new_tensor(2.0)),
+        ("Tensor.expand_as", lambda x: x[:, :1].expand_as(x) + x),
+        ("Tensor.view_as", lambda x: x.flatten(1).view_as(x)),
+        ("Tensor.reshape_as", lambda x: x.flatten(1).reshape_as(x)),
+        ("Tensor.type_as", lambda x: x.type_as(x)),
+        # 2: pointwise math
+        ("torch.maximum", lambda x: torch.maximum(x, -x)),
+        ("torch.minimum", lambda x: torch.minimum(x, -x)),
+        ("torch.clamp_min", lambda x: torch.clamp_min(x, 0.1)),
+        ("Tensor.clamp_min", lambda x: x.clamp_min(0.1)),
+        ("Tensor.clamp_max", lambda x: x.clamp_max(0.1)),
+        ("torch.sign", lambda x: torch.sign(x)),
+        ("torch.sin", lambda x: torch.sin(x)),
+        ("torch.cos", lambda x: torch.cos(x)),
+        ("torch.erf", lambda x: torch.erf(x)),
+        ("torch.reciprocal", lambda x: torch.reciprocal(x)),
+        ("torch.floor", lambda x: torch.floor(x)),
+        ("torch.ceil", lambda x: torch.ceil(x)),
+        ("torch.round", lambda x: torch.round(x)),
+        ("torch.trunc", lambda x: torch.trunc(x)),
+        ("F.softsign", lambda x: F.softsign(x)),
+        ("F.logsigmoid", lambda x: F.logsigmoid(x)),
+        ("torch.log1p", lambda x: torch.log1p(x.abs())),
+        ("torch.expm1", lambda x: torch.expm1(x)),
+        ("torch.square", lambda x: torch.square(x)),
+        # 3: functional spellings of modules Grove runs
+        ("F.silu", lambda x: F.silu(x)),
+        ("F.leaky_relu", lambda x: F.leaky_relu(x, 0.2)),
+        ("F.sigmoid", lambda x: F.sigmoid(x)),
+        ("F.tanh", lambda x: F.tanh(x)),
+        ("F.hardtanh", lambda x: F.hardtanh(x)),
+        ("F.elu", lambda x: F.elu(x)),
+        ("F.softplus", lambda x: F.softplus(x)),
+        ("F.gelu(tanh)", lambda x: F.gelu(x, approximate="tanh")),
+        ("F.relu6", lambda x: F.relu6(x)),
+        ("F.mish", lambda x: F.mish(x)),
+        ("F.relu", lambda x: F.relu(x)),
+        ("F.hardswish", lambda x: F.hardswish(x)),
+        ("F.hardsigmoid", lambda x: F.hardsigmoid(x)),
+        ("F.selu", lambda x: F.selu(x)),
+        ("F.celu", lambda x: F.celu(x)),
+        ("F.softmax", lambda x: F.softmax(x, dim=-1)),
+        ("F.log_softmax", lambda x: F.log_softmax(x, dim=-1)),
+        ("F.glu", lambda x: F.glu(x, dim=1)),
+        ("torch.nn.functional.silu via Tensor", lambda x: torch.nn.functional.silu(x)),
+        ("Tensor.sigmoid", lambda x: x.sigmoid()),
+        ("Tensor.tanh", lambda x: x.tanh()),
+        ("Tensor.relu", lambda x: x.relu()),
+        ("Tensor.exp", lambda x: x.exp()),
+        ("torch.rsqrt", lambda x: torch.rsqrt(x.abs() + 1)),
+        # 4: norms, statistics, indexing
+        ("torch.norm", lambda x: torch.norm(x, dim=-1, keepdim=True)),
+        ("Tensor.norm", lambda x: x.norm(p=2, dim=1)),
+        ("torch.linalg.vector_norm", lambda x: torch.linalg.vector_norm(x, dim=-1)),
+        ("F.normalize", lambda x: F.normalize(x, dim=1)),
+        ("F.cosine_similarity", lambda x: F.cosine_similarity(x, x.flip(1), dim=1)),
+        ("F.pairwise_distance", lambda x: F.pairwise_distance(x, x * 2)),
+        ("Tensor.var", lambda x: x.var(dim=1)),
+        ("Tensor.std", lambda x: x.std(dim=1, keepdim=True)),
+        ("torch.logsumexp", lambda x: torch.logsumexp(x, dim=1)),
+        ("torch.gather", lambda x: torch.gather(x, 1, x.argmax(1, keepdim=True))),
+        ("torch.flip", lambda x: torch.flip(x, [1])),
+        ("F.one_hot", lambda x: F.one_hot(x.argmax(1), 4).float()),
+        ("torch.outer", lambda x: torch.outer(x[0], x[0])),
+        ("Tensor.max(dim)", lambda x: x.max(dim=1)[0]),
+        ("Tensor.mean", lambda x: x.mean(-1)),
+        ("torch.amax", lambda x: torch.amax(x, 1)),
+        ("Tensor.prod", lambda x: x.prod(1)),
+        # 5: pools with computed kernels
+        ("F.max_pool2d(x, x.shape[2:])", lambda x: F.max_pool2d(x, x.shape[2:]), (3, 5, 6)),
+        ("F.avg_pool2d(x, kernel_size=x.size()[2:])",
+         lambda x: F.avg_pool2d(x, kernel_size=x.size()[2:]), (3, 5, 6)),
+        ("F.adaptive_avg_pool2d(x, 1)", lambda x: F.adaptive_avg_pool2d(x, 1), (3, 5, 6)),
+        ("F.avg_pool2d(x, (x.size(2), x.size(3)))",
+         lambda x: F.avg_pool2d(x, (x.size(2), x.size(3))), (3, 5, 6)),
+    ]
+    return [(t[0], t[1], t[2] if len(t) > 2 else (4,)) for t in c]
+
+
+def probe(name, fn, shape):
+    """None when the module exports, else the exporter's message."""
+    import torch
+    from grove_export import export
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return fn(x)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            export(M().eval(), os.path.join(tmp, "m"), example_input=torch.randn(1, *shape))
+        except Exception as e:  # ExportError, or fx's own when tracing fails
+            return f"{type(e).__name__}: {e}"
+    return None
+
+
+def main(argv):
+    verbose = "-v" in argv
+    names = [a for a in argv if a != "-v"]
+    refused = 0
+    for name, fn, shape in cases():
+        if names and name not in names:
+            continue
+        why = probe(name, fn, shape)
+        refused += why is not None
+        print(f"{'REFUSED' if why else 'ok     '} {name}" + (f"\n    {why}" if why and verbose
+                                                              else ""))
+    print(f"{refused} refused")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
