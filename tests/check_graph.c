@@ -342,8 +342,8 @@ static void spec_err(const char *module, grove_status code, const char *needle) 
   "{\"type\": \"Net\", \"children\": " children ", \"graph\": [" nodes "]}"
 
 START_TEST(test_spec_errors) {
-  spec_err(G(PH "," FN("s", "sin", "[{\"node\": \"x\"}]") "," OUT("s")), GROVE_E_UNSUPPORTED,
-           "$.module.graph[1].target: \"sin\" is not an operation Grove runs (supported: add,");
+  spec_err(G(PH "," FN("s", "digamma", "[{\"node\": \"x\"}]") "," OUT("s")), GROVE_E_UNSUPPORTED,
+           "$.module.graph[1].target: \"digamma\" is not an operation Grove runs (supported: add,");
   spec_err(G(PH "," FN("a", "add", "[{\"node\": \"y\"}, 1]") "," OUT("a")), GROVE_E_SPEC,
            "$.module.graph[1].args[0].node: \"y\" names no node of the graph");
   spec_err(G(PH "," FN("a", "add", "[{\"node\": \"b\"}, 1]") "," FN(
@@ -441,6 +441,63 @@ START_TEST(test_runtime_errors) {
                 "%s", err.msg);
   grove_arena_free(a);
   grove_model_free(m);
+}
+END_TEST
+
+/* Users' own models' ops where the C side decides (tests/py/test_user_ops.py
+ * runs them against torch): int64 arithmetic stays int64 and wraps,
+ * maximum lets a NaN win, new_tensor refuses ragged data, leaky_relu wants
+ * a constant slope. */
+static grove_status run1(const char *module, float *buf, grove_arena *a, grove_values *out,
+                         grove_err *err, grove_model **m) {
+  grove_status s = from_module(module, m, err);
+  if (s) return s;
+  int64_t shape[2] = {2, 4};
+  grove_tensor x;
+  grove_tensor_init(&x, GROVE_F32, 2, shape, buf);
+  return grove_model_forward(*m, a, &x, 1, out, err);
+}
+
+START_TEST(test_user_ops_edges) {
+  grove_err err = {0};
+  grove_model *m = NULL;
+  grove_arena *a = grove_arena_new(0);
+  grove_values out;
+  float buf[8] = {1.5f, -2.5f, 3, NAN, 0, 7, -1, 2};
+  /* long(x) * long(x) + 1: int64, NaN's cast aside (torch's is undefined too) */
+  ck_assert_ok(
+      run1(G(PH "," FN("l", "long", "[{\"node\": \"x\"}]") "," FN(
+               "p", "mul", "[{\"node\": \"l\"}, {\"node\": \"l\"}]") "," FN("q", "add",
+                                                                            "[{\"node\": \"p\"}, "
+                                                                            "1]") "," OUT("q")),
+           buf, a, &out, &err, &m),
+      &err);
+  ck_assert_int_eq(out.v[0].dtype, GROVE_I64);
+  const int64_t *q = out.v[0].data;
+  ck_assert_int_eq(q[0], 2);
+  ck_assert_int_eq(q[1], 5);
+  ck_assert_int_eq(q[5], 50);
+  grove_model_free(m);
+  /* maximum(x, -x): |x|, NaN kept */
+  ck_assert_ok(run1(G(PH "," FN("n", "neg", "[{\"node\": \"x\"}]") "," FN(
+                        "mx", "maximum", "[{\"node\": \"x\"}, {\"node\": \"n\"}]") "," OUT("mx")),
+                    buf, a, &out, &err, &m),
+               &err);
+  const float *mx = out.v[0].data;
+  ck_assert(mx[1] == 2.5f && isnan(mx[3]) && mx[6] == 1);
+  grove_model_free(m);
+  /* new_tensor([[1, 2], [3]]): ragged */
+  ck_assert_status(
+      run1(G(PH "," FN("t", "new_tensor", "[{\"node\": \"x\"}, [[1, 2], [3]]]") "," OUT("t")), buf,
+           a, &out, &err, &m),
+      GROVE_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "data of nested lists of one length per level"), "%s", err.msg);
+  grove_model_free(m);
+  m = NULL;
+  spec_err(G(PH "," FN("s", "size", "[{\"node\": \"x\"}, 1]") "," FN(
+               "r", "leaky_relu", "[{\"node\": \"x\"}, {\"node\": \"s\"}]") "," OUT("r")),
+           GROVE_E_SPEC, "a finite constant number (negative_slope)");
+  grove_arena_free(a);
 }
 END_TEST
 
@@ -868,6 +925,7 @@ static Suite *graph_suite(void) {
   tcase_add_test(tc, test_spec_errors);
   tcase_add_test(tc, test_runtime_errors);
   tcase_add_test(tc, test_identity_graph);
+  tcase_add_test(tc, test_user_ops_edges);
   tcase_add_test(tc, test_liveness);
   tcase_add_test(tc, test_holder_not_callable);
   tcase_add_test(tc, test_inlined_module_hooks);

@@ -129,6 +129,12 @@ GROVE__CHANNEL_LOOP static void binary_run(int op, float alpha, const float *pa,
         BINARY_LOOP(x * y)
       }
       break;
+    case GROVE__BIN_MAX: /* x is NaN: x; y is NaN: x > y is false, so y */
+      BINARY_LOOP(x != x || x > y ? x : y)
+      break;
+    case GROVE__BIN_MIN:
+      BINARY_LOOP(x != x || x < y ? x : y)
+      break;
     default: /* GROVE__BIN_DIV */
       BINARY_LOOP(x / y)
       break;

@@ -26,7 +26,15 @@ size_t grove__tensor_extent(const grove_tensor *t);
  * permute, transpose, index), which share x's memory.  Errors set f->err
  * without naming the node (the caller prefixes it). */
 
-enum { GROVE__BIN_ADD, GROVE__BIN_SUB, GROVE__BIN_MUL, GROVE__BIN_DIV };
+/* MAX, MIN: torch.maximum / minimum (a NaN on either side wins). */
+enum {
+  GROVE__BIN_ADD,
+  GROVE__BIN_SUB,
+  GROVE__BIN_MUL,
+  GROVE__BIN_DIV,
+  GROVE__BIN_MAX,
+  GROVE__BIN_MIN
+};
 
 /* Whether t is a contiguous per-channel operand of the 4-d float32 x
  * ([C, 1, 1] or [1 or N, C, 1, 1]: squeeze-excitation's scale, a bias),

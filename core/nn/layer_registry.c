@@ -44,6 +44,8 @@ static const grove__layer_def defs[] = {
     {"ELU", grove__op_module_from_json, false},
     {"CELU", grove__op_module_from_json, false},
     {"Softplus", grove__op_module_from_json, false},
+    {"Softsign", grove__op_module_from_json, false},
+    {"LogSigmoid", grove__op_module_from_json, false},
     {"PixelShuffle", grove__op_module_from_json, false},
     {"LocalResponseNorm", grove__op_module_from_json, false},
     {"Upsample", grove__op_module_from_json, false},

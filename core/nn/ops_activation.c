@@ -133,7 +133,8 @@ static grove_status relu_fwd(const grove__opctx *c, gval *res) {
   return act_forward(c, res, ACT_RELU, 0);
 }
 static grove_status leaky_relu_fwd(const grove__opctx *c, gval *res) {
-  return act_forward(c, res, ACT_LEAKY, (float)c->args[1].f);
+  const garg *a = &c->args[1];
+  return act_forward(c, res, ACT_LEAKY, (float)(a->kind == A_INT ? (double)a->i : a->f));
 }
 static grove_status gelu_fwd(const grove__opctx *c, gval *res) {
   const garg *a = &c->args[1];
@@ -148,6 +149,16 @@ static grove_status sigmoid_fwd(const grove__opctx *c, gval *res) {
 }
 static grove_status tanh_fwd(const grove__opctx *c, gval *res) {
   return act_forward(c, res, ACT_TANH, 0);
+}
+
+/* negative_slope is a constant: a module's float, or a graph node's float
+ * or int (F.leaky_relu(x, 0)). */
+static grove_status leaky_relu_check(const grove__opdef *d, const garg *a, const char *jp,
+                                     grove_err *err) {
+  const double v = a[1].kind == A_INT ? (double)a[1].i : a[1].f;
+  if ((a[1].kind != A_FLOAT && a[1].kind != A_INT) || !isfinite(v))
+    return grove__op_want_const(d, jp, 1, "a finite constant number (negative_slope)", err);
+  return GROVE_OK;
 }
 
 static grove_status gelu_check(const grove__opdef *d, const garg *a, const char *jp,
@@ -358,7 +369,8 @@ const grove__opdef grove__opdef_relu = {
 const grove__opdef grove__opdef_leaky_relu = {
     .name = "leaky_relu",
     .id = G_OP,
-    .torch = (const char *const[]){NULL},
+    .torch =
+        (const char *const[]){"torch.nn.functional.leaky_relu(input,negative_slope,inplace)", NULL},
     .varargs = -1,
     .p = {INPUT,
           {.name = "negative_slope",
@@ -378,7 +390,7 @@ const grove__opdef grove__opdef_leaky_relu = {
                                               .min = -INFINITY,
                                               .max = INFINITY},
                                              INPLACE}},
-    .module_only = true,
+    .check = leaky_relu_check,
 };
 
 const grove__opdef grove__opdef_gelu = {
@@ -406,12 +418,11 @@ const grove__opdef grove__opdef_gelu = {
 const grove__opdef grove__opdef_silu = {
     .name = "silu",
     .id = G_OP,
-    .torch = (const char *const[]){NULL},
+    .torch = (const char *const[]){"torch.nn.functional.silu(input,inplace)", NULL},
     .varargs = -1,
     .p = {INPUT, INPLACE},
     .forward = silu_fwd,
     .module = &(const grove__opmod){.cls = "SiLU", .type = &grove__silu_type, .args = {INPLACE}},
-    .module_only = true,
 };
 
 const grove__opdef grove__opdef_sigmoid = {

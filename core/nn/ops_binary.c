@@ -8,6 +8,7 @@
 
 #include "graph_ops.h"
 #include "ops.h"
+#include "tensor_ops.h"
 
 grove_status grove__graph_arith(int op, gnum x, gnum y, gnum alpha, gnum *out, grove_err *err) {
   const bool ints = x.is_int && y.is_int && alpha.is_int;
@@ -38,6 +39,51 @@ grove_status grove__graph_arith(int op, gnum x, gnum y, gnum alpha, gnum *out, g
       break;
   }
   if (out->is_int) out->f = (double)out->i;
+  return GROVE_OK;
+}
+
+static bool int_dtype(grove_dtype dt) {
+  return dt == GROVE_I64 || dt == GROVE_I32 || dt == GROVE_I16 || dt == GROVE_I8 ||
+         dt == GROVE_U8 || dt == GROVE_BOOL;
+}
+
+/* a OP b on int64 tensors (broadcast), as torch: add, sub (alpha an int),
+ * mul; wrapping as int64 does. */
+static grove_status binary_i64(grove_fwd *f, int op, const grove_tensor *a0, const grove_tensor *b0,
+                               int64_t alpha, grove_tensor *out) {
+  grove_tensor a, b;
+  grove_status s;
+  if ((s = grove__op_to_dtype(f, a0, GROVE_I64, &a)) ||
+      (s = grove__op_to_dtype(f, b0, GROVE_I64, &b)))
+    return s;
+  int nd;
+  int64_t shape[GROVE_MAX_DIMS], sa[GROVE_MAX_DIMS], sb[GROVE_MAX_DIMS];
+  if ((s = grove__broadcast_shape(f, &a, &b, &nd, shape)) ||
+      (s = grove_fwd_alloc(f, out, GROVE_I64, nd, shape)))
+    return s;
+  /* Element strides of a and b as stored (a view may be strided). */
+  grove__broadcast_strides(&a, nd, shape, sa);
+  grove__broadcast_strides(&b, nd, shape, sb);
+  const int64_t n = grove_tensor_numel(out);
+  const int64_t *pa = a.data, *pb = b.data;
+  int64_t *y = out->data;
+  int64_t idx[GROVE_MAX_DIMS] = {0}, oa = 0, ob = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const uint64_t x = (uint64_t)pa[oa], v = (uint64_t)pb[ob];
+    y[i] = (int64_t)(op == G_MUL   ? x * v
+                     : op == G_ADD ? x + (uint64_t)alpha * v
+                                   : x - (uint64_t)alpha * v);
+    for (int d = nd - 1; d >= 0; d--) {
+      if (++idx[d] < shape[d]) {
+        oa += sa[d];
+        ob += sb[d];
+        break;
+      }
+      oa -= sa[d] * (shape[d] - 1);
+      ob -= sb[d] * (shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
   return GROVE_OK;
 }
 
@@ -88,26 +134,48 @@ static grove_status binary_fwd(const grove__opctx *c, gval *res) {
     return grove_err_set(c->f->err, GROVE_E_UNSUPPORTED,
                          "floor division of tensors is not supported");
   float sa = 0, sb = 0;
+  int64_t ia = 0, ib = 0;
+  bool a_int = false, b_int = false;
   grove_tensor xa, xb;
   if (ta) {
     xa = va->t[0];
+    a_int = int_dtype(xa.dtype);
   } else {
     double x;
-    int64_t ix;
-    bool xi;
-    if (!grove__op_number(c, a, &x, &ix, &xi)) return grove__op_want(c, "a tensor or a number");
+    if (!grove__op_number(c, a, &x, &ia, &a_int)) return grove__op_want(c, "a tensor or a number");
     sa = (float)x;
     grove_tensor_init(&xa, GROVE_F32, 0, NULL, &sa);
   }
   if (tb) {
     xb = vb->t[0];
+    b_int = int_dtype(xb.dtype);
   } else {
     double y;
-    int64_t iy;
-    bool yi;
-    if (!grove__op_number(c, b, &y, &iy, &yi)) return grove__op_want(c, "a tensor or a number");
+    if (!grove__op_number(c, b, &y, &ib, &b_int)) return grove__op_want(c, "a tensor or a number");
     sb = (float)y;
     grove_tensor_init(&xb, GROVE_F32, 0, NULL, &sb);
+  }
+  if (xa.dtype != GROVE_F32 || xb.dtype != GROVE_F32) {
+    /* torch's promotion: integers (and bool) with integers stay int64 for
+     * add, sub and mul; anything with a float, and true division, is
+     * float32 (Grove's float). */
+    grove_tensor y, pa = xa, pb = xb;
+    grove_status s;
+    if (a_int && b_int && op != G_DIV && alpha_int) {
+      if (!ta) grove_tensor_init(&pa, GROVE_I64, 0, NULL, &ia);
+      if (!tb) grove_tensor_init(&pb, GROVE_I64, 0, NULL, &ib);
+      s = binary_i64(c->f, op, &pa, &pb, ialpha, &y);
+    } else if (!(s = grove__op_to_dtype(c->f, &xa, GROVE_F32, &pa)) &&
+               !(s = grove__op_to_dtype(c->f, &xb, GROVE_F32, &pb))) {
+      const int fop = op == G_ADD   ? GROVE__BIN_ADD
+                      : op == G_SUB ? GROVE__BIN_SUB
+                      : op == G_MUL ? GROVE__BIN_MUL
+                                    : GROVE__BIN_DIV;
+      s = grove__op_binary(c->f, fop, &pa, &pb, alpha, &y, NULL);
+    }
+    if (s) return s;
+    grove__op_set_tensor(res, &y);
+    return GROVE_OK;
   }
   const int bin = op == G_ADD   ? GROVE__BIN_ADD
                   : op == G_SUB ? GROVE__BIN_SUB
@@ -141,6 +209,22 @@ static grove_status matmul_fwd(const grove__opctx *c, gval *res) {
   if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_tensor(c, 1, &b)) ||
       (s = grove__op_matmul(c->f, x, b, &y)))
     return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+/* torch.maximum / minimum (two tensors, broadcast): the binary kernel's
+ * MAX and MIN. */
+static grove_status max_min_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x, *b;
+  grove_tensor y;
+  grove_status s;
+  const int op = strcmp(c->def->name, "maximum") == 0 ? GROVE__BIN_MAX : GROVE__BIN_MIN;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_tensor(c, 1, &b))) return s;
+  if ((s = grove__op_binary(c->f, op, x, b, 1, &y, NULL))) {
+    grove_err_prefix(c->f->err, "%s", c->def->name);
+    return s;
+  }
   grove__op_set_tensor(res, &y);
   return GROVE_OK;
 }
@@ -210,3 +294,16 @@ const grove__opdef grove__opdef_matmul = {
     .p = {OP_REQ("input", P_TENSOR), OP_REQ("other", P_TENSOR)},
     .forward = matmul_fwd,
 };
+
+#define MAX_MIN(n)                                                                                \
+  const grove__opdef grove__opdef_##n = {                                                         \
+      .name = #n,                                                                                 \
+      .id = G_OP,                                                                                 \
+      .torch =                                                                                    \
+          (const char *const[]){"torch." #n "(input,other)", "Tensor." #n "(input,other)", NULL}, \
+      .varargs = -1,                                                                              \
+      .p = {OP_REQ("input", P_TENSOR), OP_REQ("other", P_TENSOR)},                                \
+      .forward = max_min_fwd,                                                                     \
+  }
+MAX_MIN(maximum);
+MAX_MIN(minimum);

@@ -63,6 +63,38 @@ UNARY0(sqrt_fwd, GROVE__UN_SQRT)
 UNARY0(rsqrt_fwd, GROVE__UN_RSQRT)
 UNARY0(abs_fwd, GROVE__UN_ABS)
 UNARY0(neg_fwd, GROVE__UN_NEG)
+UNARY0(sin_fwd, GROVE__UN_SIN)
+UNARY0(cos_fwd, GROVE__UN_COS)
+UNARY0(erf_fwd, GROVE__UN_ERF)
+UNARY0(reciprocal_fwd, GROVE__UN_RECIPROCAL)
+UNARY0(log1p_fwd, GROVE__UN_LOG1P)
+UNARY0(expm1_fwd, GROVE__UN_EXPM1)
+UNARY0(softsign_fwd, GROVE__UN_SOFTSIGN)
+UNARY0(logsigmoid_fwd, GROVE__UN_LOGSIGMOID)
+UNARY0(floor_fwd, GROVE__UN_FLOOR)
+UNARY0(ceil_fwd, GROVE__UN_CEIL)
+UNARY0(trunc_fwd, GROVE__UN_TRUNC)
+UNARY0(sign_fwd, GROVE__UN_SIGN)
+UNARY0(square_fwd, GROVE__UN_SQUARE)
+
+static grove_status round_fwd(const grove__opctx *c, gval *res) {
+  int64_t decimals;
+  grove_status s = grove__op_int(c, &c->args[1], &decimals);
+  if (s) return s;
+  if (decimals < -30 || decimals > 30) /* 10^31 is beyond float32 */
+    return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
+                         "round: decimals must be in [-30, 30], got %lld", (long long)decimals);
+  return unary(c, res, GROVE__UN_ROUND, (double)decimals, 0);
+}
+
+/* clamp_min(x, min) and clamp_max(x, max): clamp with one bound. */
+static grove_status clamp_one_fwd(const grove__opctx *c, gval *res) {
+  double v;
+  grove_status s = num_arg(c, 1, 0, &v);
+  if (s) return s;
+  return strcmp(c->def->name, "clamp_min") == 0 ? unary(c, res, GROVE__UN_CLAMP, v, INFINITY)
+                                                : unary(c, res, GROVE__UN_CLAMP, -INFINITY, v);
+}
 
 static grove_status hardtanh_fwd(const grove__opctx *c, gval *res) {
   double lo, hi;
@@ -329,6 +361,75 @@ const grove__opdef grove__opdef_clamp = {
   }
 
 MATH1(exp, exp_fwd);
+MATH1(sin, sin_fwd);
+MATH1(cos, cos_fwd);
+MATH1(reciprocal, reciprocal_fwd);
+MATH1(floor, floor_fwd);
+MATH1(ceil, ceil_fwd);
+MATH1(sign, sign_fwd);
+MATH1(square, square_fwd);
+
+/* The same with torch.special's spelling (and trunc's alias fix). */
+#define MATH1S(n, other, fwd)                                                                     \
+  const grove__opdef grove__opdef_##n = {                                                         \
+      .name = #n,                                                                                 \
+      .id = G_OP,                                                                                 \
+      .torch = (const char *const[]){"torch." #n "(input)", "Tensor." #n "(input)", other, NULL}, \
+      .varargs = -1,                                                                              \
+      .p = {INPUT},                                                                               \
+      .forward = fwd,                                                                             \
+  }
+MATH1S(erf, "torch.special.erf(input)", erf_fwd);
+MATH1S(log1p, "torch.special.log1p(input)", log1p_fwd);
+MATH1S(expm1, "torch.special.expm1(input)", expm1_fwd);
+MATH1S(trunc, "torch.fix(input)", trunc_fwd);
+
+const grove__opdef grove__opdef_round = {
+    .name = "round",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.round(input)", "Tensor.round(input)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_INT("decimals", 0)},
+    .forward = round_fwd,
+};
+
+#define CLAMP1(n, bound)                                                      \
+  const grove__opdef grove__opdef_##n = {                                     \
+      .name = #n,                                                             \
+      .id = G_OP,                                                             \
+      .torch = (const char *const[]){"torch." #n "(input," bound ")",         \
+                                     "Tensor." #n "(input," bound ")", NULL}, \
+      .varargs = -1,                                                          \
+      .p = {INPUT, OP_REQ(bound, P_NUMBER)},                                  \
+      .forward = clamp_one_fwd,                                               \
+  }
+CLAMP1(clamp_min, "min");
+CLAMP1(clamp_max, "max");
+
+GROVE__OP_MODULE_TYPE(grove__softsign_type, "Softsign");
+GROVE__OP_MODULE_TYPE(grove__logsigmoid_type, "LogSigmoid");
+
+const grove__opdef grove__opdef_softsign = {
+    .name = "softsign",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.softsign(input)", NULL},
+    .varargs = -1,
+    .p = {INPUT},
+    .forward = softsign_fwd,
+    .module =
+        &(const grove__opmod){.cls = "Softsign", .type = &grove__softsign_type, .args = {{0}}},
+};
+
+const grove__opdef grove__opdef_logsigmoid = {
+    .name = "logsigmoid",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.logsigmoid(input)", NULL},
+    .varargs = -1,
+    .p = {INPUT},
+    .forward = logsigmoid_fwd,
+    .module =
+        &(const grove__opmod){.cls = "LogSigmoid", .type = &grove__logsigmoid_type, .args = {{0}}},
+};
 MATH1(log, log_fwd);
 MATH1(sqrt, sqrt_fwd);
 MATH1(rsqrt, rsqrt_fwd);

@@ -28,6 +28,12 @@ extern const grove__opdef grove__opdef_full, grove__opdef_zeros, grove__opdef_on
     grove__opdef_full_like, grove__opdef_new_zeros, grove__opdef_new_ones, grove__opdef_new_empty,
     grove__opdef_new_full, grove__opdef_new_tensor, grove__opdef_view_as, grove__opdef_reshape_as,
     grove__opdef_expand_as;
+/* Users' own models' pointwise math: ops_pointwise.c, ops_binary.c. */
+extern const grove__opdef grove__opdef_sin, grove__opdef_cos, grove__opdef_erf,
+    grove__opdef_reciprocal, grove__opdef_log1p, grove__opdef_expm1, grove__opdef_softsign,
+    grove__opdef_logsigmoid, grove__opdef_floor, grove__opdef_ceil, grove__opdef_round,
+    grove__opdef_trunc, grove__opdef_sign, grove__opdef_square, grove__opdef_clamp_min,
+    grove__opdef_clamp_max, grove__opdef_maximum, grove__opdef_minimum;
 extern const grove__opdef grove__opdef_bmm, grove__opdef_baddbmm, grove__opdef_addmm,
     grove__opdef_einsum;
 
@@ -166,6 +172,24 @@ static const grove__opdef *const table[] = {
     &grove__opdef_view_as,
     &grove__opdef_reshape_as,
     &grove__opdef_expand_as,
+    &grove__opdef_sin,
+    &grove__opdef_cos,
+    &grove__opdef_erf,
+    &grove__opdef_reciprocal,
+    &grove__opdef_log1p,
+    &grove__opdef_expm1,
+    &grove__opdef_softsign,
+    &grove__opdef_logsigmoid,
+    &grove__opdef_floor,
+    &grove__opdef_ceil,
+    &grove__opdef_round,
+    &grove__opdef_trunc,
+    &grove__opdef_sign,
+    &grove__opdef_square,
+    &grove__opdef_clamp_min,
+    &grove__opdef_clamp_max,
+    &grove__opdef_maximum,
+    &grove__opdef_minimum,
     &grove__opdef_bmm,
     &grove__opdef_baddbmm,
     &grove__opdef_addmm,

@@ -16,15 +16,37 @@
 #include "tensor_ops.h"
 
 static const char *const unary_names[GROVE__UN_COUNT] = {
-    [GROVE__UN_RELU6] = "relu6",       [GROVE__UN_HARDSWISH] = "hardswish",
-    [GROVE__UN_HARDSIGMOID] = "hardsigmoid", [GROVE__UN_HARDTANH] = "hardtanh",
-    [GROVE__UN_CLAMP] = "clamp",       [GROVE__UN_ELU] = "elu",
-    [GROVE__UN_SELU] = "selu",         [GROVE__UN_CELU] = "celu",
-    [GROVE__UN_SOFTPLUS] = "softplus", [GROVE__UN_MISH] = "mish",
-    [GROVE__UN_EXP] = "exp",           [GROVE__UN_LOG] = "log",
-    [GROVE__UN_SQRT] = "sqrt",         [GROVE__UN_RSQRT] = "rsqrt",
-    [GROVE__UN_ABS] = "abs",           [GROVE__UN_NEG] = "neg",
+    [GROVE__UN_RELU6] = "relu6",
+    [GROVE__UN_HARDSWISH] = "hardswish",
+    [GROVE__UN_HARDSIGMOID] = "hardsigmoid",
+    [GROVE__UN_HARDTANH] = "hardtanh",
+    [GROVE__UN_CLAMP] = "clamp",
+    [GROVE__UN_ELU] = "elu",
+    [GROVE__UN_SELU] = "selu",
+    [GROVE__UN_CELU] = "celu",
+    [GROVE__UN_SOFTPLUS] = "softplus",
+    [GROVE__UN_MISH] = "mish",
+    [GROVE__UN_EXP] = "exp",
+    [GROVE__UN_LOG] = "log",
+    [GROVE__UN_SQRT] = "sqrt",
+    [GROVE__UN_RSQRT] = "rsqrt",
+    [GROVE__UN_ABS] = "abs",
+    [GROVE__UN_NEG] = "neg",
     [GROVE__UN_POW] = "pow",
+    [GROVE__UN_SIN] = "sin",
+    [GROVE__UN_COS] = "cos",
+    [GROVE__UN_ERF] = "erf",
+    [GROVE__UN_RECIPROCAL] = "reciprocal",
+    [GROVE__UN_LOG1P] = "log1p",
+    [GROVE__UN_EXPM1] = "expm1",
+    [GROVE__UN_SOFTSIGN] = "softsign",
+    [GROVE__UN_LOGSIGMOID] = "logsigmoid",
+    [GROVE__UN_FLOOR] = "floor",
+    [GROVE__UN_CEIL] = "ceil",
+    [GROVE__UN_ROUND] = "round",
+    [GROVE__UN_TRUNC] = "trunc",
+    [GROVE__UN_SIGN] = "sign",
+    [GROVE__UN_SQUARE] = "square",
 };
 
 const char *grove__unary_name(int op) {
@@ -107,6 +129,60 @@ static void unary_chunk(void *ctx, int64_t b, int64_t e) {
     case GROVE__UN_NEG:
       for (int64_t i = b; i < e; i++) y[i] = -x[i];
       break;
+    case GROVE__UN_SIN:
+      for (int64_t i = b; i < e; i++) y[i] = sinf(x[i]);
+      break;
+    case GROVE__UN_COS:
+      for (int64_t i = b; i < e; i++) y[i] = cosf(x[i]);
+      break;
+    case GROVE__UN_ERF:
+      for (int64_t i = b; i < e; i++) y[i] = erff(x[i]);
+      break;
+    case GROVE__UN_RECIPROCAL:
+      for (int64_t i = b; i < e; i++) y[i] = 1.0f / x[i];
+      break;
+    case GROVE__UN_LOG1P:
+      for (int64_t i = b; i < e; i++) y[i] = log1pf(x[i]);
+      break;
+    case GROVE__UN_EXPM1:
+      for (int64_t i = b; i < e; i++) y[i] = expm1f(x[i]);
+      break;
+    case GROVE__UN_SOFTSIGN: /* F.softsign: x / (1 + |x|) */
+      for (int64_t i = b; i < e; i++) y[i] = x[i] / (1.0f + fabsf(x[i]));
+      break;
+    case GROVE__UN_LOGSIGMOID:
+      /* aten's log_sigmoid: min(x, 0) - log1p(exp(-|x|)), which neither
+       * overflows for large -x nor loses the tail for large x. */
+      for (int64_t i = b; i < e; i++) y[i] = (x[i] < 0 ? x[i] : 0.0f) - log1pf(expf(-fabsf(x[i])));
+      break;
+    case GROVE__UN_FLOOR:
+      for (int64_t i = b; i < e; i++) y[i] = floorf(x[i]);
+      break;
+    case GROVE__UN_CEIL:
+      for (int64_t i = b; i < e; i++) y[i] = ceilf(x[i]);
+      break;
+    case GROVE__UN_ROUND:
+      /* torch.round: half to even (nearbyint in the default rounding mode);
+       * with decimals, scaled by 10^decimals first, as aten does. */
+      if (a == 0) {
+        for (int64_t i = b; i < e; i++) y[i] = nearbyintf(x[i]);
+      } else if (a > 0) {
+        const float t = powf(10.0f, a);
+        for (int64_t i = b; i < e; i++) y[i] = nearbyintf(x[i] * t) / t;
+      } else {
+        const float t = powf(10.0f, -a);
+        for (int64_t i = b; i < e; i++) y[i] = nearbyintf(x[i] / t) * t;
+      }
+      break;
+    case GROVE__UN_TRUNC:
+      for (int64_t i = b; i < e; i++) y[i] = truncf(x[i]);
+      break;
+    case GROVE__UN_SIGN: /* 0 for 0 and NaN, as torch */
+      for (int64_t i = b; i < e; i++) y[i] = (float)((x[i] > 0) - (x[i] < 0));
+      break;
+    case GROVE__UN_SQUARE:
+      for (int64_t i = b; i < e; i++) y[i] = x[i] * x[i];
+      break;
     default: /* GROVE__UN_POW */
       if (a == 2.0f) {
         for (int64_t i = b; i < e; i++) y[i] = x[i] * x[i];
@@ -119,7 +195,8 @@ static void unary_chunk(void *ctx, int64_t b, int64_t e) {
   }
 }
 
-/* int64 abs, neg and clamp (torch keeps the dtype). */
+/* The int64 forms of abs, neg, clamp, floor, ceil, round, trunc, sign and
+ * square (torch keeps the dtype). */
 static grove_status unary_i64(grove_fwd *f, int op, const grove_tensor *x, double a, double b,
                               grove_tensor *out) {
   grove_tensor c;
@@ -137,7 +214,18 @@ static grove_status unary_i64(grove_fwd *f, int op, const grove_tensor *x, doubl
       y[i] = v < 0 ? -v : v;
     else if (op == GROVE__UN_NEG)
       y[i] = -v;
-    else
+    else if (op == GROVE__UN_SIGN)
+      y[i] = (v > 0) - (v < 0);
+    else if (op == GROVE__UN_SQUARE)
+      y[i] = (int64_t)((uint64_t)v * (uint64_t)v); /* wraps as torch's int64 */
+    else if (op == GROVE__UN_FLOOR || op == GROVE__UN_CEIL || op == GROVE__UN_TRUNC ||
+             (op == GROVE__UN_ROUND && a >= 0))
+      y[i] = v; /* an integer is its own floor */
+    else if (op == GROVE__UN_ROUND) {
+      /* round(v, decimals < 0): to a multiple of 10^-decimals, half to even */
+      const double t = pow(10.0, -a);
+      y[i] = (int64_t)(nearbyint((double)v / t) * t);
+    } else
       y[i] = (double)v < lo ? (int64_t)lo : ((double)v > hi ? (int64_t)hi : v);
   }
   return GROVE_OK;
@@ -147,10 +235,14 @@ grove_status grove__op_unary(grove_fwd *f, int op, const grove_tensor *x, double
                              grove_tensor *out, const grove_tensor *into) {
   if (op < 0 || op >= GROVE__UN_COUNT)
     return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "unknown elementwise function %d", op);
-  const bool keeps_int = op == GROVE__UN_ABS || op == GROVE__UN_NEG || op == GROVE__UN_CLAMP;
+  const bool keeps_int = op == GROVE__UN_ABS || op == GROVE__UN_NEG || op == GROVE__UN_CLAMP ||
+                         op == GROVE__UN_FLOOR || op == GROVE__UN_CEIL || op == GROVE__UN_ROUND ||
+                         op == GROVE__UN_TRUNC || op == GROVE__UN_SIGN || op == GROVE__UN_SQUARE;
   if (x->dtype == GROVE_I64 && keeps_int) return unary_i64(f, op, x, a, b, out);
   const bool promotes = op == GROVE__UN_EXP || op == GROVE__UN_LOG || op == GROVE__UN_SQRT ||
-                        op == GROVE__UN_RSQRT || op == GROVE__UN_POW;
+                        op == GROVE__UN_RSQRT || op == GROVE__UN_POW || op == GROVE__UN_SIN ||
+                        op == GROVE__UN_COS || op == GROVE__UN_ERF || op == GROVE__UN_RECIPROCAL ||
+                        op == GROVE__UN_LOG1P || op == GROVE__UN_EXPM1 || op == GROVE__UN_SOFTSIGN;
   if (x->dtype != GROVE_F32 && !promotes)
     return grove_err_set(f->err, GROVE_E_DTYPE, "%s: expected a float32 tensor, got %s",
                          unary_names[op], grove_dtype_name(x->dtype));

@@ -49,16 +49,32 @@ enum {
   GROVE__UN_ABS,
   GROVE__UN_NEG,
   GROVE__UN_POW,
+  GROVE__UN_SIN,
+  GROVE__UN_COS,
+  GROVE__UN_ERF,
+  GROVE__UN_RECIPROCAL,
+  GROVE__UN_LOG1P,
+  GROVE__UN_EXPM1,
+  GROVE__UN_SOFTSIGN,
+  GROVE__UN_LOGSIGMOID,
+  GROVE__UN_FLOOR,
+  GROVE__UN_CEIL,
+  GROVE__UN_ROUND, /* decimals a (torch.round(x, decimals=a)), half to even */
+  GROVE__UN_TRUNC,
+  GROVE__UN_SIGN,
+  GROVE__UN_SQUARE,
   GROVE__UN_COUNT
 };
 
 /* torch's name of a GROVE__UN_* function ("hardswish"), for messages. */
 const char *grove__unary_name(int op);
 
-/* out = op(x).  Float32 in and out, except: ABS, NEG and CLAMP keep an
- * int64 input's dtype (torch does; CLAMP then rounds its bounds toward the
- * values torch compares with), and EXP, LOG, SQRT, RSQRT and POW of an
- * integer or bool input compute in float32 (torch promotes them).  into,
+/* out = op(x).  Float32 in and out, except: ABS, NEG, CLAMP, FLOOR, CEIL,
+ * ROUND, TRUNC, SIGN and SQUARE keep an int64 input's dtype (torch does;
+ * CLAMP then rounds its bounds toward the values torch compares with), and
+ * EXP, LOG, SQRT, RSQRT, POW, SIN, COS, ERF, RECIPROCAL, LOG1P, EXPM1 and
+ * SOFTSIGN of an integer or bool input compute in float32 (torch promotes
+ * them).  into,
  * when not NULL, contiguous and of x's shape, receives the result (it may
  * be x itself when nothing else reads x). */
 grove_status grove__op_unary(grove_fwd *f, int op, const grove_tensor *x, double a, double b,

@@ -280,9 +280,9 @@ def test_several_inputs_and_outputs():
 # ---------------------------------------------------------------- refusals
 
 
-class Sin(nn.Module):
+class Digamma(nn.Module):
     def forward(self, x):
-        return torch.sin(x) + 1
+        return torch.digamma(x) + 1
 
 
 class Flip(nn.Module):
@@ -322,16 +322,16 @@ class Branchy(nn.Module):
 
 
 def test_exporter_names_op_and_line():
-    msg = expect_refusal(nn.Sequential(nn.Linear(4, 4), Sin()), torch.zeros(1, 4), "'1' (Sin)",
-                         "torch.sin", f"{HERE}:")
-    assert "return torch.sin(x) + 1" in msg, msg
+    msg = expect_refusal(nn.Sequential(nn.Linear(4, 4), Digamma()), torch.zeros(1, 4),
+                         "'1' (Digamma)", "torch.digamma", f"{HERE}:")
+    assert "return torch.digamma(x) + 1" in msg, msg
     expect_refusal(Flip(), torch.zeros(1, 4), "Tensor.flip", f"{HERE}:", "x.flip(1)")
     expect_refusal(Masked(), torch.zeros(3, 1, 4), "attn_mask", "must be a tensor or None")
     expect_refusal(AlwaysDropout(), torch.zeros(1, 4), "training=True", f"{HERE}:")
     expect_refusal(PlainAttr(), torch.zeros(1, 4), "self.scale", "register_buffer")
     expect_refusal(Branchy(), torch.zeros(1, 4), "torch.fx cannot trace", "(Branchy)")
     # The model was not changed by the attempts.
-    assert not hasattr(Sin(), "_tensor_constant0")
+    assert not hasattr(Digamma(), "_tensor_constant0")
 
 
 def test_grove_names_the_node():

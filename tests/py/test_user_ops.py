@@ -43,7 +43,7 @@ def _run(name, fn, shapes, batches=(1, 3), gen=None, dtype=np.float32):
     import torch
     from grove_export import export
     from test_graph_export import predict
-    m = _module(fn, len(shapes))
+    m = fn if isinstance(fn, torch.nn.Module) else _module(fn, len(shapes))
     rng = np.random.default_rng(sum(map(ord, name)))
     gen = gen or (lambda r, s: r.standard_normal(s).astype(dtype))
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,12 +93,13 @@ def test_made_like():
         ("full_like", lambda x: x + torch.full_like(x, 2.5)),
         ("full_like_int", lambda x: torch.full_like(x.long(), 7)),  # input's dtype: int64
         ("full_like_dtype", lambda x: torch.full_like(x, 3, dtype=torch.int64)),
-        ("empty_like", lambda x: x + 0 * torch.empty_like(x)),  # zeros in Grove
+        # torch's values are whatever memory held: compare shape and dtype only
+        ("empty_like", lambda x: torch.zeros_like(torch.empty_like(x.long())) + x),
         ("new_zeros", lambda x: x.new_zeros(x.shape) + x),
         ("new_zeros_args", lambda x: x.new_zeros(x.size(0), 2) + x[:, :2, 0]),
         ("new_ones", lambda x: x.new_ones((x.size(0), 1, 1)) * x),
         ("new_full", lambda x: x.new_full((x.size(0), 3), -1.5)),
-        ("new_empty", lambda x: x + 0 * x.new_empty(x.shape)),
+        ("new_empty", lambda x: torch.zeros_like(x.new_empty(x.shape)) + x),
         ("new_tensor", lambda x: x * x.new_tensor(2.0)),
         ("new_tensor_list", lambda x: x[:, :, :3] + x.new_tensor([[1.0, 2.0, 3.0]])),
         ("new_tensor_int", lambda x: x[:, 0, :2] + x.long().new_tensor([1, 2]).float()),
@@ -118,3 +119,91 @@ def test_refusals():
     _refused(lambda x: x + torch.rand_like(x), (4,), "torch.rand_like", "random")
     _refused(lambda x: x + torch.randn_like(x), (4,), "torch.randn_like", "random")
     _refused(lambda x: torch.special.zeta(x, x), (4,), "zeta", "not supported")
+
+
+def _wide(r, s):
+    """Values over [-4, 4] with halves (round's ties) and exact zeros."""
+    x = (r.standard_normal(s) * 2).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::7] = np.float32(0.5) * np.round(flat[::7] * 2)  # k + 0.5 and integers
+    return x
+
+
+def test_pointwise_math():
+    """Group 2: maximum/minimum, clamp_min/max, sign ... square, on a float
+    input and through a transpose; the integer-keeping ones on int64 too."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    t = lambda x: x.transpose(1, 2)  # noqa: E731  a non-contiguous operand
+    cases = [
+        ("maximum", lambda x: torch.maximum(x, -x)),
+        ("maximum_bcast", lambda x: torch.maximum(t(x), x[:, :1, :1])),
+        ("minimum", lambda x: torch.minimum(x, x[:, :, :1])),
+        ("Tensor.maximum", lambda x: x.maximum(x * 0.5)),
+        ("clamp_min", lambda x: torch.clamp_min(t(x), 0.25)),
+        ("Tensor.clamp_min", lambda x: x.clamp_min(-0.5)),
+        ("Tensor.clamp_max", lambda x: x.clamp_max(1)),
+        ("sign", lambda x: torch.sign(t(x))),
+        ("sin", lambda x: torch.sin(t(x))),
+        ("cos", lambda x: x.cos()),
+        ("erf", lambda x: torch.erf(t(x))),
+        ("special.erf", lambda x: torch.special.erf(x)),
+        ("reciprocal", lambda x: torch.reciprocal(x.abs() + 0.5)),
+        ("floor", lambda x: torch.floor(t(x))),
+        ("ceil", lambda x: x.ceil()),
+        ("round", lambda x: torch.round(t(x))),
+        ("round_decimals", lambda x: torch.round(x, decimals=1)),
+        ("trunc", lambda x: torch.trunc(x)),
+        ("fix", lambda x: torch.fix(x)),
+        ("softsign", lambda x: F.softsign(t(x))),
+        ("Softsign", nn.Sequential(nn.Softsign()).eval()),
+        ("logsigmoid", lambda x: F.logsigmoid(t(x) * 10)),
+        ("LogSigmoid", nn.Sequential(nn.Linear(7, 7), nn.LogSigmoid()).eval()),
+        ("log1p", lambda x: torch.log1p(x.abs())),
+        ("expm1", lambda x: torch.expm1(t(x))),
+        ("square", lambda x: torch.square(t(x))),
+        ("int_keeps", lambda x: (torch.sign(x.long()), torch.square(x.long()),
+                                 torch.floor(x.long()), x.long().round())),
+        ("int_promotes", lambda x: torch.sin(x.long()) + torch.reciprocal(x.long() + 10)),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)], gen=_wide)
+
+
+def test_functional_spellings():
+    """Group 3: the functional forms of modules Grove runs (F.silu and
+    F.leaky_relu were refused), and a two-input maximum."""
+    import torch
+    import torch.nn.functional as F
+    cases = [
+        ("F.silu", lambda x: F.silu(x.transpose(1, 2))),
+        ("F.leaky_relu", lambda x: F.leaky_relu(x, 0.2)),
+        ("F.leaky_relu_default", lambda x: F.leaky_relu(x)),
+        ("F.leaky_relu_int", lambda x: F.leaky_relu(x, 0)),
+        ("F.gelu_tanh", lambda x: F.gelu(x, approximate="tanh")),
+        ("F.hardtanh", lambda x: F.hardtanh(x, -0.5, 0.5)),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+    _run("maximum2", lambda x, y: torch.maximum(x, y), [(3, 4), (1, 4)])
+
+
+def test_integer_arithmetic():
+    """int64 tensors with int64 tensors and Python ints stay int64 (add,
+    sub with alpha, mul; broadcast, strided); with a float, or divided,
+    they compute in float32, as torch promotes."""
+    import torch
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("int_add", lambda x: x.long() + x.long()[:, :1]),
+        ("int_sub_alpha", lambda x: torch.sub(t(x.long()), 3, alpha=2)),
+        ("int_mul", lambda x: t(x.long()) * t(x.long())),
+        ("int_rsub", lambda x: 1 - x.long()),
+        ("int_bool", lambda x: (x > 0).long() + (x < 0)),
+        ("int_float", lambda x: x.long() * 0.5 + x),
+        ("int_div", lambda x: x.long() / 3),
+        ("int_radd_pos", lambda x: torch.cumsum((x[:, 0] > 0).long(), 1) + 2),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)], gen=_wide)
