@@ -124,21 +124,26 @@ START_TEST(test_modules_build_and_run) {
       ck_assert_ptr_eq(m->type, md->type);
       grove_module_eval(m);
       float xs[6] = {-2, -1, 0, 0.5f, 1, 3};
-      int64_t shape[2] = {2, 3};
+      int64_t shape[2] = {3, 2}; /* an even last dim: GLU halves it */
+      ;
       grove_tensor x;
       grove_tensor_init(&x, GROVE_F32, 2, shape, xs);
-      grove_values in = {.n = 1}, out = {0};
-      in.v[0] = x;
+      /* A two-input module (CosineSimilarity(x1, x2)) gets x twice. */
+      const int nin = md->inputs > 1 ? md->inputs : 1;
+      grove_values in = {.n = nin}, out = {0};
+      in.v[0] = in.v[1] = x;
       grove_fwd f = {.arena = arena, .err = &err};
       ck_assert_ok(grove_module_forward(m, &f, &in, &out), &err);
       ck_assert_int_eq(out.n, 1);
       ck_assert_int_eq(out.v[0].dtype, GROVE_F32);
-      /* Two inputs: the message every layer gives. */
-      in.n = 2;
-      in.v[1] = x;
+      /* One input too many: the message every layer gives. */
+      in.n = nin + 1;
+      in.v[nin] = x;
       ck_assert_status(grove_module_forward(m, &f, &in, &out), GROVE_E_INVALID_ARGUMENT);
-      ck_assert_msg(strstr(grove_err_msg(&err), "expected 1 input tensor, got 2"), "%s",
-                    grove_err_msg(&err));
+      char want[64];
+      snprintf(want, sizeof want, "expected %d input tensor%s, got %d", nin, nin > 1 ? "s" : "",
+               nin + 1);
+      ck_assert_msg(strstr(grove_err_msg(&err), want), "%s", grove_err_msg(&err));
       grove_arena_reset(arena);
       grove_module_release(m);
       json_decref(obj);

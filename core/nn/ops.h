@@ -182,6 +182,9 @@ typedef struct grove__opmod {
    * alike.  Off where a default means something else in a module
    * (Dropout's training=True is the module's mode). */
   bool check_args;
+  /* How many tensors the module is called with: 0 or 1 (one), or 2
+   * (CosineSimilarity(x1, x2)): the op's first parameters. */
+  int inputs;
   /* Another torch.nn class that means the same op (ConstantPad1d, 2d, 3d
    * and ZeroPad2d are all F.pad), or NULL. */
   const struct grove__opmod *next;

@@ -76,6 +76,7 @@ json_t *grove__ops_json(void) {
       for (int k = 0; k < GROVE__OPMOD_MAX_ARGS && md->args[k].name; k++)
         json_array_append_new(as, param_json(&md->args[k]));
       json_object_set_new(m, "args", as);
+      if (md->inputs > 1) json_object_set_new(m, "inputs", json_integer(md->inputs));
       if (md == d->module)
         json_object_set_new(o, "module", m);
       else

@@ -57,10 +57,11 @@ grove_status grove__op_module_new(const grove__opdef *d, const grove__opmod *md,
   p->def = d;
   p->md = md;
   p->nargs = grove__op_nparams(d);
+  const int nin = md->inputs > 1 ? md->inputs : 1;
   for (int i = 0; i < p->nargs; i++) {
-    if (i == 0) { /* the call's input */
-      p->args[0].kind = A_NODE;
-      p->args[0].node = 0;
+    if (i < nin) { /* the call's inputs */
+      p->args[i].kind = A_NODE;
+      p->args[i].node = i;
       continue;
     }
     grove_status s = grove__op_default(&d->p[i], &p->args[i]);
@@ -86,13 +87,16 @@ grove_status grove__op_module_forward(const grove_module *m, grove_fwd *f, const
                                       grove_values *out) {
   const opmod_impl *p = m->impl;
   const char *cls = p->md->cls;
-  if (in->n != 1)
-    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "%s: expected 1 input tensor, got %d",
-                         cls, in->n);
-  gval x = {0};
-  for (int k = 0; k < GROVE_MAX_VALUES; k++) x.reg[k] = -1;
-  grove__op_set_tensor(&x, &in->v[0]);
-  const grove__opctx c = {f, p->def, p->args, &x, m, 0};
+  const int nin = p->md->inputs > 1 ? p->md->inputs : 1;
+  if (in->n != nin)
+    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "%s: expected %d input tensor%s, got %d",
+                         cls, nin, nin == 1 ? "" : "s", in->n);
+  gval x[2] = {{0}};
+  for (int i = 0; i < nin; i++) {
+    for (int k = 0; k < GROVE_MAX_VALUES; k++) x[i].reg[k] = -1;
+    grove__op_set_tensor(&x[i], &in->v[i]);
+  }
+  const grove__opctx c = {f, p->def, p->args, x, m, 0};
   gval res; /* the forward sets what it returns */
   res.kind = V_NONE;
   res.none_mask = 0;

@@ -34,6 +34,10 @@ extern const grove__opdef grove__opdef_sin, grove__opdef_cos, grove__opdef_erf,
     grove__opdef_logsigmoid, grove__opdef_floor, grove__opdef_ceil, grove__opdef_round,
     grove__opdef_trunc, grove__opdef_sign, grove__opdef_square, grove__opdef_clamp_min,
     grove__opdef_clamp_max, grove__opdef_maximum, grove__opdef_minimum;
+/* Norms and statistics: ops_stats.c. */
+extern const grove__opdef grove__opdef_norm, grove__opdef_vector_norm, grove__opdef_normalize,
+    grove__opdef_cosine_similarity, grove__opdef_pairwise_distance, grove__opdef_var,
+    grove__opdef_std, grove__opdef_logsumexp, grove__opdef_outer, grove__opdef_glu;
 extern const grove__opdef grove__opdef_bmm, grove__opdef_baddbmm, grove__opdef_addmm,
     grove__opdef_einsum;
 
@@ -190,6 +194,16 @@ static const grove__opdef *const table[] = {
     &grove__opdef_clamp_max,
     &grove__opdef_maximum,
     &grove__opdef_minimum,
+    &grove__opdef_norm,
+    &grove__opdef_vector_norm,
+    &grove__opdef_normalize,
+    &grove__opdef_cosine_similarity,
+    &grove__opdef_pairwise_distance,
+    &grove__opdef_var,
+    &grove__opdef_std,
+    &grove__opdef_logsumexp,
+    &grove__opdef_outer,
+    &grove__opdef_glu,
     &grove__opdef_bmm,
     &grove__opdef_baddbmm,
     &grove__opdef_addmm,
@@ -378,7 +392,7 @@ static grove_status check_module_args(const grove__opdef *d, const grove__opmod 
   garg view[GROVE__OP_MAX_PARAMS] = {{0}}; /* borrowed from dflt and a */
   const int np = grove__op_nparams(d);
   grove_status s = GROVE_OK;
-  for (int i = 1; i < np && !s; i++) { /* 0: the input */
+  for (int i = md->inputs > 1 ? md->inputs : 1; i < np && !s; i++) { /* before: the inputs */
     int k = 0;
     while (k < n && strcmp(md->args[k].name, d->p[i].name) != 0) k++;
     if (k < n) {

@@ -207,3 +207,74 @@ def test_integer_arithmetic():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)], gen=_wide)
+
+
+def test_norms_and_statistics():
+    """Group 4: norms (p = 2, 1, inf, 3 over dims, keepdim), normalize,
+    cosine_similarity and pairwise_distance (functions and modules, two
+    inputs broadcast), var/std (unbiased, correction), logsumexp, outer,
+    glu (and nn.GLU)."""
+    import math
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("norm", lambda x: torch.norm(x, dim=-1, keepdim=True)),
+        ("norm_all", lambda x: x.norm() + x),
+        ("norm_p1", lambda x: t(x).norm(p=1, dim=1)),
+        ("norm_inf", lambda x: torch.norm(t(x), p=math.inf, dim=(1, 2))),
+        ("norm_p3", lambda x: x.norm(3, dim=2)),
+        ("vector_norm", lambda x: torch.linalg.vector_norm(t(x), dim=-1)),
+        ("vector_norm_ord", lambda x: torch.linalg.vector_norm(x, ord=1, dim=(1,), keepdim=True)),
+        ("vector_norm_ninf", lambda x: torch.linalg.vector_norm(x, ord=-math.inf, dim=1)),
+        ("normalize", lambda x: F.normalize(x, dim=1)),
+        ("normalize_t", lambda x: F.normalize(t(x), p=1.0, dim=-1)),
+        ("normalize_zero", lambda x: F.normalize(x * 0, dim=-1)),
+        ("cosine", lambda x: F.cosine_similarity(x, -x * 2 + 1, dim=1)),
+        ("cosine_last", lambda x: F.cosine_similarity(t(x), t(x)[:, :1], dim=-1)),
+        ("pairwise", lambda x: F.pairwise_distance(x[:, 0], x[:, 1])),
+        ("pairwise_p1", lambda x: F.pairwise_distance(x[:, 0], x[:, 2], p=1, keepdim=True)),
+        ("var", lambda x: x.var(dim=1)),
+        ("var_biased", lambda x: torch.var(t(x), 2, False, True)),
+        ("var_correction", lambda x: x.var(dim=(1, 2), correction=0)),
+        ("var_all", lambda x: x.var() + x),
+        ("std", lambda x: x.std(dim=-1, keepdim=True)),
+        ("std_unbiased_kw", lambda x: torch.std(t(x), dim=1, unbiased=False)),
+        ("logsumexp", lambda x: torch.logsumexp(x, dim=1)),
+        ("logsumexp_keep", lambda x: t(x).logsumexp(dim=(1, 2), keepdim=True)),
+        ("logsumexp_ninf", lambda x: torch.logsumexp(x.clamp_max(-1) * float("inf"), dim=-1)),
+        ("outer", lambda x: torch.outer(x[:, 0, 0], x[0, :, 1])),
+        ("ger", lambda x: x[:, 0, 0].ger(x[0, 1])),
+        ("glu", lambda x: F.glu(x[:, :, :6])),
+        ("glu_dim", lambda x: F.glu(t(x)[:, :6], dim=1)),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+    for name, m, shapes in [
+            ("CosineSimilarity", nn.CosineSimilarity(dim=1), [(6,), (6,)]),
+            ("CosineSimilarity_eps", nn.CosineSimilarity(dim=-1, eps=1e-3), [(3, 6), (1, 6)]),
+            ("PairwiseDistance", nn.PairwiseDistance(), [(6,), (6,)]),
+            ("PairwiseDistance_p", nn.PairwiseDistance(p=1.5, keepdim=True), [(5,), (5,)]),
+            ("GLU", nn.GLU(), [(3, 8)])]:
+        _run(name, _Wrap(m, len(shapes)), shapes)
+
+
+def _Wrap(m, n):
+    """m called from a custom forward with n inputs (the exporter runs a
+    bare two-input module only inside a graph)."""
+    import torch
+
+    class W1(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(x)
+
+    class W2(W1):
+        def forward(self, x, y):
+            return self.m(x, y)
+
+    return (W1 if n == 1 else W2)().eval()
