@@ -493,6 +493,21 @@ START_TEST(test_user_ops_edges) {
       GROVE_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "data of nested lists of one length per level"), "%s", err.msg);
   grove_model_free(m);
+  /* gather(x, 1, long(x)): long(-2.5) is -2, which torch.gather refuses too */
+  ck_assert_status(
+      run1(G(PH "," FN("l", "long", "[{\"node\": \"x\"}]") "," FN(
+               "g", "gather", "[{\"node\": \"x\"}, 1, {\"node\": \"l\"}]") "," OUT("g")),
+           buf, a, &out, &err, &m),
+      GROVE_E_RANGE);
+  ck_assert_msg(strstr(err.msg, "gather: index -2 is out of bounds for dimension 1 with size 4"),
+                "%s", err.msg);
+  grove_model_free(m);
+  /* flip(x, [1, -1]): the same dim twice */
+  ck_assert_status(run1(G(PH "," FN("r", "flip", "[{\"node\": \"x\"}, [1, -1]]") "," OUT("r")), buf,
+                        a, &out, &err, &m),
+                   GROVE_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg, "flip: dim 1 appears multiple times"), "%s", err.msg);
+  grove_model_free(m);
   m = NULL;
   spec_err(G(PH "," FN("s", "size", "[{\"node\": \"x\"}, 1]") "," FN(
                "r", "leaky_relu", "[{\"node\": \"x\"}, {\"node\": \"s\"}]") "," OUT("r")),

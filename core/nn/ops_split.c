@@ -280,3 +280,77 @@ const grove__opdef grove__opdef_index_select = {
           {.name = "index", .kind = P_TENSOR, .dk = D_REQ, .dtypes = I64S}},
     .forward = index_select_fwd,
 };
+
+static grove_status flip_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor y;
+  int64_t v[GROVE_MAX_DIMS];
+  int n;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_ints(c, &c->args[1], true, v, &n)) ||
+      (s = grove__op_flip(c->f, x, v, n, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status gather_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x, *ix;
+  grove_tensor y;
+  int64_t dim;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &dim)) ||
+      (s = grove__op_tensor(c, 2, &ix)) || (s = grove__op_gather(c->f, x, dim, ix, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status one_hot_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor y;
+  int64_t k;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &k)) ||
+      (s = grove__op_one_hot(c->f, x, k, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+static grove_status sparse_grad_check(const grove__opdef *d, const garg *a, const char *jp,
+                                      grove_err *err) {
+  if (a[3].kind == A_BOOL && a[3].i)
+    return grove_err_set(err, GROVE_E_UNSUPPORTED,
+                         "%s: gather with sparse_grad=True is not supported", jp);
+  return GROVE_OK;
+}
+
+const grove__opdef grove__opdef_flip = {
+    .name = "flip",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.flip(input,dims)", "Tensor.flip(input,*dims)", NULL},
+    .varargs = 1,
+    .p = {ANY_INPUT, OP_REQ("dims", P_INTS)},
+    .forward = flip_fwd,
+};
+
+const grove__opdef grove__opdef_gather = {
+    .name = "gather",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.gather(input,dim,index,sparse_grad)",
+                                   "Tensor.gather(input,dim,index,sparse_grad)", NULL},
+    .varargs = -1,
+    .p = {ANY_INPUT, OP_REQ("dim", P_INT), OP_REQ("index", P_TENSOR), OP_BOOL("sparse_grad", 0)},
+    .check = sparse_grad_check,
+    .forward = gather_fwd,
+};
+
+const grove__opdef grove__opdef_one_hot = {
+    .name = "one_hot",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.one_hot(input,num_classes)", NULL},
+    .varargs = -1,
+    .p = {ANY_INPUT, OP_INT("num_classes", -1)},
+    .forward = one_hot_fwd,
+};

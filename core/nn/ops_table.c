@@ -38,6 +38,8 @@ extern const grove__opdef grove__opdef_sin, grove__opdef_cos, grove__opdef_erf,
 extern const grove__opdef grove__opdef_norm, grove__opdef_vector_norm, grove__opdef_normalize,
     grove__opdef_cosine_similarity, grove__opdef_pairwise_distance, grove__opdef_var,
     grove__opdef_std, grove__opdef_logsumexp, grove__opdef_outer, grove__opdef_glu;
+/* ops_split.c: indexing users' models do. */
+extern const grove__opdef grove__opdef_flip, grove__opdef_gather, grove__opdef_one_hot;
 extern const grove__opdef grove__opdef_bmm, grove__opdef_baddbmm, grove__opdef_addmm,
     grove__opdef_einsum;
 
@@ -204,6 +206,9 @@ static const grove__opdef *const table[] = {
     &grove__opdef_logsumexp,
     &grove__opdef_outer,
     &grove__opdef_glu,
+    &grove__opdef_flip,
+    &grove__opdef_gather,
+    &grove__opdef_one_hot,
     &grove__opdef_bmm,
     &grove__opdef_baddbmm,
     &grove__opdef_addmm,

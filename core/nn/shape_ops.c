@@ -1,7 +1,7 @@
 /* shape_ops.c: the shape operations of the torchvision zoo and of masks
  * (tensor_ops.h): chunk, split, unbind, narrow, unsqueeze, squeeze and
  * expand as views of their input (no copy, as in torch), and stack,
- * repeat, roll and index_select, which copy.
+ * repeat, roll, index_select, flip, gather and one_hot, which copy.
  *
  * A view keeps its input's dtype, storage and strides; the evaluator
  * tracks the sharing (graph.c), as for graph_ops.c's views. */
@@ -384,5 +384,137 @@ grove_status grove__op_index_select(grove_fwd *f, const grove_tensor *x, int64_t
     di.data = (char *)out->data + (size_t)(i * post) * es;
     if (grove_tensor_numel(&si) && (s = grove_tensor_copy(&di, &si, f->err))) return s;
   }
+  return GROVE_OK;
+}
+
+/* Index tensor element i (int64 or int32, contiguous). */
+static int64_t id_at(const grove_tensor *ix, int64_t i) {
+  return ix->dtype == GROVE_I64 ? ((const int64_t *)ix->data)[i] : ((const int32_t *)ix->data)[i];
+}
+
+/* Steps the multi-index idx over shape (last dim fastest); false at the end. */
+static bool next_index(int64_t *idx, const int64_t *shape, int nd) {
+  for (int d = nd - 1; d >= 0; d--) {
+    if (++idx[d] < shape[d]) return true;
+    idx[d] = 0;
+  }
+  return false;
+}
+
+grove_status grove__op_flip(grove_fwd *f, const grove_tensor *x, const int64_t *dims, int n,
+                            grove_tensor *out) {
+  bool rev[GROVE_MAX_DIMS] = {false};
+  grove_status s;
+  for (int i = 0; i < n; i++) {
+    int d;
+    if ((s = grove__dim_index(f, dims[i], x->ndim, &d))) return s;
+    if (rev[d])
+      return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT, "flip: dim %d appears multiple times",
+                           d);
+    rev[d] = true;
+  }
+  if ((s = grove_fwd_alloc(f, out, x->dtype, x->ndim, x->shape))) return s;
+  const int64_t total = grove_tensor_numel(out);
+  if (total == 0) return GROVE_OK;
+  const size_t es = grove_dtype_size(x->dtype);
+  const char *src = x->data;
+  char *dst = out->data;
+  int64_t idx[GROVE_MAX_DIMS] = {0};
+  for (int64_t i = 0; i < total; i++) {
+    int64_t off = 0;
+    for (int d = 0; d < x->ndim; d++)
+      off += (rev[d] ? x->shape[d] - 1 - idx[d] : idx[d]) * x->strides[d];
+    memcpy(dst + (size_t)i * es, src + off * (int64_t)es, es);
+    next_index(idx, x->shape, x->ndim);
+  }
+  return GROVE_OK;
+}
+
+grove_status grove__op_gather(grove_fwd *f, const grove_tensor *x, int64_t dim,
+                              const grove_tensor *index, grove_tensor *out) {
+  int d;
+  grove_status s;
+  if (index->dtype != GROVE_I64 && index->dtype != GROVE_I32)
+    return grove_err_set(f->err, GROVE_E_DTYPE, "gather: index must be int64 (or int32), got %s",
+                         grove_dtype_name(index->dtype));
+  const int nd = x->ndim ? x->ndim : 1;
+  if ((s = grove__dim_index(f, dim, x->ndim, &d))) return s;
+  if ((index->ndim ? index->ndim : 1) != nd)
+    return grove_err_set(f->err, GROVE_E_SHAPE,
+                         "gather: index has %d dimensions and input %d; they must be equal",
+                         index->ndim, x->ndim);
+  for (int k = 0; k < x->ndim; k++)
+    if (k != d && index->shape[k] > x->shape[k])
+      return grove_err_set(f->err, GROVE_E_SHAPE,
+                           "gather: size %lld of index at dimension %d is larger than the "
+                           "input's %lld",
+                           (long long)index->shape[k], k, (long long)x->shape[k]);
+  grove_tensor ix;
+  if ((s = grove__fwd_contig(f, index, &ix)) ||
+      (s = grove_fwd_alloc(f, out, x->dtype, index->ndim, index->shape)))
+    return s;
+  const int64_t total = grove_tensor_numel(out);
+  if (total == 0) return GROVE_OK;
+  const size_t es = grove_dtype_size(x->dtype);
+  const int64_t len = x->ndim ? x->shape[d] : 1;
+  const char *src = x->data;
+  char *dst = out->data;
+  int64_t idx[GROVE_MAX_DIMS] = {0};
+  for (int64_t i = 0; i < total; i++) {
+    const int64_t id = id_at(&ix, i);
+    if (id < 0 || id >= len) /* torch.gather takes no negative ids */
+      return grove_err_set(f->err, GROVE_E_RANGE,
+                           "gather: index %lld is out of bounds for dimension %d with size %lld",
+                           (long long)id, d, (long long)len);
+    int64_t off = 0;
+    for (int k = 0; k < x->ndim; k++) off += (k == d ? id : idx[k]) * x->strides[k];
+    memcpy(dst + (size_t)i * es, src + off * (int64_t)es, es);
+    next_index(idx, index->shape, index->ndim);
+  }
+  return GROVE_OK;
+}
+
+grove_status grove__op_one_hot(grove_fwd *f, const grove_tensor *ids, int64_t num_classes,
+                               grove_tensor *out) {
+  if (ids->dtype != GROVE_I64 && ids->dtype != GROVE_I32)
+    return grove_err_set(f->err, GROVE_E_DTYPE,
+                         "one_hot: one_hot is only applicable to index tensor (int64), got %s",
+                         grove_dtype_name(ids->dtype));
+  if (ids->ndim >= GROVE_MAX_DIMS)
+    return grove_err_set(f->err, GROVE_E_SHAPE, "one_hot: at most %d dimensions",
+                         GROVE_MAX_DIMS - 1);
+  grove_tensor ix;
+  grove_status s = grove__fwd_contig(f, ids, &ix);
+  if (s) return s;
+  const int64_t n = grove_tensor_numel(&ix);
+  int64_t mx = -1;
+  for (int64_t i = 0; i < n; i++) {
+    const int64_t v = id_at(&ix, i);
+    if (v < 0)
+      return grove_err_set(f->err, GROVE_E_RANGE,
+                           "one_hot: class values must be non-negative, got %lld", (long long)v);
+    if (v > mx) mx = v;
+  }
+  if (num_classes < 0) {
+    if (n == 0)
+      return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
+                           "one_hot: can not infer total number of classes from empty tensor");
+    num_classes = mx + 1;
+  } else if (mx >= num_classes) {
+    return grove_err_set(f->err, GROVE_E_RANGE,
+                         "one_hot: class values must be smaller than "
+                         "num_classes (%lld), got %lld",
+                         (long long)num_classes, (long long)mx);
+  }
+  if (num_classes > ((int64_t)1 << 24))
+    return grove_err_set(f->err, GROVE_E_LIMIT, "one_hot: more than 2^24 classes (%lld)",
+                         (long long)num_classes);
+  int64_t shape[GROVE_MAX_DIMS];
+  memcpy(shape, ids->shape, (size_t)ids->ndim * sizeof(int64_t));
+  shape[ids->ndim] = num_classes;
+  if ((s = grove_fwd_alloc(f, out, GROVE_I64, ids->ndim + 1, shape))) return s;
+  int64_t *y = out->data;
+  memset(y, 0, (size_t)(n * num_classes) * sizeof(int64_t));
+  for (int64_t i = 0; i < n; i++) y[i * num_classes + id_at(&ix, i)] = 1;
   return GROVE_OK;
 }

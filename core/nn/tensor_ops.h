@@ -236,6 +236,19 @@ grove_status grove__op_index_select(grove_fwd *f, const grove_tensor *x, int64_t
                                     const grove_tensor *index, bool negative,
                                     grove_tensor *out);
 
+/* torch.flip(x, dims): a copy with each of dims reversed (each once). */
+grove_status grove__op_flip(grove_fwd *f, const grove_tensor *x, const int64_t *dims, int n,
+                            grove_tensor *out);
+/* torch.gather(x, dim, index): out[..., i, ...] = x[..., index[..., i, ...], ...]
+ * along dim; index int64 or int32 of x's ndim, no larger than x off dim,
+ * ids in [0, size) (torch takes no negative ones); out has index's shape. */
+grove_status grove__op_gather(grove_fwd *f, const grove_tensor *x, int64_t dim,
+                              const grove_tensor *index, grove_tensor *out);
+/* F.one_hot(ids, num_classes): int64 [*ids.shape, num_classes] (num_classes
+ * < 0: max id + 1, as torch); ids non-negative and below num_classes. */
+grove_status grove__op_one_hot(grove_fwd *f, const grove_tensor *ids, int64_t num_classes,
+                               grove_tensor *out);
+
 /* ------------------------------------------------------------ pick_reduce.c */
 
 enum { GROVE__PICK_MAX, GROVE__PICK_MIN };

@@ -278,3 +278,25 @@ def _Wrap(m, n):
             return self.m(x, y)
 
     return (W1 if n == 1 else W2)().eval()
+
+
+def test_indexing():
+    """Group 4: torch.gather (ids from argsort-like argmax, strided input),
+    torch.flip / Tensor.flip (one and several dims, int64 too), F.one_hot
+    (given and inferred num_classes)."""
+    import torch
+    import torch.nn.functional as F
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("gather", lambda x: torch.gather(x, 2, x.argmax(2, keepdim=True))),
+        ("gather_t", lambda x: t(x).gather(1, x[:, :3, :5].abs().mul(2).long().clamp(0, 6))),
+        ("gather_dim0", lambda x: torch.gather(x, 0, torch.zeros_like(x[:, :2]).long())),
+        ("flip", lambda x: torch.flip(x, [1])),
+        ("flip_many", lambda x: t(x).flip(1, 2)),
+        ("flip_neg", lambda x: x.flip(-1) + x),
+        ("flip_int", lambda x: x.long().flip(dims=(0, 2))),
+        ("one_hot", lambda x: F.one_hot(x.argmax(-1), 7).float() * 2),
+        ("one_hot_infer", lambda x: F.one_hot(x.abs().mul(3).long().clamp(0, 9))),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
