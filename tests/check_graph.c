@@ -508,6 +508,17 @@ START_TEST(test_user_ops_edges) {
                    GROVE_E_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err.msg, "flip: dim 1 appears multiple times"), "%s", err.msg);
   grove_model_free(m);
+  /* max_pool1d(x, x.size()): a computed kernel of 2 sizes for 1 dim */
+  ck_assert_status(
+      run1(G(PH "," FN("s", "size", "[{\"node\": \"x\"}]") "," FN(
+               "p", "max_pool1d", "[{\"node\": \"x\"}, {\"node\": \"s\"}]") "," OUT("p")),
+           buf, a, &out, &err, &m),
+      GROVE_E_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err.msg,
+                       "max_pool1d: kernel_size must be one integer or a list of 1, got 2 "
+                       "values"),
+                "%s", err.msg);
+  grove_model_free(m);
   m = NULL;
   spec_err(G(PH "," FN("s", "size", "[{\"node\": \"x\"}, 1]") "," FN(
                "r", "leaky_relu", "[{\"node\": \"x\"}, {\"node\": \"s\"}]") "," OUT("r")),

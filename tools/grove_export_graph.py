@@ -549,9 +549,16 @@ def _trace(m, path, inlined=None):
             # wraps these (as fx.wrap would) while it traces.
             makers = [getattr(torch, n) for n in ("full", "zeros", "ones", "arange", "empty")
                       if hasattr(torch, n)]
+            # F.avg_pool1d/2d are C functions that refuse a traced
+            # kernel_size (global pooling written by hand,
+            # F.avg_pool2d(x, x.size()[2:])); F.max_pool2d is Python and
+            # records itself.  Wrapped alike, they are recorded as calls.
+            import torch.nn.functional as F
+            pools = [getattr(F, n) for n in ("avg_pool1d", "avg_pool2d") if hasattr(F, n)]
             if hasattr(self, "_autowrap_search") and hasattr(self, "_autowrap_function_ids"):
-                self._autowrap_function_ids.update(id(f) for f in makers)
+                self._autowrap_function_ids.update(id(f) for f in makers + pools)
                 self._autowrap_search.append(torch)
+                self._autowrap_search.append(F)
 
         def is_leaf_module(self, mod, qualname):
             return True

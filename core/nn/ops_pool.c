@@ -106,8 +106,25 @@ static grove_status pool_from_args(const grove__opdef *d, const garg *a, grove__
   return GROVE_OK;
 }
 
+/* Whether size argument a is computed in forward (global pooling written
+ * by hand: F.avg_pool2d(x, x.shape[2:]), (x.size(2), x.size(3))). */
+static bool computed(const garg *a) {
+  if (a->kind == A_NODE) return true;
+  for (int i = 0; a->kind == A_LIST && i < a->n; i++)
+    if (a->items[i].kind == A_NODE) return true;
+  return false;
+}
+
+static bool any_computed(const grove__opdef *d, const garg *a) {
+  for (int k = 1; k < grove__op_nparams(d); k++)
+    if (d->p[k].kind == P_INTS && computed(&a[k])) return true;
+  return false;
+}
+
 static grove_status pool_check(const grove__opdef *d, const garg *a, const char *jp,
                                grove_err *err) {
+  /* Computed sizes are known only in forward, which checks them all alike. */
+  if (any_computed(d, a)) return GROVE_OK;
   grove__pool p;
   char why[200];
   grove_status s = pool_from_args(d, a, &p, why, sizeof why);
@@ -124,7 +141,28 @@ static grove_status pool_fwd(const grove__opctx *c, gval *res) {
   grove__pool p;
   char why[200];
   const char *T = grove__op_label(c);
-  if ((s = pool_from_args(c->def, c->args, &p, why, sizeof why)))
+  /* Computed sizes become constants for this call (lists of at most 2). */
+  const int np = grove__op_nparams(c->def);
+  garg rv[GROVE__OP_MAX_PARAMS], items[GROVE__OP_MAX_PARAMS][2];
+  const garg *args = c->args;
+  if (any_computed(c->def, c->args)) {
+    memcpy(rv, c->args, (size_t)np * sizeof *rv);
+    for (int k = 1; k < np; k++) {
+      if (c->def->p[k].kind != P_INTS || !computed(&c->args[k])) continue;
+      int64_t v[GROVE_MAX_DIMS];
+      int n;
+      if ((s = grove__op_ints(c, &c->args[k], true, v, &n))) return s;
+      const int nd = c->def->name[strlen(c->def->name) - 2] - '0';
+      if (n != 1 && n != nd)
+        return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
+                             "%s: %s must be one integer or a list of %d, got %d values", T,
+                             c->def->p[k].name, nd, n);
+      for (int i = 0; i < n; i++) items[k][i] = (garg){.kind = A_INT, .i = v[i]};
+      rv[k] = (garg){.kind = A_LIST, .items = items[k], .n = n};
+    }
+    args = rv;
+  }
+  if ((s = pool_from_args(c->def, args, &p, why, sizeof why)))
     return grove_err_set(c->f->err, s, "%s", why);
   if ((s = grove__pool_check(T, &p, c->f->err))) return s;
   grove_values in = {.n = 1}, out = {0};

@@ -300,3 +300,21 @@ def test_indexing():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)])
+
+
+def test_pools_computed_sizes():
+    """Group 5: global pooling written by hand, the kernel size read off the
+    input (x.shape[2:], x.size()[2:], (x.size(2), x.size(3)), x.size(-1),
+    computed halves), beside constant strides."""
+    import torch.nn.functional as F
+    cases = [
+        ("max_pool2d_shape", lambda x: F.max_pool2d(x, x.shape[2:]), (3, 5, 6)),
+        ("avg_pool2d_size", lambda x: F.avg_pool2d(x, kernel_size=x.size()[2:]), (3, 5, 6)),
+        ("avg_pool2d_tuple", lambda x: F.avg_pool2d(x, (x.size(2), x.size(3))), (2, 4, 7)),
+        ("avg_pool2d_stride", lambda x: F.avg_pool2d(x, x.shape[2:], stride=1), (2, 3, 3)),
+        ("max_pool1d_last", lambda x: F.max_pool1d(x, x.size(-1)).squeeze(-1), (4, 9)),
+        ("avg_pool1d_last", lambda x: F.avg_pool1d(x, kernel_size=x.shape[-1]), (4, 9)),
+        ("avg_pool2d_half", lambda x: F.avg_pool2d(x, (x.size(2) // 2, 1)), (2, 6, 5)),
+    ]
+    for name, fn, shape in cases:
+        _run(name, fn, [shape])
