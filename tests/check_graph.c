@@ -367,8 +367,8 @@ START_TEST(test_spec_errors) {
            GROVE_E_SPEC, "$.module.graph[1].kwargs.axis: softmax has no argument \"axis\"");
   spec_err(G(PH "," FN("a", "add", "[{\"node\": \"x\"}]") "," OUT("a")), GROVE_E_SPEC,
            "$.module.graph[1]: add is missing its argument \"other\"");
-  spec_err(G(PH "," FN("a", "div", "[{\"node\": \"x\"}, 2, \"floor\"]") "," OUT("a")),
-           GROVE_E_UNSUPPORTED, "$.module.graph[1]: div with rounding_mode");
+  spec_err(G(PH "," FN("a", "div", "[{\"node\": \"x\"}, 2, \"round\"]") "," OUT("a")), GROVE_E_SPEC,
+           "$.module.graph[1]: div's rounding_mode must be null, \"floor\" or \"trunc\"");
   spec_err(G(PH ",{\"op\": \"output\", \"name\": \"output\", \"args\": [3]}"), GROVE_E_UNSUPPORTED,
            "$.module.graph[1].args[0]: the output must be a tensor");
   spec_err(G(PH ",{\"op\": \"call_op\", \"name\": \"a\", \"target\": \"relu\"}," OUT("a")),
@@ -485,6 +485,38 @@ START_TEST(test_user_ops_edges) {
                &err);
   const float *mx = out.v[0].data;
   ck_assert(mx[1] == 2.5f && isnan(mx[3]) && mx[6] == 1);
+  grove_model_free(m);
+  /* long(x) // -2 and long(x) % -2, floored as Python: 1 // -2 = -1, 1 % -2 = -1 */
+  ck_assert_ok(
+      run1(
+          G(PH "," FN("l", "long", "[{\"node\": \"x\"}]") "," FN(
+              "q", "floordiv",
+              "[{\"node\": \"l\"}, -2]") "," FN("r", "remainder",
+                                                "[{\"node\": \"l\"}, -2]") "," FN("t", "mul",
+                                                                                  "[{\"node\": "
+                                                                                  "\"q\"}, "
+                                                                                  "100]") "," FN("u",
+                                                                                                 "a"
+                                                                                                 "d"
+                                                                                                 "d",
+                                                                                                 "["
+                                                                                                 "{"
+                                                                                                 "\"node\": \"t\"}, {\"node\": \"r\"}]") "," OUT("u")),
+          buf, a, &out, &err, &m),
+      &err);
+  q = out.v[0].data; /* x = 1.5, -2.5, 3, NaN, 0, 7, -1, 2 -> long 1, -2, 3, ?, 0, 7, -1, 2 */
+  ck_assert_int_eq(q[0], -100 - 1);
+  ck_assert_int_eq(q[1], 100 + 0);
+  ck_assert_int_eq(q[2], -200 - 1);
+  ck_assert_int_eq(q[5], -400 - 1);
+  ck_assert_int_eq(q[6], 0 - 1);
+  grove_model_free(m);
+  /* ... and by zero: torch's ZeroDivisionError */
+  ck_assert_status(run1(G(PH "," FN("l", "long", "[{\"node\": \"x\"}]") "," FN(
+                            "q", "floordiv", "[{\"node\": \"l\"}, 0]") "," OUT("q")),
+                        buf, a, &out, &err, &m),
+                   GROVE_E_RANGE);
+  ck_assert_msg(strstr(err.msg, "integer division by zero"), "%s", err.msg);
   grove_model_free(m);
   /* new_tensor([[1, 2], [3]]): ragged */
   ck_assert_status(

@@ -729,7 +729,7 @@ def _graph(m, path, inlined=None):
 
     def check(node, name, b):
         const = lambda v: not isinstance(v, fx.Node)  # noqa: E731
-        if name == "div" and b.get("rounding_mode") is not None:
+        if name == "div" and b.get("rounding_mode") not in (None, "floor", "trunc"):
             refuse(node, f"div with rounding_mode={b['rounding_mode']!r} is not supported")
         if name == "dropout" and b.get("training", True) is not False:
             refuse(node, "F.dropout with training=True drops activations at random even in "

@@ -89,6 +89,24 @@ static void bstrides(const grove_tensor *t, int n, const int64_t *shape, int64_t
     py[j] = (EXPR);                             \
   }
 
+/* aten's div_floor for floats (BinaryOpsKernel.cpp): floor(a / b)
+ * computed from fmod so that it agrees with remainder. */
+static inline float floordivf(float a, float b) {
+  if (b == 0) return a / b;
+  const float mod = fmodf(a, b);
+  float div = (a - mod) / b;
+  if (mod != 0 && (b < 0) != (mod < 0)) div -= 1;
+  if (div == 0) return copysignf(0, a / b);
+  const float fl = floorf(div);
+  return div - fl > 0.5f ? fl + 1 : fl;
+}
+
+/* torch.remainder for floats: fmod with b's sign. */
+static inline float remf(float a, float b) {
+  const float mod = fmodf(a, b);
+  return mod != 0 && (b < 0) != (mod < 0) ? mod + b : mod;
+}
+
 /* y = a OP b over one inner run, strides sa and sb (0, 1 or any). */
 /* py may be pa or pb (in place): every element is read before it is
  * written, at the same index.  Compiled for AVX-512 and AVX2 too
@@ -134,6 +152,15 @@ GROVE__CHANNEL_LOOP static void binary_run(int op, float alpha, const float *pa,
       break;
     case GROVE__BIN_MIN:
       BINARY_LOOP(x != x || x < y ? x : y)
+      break;
+    case GROVE__BIN_FLOORDIV:
+      BINARY_LOOP(floordivf(x, y))
+      break;
+    case GROVE__BIN_TRUNCDIV:
+      BINARY_LOOP(truncf(x / y))
+      break;
+    case GROVE__BIN_MOD:
+      BINARY_LOOP(remf(x, y))
       break;
     default: /* GROVE__BIN_DIV */
       BINARY_LOOP(x / y)

@@ -26,14 +26,19 @@ size_t grove__tensor_extent(const grove_tensor *t);
  * permute, transpose, index), which share x's memory.  Errors set f->err
  * without naming the node (the caller prefixes it). */
 
-/* MAX, MIN: torch.maximum / minimum (a NaN on either side wins). */
+/* MAX, MIN: torch.maximum / minimum (a NaN on either side wins);
+ * FLOORDIV, TRUNCDIV: div with rounding_mode "floor" / "trunc" (and //);
+ * MOD: torch.remainder (and %), the sign of b. */
 enum {
   GROVE__BIN_ADD,
   GROVE__BIN_SUB,
   GROVE__BIN_MUL,
   GROVE__BIN_DIV,
   GROVE__BIN_MAX,
-  GROVE__BIN_MIN
+  GROVE__BIN_MIN,
+  GROVE__BIN_FLOORDIV,
+  GROVE__BIN_TRUNCDIV,
+  GROVE__BIN_MOD,
 };
 
 /* Whether t is a contiguous per-channel operand of the 4-d float32 x

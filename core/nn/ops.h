@@ -242,6 +242,7 @@ enum {
   G_SIZE,
   G_GETATTR,
   G_CONTIGUOUS,
+  G_MOD,
 };
 
 /* ------------------------------------------------------------ the table (ops_table.c) */
@@ -357,10 +358,10 @@ typedef struct gnum {
 } gnum;
 
 /* Python's x OP y for two numbers, op G_ADD or G_SUB (x OP alpha * y),
- * G_MUL, G_DIV (true division: a float) or G_FLOORDIV (floored): ints stay
- * ints.  Division by zero is GROVE_E_RANGE with Python's message in err.
- * Both evaluators call it, so sizes compute alike in serving and in
- * training.  Any thread.  (ops_binary.c) */
+ * G_MUL, G_DIV (true division: a float), G_FLOORDIV (floored) or G_MOD
+ * (floored: the sign of y): ints stay ints.  Division by zero is GROVE_E_RANGE with Python's
+ * message in err. Both evaluators call it, so sizes compute alike in serving and in training.  Any
+ * thread.  (ops_binary.c) */
 grove_status grove__graph_arith(int op, gnum x, gnum y, gnum alpha, gnum *out, grove_err *err);
 
 #endif

@@ -27,6 +27,18 @@ grove_status grove__graph_arith(int op, gnum x, gnum y, gnum alpha, gnum *out, g
       if (y.f == 0) return grove_err_set(err, GROVE_E_RANGE, "division by zero");
       *out = (gnum){false, 0, x.f / y.f};
       break;
+    case G_MOD: /* Python's %: the sign of y */
+      if (y.f == 0) return grove_err_set(err, GROVE_E_RANGE, "integer division or modulo by zero");
+      if (ints) {
+        int64_t r = x.i % y.i;
+        if (r != 0 && ((r < 0) != (y.i < 0))) r += y.i;
+        *out = (gnum){true, r, 0};
+      } else {
+        double r = fmod(x.f, y.f);
+        if (r != 0 && ((r < 0) != (y.f < 0))) r += y.f;
+        *out = (gnum){false, 0, r};
+      }
+      break;
     default: /* floordiv */
       if (y.f == 0) return grove_err_set(err, GROVE_E_RANGE, "integer division or modulo by zero");
       if (ints) {
@@ -47,8 +59,36 @@ static bool int_dtype(grove_dtype dt) {
          dt == GROVE_U8 || dt == GROVE_BOOL;
 }
 
+/* One int64 element of a OP b (a GROVE__BIN_* but DIV); false when b is 0
+ * for a division (torch raises ZeroDivisionError).  Wrapping as int64. */
+static bool i64_op(int op, int64_t x, int64_t v, int64_t alpha, int64_t *y) {
+  const uint64_t ux = (uint64_t)x, uv = (uint64_t)v;
+  switch (op) {
+    case GROVE__BIN_ADD:
+      *y = (int64_t)(ux + (uint64_t)alpha * uv);
+      return true;
+    case GROVE__BIN_SUB:
+      *y = (int64_t)(ux - (uint64_t)alpha * uv);
+      return true;
+    case GROVE__BIN_MUL:
+      *y = (int64_t)(ux * uv);
+      return true;
+    default:
+      break;
+  }
+  if (v == 0) return false;
+  if (v == -1) { /* INT64_MIN / -1 overflows in C; torch wraps */
+    *y = op == GROVE__BIN_MOD ? 0 : (int64_t)(0 - ux);
+    return true;
+  }
+  const int64_t q = x / v, r = x % v;
+  const bool off = r != 0 && ((r < 0) != (v < 0)); /* floored differs from truncated */
+  *y = op == GROVE__BIN_TRUNCDIV ? q : op == GROVE__BIN_FLOORDIV ? q - off : r + (off ? v : 0);
+  return true;
+}
+
 /* a OP b on int64 tensors (broadcast), as torch: add, sub (alpha an int),
- * mul; wrapping as int64 does. */
+ * mul, floor / trunc division and remainder. */
 static grove_status binary_i64(grove_fwd *f, int op, const grove_tensor *a0, const grove_tensor *b0,
                                int64_t alpha, grove_tensor *out) {
   grove_tensor a, b;
@@ -69,10 +109,8 @@ static grove_status binary_i64(grove_fwd *f, int op, const grove_tensor *a0, con
   int64_t *y = out->data;
   int64_t idx[GROVE_MAX_DIMS] = {0}, oa = 0, ob = 0;
   for (int64_t i = 0; i < n; i++) {
-    const uint64_t x = (uint64_t)pa[oa], v = (uint64_t)pb[ob];
-    y[i] = (int64_t)(op == G_MUL   ? x * v
-                     : op == G_ADD ? x + (uint64_t)alpha * v
-                                   : x - (uint64_t)alpha * v);
+    if (!i64_op(op, pa[oa], pb[ob], alpha, &y[i]))
+      return grove_err_set(f->err, GROVE_E_RANGE, "ZeroDivisionError: integer division by zero");
     for (int d = nd - 1; d >= 0; d--) {
       if (++idx[d] < shape[d]) {
         oa += sa[d];
@@ -91,7 +129,11 @@ static grove_status binary_i64(grove_fwd *f, int op, const grove_tensor *a0, con
  * other a 0-d tensor.  In place into a tensor operand when the evaluator
  * allows it (c->overwrite) and the other does not read that memory. */
 static grove_status binary_fwd(const grove__opctx *c, gval *res) {
-  const int op = c->def->id;
+  int op = c->def->id;
+  /* div's rounding_mode (checked when compiling): "floor" is floordiv. */
+  const bool trunc = op == G_DIV && c->args[2].kind == A_STR && strcmp(c->args[2].s, "trunc") == 0;
+  if (op == G_DIV && c->args[2].kind == A_STR && strcmp(c->args[2].s, "floor") == 0)
+    op = G_FLOORDIV;
   const garg *a = &c->args[0], *b = &c->args[1];
   const gval *va = grove__op_val(c, a), *vb = grove__op_val(c, b);
   bool ta = va && va->kind == V_TENSOR, tb = vb && vb->kind == V_TENSOR;
@@ -119,6 +161,7 @@ static grove_status binary_fwd(const grove__opctx *c, gval *res) {
   }
   if (!ta && !tb) {
     /* Python arithmetic on numbers (sizes): ints stay ints. */
+    if (trunc) return grove__op_want(c, "a tensor for div with rounding_mode=\"trunc\"");
     gnum x, y, v;
     if (!grove__op_number(c, a, &x.f, &x.i, &x.is_int) ||
         !grove__op_number(c, b, &y.f, &y.i, &y.is_int))
@@ -130,9 +173,14 @@ static grove_status binary_fwd(const grove__opctx *c, gval *res) {
     res->f = v.f;
     return GROVE_OK;
   }
-  if (op == G_FLOORDIV)
-    return grove_err_set(c->f->err, GROVE_E_UNSUPPORTED,
-                         "floor division of tensors is not supported");
+  const int bin = trunc              ? GROVE__BIN_TRUNCDIV
+                  : op == G_ADD      ? GROVE__BIN_ADD
+                  : op == G_SUB      ? GROVE__BIN_SUB
+                  : op == G_MUL      ? GROVE__BIN_MUL
+                  : op == G_FLOORDIV ? GROVE__BIN_FLOORDIV
+                  : op == G_MOD      ? GROVE__BIN_MOD
+                                     : GROVE__BIN_DIV;
+
   float sa = 0, sb = 0;
   int64_t ia = 0, ib = 0;
   bool a_int = false, b_int = false;
@@ -161,30 +209,22 @@ static grove_status binary_fwd(const grove__opctx *c, gval *res) {
      * float32 (Grove's float). */
     grove_tensor y, pa = xa, pb = xb;
     grove_status s;
-    if (a_int && b_int && op != G_DIV && alpha_int) {
+    if (a_int && b_int && bin != GROVE__BIN_DIV && alpha_int) {
       if (!ta) grove_tensor_init(&pa, GROVE_I64, 0, NULL, &ia);
       if (!tb) grove_tensor_init(&pb, GROVE_I64, 0, NULL, &ib);
-      s = binary_i64(c->f, op, &pa, &pb, ialpha, &y);
+      s = binary_i64(c->f, bin, &pa, &pb, ialpha, &y);
     } else if (!(s = grove__op_to_dtype(c->f, &xa, GROVE_F32, &pa)) &&
                !(s = grove__op_to_dtype(c->f, &xb, GROVE_F32, &pb))) {
-      const int fop = op == G_ADD   ? GROVE__BIN_ADD
-                      : op == G_SUB ? GROVE__BIN_SUB
-                      : op == G_MUL ? GROVE__BIN_MUL
-                                    : GROVE__BIN_DIV;
-      s = grove__op_binary(c->f, fop, &pa, &pb, alpha, &y, NULL);
+      s = grove__op_binary(c->f, bin, &pa, &pb, alpha, &y, NULL);
     }
     if (s) return s;
     grove__op_set_tensor(res, &y);
     return GROVE_OK;
   }
-  const int bin = op == G_ADD   ? GROVE__BIN_ADD
-                  : op == G_SUB ? GROVE__BIN_SUB
-                  : op == G_MUL ? GROVE__BIN_MUL
-                                : GROVE__BIN_DIV;
   const grove_tensor *into = NULL;
   if (ta && (c->overwrite & 1u) && !(tb && vb->reg[0] == va->reg[0]))
     into = &xa;
-  else if (tb && op != G_SUB && op != G_DIV && (c->overwrite & 2u) &&
+  else if (tb && (op == G_ADD || op == G_MUL) && (c->overwrite & 2u) &&
            !(ta && va->reg[0] == vb->reg[0]))
     into = &xb; /* a + b = b + a: b's memory will do when b has the result's shape */
   grove_tensor y;
@@ -196,9 +236,10 @@ static grove_status binary_fwd(const grove__opctx *c, gval *res) {
 
 static grove_status div_check(const grove__opdef *d, const garg *a, const char *jp,
                               grove_err *err) {
-  if (a[2].kind != A_NONE)
-    return grove_err_set(err, GROVE_E_UNSUPPORTED,
-                         "%s: div with rounding_mode is not supported (only true division)", jp);
+  if (a[2].kind != A_NONE &&
+      !(a[2].kind == A_STR && (strcmp(a[2].s, "floor") == 0 || strcmp(a[2].s, "trunc") == 0)))
+    return grove_err_set(err, GROVE_E_SPEC,
+                         "%s: div's rounding_mode must be null, \"floor\" or \"trunc\"", jp);
   return GROVE_OK;
 }
 
@@ -268,8 +309,11 @@ const grove__opdef grove__opdef_mul = {
 const grove__opdef grove__opdef_div = {
     .name = "div",
     .id = G_DIV,
-    .torch = (const char *const[]){"operator.truediv(input,other)", "torch.div(input,other)",
-                                   "Tensor.div(input,other,rounding_mode)", NULL},
+    .torch = (const char *const[]){"operator.truediv(input,other)",
+                                   "torch.div(input,other,rounding_mode)",
+                                   "Tensor.div(input,other,rounding_mode)",
+                                   "torch.true_divide(input,other)",
+                                   "Tensor.true_divide(input,other)", NULL},
     .varargs = -1,
     .p = {OPERAND("input"), OPERAND("other"), OP_NONE("rounding_mode", P_STR)},
     .check = div_check,
@@ -279,7 +323,19 @@ const grove__opdef grove__opdef_div = {
 const grove__opdef grove__opdef_floordiv = {
     .name = "floordiv",
     .id = G_FLOORDIV,
-    .torch = (const char *const[]){"operator.floordiv(input,other)", NULL},
+    .torch =
+        (const char *const[]){"operator.floordiv(input,other)", "torch.floor_divide(input,other)",
+                              "Tensor.floor_divide(input,other)", NULL},
+    .varargs = -1,
+    .p = {OPERAND("input"), OPERAND("other")},
+    .forward = binary_fwd,
+};
+
+const grove__opdef grove__opdef_remainder = {
+    .name = "remainder",
+    .id = G_MOD,
+    .torch = (const char *const[]){"operator.mod(input,other)", "torch.remainder(input,other)",
+                                   "Tensor.remainder(input,other)", NULL},
     .varargs = -1,
     .p = {OPERAND("input"), OPERAND("other")},
     .forward = binary_fwd,

@@ -173,7 +173,10 @@ static grove_status tr_binary(grove__tape *t, const grove__opctx *c, gval *res) 
   const garg *a = &c->args[0], *b = &c->args[1];
   const gval *va = grove__op_val(c, a), *vb = grove__op_val(c, b);
   const bool ta = va && va->kind == V_TENSOR, tb = vb && vb->kind == V_TENSOR;
-  if ((!ta && !tb) || id == G_FLOORDIV) return c->def->forward(c, res);
+  /* floordiv, remainder and rounded div: the serving forward (piecewise
+   * constant or not differentiable where it jumps; no gradient flows). */
+  if ((!ta && !tb) || id == G_FLOORDIV || id == G_MOD || (id == G_DIV && c->args[2].kind == A_STR))
+    return c->def->forward(c, res);
   double alpha = 1;
   int64_t ialpha = 1;
   bool alpha_int = true;
@@ -421,15 +424,32 @@ static const struct {
   const char *op;
   train_op_fn fn;
 } train_ops[] = {
-    {"add", tr_binary},         {"sub", tr_binary},         {"mul", tr_binary},
-    {"div", tr_binary},         {"floordiv", tr_binary},    {"matmul", tr_matmul},
-    {"relu", tr_act},           {"gelu", tr_act},           {"sigmoid", tr_act},
-    {"tanh", tr_act},           {"softmax", tr_softmax},    {"log_softmax", tr_softmax},
-    {"dropout", tr_identity},   {"contiguous", tr_identity}, {"flatten", tr_flatten},
-    {"reshape", tr_reshape},    {"view", tr_reshape},       {"permute", tr_permute},
-    {"transpose", tr_transpose}, {"cat", tr_cat},           {"mean", tr_reduce},
-    {"sum", tr_reduce},         {"getitem", tr_getitem},    {"size", tr_plain},
+    {"add", tr_binary},
+    {"sub", tr_binary},
+    {"mul", tr_binary},
+    {"div", tr_binary},
+    {"floordiv", tr_binary},
+    {"matmul", tr_matmul},
+    {"relu", tr_act},
+    {"gelu", tr_act},
+    {"sigmoid", tr_act},
+    {"tanh", tr_act},
+    {"softmax", tr_softmax},
+    {"log_softmax", tr_softmax},
+    {"dropout", tr_identity},
+    {"contiguous", tr_identity},
+    {"flatten", tr_flatten},
+    {"reshape", tr_reshape},
+    {"view", tr_reshape},
+    {"permute", tr_permute},
+    {"transpose", tr_transpose},
+    {"cat", tr_cat},
+    {"mean", tr_reduce},
+    {"sum", tr_reduce},
+    {"getitem", tr_getitem},
+    {"size", tr_plain},
     {"getattr", tr_plain},
+    {"remainder", tr_binary},
 };
 
 static grove_status tr_op(void *tape, const gnode *n, const grove__opctx *c, gval *res) {

@@ -191,8 +191,10 @@ def test_functional_spellings():
 
 def test_integer_arithmetic():
     """int64 tensors with int64 tensors and Python ints stay int64 (add,
-    sub with alpha, mul; broadcast, strided); with a float, or divided,
-    they compute in float32, as torch promotes."""
+    sub with alpha, mul, //, %, div with rounding_mode; broadcast,
+    strided, negative divisors floored as Python); with a float, or true
+    division, they compute in float32, as torch promotes.  Float // and %
+    are aten's (fmod-based)."""
     import torch
     t = lambda x: x.transpose(1, 2)  # noqa: E731
     cases = [
@@ -204,6 +206,20 @@ def test_integer_arithmetic():
         ("int_float", lambda x: x.long() * 0.5 + x),
         ("int_div", lambda x: x.long() / 3),
         ("int_radd_pos", lambda x: torch.cumsum((x[:, 0] > 0).long(), 1) + 2),
+        ("int_floordiv", lambda x: (x * 4).long() // 3),
+        ("int_floordiv_neg", lambda x: (x * 4).long() // -3),
+        ("int_floordiv_t", lambda x: (x * 4).long() // (x.abs() * 2 + 1).long()),
+        ("int_mod", lambda x: (x * 4).long() % 3),
+        ("int_mod_neg", lambda x: torch.remainder(t((x * 4).long()), -3)),
+        ("int_div_floor", lambda x: torch.div((x * 4).long(), 3, rounding_mode="floor")),
+        ("int_div_trunc", lambda x: torch.div((x * 4).long(), 3, rounding_mode="trunc")),
+        ("floor_divide", lambda x: torch.floor_divide(x, 0.7)),
+        ("float_floordiv", lambda x: t(x) // 0.3),
+        ("float_mod", lambda x: x % 1.5),
+        ("float_mod_neg", lambda x: torch.remainder(x, -0.75)),
+        ("float_div_floor", lambda x: torch.div(x, -0.6, rounding_mode="floor")),
+        ("float_div_trunc", lambda x: x.div(x[:, :1] + 3, rounding_mode="trunc")),
+        ("true_divide", lambda x: torch.true_divide(x.long(), 2)),
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)], gen=_wide)
