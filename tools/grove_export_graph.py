@@ -597,10 +597,12 @@ def _trace(m, path, inlined=None):
         return real_finfo(torch.float32 if isinstance(t, fx.Proxy) else t) if t is not None \
             else real_finfo()
 
+    graph = None
     try:
         torch.finfo = finfo
         with _Patch():
-            return Tracer().trace(m)
+            graph = Tracer().trace(m)
+        return graph
     except ExportError:
         raise
     except Exception as e:  # fx says what it could not follow (control flow on values, ...)
@@ -609,9 +611,15 @@ def _trace(m, path, inlined=None):
                           f"{type(e).__name__}: {msg}") from e
     finally:
         torch.finfo = real_finfo
-        # fx stores tensor constants created in forward on the module.
+        # fx stores tensor constants created in forward on the module
+        # (torch.tensor(2.0)); the graph keeps them for _graph, which writes
+        # the small ones as torch.tensor calls.
+        consts = {}
         for k in set(vars(m)) - before:
+            consts[k] = getattr(m, k)
             delattr(m, k)
+        if graph is not None:
+            graph._grove_constants = consts
 
 
 def _drop_shape_guards(graph):
@@ -787,6 +795,12 @@ def _graph(m, path, inlined=None):
                 spec["default"] = enc(node, node.args[0])
                 if isinstance(spec["default"], (list, dict)):
                     refuse(node, f"the default of '{node.target}' is not a number or None")
+        elif node.op == "get_attr" and _small_constant(graph, node.target) is not None:
+            # torch.tensor([0.485, 0.456, 0.406]) in forward: fx made it a
+            # constant attribute; Grove makes it again (the "tensor" op).
+            data, dtype = _small_constant(graph, node.target)
+            spec = {"op": "call_function", "name": node.name, "target": "tensor",
+                    "args": [enc(node, data)], "kwargs": {"dtype": dtype}}
         elif node.op == "get_attr":
             target = node.target
             owner_path, _, slot = target.rpartition(".")
@@ -844,6 +858,25 @@ def _graph(m, path, inlined=None):
             spec["source"] = src
         out.append(spec)
     return out
+
+
+def _small_constant(graph, target):
+    """(data as nested lists, dtype name) of a tensor constant fx made while
+    tracing (torch.tensor(...) in forward) that model.json can spell: up to
+    64 numbers per dim, 4 dims, float32/int64/bool (other floats as
+    float32); None for anything else (refused as before)."""
+    import torch
+    t = getattr(graph, "_grove_constants", {}).get(target)
+    if not isinstance(t, torch.Tensor) or t.dim() > 4 or any(s > 64 for s in t.shape) or \
+            t.numel() > 256:
+        return None
+    if t.dtype.is_floating_point:
+        return t.detach().to(torch.float32).tolist(), "float32"
+    if t.dtype == torch.bool:
+        return t.tolist(), "bool"
+    if t.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        return t.detach().to(torch.int64).tolist(), "int64"
+    return None
 
 
 def _module_call_args(node, sub, refuse):

@@ -49,6 +49,7 @@ static const grove__layer_def defs[] = {
     {"CosineSimilarity", grove__op_module_from_json, false},
     {"PairwiseDistance", grove__op_module_from_json, false},
     {"LogSigmoid", grove__op_module_from_json, false},
+    {"Tanhshrink", grove__op_module_from_json, false},
     {"PixelShuffle", grove__op_module_from_json, false},
     {"LocalResponseNorm", grove__op_module_from_json, false},
     {"Upsample", grove__op_module_from_json, false},

@@ -245,23 +245,57 @@ static grove_status data_put(const grove__opctx *c, const garg *a, grove_tensor 
   return GROVE_OK;
 }
 
-/* x.new_tensor(data): data (a number or nested lists of numbers, constant
- * or computed sizes) as a tensor of x's dtype unless dtype says another. */
+/* The dtype torch.tensor(data) infers: float32 when a number is a float,
+ * bool when all are bools, else int64. */
+static void data_dtype(const grove__opctx *c, const garg *a, bool *any_float, bool *all_bool) {
+  if (a->kind == A_LIST) {
+    for (int i = 0; i < a->n; i++) data_dtype(c, &a->items[i], any_float, all_bool);
+    return;
+  }
+  double v;
+  int64_t iv;
+  bool is_int = true;
+  if (a->kind != A_BOOL) *all_bool = false;
+  if (grove__op_number(c, a, &v, &iv, &is_int) && !is_int) *any_float = true;
+}
+
+/* Argument k_data (a number or nested lists of numbers, constant or
+ * computed sizes) as a tensor of the dtype argument k_dtype or by default
+ * like's (x.new_tensor) or the data's (torch.tensor, like NULL). */
+static grove_status from_data(const grove__opctx *c, int k_data, int k_dtype,
+                              const grove_tensor *like, gval *res) {
+  int64_t shape[GROVE_MAX_DIMS] = {0};
+  int nd = -1;
+  grove_dtype dt, dflt = GROVE_F32;
+  grove_tensor y;
+  grove_status s;
+  if (like) {
+    dflt = like_dtype(like);
+  } else {
+    bool any_float = false, all_bool = true;
+    data_dtype(c, &c->args[k_data], &any_float, &all_bool);
+    dflt = any_float ? GROVE_F32 : all_bool ? GROVE_BOOL : GROVE_I64;
+  }
+  if ((s = data_shape(c, &c->args[k_data], 0, shape, &nd)) ||
+      (s = dtype_arg(c, k_dtype, dflt, &dt)) || (s = make(c, dt, nd, shape, &y)))
+    return s;
+  int64_t at = 0;
+  if ((s = data_put(c, &c->args[k_data], &y, &at))) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+/* x.new_tensor(data): x's dtype unless dtype says another. */
 static grove_status new_tensor_fwd(const grove__opctx *c, gval *res) {
   const grove_tensor *x;
   grove_status s = grove__op_tensor(c, 0, &x);
-  if (s) return s;
-  int64_t shape[GROVE_MAX_DIMS] = {0};
-  int nd = -1;
-  grove_dtype dt;
-  grove_tensor y;
-  if ((s = data_shape(c, &c->args[1], 0, shape, &nd)) ||
-      (s = dtype_arg(c, 2, like_dtype(x), &dt)) || (s = make(c, dt, nd, shape, &y)))
-    return s;
-  int64_t at = 0;
-  if ((s = data_put(c, &c->args[1], &y, &at))) return s;
-  grove__op_set_tensor(res, &y);
-  return GROVE_OK;
+  return s ? s : from_data(c, 1, 2, x, res);
+}
+
+/* torch.tensor(data): a constant made in forward (a scale, a small table),
+ * or one of traced sizes (torch.tensor(x.size(1))). */
+static grove_status tensor_fwd(const grove__opctx *c, gval *res) {
+  return from_data(c, 0, 1, NULL, res);
 }
 
 #define LIKE_TAIL DTYPE, IGNORED("layout"), IGNORED("device"), IGNORED("requires_grad")
@@ -295,6 +329,15 @@ NEW_OP(new_zeros, "Tensor.new_zeros(input,*size)", 1, );
 NEW_OP(new_ones, "Tensor.new_ones(input,*size)", 1, );
 NEW_OP(new_empty, "Tensor.new_empty(input,*size)", 1, );
 NEW_OP(new_full, "Tensor.new_full(input,size,fill_value)", -1, OP_REQ("fill_value", P_NUMBER), );
+
+const grove__opdef grove__opdef_tensor = {
+    .name = "tensor",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.tensor(data)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("data", P_ANY), LIKE_TAIL, IGNORED("pin_memory")},
+    .forward = tensor_fwd,
+};
 
 const grove__opdef grove__opdef_new_tensor = {
     .name = "new_tensor",

@@ -308,3 +308,38 @@ const grove__opdef grove__opdef_einsum = {
     .p = {OP_REQ("equation", P_STR), OP_REQ("operands", P_TENSORS)},
     .forward = einsum_fwd,
 };
+
+/* F.linear(input, weight, bias): input @ weight^T + bias, the transpose a
+ * view (matmul takes transposed operands without a copy).  Users call it
+ * with their own parameters (self.weight) in a custom forward. */
+static grove_status linear_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x, *w, *b = NULL;
+  grove_tensor wt, y;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_tensor(c, 1, &w))) return s;
+  if (c->args[2].kind != A_NONE && (s = grove__op_tensor(c, 2, &b))) return s;
+  if (w->ndim != 2 && w->ndim != 1)
+    return grove_err_set(c->f->err, GROVE_E_SHAPE, "linear: weight must be 1-d or 2-d, got %d-d",
+                         w->ndim);
+  wt = *w;
+  if (w->ndim == 2 && (s = grove__op_transpose(c->f, w, 0, 1, &wt))) return s;
+  if ((s = grove__op_matmul(c->f, x, &wt, &y))) {
+    grove_err_prefix(c->f->err, "linear");
+    return s;
+  }
+  if (b && (s = grove__op_binary(c->f, GROVE__BIN_ADD, &y, b, 1, &y, &y))) {
+    grove_err_prefix(c->f->err, "linear: bias");
+    return s;
+  }
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+const grove__opdef grove__opdef_linear = {
+    .name = "linear",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.linear(input,weight,bias)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("input", P_TENSOR), OP_REQ("weight", P_TENSOR), OP_NONE("bias", P_TENSOR)},
+    .forward = linear_fwd,
+};

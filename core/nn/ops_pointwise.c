@@ -76,6 +76,16 @@ UNARY0(ceil_fwd, GROVE__UN_CEIL)
 UNARY0(trunc_fwd, GROVE__UN_TRUNC)
 UNARY0(sign_fwd, GROVE__UN_SIGN)
 UNARY0(square_fwd, GROVE__UN_SQUARE)
+UNARY0(log2_fwd, GROVE__UN_LOG2)
+UNARY0(log10_fwd, GROVE__UN_LOG10)
+UNARY0(exp2_fwd, GROVE__UN_EXP2)
+UNARY0(tan_fwd, GROVE__UN_TAN)
+UNARY0(atan_fwd, GROVE__UN_ATAN)
+UNARY0(sinh_fwd, GROVE__UN_SINH)
+UNARY0(cosh_fwd, GROVE__UN_COSH)
+UNARY0(asin_fwd, GROVE__UN_ASIN)
+UNARY0(acos_fwd, GROVE__UN_ACOS)
+UNARY0(tanhshrink_fwd, GROVE__UN_TANHSHRINK)
 
 static grove_status round_fwd(const grove__opctx *c, gval *res) {
   int64_t decimals;
@@ -368,6 +378,15 @@ MATH1(floor, floor_fwd);
 MATH1(ceil, ceil_fwd);
 MATH1(sign, sign_fwd);
 MATH1(square, square_fwd);
+MATH1(log2, log2_fwd);
+MATH1(log10, log10_fwd);
+MATH1(exp2, exp2_fwd);
+MATH1(tan, tan_fwd);
+MATH1(atan, atan_fwd);
+MATH1(sinh, sinh_fwd);
+MATH1(cosh, cosh_fwd);
+MATH1(asin, asin_fwd);
+MATH1(acos, acos_fwd);
 
 /* The same with torch.special's spelling (and trunc's alias fix). */
 #define MATH1S(n, other, fwd)                                                                     \
@@ -418,6 +437,19 @@ const grove__opdef grove__opdef_softsign = {
     .forward = softsign_fwd,
     .module =
         &(const grove__opmod){.cls = "Softsign", .type = &grove__softsign_type, .args = {{0}}},
+};
+
+GROVE__OP_MODULE_TYPE(grove__tanhshrink_type, "Tanhshrink");
+
+const grove__opdef grove__opdef_tanhshrink = {
+    .name = "tanhshrink",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.tanhshrink(input)", NULL},
+    .varargs = -1,
+    .p = {INPUT},
+    .forward = tanhshrink_fwd,
+    .module =
+        &(const grove__opmod){.cls = "Tanhshrink", .type = &grove__tanhshrink_type, .args = {{0}}},
 };
 
 const grove__opdef grove__opdef_logsigmoid = {

@@ -301,6 +301,61 @@ const grove__opdef grove__opdef_transpose = {
     .forward = transpose_fwd,
 };
 
+/* x.clone(), x.detach(): x itself (a graph never writes over a value
+ * another node reads, graph.c; detach changes nothing when serving). */
+static grove_status same_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  grove__op_set_tensor(res, x);
+  return GROVE_OK;
+}
+
+/* x.t(): transpose(0, 1) of a 2-d x, x itself below 2 dims, as torch. */
+static grove_status t_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor y;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  if (x->ndim > 2)
+    return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                         "t: expects a tensor with <= 2 dimensions, "
+                         "but self is %d-d",
+                         x->ndim);
+  if (x->ndim < 2) return same_fwd(c, res);
+  if ((s = grove__op_transpose(c->f, x, 0, 1, &y))) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+const grove__opdef grove__opdef_clone = {
+    .name = "clone",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.clone(input,memory_format)",
+                                   "Tensor.clone(input,memory_format)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_NONE("memory_format", P_IGNORED)},
+    .forward = same_fwd,
+};
+
+const grove__opdef grove__opdef_detach = {
+    .name = "detach",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.detach(input)", "Tensor.detach(input)", NULL},
+    .varargs = -1,
+    .p = {INPUT},
+    .forward = same_fwd,
+};
+
+const grove__opdef grove__opdef_t = {
+    .name = "t",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.t(input)", "Tensor.t(input)", NULL},
+    .varargs = -1,
+    .p = {INPUT},
+    .forward = t_fwd,
+};
+
 const grove__opdef grove__opdef_contiguous = {
     .name = "contiguous",
     .id = G_CONTIGUOUS,

@@ -14,7 +14,12 @@
 #include "ops.h"
 
 extern const grove__opdef grove__opdef_add, grove__opdef_sub, grove__opdef_mul, grove__opdef_div,
-    grove__opdef_floordiv, grove__opdef_matmul, grove__opdef_remainder;
+    grove__opdef_floordiv, grove__opdef_matmul, grove__opdef_remainder, grove__opdef_linear,
+    grove__opdef_tensor;
+extern const grove__opdef grove__opdef_log2, grove__opdef_log10, grove__opdef_exp2,
+    grove__opdef_tan, grove__opdef_atan, grove__opdef_sinh, grove__opdef_cosh, grove__opdef_asin,
+    grove__opdef_acos, grove__opdef_tanhshrink, grove__opdef_clone, grove__opdef_detach,
+    grove__opdef_t;
 extern const grove__opdef grove__opdef_relu, grove__opdef_gelu, grove__opdef_sigmoid, grove__opdef_tanh,
     grove__opdef_softmax, grove__opdef_log_softmax, grove__opdef_dropout, grove__opdef_leaky_relu,
     grove__opdef_silu;
@@ -210,6 +215,22 @@ static const grove__opdef *const table[] = {
     &grove__opdef_gather,
     &grove__opdef_one_hot,
     &grove__opdef_remainder,
+    &grove__opdef_linear,
+    &grove__opdef_tensor,
+    &grove__opdef_log2,
+    &grove__opdef_log10,
+    &grove__opdef_exp2,
+    &grove__opdef_tan,
+    &grove__opdef_atan,
+    &grove__opdef_sinh,
+    &grove__opdef_cosh,
+    &grove__opdef_asin,
+    &grove__opdef_acos,
+    &grove__opdef_tanhshrink,
+    &grove__opdef_clone,
+    &grove__opdef_detach,
+    &grove__opdef_t,
+
     &grove__opdef_bmm,
     &grove__opdef_baddbmm,
     &grove__opdef_addmm,

@@ -47,6 +47,16 @@ static const char *const unary_names[GROVE__UN_COUNT] = {
     [GROVE__UN_TRUNC] = "trunc",
     [GROVE__UN_SIGN] = "sign",
     [GROVE__UN_SQUARE] = "square",
+    [GROVE__UN_LOG2] = "log2",
+    [GROVE__UN_LOG10] = "log10",
+    [GROVE__UN_EXP2] = "exp2",
+    [GROVE__UN_TAN] = "tan",
+    [GROVE__UN_ATAN] = "atan",
+    [GROVE__UN_SINH] = "sinh",
+    [GROVE__UN_COSH] = "cosh",
+    [GROVE__UN_ASIN] = "asin",
+    [GROVE__UN_ACOS] = "acos",
+    [GROVE__UN_TANHSHRINK] = "tanhshrink",
 };
 
 const char *grove__unary_name(int op) {
@@ -183,6 +193,36 @@ static void unary_chunk(void *ctx, int64_t b, int64_t e) {
     case GROVE__UN_SQUARE:
       for (int64_t i = b; i < e; i++) y[i] = x[i] * x[i];
       break;
+    case GROVE__UN_LOG2:
+      for (int64_t i = b; i < e; i++) y[i] = log2f(x[i]);
+      break;
+    case GROVE__UN_LOG10:
+      for (int64_t i = b; i < e; i++) y[i] = log10f(x[i]);
+      break;
+    case GROVE__UN_EXP2:
+      for (int64_t i = b; i < e; i++) y[i] = exp2f(x[i]);
+      break;
+    case GROVE__UN_TAN:
+      for (int64_t i = b; i < e; i++) y[i] = tanf(x[i]);
+      break;
+    case GROVE__UN_ATAN:
+      for (int64_t i = b; i < e; i++) y[i] = atanf(x[i]);
+      break;
+    case GROVE__UN_SINH:
+      for (int64_t i = b; i < e; i++) y[i] = sinhf(x[i]);
+      break;
+    case GROVE__UN_COSH:
+      for (int64_t i = b; i < e; i++) y[i] = coshf(x[i]);
+      break;
+    case GROVE__UN_ASIN:
+      for (int64_t i = b; i < e; i++) y[i] = asinf(x[i]);
+      break;
+    case GROVE__UN_ACOS:
+      for (int64_t i = b; i < e; i++) y[i] = acosf(x[i]);
+      break;
+    case GROVE__UN_TANHSHRINK:
+      for (int64_t i = b; i < e; i++) y[i] = x[i] - tanhf(x[i]);
+      break;
     default: /* GROVE__UN_POW */
       if (a == 2.0f) {
         for (int64_t i = b; i < e; i++) y[i] = x[i] * x[i];
@@ -242,7 +282,8 @@ grove_status grove__op_unary(grove_fwd *f, int op, const grove_tensor *x, double
   const bool promotes = op == GROVE__UN_EXP || op == GROVE__UN_LOG || op == GROVE__UN_SQRT ||
                         op == GROVE__UN_RSQRT || op == GROVE__UN_POW || op == GROVE__UN_SIN ||
                         op == GROVE__UN_COS || op == GROVE__UN_ERF || op == GROVE__UN_RECIPROCAL ||
-                        op == GROVE__UN_LOG1P || op == GROVE__UN_EXPM1 || op == GROVE__UN_SOFTSIGN;
+                        op == GROVE__UN_LOG1P || op == GROVE__UN_EXPM1 ||
+                        op == GROVE__UN_SOFTSIGN || (op >= GROVE__UN_LOG2 && op <= GROVE__UN_ACOS);
   if (x->dtype != GROVE_F32 && !promotes)
     return grove_err_set(f->err, GROVE_E_DTYPE, "%s: expected a float32 tensor, got %s",
                          unary_names[op], grove_dtype_name(x->dtype));

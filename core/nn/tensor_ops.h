@@ -63,6 +63,16 @@ enum {
   GROVE__UN_TRUNC,
   GROVE__UN_SIGN,
   GROVE__UN_SQUARE,
+  GROVE__UN_LOG2,
+  GROVE__UN_LOG10,
+  GROVE__UN_EXP2,
+  GROVE__UN_TAN,
+  GROVE__UN_ATAN,
+  GROVE__UN_SINH,
+  GROVE__UN_COSH,
+  GROVE__UN_ASIN,
+  GROVE__UN_ACOS,
+  GROVE__UN_TANHSHRINK,
   GROVE__UN_COUNT
 };
 
@@ -72,11 +82,10 @@ const char *grove__unary_name(int op);
 /* out = op(x).  Float32 in and out, except: ABS, NEG, CLAMP, FLOOR, CEIL,
  * ROUND, TRUNC, SIGN and SQUARE keep an int64 input's dtype (torch does;
  * CLAMP then rounds its bounds toward the values torch compares with), and
- * EXP, LOG, SQRT, RSQRT, POW, SIN, COS, ERF, RECIPROCAL, LOG1P, EXPM1 and
- * SOFTSIGN of an integer or bool input compute in float32 (torch promotes
- * them).  into,
- * when not NULL, contiguous and of x's shape, receives the result (it may
- * be x itself when nothing else reads x). */
+ * EXP, LOG, SQRT, RSQRT, POW, SIN, COS, ERF, RECIPROCAL, LOG1P, EXPM1,
+ * SOFTSIGN, LOG2, LOG10, EXP2, TAN, ATAN, SINH, COSH, ASIN and ACOS of an integer or bool input
+ * compute in float32 (torch promotes them).  into, when not NULL, contiguous and of x's shape,
+ * receives the result (it may be x itself when nothing else reads x). */
 grove_status grove__op_unary(grove_fwd *f, int op, const grove_tensor *x, double a, double b,
                              grove_tensor *out, const grove_tensor *into);
 

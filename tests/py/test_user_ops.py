@@ -334,3 +334,47 @@ def test_pools_computed_sizes():
     ]
     for name, fn, shape in cases:
         _run(name, fn, [shape])
+
+
+def test_more_user_calls():
+    """Calls tools/probe_user_ops.py found refused beyond the brief's list:
+    F.linear with the module's own parameters, torch.tensor constants made
+    in forward (ImageNet mean/std), clone/detach/t, more pointwise math."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Lin(nn.Module):
+        def __init__(self, bias=True):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(3, 7) * 0.3)
+            self.bias = nn.Parameter(torch.randn(3)) if bias else None
+
+        def forward(self, x):
+            return F.linear(x, self.weight, self.bias)
+
+    class Norm(nn.Module):
+        def forward(self, x):
+            mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+            std = torch.tensor([[0.229], [0.224], [0.225]])
+            return (x - mean) / std.unsqueeze(-1) * torch.tensor(2) + torch.tensor(True)
+
+    _run("linear", Lin().eval(), [(5, 7)])
+    _run("linear_nobias", Lin(False).eval(), [(7,)])
+    _run("tensor_consts", Norm().eval(), [(3, 4, 5)])
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("clone", lambda x: t(x).clone() + x.detach().transpose(1, 2)),
+        ("t", lambda x: x[0].t() * 2 + x[:, 0, :5].t().sum()),
+        ("log2", lambda x: torch.log2(x.abs() + 0.1)),
+        ("log10", lambda x: t(x).abs().log10()),
+        ("exp2", lambda x: torch.exp2(x)),
+        ("tan", lambda x: torch.tan(x.clamp(-1, 1))),
+        ("atan", lambda x: torch.atan(t(x))),
+        ("sinh_cosh", lambda x: torch.sinh(x) + x.cosh()),
+        ("asin_acos", lambda x: torch.asin(x.clamp(-1, 1)) + torch.acos(x.clamp(-1, 1) * 0.9)),
+        ("tanhshrink", lambda x: F.tanhshrink(t(x))),
+        ("Tanhshrink", nn.Sequential(nn.Tanhshrink()).eval()),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
