@@ -59,7 +59,10 @@ static bool int_dtype(grove_dtype dt) {
          dt == GROVE_U8 || dt == GROVE_BOOL;
 }
 
-/* One int64 element of a OP b (a GROVE__BIN_* but DIV); false when b is 0
+/* Bitwise and, or, xor: integer only (binary_i64's, not the float kernel's). */
+enum { BIN_AND = 100, BIN_OR, BIN_XOR };
+
+/* One int64 element of a OP b (a GROVE__BIN_* but DIV, or BIN_AND ...); false when b is 0
  * for a division (torch raises ZeroDivisionError).  Wrapping as int64. */
 static bool i64_op(int op, int64_t x, int64_t v, int64_t alpha, int64_t *y) {
   const uint64_t ux = (uint64_t)x, uv = (uint64_t)v;
@@ -75,6 +78,10 @@ static bool i64_op(int op, int64_t x, int64_t v, int64_t alpha, int64_t *y) {
       return true;
     default:
       break;
+  }
+  if (op == BIN_AND || op == BIN_OR || op == BIN_XOR) {
+    *y = op == BIN_AND ? (x & v) : op == BIN_OR ? (x | v) : (x ^ v);
+    return true;
   }
   if (v == 0) return false;
   if (v == -1) { /* INT64_MIN / -1 overflows in C; torch wraps */
@@ -363,3 +370,116 @@ const grove__opdef grove__opdef_matmul = {
   }
 MAX_MIN(maximum);
 MAX_MIN(minimum);
+
+/* ------------------------------------------------------------ logical and bitwise */
+
+/* Argument k as a tensor, or a Python bool / int as a 0-d int64 one in *buf. */
+static grove_status int_operand(const grove__opctx *c, int k, int64_t *buf, grove_tensor *out,
+                                bool *is_bool) {
+  const gval *v = grove__op_val(c, &c->args[k]);
+  if (v && v->kind == V_TENSOR) {
+    *out = v->t[0];
+    *is_bool = out->dtype == GROVE_BOOL;
+    return GROVE_OK;
+  }
+  double f;
+  bool is_int;
+  if (!grove__op_number(c, &c->args[k], &f, buf, &is_int) || !is_int)
+    return grove__op_want(c, "a bool or integer tensor, or a bool or int");
+  *is_bool = c->args[k].kind == A_BOOL;
+  grove_tensor_init(out, GROVE_I64, 0, NULL, buf);
+  return GROVE_OK;
+}
+
+/* a & b, a | b, a ^ b (operator.and_ ..., torch.bitwise_*): bitwise on
+ * integers (int64), logical on bools (a bool result); logical_and / or /
+ * xor: of a != 0 and b != 0, always bool. */
+static grove_status bitwise_fwd(const grove__opctx *c, gval *res) {
+  const char *n = c->def->name;
+  const bool logical = strncmp(n, "logical_", 8) == 0;
+  const char *what = n + 8; /* after "logical_" or "bitwise_" (8 letters each) */
+  const int op = strcmp(what, "and") == 0 ? BIN_AND : strcmp(what, "or") == 0 ? BIN_OR : BIN_XOR;
+  int64_t ba = 0, bb = 0;
+  bool a_bool, b_bool;
+  grove_tensor a, b, y;
+  grove_status s;
+  if ((s = int_operand(c, 0, &ba, &a, &a_bool)) || (s = int_operand(c, 1, &bb, &b, &b_bool)))
+    return s;
+  const bool to_bool = logical || (a_bool && b_bool);
+  if (!logical && !to_bool && (grove_dtype_is_float(a.dtype) || grove_dtype_is_float(b.dtype)))
+    return grove_err_set(c->f->err, GROVE_E_DTYPE,
+                         "%s: bitwise operations take integer or bool tensors, got %s and %s", n,
+                         grove_dtype_name(a.dtype), grove_dtype_name(b.dtype));
+  /* (to_dtype's result must not be its input's struct) */
+  grove_tensor a1 = a, b1 = b, r;
+  if (to_bool && ((s = grove__op_to_dtype(c->f, &a, GROVE_BOOL, &a1)) ||
+                  (s = grove__op_to_dtype(c->f, &b, GROVE_BOOL, &b1))))
+    return s;
+  if ((s = binary_i64(c->f, op, &a1, &b1, 1, &y))) return s;
+  r = y;
+  if (to_bool && (s = grove__op_to_dtype(c->f, &y, GROVE_BOOL, &r))) return s;
+  grove__op_set_tensor(res, &r);
+  return GROVE_OK;
+}
+
+/* ~x (operator.invert, torch.bitwise_not): not on bools, ~v on integers;
+ * logical_not: x == 0, a bool. */
+static grove_status not_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor y;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  const bool logical = strcmp(c->def->name, "logical_not") == 0;
+  if (logical || x->dtype == GROVE_BOOL) {
+    if ((s = grove__op_compare_scalar(c->f, GROVE__CMP_EQ, x, 0, &y))) return s;
+  } else {
+    if (grove_dtype_is_float(x->dtype))
+      return grove_err_set(c->f->err, GROVE_E_DTYPE,
+                           "bitwise_not: expected an integer or bool tensor, got %s",
+                           grove_dtype_name(x->dtype));
+    int64_t m1 = -1;
+    grove_tensor ones;
+    grove_tensor_init(&ones, GROVE_I64, 0, NULL, &m1);
+    if ((s = binary_i64(c->f, BIN_XOR, x, &ones, 1, &y))) return s; /* ~v = v ^ -1 */
+  }
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+#define BITWISE(n, ...)                                  \
+  const grove__opdef grove__opdef_##n = {                \
+      .name = #n,                                        \
+      .id = G_OP,                                        \
+      .torch = (const char *const[]){__VA_ARGS__, NULL}, \
+      .varargs = -1,                                     \
+      .p = {OPERAND("input"), OPERAND("other")},         \
+      .forward = bitwise_fwd,                            \
+  }
+BITWISE(bitwise_and, "operator.and_(input,other)", "torch.bitwise_and(input,other)",
+        "Tensor.bitwise_and(input,other)");
+BITWISE(bitwise_or, "operator.or_(input,other)", "torch.bitwise_or(input,other)",
+        "Tensor.bitwise_or(input,other)");
+BITWISE(bitwise_xor, "operator.xor(input,other)", "torch.bitwise_xor(input,other)",
+        "Tensor.bitwise_xor(input,other)");
+BITWISE(logical_and, "torch.logical_and(input,other)", "Tensor.logical_and(input,other)");
+BITWISE(logical_or, "torch.logical_or(input,other)", "Tensor.logical_or(input,other)");
+BITWISE(logical_xor, "torch.logical_xor(input,other)", "Tensor.logical_xor(input,other)");
+
+const grove__opdef grove__opdef_bitwise_not = {
+    .name = "bitwise_not",
+    .id = G_OP,
+    .torch = (const char *const[]){"operator.invert(input)", "torch.bitwise_not(input)",
+                                   "Tensor.bitwise_not(input)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("input", P_TENSOR)},
+    .forward = not_fwd,
+};
+
+const grove__opdef grove__opdef_logical_not = {
+    .name = "logical_not",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.logical_not(input)", "Tensor.logical_not(input)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("input", P_TENSOR)},
+    .forward = not_fwd,
+};

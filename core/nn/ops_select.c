@@ -3,6 +3,7 @@
  * masked_fill, and the reductions that pick: amax / amin, max / min (with a
  * dim: the (values, indices) tuple), argmax / argmin.  Kernels: select.c
  * and pick_reduce.c (tensor_ops.h). */
+#include <math.h>
 #include <string.h>
 
 #include "ops.h"
@@ -213,3 +214,76 @@ PICK_ENTRY(max, P_INT);
 PICK_ENTRY(min, P_INT);
 PICK_ENTRY(argmax, P_INT);
 PICK_ENTRY(argmin, P_INT);
+
+/* ------------------------------------------------------------ isnan, any */
+
+/* isnan: x != x; isinf: |x| == inf; isfinite: |x| < inf (NaN fails both);
+ * bool tensors (integers are never NaN or infinite). */
+static grove_status isnum_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor ax, y;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  const char *n = c->def->name;
+  if (strcmp(n, "isnan") == 0) {
+    s = grove__op_compare(c->f, GROVE__CMP_NE, x, x, &y);
+  } else if (x->dtype == GROVE_BOOL) {
+    s = grove__op_compare_scalar(c->f, strcmp(n, "isinf") == 0 ? GROVE__CMP_LT : GROVE__CMP_GE, x,
+                                 0, &y); /* all false / all true */
+  } else if (!(s = grove__op_unary(c->f, GROVE__UN_ABS, x, 0, 0, &ax, NULL))) {
+    s = grove__op_compare_scalar(c->f, strcmp(n, "isinf") == 0 ? GROVE__CMP_EQ : GROVE__CMP_LT, &ax,
+                                 INFINITY, &y);
+  }
+  if (s) return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+/* any / all(input, dim, keepdim): the max / min of input != 0, a bool. */
+static grove_status any_all_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor nz, iv, m, y;
+  int64_t dims[GROVE_MAX_DIMS];
+  int n = -1;
+  grove_status s = grove__op_tensor(c, 0, &x);
+  if (s) return s;
+  if (c->args[1].kind != A_NONE && (s = grove__op_ints(c, &c->args[1], true, dims, &n))) return s;
+  const bool keepdim = c->args[2].kind == A_BOOL && c->args[2].i;
+  const bool any = strcmp(c->def->name, "any") == 0;
+  if ((s = grove__op_to_dtype(c->f, x, GROVE_BOOL, &nz)) ||
+      (s = grove__op_to_dtype(c->f, &nz, GROVE_I64, &iv)) ||
+      (s = grove__op_amax(c->f, any ? GROVE__PICK_MAX : GROVE__PICK_MIN, &iv, dims, n, keepdim,
+                          &m)) ||
+      (s = grove__op_to_dtype(c->f, &m, GROVE_BOOL, &y)))
+    return s;
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+#define ISNUM(n)                                                                           \
+  const grove__opdef grove__opdef_##n = {                                                  \
+      .name = #n,                                                                          \
+      .id = G_OP,                                                                          \
+      .torch = (const char *const[]){"torch." #n "(input)", "Tensor." #n "(input)", NULL}, \
+      .varargs = -1,                                                                       \
+      .p = {{.name = "input", .kind = P_TENSOR, .dk = D_REQ}},                             \
+      .forward = isnum_fwd,                                                                \
+  }
+ISNUM(isnan);
+ISNUM(isinf);
+ISNUM(isfinite);
+
+#define ANY_ALL(n)                                                              \
+  const grove__opdef grove__opdef_##n = {                                       \
+      .name = #n,                                                               \
+      .id = G_OP,                                                               \
+      .torch = (const char *const[]){"torch." #n "(input,dim,keepdim)",         \
+                                     "Tensor." #n "(input,dim,keepdim)", NULL}, \
+      .varargs = -1,                                                            \
+      .p = {{.name = "input", .kind = P_TENSOR, .dk = D_REQ},                   \
+            OP_NONE("dim", P_INTS),                                             \
+            OP_BOOL("keepdim", 0)},                                             \
+      .forward = any_all_fwd,                                                   \
+  }
+ANY_ALL(any);
+ANY_ALL(all);

@@ -378,3 +378,40 @@ def test_more_user_calls():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)])
+
+
+def test_masks_and_predicates():
+    """Mask logic users write: & | ^ ~ on bool masks (and bitwise on
+    int64), logical_*, isnan/isinf/isfinite, any/all over dims."""
+    import torch
+
+    def special(r, s):  # NaN, +-inf and zeros among normal values
+        x = r.standard_normal(s).astype(np.float32)
+        flat = x.reshape(-1)
+        flat[::5] = np.nan
+        flat[1::7] = np.inf
+        flat[2::9] = -np.inf
+        flat[3::4] = 0
+        return x
+
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("and", lambda x: ((x > 0) & (x < 1)).float()),
+        ("or_t", lambda x: (t(x) > 0) | (t(x) < -1)),
+        ("xor", lambda x: (x > 0) ^ (x[:, :1] > 0)),
+        ("invert", lambda x: ~(x > 0)),
+        ("and_scalar", lambda x: (x > 0) & True),
+        ("int_bitwise", lambda x: ((x * 8).long() & 6) | ((x * 8).long() ^ 3)),
+        ("int_invert", lambda x: ~(x * 8).long()),
+        ("logical", lambda x: torch.logical_and(x, x > 0) | torch.logical_or(x > 1, x < -1)),
+        ("logical_xor_not", lambda x: torch.logical_xor(x, x.long()) ^ torch.logical_not(x)),
+        ("isnan", lambda x: torch.isnan(t(x))),
+        ("isinf", lambda x: x.isinf()),
+        ("isfinite", lambda x: torch.isfinite(x)),
+        ("isfinite_int", lambda x: torch.isfinite((x > 0).long())),
+        ("any", lambda x: torch.any(x > 1, dim=-1)),
+        ("all_keep", lambda x: (t(x) > -1).all(dim=1, keepdim=True)),
+        ("any_all", lambda x: (x > 0).any() | (x > 0).all() | x[:, 0, 0].isnan()),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)], gen=special)
