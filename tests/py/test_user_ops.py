@@ -359,7 +359,12 @@ def test_more_user_calls():
             std = torch.tensor([[0.229], [0.224], [0.225]])
             return (x - mean) / std.unsqueeze(-1) * torch.tensor(2) + torch.tensor(True)
 
+    class Shifted(nn.Linear):  # a subclass with its own forward: traced, F.linear runs
+        def forward(self, x):
+            return super().forward(x) + 1
+
     _run("linear", Lin().eval(), [(5, 7)])
+    _run("linear_subclass", nn.Sequential(nn.ReLU(), Shifted(7, 3)).eval(), [(7,)])
     _run("linear_nobias", Lin(False).eval(), [(7,)])
     _run("tensor_consts", Norm().eval(), [(3, 4, 5)])
     t = lambda x: x.transpose(1, 2)  # noqa: E731
