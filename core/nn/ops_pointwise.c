@@ -97,6 +97,26 @@ static grove_status round_fwd(const grove__opctx *c, gval *res) {
   return unary(c, res, GROVE__UN_ROUND, (double)decimals, 0);
 }
 
+static grove_status shrink_fwd(const grove__opctx *c, gval *res) {
+  double lambd;
+  grove_status s = num_arg(c, 1, 0.5, &lambd);
+  if (s) return s;
+  if (lambd < 0)
+    return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: lambda must be greater or equal to 0, but found to be %g",
+                         grove__op_label(c), lambd);
+  return unary(
+      c, res, strcmp(c->def->name, "hardshrink") == 0 ? GROVE__UN_HARDSHRINK : GROVE__UN_SOFTSHRINK,
+      lambd, 0);
+}
+
+static grove_status threshold_fwd(const grove__opctx *c, gval *res) {
+  double th, v;
+  grove_status s;
+  if ((s = num_arg(c, 1, 0, &th)) || (s = num_arg(c, 2, 0, &v))) return s;
+  return unary(c, res, GROVE__UN_THRESHOLD, th, v);
+}
+
 /* clamp_min(x, min) and clamp_max(x, max): clamp with one bound. */
 static grove_status clamp_one_fwd(const grove__opctx *c, gval *res) {
   double v;
@@ -440,6 +460,46 @@ const grove__opdef grove__opdef_softsign = {
 };
 
 GROVE__OP_MODULE_TYPE(grove__tanhshrink_type, "Tanhshrink");
+GROVE__OP_MODULE_TYPE(grove__hardshrink_type, "Hardshrink");
+GROVE__OP_MODULE_TYPE(grove__softshrink_type, "Softshrink");
+GROVE__OP_MODULE_TYPE(grove__threshold_type, "Threshold");
+
+#define LAMBD FNUM("lambd", 0.5)
+const grove__opdef grove__opdef_hardshrink = {
+    .name = "hardshrink",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.hardshrink(input,lambd)",
+                                   "Tensor.hardshrink(input,lambd)", NULL},
+    .varargs = -1,
+    .p = {INPUT, LAMBD},
+    .forward = shrink_fwd,
+    .module = &(
+        const grove__opmod){.cls = "Hardshrink", .type = &grove__hardshrink_type, .args = {LAMBD}},
+};
+
+const grove__opdef grove__opdef_softshrink = {
+    .name = "softshrink",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.softshrink(input,lambd)", NULL},
+    .varargs = -1,
+    .p = {INPUT, LAMBD},
+    .forward = shrink_fwd,
+    .module = &(
+        const grove__opmod){.cls = "Softshrink", .type = &grove__softshrink_type, .args = {LAMBD}},
+};
+
+const grove__opdef grove__opdef_threshold = {
+    .name = "threshold",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.threshold(input,threshold,value,inplace)",
+                                   "torch.threshold(input,threshold,value)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_REQ("threshold", P_NUMBER), OP_REQ("value", P_NUMBER), INPLACE},
+    .forward = threshold_fwd,
+    .module = &(const grove__opmod){.cls = "Threshold",
+                                    .type = &grove__threshold_type,
+                                    .args = {FNUM("threshold", 0), FNUM("value", 0), INPLACE}},
+};
 
 const grove__opdef grove__opdef_tanhshrink = {
     .name = "tanhshrink",

@@ -20,7 +20,7 @@ extern const grove__opdef grove__opdef_bitwise_and, grove__opdef_bitwise_or,
     grove__opdef_bitwise_xor, grove__opdef_logical_and, grove__opdef_logical_or,
     grove__opdef_logical_xor, grove__opdef_bitwise_not, grove__opdef_logical_not,
     grove__opdef_isnan, grove__opdef_isinf, grove__opdef_isfinite, grove__opdef_any,
-    grove__opdef_all;
+    grove__opdef_all, grove__opdef_hardshrink, grove__opdef_softshrink, grove__opdef_threshold;
 extern const grove__opdef grove__opdef_log2, grove__opdef_log10, grove__opdef_exp2,
     grove__opdef_tan, grove__opdef_atan, grove__opdef_sinh, grove__opdef_cosh, grove__opdef_asin,
     grove__opdef_acos, grove__opdef_tanhshrink, grove__opdef_clone, grove__opdef_detach,
@@ -235,6 +235,9 @@ static const grove__opdef *const table[] = {
     &grove__opdef_isfinite,
     &grove__opdef_any,
     &grove__opdef_all,
+    &grove__opdef_hardshrink,
+    &grove__opdef_softshrink,
+    &grove__opdef_threshold,
 
     &grove__opdef_log2,
     &grove__opdef_log10,

@@ -57,6 +57,9 @@ static const char *const unary_names[GROVE__UN_COUNT] = {
     [GROVE__UN_ASIN] = "asin",
     [GROVE__UN_ACOS] = "acos",
     [GROVE__UN_TANHSHRINK] = "tanhshrink",
+    [GROVE__UN_HARDSHRINK] = "hardshrink",
+    [GROVE__UN_SOFTSHRINK] = "softshrink",
+    [GROVE__UN_THRESHOLD] = "threshold",
 };
 
 const char *grove__unary_name(int op) {
@@ -222,6 +225,15 @@ static void unary_chunk(void *ctx, int64_t b, int64_t e) {
       break;
     case GROVE__UN_TANHSHRINK:
       for (int64_t i = b; i < e; i++) y[i] = x[i] - tanhf(x[i]);
+      break;
+    case GROVE__UN_HARDSHRINK: /* torch: x outside [-lambd, lambd], else 0 */
+      for (int64_t i = b; i < e; i++) y[i] = (x[i] >= -a && x[i] <= a) ? 0.0f : x[i];
+      break;
+    case GROVE__UN_SOFTSHRINK:
+      for (int64_t i = b; i < e; i++) y[i] = x[i] > a ? x[i] - a : (x[i] < -a ? x[i] + a : 0.0f);
+      break;
+    case GROVE__UN_THRESHOLD: /* x > threshold ? x : value; NaN stays */
+      for (int64_t i = b; i < e; i++) y[i] = x[i] <= a ? p : x[i];
       break;
     default: /* GROVE__UN_POW */
       if (a == 2.0f) {

@@ -73,6 +73,9 @@ enum {
   GROVE__UN_ASIN,
   GROVE__UN_ACOS,
   GROVE__UN_TANHSHRINK,
+  GROVE__UN_HARDSHRINK, /* lambd a */
+  GROVE__UN_SOFTSHRINK, /* lambd a */
+  GROVE__UN_THRESHOLD,  /* threshold a, value b */
   GROVE__UN_COUNT
 };
 

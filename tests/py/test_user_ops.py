@@ -420,3 +420,21 @@ def test_masks_and_predicates():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)], gen=special)
+
+
+def test_shrink_and_threshold():
+    """F.hardshrink / softshrink / threshold and their modules (lambd,
+    threshold and value given and defaulted; values at the edges)."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+    cases = [
+        ("hardshrink", lambda x: F.hardshrink(x)),
+        ("hardshrink_l", lambda x: x.transpose(1, 2).hardshrink(1.0)),
+        ("softshrink", lambda x: F.softshrink(x, 0.25)),
+        ("threshold", lambda x: F.threshold(x, 0.1, 20.0)),
+        ("Hardshrink", nn.Sequential(nn.Hardshrink(0.3)).eval()),
+        ("Softshrink", nn.Sequential(nn.Softshrink()).eval()),
+        ("Threshold", nn.Sequential(nn.Threshold(-0.5, 7)).eval()),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)], gen=_wide)
