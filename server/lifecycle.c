@@ -155,15 +155,16 @@ int grove__server_run(srv_server *srv) {
   if (srv->nmodels == 0)
     grove__slog(GROVE_LOG_WARN, "server.no_models",
                 "no model configured (--model, --model-repo): every predict gets NOT_FOUND");
-  if ((s = grove__loop_init(srv, on_wake, &err)) ||
-      (s = signals_init(srv, &err)) || (s = grove__loopjob_start(srv, &err)) ||
-      (s = rpc_hooks(srv, &err)) || (s = grove__predict_start(srv, &err)) ||
-      (s = grove__status_start(srv, &err)) || (s = grove__reload_start(srv, &err)) ||
-      (s = grove__export_start(srv, &err)) || (s = grove__training_start(srv, &err)) ||
-      (s = grove__workers_start(srv, &err)) || (s = grove__telemetry_start(srv, &err)) ||
-      (s = grove__telemetry_rpc_start(srv, &err)) || (s = grove__rpc_start(srv, &err)) ||
-      (s = grove__admin_plane_listen(srv, &err)) || (s = grove__rpc_serve(srv, &err)) || (s = grove__sp_start(srv, &err)) ||
-      (s = grove__oip_start(srv, &err)) || (s = grove__http_start(srv, &err)) || (s = grove__conns_start(srv, &err))) {
+  if ((s = grove__loop_init(srv, on_wake, &err)) || (s = signals_init(srv, &err)) ||
+      (s = grove__loopjob_start(srv, &err)) || (s = rpc_hooks(srv, &err)) ||
+      (s = grove__predict_start(srv, &err)) || (s = grove__status_start(srv, &err)) ||
+      (s = grove__reload_start(srv, &err)) || (s = grove__export_start(srv, &err)) ||
+      (s = grove__training_start(srv, &err)) || (s = grove__workers_start(srv, &err)) ||
+      (s = grove__telemetry_start(srv, &err)) || (s = grove__telemetry_rpc_start(srv, &err)) ||
+      (s = grove__rpc_start(srv, &err)) || (s = grove__admin_plane_listen(srv, &err)) ||
+      (s = grove__rpc_serve(srv, &err)) || (s = grove__sp_start(srv, &err)) ||
+      (s = grove__oip_start(srv, &err)) || (s = grove__http_start(srv, &err)) ||
+      (s = grove__conns_start(srv, &err))) {
     grove__slog(GROVE_LOG_ERROR, "server.start_failed", "%s", grove_err_msg(&err));
     rc = 1;
     goto out;

@@ -925,8 +925,9 @@ START_TEST(an_idle_worker_takes_what_is_queued_while_another_computes) {
    * while another batch of the model runs). */
   char dir[300], arg[400];
   mlp_with_delay("longdelay", "60000000", dir, sizeof dir, arg, sizeof arg);
-  const char *extra[] = {"--model",     arg, "--workers", "2", "--blas-threads", "1",
-                         "--test-batch-delay-ms", "600", NULL};
+  const char *extra[] = {
+      "--model", arg, "--workers", "2", "--blas-threads", "1", "--test-batch-delay-ms",
+      "600",     NULL};
   hserver s;
   server_start_with(&s, false, extra);
   hio o;
@@ -936,8 +937,8 @@ START_TEST(an_idle_worker_takes_what_is_queued_while_another_computes) {
   grove_client *c = h_connect(s.ipc);
   grove_err err = {0};
   grove_tensor in0 = h_rows(o.x, 0, 1), in1 = h_rows(o.x, 1, 2);
-  ck_assert_ok(grove_client_predict_async(c, "server_mlp", &in0, 1, 30000, on_result, &res[0], &err),
-               &err);
+  ck_assert_ok(
+      grove_client_predict_async(c, "server_mlp", &in0, 1, 30000, on_result, &res[0], &err), &err);
   /* The first is on a worker once groved counts it in flight (it is
    * dispatched as soon as it is queued: both workers are idle). */
   double deadline = h_now() + 20;
@@ -951,8 +952,8 @@ START_TEST(an_idle_worker_takes_what_is_queued_while_another_computes) {
     h_sleep_ms(2);
   }
   h_sleep_ms(50);
-  ck_assert_ok(grove_client_predict_async(c, "server_mlp", &in1, 1, 30000, on_result, &res[1], &err),
-               &err);
+  ck_assert_ok(
+      grove_client_predict_async(c, "server_mlp", &in1, 1, 30000, on_result, &res[1], &err), &err);
   wait_all(res, 2, 60);
   ck_assert_msg(res[0].status == GROVE_OK && res[1].status == GROVE_OK, "%s / %s", res[0].msg,
                 res[1].msg);
