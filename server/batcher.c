@@ -3,23 +3,29 @@
  * The loop thread owns every model's queue and the list of idle workers.
  * Two kinds of event reach it through the inbox (loop.c): a validated
  * predict to queue, and a worker that finished its batch; lifecycle.c's
- * wake-up hands them to grove__batcher_take_inbox.  After each, and when the
- * batch timer fires, schedule() hands batches to idle workers.
+ * wake-up hands them to grove__batcher_take_inbox.  After each, schedule()
+ * hands batches to idle workers.
  *
- * When a batch is dispatched (per model, models taken round-robin):
- *   - its queued rows reach batching.max_batch_size, or
- *   - its oldest request has waited batching.max_queue_delay_us, or
- *   - no batch of the model is running at all: waiting only pays while
- *     another batch computes (clients are active and more requests are on
- *     their way); an idle model answers a lone request at once, so a single
- *     client never pays the delay, or
- *   - the server is draining.
- * and only while a worker is idle: while every worker is busy, requests
- * accumulate and the next free worker takes up to max_batch_size rows of
- * them.  A batch takes whole requests in arrival order whose non-batch
- * dimensions equal the first one's (different shapes cannot be
- * concatenated; they wait for a batch of their own).  A request past its
- * deadline is answered DEADLINE_EXCEEDED instead of being computed.
+ * The dispatch rule: whenever a worker is idle and a model has requests
+ * queued, the worker takes them at once (models taken round-robin), up to
+ * batching.max_batch_size rows.  Nothing waits on a timer while a worker
+ * is idle: waiting for a batch to fill only paid when one core computed at
+ * a time; with a worker per core, a second batch started at once keeps the
+ * other core busy, and the requests that arrive meanwhile accumulate for
+ * the next worker to come back (docs/performance.md, "An idle worker takes
+ * what is queued").  Batches grow by themselves under load: while every
+ * worker is busy, requests accumulate, and the next free worker takes up
+ * to max_batch_size rows of them.  A batch takes whole requests in arrival
+ * order whose non-batch dimensions equal the first one's (different shapes
+ * cannot be concatenated; they wait for a batch of their own).  A request
+ * past its deadline is answered DEADLINE_EXCEEDED instead of being
+ * computed.  A model paused by an in-place reload waits (reload.c
+ * reschedules).
+ *
+ * batching.max_queue_delay_us is therefore no timer any more: it is the
+ * longest a model lets groved hold a request back on purpose, and the one
+ * hold left is the loop's own forward below, which delays a request that
+ * arrives meanwhile by at most that forward.
  *
  * A lone request (a batch of one request, nothing else queued, every worker
  * idle) is computed by the loop itself, on an idle worker's arena, when a
@@ -27,35 +33,14 @@
  * max_queue_delay_us: waking a worker and being woken back cost a lone
  * request more than its forward in the VMs we serve on (docs/performance.md,
  * "A lone request on the loop"), and what the loop delays meanwhile (a
- * request arriving during that forward) waits less than the batch delay it
- * accepts anyway.  The first forwards, and any longer ones, go to workers.
- *
- * The delay timer is a timerfd polled by the loop, because libuv's timers
- * count in milliseconds and the delays are microseconds. */
-#include <errno.h>
+ * request arriving during that forward) waits less than the delay the model
+ * accepts.  The first forwards, and any longer ones, go to workers. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
 
 #include "server.h"
-
-/* ------------------------------------------------------------ timer */
-
-static void arm_timer(srv_server *srv, int64_t at) {
-  if (at == srv->timer_at) return;
-  struct itimerspec its = {0};
-  if (at > 0) {
-    its.it_value.tv_sec = at / 1000000000;
-    its.it_value.tv_nsec = at % 1000000000;
-    if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1;
-  }
-  if (timerfd_settime(srv->timer_fd, TFD_TIMER_ABSTIME, &its, NULL) != 0)
-    grove__slog(GROVE_LOG_ERROR, "batch.timer", "timerfd_settime: %s", strerror(errno));
-  srv->timer_at = at;
-}
 
 /* ------------------------------------------------------------ queues */
 
@@ -192,24 +177,15 @@ static bool run_here(srv_server *srv, const srv_worker *w) {
 
 static void schedule(srv_server *srv) {
   int64_t now = grove__now_ns();
-  bool draining = atomic_load(&srv->draining);
-  int64_t next_at = 0;
   while (srv->idle) {
     srv_model *pick = NULL;
-    next_at = 0;
     for (size_t k = 0; k < srv->nmodels; k++) {
       size_t i = (srv->rr + k) % srv->nmodels;
       srv_model *m = &srv->models[i];
       if (!m->head || !m->current || m->paused) continue; /* paused: an in-place reload */
-      const grove_batching *bc = &m->current->model->batching;
-      int64_t due = m->head->t_recv + bc->max_queue_delay_us * 1000;
-      int64_t full = bc->max_batch_size ? bc->max_batch_size : 1; /* 0: unbatched */
-      if (draining || m->queued_rows >= full || m->running == 0 || now >= due) {
-        pick = m;
-        srv->rr = i + 1;
-        break;
-      }
-      if (!next_at || due < next_at) next_at = due;
+      pick = m;
+      srv->rr = i + 1;
+      break;
     }
     if (!pick) break;
     srv_worker *w = srv->idle;
@@ -226,12 +202,7 @@ static void schedule(srv_server *srv) {
     }
     now = grove__now_ns();
   }
-  /* The timer only matters while a worker could take the batch it waits
-   * for; a worker coming back reschedules anyway. */
-  arm_timer(srv, srv->idle ? next_at : 0);
 }
-
-/* ------------------------------------------------------------ callbacks */
 
 /* ------------------------------------------------------------ the loop's side */
 
@@ -259,38 +230,4 @@ bool grove__batcher_idle(srv_server *srv) {
   for (size_t i = 0; i < srv->nmodels; i++)
     if (srv->models[i].head || srv->models[i].running) return false;
   return srv->nidle == (size_t)srv->workers;
-}
-
-static void on_timer(uv_poll_t *h, int status, int events) {
-  srv_server *srv = h->data;
-  uint64_t ticks;
-  while (read(srv->timer_fd, &ticks, sizeof ticks) > 0) {
-  }
-  srv->timer_at = 0;
-  if (!srv->stopped) schedule(srv);
-}
-
-grove_status grove__batcher_init(srv_server *srv, grove_err *err) {
-  int rv;
-  srv->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-  if (srv->timer_fd < 0)
-    return grove_err_set(err, GROVE_E_INTERNAL, "timerfd_create: %s", strerror(errno));
-  srv->timer_poll.data = srv;
-  if ((rv = uv_poll_init(&srv->loop, &srv->timer_poll, srv->timer_fd)) ||
-      (rv = uv_poll_start(&srv->timer_poll, UV_READABLE, on_timer)))
-    return grove_err_set(err, GROVE_E_INTERNAL, "uv_poll: %s", uv_strerror(rv));
-  return GROVE_OK;
-}
-
-static void on_closed(uv_handle_t *h) {
-  (void)h;
-}
-
-void grove__batcher_stop(srv_server *srv) {
-  uv_close((uv_handle_t *)&srv->timer_poll, on_closed);
-}
-
-void grove__batcher_close(srv_server *srv) {
-  if (srv->timer_fd >= 0) close(srv->timer_fd);
-  srv->timer_fd = -1;
 }

@@ -34,7 +34,7 @@
  *
  * Threads and who owns what (docs/operations.md has the picture):
  *   - The libuv loop thread owns every model's queue, the idle-worker list,
- *     the batch timer and the drain state.  Nothing else touches them.
+ *     and the drain state.  Nothing else touches them.
  *   - NNG's callback threads decode and validate a request, then hand it to
  *     the loop through the inbox (a mutex-guarded list plus a srv_waker).
  *     Bad requests, status and metadata are answered right there.
@@ -470,9 +470,6 @@ struct srv_server {
   void (*on_wake)(srv_server *);   /* lifecycle.c's, called on every wake-up */
   bool stopped;                    /* lifecycle.c: the loop's handles are closing */
   uv_signal_t sig_term, sig_int, sig_hup;
-  uv_poll_t timer_poll;
-  int timer_fd;
-  int64_t timer_at; /* armed deadline, 0 = disarmed */
   uv_timer_t drain_timer;
   bool loop_started;
   size_t rr; /* round-robin start among models */
@@ -714,15 +711,11 @@ bool grove__loopjob_idle(srv_server *srv);
  * (their requests are gone).  Any thread. */
 bool grove__loopjob_closing(srv_server *srv);
 
-/* batcher.c (loop thread).  init arms nothing yet (the batch timer); stop
- * closes the timer's handle at shutdown; close its descriptor at the end. */
-grove_status grove__batcher_init(srv_server *srv, grove_err *err);
-void grove__batcher_stop(srv_server *srv);
-void grove__batcher_close(srv_server *srv);
+/* batcher.c (loop thread). */
 /* Takes the inbox (loop.c): finished workers become idle, predicts are
  * queued (or answered: queue full). */
 void grove__batcher_take_inbox(srv_server *srv);
-/* Hands batches to idle workers, as the batching rules say. */
+/* Hands batches to idle workers: each idle one takes what is queued. */
 void grove__batcher_schedule(srv_server *srv);
 /* Nothing queued, nothing running, every worker idle. */
 bool grove__batcher_idle(srv_server *srv);
@@ -791,7 +784,7 @@ grove_status grove__metrics_render(srv_server *srv, char **out, size_t *len);
 void grove__metrics_add_family(srv_server *srv, srv_metrics_fn fn);
 
 /* reload.c: hot reload (docs/operations.md, "Hot reload").  start and
- * close run on the loop thread (start after grove__batcher_init; close from
+ * close run on the loop thread (start after grove__loop_init; close from
  * the shutdown, after grove__rpc_stop); free after the loop has ended. */
 grove_status grove__reload_start(srv_server *srv, grove_err *err);
 void grove__reload_close(srv_server *srv);

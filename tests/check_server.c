@@ -869,12 +869,12 @@ START_TEST(draining_refuses_new_requests) {
 }
 END_TEST
 
-START_TEST(a_lone_request_of_a_model_without_batch_delay_goes_to_a_worker) {
-  /* max_queue_delay_us 0: the model accepts no wait at all, so the loop
-   * never holds a request behind another's forward; each lone request is a
-   * worker's (one sleep of a worker each). */
-  char dir[300], path[400], src[4200];
-  snprintf(dir, sizeof dir, "%s/nodelay", grove_test_tmpdir());
+/* Copies the server_mlp fixture to tmp/NAME with its max_queue_delay_us (20000)
+ * replaced by delay; fills arg with "server_mlp=DIR" for --model. */
+static void mlp_with_delay(const char *name, const char *delay, char *dir, size_t dirn, char *arg,
+                           size_t argn) {
+  char path[400], src[4200];
+  snprintf(dir, dirn, "%s/%s", grove_test_tmpdir(), name);
   ck_assert_int_eq(mkdir(dir, 0755), 0);
   snprintf(path, sizeof path, "%s/weights.safetensors", dir);
   snprintf(src, sizeof src, "%s/weights.safetensors", grove_fixture("server_mlp"));
@@ -883,14 +883,27 @@ START_TEST(a_lone_request_of_a_model_without_batch_delay_goes_to_a_worker) {
   size_t len = 0;
   char *json = grove_test_read_file(src, &len);
   ck_assert_ptr_nonnull(json);
-  char *at = strstr(json, "\"max_queue_delay_us\": 20000");
+  const char *was = "\"max_queue_delay_us\": 20000";
+  char *at = strstr(json, was);
   ck_assert_ptr_nonnull(at);
-  memcpy(at, "\"max_queue_delay_us\":     0", strlen("\"max_queue_delay_us\": 20000"));
+  size_t head = (size_t)(at - json), tail = len - head - strlen(was);
+  char *out = malloc(len + 64);
+  ck_assert_ptr_nonnull(out);
+  int n = snprintf(out, len + 64, "%.*s\"max_queue_delay_us\": %s%.*s", (int)head, json, delay,
+                   (int)tail, at + strlen(was));
   snprintf(path, sizeof path, "%s/model.json", dir);
-  ck_assert_int_eq(grove_test_write_file(path, json, len), 0);
+  ck_assert_int_eq(grove_test_write_file(path, out, (size_t)n), 0);
+  free(out);
   free(json);
-  char arg[400];
-  snprintf(arg, sizeof arg, "server_mlp=%s", dir);
+  snprintf(arg, argn, "server_mlp=%s", dir);
+}
+
+START_TEST(a_lone_request_of_a_model_without_batch_delay_goes_to_a_worker) {
+  /* max_queue_delay_us 0: the model accepts no wait at all, so the loop
+   * never holds a request behind another's forward; each lone request is a
+   * worker's (one sleep of a worker each). */
+  char dir[300], arg[400];
+  mlp_with_delay("nodelay", "0", dir, sizeof dir, arg, sizeof arg);
   const char *extra[] = {"--model", arg, "--workers", "2", "--blas-threads", "1", NULL};
   hserver s;
   server_start_with(&s, false, extra);
@@ -898,6 +911,63 @@ START_TEST(a_lone_request_of_a_model_without_batch_delay_goes_to_a_worker) {
   h_io_load("server_mlp", &o);
   long slept = lone_requests(&s, &o, 100);
   ck_assert_msg(slept >= 50, "the workers slept %ld times for 100 lone requests", slept);
+  h_io_free(&o);
+  ck_assert_int_eq(h_stop(&s), 0);
+  h_rm_rf(dir);
+}
+END_TEST
+
+START_TEST(an_idle_worker_takes_what_is_queued_while_another_computes) {
+  /* Two workers, every batch 600 ms long, and a model that would accept a
+   * batch delay of 60 s: a request queued while the first batch computes is
+   * taken by the idle second worker at once (batcher.c), not when the delay
+   * runs out nor when the first worker comes back (the rule before: wait
+   * while another batch of the model runs). */
+  char dir[300], arg[400];
+  mlp_with_delay("longdelay", "60000000", dir, sizeof dir, arg, sizeof arg);
+  const char *extra[] = {
+      "--model", arg, "--workers", "2", "--blas-threads", "1", "--test-batch-delay-ms",
+      "600",     NULL};
+  hserver s;
+  server_start_with(&s, false, extra);
+  hio o;
+  h_io_load("server_mlp", &o);
+  static async_result res[2];
+  memset(res, 0, sizeof res);
+  grove_client *c = h_connect(s.ipc);
+  grove_err err = {0};
+  grove_tensor in0 = h_rows(o.x, 0, 1), in1 = h_rows(o.x, 1, 2);
+  ck_assert_ok(
+      grove_client_predict_async(c, "server_mlp", &in0, 1, 30000, on_result, &res[0], &err), &err);
+  /* The first is on a worker once groved counts it in flight (it is
+   * dispatched as soon as it is queued: both workers are idle). */
+  double deadline = h_now() + 20;
+  for (;;) {
+    grove_server_status *st = NULL;
+    ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
+    bool in = st->inflight == 1;
+    grove_server_status_free(st);
+    if (in) break;
+    ck_assert(h_now() < deadline);
+    h_sleep_ms(2);
+  }
+  h_sleep_ms(50);
+  ck_assert_ok(
+      grove_client_predict_async(c, "server_mlp", &in1, 1, 30000, on_result, &res[1], &err), &err);
+  wait_all(res, 2, 60);
+  ck_assert_msg(res[0].status == GROVE_OK && res[1].status == GROVE_OK, "%s / %s", res[0].msg,
+                res[1].msg);
+  ck_assert(h_rows_match(res[0].pred.outputs[0], o.y, 0, 1));
+  ck_assert(h_rows_match(res[1].pred.outputs[0], o.y, 1, 2));
+  ck_assert_int_eq(res[1].pred.batch_rows, 2); /* a batch of its own */
+  /* Waiting for the first worker would have queued it about 550 ms. */
+  ck_assert_msg(res[1].pred.queue_us < 300000, "the second request waited %llu us in the queue",
+                (unsigned long long)res[1].pred.queue_us);
+  ck_assert_msg(res[1].t_done - res[0].t_done < 0.4,
+                "the second request was answered %.3f s after the first",
+                res[1].t_done - res[0].t_done);
+  fini_all(res, 2);
+  grove_client_close(c);
   h_io_free(&o);
   ck_assert_int_eq(h_stop(&s), 0);
   h_rm_rf(dir);
@@ -1049,6 +1119,7 @@ Suite *server_suite(void) {
   tcase_add_test(d, sigterm_answers_everything_queued);
   tcase_add_test(d, draining_refuses_new_requests);
   tcase_add_test(d, a_lone_request_of_a_model_without_batch_delay_goes_to_a_worker);
+  tcase_add_test(d, an_idle_worker_takes_what_is_queued_while_another_computes);
   tcase_add_test(d, unreachable_and_bad_flags);
   tcase_add_test(d, model_repo_serves_subdirectories);
   tcase_add_test(d, bounded_close_closes_connected_sockets);

@@ -33,8 +33,12 @@
 #include "gemm_internal.h"
 
 /* How long a helper spins for the next job before it sleeps, and how long
- * a caller spins for chunks still in flight before it yields its core. */
-#define HELPER_SPIN_NS 500000
+ * a caller spins for chunks still in flight before it yields its core.
+ * The helper's 50 us cover the gap between one layer and the next of a
+ * forward; it was 500 us, which between a server's batches was CPU the loop
+ * and the clients needed (docs/performance.md, "An idle worker takes what is
+ * queued"). */
+#define HELPER_SPIN_NS 50000
 #define CALLER_SPIN_NS 20000
 
 /* One grove__parallel_for: chunk c is fn(ctx, c * grain, min(n, (c+1) * grain)). */
@@ -128,6 +132,9 @@ static inline uint32_t current_gen(pool *pl) {
 
 static void *helper_main(void *arg) {
   pool *pl = arg;
+  /* Named, so that top -H and the tests tell the compute helpers from
+   * OpenBLAS's threads (which spin on their own after a thread change). */
+  pthread_setname_np(pthread_self(), "grove-compute");
   uint32_t seen = 0; /* the pool starts at generation 0 with no chunks */
   for (;;) {
     int64_t t0 = grove__clock_ns();
