@@ -38,6 +38,7 @@ from grove_export_types import (  # noqa: E402,F401
     ExportError,
     _dtype_name,
     _kind_of,
+    _named_flat,
     _where,
 )
 from grove_export_graph import (  # noqa: E402
@@ -114,14 +115,15 @@ def _flat(y):
 
 def _outputs(y, what):
     import torch
-    if isinstance(y, dict):  # named outputs, in the dict's order (_output_names)
-        y = tuple(y.values())
-    ys = _flat(y) if isinstance(y, (tuple, list)) else [y]
+    # A dict, namedtuple, dataclass or ModelOutput gives named outputs in its
+    # fields' order; nested tuples are flattened in order (_named_flat).
+    _, ys = _named_flat(y)
     if not ys or len(ys) > 4 or not all(isinstance(t, torch.Tensor) for t in ys):
         got = type(y).__name__ if not isinstance(y, (tuple, list)) else \
             f"a {type(y).__name__} of {[type(t).__name__ for t in ys]}"
         raise ExportError(f"the model returned {got} on {what}; Grove serves models that "
-                          "return a tensor or a tuple of 1 to 4 tensors")
+                          "return 1 to 4 tensors (a tensor, or a tuple, dict, namedtuple or "
+                          "dataclass of them)")
     return ys
 
 
@@ -259,8 +261,9 @@ def _io(model, example_input):
     y2 = _outputs(run(x2, what + " (with the batch and every free dimension one larger)"), what)
     outputs = []
     names = ["y"] if len(y1) == 1 else [f"y{i}" for i in range(len(y1))]
-    if isinstance(first, dict) and all(isinstance(k, str) and k for k in first):
-        names = list(first)  # a dict's keys name the outputs ("out", "aux")
+    keys = _named_flat(first)[0]
+    if keys and all(isinstance(k, str) and k for k in keys) and len(set(keys)) == len(keys):
+        names = keys  # a dict's keys, a namedtuple's fields name the outputs ("out", "aux")
     for name, a, b in zip(names, y1, y2):
         oshape = list(a.shape)
         if b.dim() == a.dim():

@@ -14,7 +14,9 @@ from grove_export_types import (  # noqa: E402
     _dtype_name,
     _join,
     _kind_of,
+    _named_flat,
     _rebuild,
+    _structured,
     _where,
 )
 
@@ -547,6 +549,15 @@ def _trace(m, path, inlined=None):
                 self._autowrap_function_ids.update(id(f) for f in makers)
                 self._autowrap_search.append(torch)
 
+        def create_arg(self, a):
+            # A namedtuple, dataclass or ModelOutput a forward returns is
+            # recorded as the dict of its fields: fx 1.13 cannot store a
+            # dataclass at all, and would call a namedtuple's class as an op.
+            s = _structured(a)
+            if s is not a:
+                return super().create_arg(s)
+            return super().create_arg(a)
+
         def is_leaf_module(self, mod, qualname):
             return True
 
@@ -815,12 +826,16 @@ def _graph(m, path, inlined=None):
             spec = emit_call(node, name, bind(node, name, params, node.args,
                                               dict(node.kwargs)))
         elif node.op == "output":
+            # torchvision's segmentation nets' {"out": ..., "aux": ...}, a
+            # namedtuple, dataclass or ModelOutput (the tracer made it a dict),
+            # nested tuples: the values flattened in order, as _io names them.
             res = node.args[0]
-            if isinstance(res, dict):  # torchvision's segmentation nets: {"out": ..., "aux": ...}
-                res = tuple(res.values())
+            if isinstance(res, (dict, list, tuple)):
+                res = tuple(_named_flat(res)[1])
             items = list(res) if isinstance(res, (list, tuple)) else [res]
             if not items or not all(isinstance(x, fx.Node) for x in items) or len(items) > 4:
-                refuse(node, "forward must return a tensor or a tuple of 1 to 4 tensors")
+                refuse(node, "forward must return 1 to 4 tensors (a tensor, or a tuple, dict, "
+                             "namedtuple or dataclass of them)")
             spec = {"op": "output", "name": node.name, "args": [enc(node, res)]}
         else:
             refuse(node, f"fx node kind {node.op!r} is not supported")
