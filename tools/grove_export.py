@@ -26,6 +26,9 @@ FORMAT = "grove.model/1"
 # into an existing directory removes all of them, so that a stale weights.pt
 # can never shadow (or be mistaken for) the new export.
 WEIGHT_NAMES = ("weights.safetensors", "weights.pt", "weights.pth", "weights.bin")
+# The values of the non-persistent buffers (not in the state_dict), read by
+# grove_model_open; replaced (or removed) by every re-export like the weights.
+BUFFERS_NAME = "buffers.safetensors"
 BATCHING_KEYS = ("max_batch_size", "max_queue_delay_us", "max_queue_size")
 
 # The safetensors writer (self-contained: Debian packages no safetensors
@@ -44,6 +47,7 @@ from grove_export_types import (  # noqa: E402,F401
 from grove_export_graph import (  # noqa: E402
     _check_cycles,
     _expected_keys,
+    extra_buffers,
     module_spec,
 )
 
@@ -372,7 +376,7 @@ def _write_dir(out_dir, files):
             write(os.path.join(tmp, fname))
             _fsync(os.path.join(tmp, fname))
         if os.path.isdir(out_dir):
-            ours = set(files) | {"model.json"} | set(WEIGHT_NAMES)
+            ours = set(files) | {"model.json", BUFFERS_NAME} | set(WEIGHT_NAMES)
             for entry in os.listdir(out_dir):
                 if entry in ours:
                     continue
@@ -466,7 +470,11 @@ def export(model, out_dir, example_input=None, weights="safetensors", name=None,
             with open(p, "w", encoding="utf-8") as f:
                 f.write(_dumps(doc) + "\n")
 
-        _write_dir(out_dir, {wname: write_weights, "model.json": write_json})
+        files = {wname: write_weights, "model.json": write_json}
+        extra = extra_buffers(model)
+        if extra:
+            files[BUFFERS_NAME] = lambda p: save_safetensors(extra, p)
+        _write_dir(out_dir, files)
         return doc
     finally:
         for m, t in flags:

@@ -194,10 +194,12 @@ def module_spec(model, require_callable=True):
         non_persistent = getattr(m, "_non_persistent_buffers_set", set())
         bufs = {}
         for bname, b in m._buffers.items():
-            if bname in non_persistent:
-                continue  # not in the state_dict; a graph that reads one was refused
             bufs[bname] = None if b is None else \
                 {"shape": list(b.shape), "dtype": _dtype_name(b.dtype)}
+            if b is not None and bname in non_persistent:
+                # Not in the state_dict (torch's semantics, kept by Grove);
+                # its value goes to buffers.safetensors (extra_buffers).
+                bufs[bname]["persistent"] = False
         if bufs:
             spec["buffers"] = bufs
         params_and_ties(m, path, spec)
@@ -248,8 +250,9 @@ def _expected_keys(model):
         for n, p in m._parameters.items():
             if p is not None:
                 keys.append(prefix + n)
+        non_persistent = getattr(m, "_non_persistent_buffers_set", set())
         for n, b in m._buffers.items():
-            if b is not None:
+            if b is not None and n not in non_persistent:
                 keys.append(prefix + n)
         for n, c in m._modules.items():
             if c is not None:
@@ -257,6 +260,30 @@ def _expected_keys(model):
 
     walk(model, "")
     return keys
+
+
+def extra_buffers(model):
+    """{dotted path: value} of the non-persistent buffers of the tree (at
+    every path a shared module has, as Grove's tree has it there too):
+    they are not in the state_dict, so the export writes them to
+    buffers.safetensors, where grove_model_open reads them.  Floating point
+    values as float32, which Grove computes in."""
+    import torch
+    out = {}
+
+    def walk(m, prefix, stack):
+        if m is None or id(m) in stack:
+            return
+        for n in getattr(m, "_non_persistent_buffers_set", set()):
+            b = m._buffers.get(n)
+            if b is not None:
+                v = b.detach().float() if b.is_floating_point() else b.detach()
+                out[prefix + n] = v.contiguous().clone()
+        for n, c in m._modules.items():
+            walk(c, prefix + n + ".", stack | {id(m)})
+
+    walk(model, "", frozenset())
+    return {k: out[k] for k in sorted(out)} if out else {}
 
 
 # ---------------------------------------------------------------- graphs (torch.fx)
@@ -792,15 +819,16 @@ def _graph(m, path, inlined=None):
                 owner = m.get_submodule(owner_path)
             except AttributeError:
                 owner = None
-            persistent = owner is not None and (
-                slot in owner._parameters or
-                (slot in owner._buffers and
-                 slot not in getattr(owner, "_non_persistent_buffers_set", set())))
-            if not persistent:
-                refuse(node, f"self.{target} is not a parameter or persistent buffer, so its "
-                             "value is not in the state_dict (a tensor made in forward, or "
-                             "stored as a plain attribute); register it with "
-                             "register_buffer(name, tensor) or as an nn.Parameter")
+            # A non-persistent buffer of a custom module is exported too, its
+            # value in buffers.safetensors; one of a torch.nn layer was
+            # refused by the walk (_check_slots).
+            declared = owner is not None and (slot in owner._parameters or
+                                              slot in owner._buffers)
+            if not declared:
+                refuse(node, f"self.{target} is not a parameter or buffer, so Grove has no "
+                             "value for it (a tensor made in forward, or stored as a plain "
+                             "attribute); register it with register_buffer(name, tensor) or "
+                             "as an nn.Parameter")
             spec = {"op": "get_attr", "name": node.name, "target": target}
         elif node.op == "call_module":
             sub = m.get_submodule(node.target)

@@ -1,7 +1,8 @@
 """Models written the way tutorials and HuggingFace write them, end to end:
 tools/grove_export.py writes the directory, `$GROVE_BIN predict --local`
 runs it, and every output must be torch's in eval mode (rtol 1e-4, atol
-1e-5).  Covered so far: results that are namedtuples, dataclasses,
+1e-5).  Covered so far: non-persistent buffers (HF's position_ids, nanoGPT's
+causal mask: values in buffers.safetensors, not in either state_dict); results that are namedtuples, dataclasses,
 ModelOutput-like OrderedDict dataclasses, dicts and nested tuples (named
 outputs in their fields' order, nested tuples flattened).
 
@@ -19,7 +20,7 @@ import torch.nn as nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_graph_export import predict  # noqa: E402
+from test_graph_export import grove_bin, predict  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -164,3 +165,121 @@ if __name__ == "__main__":
         if k.startswith("test_") and callable(v):
             v()
             print("ok", k)
+
+
+# ---------------------------------------------------------------- non-persistent buffers
+
+
+class Bertish(nn.Module):
+    """HF BERT's embeddings: position_ids is a non-persistent buffer sliced
+    by the sequence length."""
+
+    def __init__(self, vocab=20, d=16, max_pos=10):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(max_pos, d)
+        self.ln = nn.LayerNorm(d)
+        self.register_buffer("position_ids", torch.arange(max_pos).expand((1, -1)),
+                             persistent=False)
+
+    def forward(self, input_ids):
+        n = input_ids.shape[1]
+        return self.ln(self.tok(input_ids) + self.pos(self.position_ids[:, :n]))
+
+
+class CausalSelfAttention(nn.Module):
+    """nanoGPT's attention: the causal mask is a non-persistent buffer."""
+
+    def __init__(self, d=16, heads=2, block=8):
+        super().__init__()
+        self.h = heads
+        self.scale = 1.0 / (d // heads) ** 0.5
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.register_buffer("bias", torch.tril(torch.ones(block, block)).view(1, 1, block, block),
+                             persistent=False)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q = q.view(B, T, self.h, C // self.h).transpose(1, 2)
+        k = k.view(B, T, self.h, C // self.h).transpose(1, 2)
+        v = v.view(B, T, self.h, C // self.h).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * self.scale
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        y = (torch.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return x + self.proj(y)
+
+
+class GPTBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(16)
+        self.attn = CausalSelfAttention()
+
+    def forward(self, x):
+        return self.attn(self.ln(x))
+
+
+def _st_keys(path):
+    """The tensor names in a safetensors file (its JSON header)."""
+    import json
+    import struct
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return [k for k in json.loads(f.read(n)) if k != "__metadata__"]
+
+
+def _ids(*shape, seed=0):
+    return np.random.default_rng(seed).integers(0, 20, shape).astype(np.int64)
+
+
+def test_position_ids_buffer():
+    """Exported with 6 tokens, served at 6 and 4 (the sequence is free):
+    position_ids comes from buffers.safetensors, not the state_dict."""
+    torch.manual_seed(6)
+    m = Bertish().eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "bert")
+        doc = export(m, d, example_input=torch.from_numpy(_ids(2, 6)))
+        assert doc["module"]["buffers"]["position_ids"] == \
+            {"shape": [1, 10], "dtype": "int64", "persistent": False}
+        assert doc["inputs"][0]["shape"] == [-1, -1]
+        assert os.path.exists(os.path.join(d, "buffers.safetensors"))
+        # torch's state_dict leaves it out, and so does the weights file.
+        assert "position_ids" not in _st_keys(os.path.join(d, "weights.safetensors"))
+        assert _st_keys(os.path.join(d, "buffers.safetensors")) == ["position_ids"]
+        # Grove's state_dict leaves it out too (what a state_dict export writes).
+        import subprocess
+        r = subprocess.run([grove_bin(), "inspect", d], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        sd = r.stdout.split("state_dict:")[1]
+        assert "tok.weight" in sd and "position_ids" not in sd, sd
+        for ids in (_ids(2, 6, seed=1), _ids(3, 4, seed=2)):
+            code, err, got = predict(d, tmp, [ids])
+            assert code == 0, err
+            with torch.no_grad():
+                want = m(torch.from_numpy(ids)).numpy()
+            assert got[0].shape == want.shape
+            assert np.allclose(got[0], want, rtol=RTOL, atol=ATOL)
+
+
+def test_causal_mask_buffer():
+    torch.manual_seed(7)
+    doc = run_both("gpt", GPTBlock(), [_x(2, 8, 16, seed=5)])
+    assert doc["module"]["children"]["attn"]["buffers"]["bias"]["persistent"] is False
+
+
+def test_missing_buffers_file_is_named():
+    """A directory whose buffers.safetensors was lost is refused at open,
+    naming the file and the buffer."""
+    torch.manual_seed(8)
+    m = Bertish().eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "bert")
+        export(m, d, example_input=torch.from_numpy(_ids(2, 6)))
+        os.remove(os.path.join(d, "buffers.safetensors"))
+        code, err, _ = predict(d, tmp, [_ids(2, 6)])
+        assert code != 0
+        assert "buffers.safetensors" in err and "position_ids" in err, err
