@@ -47,6 +47,7 @@ from grove_export_types import (  # noqa: E402,F401
 from grove_export_graph import (  # noqa: E402
     _check_cycles,
     _expected_keys,
+    capture_examples,
     extra_buffers,
     module_spec,
 )
@@ -303,7 +304,13 @@ def build_spec(model, example_input=None, name=None, batching=None, weights_name
                require_callable=True):
     """The whole model.json document (a dict) for model, which must already
     be in eval mode.  Raises ExportError."""
-    module = module_spec(model, require_callable=require_callable)
+    xs = None if example_input is None else list(example_input) \
+        if isinstance(example_input, (tuple, list)) else [example_input]
+    capture_examples(model, xs)
+    try:
+        module = module_spec(model, require_callable=require_callable)
+    finally:
+        capture_examples(model, None)  # holds the example's tensors; not needed past the walk
     doc = {"format": FORMAT}
     if name is not None:
         if not isinstance(name, str) or not name:

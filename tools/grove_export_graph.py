@@ -545,6 +545,114 @@ def _traced_through(root, mod, qualname, args, kwargs):
     return _result(mod, qualname)[0] == "other"
 
 
+_EXAMPLES = {}  # id(module) -> (module, args, kwargs) of its first call on the example
+
+
+def capture_examples(model, xs):
+    """Runs model on the example inputs xs once, remembering what each module
+    was first called with, so that a shape check in its forward (`assert
+    x.shape[-1] == self.d`, `if x.dim() != 3: raise`) can be decided on the
+    example's shapes while tracing (_shape_bool).  A failing run leaves
+    nothing; _io reports it.  xs None only forgets the last run."""
+    import torch
+    _EXAMPLES.clear()
+    if xs is None:
+        return
+    handles = []
+
+    def pre(mod, args, kwargs=None):
+        _EXAMPLES.setdefault(id(mod), (mod, args, kwargs or {}))
+
+    for mod in model.modules():
+        handles.append(mod.register_forward_pre_hook(pre))
+    try:
+        with torch.no_grad():
+            model(*xs)
+    except Exception:
+        _EXAMPLES.clear()
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _shape_bool(m, proxy):
+    """bool() of a traced condition that only reads sizes (x.shape[-1] ==
+    self.d, x.dim() != 3, T <= self.block_size), decided on the shapes m got
+    in the example run; None when it reads tensor values or m was not run.
+    fx would refuse such control flow; on the example it takes the branch
+    the example takes, which is what model.json's input shapes (fixed where
+    the model does not take another size) then guarantee."""
+    import builtins
+    import inspect
+    import torch.fx as fx
+    ex = _EXAMPLES.get(id(m))
+    if ex is None or ex[0] is not m:
+        return None
+    try:
+        bound = inspect.signature(m.forward).bind(*ex[1], **ex[2])
+        bound.apply_defaults()
+    except TypeError:
+        return None
+    memo = {}
+
+    def ev(a, depth=0):
+        if isinstance(a, fx.Node):
+            if a in memo:
+                return memo[a]
+            if depth > 64:
+                raise ValueError
+            if a.op == "placeholder":
+                v = bound.arguments[a.target]
+            elif a.op == "call_function" and a.target is builtins.getattr and \
+                    a.args[1] in ("shape", "ndim"):
+                v = getattr(ev(a.args[0], depth + 1), a.args[1])
+            elif a.op == "call_method" and a.target in ("size", "dim"):
+                v = getattr(ev(a.args[0], depth + 1), a.target)(
+                    *[ev(x, depth + 1) for x in a.args[1:]])
+            elif a.op == "call_function" and getattr(a.target, "__module__", None) in \
+                    ("_operator", "operator"):
+                v = a.target(*[ev(x, depth + 1) for x in a.args])
+            else:
+                raise ValueError  # a tensor's values, not its shape
+            if hasattr(v, "dtype") and hasattr(v, "shape") and a.op != "placeholder":
+                raise ValueError
+            memo[a] = v
+            return v
+        if isinstance(a, (tuple, list)):
+            return type(a)(ev(x, depth + 1) for x in a)
+        return a
+
+    try:
+        v = ev(proxy.node)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
+    return bool(v) if isinstance(v, (bool, int)) else None
+
+
+def _defaults_not_passed(m):
+    """{name: default} of the forward parameters after those the example run
+    passed m (forward(x, mask=None, scale=1.0) called with x alone): traced
+    as the constants they are, so `if mask is not None:` takes the branch
+    torch takes, instead of being a model input."""
+    import inspect
+    ex = _EXAMPLES.get(id(m))
+    if ex is None or ex[0] is not m or ex[2]:
+        return {}
+    try:
+        params = list(inspect.signature(m.forward).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    for p in params[len(ex[1]):]:
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.default is p.empty:
+            return {}
+        if p.default is None or isinstance(p.default, (bool, int, float, str)):
+            out[p.name] = p.default
+        else:
+            return {}
+    return out
+
+
 def _trace(m, path, inlined=None):
     """torch.fx graph of m.forward, every submodule call kept as a
     call_module (Grove runs each submodule itself: torch.nn layers, and
@@ -588,6 +696,14 @@ def _trace(m, path, inlined=None):
         def is_leaf_module(self, mod, qualname):
             return True
 
+        def to_bool(self, obj):
+            # A shape check (assert, if ...: raise) is decided on the
+            # example's shapes; control flow on values is still refused.
+            v = _shape_bool(m, obj)
+            if v is None:
+                return super().to_bool(obj)
+            return v
+
         def call_module(self, mod, forward, args, kwargs):
             # A custom module called with what Grove cannot pass between
             # modules (a list of tensors, a dict, an int, keyword arguments)
@@ -625,7 +741,7 @@ def _trace(m, path, inlined=None):
     try:
         torch.finfo = finfo
         with _Patch():
-            return Tracer().trace(m)
+            return Tracer().trace(m, concrete_args=_defaults_not_passed(m) or None)
     except ExportError:
         raise
     except Exception as e:  # fx says what it could not follow (control flow on values, ...)
@@ -647,9 +763,10 @@ def _drop_shape_guards(graph):
     dim the model does not take one larger is fixed, _io), and Grove checks
     every request against those, so the guard has nothing left to do."""
     import torch
-    guards = [n for n in graph.nodes if n.op == "call_function" and n.target is torch._assert]
-    if not guards:
-        return
+    import torch.fx._symbolic_trace as st
+    is_none = getattr(st, "_assert_is_none", None)
+    guards = [n for n in graph.nodes if n.op == "call_function" and
+              (n.target is torch._assert or (is_none is not None and n.target is is_none))]
     feeding = set()
     todo = list(guards)
     while todo:
@@ -667,10 +784,18 @@ def _drop_shape_guards(graph):
         return (n.op == "call_function" and n.target in (builtins.getattr, operator.getitem)) or \
             (n.op == "call_method" and n.target in ("size", "dim"))
 
+    # A condition decided on the example's shapes (_shape_bool: `assert
+    # x.shape[-1] == self.d`) leaves its size arithmetic unused, too.
     for n in reversed(list(graph.nodes)):
         if not n.users and (n in feeding and n.op in ("call_function", "call_method", "get_attr")
-                            or shape_read(n)):
+                            or shape_read(n) or _size_value(n)):
             graph.erase_node(n)
+    # The trailing keyword defaults the example did not pass were traced as
+    # constants (_trace's concrete_args); their placeholders are left unused.
+    for n in reversed([n for n in graph.nodes if n.op == "placeholder"]):
+        if n.users or not n.args:
+            break
+        graph.erase_node(n)
 
 
 def _graph(m, path, inlined=None):

@@ -24,7 +24,7 @@ from test_graph_export import grove_bin, predict  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from grove_export import export  # noqa: E402
+from grove_export import ExportError, export  # noqa: E402
 from grove_export_types import _named_flat  # noqa: E402
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -283,3 +283,101 @@ def test_missing_buffers_file_is_named():
         code, err, _ = predict(d, tmp, [_ids(2, 6)])
         assert code != 0
         assert "buffers.safetensors" in err and "position_ids" in err, err
+
+
+# ---------------------------------------------------------------- keyword defaults
+
+
+class KwDefaults(nn.Module):
+    """forward(x, mask=None, scale=1.0): only the tensors passed are inputs;
+    the defaults are constants of the graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x, mask=None, scale=1.0):
+        y = self.fc(x) * scale
+        if mask is not None:
+            y = y + mask
+        return y
+
+
+def test_keyword_defaults_are_constants():
+    torch.manual_seed(9)
+    doc = run_both("kw", KwDefaults(), [_x(3, 8, seed=6)])
+    assert [i["name"] for i in doc["inputs"]] == ["x"]
+
+
+def test_keyword_passed_tensor_is_an_input():
+    torch.manual_seed(10)
+    doc = run_both("kw2", KwDefaults(), [_x(3, 8, seed=7), _x(3, 4, seed=8)])
+    assert [i["name"] for i in doc["inputs"]] == ["x", "mask"]
+
+
+# ---------------------------------------------------------------- shape checks
+
+
+class AssertNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.d = 8
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        assert x.shape[-1] == self.d, f"expected {self.d} features"
+        torch._assert(x.dim() == 3, "3-d input")
+        if x.dim() != 3:
+            raise ValueError("want [N, T, d]")
+        B, T, C = x.size()
+        if C != self.d:
+            raise ValueError("bad width")
+        return self.fc(x)
+
+
+class Sub(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        assert x.size(-1) == 8
+        return torch.relu(self.fc(x))
+
+
+class AssertInChild(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.sub = Sub()
+
+    def forward(self, x):
+        return self.sub(x) + 1
+
+
+class ValueBranch(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x
+        return -x
+
+
+def test_shape_asserts_and_raises_are_dropped():
+    torch.manual_seed(11)
+    doc = run_both("asserts", AssertNet(), [_x(2, 5, 8, seed=9)])
+    ops = [(n["op"], n.get("target")) for n in doc["module"]["graph"]]
+    assert ops == [("placeholder", None), ("call_module", "fc"), ("output", None)], ops
+
+
+def test_shape_assert_in_a_child():
+    torch.manual_seed(12)
+    run_both("child", AssertInChild(), [_x(3, 8, seed=10)])
+
+
+def test_control_flow_on_values_still_refused():
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            export(ValueBranch(), os.path.join(tmp, "v"), example_input=torch.randn(2, 3))
+        except ExportError as e:
+            assert "control flow" in str(e), str(e)
+        else:
+            raise AssertionError("export did not refuse")
