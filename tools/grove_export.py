@@ -132,7 +132,39 @@ def _outputs(y, what):
     return ys
 
 
-def _io(model, example_input):
+def _example_shapes(example_shape, xs):
+    """example_shape (a shape, or a list of one per input, None for "probe
+    it") checked against the example tensors xs: dim 0 the batch (-1), each
+    other dim -1 (free) or the example's size.  A list of shapes or Nones."""
+    if example_shape is None:
+        return [None] * len(xs)
+    one = isinstance(example_shape, (list, tuple)) and \
+        all(isinstance(d, int) and not isinstance(d, bool) for d in example_shape)
+    shapes = [list(example_shape)] if one else list(example_shape)
+    if len(shapes) != len(xs):
+        raise ExportError(f"example_shape has {len(shapes)} shapes for {len(xs)} inputs")
+    out = []
+    for i, (sh, x) in enumerate(zip(shapes, xs)):
+        if sh is None:
+            out.append(None)
+            continue
+        sh = list(sh)
+        if len(sh) != x.dim() or not all(isinstance(d, int) and not isinstance(d, bool)
+                                         for d in sh):
+            raise ExportError(f"example_shape[{i}] {sh}: expected {x.dim()} integers, as "
+                              f"example_input[{i}] {list(x.shape)} has")
+        for d, (want, got) in enumerate(zip(sh, x.shape)):
+            if d == 0 and want not in (-1, got):
+                raise ExportError(f"example_shape[{i}][0] is {want}: dimension 0 is the batch "
+                                  "(-1)")
+            if d > 0 and want != -1 and want != got:
+                raise ExportError(f"example_shape[{i}][{d}] is {want} but example_input[{i}] "
+                                  f"has {got} there (-1 for a free dimension)")
+        out.append([-1] + sh[1:])
+    return out
+
+
+def _io(model, example_input, example_shape=None):
     """(inputs, outputs) for model.json.  The inputs come from example_input
     (dtype, shape with dim 0 = -1) or from the first layer; dims the first
     layer leaves free (an Embedding's sequence length) are -1 either way, and
@@ -159,8 +191,14 @@ def _io(model, example_input):
         shapes = [[-1] + list(x.shape[1:]) for x in xs]
         if inferred and len(xs) == 1 and len(inferred["shape"]) == len(shapes[0]):
             shapes[0] = [-1 if d == -1 else s for d, s in zip(inferred["shape"], shapes[0])]
+        given = _example_shapes(example_shape, xs)
+        for i, sh in enumerate(given):
+            if sh is not None:
+                shapes[i] = sh
         dtypes = [x.dtype for x in xs]
         x1 = xs
+    elif example_shape is not None:
+        raise ExportError("example_shape needs example_input")
     elif inferred is None:
         raise ExportError(
             f"cannot tell the input of {_where('', model)} from its first layer (only a "
@@ -168,6 +206,7 @@ def _io(model, example_input):
     else:
         dtypes, shapes = [inferred["dtype"]], [inferred["shape"]]
         x1 = [_zeros(dtypes[0], [2] + [3 if d == -1 else d for d in shapes[0][1:]])]
+        given = [None]
 
     def run(xs, what):
         with torch.no_grad():
@@ -182,10 +221,11 @@ def _io(model, example_input):
     first = run(x1, what)
     y1 = _outputs(first, what)
     # An integer input (token ids) whose other dims the model also takes at
-    # another size gets those dims free.
+    # another size gets those dims free.  An input example_shape gives is
+    # not probed: its dims are what the caller says.
     if custom:
         for i, x in enumerate(x1):
-            if x.dtype.is_floating_point:
+            if x.dtype.is_floating_point or given[i] is not None:
                 continue
             for d in range(1, x.dim()):
                 if shapes[i][d] == -1:
@@ -211,7 +251,7 @@ def _io(model, example_input):
         # mask [N, 1, S]): all of them one larger at once.
         groups = {}
         for i, x in enumerate(x1):
-            if not x.dtype.is_floating_point:
+            if not x.dtype.is_floating_point and given[i] is None:
                 for d in range(1, x.dim()):
                     if shapes[i][d] != -1:
                         groups.setdefault(x.shape[d], []).append((i, d))
@@ -229,6 +269,44 @@ def _io(model, example_input):
                     shapes[i][d] = -1
             except Exception:
                 pass
+
+    # A float input's dim (a sequence of features [N, T, d]) is free when
+    # the outputs follow it: one larger changes an output's shape, and the
+    # model runs with it at 1 and 2 too (grove_model_open's trial forwards
+    # run free dims there).  An image's H and W stay fixed under a
+    # classifier (its outputs do not follow them).  Inputs of the same size
+    # at that dim grow with it (a float mask beside the sequence).
+    if custom:
+        for i, x in enumerate(x1):
+            if not x.dtype.is_floating_point or given[i] is not None:
+                continue
+            for d in range(1, x.dim()):
+                if shapes[i][d] == -1:
+                    continue
+                along = [j for j, z in enumerate(x1)
+                         if given[j] is None and z.dim() > d and z.shape[d] == x.shape[d]
+                         and shapes[j][d] != -1]
+
+                def at(size):
+                    probe = list(x1)
+                    for j in along:
+                        sh = list(x1[j].shape)
+                        sh[d] = size
+                        probe[j] = _zeros(x1[j].dtype, sh)
+                    return probe
+                try:
+                    with torch.no_grad():
+                        ya = _outputs(model(*at(x.shape[d] + 1)), "a probe")
+                        follows = len(ya) == len(y1) and any(
+                            a.dim() == b.dim() and a.shape != b.shape for a, b in zip(y1, ya))
+                        if follows:
+                            _outputs(model(*at(1)), "a probe")
+                            _outputs(model(*at(2)), "a probe")
+                except Exception:
+                    continue
+                if follows:
+                    for j in along:
+                        shapes[j][d] = -1
 
     def larger(batch):
         """x1 with the batch one larger (when batch) and every free dim too."""
@@ -301,7 +379,7 @@ def _batching(batching):
 
 
 def build_spec(model, example_input=None, name=None, batching=None, weights_name=None,
-               require_callable=True):
+               require_callable=True, example_shape=None):
     """The whole model.json document (a dict) for model, which must already
     be in eval mode.  Raises ExportError."""
     xs = None if example_input is None else list(example_input) \
@@ -317,7 +395,7 @@ def build_spec(model, example_input=None, name=None, batching=None, weights_name
             raise ExportError("name must be a non-empty string")
         doc["name"] = name
     if require_callable or example_input is not None:
-        doc["inputs"], doc["outputs"] = _io(model, example_input)
+        doc["inputs"], doc["outputs"] = _io(model, example_input, example_shape)
     else:
         inferred = _infer_input(model)
         if inferred:
@@ -416,14 +494,16 @@ def _write_dir(out_dir, files):
 
 
 def export(model, out_dir, example_input=None, weights="safetensors", name=None, batching=None,
-           *, require_callable=True):
+           *, require_callable=True, example_shape=None):
     """Writes model as a Grove model directory at out_dir: model.json and
     weights.safetensors (weights="safetensors") or weights.pt (weights="pt",
     torch.save(model.state_dict())).
 
     example_input: a tensor with a batch dimension first (or a tuple of 1
     to 4 of them for a custom forward that takes several); it fixes the
-    inputs' dtypes and shapes (dim 0 becomes -1, "any").  Without it the input
+    inputs' dtypes and shapes (dim 0 becomes -1, "any").  example_shape (a
+    shape, or one per input, None for "probe it") says which dims are free
+    (-1) and which fixed at the example's size, instead of probing them.  Without it the input
     is read off the first layer (Linear -> float32 [-1, in_features],
     Embedding -> int64 [-1, -1]); a module with a custom forward needs it.
     The model is run (on example_input, or zeros) to record the outputs'
@@ -459,7 +539,7 @@ def export(model, out_dir, example_input=None, weights="safetensors", name=None,
     model.eval()
     try:
         doc = build_spec(model, example_input, name=name, batching=batching, weights_name=wname,
-                         require_callable=require_callable)
+                         require_callable=require_callable, example_shape=example_shape)
         sd = model.state_dict()
         expected = _expected_keys(model)
         if list(sd.keys()) != expected:

@@ -381,3 +381,76 @@ def test_control_flow_on_values_still_refused():
             assert "control flow" in str(e), str(e)
         else:
             raise AssertionError("export did not refuse")
+
+
+# ---------------------------------------------------------------- free float dims
+
+
+class SeqMixer(nn.Module):
+    """[N, T, d] -> [N, T, d]: the sequence length is free (the output follows it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.ln = nn.LayerNorm(8)
+
+    def forward(self, x):
+        return self.ln(self.fc(x)).softmax(-1) + x.mean(dim=1, keepdim=True)
+
+
+class TinyCNN(nn.Module):
+    """An image classifier: the output does not follow H and W, which stay fixed."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(self.conv(x), 1), 1))
+
+
+def test_float_sequence_dim_is_free():
+    torch.manual_seed(13)
+    m = SeqMixer().eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "seq")
+        doc = export(m, d, example_input=torch.randn(2, 5, 8))
+        assert doc["inputs"][0]["shape"] == [-1, -1, 8], doc["inputs"]
+        assert doc["outputs"][0]["shape"] == [-1, -1, 8], doc["outputs"]
+        for x in (_x(2, 5, 8, seed=11), _x(3, 9, 8, seed=12), _x(1, 1, 8, seed=13)):
+            code, err, got = predict(d, tmp, [x])
+            assert code == 0, err
+            with torch.no_grad():
+                want = m(torch.from_numpy(x)).numpy()
+            assert got[0].shape == want.shape
+            assert np.allclose(got[0], want, rtol=RTOL, atol=ATOL)
+
+
+def test_image_dims_stay_fixed():
+    torch.manual_seed(14)
+    doc = run_both("cnn", TinyCNN(), [_x(2, 3, 6, 6, seed=14)])
+    assert doc["inputs"][0]["shape"] == [-1, 3, 6, 6]
+
+
+def test_example_shape_overrides_the_probe():
+    torch.manual_seed(15)
+    with tempfile.TemporaryDirectory() as tmp:
+        doc = export(SeqMixer(), os.path.join(tmp, "a"), example_input=torch.randn(2, 5, 8),
+                     example_shape=[-1, 5, 8])
+        assert doc["inputs"][0]["shape"] == [-1, 5, 8]
+        doc = export(TinyCNN(), os.path.join(tmp, "b"), example_input=torch.randn(2, 3, 6, 6),
+                     example_shape=[[-1, 3, -1, -1]])
+        assert doc["inputs"][0]["shape"] == [-1, 3, -1, -1]
+        code, err, got = predict(os.path.join(tmp, "b"), tmp, [_x(2, 3, 9, 7, seed=15)])
+        assert code == 0, err
+        for bad, needle in (([-1, 6, 8], "example_input[0] has 5 there"),
+                            ([-1, 5], "expected 3 integers"),
+                            ([[-1, 5, 8], [-1, 5]], "2 shapes for 1 inputs")):
+            try:
+                export(SeqMixer(), os.path.join(tmp, "c"), example_input=torch.randn(2, 5, 8),
+                       example_shape=bad)
+            except ExportError as e:
+                assert needle in str(e), str(e)
+            else:
+                raise AssertionError(f"example_shape {bad} was accepted")
