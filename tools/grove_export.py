@@ -276,6 +276,7 @@ def _io(model, example_input, example_shape=None):
     # run free dims there).  An image's H and W stay fixed under a
     # classifier (its outputs do not follow them).  Inputs of the same size
     # at that dim grow with it (a float mask beside the sequence).
+    freed = []  # (input, dim) freed here, fixed again if they do not fit together
     if custom:
         for i, x in enumerate(x1):
             if not x.dtype.is_floating_point or given[i] is not None:
@@ -307,6 +308,7 @@ def _io(model, example_input, example_shape=None):
                 if follows:
                     for j in along:
                         shapes[j][d] = -1
+                        freed.append((j, d))
 
     def larger(batch):
         """x1 with the batch one larger (when batch) and every free dim too."""
@@ -323,6 +325,11 @@ def _io(model, example_input, example_shape=None):
         except Exception:
             return False
 
+    if freed and not fits(larger(True)):
+        # Each alone, not together (x.view(-1, 6) of [N, 2, 3]): the float
+        # dims stay the example's, as before they were probed.
+        for j, d in freed:
+            shapes[j][d] = x1[j].shape[d]
     x2 = larger(True)
     if not fits(x2):
         # A dim the first layer leaves free may still be fixed by the model
