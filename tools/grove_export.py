@@ -354,10 +354,24 @@ def _io(model, example_input, example_shape=None):
     keys = _named_flat(first)[0]
     if keys and all(isinstance(k, str) and k for k in keys) and len(set(keys)) == len(keys):
         names = keys  # a dict's keys, a namedtuple's fields name the outputs ("out", "aux")
-    for name, a, b in zip(names, y1, y2):
+    # An output may follow a free dim in steps (F.pad up to a multiple of 4:
+    # 6 and 7 both give 8): a third run, every free dim 4 larger, tells.
+    y3 = None
+    if any(d == -1 for sh in shapes for d in sh[1:]):
+        x3 = [_zeros(x.dtype, [x.shape[0]] + [x.shape[k] + 4 if shapes[i][k] == -1 else x.shape[k]
+                                              for k in range(1, x.dim())])
+              for i, x in enumerate(x1)]
+        try:
+            with torch.no_grad():
+                y3 = _outputs(model(*x3), "a probe")
+        except Exception:
+            y3 = None
+    for k, (name, a, b) in enumerate(zip(names, y1, y2)):
         oshape = list(a.shape)
         if b.dim() == a.dim():
             oshape = [-1 if p != q else p for p, q in zip(a.shape, b.shape)]
+        if y3 is not None and k < len(y3) and y3[k].dim() == a.dim():
+            oshape = [-1 if p != q else o for o, p, q in zip(oshape, a.shape, y3[k].shape)]
         if oshape and a.shape[0] == x1[0].shape[0]:
             oshape[0] = -1
         outputs.append({"name": name, "dtype": _dtype_name(a.dtype), "shape": oshape})

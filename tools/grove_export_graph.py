@@ -964,6 +964,12 @@ def _graph(m, path, inlined=None):
                 spec["kwargs"] = {k: enc(node, v) for k, v in call_kwargs.items()}
             _check_module_call(node, sub, call_args, call_kwargs, refuse)
         elif node.op == "call_function":
+            if node.target is getattr and len(node.args) == 2 and \
+                    node.args[1] in ("values", "indices") and _pair_result(node.args[0]):
+                # torch.max(x, 1).values: the result is a (values, indices)
+                # namedtuple, which Grove's graph passes as a tuple.
+                node.target = operator.getitem
+                node.args = (node.args[0], 0 if node.args[1] == "values" else 1)
             if node.target is operator.getitem and isinstance(node.args[1], str):
                 node.args = (node.args[0], key_index(node, node.args[0], node.args[1]))
             if node.target not in ops:
@@ -996,6 +1002,28 @@ def _graph(m, path, inlined=None):
             spec["source"] = src
         out.append(spec)
     return out
+
+
+def _pair_result(src):
+    """Whether an fx node computes a (values, indices) namedtuple: torch's
+    max/min/sort/topk/kthvalue/median/mode with a dim, as function or
+    method."""
+    import torch
+    import torch.fx as fx
+    names = ("max", "min", "sort", "topk", "kthvalue", "median", "mode", "cummax", "cummin")
+    if not isinstance(src, fx.Node):
+        return False
+    if src.op == "call_method":
+        name = src.target
+    elif src.op == "call_function" and getattr(torch, getattr(src.target, "__name__", ""),
+                                                 None) is src.target:
+        name = src.target.__name__
+    else:
+        return False
+    if name not in names:
+        return False
+    # max(x) and min(x) (no dim) return a tensor, not a pair.
+    return name not in ("max", "min") or len(src.args) > 1 or "dim" in src.kwargs
 
 
 def _module_call_args(node, sub, refuse):

@@ -219,6 +219,7 @@ enum {
   G_MUL,
   G_DIV,
   G_FLOORDIV,
+  G_MOD, /* Python's % on numbers (sizes: (4 - t % 4) % 4 pad amounts) */
   G_MATMUL,
   G_RELU,
   G_GELU,
@@ -354,9 +355,9 @@ typedef struct gnum {
 } gnum;
 
 /* Python's x OP y for two numbers, op G_ADD or G_SUB (x OP alpha * y),
- * G_MUL, G_DIV (true division: a float) or G_FLOORDIV (floored): ints stay
- * ints.  Division by zero is GROVE_E_RANGE with Python's message in err.
- * Both evaluators call it, so sizes compute alike in serving and in
+ * G_MUL, G_DIV (true division: a float), G_FLOORDIV (floored) or G_MOD
+ * (Python's %: the sign of the divisor): ints stay ints.  Division by zero is GROVE_E_RANGE with
+ * Python's message in err. Both evaluators call it, so sizes compute alike in serving and in
  * training.  Any thread.  (ops_binary.c) */
 grove_status grove__graph_arith(int op, gnum x, gnum y, gnum alpha, gnum *out, grove_err *err);
 

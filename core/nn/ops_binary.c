@@ -1,5 +1,5 @@
-/* ops_binary.c: the binary operations add, sub, mul, div, floordiv and
- * matmul (torch.*, operator.*, Tensor methods): their entries (ops.h) and
+/* ops_binary.c: the binary operations add, sub, mul, div, floordiv, mod
+ * (numbers only) and matmul (torch.*, operator.*, Tensor methods): their entries (ops.h) and
  * forwards, and Python's arithmetic on numbers (sizes, scalars) that the
  * same nodes compute when neither operand is a tensor.  The kernels are
  * graph_ops.c's. */
@@ -25,6 +25,18 @@ grove_status grove__graph_arith(int op, gnum x, gnum y, gnum alpha, gnum *out, g
     case G_DIV:
       if (y.f == 0) return grove_err_set(err, GROVE_E_RANGE, "division by zero");
       *out = (gnum){false, 0, x.f / y.f};
+      break;
+    case G_MOD:
+      if (y.f == 0) return grove_err_set(err, GROVE_E_RANGE, "integer division or modulo by zero");
+      if (ints) {
+        int64_t r = x.i % y.i;
+        if (r != 0 && ((r < 0) != (y.i < 0))) r += y.i; /* Python's: the divisor's sign */
+        *out = (gnum){true, r, 0};
+      } else {
+        double r = fmod(x.f, y.f);
+        if (r != 0 && ((r < 0) != (y.f < 0))) r += y.f;
+        *out = (gnum){false, 0, r};
+      }
       break;
     default: /* floordiv */
       if (y.f == 0) return grove_err_set(err, GROVE_E_RANGE, "integer division or modulo by zero");
@@ -84,9 +96,9 @@ static grove_status binary_fwd(const grove__opctx *c, gval *res) {
     res->f = v.f;
     return GROVE_OK;
   }
-  if (op == G_FLOORDIV)
-    return grove_err_set(c->f->err, GROVE_E_UNSUPPORTED,
-                         "floor division of tensors is not supported");
+  if (op == G_FLOORDIV || op == G_MOD)
+    return grove_err_set(c->f->err, GROVE_E_UNSUPPORTED, "%s of tensors is not supported",
+                         op == G_MOD ? "modulo" : "floor division");
   float sa = 0, sb = 0;
   grove_tensor xa, xb;
   if (ta) {
@@ -196,6 +208,16 @@ const grove__opdef grove__opdef_floordiv = {
     .name = "floordiv",
     .id = G_FLOORDIV,
     .torch = (const char *const[]){"operator.floordiv(input,other)", NULL},
+    .varargs = -1,
+    .p = {OPERAND("input"), OPERAND("other")},
+    .forward = binary_fwd,
+};
+
+/* Only on numbers: pad amounts and window counts computed from x.shape. */
+const grove__opdef grove__opdef_mod = {
+    .name = "mod",
+    .id = G_MOD,
+    .torch = (const char *const[]){"operator.mod(input,other)", NULL},
     .varargs = -1,
     .p = {OPERAND("input"), OPERAND("other")},
     .forward = binary_fwd,

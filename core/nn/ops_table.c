@@ -14,7 +14,7 @@
 #include "ops.h"
 
 extern const grove__opdef grove__opdef_add, grove__opdef_sub, grove__opdef_mul, grove__opdef_div,
-    grove__opdef_floordiv, grove__opdef_matmul;
+    grove__opdef_floordiv, grove__opdef_mod, grove__opdef_matmul;
 extern const grove__opdef grove__opdef_relu, grove__opdef_gelu, grove__opdef_sigmoid, grove__opdef_tanh,
     grove__opdef_softmax, grove__opdef_log_softmax, grove__opdef_dropout, grove__opdef_leaky_relu,
     grove__opdef_silu;
@@ -58,6 +58,7 @@ static const grove__opdef *const table[] = {
     &grove__opdef_mul,
     &grove__opdef_div,
     &grove__opdef_floordiv,
+    &grove__opdef_mod,
     &grove__opdef_matmul,
     &grove__opdef_relu,
     &grove__opdef_gelu,

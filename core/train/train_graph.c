@@ -173,7 +173,7 @@ static grove_status tr_binary(grove__tape *t, const grove__opctx *c, gval *res) 
   const garg *a = &c->args[0], *b = &c->args[1];
   const gval *va = grove__op_val(c, a), *vb = grove__op_val(c, b);
   const bool ta = va && va->kind == V_TENSOR, tb = vb && vb->kind == V_TENSOR;
-  if ((!ta && !tb) || id == G_FLOORDIV) return c->def->forward(c, res);
+  if ((!ta && !tb) || id == G_FLOORDIV || id == G_MOD) return c->def->forward(c, res);
   double alpha = 1;
   int64_t ialpha = 1;
   bool alpha_int = true;

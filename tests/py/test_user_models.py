@@ -454,3 +454,40 @@ def test_example_shape_overrides_the_probe():
                 assert needle in str(e), str(e)
             else:
                 raise AssertionError(f"example_shape {bad} was accepted")
+
+
+# ---------------------------------------------------------------- .values / .indices, computed pads
+
+
+class PadToMultiple(nn.Module):
+    """Pads the last dim up to a multiple of 4, the amount computed from
+    x.shape (Python's % on a size)."""
+
+    def forward(self, x):
+        p = (4 - x.shape[-1] % 4) % 4
+        return nn.functional.pad(x, [0, p]) * 2
+
+
+class MaxMinFields(nn.Module):
+    def forward(self, x):
+        m = x.max(dim=-1)
+        return m.values + torch.min(x, 1).values, torch.max(x, dim=1).indices
+
+
+def test_pad_amounts_from_the_shape():
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "pad")
+        m = PadToMultiple()
+        doc = export(m, d, example_input=torch.randn(2, 3, 6), example_shape=[-1, 3, -1])
+        assert doc["inputs"][0]["shape"] == [-1, 3, -1]
+        for w in (6, 8, 5, 1):
+            x = _x(2, 3, w, seed=w)
+            code, err, got = predict(d, tmp, [x])
+            assert code == 0, (w, err)
+            want = m(torch.from_numpy(x)).numpy()
+            assert got[0].shape == want.shape, (w, got[0].shape, want.shape)
+            assert np.allclose(got[0], want, rtol=RTOL, atol=ATOL)
+
+
+def test_values_and_indices_fields():
+    run_both("fields", MaxMinFields(), [_x(3, 7, seed=16)])
