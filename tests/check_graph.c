@@ -385,8 +385,8 @@ START_TEST(test_spec_errors) {
            "module's Python class name");
   spec_err(
       "{\"type\": \"Net\", \"graph\": [], \"buffers\": {\"b\": {\"shape\": [2], "
-      "\"persistent\": false}}}",
-      GROVE_E_UNSUPPORTED, "$.module.buffers.b.persistent: a non-persistent buffer");
+      "\"persistent\": \"no\"}}}",
+      GROVE_E_SPEC, "$.module.buffers.b.persistent: expected true or false");
   spec_err("{\"type\": \"Net\", \"graph\": [], \"parameters\": {\"p\": {\"shape\": [-2]}}}",
            GROVE_E_SPEC, "$.module.parameters.p.shape: expected a list of at most 8");
   /* call_module: constant masks and constants are refused, naming the node. */

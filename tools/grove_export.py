@@ -26,6 +26,9 @@ FORMAT = "grove.model/1"
 # into an existing directory removes all of them, so that a stale weights.pt
 # can never shadow (or be mistaken for) the new export.
 WEIGHT_NAMES = ("weights.safetensors", "weights.pt", "weights.pth", "weights.bin")
+# The values of the non-persistent buffers (not in the state_dict), read by
+# grove_model_open; replaced (or removed) by every re-export like the weights.
+BUFFERS_NAME = "buffers.safetensors"
 BATCHING_KEYS = ("max_batch_size", "max_queue_delay_us", "max_queue_size")
 
 # The safetensors writer (self-contained: Debian packages no safetensors
@@ -38,11 +41,14 @@ from grove_export_types import (  # noqa: E402,F401
     ExportError,
     _dtype_name,
     _kind_of,
+    _named_flat,
     _where,
 )
 from grove_export_graph import (  # noqa: E402
     _check_cycles,
     _expected_keys,
+    capture_examples,
+    extra_buffers,
     module_spec,
 )
 
@@ -114,18 +120,51 @@ def _flat(y):
 
 def _outputs(y, what):
     import torch
-    if isinstance(y, dict):  # named outputs, in the dict's order (_output_names)
-        y = tuple(y.values())
-    ys = _flat(y) if isinstance(y, (tuple, list)) else [y]
+    # A dict, namedtuple, dataclass or ModelOutput gives named outputs in its
+    # fields' order; nested tuples are flattened in order (_named_flat).
+    _, ys = _named_flat(y)
     if not ys or len(ys) > 4 or not all(isinstance(t, torch.Tensor) for t in ys):
         got = type(y).__name__ if not isinstance(y, (tuple, list)) else \
             f"a {type(y).__name__} of {[type(t).__name__ for t in ys]}"
         raise ExportError(f"the model returned {got} on {what}; Grove serves models that "
-                          "return a tensor or a tuple of 1 to 4 tensors")
+                          "return 1 to 4 tensors (a tensor, or a tuple, dict, namedtuple or "
+                          "dataclass of them)")
     return ys
 
 
-def _io(model, example_input):
+def _example_shapes(example_shape, xs):
+    """example_shape (a shape, or a list of one per input, None for "probe
+    it") checked against the example tensors xs: dim 0 the batch (-1), each
+    other dim -1 (free) or the example's size.  A list of shapes or Nones."""
+    if example_shape is None:
+        return [None] * len(xs)
+    one = isinstance(example_shape, (list, tuple)) and \
+        all(isinstance(d, int) and not isinstance(d, bool) for d in example_shape)
+    shapes = [list(example_shape)] if one else list(example_shape)
+    if len(shapes) != len(xs):
+        raise ExportError(f"example_shape has {len(shapes)} shapes for {len(xs)} inputs")
+    out = []
+    for i, (sh, x) in enumerate(zip(shapes, xs)):
+        if sh is None:
+            out.append(None)
+            continue
+        sh = list(sh)
+        if len(sh) != x.dim() or not all(isinstance(d, int) and not isinstance(d, bool)
+                                         for d in sh):
+            raise ExportError(f"example_shape[{i}] {sh}: expected {x.dim()} integers, as "
+                              f"example_input[{i}] {list(x.shape)} has")
+        for d, (want, got) in enumerate(zip(sh, x.shape)):
+            if d == 0 and want not in (-1, got):
+                raise ExportError(f"example_shape[{i}][0] is {want}: dimension 0 is the batch "
+                                  "(-1)")
+            if d > 0 and want != -1 and want != got:
+                raise ExportError(f"example_shape[{i}][{d}] is {want} but example_input[{i}] "
+                                  f"has {got} there (-1 for a free dimension)")
+        out.append([-1] + sh[1:])
+    return out
+
+
+def _io(model, example_input, example_shape=None):
     """(inputs, outputs) for model.json.  The inputs come from example_input
     (dtype, shape with dim 0 = -1) or from the first layer; dims the first
     layer leaves free (an Embedding's sequence length) are -1 either way, and
@@ -152,8 +191,14 @@ def _io(model, example_input):
         shapes = [[-1] + list(x.shape[1:]) for x in xs]
         if inferred and len(xs) == 1 and len(inferred["shape"]) == len(shapes[0]):
             shapes[0] = [-1 if d == -1 else s for d, s in zip(inferred["shape"], shapes[0])]
+        given = _example_shapes(example_shape, xs)
+        for i, sh in enumerate(given):
+            if sh is not None:
+                shapes[i] = sh
         dtypes = [x.dtype for x in xs]
         x1 = xs
+    elif example_shape is not None:
+        raise ExportError("example_shape needs example_input")
     elif inferred is None:
         raise ExportError(
             f"cannot tell the input of {_where('', model)} from its first layer (only a "
@@ -161,6 +206,7 @@ def _io(model, example_input):
     else:
         dtypes, shapes = [inferred["dtype"]], [inferred["shape"]]
         x1 = [_zeros(dtypes[0], [2] + [3 if d == -1 else d for d in shapes[0][1:]])]
+        given = [None]
 
     def run(xs, what):
         with torch.no_grad():
@@ -175,10 +221,11 @@ def _io(model, example_input):
     first = run(x1, what)
     y1 = _outputs(first, what)
     # An integer input (token ids) whose other dims the model also takes at
-    # another size gets those dims free.
+    # another size gets those dims free.  An input example_shape gives is
+    # not probed: its dims are what the caller says.
     if custom:
         for i, x in enumerate(x1):
-            if x.dtype.is_floating_point:
+            if x.dtype.is_floating_point or given[i] is not None:
                 continue
             for d in range(1, x.dim()):
                 if shapes[i][d] == -1:
@@ -204,7 +251,7 @@ def _io(model, example_input):
         # mask [N, 1, S]): all of them one larger at once.
         groups = {}
         for i, x in enumerate(x1):
-            if not x.dtype.is_floating_point:
+            if not x.dtype.is_floating_point and given[i] is None:
                 for d in range(1, x.dim()):
                     if shapes[i][d] != -1:
                         groups.setdefault(x.shape[d], []).append((i, d))
@@ -223,6 +270,46 @@ def _io(model, example_input):
             except Exception:
                 pass
 
+    # A float input's dim (a sequence of features [N, T, d]) is free when
+    # the outputs follow it: one larger changes an output's shape, and the
+    # model runs with it at 1 and 2 too (grove_model_open's trial forwards
+    # run free dims there).  An image's H and W stay fixed under a
+    # classifier (its outputs do not follow them).  Inputs of the same size
+    # at that dim grow with it (a float mask beside the sequence).
+    freed = []  # (input, dim) freed here, fixed again if they do not fit together
+    if custom:
+        for i, x in enumerate(x1):
+            if not x.dtype.is_floating_point or given[i] is not None:
+                continue
+            for d in range(1, x.dim()):
+                if shapes[i][d] == -1:
+                    continue
+                along = [j for j, z in enumerate(x1)
+                         if given[j] is None and z.dim() > d and z.shape[d] == x.shape[d]
+                         and shapes[j][d] != -1]
+
+                def at(size):
+                    probe = list(x1)
+                    for j in along:
+                        sh = list(x1[j].shape)
+                        sh[d] = size
+                        probe[j] = _zeros(x1[j].dtype, sh)
+                    return probe
+                try:
+                    with torch.no_grad():
+                        ya = _outputs(model(*at(x.shape[d] + 1)), "a probe")
+                        follows = len(ya) == len(y1) and any(
+                            a.dim() == b.dim() and a.shape != b.shape for a, b in zip(y1, ya))
+                        if follows:
+                            _outputs(model(*at(1)), "a probe")
+                            _outputs(model(*at(2)), "a probe")
+                except Exception:
+                    continue
+                if follows:
+                    for j in along:
+                        shapes[j][d] = -1
+                        freed.append((j, d))
+
     def larger(batch):
         """x1 with the batch one larger (when batch) and every free dim too."""
         return [_zeros(x.dtype, [x.shape[0] + int(batch)] +
@@ -238,6 +325,11 @@ def _io(model, example_input):
         except Exception:
             return False
 
+    if freed and not fits(larger(True)):
+        # Each alone, not together (x.view(-1, 6) of [N, 2, 3]): the float
+        # dims stay the example's, as before they were probed.
+        for j, d in freed:
+            shapes[j][d] = x1[j].shape[d]
     x2 = larger(True)
     if not fits(x2):
         # A dim the first layer leaves free may still be fixed by the model
@@ -259,12 +351,27 @@ def _io(model, example_input):
     y2 = _outputs(run(x2, what + " (with the batch and every free dimension one larger)"), what)
     outputs = []
     names = ["y"] if len(y1) == 1 else [f"y{i}" for i in range(len(y1))]
-    if isinstance(first, dict) and all(isinstance(k, str) and k for k in first):
-        names = list(first)  # a dict's keys name the outputs ("out", "aux")
-    for name, a, b in zip(names, y1, y2):
+    keys = _named_flat(first)[0]
+    if keys and all(isinstance(k, str) and k for k in keys) and len(set(keys)) == len(keys):
+        names = keys  # a dict's keys, a namedtuple's fields name the outputs ("out", "aux")
+    # An output may follow a free dim in steps (F.pad up to a multiple of 4:
+    # 6 and 7 both give 8): a third run, every free dim 4 larger, tells.
+    y3 = None
+    if any(d == -1 for sh in shapes for d in sh[1:]):
+        x3 = [_zeros(x.dtype, [x.shape[0]] + [x.shape[k] + 4 if shapes[i][k] == -1 else x.shape[k]
+                                              for k in range(1, x.dim())])
+              for i, x in enumerate(x1)]
+        try:
+            with torch.no_grad():
+                y3 = _outputs(model(*x3), "a probe")
+        except Exception:
+            y3 = None
+    for k, (name, a, b) in enumerate(zip(names, y1, y2)):
         oshape = list(a.shape)
         if b.dim() == a.dim():
             oshape = [-1 if p != q else p for p, q in zip(a.shape, b.shape)]
+        if y3 is not None and k < len(y3) and y3[k].dim() == a.dim():
+            oshape = [-1 if p != q else o for o, p, q in zip(oshape, a.shape, y3[k].shape)]
         if oshape and a.shape[0] == x1[0].shape[0]:
             oshape[0] = -1
         outputs.append({"name": name, "dtype": _dtype_name(a.dtype), "shape": oshape})
@@ -293,17 +400,23 @@ def _batching(batching):
 
 
 def build_spec(model, example_input=None, name=None, batching=None, weights_name=None,
-               require_callable=True):
+               require_callable=True, example_shape=None):
     """The whole model.json document (a dict) for model, which must already
     be in eval mode.  Raises ExportError."""
-    module = module_spec(model, require_callable=require_callable)
+    xs = None if example_input is None else list(example_input) \
+        if isinstance(example_input, (tuple, list)) else [example_input]
+    capture_examples(model, xs)
+    try:
+        module = module_spec(model, require_callable=require_callable)
+    finally:
+        capture_examples(model, None)  # holds the example's tensors; not needed past the walk
     doc = {"format": FORMAT}
     if name is not None:
         if not isinstance(name, str) or not name:
             raise ExportError("name must be a non-empty string")
         doc["name"] = name
     if require_callable or example_input is not None:
-        doc["inputs"], doc["outputs"] = _io(model, example_input)
+        doc["inputs"], doc["outputs"] = _io(model, example_input, example_shape)
     else:
         inferred = _infer_input(model)
         if inferred:
@@ -369,7 +482,7 @@ def _write_dir(out_dir, files):
             write(os.path.join(tmp, fname))
             _fsync(os.path.join(tmp, fname))
         if os.path.isdir(out_dir):
-            ours = set(files) | {"model.json"} | set(WEIGHT_NAMES)
+            ours = set(files) | {"model.json", BUFFERS_NAME} | set(WEIGHT_NAMES)
             for entry in os.listdir(out_dir):
                 if entry in ours:
                     continue
@@ -402,14 +515,16 @@ def _write_dir(out_dir, files):
 
 
 def export(model, out_dir, example_input=None, weights="safetensors", name=None, batching=None,
-           *, require_callable=True):
+           *, require_callable=True, example_shape=None):
     """Writes model as a Grove model directory at out_dir: model.json and
     weights.safetensors (weights="safetensors") or weights.pt (weights="pt",
     torch.save(model.state_dict())).
 
     example_input: a tensor with a batch dimension first (or a tuple of 1
     to 4 of them for a custom forward that takes several); it fixes the
-    inputs' dtypes and shapes (dim 0 becomes -1, "any").  Without it the input
+    inputs' dtypes and shapes (dim 0 becomes -1, "any").  example_shape (a
+    shape, or one per input, None for "probe it") says which dims are free
+    (-1) and which fixed at the example's size, instead of probing them.  Without it the input
     is read off the first layer (Linear -> float32 [-1, in_features],
     Embedding -> int64 [-1, -1]); a module with a custom forward needs it.
     The model is run (on example_input, or zeros) to record the outputs'
@@ -445,7 +560,7 @@ def export(model, out_dir, example_input=None, weights="safetensors", name=None,
     model.eval()
     try:
         doc = build_spec(model, example_input, name=name, batching=batching, weights_name=wname,
-                         require_callable=require_callable)
+                         require_callable=require_callable, example_shape=example_shape)
         sd = model.state_dict()
         expected = _expected_keys(model)
         if list(sd.keys()) != expected:
@@ -463,7 +578,11 @@ def export(model, out_dir, example_input=None, weights="safetensors", name=None,
             with open(p, "w", encoding="utf-8") as f:
                 f.write(_dumps(doc) + "\n")
 
-        _write_dir(out_dir, {wname: write_weights, "model.json": write_json})
+        files = {wname: write_weights, "model.json": write_json}
+        extra = extra_buffers(model)
+        if extra:
+            files[BUFFERS_NAME] = lambda p: save_safetensors(extra, p)
+        _write_dir(out_dir, files)
         return doc
     finally:
         for m, t in flags:

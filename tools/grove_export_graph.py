@@ -14,7 +14,9 @@ from grove_export_types import (  # noqa: E402
     _dtype_name,
     _join,
     _kind_of,
+    _named_flat,
     _rebuild,
+    _structured,
     _where,
 )
 
@@ -192,10 +194,12 @@ def module_spec(model, require_callable=True):
         non_persistent = getattr(m, "_non_persistent_buffers_set", set())
         bufs = {}
         for bname, b in m._buffers.items():
-            if bname in non_persistent:
-                continue  # not in the state_dict; a graph that reads one was refused
             bufs[bname] = None if b is None else \
                 {"shape": list(b.shape), "dtype": _dtype_name(b.dtype)}
+            if b is not None and bname in non_persistent:
+                # Not in the state_dict (torch's semantics, kept by Grove);
+                # its value goes to buffers.safetensors (extra_buffers).
+                bufs[bname]["persistent"] = False
         if bufs:
             spec["buffers"] = bufs
         params_and_ties(m, path, spec)
@@ -246,8 +250,9 @@ def _expected_keys(model):
         for n, p in m._parameters.items():
             if p is not None:
                 keys.append(prefix + n)
+        non_persistent = getattr(m, "_non_persistent_buffers_set", set())
         for n, b in m._buffers.items():
-            if b is not None:
+            if b is not None and n not in non_persistent:
                 keys.append(prefix + n)
         for n, c in m._modules.items():
             if c is not None:
@@ -255,6 +260,30 @@ def _expected_keys(model):
 
     walk(model, "")
     return keys
+
+
+def extra_buffers(model):
+    """{dotted path: value} of the non-persistent buffers of the tree (at
+    every path a shared module has, as Grove's tree has it there too):
+    they are not in the state_dict, so the export writes them to
+    buffers.safetensors, where grove_model_open reads them.  Floating point
+    values as float32, which Grove computes in."""
+    import torch
+    out = {}
+
+    def walk(m, prefix, stack):
+        if m is None or id(m) in stack:
+            return
+        for n in getattr(m, "_non_persistent_buffers_set", set()):
+            b = m._buffers.get(n)
+            if b is not None:
+                v = b.detach().float() if b.is_floating_point() else b.detach()
+                out[prefix + n] = v.contiguous().clone()
+        for n, c in m._modules.items():
+            walk(c, prefix + n + ".", stack | {id(m)})
+
+    walk(model, "", frozenset())
+    return {k: out[k] for k in sorted(out)} if out else {}
 
 
 # ---------------------------------------------------------------- graphs (torch.fx)
@@ -522,6 +551,114 @@ def _traced_through(root, mod, qualname, args, kwargs):
     return _result(mod, qualname)[0] == "other"
 
 
+_EXAMPLES = {}  # id(module) -> (module, args, kwargs) of its first call on the example
+
+
+def capture_examples(model, xs):
+    """Runs model on the example inputs xs once, remembering what each module
+    was first called with, so that a shape check in its forward (`assert
+    x.shape[-1] == self.d`, `if x.dim() != 3: raise`) can be decided on the
+    example's shapes while tracing (_shape_bool).  A failing run leaves
+    nothing; _io reports it.  xs None only forgets the last run."""
+    import torch
+    _EXAMPLES.clear()
+    if xs is None:
+        return
+    handles = []
+
+    def pre(mod, args, kwargs=None):
+        _EXAMPLES.setdefault(id(mod), (mod, args, kwargs or {}))
+
+    for mod in model.modules():
+        handles.append(mod.register_forward_pre_hook(pre))
+    try:
+        with torch.no_grad():
+            model(*xs)
+    except Exception:
+        _EXAMPLES.clear()
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _shape_bool(m, proxy):
+    """bool() of a traced condition that only reads sizes (x.shape[-1] ==
+    self.d, x.dim() != 3, T <= self.block_size), decided on the shapes m got
+    in the example run; None when it reads tensor values or m was not run.
+    fx would refuse such control flow; on the example it takes the branch
+    the example takes, which is what model.json's input shapes (fixed where
+    the model does not take another size) then guarantee."""
+    import builtins
+    import inspect
+    import torch.fx as fx
+    ex = _EXAMPLES.get(id(m))
+    if ex is None or ex[0] is not m:
+        return None
+    try:
+        bound = inspect.signature(m.forward).bind(*ex[1], **ex[2])
+        bound.apply_defaults()
+    except TypeError:
+        return None
+    memo = {}
+
+    def ev(a, depth=0):
+        if isinstance(a, fx.Node):
+            if a in memo:
+                return memo[a]
+            if depth > 64:
+                raise ValueError
+            if a.op == "placeholder":
+                v = bound.arguments[a.target]
+            elif a.op == "call_function" and a.target is builtins.getattr and \
+                    a.args[1] in ("shape", "ndim"):
+                v = getattr(ev(a.args[0], depth + 1), a.args[1])
+            elif a.op == "call_method" and a.target in ("size", "dim"):
+                v = getattr(ev(a.args[0], depth + 1), a.target)(
+                    *[ev(x, depth + 1) for x in a.args[1:]])
+            elif a.op == "call_function" and getattr(a.target, "__module__", None) in \
+                    ("_operator", "operator"):
+                v = a.target(*[ev(x, depth + 1) for x in a.args])
+            else:
+                raise ValueError  # a tensor's values, not its shape
+            if hasattr(v, "dtype") and hasattr(v, "shape") and a.op != "placeholder":
+                raise ValueError
+            memo[a] = v
+            return v
+        if isinstance(a, (tuple, list)):
+            return type(a)(ev(x, depth + 1) for x in a)
+        return a
+
+    try:
+        v = ev(proxy.node)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
+    return bool(v) if isinstance(v, (bool, int)) else None
+
+
+def _defaults_not_passed(m):
+    """{name: default} of the forward parameters after those the example run
+    passed m (forward(x, mask=None, scale=1.0) called with x alone): traced
+    as the constants they are, so `if mask is not None:` takes the branch
+    torch takes, instead of being a model input."""
+    import inspect
+    ex = _EXAMPLES.get(id(m))
+    if ex is None or ex[0] is not m or ex[2]:
+        return {}
+    try:
+        params = list(inspect.signature(m.forward).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    for p in params[len(ex[1]):]:
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or p.default is p.empty:
+            return {}
+        if p.default is None or isinstance(p.default, (bool, int, float, str)):
+            out[p.name] = p.default
+        else:
+            return {}
+    return out
+
+
 def _trace(m, path, inlined=None):
     """torch.fx graph of m.forward, every submodule call kept as a
     call_module (Grove runs each submodule itself: torch.nn layers, and
@@ -560,8 +697,25 @@ def _trace(m, path, inlined=None):
                 self._autowrap_search.append(torch)
                 self._autowrap_search.append(F)
 
+        def create_arg(self, a):
+            # A namedtuple, dataclass or ModelOutput a forward returns is
+            # recorded as the dict of its fields: fx 1.13 cannot store a
+            # dataclass at all, and would call a namedtuple's class as an op.
+            s = _structured(a)
+            if s is not a:
+                return super().create_arg(s)
+            return super().create_arg(a)
+
         def is_leaf_module(self, mod, qualname):
             return True
+
+        def to_bool(self, obj):
+            # A shape check (assert, if ...: raise) is decided on the
+            # example's shapes; control flow on values is still refused.
+            v = _shape_bool(m, obj)
+            if v is None:
+                return super().to_bool(obj)
+            return v
 
         def call_module(self, mod, forward, args, kwargs):
             # A custom module called with what Grove cannot pass between
@@ -601,7 +755,7 @@ def _trace(m, path, inlined=None):
     try:
         torch.finfo = finfo
         with _Patch():
-            graph = Tracer().trace(m)
+            graph = Tracer().trace(m, concrete_args=_defaults_not_passed(m) or None)
         return graph
     except ExportError:
         raise
@@ -630,9 +784,10 @@ def _drop_shape_guards(graph):
     dim the model does not take one larger is fixed, _io), and Grove checks
     every request against those, so the guard has nothing left to do."""
     import torch
-    guards = [n for n in graph.nodes if n.op == "call_function" and n.target is torch._assert]
-    if not guards:
-        return
+    import torch.fx._symbolic_trace as st
+    is_none = getattr(st, "_assert_is_none", None)
+    guards = [n for n in graph.nodes if n.op == "call_function" and
+              (n.target is torch._assert or (is_none is not None and n.target is is_none))]
     feeding = set()
     todo = list(guards)
     while todo:
@@ -650,10 +805,18 @@ def _drop_shape_guards(graph):
         return (n.op == "call_function" and n.target in (builtins.getattr, operator.getitem)) or \
             (n.op == "call_method" and n.target in ("size", "dim"))
 
+    # A condition decided on the example's shapes (_shape_bool: `assert
+    # x.shape[-1] == self.d`) leaves its size arithmetic unused, too.
     for n in reversed(list(graph.nodes)):
         if not n.users and (n in feeding and n.op in ("call_function", "call_method", "get_attr")
-                            or shape_read(n)):
+                            or shape_read(n) or _size_value(n)):
             graph.erase_node(n)
+    # The trailing keyword defaults the example did not pass were traced as
+    # constants (_trace's concrete_args); their placeholders are left unused.
+    for n in reversed([n for n in graph.nodes if n.op == "placeholder"]):
+        if n.users or not n.args:
+            break
+        graph.erase_node(n)
 
 
 def _graph(m, path, inlined=None):
@@ -808,15 +971,16 @@ def _graph(m, path, inlined=None):
                 owner = m.get_submodule(owner_path)
             except AttributeError:
                 owner = None
-            persistent = owner is not None and (
-                slot in owner._parameters or
-                (slot in owner._buffers and
-                 slot not in getattr(owner, "_non_persistent_buffers_set", set())))
-            if not persistent:
-                refuse(node, f"self.{target} is not a parameter or persistent buffer, so its "
-                             "value is not in the state_dict (a tensor made in forward, or "
-                             "stored as a plain attribute); register it with "
-                             "register_buffer(name, tensor) or as an nn.Parameter")
+            # A non-persistent buffer of a custom module is exported too, its
+            # value in buffers.safetensors; one of a torch.nn layer was
+            # refused by the walk (_check_slots).
+            declared = owner is not None and (slot in owner._parameters or
+                                              slot in owner._buffers)
+            if not declared:
+                refuse(node, f"self.{target} is not a parameter or buffer, so Grove has no "
+                             "value for it (a tensor made in forward, or stored as a plain "
+                             "attribute); register it with register_buffer(name, tensor) or "
+                             "as an nn.Parameter")
             spec = {"op": "get_attr", "name": node.name, "target": target}
         elif node.op == "call_module":
             sub = m.get_submodule(node.target)
@@ -827,6 +991,12 @@ def _graph(m, path, inlined=None):
                 spec["kwargs"] = {k: enc(node, v) for k, v in call_kwargs.items()}
             _check_module_call(node, sub, call_args, call_kwargs, refuse)
         elif node.op == "call_function":
+            if node.target is getattr and len(node.args) == 2 and \
+                    node.args[1] in ("values", "indices") and _pair_result(node.args[0]):
+                # torch.max(x, 1).values: the result is a (values, indices)
+                # namedtuple, which Grove's graph passes as a tuple.
+                node.target = operator.getitem
+                node.args = (node.args[0], 0 if node.args[1] == "values" else 1)
             if node.target is operator.getitem and isinstance(node.args[1], str):
                 node.args = (node.args[0], key_index(node, node.args[0], node.args[1]))
             if node.target not in ops and _fn_name(node.target) in _WHY:
@@ -845,12 +1015,16 @@ def _graph(m, path, inlined=None):
             spec = emit_call(node, name, bind(node, name, params, node.args,
                                               dict(node.kwargs)))
         elif node.op == "output":
+            # torchvision's segmentation nets' {"out": ..., "aux": ...}, a
+            # namedtuple, dataclass or ModelOutput (the tracer made it a dict),
+            # nested tuples: the values flattened in order, as _io names them.
             res = node.args[0]
-            if isinstance(res, dict):  # torchvision's segmentation nets: {"out": ..., "aux": ...}
-                res = tuple(res.values())
+            if isinstance(res, (dict, list, tuple)):
+                res = tuple(_named_flat(res)[1])
             items = list(res) if isinstance(res, (list, tuple)) else [res]
             if not items or not all(isinstance(x, fx.Node) for x in items) or len(items) > 4:
-                refuse(node, "forward must return a tensor or a tuple of 1 to 4 tensors")
+                refuse(node, "forward must return 1 to 4 tensors (a tensor, or a tuple, dict, "
+                             "namedtuple or dataclass of them)")
             spec = {"op": "output", "name": node.name, "args": [enc(node, res)]}
         else:
             refuse(node, f"fx node kind {node.op!r} is not supported")
@@ -877,6 +1051,28 @@ def _small_constant(graph, target):
     if t.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         return t.detach().to(torch.int64).tolist(), "int64"
     return None
+
+
+def _pair_result(src):
+    """Whether an fx node computes a (values, indices) namedtuple: torch's
+    max/min/sort/topk/kthvalue/median/mode with a dim, as function or
+    method."""
+    import torch
+    import torch.fx as fx
+    names = ("max", "min", "sort", "topk", "kthvalue", "median", "mode", "cummax", "cummin")
+    if not isinstance(src, fx.Node):
+        return False
+    if src.op == "call_method":
+        name = src.target
+    elif src.op == "call_function" and getattr(torch, getattr(src.target, "__name__", ""),
+                                                 None) is src.target:
+        name = src.target.__name__
+    else:
+        return False
+    if name not in names:
+        return False
+    # max(x) and min(x) (no dim) return a tensor, not a pair.
+    return name not in ("max", "min") or len(src.args) > 1 or "dim" in src.kwargs
 
 
 def _module_call_args(node, sub, refuse):

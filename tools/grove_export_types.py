@@ -15,6 +15,53 @@ class ExportError(ValueError):
     path and class and says why."""
 
 
+def _structured(y):
+    """A namedtuple, dataclass or HuggingFace ModelOutput result as the dict
+    of its fields (a dataclass's None fields left out, as ModelOutput's
+    to_tuple() leaves them out); anything else as it is.  Shared by the
+    graph's output node (fx values) and the runs that record the outputs
+    (tensors), so that both name the outputs alike."""
+    import dataclasses
+    if isinstance(y, tuple) and hasattr(y, "_fields"):
+        return dict(zip(y._fields, y))
+    if dataclasses.is_dataclass(y) and not isinstance(y, type):
+        if isinstance(y, dict):  # a ModelOutput is an OrderedDict of its set fields
+            return dict(y)
+        return {f.name: getattr(y, f.name) for f in dataclasses.fields(y)
+                if getattr(y, f.name) is not None}
+    return y
+
+
+def _named_flat(y):
+    """(names, values) of a model's result, flattened in order: a dict (or
+    namedtuple, dataclass, ModelOutput) gives its keys, a value that is itself
+    a tuple under a key k gives k_0, k_1, ...; nested tuples give y0, y1, ...
+    in order (names None: the caller numbers them)."""
+    y = _structured(y)
+    if isinstance(y, dict):
+        names, vals = [], []
+        for k, v in y.items():
+            v = _structured(v)
+            if isinstance(v, (tuple, list, dict)):
+                sub_names, sub = _named_flat(v)
+                sub_names = sub_names or [str(i) for i in range(len(sub))]
+                names += [f"{k}_{n}" for n in sub_names]
+                vals += sub
+            else:
+                names.append(str(k))
+                vals.append(v)
+        return names, vals
+    if isinstance(y, (tuple, list)):
+        vals = []
+        for v in y:
+            v = _structured(v)
+            if isinstance(v, dict):
+                return None, [t for v2 in y for t in _named_flat(v2)[1]]
+            vals += _named_flat(v)[1] if isinstance(v, (tuple, list)) else [v]
+        return None, vals
+    return None, [y]
+
+
 def _where(path, m):
     return f"'{path}' ({type(m).__name__})" if path else f"the root module ({type(m).__name__})"
 

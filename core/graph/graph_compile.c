@@ -128,18 +128,15 @@ static grove_status declare_tensors(grove_module *m, const json_t *decl, const c
     if (pv && !json_is_boolean(pv))
       return grove_err_set(err, GROVE_E_SPEC, "%s.%s.%s.persistent: expected true or false", path,
                            key, name);
+    /* A non-persistent buffer is not in the state_dict: grove_model_open
+     * reads its value from buffers.safetensors beside the weights. */
     if (pv) persistent = json_is_true(pv);
-    if (!persistent)
-      return grove_err_set(err, GROVE_E_UNSUPPORTED,
-                           "%s.%s.%s.persistent: a non-persistent buffer is not in the state_dict, "
-                           "so Grove could not load its value",
-                           path, key, name);
     grove_err e = {0};
     grove_tensor *t = grove_tensor_new(dt, (int)nd, shape, &e);
     if (!t)
       return grove_err_set(err, e.code ? e.code : GROVE_E_NOMEM, "%s.%s.%s: %s", path, key, name,
                            grove_err_msg(&e));
-    grove_status s = buffers ? grove_module_register_buffer(m, name, t, true, &e)
+    grove_status s = buffers ? grove_module_register_buffer(m, name, t, persistent, &e)
                              : grove_module_register_parameter(m, name, t, &e);
     grove_tensor_release(t);
     if (s)

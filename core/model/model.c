@@ -589,6 +589,76 @@ static grove_status load_weights(grove_model *m, const grove_model_opts *opts, g
   return s;
 }
 
+/* Non-persistent buffers (torch's register_buffer(..., persistent=False):
+ * position_ids, a causal mask, rotary inv_freq) are not in the state_dict, so
+ * the exporter stores their values beside it, in DIR/buffers.safetensors,
+ * under their dotted paths.  Each one the tree declares takes its value from
+ * there (same shape and dtype, or the open fails naming it); state_dict()
+ * still leaves them out, as torch does. */
+#define BUFFERS_FILE "buffers.safetensors"
+
+static grove_status set_buffers_rec(grove_module *mod, const char *prefix,
+                                    const grove_state_dict *sd, const char *path, grove_err *err) {
+  char key[4096];
+  for (size_t i = 0; i < mod->nbuffers; i++) {
+    grove_slot *b = &mod->buffers[i];
+    if (!b->tensor || b->persistent) continue;
+    snprintf(key, sizeof key, "%s%s", prefix, b->name);
+    if (!sd)
+      return grove_err_set(err, GROVE_E_SPEC,
+                           "%s: no such file (it holds the value of the "
+                           "non-persistent buffer '%s')",
+                           path, key);
+    grove_tensor *v = grove_sd_get(sd, key);
+    if (!v)
+      return grove_err_set(err, GROVE_E_STATE_DICT,
+                           "%s: no value for the non-persistent "
+                           "buffer '%s'",
+                           path, key);
+    bool same = v->dtype == b->tensor->dtype && v->ndim == b->tensor->ndim;
+    for (int d = 0; same && d < v->ndim; d++) same = v->shape[d] == b->tensor->shape[d];
+    if (!same) {
+      char want[128], got[128];
+      grove_shape_str(b->tensor->ndim, b->tensor->shape, want, sizeof want);
+      grove_shape_str(v->ndim, v->shape, got, sizeof got);
+      return grove_err_set(err, GROVE_E_STATE_DICT,
+                           "%s: non-persistent buffer '%s' is %s %s, model.json declares %s %s",
+                           path, key, grove_dtype_name(v->dtype), got,
+                           grove_dtype_name(b->tensor->dtype), want);
+    }
+    grove_status s = grove_module_register_buffer(mod, b->name, v, false, err);
+    if (s) return s;
+  }
+  for (size_t i = 0; i < mod->nchildren; i++) {
+    if (!mod->children[i].module) continue;
+    snprintf(key, sizeof key, "%s%s.", prefix, mod->children[i].name);
+    grove_status s = set_buffers_rec(mod->children[i].module, key, sd, path, err);
+    if (s) return s;
+  }
+  return GROVE_OK;
+}
+
+static bool has_extra_buffers(const grove_module *mod) {
+  for (size_t i = 0; i < mod->nbuffers; i++)
+    if (mod->buffers[i].tensor && !mod->buffers[i].persistent) return true;
+  for (size_t i = 0; i < mod->nchildren; i++)
+    if (mod->children[i].module && has_extra_buffers(mod->children[i].module)) return true;
+  return false;
+}
+
+static grove_status load_extra_buffers(grove_model *m, const char *dir, grove_err *err) {
+  if (!has_extra_buffers(m->root)) return GROVE_OK;
+  char *path = join(dir, BUFFERS_FILE);
+  if (!path) return nomem(err);
+  grove_state_dict *sd = NULL;
+  grove_status s = GROVE_OK;
+  if (access(path, F_OK) == 0) s = grove_checkpoint_read(path, &sd, err);
+  if (!s) s = set_buffers_rec(m->root, "", sd, path, err);
+  grove_sd_free(sd);
+  free(path);
+  return s;
+}
+
 grove_status grove_model_open(const char *dir, const grove_model_opts *opts, grove_model **out,
                               grove_err *err) {
   if (out) *out = NULL;
@@ -620,6 +690,7 @@ grove_status grove_model_open(const char *dir, const grove_model_opts *opts, gro
     have_weights_id = grove_file_stamp_of(m->weights_path, &weights_id, &ignore) == GROVE_OK;
     s = load_weights(m, opts, err);
   }
+  if (!s) s = load_extra_buffers(m, dir, err);
   /* The load refreshed the whole tree; without one (a tree with no state)
    * the deferred refreshes run now.  Either way forward may run from here. */
   if (!s) s = grove__refresh_pending(m->root, err);

@@ -1,5 +1,5 @@
-/* ops_binary.c: the binary operations add, sub, mul, div, floordiv and
- * matmul (torch.*, operator.*, Tensor methods): their entries (ops.h) and
+/* ops_binary.c: the binary operations add, sub, mul, div, floordiv, mod
+ * (numbers only) and matmul (torch.*, operator.*, Tensor methods): their entries (ops.h) and
  * forwards, and Python's arithmetic on numbers (sizes, scalars) that the
  * same nodes compute when neither operand is a tensor.  The kernels are
  * graph_ops.c's. */
@@ -347,6 +347,8 @@ const grove__opdef grove__opdef_remainder = {
     .p = {OPERAND("input"), OPERAND("other")},
     .forward = binary_fwd,
 };
+
+/* Only on numbers: pad amounts and window counts computed from x.shape. */
 
 const grove__opdef grove__opdef_matmul = {
     .name = "matmul",

@@ -274,7 +274,19 @@ def test_several_inputs_and_outputs():
                        rng.standard_normal((3, 3)).astype(np.float32)])
     assert [i["name"] for i in doc["inputs"]] == ["x", "extra"]
     assert [o["name"] for o in doc["outputs"]] == ["y0", "y1"]
-    assert doc["outputs"][1]["shape"] == [-1, 5, 5]
+    # The sequence is free: the attention weights follow it (docs/exporter.md,
+    # "Inputs and outputs"); Grove runs it at another length too.
+    assert doc["inputs"][0]["shape"] == [-1, -1, 8]
+    assert doc["outputs"][1]["shape"] == [-1, -1, -1]
+    m = TwoHeads().eval()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "two")
+        export(m, d, example_input=(torch.zeros(2, 5, 8), torch.zeros(2, 3)))
+        xs = [rng.standard_normal((2, 7, 8)).astype(np.float32),
+              rng.standard_normal((2, 3)).astype(np.float32)]
+        code, err, got = predict(d, tmp, xs)
+        assert code == 0, err
+        compare("two at 7", m, xs, got)
 
 
 # ---------------------------------------------------------------- refusals
