@@ -890,7 +890,7 @@ void grove__reload_handle(srv_req *r) {
 /* Does a file called name, just replaced in ms's directory, concern it? */
 static bool watched_name(const mstate *ms, const char *name) {
   if (!name[0] || name[0] == '.') return false; /* temporary siblings */
-  if (strcmp(name, "model.json") == 0) return true;
+  if (strcmp(name, "model.json") == 0 || strcmp(name, grove__model_buffers_name) == 0) return true;
   for (int i = 0; grove__model_weight_names[i]; i++)
     if (strcmp(name, grove__model_weight_names[i]) == 0) return true;
   /* The file model.json names, or an explicit checkpoint in that directory. */

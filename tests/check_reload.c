@@ -591,8 +591,16 @@ START_TEST(reload_watch) {
   replace_weights(dir, ckpt("a.safetensors"));
   ck_assert(h_wait_metric(&s, "grove_model_version{model=\"reload_mlp\"}", 3, 20) == 3);
   ck_assert_int_eq(predict_check(c, &e, 0, 8), 3);
+  /* The non-persistent buffers' values (model.c, buffers.safetensors) are
+   * part of the model too: replacing them reloads. */
+  char bufs[400], btmp[400];
+  snprintf(bufs, sizeof bufs, "%s/buffers.safetensors", dir);
+  snprintf(btmp, sizeof btmp, "%s/.buffers.tmp", dir);
+  ck_assert_int_eq(h_copy(ckpt("a.safetensors"), btmp), 0);
+  ck_assert_int_eq(rename(btmp, bufs), 0);
+  ck_assert(h_wait_metric(&s, "grove_model_version{model=\"reload_mlp\"}", 4, 20) == 4);
   ck_assert(h_log_contains(&s, ", watch, "));
-  ck_assert(h_metric(&s, "grove_reloads_total{model=\"reload_mlp\",result=\"ok\"}") == 2);
+  ck_assert(h_metric(&s, "grove_reloads_total{model=\"reload_mlp\",result=\"ok\"}") == 3);
   grove_client_close(c);
   grove_sd_free(e.sd);
   ck_assert_int_eq(h_stop(&s), 0);

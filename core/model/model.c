@@ -595,7 +595,8 @@ static grove_status load_weights(grove_model *m, const grove_model_opts *opts, g
  * under their dotted paths.  Each one the tree declares takes its value from
  * there (same shape and dtype, or the open fails naming it); state_dict()
  * still leaves them out, as torch does. */
-#define BUFFERS_FILE "buffers.safetensors"
+const char grove__model_buffers_name[] = "buffers.safetensors";
+#define BUFFERS_FILE grove__model_buffers_name
 
 static grove_status set_buffers_rec(grove_module *mod, const char *prefix,
                                     const grove_state_dict *sd, const char *path, grove_err *err) {

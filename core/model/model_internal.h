@@ -16,5 +16,8 @@ grove_status grove__model_dir_weights(const char *dir, char **path, grove_err *e
 /* Those names, in that order, NULL-terminated (--watch reloads when one is
  * replaced). */
 extern const char *const grove__model_weight_names[];
+/* "buffers.safetensors": the values of the non-persistent buffers beside the
+ * weights (model.c; --watch reloads when it is replaced too). */
+extern const char grove__model_buffers_name[];
 
 #endif
