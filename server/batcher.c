@@ -231,3 +231,27 @@ bool grove__batcher_idle(srv_server *srv) {
     if (srv->models[i].head || srv->models[i].running) return false;
   return srv->nidle == (size_t)srv->workers;
 }
+
+size_t grove__batcher_fail_queued(srv_server *srv, int drain_timeout_ms) {
+  size_t n = 0;
+  for (size_t i = 0; i < srv->nmodels; i++) {
+    srv_model *m = &srv->models[i];
+    srv_req *r = m->head;
+    m->head = m->tail = NULL;
+    m->queued = 0;
+    m->queued_rows = 0;
+    set_depth(m);
+    while (r) {
+      srv_req *next = r->next;
+      r->next = NULL;
+      grove__rpc_reply_error(r, GROVE_E_UNAVAILABLE,
+                             "model '%s': groved is shutting down and its drain timed out "
+                             "(--drain-timeout %d s) before this request was computed; send it "
+                             "to another replica",
+                             m->name, drain_timeout_ms / 1000);
+      n++;
+      r = next;
+    }
+  }
+  return n;
+}

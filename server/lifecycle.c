@@ -61,16 +61,34 @@ static void check_drained(srv_server *srv) {
   shut_down(srv);
 }
 
+/* How long the replies to the requests a timed-out drain answered get to go
+ * out before the sockets close. */
+#define DRAIN_REPLY_GRACE_MS 200
+
 static void on_drain_timeout(uv_timer_t *t) {
   srv_server *srv = t->data;
   if (srv->stopped) return;
+  if (!srv->drain_expired) {
+    /* First the queued requests, which nothing computes any more, hear why;
+     * what is computing gets the grace too, then the sockets close. */
+    srv->drain_expired = true;
+    srv->exit_code = 1;
+    size_t n = grove__batcher_fail_queued(srv, srv->cfg.drain_timeout_ms);
+    grove__slog(GROVE_LOG_ERROR, "server.drain_timeout",
+                "the drain passed %d ms: %zu queued requests answered UNAVAILABLE; "
+                "exiting in %d ms",
+                srv->cfg.drain_timeout_ms, n, DRAIN_REPLY_GRACE_MS);
+    uv_timer_start(&srv->drain_timer, on_drain_timeout, DRAIN_REPLY_GRACE_MS, 0);
+    check_drained(srv);
+    return;
+  }
   srv->stopped = true;
   grove__slog(GROVE_LOG_ERROR, "server.drain_timeout",
               "still %" PRId64 " requests unanswered and %" PRId64
               " replies unsent after %d ms; "
               "exiting anyway",
-              atomic_load(&srv->inflight), atomic_load(&srv->sending), srv->cfg.drain_timeout_ms);
-  srv->exit_code = 1;
+              atomic_load(&srv->inflight), atomic_load(&srv->sending),
+              srv->cfg.drain_timeout_ms + DRAIN_REPLY_GRACE_MS);
   shut_down(srv);
 }
 

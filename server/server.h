@@ -469,6 +469,7 @@ struct srv_server {
   bool inbox_dirty;                /* loop thread: pushed from the loop, not yet taken */
   void (*on_wake)(srv_server *);   /* lifecycle.c's, called on every wake-up */
   bool stopped;                    /* lifecycle.c: the loop's handles are closing */
+  bool drain_expired;              /* lifecycle.c: --drain-timeout passed; queued ones answered */
   uv_signal_t sig_term, sig_int, sig_hup;
   uv_timer_t drain_timer;
   bool loop_started;
@@ -719,6 +720,10 @@ void grove__batcher_take_inbox(srv_server *srv);
 void grove__batcher_schedule(srv_server *srv);
 /* Nothing queued, nothing running, every worker idle. */
 bool grove__batcher_idle(srv_server *srv);
+/* The drain timed out: answers every queued (not yet computing) request
+ * UNAVAILABLE, so that its client hears why rather than a closed socket.
+ * Returns how many. */
+size_t grove__batcher_fail_queued(srv_server *srv, int drain_timeout_ms);
 
 /* http.c: groved's HTTP/1.1 listener (--http).  Its own endpoints
  * (/healthz, /readyz, /metrics) and the routes other parts register (oip.c's

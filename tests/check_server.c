@@ -814,6 +814,60 @@ START_TEST(sigterm_answers_everything_queued) {
 }
 END_TEST
 
+START_TEST(drain_timeout_answers_the_queued) {
+  /* One batch computes for 4 s; three requests wait behind it when SIGTERM
+   * comes with --drain-timeout 1: at the timeout the three hear UNAVAILABLE
+   * and why (not a closed socket), and groved exits 1. */
+  hserver s;
+  const char *extra[] = {"--workers", "1", "--test-batch-delay-ms", "4000", "--drain-timeout",
+                         "1",         NULL};
+  server_start(&s, extra);
+  hio o;
+  h_io_load("server_mlp", &o);
+  enum { N = 4 };
+  static async_result res[N];
+  memset(res, 0, sizeof res);
+  grove_client *c = h_connect(s.ipc);
+  grove_client *sc = h_connect(s.tcp);
+  grove_err err = {0};
+  for (int k = 0; k < N; k++) {
+    grove_tensor in = h_rows(o.x, k, 1);
+    ck_assert_ok(
+        grove_client_predict_async(c, "server_mlp", &in, 1, 60000, on_result, &res[k], &err), &err);
+    /* The first alone in the batch; the rest queued behind it. */
+    double deadline = h_now() + 20;
+    for (;;) {
+      grove_server_status *st = NULL;
+      ck_assert_ok(grove_client_status(sc, 5000, &st, &err), &err);
+      bool in_ = st->inflight == (uint64_t)k + 1;
+      grove_server_status_free(st);
+      if (in_) break;
+      ck_assert_msg(h_now() < deadline, "request %d never reached the server", k);
+      h_sleep_ms(2);
+    }
+  }
+  grove_client_close(sc);
+  ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
+  for (int k = 1; k < N; k++) {
+    double deadline = h_now() + 20;
+    while (!atomic_load(&res[k].done)) {
+      ck_assert_msg(h_now() < deadline, "queued request %d unanswered", k);
+      h_sleep_ms(5);
+    }
+    ck_assert_msg(res[k].status == GROVE_E_UNAVAILABLE, "request %d: %s: %s", k,
+                  grove_status_name(res[k].status), res[k].msg);
+    ck_assert_msg(strstr(res[k].msg, "drain timed out"), "%s", res[k].msg);
+  }
+  int st = h_wait(&s, 30);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "groved exited with wait status %d", st);
+  ck_assert(h_log_contains(&s, "server.drain_timeout"));
+  grove_client_close(c); /* the computing one: its socket closed under it */
+  fini_all(res, N);
+  h_io_free(&o);
+  h_stop(&s);
+}
+END_TEST
+
 START_TEST(draining_refuses_new_requests) {
   /* While a drain waits for a long batch, a new predict on an open
    * connection is answered UNAVAILABLE and /readyz says draining. */
@@ -1118,6 +1172,7 @@ Suite *server_suite(void) {
   tcase_set_timeout(d, 120);
   tcase_add_test(d, sigterm_answers_everything_queued);
   tcase_add_test(d, draining_refuses_new_requests);
+  tcase_add_test(d, drain_timeout_answers_the_queued);
   tcase_add_test(d, a_lone_request_of_a_model_without_batch_delay_goes_to_a_worker);
   tcase_add_test(d, an_idle_worker_takes_what_is_queued_while_another_computes);
   tcase_add_test(d, unreachable_and_bad_flags);
