@@ -659,7 +659,7 @@ def test_oip_queue_full_and_deadline():
         grove_export.export(mlp(), d, example_input=torch.zeros(1, 16),
                             batching={"max_queue_size": 1})
         with Groved(tmp, {"mlp": d}, extra=["--workers", "1",
-                                             "--test-batch-delay-ms", "1500"]) as srv:
+                                             "--test-batch-delay-ms", "4000"]) as srv:
             x = x_rows(1)
             results = {}
 
@@ -668,7 +668,9 @@ def test_oip_queue_full_and_deadline():
 
             busy = threading.Thread(target=send, args=("busy", {"inputs": [json_input(x)]}))
             busy.start()
-            wait_for(srv, "grove_inflight_requests", 1)  # computing (held 1.5 s)
+            # Computing, held 4 s: the two requests below must arrive meanwhile, on a
+            # loaded machine too (1.5 s was not always enough).
+            wait_for(srv, "grove_inflight_requests", 1)
             # Queued behind it with a 100 ms deadline: expired when its turn comes.
             late = threading.Thread(target=send, args=("late", {
                 "inputs": [json_input(x)], "parameters": {"timeout": 100000}}))
