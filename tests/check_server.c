@@ -508,6 +508,21 @@ static void check_own_rows(const hio *o, async_result *res, int n) {
   }
 }
 
+/* Waits until groved holds n predicts in flight (accepted, unanswered). */
+static void wait_inflight(grove_client *c, uint64_t n) {
+  grove_err err = {0};
+  double deadline = h_now() + 20;
+  for (;;) {
+    grove_server_status *st = NULL;
+    ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
+    bool in = st->inflight == n;
+    grove_server_status_free(st);
+    if (in) return;
+    ck_assert_msg(h_now() < deadline, "groved never held %llu requests", (unsigned long long)n);
+    h_sleep_ms(2);
+  }
+}
+
 static void fini_all(async_result *res, int n) {
   for (int k = 0; k < n; k++) grove_prediction_fini(&res[k].pred);
 }
@@ -834,17 +849,7 @@ START_TEST(drain_timeout_answers_the_queued) {
     grove_tensor in = h_rows(o.x, k, 1);
     ck_assert_ok(
         grove_client_predict_async(c, "server_mlp", &in, 1, 60000, on_result, &res[k], &err), &err);
-    /* The first alone in the batch; the rest queued behind it. */
-    double deadline = h_now() + 20;
-    for (;;) {
-      grove_server_status *st = NULL;
-      ck_assert_ok(grove_client_status(sc, 5000, &st, &err), &err);
-      bool in_ = st->inflight == (uint64_t)k + 1;
-      grove_server_status_free(st);
-      if (in_) break;
-      ck_assert_msg(h_now() < deadline, "request %d never reached the server", k);
-      h_sleep_ms(2);
-    }
+    wait_inflight(sc, (uint64_t)k + 1); /* the first alone in the batch, the rest queued */
   }
   grove_client_close(sc);
   ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
@@ -881,18 +886,9 @@ START_TEST(draining_refuses_new_requests) {
   grove_client *c = h_connect(s.ipc);
   send_many(c, &o, res, 1, 60000);
   grove_err err = {0};
-  double deadline = h_now() + 20;
-  for (;;) {
-    grove_server_status *st = NULL;
-    ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
-    bool in = st->inflight == 1;
-    grove_server_status_free(st);
-    if (in) break;
-    ck_assert(h_now() < deadline);
-    h_sleep_ms(2);
-  }
+  wait_inflight(c, 1);
   ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
-  deadline = h_now() + 20;
+  double deadline = h_now() + 20;
   for (;;) {
     grove_server_status *st = NULL;
     ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
