@@ -85,11 +85,18 @@ def start(name, d, extra=(), groved=GROVED):
                           "--admin-listen", admin, "--checkpoint-dir", WORK,
                           "--log-level", "warn", *extra],
                          stdout=log, stderr=log)
+    # The socket file appears when the listener binds; the first predicts and reloads
+    # need groved to answer, so wait for `status` too (a start-up race otherwise).
+    url = f"ipc://{sock}"
     for _ in range(600):
-        if os.path.exists(sock):
+        if p.poll() is not None:
+            sys.exit(f"reload bench: groved exited with {p.returncode} at start-up; "
+                     f"see {log.name}")
+        if os.path.exists(sock) and subprocess.run(
+                [GROVE, "--server", url, "status"], capture_output=True).returncode == 0:
             break
         time.sleep(0.05)
-    return p, f"ipc://{sock}"
+    return p, url
 
 
 def stop(p):
