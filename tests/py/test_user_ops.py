@@ -438,3 +438,83 @@ def test_shrink_and_threshold():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)], gen=_wide)
+
+
+def test_inplace_methods():
+    """x.add_(y) ... x.zero_(), torch.relu_, F.relu(inplace=True) and
+    nn.ReLU(inplace=True): the call's result and every later read of x see
+    the written value (as in torch)."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    def later(op):  # h written in place, then h itself read
+        def fn(x):
+            h = x * 3
+            r = op(h)
+            return h * 2 + r
+        return fn
+
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("add_", lambda x: x.clone().add_(1)),
+        ("add_later", later(lambda h: h.add_(h[:, :1] * 1, alpha=0.5))),
+        ("sub_", later(lambda h: h.sub_(2.5))),
+        ("mul_", lambda x: t(x).clone().mul_(x[:, :1, :1])),
+        ("div_", later(lambda h: h.div_(4))),
+        ("clamp_", later(lambda h: h.clamp_(-1, 0.5))),
+        ("clamp_min_", later(lambda h: h.clamp_min_(0.1))),
+        ("relu_", later(lambda h: h.relu_())),
+        ("torch.relu_", later(lambda h: torch.relu_(h))),
+        ("sigmoid_", later(lambda h: h.sigmoid_())),
+        ("tanh_", later(lambda h: h.tanh_())),
+        ("fill_", later(lambda h: h.fill_(1.5))),
+        ("fill_int", lambda x: (x * 4).long().fill_(3)),
+        ("zero_", later(lambda h: h.zero_())),
+        ("masked_fill_", later(lambda h: h.masked_fill_(h > 0, -1.0))),
+        ("F.relu_inplace", later(lambda h: F.relu(h, inplace=True))),
+        ("chain", lambda x: x.clone().mul_(2).add_(1).neg_()),
+        ("view_of_fresh", lambda x: (x * 1).view(x.size(0), -1).add_(1)),
+        ("input", lambda x: x.add_(1) + x),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.relu = nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            h = x * 2
+            self.relu(h)
+            return h + 1  # h is relu'd: nn.ReLU(inplace=True) wrote into it
+
+    _run("ReLU_inplace", Block().eval(), [(5, 7)])
+
+
+def test_inplace_refusals():
+    """An in-place write Grove cannot follow is refused naming the call."""
+    import torch
+    # into a slice of h, which is read afterwards
+    _refused(lambda x: (lambda h: (h[:, 0].add_(1), h * 2)[1])(x * 3), (4, 5), "add_",
+             "view or slice")
+
+    def early_view(x):
+        h = x * 3
+        v = h.view(-1)
+        h.mul_(2)
+        return v + 1
+    _refused(early_view, (4, 5), "mul_", "view")
+
+
+def test_transpose_attributes():
+    """Tensor.T (2-d) and Tensor.mT (the last two dims swapped)."""
+    cases = [
+        ("T", lambda x: x[0].T * 1),
+        ("T_use", lambda x: x[0, :, :3] @ x[0].T[:3]),
+        ("mT", lambda x: x.mT + 0),
+        ("mT_matmul", lambda x: x @ x.mT),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
