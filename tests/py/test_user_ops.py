@@ -518,3 +518,19 @@ def test_transpose_attributes():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)])
+
+
+def test_math_on_sizes():
+    """math.sqrt / math.log / math.exp of sizes (the attention scale
+    1 / math.sqrt(d)), on the batch dim too, and the tensor ops still."""
+    import math
+    import torch
+    cases = [
+        ("sqrt_last", lambda x: x / math.sqrt(x.size(-1))),
+        ("sqrt_shape", lambda x: x * (1.0 / math.sqrt(x.shape[1] * 2))),
+        ("log_batch", lambda x: x * math.log(x.size(0) + 1)),
+        ("exp_size", lambda x: x - math.exp(x.size(2) / 7)),
+        ("tensor_sqrt", lambda x: torch.sqrt(x.abs()) + x.abs().log().exp()),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
