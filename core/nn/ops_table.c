@@ -25,9 +25,9 @@ extern const grove__opdef grove__opdef_log2, grove__opdef_log10, grove__opdef_ex
     grove__opdef_tan, grove__opdef_atan, grove__opdef_sinh, grove__opdef_cosh, grove__opdef_asin,
     grove__opdef_acos, grove__opdef_tanhshrink, grove__opdef_clone, grove__opdef_detach,
     grove__opdef_t;
-extern const grove__opdef grove__opdef_relu, grove__opdef_gelu, grove__opdef_sigmoid, grove__opdef_tanh,
-    grove__opdef_softmax, grove__opdef_log_softmax, grove__opdef_dropout, grove__opdef_leaky_relu,
-    grove__opdef_silu;
+extern const grove__opdef grove__opdef_relu, grove__opdef_gelu, grove__opdef_sigmoid,
+    grove__opdef_tanh, grove__opdef_softmax, grove__opdef_log_softmax, grove__opdef_softmin,
+    grove__opdef_dropout, grove__opdef_leaky_relu, grove__opdef_silu;
 extern const grove__opdef grove__opdef_flatten, grove__opdef_reshape, grove__opdef_view, grove__opdef_permute,
     grove__opdef_transpose, grove__opdef_cat, grove__opdef_getitem, grove__opdef_size, grove__opdef_getattr,
     grove__opdef_contiguous;
@@ -90,6 +90,7 @@ static const grove__opdef *const table[] = {
     &grove__opdef_tanh,
     &grove__opdef_softmax,
     &grove__opdef_log_softmax,
+    &grove__opdef_softmin,
     &grove__opdef_dropout,
     &grove__opdef_flatten,
     &grove__opdef_reshape,

@@ -534,3 +534,19 @@ def test_math_on_sizes():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)])
+
+
+def test_softmin():
+    """F.softmin / nn.Softmin: softmax(-x) along the last dim, a middle one
+    (negative dims), through a transpose."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+    cases = [
+        ("softmin_last", lambda x: F.softmin(x, dim=-1)),
+        ("softmin_mid", lambda x: F.softmin(x * 10, 1)),
+        ("softmin_t", lambda x: F.softmin(x.transpose(1, 2), dim=-2)),
+        ("Softmin", nn.Sequential(nn.Softmin(dim=1)).eval()),
+        ("Softmin_neg", nn.Sequential(nn.Softmin(dim=-1)).eval()),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
