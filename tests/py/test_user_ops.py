@@ -550,3 +550,20 @@ def test_softmin():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)])
+
+
+def test_bool_arithmetic():
+    """bool + bool and bool * bool are bool in torch (or / and), with a
+    Python bool too; with an int or a float they promote as before."""
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("bool_add", lambda x: (x > 0) + (x < 1)),
+        ("bool_mul_t", lambda x: (t(x) > 0) * (t(x) < 1)),
+        ("bool_add_bcast", lambda x: (x > 0) + (x[:, :1] < -1)),
+        ("bool_add_true", lambda x: (x > 0) + True),
+        ("bool_add_int", lambda x: (x > 0) + 1),
+        ("bool_mul_long", lambda x: (x > 0) * (x * 3).long()),
+        ("bool_add_float", lambda x: (x > 0) + 0.5),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
