@@ -33,8 +33,9 @@ extern const grove__opdef grove__opdef_flatten, grove__opdef_reshape, grove__opd
     grove__opdef_contiguous;
 extern const grove__opdef grove__opdef_mean, grove__opdef_sum;
 extern const grove__opdef grove__opdef_full, grove__opdef_zeros, grove__opdef_ones,
-    grove__opdef_arange, grove__opdef_triu, grove__opdef_tril, grove__opdef_cumsum, grove__opdef_to,
-    grove__opdef_type, grove__opdef_zeros_like, grove__opdef_ones_like, grove__opdef_empty_like,
+    grove__opdef_arange, grove__opdef_triu, grove__opdef_tril, grove__opdef_cumsum,
+    grove__opdef_cumprod, grove__opdef_prod, grove__opdef_to, grove__opdef_type,
+    grove__opdef_zeros_like, grove__opdef_ones_like, grove__opdef_empty_like,
     grove__opdef_full_like, grove__opdef_new_zeros, grove__opdef_new_ones, grove__opdef_new_empty,
     grove__opdef_new_full, grove__opdef_new_tensor, grove__opdef_view_as, grove__opdef_reshape_as,
     grove__opdef_expand_as;
@@ -175,6 +176,8 @@ static const grove__opdef *const table[] = {
     &grove__opdef_triu,
     &grove__opdef_tril,
     &grove__opdef_cumsum,
+    &grove__opdef_cumprod,
+    &grove__opdef_prod,
     &grove__opdef_to,
     &grove__opdef_type,
     &grove__opdef_zeros_like,

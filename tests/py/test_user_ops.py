@@ -567,3 +567,27 @@ def test_bool_arithmetic():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)])
+
+
+def test_cumulative_and_prod():
+    """torch.cumprod / torch.prod (a dim, keepdim, every element) beside
+    cumsum, on floats (kept near 1 so products stay finite) and integers
+    (int64 results), negative dims, through a transpose."""
+    import torch
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    near1 = lambda r, s: (1 + 0.3 * r.standard_normal(s)).astype(np.float32)  # noqa: E731
+    cases = [
+        ("cumprod", lambda x: torch.cumprod(x, dim=-1)),
+        ("cumprod_t", lambda x: t(x).cumprod(1)),
+        ("cumprod_int", lambda x: torch.cumprod((x * 2).long(), 0)),
+        ("cumprod_bool", lambda x: (x > 1).cumprod(-1)),
+        ("cumsum_t", lambda x: torch.cumsum(t(x), -2)),
+        ("prod_dim", lambda x: x.prod(1)),
+        ("prod_neg_keep", lambda x: torch.prod(t(x), -1, keepdim=True)),
+        ("prod_all", lambda x: torch.prod(x)),
+        ("prod_int", lambda x: (x * 3).long().prod(dim=2)),
+        ("prod_bool", lambda x: (x > 0.5).prod(-1)),
+        ("prod_dtype", lambda x: torch.prod(x, 1, dtype=torch.float32)),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)], gen=near1)
