@@ -67,10 +67,11 @@ extern const grove__opdef grove__opdef_relu6, grove__opdef_hardswish, grove__opd
     grove__opdef_roll, grove__opdef_narrow, grove__opdef_index_select, grove__opdef_eq,
     grove__opdef_ne, grove__opdef_lt, grove__opdef_le, grove__opdef_gt, grove__opdef_ge,
     grove__opdef_where, grove__opdef_masked_fill, grove__opdef_amax, grove__opdef_amin,
-    grove__opdef_max, grove__opdef_min, grove__opdef_argmax, grove__opdef_argmin,
-    grove__opdef_interpolate, grove__opdef_pad, grove__opdef_pixel_shuffle,
-    grove__opdef_pixel_unshuffle, grove__opdef_unflatten, grove__opdef_layer_norm,
-    grove__opdef_group_norm, grove__opdef_instance_norm, grove__opdef_local_response_norm;
+    grove__opdef_max, grove__opdef_min, grove__opdef_argmax, grove__opdef_argmin, grove__opdef_sort,
+    grove__opdef_argsort, grove__opdef_topk, grove__opdef_interpolate, grove__opdef_pad,
+    grove__opdef_pixel_shuffle, grove__opdef_pixel_unshuffle, grove__opdef_unflatten,
+    grove__opdef_layer_norm, grove__opdef_group_norm, grove__opdef_instance_norm,
+    grove__opdef_local_response_norm;
 extern const grove__opdef grove__opdef_max_pool1d, grove__opdef_max_pool2d, grove__opdef_avg_pool1d,
     grove__opdef_avg_pool2d, grove__opdef_adaptive_avg_pool1d, grove__opdef_adaptive_avg_pool2d,
     grove__opdef_adaptive_max_pool1d, grove__opdef_adaptive_max_pool2d;
@@ -158,6 +159,9 @@ static const grove__opdef *const table[] = {
     &grove__opdef_min,
     &grove__opdef_argmax,
     &grove__opdef_argmin,
+    &grove__opdef_sort,
+    &grove__opdef_argsort,
+    &grove__opdef_topk,
     &grove__opdef_interpolate,
     &grove__opdef_pad,
     &grove__opdef_pixel_shuffle,

@@ -591,3 +591,29 @@ def test_cumulative_and_prod():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)], gen=near1)
+
+
+def test_sort_and_topk():
+    """torch.sort / argsort (stable, descending) and torch.topk (values
+    and indices; largest or not), along the last, a middle and a negative
+    dim, through a transpose; ties (integers) keep their order as torch's
+    stable sort does."""
+    import torch
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("sort", lambda x: torch.sort(x, dim=-1)),
+        ("sort_values", lambda x: torch.sort(t(x), 1, descending=True)[0]),
+        ("sort_indices", lambda x: x.sort(dim=1).indices),
+        ("sort_stable_int", lambda x: torch.sort((x * 2).long(), dim=-1, stable=True)),
+        ("sort_stable_desc", lambda x: torch.sort((x * 2).long(), dim=-1, descending=True,
+                                                  stable=True)),
+        ("argsort", lambda x: torch.argsort(x, dim=-1)),
+        ("argsort_desc_t", lambda x: t(x).argsort(dim=-2, descending=True)),
+        ("topk", lambda x: torch.topk(x, 2, dim=-1)),
+        ("topk_values", lambda x: torch.topk(t(x), 3, dim=1)[0]),
+        ("topk_smallest", lambda x: x.topk(1, dim=-2, largest=False).values),
+        ("topk_indices", lambda x: torch.topk(x, 7).indices),
+        ("topk_int", lambda x: torch.topk((x * 3).long(), 2)[0]),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
