@@ -617,3 +617,21 @@ def test_sort_and_topk():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)])
+
+
+def test_repeat_interleave():
+    """repeat_interleave with an int repeats: along a dim (negative too),
+    flattened (no dim), on integers, through a transpose, past 4 dims."""
+    import torch
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("ri_dim1", lambda x: x.repeat_interleave(2, dim=1)),
+        ("ri_neg", lambda x: torch.repeat_interleave(x, 3, dim=-1)),
+        ("ri_t", lambda x: t(x).repeat_interleave(2, 1)),
+        ("ri_batch", lambda x: x.repeat_interleave(2, dim=0)),
+        ("ri_flat", lambda x: torch.repeat_interleave(x[:, :2], 2)),
+        ("ri_int", lambda x: (x * 3).long().repeat_interleave(1, dim=2)),
+        ("ri_kv_heads", lambda x: x.unsqueeze(1).repeat_interleave(4, dim=1) * 1),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
