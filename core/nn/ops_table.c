@@ -71,7 +71,8 @@ extern const grove__opdef grove__opdef_relu6, grove__opdef_hardswish, grove__opd
     grove__opdef_argmin, grove__opdef_sort, grove__opdef_argsort, grove__opdef_topk,
     grove__opdef_interpolate, grove__opdef_pad, grove__opdef_pixel_shuffle,
     grove__opdef_pixel_unshuffle, grove__opdef_unflatten, grove__opdef_layer_norm,
-    grove__opdef_group_norm, grove__opdef_instance_norm, grove__opdef_local_response_norm;
+    grove__opdef_group_norm, grove__opdef_instance_norm, grove__opdef_local_response_norm,
+    grove__opdef_unfold;
 extern const grove__opdef grove__opdef_max_pool1d, grove__opdef_max_pool2d, grove__opdef_avg_pool1d,
     grove__opdef_avg_pool2d, grove__opdef_adaptive_avg_pool1d, grove__opdef_adaptive_avg_pool2d,
     grove__opdef_adaptive_max_pool1d, grove__opdef_adaptive_max_pool2d;
@@ -172,6 +173,7 @@ static const grove__opdef *const table[] = {
     &grove__opdef_group_norm,
     &grove__opdef_instance_norm,
     &grove__opdef_local_response_norm,
+    &grove__opdef_unfold,
     /* ops_create.c, ops_linalg.c: what sequence models build masks and
      * attention with */
     &grove__opdef_full,

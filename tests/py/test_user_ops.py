@@ -635,3 +635,18 @@ def test_repeat_interleave():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)])
+
+
+def test_unfold():
+    """F.unfold (im2col) on a 4-d input: kernel, dilation, padding and
+    stride as ints and pairs, odd sizes, through a transpose."""
+    import torch.nn.functional as F
+    cases = [
+        ("unfold_k2", lambda x: F.unfold(x, 2)),
+        ("unfold_pairs", lambda x: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1))),
+        ("unfold_t", lambda x: F.unfold(x.transpose(2, 3), kernel_size=3, padding=(0, 1))),
+        ("unfold_s2", lambda x: F.unfold(x * 3, 2, stride=2)),
+        ("unfold_1x1", lambda x: F.unfold(x, 1)),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(3, 5, 7)])
