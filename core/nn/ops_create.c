@@ -566,23 +566,18 @@ static grove_status prod_fwd(const grove__opctx *c, gval *res) {
   return scan(c, res, SCAN_PROD);
 }
 
-const grove__opdef grove__opdef_cumsum = {
-    .name = "cumsum",
-    .id = G_OP,
-    .torch = (const char *const[]){"torch.cumsum(input,dim)", "Tensor.cumsum(input,dim)", NULL},
-    .varargs = -1,
-    .p = {INPUT, OP_REQ("dim", P_INT), DTYPE},
-    .forward = cumsum_fwd,
-};
-
-const grove__opdef grove__opdef_cumprod = {
-    .name = "cumprod",
-    .id = G_OP,
-    .torch = (const char *const[]){"torch.cumprod(input,dim)", "Tensor.cumprod(input,dim)", NULL},
-    .varargs = -1,
-    .p = {INPUT, OP_REQ("dim", P_INT), DTYPE},
-    .forward = cumprod_fwd,
-};
+/* cumsum and cumprod: torch's (input, dim, *, dtype). */
+#define CUM_ENTRY(n)                                                                               \
+  const grove__opdef grove__opdef_##n = {                                                          \
+      .name = #n,                                                                                  \
+      .id = G_OP,                                                                                  \
+      .torch = (const char *const[]){"torch." #n "(input,dim)", "Tensor." #n "(input,dim)", NULL}, \
+      .varargs = -1,                                                                               \
+      .p = {INPUT, OP_REQ("dim", P_INT), DTYPE},                                                   \
+      .forward = n##_fwd,                                                                          \
+  }
+CUM_ENTRY(cumsum);
+CUM_ENTRY(cumprod);
 
 const grove__opdef grove__opdef_prod = {
     .name = "prod",

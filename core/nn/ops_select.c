@@ -417,25 +417,19 @@ static grove_status topk_fwd(const grove__opctx *c, gval *res) {
   return GROVE_OK;
 }
 
-const grove__opdef grove__opdef_sort = {
-    .name = "sort",
-    .id = G_OP,
-    .torch = (const char *const[]){"torch.sort(input,dim,descending)",
-                                   "Tensor.sort(input,dim,descending)", NULL},
-    .varargs = -1,
-    .p = {INPUT, OP_INT("dim", -1), OP_BOOL("descending", 0), OP_BOOL("stable", 0)},
-    .forward = sort_fwd,
-};
-
-const grove__opdef grove__opdef_argsort = {
-    .name = "argsort",
-    .id = G_OP,
-    .torch = (const char *const[]){"torch.argsort(input,dim,descending)",
-                                   "Tensor.argsort(input,dim,descending)", NULL},
-    .varargs = -1,
-    .p = {INPUT, OP_INT("dim", -1), OP_BOOL("descending", 0), OP_BOOL("stable", 0)},
-    .forward = sort_fwd,
-};
+/* sort and argsort: one parameter list, one forward. */
+#define SORT_ENTRY(n)                                                                  \
+  const grove__opdef grove__opdef_##n = {                                              \
+      .name = #n,                                                                      \
+      .id = G_OP,                                                                      \
+      .torch = (const char *const[]){"torch." #n "(input,dim,descending)",             \
+                                     "Tensor." #n "(input,dim,descending)", NULL},     \
+      .varargs = -1,                                                                   \
+      .p = {INPUT, OP_INT("dim", -1), OP_BOOL("descending", 0), OP_BOOL("stable", 0)}, \
+      .forward = sort_fwd,                                                             \
+  }
+SORT_ENTRY(sort);
+SORT_ENTRY(argsort);
 
 const grove__opdef grove__opdef_topk = {
     .name = "topk",
