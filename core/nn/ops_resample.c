@@ -466,8 +466,13 @@ const grove__opdef grove__opdef_local_response_norm = {
 
 /* One int or a pair (h, w) of argument k, each at least lo. */
 static grove_status pair_arg(const grove__opctx *c, int k, int64_t lo, int64_t v[2]) {
-  int n;
-  grove_status s = grove__op_ints(c, &c->args[k], true, v, &n);
+  int n = 1;
+  grove_status s = GROVE_OK;
+  const garg *a = &c->args[k];
+  if (a->kind == A_FLOAT && a->f == (double)(int64_t)a->f)
+    v[0] = (int64_t)a->f; /* a module's default model.json left out (read as a number) */
+  else
+    s = grove__op_ints(c, a, true, v, &n);
   if (s) return s;
   if (n == 1) v[1] = v[0];
   if ((n != 1 && n != 2) || v[0] < lo || v[1] < lo)
@@ -542,6 +547,16 @@ static grove_status unfold_fwd(const grove__opctx *c, gval *res) {
   return GROVE_OK;
 }
 
+/* Each an int or a pair.  The module's kernel_size is "null or ints" to
+ * model.json's reader, which takes one int only so (nn.Unfold(3)); a null
+ * is refused by unfold_fwd (pair_arg). */
+#define UNFOLD_PAR(n, d, lo) \
+  { .name = n, .kind = P_INTS, .dk = d, .dv = lo, .min = lo, .max = 1 << 30 }
+#define UNFOLD_REST \
+  UNFOLD_PAR("dilation", D_INT, 1), UNFOLD_PAR("padding", D_INT, 0), UNFOLD_PAR("stride", D_INT, 1)
+
+GROVE__OP_MODULE_TYPE(grove__unfold_type, "Unfold");
+
 const grove__opdef grove__opdef_unfold = {
     .name = "unfold",
     .id = G_OP,
@@ -549,10 +564,9 @@ const grove__opdef grove__opdef_unfold = {
                                    "stride)",
                                    NULL},
     .varargs = -1,
-    .p = {INPUT,
-          OP_REQ("kernel_size", P_INTS),
-          {.name = "dilation", .kind = P_INTS, .dk = D_INT, .dv = 1},
-          {.name = "padding", .kind = P_INTS, .dk = D_INT, .dv = 0},
-          {.name = "stride", .kind = P_INTS, .dk = D_INT, .dv = 1}},
+    .p = {INPUT, UNFOLD_PAR("kernel_size", D_REQ, 1), UNFOLD_REST},
     .forward = unfold_fwd,
+    .module = &(const grove__opmod){.cls = "Unfold",
+                                    .type = &grove__unfold_type,
+                                    .args = {UNFOLD_PAR("kernel_size", D_NONE, 1), UNFOLD_REST}},
 };

@@ -639,7 +639,8 @@ def test_repeat_interleave():
 
 def test_unfold():
     """F.unfold (im2col) on a 4-d input: kernel, dilation, padding and
-    stride as ints and pairs, odd sizes, through a transpose."""
+    stride as ints and pairs, odd sizes, through a transpose; nn.Unfold."""
+    import torch.nn as nn
     import torch.nn.functional as F
     cases = [
         ("unfold_k2", lambda x: F.unfold(x, 2)),
@@ -647,6 +648,8 @@ def test_unfold():
         ("unfold_t", lambda x: F.unfold(x.transpose(2, 3), kernel_size=3, padding=(0, 1))),
         ("unfold_s2", lambda x: F.unfold(x * 3, 2, stride=2)),
         ("unfold_1x1", lambda x: F.unfold(x, 1)),
+        ("Unfold", nn.Sequential(nn.Unfold((2, 3), padding=1, stride=2)).eval()),
+        ("Unfold_default", nn.Sequential(nn.Unfold(3)).eval()),
     ]
     for name, fn in cases:
         _run(name, fn, [(3, 5, 7)])
