@@ -844,7 +844,7 @@ def _is_view(node):
     return False
 
 
-def _inplace_target(m, node, methods, funcs):
+def _inplace_target(m, node, funcs):
     """For an in-place call (x.add_(y), torch.relu_(x), F.relu(x,
     inplace=True), an nn.ReLU(inplace=True) submodule): 'rename', 'value'
     (an out-of-place call already, writing into x too) or None."""
@@ -896,7 +896,7 @@ def _functionalize(m, graph, refuse):
                 node.op, node.target, node.args = "call_method", "transpose", \
                     (node.args[0], -2, -1)
             continue
-        kind = _inplace_target(m, node, methods, funcs)
+        kind = _inplace_target(m, node, funcs)
         if kind is None:
             continue
         call = node.target if node.op == "call_method" else \
