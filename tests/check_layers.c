@@ -841,7 +841,7 @@ static void json_err(const char *text, grove_status code, const char *msg) {
 START_TEST(test_registry) {
   size_t n;
   const grove__layer_def *defs = grove__layer_defs(&n);
-  ck_assert_uint_eq(n, 87);
+  ck_assert_uint_eq(n, 89);
   for (size_t i = 0; i < n; i++) ck_assert_ptr_eq(grove__layer_find(defs[i].type), &defs[i]);
   ck_assert_ptr_null(grove__layer_find("Conv3d"));
   ck_assert_ptr_null(grove__layer_find("linear"));

@@ -819,6 +819,140 @@ def _drop_shape_guards(graph):
         graph.erase_node(n)
 
 
+# Ops whose result may share x's storage (a write through one is seen
+# through the others): what _functionalize follows to refuse an in-place
+# write it cannot turn into a value.
+_VIEW_METHODS = {"view", "reshape", "transpose", "permute", "t", "expand", "squeeze", "unsqueeze",
+                 "flatten", "narrow", "select", "unflatten", "view_as", "reshape_as", "expand_as",
+                 "contiguous", "detach", "unbind", "chunk", "split", "movedim", "swapaxes",
+                 "diagonal", "as_strided", "unfold", "type_as", "to", "type", "float", "long",
+                 "bool"}
+
+
+def _is_view(node):
+    """Whether node's result may be a view of its first input."""
+    import builtins
+    import torch
+    import torch.fx as fx
+    if node.op == "call_method":
+        return node.target in _VIEW_METHODS
+    if node.op == "call_function":
+        if node.target is operator.getitem or node.target is builtins.getattr:
+            return isinstance(node.args[0], fx.Node)
+        name = getattr(node.target, "__name__", "")
+        return getattr(torch, name, None) is node.target and name in _VIEW_METHODS
+    return False
+
+
+def _inplace_target(m, node, funcs):
+    """For an in-place call (x.add_(y), torch.relu_(x), F.relu(x,
+    inplace=True), an nn.ReLU(inplace=True) submodule): 'rename', 'value'
+    (an out-of-place call already, writing into x too) or None."""
+    import torch
+    if node.op == "call_method" and node.target.endswith("_") and \
+            not node.target.startswith("_"):
+        return "rename"
+    if node.op == "call_function":
+        name = getattr(node.target, "__name__", "")
+        if name.endswith("_") and not name.startswith("_") and \
+                getattr(torch, name, None) is node.target:
+            return "rename"
+        if node.kwargs.get("inplace") is True:
+            return "value"
+        entry = funcs.get(node.target)
+        if entry and "inplace" in entry[1]:
+            k = entry[1].index("inplace")
+            if k < len(node.args) and node.args[k] is True:
+                return "value"
+    if node.op == "call_module":
+        if getattr(m.get_submodule(node.target), "inplace", False) is True:
+            return "value"
+    return None
+
+
+def _functionalize(m, graph, refuse):
+    """Turns the in-place calls of a traced forward into values: x.add_(y)
+    becomes x.add(y) (x.fill_(v) full_like(x, v), x.zero_() zeros_like(x)),
+    and every later use of x reads that result, as the mutated x is what
+    torch's later operations see; F.relu(h, inplace=True) and
+    nn.ReLU(inplace=True) alike.  A write whose effect reaches other names
+    (x a view or slice of another tensor still used afterwards, a view of x
+    made before and read after the write, a parameter or buffer) is
+    refused, naming the call: Grove's graph has values, not storage.
+    Tensor.T / Tensor.mT become transpose calls here too."""
+    import builtins
+    import torch
+    import torch.fx as fx
+    funcs, methods, _ = _table()
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is builtins.getattr and \
+                len(node.args) == 2 and node.args[1] in ("T", "mT"):
+            # x.T reverses the dims (torch warns past 2-d; Grove takes 1-d
+            # and 2-d, where it is x.t()); x.mT swaps the last two.
+            if node.args[1] == "T":
+                node.op, node.target, node.args = "call_method", "t", (node.args[0],)
+            else:
+                node.op, node.target, node.args = "call_method", "transpose", \
+                    (node.args[0], -2, -1)
+            continue
+        kind = _inplace_target(m, node, funcs)
+        if kind is None:
+            continue
+        call = node.target if node.op == "call_method" else \
+            (node.target if node.op == "call_module" else _fn_name(node.target))
+        x = node.args[0] if node.args else None
+        if not isinstance(x, fx.Node):
+            refuse(node, f"in-place {call} writes into something that is not a traced tensor")
+        if kind == "rename":
+            base = node.target if node.op == "call_method" else node.target.__name__
+            base = base[:-1]
+            if base == "fill":
+                node.op, node.target = "call_function", torch.full_like
+            elif base == "zero":
+                node.op, node.target, node.args = "call_function", torch.zeros_like, (x,)
+            elif node.op == "call_method":
+                if base not in methods:
+                    refuse(node, f"in-place method Tensor.{node.target} is not supported by "
+                                 f"Grove (nor Tensor.{base})")
+                node.target = base
+            else:
+                fn = getattr(torch, base, None)
+                if fn not in funcs:
+                    refuse(node, f"in-place operation {call} is not supported by Grove (nor "
+                                 f"torch.{base})")
+                node.target = fn
+        # What shares x's storage: the chain of views up to the tensor they
+        # view, and every view made from it.
+        root = x
+        while _is_view(root) and isinstance(root.args[0], fx.Node):
+            root = root.args[0]
+        group, todo = set(), [root]
+        while todo:
+            a = todo.pop()
+            if a in group:
+                continue
+            group.add(a)
+            todo.extend(u for u in a.users if _is_view(u) and u.args and u.args[0] is a)
+        if root.op == "get_attr":
+            refuse(node, f"in-place {call} writes into the parameter or buffer "
+                         f"self.{root.target}, which changes the model between requests; "
+                         "write x = x.op(...) instead")
+        for a in group - {x}:
+            later = [u for u in a.users if u is not node and order[u] > order[node] and
+                     not (_is_view(u) and u in group)]
+            if later:
+                what = "a view or slice of another tensor" if a is root or x is not root else \
+                    "a tensor whose view (made before the write) is read after it"
+                refuse(node, f"in-place {call} writes into {what}, and Grove cannot follow "
+                             "that aliasing; write the out-of-place call (x = x.op(...)) "
+                             "instead")
+        for u in list(x.users):
+            if u is not node and order[u] > order[node]:
+                u.replace_input_with(x, node)
+    graph.lint()
+
+
 def _graph(m, path, inlined=None):
     """The "graph" of a custom module: its fx nodes in the format of
     docs/model-spec.md.  Refuses, naming the operation and the line of
@@ -840,6 +974,8 @@ def _graph(m, path, inlined=None):
             where = f"in '{_join(path, inl[0])}' ({inl[1]}, whose forward is traced into " \
                     f"this one), {where}"
         raise ExportError(f"cannot export {_where(path, m)}: {where}: {why}")
+
+    _functionalize(m, graph, refuse)
 
     def key_index(node, src, key):
         """features["out"] on what a submodule returned as a dict (torchvision's

@@ -142,6 +142,8 @@ def cases():
         ("operator.invert", lambda x: (~(x > 0)).float()),
         ("operator.and_", lambda x: ((x > 0) & (x < 1)).float()),
         ("F.linear", lambda x: F.linear(x, x[0:1].expand(3, -1))),
+        ("F.unfold", lambda x: F.unfold(x, 2), (3, 5, 6)),
+        ("torch.prod", lambda x: torch.prod(x, 1)),
         # 5: pools with computed kernels
         ("F.max_pool2d(x, x.shape[2:])", lambda x: F.max_pool2d(x, x.shape[2:]), (3, 5, 6)),
         ("F.avg_pool2d(x, kernel_size=x.size()[2:])",

@@ -49,6 +49,8 @@ static const grove__layer_def defs[] = {
     {"CosineSimilarity", grove__op_module_from_json, false},
     {"PairwiseDistance", grove__op_module_from_json, false},
     {"LogSigmoid", grove__op_module_from_json, false},
+    {"Softmin", grove__op_module_from_json, false},
+    {"Unfold", grove__op_module_from_json, false},
     {"Tanhshrink", grove__op_module_from_json, false},
     {"Hardshrink", grove__op_module_from_json, false},
     {"Softshrink", grove__op_module_from_json, false},

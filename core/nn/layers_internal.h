@@ -38,6 +38,8 @@ extern const grove_module_type grove__relu6_type, grove__hardswish_type, grove__
 extern const grove_module_type grove__tanh_type;
 extern const grove_module_type grove__softmax_type;
 extern const grove_module_type grove__log_softmax_type;
+extern const grove_module_type grove__softmin_type;
+extern const grove_module_type grove__unfold_type;
 extern const grove_module_type grove__batch_norm1d_type;
 extern const grove_module_type grove__layer_norm_type;
 extern const grove_module_type grove__embedding_type;

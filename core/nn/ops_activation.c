@@ -19,6 +19,7 @@
 
 #include "layers_internal.h"
 #include "ops.h"
+#include "tensor_ops.h"
 
 /* ------------------------------------------------------------ elementwise */
 
@@ -242,7 +243,8 @@ static void softmax_lanes(const float *restrict x, float *restrict y, int64_t ou
   }
 }
 
-static grove_status softmax_common(const grove__opctx *c, gval *res, bool as_log) {
+/* as_log: log_softmax; neg: softmin, softmax(-x), as torch computes it. */
+static grove_status softmax_common(const grove__opctx *c, gval *res, bool as_log, bool neg) {
   const char *layer = grove__op_label(c);
   const grove_tensor *xa;
   grove_status s = grove__op_tensor(c, 0, &xa);
@@ -251,6 +253,7 @@ static grove_status softmax_common(const grove__opctx *c, gval *res, bool as_log
   in.v[0] = *xa;
   grove_tensor x, y;
   if ((s = grove__layer_input(layer, c->f, &in, GROVE_F32, &x)) != GROVE_OK) return s;
+  if (neg && (s = grove__op_unary(c->f, GROVE__UN_NEG, &x, 0, 0, &x, NULL))) return s;
   /* torch's _get_softmax_dim for dim=None. */
   const bool has_dim = c->args[1].kind == A_INT;
   int dim = grove__softmax_dim(has_dim, has_dim ? (int)c->args[1].i : 0, x.ndim);
@@ -282,10 +285,13 @@ static grove_status softmax_common(const grove__opctx *c, gval *res, bool as_log
 }
 
 static grove_status softmax_fwd(const grove__opctx *c, gval *res) {
-  return softmax_common(c, res, false);
+  return softmax_common(c, res, false, false);
 }
 static grove_status log_softmax_fwd(const grove__opctx *c, gval *res) {
-  return softmax_common(c, res, true);
+  return softmax_common(c, res, true, false);
+}
+static grove_status softmin_fwd(const grove__opctx *c, gval *res) {
+  return softmax_common(c, res, false, true);
 }
 
 static grove_status softmax_check(const grove__opdef *d, const garg *a, const char *jp,
@@ -338,6 +344,7 @@ GROVE__OP_MODULE_TYPE(grove__sigmoid_type, "Sigmoid");
 GROVE__OP_MODULE_TYPE(grove__tanh_type, "Tanh");
 GROVE__OP_MODULE_TYPE(grove__softmax_type, "Softmax");
 GROVE__OP_MODULE_TYPE(grove__log_softmax_type, "LogSoftmax");
+GROVE__OP_MODULE_TYPE(grove__softmin_type, "Softmin");
 GROVE__OP_MODULE_TYPE(grove__dropout_type, "Dropout");
 GROVE__OP_MODULE_TYPE(grove__dropout1d_type, "Dropout1d");
 GROVE__OP_MODULE_TYPE(grove__dropout2d_type, "Dropout2d");
@@ -477,6 +484,23 @@ const grove__opdef grove__opdef_log_softmax = {
     .forward = log_softmax_fwd,
     .module = &(const grove__opmod){.cls = "LogSoftmax",
                                     .type = &grove__log_softmax_type,
+                                    .args = {DIM_OR_NONE},
+                                    .after_json = softmax_after_json},
+};
+
+/* F.softmin / nn.Softmin: torch's parameters are softmax's (no Tensor
+ * spelling). */
+const grove__opdef grove__opdef_softmin = {
+    .name = "softmin",
+    .id = G_OP,
+    .torch =
+        (const char *const[]){"torch.nn.functional.softmin(input,dim,_stacklevel,dtype)", NULL},
+    .varargs = -1,
+    .p = SOFTMAX_PARAMS,
+    .check = softmax_check,
+    .forward = softmin_fwd,
+    .module = &(const grove__opmod){.cls = "Softmin",
+                                    .type = &grove__softmin_type,
                                     .args = {DIM_OR_NONE},
                                     .after_json = softmax_after_json},
 };

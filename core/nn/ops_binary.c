@@ -216,10 +216,24 @@ static grove_status binary_fwd(const grove__opctx *c, gval *res) {
      * float32 (Grove's float). */
     grove_tensor y, pa = xa, pb = xb;
     grove_status s;
+    /* bool with bool (a Python bool on one side too) stays bool in torch:
+     * + is or, * is and; - is refused as torch refuses it. */
+    const bool a_bool = ta ? xa.dtype == GROVE_BOOL : (va ? va->kind == V_BOOL : a->kind == A_BOOL),
+               b_bool = tb ? xb.dtype == GROVE_BOOL : (vb ? vb->kind == V_BOOL : b->kind == A_BOOL);
+    const bool both_bool = a_bool && b_bool && (ta || tb);
+    if (both_bool && bin == GROVE__BIN_SUB)
+      return grove_err_set(c->f->err, GROVE_E_DTYPE,
+                           "%s: subtraction of two bool tensors is not supported (as in torch); "
+                           "use ^ or logical_xor",
+                           grove__op_label(c));
     if (a_int && b_int && bin != GROVE__BIN_DIV && alpha_int) {
       if (!ta) grove_tensor_init(&pa, GROVE_I64, 0, NULL, &ia);
       if (!tb) grove_tensor_init(&pb, GROVE_I64, 0, NULL, &ib);
       s = binary_i64(c->f, bin, &pa, &pb, ialpha, &y);
+      if (!s && both_bool && (bin == GROVE__BIN_ADD || bin == GROVE__BIN_MUL) && ialpha == 1) {
+        const grove_tensor sum = y; /* to_dtype's output must not be its input */
+        s = grove__op_to_dtype(c->f, &sum, GROVE_BOOL, &y);
+      }
     } else if (!(s = grove__op_to_dtype(c->f, &xa, GROVE_F32, &pa)) &&
                !(s = grove__op_to_dtype(c->f, &xb, GROVE_F32, &pb))) {
       s = grove__op_binary(c->f, bin, &pa, &pb, alpha, &y, NULL);

@@ -490,53 +490,103 @@ const grove__opdef grove__opdef_tril = {
     .forward = tri_fwd,
 };
 
-/* ------------------------------------------------------------ cumsum */
+/* ------------------------------------------------------------ cumsum, cumprod, prod */
 
-/* Along dim, summed in double (float) or int64 (integers and bool, which
- * torch promotes to int64). */
-static grove_status cumsum_fwd(const grove__opctx *c, gval *res) {
+enum { SCAN_CUMSUM, SCAN_CUMPROD, SCAN_PROD };
+
+/* The running sum or product along dim, in double (float) or int64
+ * (integers and bool, which torch promotes to int64; the product wraps as
+ * int64 does, computed unsigned).  prod is the running product's last
+ * element: over dim (keepdim or not), or over every element (dim None,
+ * a 0-d result). */
+static grove_status scan(const grove__opctx *c, gval *res, int mode) {
+  const char *name = c->def->name;
   const grove_tensor *x0;
   grove_tensor x, y;
-  int64_t d64;
-  int dim;
+  int64_t d64 = 0;
+  int dim = 0;
   grove_status s;
-  if ((s = grove__op_tensor(c, 0, &x0)) || (s = grove__op_int(c, &c->args[1], &d64))) return s;
-  if (!grove__op_wrap_dim((int)d64, x0->ndim, &dim))
-    return grove__op_dim_error(c->f, "cumsum", "dim", (int)d64, x0->ndim);
+  if ((s = grove__op_tensor(c, 0, &x0))) return s;
+  const bool all = mode == SCAN_PROD && c->args[1].kind == A_NONE;
+  if (!all) {
+    if ((s = grove__op_int(c, &c->args[1], &d64))) return s;
+    if (!grove__op_wrap_dim((int)d64, x0->ndim, &dim))
+      return grove__op_dim_error(c->f, name, "dim", (int)d64, x0->ndim);
+  }
   const bool flt = grove_dtype_is_float(x0->dtype);
+  const bool keepdim = mode == SCAN_PROD && c->args[2].kind == A_BOOL && c->args[2].i;
   grove_dtype dt;
-  if ((s = dtype_arg(c, 2, flt ? GROVE_F32 : GROVE_I64, &dt)) || (s = contig(c, x0, &x)) ||
-      (s = grove_fwd_alloc(c->f, &y, dt, x.ndim, x.shape)))
+  if ((s = dtype_arg(c, mode == SCAN_PROD ? 3 : 2, flt ? GROVE_F32 : GROVE_I64, &dt)) ||
+      (s = contig(c, x0, &x)))
     return s;
   int64_t outer = 1, len = x.ndim ? x.shape[dim] : 1, inner = 1;
-  for (int i = 0; i < dim; i++) outer *= x.shape[i];
-  for (int i = dim + 1; i < x.ndim; i++) inner *= x.shape[i];
+  if (all) {
+    len = grove_tensor_numel(&x);
+  } else {
+    for (int i = 0; i < dim; i++) outer *= x.shape[i];
+    for (int i = dim + 1; i < x.ndim; i++) inner *= x.shape[i];
+  }
+  int64_t shape[GROVE_MAX_DIMS];
+  int ndim = 0;
+  if (mode != SCAN_PROD) {
+    ndim = x.ndim;
+    memcpy(shape, x.shape, sizeof(int64_t) * (size_t)x.ndim);
+  } else if (!all) {
+    for (int i = 0; i < x.ndim; i++)
+      if (i != dim || keepdim) shape[ndim++] = i == dim ? 1 : x.shape[i];
+  }
+  if ((s = grove_fwd_alloc(c->f, &y, dt, ndim, shape))) return s;
+  const bool mul = mode != SCAN_CUMSUM;
   for (int64_t o = 0; o < outer; o++)
     for (int64_t in = 0; in < inner; in++) {
-      double af = 0;
-      int64_t ai = 0;
+      double af = mul ? 1 : 0;
+      uint64_t ai = mul ? 1 : 0;
       for (int64_t l = 0; l < len; l++) {
         const int64_t i = (o * len + l) * inner + in;
-        if (dt == GROVE_F32) {
-          af += get_f(&x, i);
-          ((float *)y.data)[i] = (float)af;
-        } else {
-          ai += get_i(&x, i);
-          put(&y, i, (double)ai, ai);
-        }
+        if (dt == GROVE_F32)
+          af = mul ? af * get_f(&x, i) : af + get_f(&x, i);
+        else
+          ai = mul ? ai * (uint64_t)get_i(&x, i) : ai + (uint64_t)get_i(&x, i);
+        if (mode != SCAN_PROD) put(&y, i, dt == GROVE_F32 ? af : (double)(int64_t)ai, (int64_t)ai);
       }
+      if (mode == SCAN_PROD)
+        put(&y, o * inner + in, dt == GROVE_F32 ? af : (double)(int64_t)ai, (int64_t)ai);
     }
   grove__op_set_tensor(res, &y);
   return GROVE_OK;
 }
 
-const grove__opdef grove__opdef_cumsum = {
-    .name = "cumsum",
+static grove_status cumsum_fwd(const grove__opctx *c, gval *res) {
+  return scan(c, res, SCAN_CUMSUM);
+}
+static grove_status cumprod_fwd(const grove__opctx *c, gval *res) {
+  return scan(c, res, SCAN_CUMPROD);
+}
+static grove_status prod_fwd(const grove__opctx *c, gval *res) {
+  return scan(c, res, SCAN_PROD);
+}
+
+/* cumsum and cumprod: torch's (input, dim, *, dtype). */
+#define CUM_ENTRY(n)                                                                               \
+  const grove__opdef grove__opdef_##n = {                                                          \
+      .name = #n,                                                                                  \
+      .id = G_OP,                                                                                  \
+      .torch = (const char *const[]){"torch." #n "(input,dim)", "Tensor." #n "(input,dim)", NULL}, \
+      .varargs = -1,                                                                               \
+      .p = {INPUT, OP_REQ("dim", P_INT), DTYPE},                                                   \
+      .forward = n##_fwd,                                                                          \
+  }
+CUM_ENTRY(cumsum);
+CUM_ENTRY(cumprod);
+
+const grove__opdef grove__opdef_prod = {
+    .name = "prod",
     .id = G_OP,
-    .torch = (const char *const[]){"torch.cumsum(input,dim)", "Tensor.cumsum(input,dim)", NULL},
+    .torch = (const char *const[]){"torch.prod(input,dim,keepdim)",
+                                   "Tensor.prod(input,dim,keepdim)", NULL},
     .varargs = -1,
-    .p = {INPUT, OP_REQ("dim", P_INT), DTYPE},
-    .forward = cumsum_fwd,
+    .p = {INPUT, OP_NONE("dim", P_INT), OP_BOOL("keepdim", 0), DTYPE},
+    .forward = prod_fwd,
 };
 
 /* ------------------------------------------------------------ to, type */

@@ -34,10 +34,39 @@ static grove_status num_arg(const grove__opctx *c, int k, double dflt, double *o
   return GROVE_OK;
 }
 
+/* math.sqrt / math.log / math.exp of a number (a size: the attention
+ * scale 1 / math.sqrt(x.size(-1))): Python's float result.  true when op
+ * has a math.* spelling and argument 0 is a number. */
+static bool unary_number(const grove__opctx *c, gval *res, int op) {
+  double v;
+  int64_t i;
+  bool is_int;
+  const gval *a = grove__op_val(c, &c->args[0]);
+  if ((a && a->kind == V_TENSOR) || !grove__op_number(c, &c->args[0], &v, &i, &is_int))
+    return false;
+  switch (op) {
+    case GROVE__UN_SQRT:
+      v = sqrt(v);
+      break;
+    case GROVE__UN_LOG:
+      v = log(v);
+      break;
+    case GROVE__UN_EXP:
+      v = exp(v);
+      break;
+    default:
+      return false;
+  }
+  res->kind = V_FLOAT;
+  res->f = v;
+  return true;
+}
+
 /* One GROVE__UN_* function of argument 0 with numbers a and b. */
 static grove_status unary(const grove__opctx *c, gval *res, int op, double a, double b) {
   const grove_tensor *x;
   grove_tensor y;
+  if (unary_number(c, res, op)) return GROVE_OK;
   grove_status s = grove__op_tensor(c, 0, &x);
   if (s) return s;
   /* In place when the evaluator says nothing else reads the input. */
@@ -390,7 +419,19 @@ const grove__opdef grove__opdef_clamp = {
       .forward = fwd,                                                                     \
   }
 
-MATH1(exp, exp_fwd);
+/* MATH1 with Python's math.<n> too, on a number (unary_number). */
+#define MATH1N(n, fwd)                                                              \
+  const grove__opdef grove__opdef_##n = {                                           \
+      .name = #n,                                                                   \
+      .id = G_OP,                                                                   \
+      .torch = (const char *const[]){"torch." #n "(input)", "Tensor." #n "(input)", \
+                                     "math." #n "(input)", NULL},                   \
+      .varargs = -1,                                                                \
+      .p = {OP_REQ("input", P_OPERAND)},                                            \
+      .forward = fwd,                                                               \
+  }
+
+MATH1N(exp, exp_fwd);
 MATH1(sin, sin_fwd);
 MATH1(cos, cos_fwd);
 MATH1(reciprocal, reciprocal_fwd);
@@ -522,8 +563,8 @@ const grove__opdef grove__opdef_logsigmoid = {
     .module =
         &(const grove__opmod){.cls = "LogSigmoid", .type = &grove__logsigmoid_type, .args = {{0}}},
 };
-MATH1(log, log_fwd);
-MATH1(sqrt, sqrt_fwd);
+MATH1N(log, log_fwd);
+MATH1N(sqrt, sqrt_fwd);
 MATH1(rsqrt, rsqrt_fwd);
 
 const grove__opdef grove__opdef_abs = {

@@ -461,3 +461,112 @@ const grove__opdef grove__opdef_local_response_norm = {
                                     .args = {POS_INT("size"), FNUM("alpha", 1e-4),
                                              FNUM("beta", 0.75), FNUM("k", 1.0)}},
 };
+
+/* ------------------------------------------------------------ unfold */
+
+/* One int or a pair (h, w) of argument k, each at least lo. */
+static grove_status pair_arg(const grove__opctx *c, int k, int64_t lo, int64_t v[2]) {
+  int n = 1;
+  grove_status s = GROVE_OK;
+  const garg *a = &c->args[k];
+  if (a->kind == A_FLOAT && a->f == (double)(int64_t)a->f)
+    v[0] = (int64_t)a->f; /* a module's default model.json left out (read as a number) */
+  else
+    s = grove__op_ints(c, a, true, v, &n);
+  if (s) return s;
+  if (n == 1) v[1] = v[0];
+  if ((n != 1 && n != 2) || v[0] < lo || v[1] < lo)
+    return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
+                         "unfold: %s must be one int or two, each at least %lld", c->def->p[k].name,
+                         (long long)lo);
+  return GROVE_OK;
+}
+
+/* F.unfold (im2col): a 4-d [N, C, H, W] (or 3-d [C, H, W]) input gives
+ * [N, C * kh * kw, L], column l the kh x kw patch at the l-th window
+ * position (row-major), zero where the padding is; any dtype (elements are
+ * copied). */
+static grove_status unfold_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x0;
+  grove_tensor x, y;
+  int64_t k[2], dl[2], pd[2], st[2];
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x0)) || (s = pair_arg(c, 1, 1, k)) ||
+      (s = pair_arg(c, 2, 1, dl)) || (s = pair_arg(c, 3, 0, pd)) || (s = pair_arg(c, 4, 1, st)))
+    return s;
+  if (x0->ndim != 3 && x0->ndim != 4)
+    return grove_err_set(c->f->err, GROVE_E_SHAPE, "unfold: expected a 3-d or 4-d input, got %d-d",
+                         x0->ndim);
+  x = *x0;
+  if (!grove_tensor_is_contiguous(x0) &&
+      ((s = grove_fwd_alloc(c->f, &x, x0->dtype, x0->ndim, x0->shape)) ||
+       (s = grove_tensor_copy(&x, x0, c->f->err))))
+    return s;
+  const int b = x.ndim == 4;
+  const int64_t N = b ? x.shape[0] : 1, C = x.shape[b], H = x.shape[b + 1], W = x.shape[b + 2];
+  int64_t o[2];
+  const int64_t in[2] = {H, W};
+  for (int i = 0; i < 2; i++) {
+    const int64_t span = dl[i] * (k[i] - 1) + 1, room = in[i] + 2 * pd[i];
+    if (pd[i] > (int64_t)1 << 30 || k[i] > (int64_t)1 << 30 || dl[i] > (int64_t)1 << 30 ||
+        room < span)
+      return grove_err_set(c->f->err, GROVE_E_SHAPE,
+                           "unfold: the kernel (%lld x %lld, dilation %lld x %lld) does not fit "
+                           "the padded %lld x %lld input",
+                           (long long)k[0], (long long)k[1], (long long)dl[0], (long long)dl[1],
+                           (long long)(H + 2 * pd[0]), (long long)(W + 2 * pd[1]));
+    o[i] = (room - span) / st[i] + 1;
+  }
+  int64_t rows;
+  if (__builtin_mul_overflow(C, k[0] * k[1], &rows))
+    return grove_err_set(c->f->err, GROVE_E_SHAPE, "unfold: the output is too large");
+  const int64_t shape[3] = {N, rows, o[0] * o[1]};
+  if ((s = grove_fwd_alloc(c->f, &y, x.dtype, b ? 3 : 2, b ? shape : shape + 1))) return s;
+  const size_t es = grove_dtype_size(x.dtype);
+  const char *src = x.data;
+  char *dst = y.data;
+  const int64_t L = o[0] * o[1];
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t ch = 0; ch < C; ch++)
+      for (int64_t ki = 0; ki < k[0]; ki++)
+        for (int64_t kj = 0; kj < k[1]; kj++) {
+          const int64_t row = (ch * k[0] + ki) * k[1] + kj;
+          char *out = dst + ((n * rows + row) * L) * (int64_t)es;
+          for (int64_t oi = 0; oi < o[0]; oi++)
+            for (int64_t oj = 0; oj < o[1]; oj++) {
+              const int64_t h = oi * st[0] - pd[0] + ki * dl[0],
+                            w = oj * st[1] - pd[1] + kj * dl[1];
+              char *e = out + (oi * o[1] + oj) * (int64_t)es;
+              if (h < 0 || h >= H || w < 0 || w >= W)
+                memset(e, 0, es);
+              else
+                memcpy(e, src + (((n * C + ch) * H + h) * W + w) * (int64_t)es, es);
+            }
+        }
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+/* Each an int or a pair.  The module's kernel_size is "null or ints" to
+ * model.json's reader, which takes one int only so (nn.Unfold(3)); a null
+ * is refused by unfold_fwd (pair_arg). */
+#define UNFOLD_PAR(n, d, lo) \
+  { .name = n, .kind = P_INTS, .dk = d, .dv = lo, .min = lo, .max = 1 << 30 }
+#define UNFOLD_REST \
+  UNFOLD_PAR("dilation", D_INT, 1), UNFOLD_PAR("padding", D_INT, 0), UNFOLD_PAR("stride", D_INT, 1)
+
+GROVE__OP_MODULE_TYPE(grove__unfold_type, "Unfold");
+
+const grove__opdef grove__opdef_unfold = {
+    .name = "unfold",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nn.functional.unfold(input,kernel_size,dilation,padding,"
+                                   "stride)",
+                                   NULL},
+    .varargs = -1,
+    .p = {INPUT, UNFOLD_PAR("kernel_size", D_REQ, 1), UNFOLD_REST},
+    .forward = unfold_fwd,
+    .module = &(const grove__opmod){.cls = "Unfold",
+                                    .type = &grove__unfold_type,
+                                    .args = {UNFOLD_PAR("kernel_size", D_NONE, 1), UNFOLD_REST}},
+};

@@ -1,8 +1,9 @@
 /* ops_select.c: the op entries (ops.h) of comparisons (==, !=, <, <=, >,
  * >= giving bool tensors, or a Python bool between two numbers), where,
  * masked_fill, and the reductions that pick: amax / amin, max / min (with a
- * dim: the (values, indices) tuple), argmax / argmin.  Kernels: select.c
- * and pick_reduce.c (tensor_ops.h). */
+ * dim: the (values, indices) tuple), argmax / argmin, and sort / argsort /
+ * topk (a stable merge sort of each lane, here).  Kernels: select.c and
+ * pick_reduce.c (tensor_ops.h). */
 #include <math.h>
 #include <string.h>
 
@@ -287,3 +288,156 @@ ISNUM(isfinite);
   }
 ANY_ALL(any);
 ANY_ALL(all);
+
+/* ------------------------------------------------------------ sort, argsort, topk */
+
+/* Whether value a goes after b in ascending order: NaN is the largest, as
+ * torch sorts it. */
+static bool after(double a, double b) {
+  return isnan(a) ? !isnan(b) : a > b;
+}
+
+/* A stable merge sort of the indices ix[0..n) by v[ix], descending or not:
+ * equal values keep their order (torch's stable=True; its default sort
+ * gives the same on the CPU).  tmp holds n indices. */
+static void merge_sort(const double *v, int64_t *ix, int64_t *tmp, int64_t n, bool desc) {
+  for (int64_t w = 1; w < n; w *= 2) {
+    for (int64_t lo = 0; lo < n; lo += 2 * w) {
+      const int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+      int64_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi) {
+        /* j first only when it strictly precedes i: stability */
+        const bool take_j = desc ? after(v[ix[j]], v[ix[i]]) : after(v[ix[i]], v[ix[j]]);
+        tmp[k++] = take_j ? ix[j++] : ix[i++];
+      }
+      while (i < mid) tmp[k++] = ix[i++];
+      while (j < hi) tmp[k++] = ix[j++];
+    }
+    memcpy(ix, tmp, (size_t)n * sizeof(int64_t));
+  }
+}
+
+/* The first k of x sorted along dim (k = the dim's length: sort): values
+ * (unless NULL) in x's dtype and int64 indices, each of x's shape with k
+ * along dim. */
+static grove_status sort_dim(const grove__opctx *c, const grove_tensor *x0, int64_t d64, bool desc,
+                             int64_t k, bool has_k, grove_tensor *vals, grove_tensor *idx) {
+  const char *name = c->def->name;
+  int dim;
+  grove_status s;
+  if (x0->dtype != GROVE_F32 && x0->dtype != GROVE_I64)
+    return grove_err_set(c->f->err, GROVE_E_DTYPE, "%s: expected a float32 or int64 tensor, got %s",
+                         name, grove_dtype_name(x0->dtype));
+  if (!grove__op_wrap_dim((int)d64, x0->ndim ? x0->ndim : 1, &dim))
+    return grove__op_dim_error(c->f, name, "dim", (int)d64, x0->ndim);
+  grove_tensor x = *x0;
+  if (!grove_tensor_is_contiguous(x0) &&
+      ((s = grove_fwd_alloc(c->f, &x, x0->dtype, x0->ndim, x0->shape)) ||
+       (s = grove_tensor_copy(&x, x0, c->f->err))))
+    return s;
+  const int64_t len = x.ndim ? x.shape[dim] : 1;
+  if (!has_k) k = len;
+  if (k < 0 || k > len)
+    return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
+                         "%s: k (%lld) is out of range for a dim of size %lld", name, (long long)k,
+                         (long long)len);
+  int64_t shape[GROVE_MAX_DIMS];
+  memcpy(shape, x.shape, (size_t)x.ndim * sizeof(int64_t));
+  if (x.ndim) shape[dim] = k;
+  if ((vals && (s = grove_fwd_alloc(c->f, vals, x.dtype, x.ndim, shape))) ||
+      (s = grove_fwd_alloc(c->f, idx, GROVE_I64, x.ndim, shape)))
+    return s;
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < dim && i < x.ndim; i++) outer *= x.shape[i];
+  for (int i = dim + 1; i < x.ndim; i++) inner *= x.shape[i];
+  if (outer == 0 || inner == 0 || len == 0) return GROVE_OK;
+  double *v = grove_arena_alloc(c->f->arena, (size_t)len * sizeof(double));
+  int64_t *ix = grove_arena_alloc(c->f->arena, (size_t)len * sizeof(int64_t));
+  int64_t *tmp = grove_arena_alloc(c->f->arena, (size_t)len * sizeof(int64_t));
+  if (!v || !ix || !tmp)
+    return grove_err_set(c->f->err, GROVE_E_NOMEM, "%s: scratch arena is exhausted", name);
+  const bool flt = x.dtype == GROVE_F32;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      const int64_t base = o * len * inner + in, obase = o * k * inner + in;
+      for (int64_t l = 0; l < len; l++) {
+        const int64_t at = base + l * inner;
+        v[l] = flt ? ((const float *)x.data)[at] : (double)((const int64_t *)x.data)[at];
+        ix[l] = l;
+      }
+      merge_sort(v, ix, tmp, len, desc);
+      for (int64_t l = 0; l < k; l++) {
+        const int64_t at = obase + l * inner;
+        ((int64_t *)idx->data)[at] = ix[l];
+        if (!vals) continue;
+        if (flt)
+          ((float *)vals->data)[at] = ((const float *)x.data)[base + ix[l] * inner];
+        else
+          ((int64_t *)vals->data)[at] = ((const int64_t *)x.data)[base + ix[l] * inner];
+      }
+    }
+  return GROVE_OK;
+}
+
+static bool flag_arg(const garg *a, bool dflt) {
+  return a->kind == A_BOOL || a->kind == A_INT ? a->i != 0 : dflt;
+}
+
+/* sort(input, dim, descending, stable) -> (values, indices); argsort the
+ * indices. */
+static grove_status sort_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  int64_t dim;
+  grove_tensor t[2];
+  grove_status s;
+  const bool arg = strcmp(c->def->name, "argsort") == 0;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &dim)) ||
+      (s = sort_dim(c, x, dim, flag_arg(&c->args[2], false), 0, false, arg ? NULL : &t[0], &t[1])))
+    return s;
+  if (arg)
+    grove__op_set_tensor(res, &t[1]);
+  else
+    grove__op_set_tuple(res, t, 2);
+  return GROVE_OK;
+}
+
+/* topk(input, k, dim, largest, sorted) -> (values, indices), always in
+ * sorted order (torch's order for sorted=False is unspecified); ties keep
+ * the lower index first. */
+static grove_status topk_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  int64_t k, dim;
+  grove_tensor t[2];
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &k)) ||
+      (s = grove__op_int(c, &c->args[2], &dim)) ||
+      (s = sort_dim(c, x, dim, flag_arg(&c->args[3], true), k, true, &t[0], &t[1])))
+    return s;
+  grove__op_set_tuple(res, t, 2);
+  return GROVE_OK;
+}
+
+/* sort and argsort: one parameter list, one forward. */
+#define SORT_ENTRY(n)                                                                  \
+  const grove__opdef grove__opdef_##n = {                                              \
+      .name = #n,                                                                      \
+      .id = G_OP,                                                                      \
+      .torch = (const char *const[]){"torch." #n "(input,dim,descending)",             \
+                                     "Tensor." #n "(input,dim,descending)", NULL},     \
+      .varargs = -1,                                                                   \
+      .p = {INPUT, OP_INT("dim", -1), OP_BOOL("descending", 0), OP_BOOL("stable", 0)}, \
+      .forward = sort_fwd,                                                             \
+  }
+SORT_ENTRY(sort);
+SORT_ENTRY(argsort);
+
+const grove__opdef grove__opdef_topk = {
+    .name = "topk",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.topk(input,k,dim,largest,sorted)",
+                                   "Tensor.topk(input,k,dim,largest,sorted)", NULL},
+    .varargs = -1,
+    .p = {INPUT, OP_REQ("k", P_INT), OP_INT("dim", -1), OP_BOOL("largest", 1),
+          OP_BOOL("sorted", 1)},
+    .forward = topk_fwd,
+};

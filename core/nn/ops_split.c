@@ -1,9 +1,11 @@
 /* ops_split.c: the op entries (ops.h) of the shape operations the zoo and
  * masks need beyond ops_shape.c's: chunk, split, unbind (tuples of views),
- * stack, expand, repeat, unsqueeze, squeeze, roll, narrow and index_select.
+ * stack, expand, repeat, repeat_interleave, unsqueeze, squeeze, roll, narrow and
+ * index_select.
  * Kernels: shape_ops.c (tensor_ops.h). */
 #include <string.h>
 
+#include "graph_ops.h"
 #include "ops.h"
 #include "tensor_ops.h"
 
@@ -353,4 +355,69 @@ const grove__opdef grove__opdef_one_hot = {
     .varargs = -1,
     .p = {ANY_INPUT, OP_INT("num_classes", -1)},
     .forward = one_hot_fwd,
+};
+
+/* ------------------------------------------------------------ repeat_interleave */
+
+/* repeat_interleave(input, repeats, dim) with an int repeats: each element
+ * r times along dim (every element of the flattened input when dim is
+ * None), as x.unsqueeze(dim + 1) expanded to r along the new dim and
+ * reshaped to r times the dim (the reshape copies); a tensor of repeats is
+ * refused. */
+static grove_status repeat_interleave_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x0;
+  grove_tensor x, u, rep, y;
+  int64_t r, d64 = 0;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x0))) return s;
+  const gval *rv = grove__op_val(c, &c->args[1]);
+  if (rv && rv->kind == V_TENSOR)
+    return grove_err_set(c->f->err, GROVE_E_UNSUPPORTED,
+                         "repeat_interleave: a tensor of repeats is not supported (only an int)");
+  if ((s = grove__op_int(c, &c->args[1], &r))) return s;
+  if (r < 0)
+    return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
+                         "repeat_interleave: repeats must be non-negative, got %lld", (long long)r);
+  x = *x0;
+  if (c->args[2].kind == A_NONE) {
+    const int64_t flat[1] = {grove_tensor_numel(x0)};
+    if ((s = grove__op_reshape(c->f, x0, flat, 1, &x))) return s;
+  } else if ((s = grove__op_int(c, &c->args[2], &d64))) {
+    return s;
+  }
+  int dim;
+  if (!grove__op_wrap_dim((int)d64, x.ndim, &dim))
+    return grove__op_dim_error(c->f, "repeat_interleave", "dim", (int)d64, x.ndim);
+  if (x.shape[dim] && r > INT64_MAX / x.shape[dim])
+    return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
+                         "repeat_interleave: %lld repeats of a dim of %lld overflow", (long long)r,
+                         (long long)x.shape[dim]);
+  int64_t sizes[GROVE_MAX_DIMS], shape[GROVE_MAX_DIMS];
+  if (x.ndim + 1 > GROVE_MAX_DIMS)
+    return grove_err_set(c->f->err, GROVE_E_SHAPE, "repeat_interleave: at most %d dims",
+                         GROVE_MAX_DIMS - 1);
+  for (int i = 0; i <= x.ndim; i++)
+    sizes[i] = i == dim + 1 ? r : i <= dim ? x.shape[i] : x.shape[i - 1];
+  for (int i = 0; i < x.ndim; i++) shape[i] = i == dim ? x.shape[i] * r : x.shape[i];
+  if ((s = grove__op_unsqueeze(c->f, &x, dim + 1, &u)) ||
+      (s = grove__op_expand(c->f, &u, sizes, x.ndim + 1, &rep)) ||
+      (s = grove__op_reshape(c->f, &rep, shape, x.ndim, &y))) {
+    grove_err_prefix(c->f->err, "repeat_interleave");
+    return s;
+  }
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+const grove__opdef grove__opdef_repeat_interleave = {
+    .name = "repeat_interleave",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.repeat_interleave(input,repeats,dim)",
+                                   "Tensor.repeat_interleave(input,repeats,dim)", NULL},
+    .varargs = -1,
+    .p = {ANY_INPUT,
+          {.name = "repeats", .kind = P_ANY, .dk = D_REQ},
+          OP_NONE("dim", P_INT),
+          OP_NONE("output_size", P_INT)},
+    .forward = repeat_interleave_fwd,
 };

@@ -25,16 +25,17 @@ extern const grove__opdef grove__opdef_log2, grove__opdef_log10, grove__opdef_ex
     grove__opdef_tan, grove__opdef_atan, grove__opdef_sinh, grove__opdef_cosh, grove__opdef_asin,
     grove__opdef_acos, grove__opdef_tanhshrink, grove__opdef_clone, grove__opdef_detach,
     grove__opdef_t;
-extern const grove__opdef grove__opdef_relu, grove__opdef_gelu, grove__opdef_sigmoid, grove__opdef_tanh,
-    grove__opdef_softmax, grove__opdef_log_softmax, grove__opdef_dropout, grove__opdef_leaky_relu,
-    grove__opdef_silu;
+extern const grove__opdef grove__opdef_relu, grove__opdef_gelu, grove__opdef_sigmoid,
+    grove__opdef_tanh, grove__opdef_softmax, grove__opdef_log_softmax, grove__opdef_softmin,
+    grove__opdef_dropout, grove__opdef_leaky_relu, grove__opdef_silu;
 extern const grove__opdef grove__opdef_flatten, grove__opdef_reshape, grove__opdef_view, grove__opdef_permute,
     grove__opdef_transpose, grove__opdef_cat, grove__opdef_getitem, grove__opdef_size, grove__opdef_getattr,
     grove__opdef_contiguous;
 extern const grove__opdef grove__opdef_mean, grove__opdef_sum;
 extern const grove__opdef grove__opdef_full, grove__opdef_zeros, grove__opdef_ones,
-    grove__opdef_arange, grove__opdef_triu, grove__opdef_tril, grove__opdef_cumsum, grove__opdef_to,
-    grove__opdef_type, grove__opdef_zeros_like, grove__opdef_ones_like, grove__opdef_empty_like,
+    grove__opdef_arange, grove__opdef_triu, grove__opdef_tril, grove__opdef_cumsum,
+    grove__opdef_cumprod, grove__opdef_prod, grove__opdef_to, grove__opdef_type,
+    grove__opdef_zeros_like, grove__opdef_ones_like, grove__opdef_empty_like,
     grove__opdef_full_like, grove__opdef_new_zeros, grove__opdef_new_ones, grove__opdef_new_empty,
     grove__opdef_new_full, grove__opdef_new_tensor, grove__opdef_view_as, grove__opdef_reshape_as,
     grove__opdef_expand_as;
@@ -62,14 +63,16 @@ extern const grove__opdef grove__opdef_relu6, grove__opdef_hardswish, grove__opd
     grove__opdef_pow, grove__opdef_float, grove__opdef_long, grove__opdef_bool, grove__opdef_dim,
     grove__opdef_numel, grove__opdef_prelu, grove__opdef_type_as, grove__opdef_stochastic_depth,
     grove__opdef_chunk, grove__opdef_split, grove__opdef_unbind, grove__opdef_stack,
-    grove__opdef_expand, grove__opdef_repeat, grove__opdef_unsqueeze, grove__opdef_squeeze,
-    grove__opdef_roll, grove__opdef_narrow, grove__opdef_index_select, grove__opdef_eq,
-    grove__opdef_ne, grove__opdef_lt, grove__opdef_le, grove__opdef_gt, grove__opdef_ge,
-    grove__opdef_where, grove__opdef_masked_fill, grove__opdef_amax, grove__opdef_amin,
-    grove__opdef_max, grove__opdef_min, grove__opdef_argmax, grove__opdef_argmin,
+    grove__opdef_expand, grove__opdef_repeat, grove__opdef_repeat_interleave,
+    grove__opdef_unsqueeze, grove__opdef_squeeze, grove__opdef_roll, grove__opdef_narrow,
+    grove__opdef_index_select, grove__opdef_eq, grove__opdef_ne, grove__opdef_lt, grove__opdef_le,
+    grove__opdef_gt, grove__opdef_ge, grove__opdef_where, grove__opdef_masked_fill,
+    grove__opdef_amax, grove__opdef_amin, grove__opdef_max, grove__opdef_min, grove__opdef_argmax,
+    grove__opdef_argmin, grove__opdef_sort, grove__opdef_argsort, grove__opdef_topk,
     grove__opdef_interpolate, grove__opdef_pad, grove__opdef_pixel_shuffle,
     grove__opdef_pixel_unshuffle, grove__opdef_unflatten, grove__opdef_layer_norm,
-    grove__opdef_group_norm, grove__opdef_instance_norm, grove__opdef_local_response_norm;
+    grove__opdef_group_norm, grove__opdef_instance_norm, grove__opdef_local_response_norm,
+    grove__opdef_unfold;
 extern const grove__opdef grove__opdef_max_pool1d, grove__opdef_max_pool2d, grove__opdef_avg_pool1d,
     grove__opdef_avg_pool2d, grove__opdef_adaptive_avg_pool1d, grove__opdef_adaptive_avg_pool2d,
     grove__opdef_adaptive_max_pool1d, grove__opdef_adaptive_max_pool2d;
@@ -90,6 +93,7 @@ static const grove__opdef *const table[] = {
     &grove__opdef_tanh,
     &grove__opdef_softmax,
     &grove__opdef_log_softmax,
+    &grove__opdef_softmin,
     &grove__opdef_dropout,
     &grove__opdef_flatten,
     &grove__opdef_reshape,
@@ -137,6 +141,7 @@ static const grove__opdef *const table[] = {
     &grove__opdef_stack,
     &grove__opdef_expand,
     &grove__opdef_repeat,
+    &grove__opdef_repeat_interleave,
     &grove__opdef_unsqueeze,
     &grove__opdef_squeeze,
     &grove__opdef_roll,
@@ -156,6 +161,9 @@ static const grove__opdef *const table[] = {
     &grove__opdef_min,
     &grove__opdef_argmax,
     &grove__opdef_argmin,
+    &grove__opdef_sort,
+    &grove__opdef_argsort,
+    &grove__opdef_topk,
     &grove__opdef_interpolate,
     &grove__opdef_pad,
     &grove__opdef_pixel_shuffle,
@@ -165,6 +173,7 @@ static const grove__opdef *const table[] = {
     &grove__opdef_group_norm,
     &grove__opdef_instance_norm,
     &grove__opdef_local_response_norm,
+    &grove__opdef_unfold,
     /* ops_create.c, ops_linalg.c: what sequence models build masks and
      * attention with */
     &grove__opdef_full,
@@ -174,6 +183,8 @@ static const grove__opdef *const table[] = {
     &grove__opdef_triu,
     &grove__opdef_tril,
     &grove__opdef_cumsum,
+    &grove__opdef_cumprod,
+    &grove__opdef_prod,
     &grove__opdef_to,
     &grove__opdef_type,
     &grove__opdef_zeros_like,

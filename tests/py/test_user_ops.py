@@ -438,3 +438,218 @@ def test_shrink_and_threshold():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)], gen=_wide)
+
+
+def test_inplace_methods():
+    """x.add_(y) ... x.zero_(), torch.relu_, F.relu(inplace=True) and
+    nn.ReLU(inplace=True): the call's result and every later read of x see
+    the written value (as in torch)."""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    def later(op):  # h written in place, then h itself read
+        def fn(x):
+            h = x * 3
+            r = op(h)
+            return h * 2 + r
+        return fn
+
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("add_", lambda x: x.clone().add_(1)),
+        ("add_later", later(lambda h: h.add_(h[:, :1] * 1, alpha=0.5))),
+        ("sub_", later(lambda h: h.sub_(2.5))),
+        ("mul_", lambda x: t(x).clone().mul_(x[:, :1, :1])),
+        ("div_", later(lambda h: h.div_(4))),
+        ("clamp_", later(lambda h: h.clamp_(-1, 0.5))),
+        ("clamp_min_", later(lambda h: h.clamp_min_(0.1))),
+        ("relu_", later(lambda h: h.relu_())),
+        ("torch.relu_", later(lambda h: torch.relu_(h))),
+        ("sigmoid_", later(lambda h: h.sigmoid_())),
+        ("tanh_", later(lambda h: h.tanh_())),
+        ("fill_", later(lambda h: h.fill_(1.5))),
+        ("fill_int", lambda x: (x * 4).long().fill_(3)),
+        ("zero_", later(lambda h: h.zero_())),
+        ("masked_fill_", later(lambda h: h.masked_fill_(h > 0, -1.0))),
+        ("F.relu_inplace", later(lambda h: F.relu(h, inplace=True))),
+        ("chain", lambda x: x.clone().mul_(2).add_(1).neg_()),
+        ("view_of_fresh", lambda x: (x * 1).view(x.size(0), -1).add_(1)),
+        ("input", lambda x: x.add_(1) + x),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.relu = nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            h = x * 2
+            self.relu(h)
+            return h + 1  # h is relu'd: nn.ReLU(inplace=True) wrote into it
+
+    _run("ReLU_inplace", Block().eval(), [(5, 7)])
+
+
+def test_inplace_refusals():
+    """An in-place write Grove cannot follow is refused naming the call."""
+    import torch
+    # into a slice of h, which is read afterwards
+    _refused(lambda x: (lambda h: (h[:, 0].add_(1), h * 2)[1])(x * 3), (4, 5), "add_",
+             "view or slice")
+
+    def early_view(x):
+        h = x * 3
+        v = h.view(-1)
+        h.mul_(2)
+        return v + 1
+    _refused(early_view, (4, 5), "mul_", "view")
+
+
+def test_transpose_attributes():
+    """Tensor.T (2-d) and Tensor.mT (the last two dims swapped)."""
+    cases = [
+        ("T", lambda x: x[0].T * 1),
+        ("T_use", lambda x: x[0, :, :3] @ x[0].T[:3]),
+        ("mT", lambda x: x.mT + 0),
+        ("mT_matmul", lambda x: x @ x.mT),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+
+
+def test_math_on_sizes():
+    """math.sqrt / math.log / math.exp of sizes (the attention scale
+    1 / math.sqrt(d)), on the batch dim too, and the tensor ops still."""
+    import math
+    import torch
+    cases = [
+        ("sqrt_last", lambda x: x / math.sqrt(x.size(-1))),
+        ("sqrt_shape", lambda x: x * (1.0 / math.sqrt(x.shape[1] * 2))),
+        ("log_batch", lambda x: x * math.log(x.size(0) + 1)),
+        ("exp_size", lambda x: x - math.exp(x.size(2) / 7)),
+        ("tensor_sqrt", lambda x: torch.sqrt(x.abs()) + x.abs().log().exp()),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+
+
+def test_softmin():
+    """F.softmin / nn.Softmin: softmax(-x) along the last dim, a middle one
+    (negative dims), through a transpose."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+    cases = [
+        ("softmin_last", lambda x: F.softmin(x, dim=-1)),
+        ("softmin_mid", lambda x: F.softmin(x * 10, 1)),
+        ("softmin_t", lambda x: F.softmin(x.transpose(1, 2), dim=-2)),
+        ("Softmin", nn.Sequential(nn.Softmin(dim=1)).eval()),
+        ("Softmin_neg", nn.Sequential(nn.Softmin(dim=-1)).eval()),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+
+
+def test_bool_arithmetic():
+    """bool + bool and bool * bool are bool in torch (or / and), with a
+    Python bool too; with an int or a float they promote as before."""
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("bool_add", lambda x: (x > 0) + (x < 1)),
+        ("bool_mul_t", lambda x: (t(x) > 0) * (t(x) < 1)),
+        ("bool_add_bcast", lambda x: (x > 0) + (x[:, :1] < -1)),
+        ("bool_add_true", lambda x: (x > 0) + True),
+        ("bool_add_int", lambda x: (x > 0) + 1),
+        ("bool_mul_long", lambda x: (x > 0) * (x * 3).long()),
+        ("bool_add_float", lambda x: (x > 0) + 0.5),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+
+
+def test_cumulative_and_prod():
+    """torch.cumprod / torch.prod (a dim, keepdim, every element) beside
+    cumsum, on floats (kept near 1 so products stay finite) and integers
+    (int64 results), negative dims, through a transpose."""
+    import torch
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    near1 = lambda r, s: (1 + 0.3 * r.standard_normal(s)).astype(np.float32)  # noqa: E731
+    cases = [
+        ("cumprod", lambda x: torch.cumprod(x, dim=-1)),
+        ("cumprod_t", lambda x: t(x).cumprod(1)),
+        ("cumprod_int", lambda x: torch.cumprod((x * 2).long(), 0)),
+        ("cumprod_bool", lambda x: (x > 1).cumprod(-1)),
+        ("cumsum_t", lambda x: torch.cumsum(t(x), -2)),
+        ("prod_dim", lambda x: x.prod(1)),
+        ("prod_neg_keep", lambda x: torch.prod(t(x), -1, keepdim=True)),
+        ("prod_all", lambda x: torch.prod(x)),
+        ("prod_int", lambda x: (x * 3).long().prod(dim=2)),
+        ("prod_bool", lambda x: (x > 0.5).prod(-1)),
+        ("prod_dtype", lambda x: torch.prod(x, 1, dtype=torch.float32)),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)], gen=near1)
+
+
+def test_sort_and_topk():
+    """torch.sort / argsort (stable, descending) and torch.topk (values
+    and indices; largest or not), along the last, a middle and a negative
+    dim, through a transpose; ties (integers) keep their order as torch's
+    stable sort does."""
+    import torch
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("sort", lambda x: torch.sort(x, dim=-1)),
+        ("sort_values", lambda x: torch.sort(t(x), 1, descending=True)[0]),
+        ("sort_indices", lambda x: x.sort(dim=1).indices),
+        ("sort_stable_int", lambda x: torch.sort((x * 2).long(), dim=-1, stable=True)),
+        ("sort_stable_desc", lambda x: torch.sort((x * 2).long(), dim=-1, descending=True,
+                                                  stable=True)),
+        ("argsort", lambda x: torch.argsort(x, dim=-1)),
+        ("argsort_desc_t", lambda x: t(x).argsort(dim=-2, descending=True)),
+        ("topk", lambda x: torch.topk(x, 2, dim=-1)),
+        ("topk_values", lambda x: torch.topk(t(x), 3, dim=1)[0]),
+        ("topk_smallest", lambda x: x.topk(1, dim=-2, largest=False).values),
+        ("topk_indices", lambda x: torch.topk(x, 7).indices),
+        ("topk_int", lambda x: torch.topk((x * 3).long(), 2)[0]),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+
+
+def test_repeat_interleave():
+    """repeat_interleave with an int repeats: along a dim (negative too),
+    flattened (no dim), on integers, through a transpose, past 4 dims."""
+    import torch
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("ri_dim1", lambda x: x.repeat_interleave(2, dim=1)),
+        ("ri_neg", lambda x: torch.repeat_interleave(x, 3, dim=-1)),
+        ("ri_t", lambda x: t(x).repeat_interleave(2, 1)),
+        ("ri_batch", lambda x: x.repeat_interleave(2, dim=0)),
+        ("ri_flat", lambda x: torch.repeat_interleave(x[:, :2], 2)),
+        ("ri_int", lambda x: (x * 3).long().repeat_interleave(1, dim=2)),
+        ("ri_kv_heads", lambda x: x.unsqueeze(1).repeat_interleave(4, dim=1) * 1),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+
+
+def test_unfold():
+    """F.unfold (im2col) on a 4-d input: kernel, dilation, padding and
+    stride as ints and pairs, odd sizes, through a transpose; nn.Unfold."""
+    import torch.nn as nn
+    import torch.nn.functional as F
+    cases = [
+        ("unfold_k2", lambda x: F.unfold(x, 2)),
+        ("unfold_pairs", lambda x: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1))),
+        ("unfold_t", lambda x: F.unfold(x.transpose(2, 3), kernel_size=3, padding=(0, 1))),
+        ("unfold_s2", lambda x: F.unfold(x * 3, 2, stride=2)),
+        ("unfold_1x1", lambda x: F.unfold(x, 1)),
+        ("Unfold", nn.Sequential(nn.Unfold((2, 3), padding=1, stride=2)).eval()),
+        ("Unfold_default", nn.Sequential(nn.Unfold(3)).eval()),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(3, 5, 7)])
