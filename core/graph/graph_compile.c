@@ -829,6 +829,17 @@ static grove__act node_act(const graph_impl *g, int r) {
   return n->op == G_CALL_MODULE ? grove__fusable_act(n->mod) : GROVE__ACT_NONE;
 }
 
+/* Node i absorbs the activation that alone reads node j, if any. */
+static void take_act(graph_impl *g, int i, int j) {
+  const int r = sole_reader(g, j);
+  const grove__act act = r >= 0 ? node_act(g, r) : GROVE__ACT_NONE;
+  if (act != GROVE__ACT_NONE) {
+    g->nodes[i].fuse_relu = r;
+    g->nodes[i].fuse_act = act;
+    g->nodes[r].fused_into = i;
+  }
+}
+
 /* A residual block's `relu(conv(x) [+ bn] + identity)`: conv i (last: the
  * node whose result the add reads, i or its BatchNorm) absorbs a two-tensor
  * add with alpha 1 that alone reads last and runs right after it, when the
@@ -850,13 +861,7 @@ static void plan_residual(graph_impl *g, int i, int last) {
   n->fuse_add = a;
   n->fuse_res = o;
   g->nodes[a].fused_into = i;
-  const int r = sole_reader(g, a);
-  const grove__act act = r >= 0 ? node_act(g, r) : GROVE__ACT_NONE;
-  if (act != GROVE__ACT_NONE) {
-    n->fuse_relu = r;
-    n->fuse_act = act;
-    g->nodes[r].fused_into = i;
-  }
+  take_act(g, i, a);
 }
 
 static void plan_fusion(graph_impl *g) {
@@ -868,13 +873,7 @@ static void plan_fusion(graph_impl *g) {
       /* A BatchNorm2d no convolution absorbed (a pre-activation block:
        * DenseNet's norm1 + relu1) applies the activation after it in its
        * own pass (grove__bn2d_act_forward). */
-      const int r = sole_reader(g, i);
-      const grove__act act = r >= 0 ? node_act(g, r) : GROVE__ACT_NONE;
-      if (act != GROVE__ACT_NONE) {
-        n->fuse_relu = r;
-        n->fuse_act = act;
-        g->nodes[r].fused_into = i;
-      }
+      take_act(g, i, i);
       continue;
     }
     bool conv = t == &grove__conv1d_type || t == &grove__conv2d_type;
