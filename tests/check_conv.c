@@ -892,6 +892,88 @@ START_TEST(test_fused_act) {
 }
 END_TEST
 
+/* A residual block's add and activation applied by the convolution
+ * (grove_fwd.res, what a graph runs for relu(bn(conv(x)) + identity)):
+ * on the rows path's NHWC output (patch rows, the direct 1x1 product,
+ * Winograd) it sets done and equals act(bn(conv(x)) + res); a residual in
+ * another layout, an NCHW output, the depthwise and grouped paths leave it
+ * undone and return the plain bn(conv(x)), without the activation (the
+ * graph then runs the add). */
+START_TEST(test_conv_residual) {
+  grove_err err = {0};
+  const int64_t xs[4] = {2, 16, 9, 11};
+  grove_tensor *x = rand_tensor(4, xs, 31);
+  static const char *const cw[] = {"weight", "bias"};
+  static const char *const bw[] = {"weight", "bias", "running_mean", "running_var"};
+  struct {
+    grove_conv_opts o;
+    int64_t cout;
+    bool fuses;
+  } cc[] = {
+      {co(3, 3, 2, 2, 1, 1, 1, 1, 1, true), 40, true},    /* patch rows */
+      {co(1, 1, 1, 1, 0, 0, 1, 1, 1, false), 40, true},   /* direct 1x1 */
+      {co(3, 3, 1, 1, 1, 1, 1, 1, 1, true), 24, true},    /* Winograd */
+      {co(3, 3, 1, 1, 1, 1, 1, 1, 16, false), 16, false}, /* depthwise */
+      {co(3, 3, 1, 1, 1, 1, 1, 1, 4, true), 16, false},   /* grouped: columns */
+  };
+  grove_arena *a = grove_arena_new(0);
+  grove_fwd f = {.arena = a, .err = &err};
+  grove_values in = {.n = 1, .v = {*x}}, out = {0};
+  for (size_t k = 0; k < sizeof cc / sizeof cc[0]; k++) {
+    grove_module *conv = NULL, *bn = NULL;
+    ck_assert_ok(grove_conv2d_new(16, cc[k].cout, &cc[k].o, &conv, &err), &err);
+    ck_assert_ok(grove_batch_norm2d_new(cc[k].cout, 1e-5, 0.1, true, true, &bn, &err), &err);
+    randomize(conv, cw, cc[k].o.bias ? 2 : 1, 700 + 10 * (unsigned)k, -0.5f);
+    randomize(bn, bw, 4, 705 + 10 * (unsigned)k, 0.1f);
+    ck_assert_ok(conv->type->refresh(conv, &err), &err);
+    ck_assert_ok(bn->type->refresh(bn, &err), &err);
+    grove_module_eval(conv);
+    grove_module_eval(bn);
+    grove_tensor c, pre;
+    ck_assert_ok(grove_module_call(conv, &f, x, &c), &err);
+    ck_assert_ok(grove_module_call(bn, &f, &c, &pre), &err);
+    /* The residual, NCHW and channels last, of the output's shape. */
+    grove_tensor rn, rl;
+    ck_assert_ok(grove_fwd_alloc(&f, &rn, GROVE_F32, 4, pre.shape), &err);
+    ck_assert_ok(grove_fwd_alloc(&f, &rl, GROVE_F32, 4, pre.shape), &err);
+    grove__set_nhwc(&rl);
+    const int64_t C = pre.shape[1], HW = pre.shape[2] * pre.shape[3];
+    for (int64_t i = 0; i < grove_tensor_numel(&pre); i++) {
+      const float v = (float)((i * 7919) % 1000) / 200.0f - 2.5f;
+      ((float *)rn.data)[i] = v;
+      ((float *)rl.data)[(i / (C * HW)) * C * HW + (i % HW) * C + i / HW % C] = v;
+    }
+    const float *pv = pre.data;
+    for (int act = GROVE__ACT_RELU; act <= GROVE__ACT_HARDSWISH; act += 2) {
+      grove_tensor sum, plain;
+      ck_assert_ok(grove_fwd_alloc(&f, &sum, GROVE_F32, 4, pre.shape), &err);
+      for (int64_t i = 0; i < grove_tensor_numel(&pre); i++)
+        ((float *)sum.data)[i] = ref_act((grove__act)act, pv[i] + ((const float *)rn.data)[i]);
+      plain = pre;
+      for (int lay = 0; lay < 4; lay++) {
+        const bool nhwc_out = lay & 1, res_nhwc = lay & 2;
+        f.res.t = res_nhwc ? &rl : &rn;
+        f.res.act = act;
+        f.res.done = true; /* the convolution sets it either way */
+        ck_assert_ok(grove__conv_bn_act_forward(conv, bn, GROVE__ACT_NONE, &f, &in, &out, nhwc_out),
+                     &err);
+        ck_assert_ptr_null(f.res.t);
+        const bool want_done = cc[k].fuses && nhwc_out && res_nhwc;
+        char what[128];
+        snprintf(what, sizeof what, "conv case %zu, activation %d, %s out, %s residual", k, act,
+                 nhwc_out ? "NHWC" : "NCHW", res_nhwc ? "NHWC" : "NCHW");
+        ck_assert_msg(f.res.done == want_done, "%s: done %d", what, f.res.done);
+        assert_close_strided(what, &out.v[0], want_done ? &sum : &plain);
+      }
+    }
+    grove_module_release(conv);
+    grove_module_release(bn);
+  }
+  grove_arena_free(a);
+  grove_tensor_release(x);
+}
+END_TEST
+
 /* A BatchNorm2d folded into the packed weight of the Conv2d before it
  * (grove__conv_fold_bn: a Sequential's refresh does it on every load)
  * follows the weights: the fused Sequential equals the layers one after
@@ -1427,6 +1509,7 @@ static Suite *conv_suite(void) {
   tcase_add_test(tc, test_winograd_by_image);
   tcase_add_test(tc, test_channels_last);
   tcase_add_test(tc, test_fused_act);
+  tcase_add_test(tc, test_conv_residual);
   tcase_add_test(tc, test_bn_fold);
   tcase_add_test(tc, test_nchw_to_nhwc_rgb);
   suite_add_tcase(s, tc);

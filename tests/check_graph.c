@@ -903,6 +903,85 @@ START_TEST(test_se_scale_taken_by_conv) {
 }
 END_TEST
 
+/* relu(c(s(x)) + s(x)) and relu(c(s(x)) + x) (a residual block; the second
+ * identity is the NCHW input): c applies the first add and its ReLU in its
+ * output stage (grove_fwd.res); the second add, whose operands differ in
+ * layout, runs as a node.  The results match those with a hook registered
+ * (nothing fused); check_conv's test_conv_residual shows the conv applies
+ * the add. */
+START_TEST(test_residual_add_in_conv) {
+#define RC(ci, co, k, p)                                                               \
+  "{\"type\": \"Conv2d\", \"in_channels\": " #ci ", \"out_channels\": " #co            \
+  ", \"kernel_size\": [" #k ", " #k "], \"stride\": [1, 1], \"padding\": [" #p ", " #p \
+  "], "                                                                                \
+  "\"dilation\": [1, 1], \"groups\": 1, \"bias\": true, \"padding_mode\": \"zeros\"}"
+#define RCALL(n, t, a)                                              \
+  "{\"op\": \"call_module\", \"name\": \"" n "\", \"target\": \"" t \
+  "\", \"args\": [{\"node\": \"" a "\"}]}"
+  const char *doc =
+      "{\"format\": \"grove.model/1\", \"inputs\": [{\"name\": \"x\", \"dtype\": \"float32\", "
+      "\"shape\": [-1, 64, 20, 21]}], \"module\": " GC(
+          "{\"s\": " RC(64, 64, 3, 1) ", \"c\": " RC(64, 64, 1, 0) ", \"d\": " RC(64, 64, 1, 0)
+          ", \"relu\": {\"type\": \"ReLU\"}}",
+          PH "," RCALL("s", "s", "x") "," RCALL("c", "c", "s") ","
+          FN("add", "add", "[{\"node\": \"c\"}, {\"node\": \"s\"}]") ","
+          RCALL("relu", "relu", "add") "," RCALL("d", "d", "relu") ","
+          FN("add2", "add", "[{\"node\": \"d\"}, {\"node\": \"x\"}]") ","
+          RCALL("relu2", "relu", "add2") "," OUT("relu2")) "}";
+#undef RC
+#undef RCALL
+  grove_err err = {0};
+  grove_model *model = NULL;
+  ck_assert_ok(grove_model_from_spec(doc, "model.json", &model, &err), &err);
+  grove_module *root = model->root, *relu = NULL;
+  for (size_t k = 0; k < root->nchildren; k++) {
+    grove_module *c = root->children[k].module;
+    if (strcmp(root->children[k].name, "relu") == 0)
+      relu = c;
+    else
+      se_fill(c, 7 + (unsigned)k);
+  }
+  ck_assert_ptr_nonnull(relu);
+  const int64_t xs[4] = {3, 64, 20, 21};
+  grove_tensor *x = grove_tensor_new(GROVE_F32, 4, xs, &err);
+  ck_assert_msg(x != NULL, "%s", err.msg);
+  for (int64_t i = 0; i < grove_tensor_numel(x); i++)
+    ((float *)x->data)[i] = (float)((i * 7919) % 1000) / 250.0f - 2.0f;
+  size_t nbytes = 0;
+  float *res[2];
+  for (int run = 0; run < 2; run++) {
+    uint64_t id = 0;
+    if (run)
+      ck_assert_ok(grove_module_register_forward_hook(relu, se_noop, NULL, false, &id), &err);
+    grove_arena *a = grove_arena_new(0);
+    grove_fwd f = {.arena = a, .err = &err, .channels_last_ok = true};
+    grove_values in = {.n = 1, .v = {*x}}, out = {0};
+    ck_assert_ok(grove_module_forward(root, &f, &in, &out), &err);
+    if (run) ck_assert(grove_module_remove_hook(relu, id));
+    const grove_tensor *y = &out.v[0];
+    ck_assert_int_eq(y->shape[1], 64);
+    nbytes = grove_tensor_nbytes(y);
+    res[run] = malloc(nbytes);
+    /* In NCHW order, whatever the layout. */
+    float *o = res[run];
+    for (int64_t i = 0; i < 3; i++)
+      for (int64_t c = 0; c < 64; c++)
+        for (int64_t q = 0; q < 20 * 21; q++)
+          *o++ = ((const float *)y->data)[i * y->strides[0] + c * y->strides[1] +
+                                          q / 21 * y->strides[2] + q % 21 * y->strides[3]];
+    grove_arena_free(a);
+  }
+  const size_t n = nbytes / sizeof(float);
+  for (size_t i = 0; i < n; i++)
+    ck_assert_msg(fabsf(res[0][i] - res[1][i]) <= 1e-5f * (1.0f + fabsf(res[1][i])),
+                  "element %zu: fused %g, unfused %g", i, (double)res[0][i], (double)res[1][i]);
+  free(res[0]);
+  free(res[1]);
+  grove_tensor_release(x);
+  grove_model_free(model);
+}
+END_TEST
+
 /* torch.cat((relu(a(x)), b(x)), 1) of two convolutions that nothing else
  * reads (SqueezeNet's Fire), called as a container calls a child whose
  * result stays in the model (channels last allowed): each convolution
@@ -977,6 +1056,7 @@ static Suite *graph_suite(void) {
   TCase *tc = tcase_create("parity");
   tcase_add_loop_test(tc, test_parity, 0, NCASES);
   tcase_add_test(tc, test_observer_unfuses);
+  tcase_add_test(tc, test_residual_add_in_conv);
   suite_add_tcase(s, tc);
   tc = tcase_create("graphs");
   tcase_add_test(tc, test_arena_rewind);

@@ -72,6 +72,7 @@ typedef struct run {
   bool channels_last; /* the graph's caller takes channels-last results */
   const grove__graph_tape *tr; /* the training option, or NULL */
   catbuf *cats; /* per node, for the planned cats (g->has_cat_plans), else NULL */
+  int res_done; /* the convolution that applied its fuse_add (the one pending), or -1 */
 } run;
 
 static grove_status node_error(const run *r, int i, grove_status s) {
@@ -167,7 +168,7 @@ static grove_status tape_output(run *r, grove_values *out, int *out_vars) {
  * be called on its own, to be seen with its own output). */
 static bool fused(const run *r, int i) {
   const gnode *n = &r->g->nodes[i];
-  if (!r->fuse || (n->fuse_bn < 0 && n->fuse_relu < 0)) return false;
+  if (!r->fuse || (n->fuse_bn < 0 && n->fuse_relu < 0 && n->fuse_add < 0)) return false;
   if (grove__observes(r->f, n->mod)) return false;
   if (n->fuse_bn >= 0) {
     const grove_module *bn = r->g->nodes[n->fuse_bn].mod;
@@ -177,6 +178,15 @@ static bool fused(const run *r, int i) {
       grove__observes(r->f, r->g->nodes[n->fuse_relu].mod))
     return false;
   return true;
+}
+
+/* Whether node i, absorbed by a convolution, was computed by it: after a
+ * residual add, only when the convolution applied it (run.res_done). */
+static bool absorbed(const run *r, int i) {
+  const int c = r->g->nodes[i].fused_into;
+  if (c < 0 || !fused(r, c)) return false;
+  const gnode *C = &r->g->nodes[c];
+  return C->fuse_add < 0 || i < C->fuse_add || r->res_done == c;
 }
 
 /* Whether node i's result may be channels last: it stays inside the graph,
@@ -272,7 +282,19 @@ static grove_status run_module(run *r, int i, gval *res) {
       s = grove__linear_forward_act(mm, r->f, &in, &out, GROVE__ACT_RELU);
     else if (mm->type == &grove__batch_norm2d_type)
       s = grove__bn2d_act_forward(mm, r->f, &in, &out, n->fuse_act);
-    else
+    else if (n->fuse_add >= 0) {
+      /* The residual's add and activation, when the conv's path can apply
+       * them (grove_fwd.res); else the plain conv, and the add runs. */
+      const gval *rv = &r->vals[n->fuse_res];
+      r->f->res.t = rv->kind == V_TENSOR ? &rv->t[0] : NULL;
+      r->f->res.act = (int)n->fuse_act;
+      r->f->res.done = false;
+      s = grove__conv_bn_act_forward(mm, n->fuse_bn >= 0 ? r->g->nodes[n->fuse_bn].mod : NULL,
+                                     GROVE__ACT_NONE, r->f, &in, &out, cl);
+      r->res_done = !s && r->f->res.done ? i : -1;
+      r->f->res.t = NULL;
+      r->f->res.done = false;
+    } else
       s = grove__conv_bn_act_forward(mm, n->fuse_bn >= 0 ? r->g->nodes[n->fuse_bn].mod : NULL,
                                      n->fuse_act, r->f, &in, &out, cl);
   } else {
@@ -699,7 +721,8 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
            .in = in,
            .fuse = !tr && grove__no_forward_hooks(),
            .channels_last = !tr && f->channels_last_ok,
-           .tr = tr};
+           .tr = tr,
+           .res_done = -1};
   r.vals = grove_arena_alloc(f->arena, (size_t)g->nnodes * sizeof(gval));
   r.regs = tr ? NULL : grove_arena_alloc(f->arena, (size_t)g->max_regions * sizeof(region));
   if (!tr && g->has_cat_plans) {
@@ -781,7 +804,7 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
           s = tr->call_module(tr->tape, n, r.vals, v);
           break;
         }
-        if (n->fused_into >= 0 && fused(&r, n->fused_into)) {
+        if (absorbed(&r, i)) {
           *v = r.vals[n->args[0].node]; /* computed by the node that absorbed it */
           v->reg[0] = -1;
           break;
@@ -793,8 +816,17 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
         if (s) return node_error(&r, i, s);
         return GROVE_OK;
       default:
-        if (n->op == G_RELU && n->fused_into >= 0 && fused(&r, n->fused_into)) {
+        if (n->op == G_RELU && absorbed(&r, i)) {
           *v = r.vals[n->args[0].node];
+          break;
+        }
+        if (n->op == G_ADD && absorbed(&r, i)) {
+          /* The convolution's result, read through its BatchNorm's node. */
+          const int last = r.g->nodes[n->fused_into].fuse_bn >= 0
+                               ? r.g->nodes[n->fused_into].fuse_bn
+                               : n->fused_into;
+          *v = r.vals[last];
+          v->reg[0] = -1;
           break;
         }
         if (i == se_node && tail_scale_take(&r, i, se_dst, se_cap, v)) {

@@ -663,6 +663,7 @@ static grove_status resolve_attr(cctx *c, gnode *n, const char *target, const ch
 static grove_status compile_node(cctx *c, const json_t *v, const char *jp) {
   gnode *n = &c->g->nodes[c->cur];
   n->fuse_bn = n->fuse_relu = n->fused_into = n->cat_into = n->cat_part = -1;
+  n->fuse_add = n->fuse_res = -1;
   n->fuse_act = GROVE__ACT_NONE;
   n->last_use = -1;
   if (!json_is_object(v))
@@ -828,6 +829,41 @@ static grove__act node_act(const graph_impl *g, int r) {
   return n->op == G_CALL_MODULE ? grove__fusable_act(n->mod) : GROVE__ACT_NONE;
 }
 
+/* Node i absorbs the activation that alone reads node j, if any. */
+static void take_act(graph_impl *g, int i, int j) {
+  const int r = sole_reader(g, j);
+  const grove__act act = r >= 0 ? node_act(g, r) : GROVE__ACT_NONE;
+  if (act != GROVE__ACT_NONE) {
+    g->nodes[i].fuse_relu = r;
+    g->nodes[i].fuse_act = act;
+    g->nodes[r].fused_into = i;
+  }
+}
+
+/* A residual block's `relu(conv(x) [+ bn] + identity)`: conv i (last: the
+ * node whose result the add reads, i or its BatchNorm) absorbs a two-tensor
+ * add with alpha 1 that alone reads last and runs right after it, when the
+ * other operand comes from a node before i (it exists when the conv runs),
+ * and the activation that alone reads the add.  The add's node must follow
+ * last directly, so that at most one convolution's add is pending at any
+ * time (graph.c's run.res_done). */
+static void plan_residual(graph_impl *g, int i, int last) {
+  gnode *n = &g->nodes[i];
+  if (g->nodes[last].uses != 1) return;
+  const int a = g->nodes[last].last_use;
+  const gnode *A = &g->nodes[a];
+  if (a != last + 1 || A->op != G_ADD || A->nargs != 3 || A->args[0].kind != A_NODE ||
+      A->args[1].kind != A_NODE || A->args[2].kind != A_INT || A->args[2].i != 1 ||
+      A->fused_into >= 0)
+    return;
+  const int o = A->args[0].node == last ? A->args[1].node : A->args[0].node;
+  if (o == last || o >= i || (A->args[0].node != last && A->args[1].node != last)) return;
+  n->fuse_add = a;
+  n->fuse_res = o;
+  g->nodes[a].fused_into = i;
+  take_act(g, i, a);
+}
+
 static void plan_fusion(graph_impl *g) {
   for (int i = 0; i < g->nnodes; i++) {
     gnode *n = &g->nodes[i];
@@ -837,26 +873,27 @@ static void plan_fusion(graph_impl *g) {
       /* A BatchNorm2d no convolution absorbed (a pre-activation block:
        * DenseNet's norm1 + relu1) applies the activation after it in its
        * own pass (grove__bn2d_act_forward). */
-      const int r = sole_reader(g, i);
-      const grove__act act = r >= 0 ? node_act(g, r) : GROVE__ACT_NONE;
-      if (act != GROVE__ACT_NONE) {
-        n->fuse_relu = r;
-        n->fuse_act = act;
-        g->nodes[r].fused_into = i;
-      }
+      take_act(g, i, i);
       continue;
     }
     bool conv = t == &grove__conv1d_type || t == &grove__conv2d_type;
     if (!conv && t != &grove__linear_type) continue;
     int r = sole_reader(g, i);
-    if (r < 0) continue;
+    if (r < 0) {
+      if (t == &grove__conv2d_type) plan_residual(g, i, i);
+      continue;
+    }
     if (conv && t == &grove__conv2d_type && g->nodes[r].op == G_CALL_MODULE &&
         g->nodes[r].mod->type == &grove__batch_norm2d_type &&
         grove__bn2d_channels(g->nodes[r].mod) == grove__conv_out_channels(n->mod)) {
       n->fuse_bn = r;
       g->nodes[r].fused_into = i;
+      const int bn = r;
       r = sole_reader(g, r);
-      if (r < 0) continue;
+      if (r < 0) {
+        plan_residual(g, i, bn);
+        continue;
+      }
     }
     const grove__act act = node_act(g, r);
     if (act == GROVE__ACT_RELU || (conv && act != GROVE__ACT_NONE)) {
@@ -876,6 +913,7 @@ static int slice_producer(const graph_impl *g, int item) {
   if (it->fused_into >= 0) {
     const gnode *c = &g->nodes[it->fused_into];
     if (c->fuse_relu != item && !(c->fuse_bn == item && c->fuse_relu < 0)) return -1;
+    if (c->fuse_add >= 0) return -1; /* its result is decided at run time */
     q = it->fused_into;
   }
   const gnode *n = &g->nodes[q];

@@ -41,6 +41,11 @@ typedef struct gnode {
   int fused_into; /* an absorbed node: the node that computes it, or -1 */
   /* What the fuse_relu node applies (a Linear: only ReLU), or NONE. */
   grove__act fuse_act;
+  /* conv: a residual block's add after it (or after its fuse_bn), whose
+   * other operand fuse_res comes from a node before the conv; fuse_relu is
+   * then the activation after the add, or -1.  Whether the conv applies
+   * the add is decided at run time (grove_fwd.res); -1: none. */
+  int fuse_add, fuse_res;
   /* Concatenations in place (plan_cat_slices, graph_compile.c).  A chain
    * is a torch.cat(parts, 1) node F and the cats before it whose parts are
    * a prefix of F's (DenseNet's growing features; SqueezeNet's Fire: F

@@ -68,6 +68,11 @@ typedef enum grove__act {
  * one implementation behind the activation ops and the convolutions' fused
  * epilogues (activation.c).  Pure, any thread. */
 void grove__act_apply(grove__act act, const float *x, float *y, int64_t n);
+/* y[i] = act(y[i] + res[i]) for n floats: a residual block's add (and its
+ * ReLU) applied by the convolution before it, in the stage that writes the
+ * output (torch's order: the sum rounded first, then the activation).
+ * Pure, any thread. */
+void grove__act_add(grove__act act, float *y, const float *res, int64_t n);
 /* The same in place over n floats, cut between the compute threads (each
  * element alone: the same bits at any thread count).  The forward's
  * thread. */

@@ -389,6 +389,12 @@ typedef struct conv_par {
   /* Squeeze-excitation's scale ([images][C], from the chunk's first image)
    * that the 1x1 rows multiply their input by (grove_fwd.se), or NULL. */
   const float *in_scale;
+  /* A residual block's add (grove_fwd.res): y = res_act(y + res) on the
+   * rows the NHWC stages just wrote; res has the output's layout (ldo ==
+   * Cout), from the chunk's first image.  NULL: none (then relu and post
+   * are the activation). */
+  const float *res;
+  grove__act res_act;
 } conv_par;
 
 /* Images [i / blocks] of a chunk into NHWC, 16 positions a step. */
@@ -434,6 +440,7 @@ GROVE__CHANNEL_LOOP static void par_epilogue_nhwc(void *ctx, int64_t b, int64_t 
       for (int64_t k = 0; k < n; k++) yr[k] = ar[k] * sc[k] + sf[k];
     }
     grove__act_apply(c->post, yr, yr, n);
+    if (c->res) grove__act_add(c->res_act, yr, c->res + r * c->ldo + c->g * n, n);
   }
 }
 
@@ -774,6 +781,8 @@ static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
         grove__act_apply(w->ep.post, y, y, (r1 - r0) * n);
       else
         for (int64_t r = 0; r < r1 - r0; r++) grove__act_apply(w->ep.post, y + r * ldo, y + r * ldo, n);
+      /* Only with ldo == n (conv_forward_packs): the rows still in cache. */
+      if (w->ep.res) grove__act_add(w->ep.res_act, y, w->ep.res + r0 * ldo, (r1 - r0) * n);
       continue;
     }
     grove__linear_run_alone(w->pack, xr, r1 - r0, NULL, w->acc + r0 * n, GROVE__ACT_NONE);
@@ -797,7 +806,7 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
                               const float *scale, const float *shift, bool relu, grove__act post,
                               bool nhwc_in, bool nhwc_out, int64_t ldo,
                               grove__linear_pack *const *packs, const float *in_scale,
-                              const char *T) {
+                              const float *res, grove__act res_act, const char *T) {
   const int64_t G = p->groups, C = p->cin, cin_g = C / G, cout_g = p->cout / G, K = p->K;
   const int64_t P = OH * OW, HW = H * W;
   /* With an input scale (only a 1x1 convolution gets one) the rows are a
@@ -856,9 +865,19 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
       grove__parallel_for(cnt * c.blocks, grove__par_grain(16 * C), par_to_nhwc, &c);
     }
     for (int64_t g = 0; g < G; g++) {
-      conv_par ep = {.p = p, .src = acc, .C = C, .HW = HW, .P = P, .g = g, .cout_g = cout_g,
-                     .scale = scale + g * cout_g, .shift = shift + g * cout_g, .relu = relu,
-                     .post = nhwc_out ? post : GROVE__ACT_NONE};
+      conv_par ep = {.p = p,
+                     .src = acc,
+                     .C = C,
+                     .HW = HW,
+                     .P = P,
+                     .g = g,
+                     .cout_g = cout_g,
+                     .scale = scale + g * cout_g,
+                     .shift = shift + g * cout_g,
+                     .relu = relu,
+                     .post = nhwc_out ? post : GROVE__ACT_NONE,
+                     .res = res ? res + n0 * P * ldo : NULL,
+                     .res_act = res_act};
       if (nhwc_out) {
         ep.dst = yd + n0 * P * ldo;
         ep.ldo = ldo;
@@ -872,7 +891,11 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
         conv_winograd(p, xt, cnt, H, W, OH, OW, rows, rows + 16 * cnt * tiles * C, zeros,
                       into_y ? ep.dst : acc, into_y ? ep.ldo : 0, ep.scale, ep.shift, relu,
                       ep.post);
-        if (into_y) continue;
+        if (into_y) {
+          /* The chunk's output (ldo == Cout with a residual) is in cache. */
+          if (ep.res) grove__act_add(res_act, ep.dst, ep.res, cnt * P * ldo);
+          continue;
+        }
       } else if (grove__linear_pack_native(packs[g]) &&
                  (grove_compute_threads() == 1 ||
                   cnt * P >= 2 * grove_compute_threads() * FUSED_MIN_ROWS || !rows)) {
@@ -1054,6 +1077,9 @@ static grove_status conv_forward_packs(const grove_module *m, grove_fwd *f, cons
    * (grove_fwd.se), which checked grove__conv_takes_in_scale. */
   const float *in_scale = f->se.in_scale;
   f->se.in_scale = NULL;
+  const grove_tensor *rt = f->res.t;
+  f->res.t = NULL;
+  f->res.done = false;
   if (in_scale && !grove__conv_takes_in_scale(m))
     return grove_err_set(f->err, GROVE_E_INTERNAL, "%s: given an input scale it cannot apply", T);
   /* An NHWC input (from a convolution before this one) is read as it is by
@@ -1112,6 +1138,17 @@ static grove_status conv_forward_packs(const grove_module *m, grove_fwd *f, cons
   const int64_t P = OH * OW, HW = H * W;
   const float *xd = x.data;
   float *yd = out->v[0].data;
+  /* A residual (grove_fwd.res) on the rows path's NHWC output of its own
+   * (no cat slice): then act follows the add, not the epilogue. */
+  const float *res = NULL;
+  const grove__act res_act = rt ? (grove__act)f->res.act : GROVE__ACT_NONE;
+  if (rt && p->packs && !p->dww && out_nhwc && ldo == p->cout && rt->dtype == GROVE_F32 &&
+      rt->ndim == 4 && grove_tensor_same_shape(rt, &out->v[0]) &&
+      memcmp(rt->strides, out->v[0].strides, 4 * sizeof(int64_t)) == 0 && rt->data) {
+    res = rt->data;
+    act = GROVE__ACT_NONE;
+  }
+  f->res.done = res != NULL;
   /* ReLU is every path's own clamp; any other activation follows the
    * epilogue (in the stages that write an NHWC output, else act_pass). */
   const bool relu = act == GROVE__ACT_RELU;
@@ -1121,8 +1158,8 @@ static grove_status conv_forward_packs(const grove_module *m, grove_fwd *f, cons
     return conv_depthwise(p, f, xd, N, H, W, OH, OW, yd, scale, shift, act, nhwc_in, out_nhwc,
                           T);
   if (p->packs) {
-    s = conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, post, nhwc_in, out_nhwc,
-                  ldo, packs, in_scale, T);
+    s = conv_rows(p, f, xd, N, H, W, OH, OW, yd, scale, shift, relu, post, nhwc_in, out_nhwc, ldo,
+                  packs, in_scale, res, res_act, T);
     if (!s && !out_nhwc) act_pass(post, yd, numel);
     return s;
   }

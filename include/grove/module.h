@@ -147,6 +147,17 @@ typedef struct grove_fwd {
     bool done;
     const float *in_scale;
   } se;
+  /* A residual block's `act(conv(x) + t)` (graph.c, a convolution fused
+   * with the add after it): set just before the graph calls the
+   * convolution, which reads and clears t and act; it applies both in its
+   * output stage and sets done only when t is f32 of its output's shape and
+   * memory layout and its path has that stage; otherwise it returns the
+   * plain convolution (no activation) and the add runs on its own. */
+  struct {
+    const struct grove_tensor *t;
+    int act; /* a grove__act */
+    bool done;
+  } res;
 } grove_fwd;
 
 /* The index of m in o->modules, or -1 when o is NULL or does not watch m.

@@ -237,3 +237,68 @@ def test_se_scale_in_conv_parity():
                 # Grove's own threads never change the bits (docs/performance.md).
                 assert np.array_equal(outs[0], outs[1]), (act, bare, n, h, w)
     assert not failures, "\n".join(failures)
+
+
+def _res_blocks():
+    """Residual blocks whose add (and ReLU) the last convolution applies in
+    its output stage (grove_fwd.res): torchvision's BasicBlock (a 3x3 conv:
+    Winograd) and Bottleneck (a 1x1 conv: the direct product), with and
+    without a downsample; an add whose identity is the model's NCHW input
+    and one whose conv output leaves the model (NCHW) take the plain add;
+    a strided 3x3 (patch rows) and a conv without BatchNorm fuse too."""
+    import torch
+    import torch.nn as nn
+    from torchvision.models.resnet import BasicBlock, Bottleneck
+
+    def down(cin, cout, s):
+        return nn.Sequential(nn.Conv2d(cin, cout, 1, s, bias=False), nn.BatchNorm2d(cout))
+
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv2d(16, 16, 3, 1, 1)
+            self.rows = nn.Conv2d(16, 16, 5, 1, 2)      # patch rows, no BatchNorm
+            self.act = nn.ReLU()
+            self.last = nn.Conv2d(16, 16, 1, bias=False)
+            self.bn = nn.BatchNorm2d(16)
+
+        def forward(self, x):
+            y = self.act(self.rows(self.stem(x)) + x)   # identity: the NCHW input
+            z = self.act(self.rows(y) + y)              # fused, no BatchNorm
+            return self.bn(self.last(z)) + z            # the model's NCHW output
+
+    return (
+        ("basic", nn.Sequential(nn.Conv2d(16, 64, 3, 1, 1), BasicBlock(64, 64),
+                                BasicBlock(64, 128, 2, down(64, 128, 2)))),
+        ("bottleneck", nn.Sequential(nn.Conv2d(16, 256, 1), Bottleneck(256, 64),
+                                     Bottleneck(256, 128, 2, down(256, 512, 2)),
+                                     Bottleneck(512, 128), nn.Flatten(1))),
+        ("mixed", Mixed()),
+    )
+
+
+def test_conv_residual_parity():
+    import torch
+    from grove_export import export
+    from test_graph_export import predict
+    torch.manual_seed(19)
+    failures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, (kind, m) in enumerate(_res_blocks()):
+            m = _randomize(m, 300 + k)
+            for n, (h, w) in ((1, (14, 14)), (3, (9, 11))):
+                d = os.path.join(tmp, f"{kind}_{h}x{w}")
+                export(m, d, example_input=torch.zeros(1, 16, h, w),
+                       batching={"max_batch_size": 3})
+                x = (np.random.default_rng(k + n).standard_normal((n, 16, h, w))
+                     ).astype(np.float32)
+                with torch.no_grad():
+                    want = m(torch.from_numpy(x)).numpy()
+                code, err, got = predict(d, tmp, [x])
+                assert code == 0, (kind, err)
+                g = got[0]
+                assert g.shape == want.shape, (kind, g.shape, want.shape)
+                if not np.allclose(g, want, rtol=RTOL, atol=ATOL):
+                    failures.append(f"{kind} batch {n} {h}x{w}: max |diff| "
+                                    f"{float(np.max(np.abs(g - want))):.3g}")
+    assert not failures, "\n".join(failures)
