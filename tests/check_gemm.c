@@ -272,11 +272,8 @@ START_TEST(test_relu6_in_tile) {
     }
     grove_set_compute_threads(1);
     grove__linear_pack_free(p);
-    free(W);
-    free(x);
-    free(b);
-    free(want);
-    free(got);
+    float *bufs[] = {W, x, b, want, got};
+    for (int i = 0; i < COUNT(bufs); i++) free(bufs[i]);
   }
 }
 END_TEST
