@@ -11,6 +11,7 @@
  * padded leading dimensions, K over several blocks, 1 and 2 threads, both
  * kernels, against a double-precision reference. */
 #include <dirent.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -21,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gemm_internal.h"
 #include "internal.h"
 #include "testutil.h"
 
@@ -167,6 +169,112 @@ START_TEST(test_long_k) {
   }
   grove_set_compute_threads(1);
   unsetenv("GROVE_GEMM");
+}
+END_TEST
+
+#if GROVE__X86_SIMD
+/* One register tile with GROVE__TILE_RELU6 (kind: 0 AVX-512 plain, 1
+ * AVX-512 prefetching, 2 AVX2), mr rows over a panel 16 * nv wide of which
+ * ncols are written, K steps, from zero or (acc) from y: every output is
+ * the reference clamped to [0, 6], the NaN of column 0's bias passes as in
+ * grove__act_apply, and nothing past ncols is written. */
+static int at_six, at_zero; /* outputs clamped to either end, over the calls */
+static void check_tile_relu6(int kind, int mr, int nv, int ncols, int64_t K, bool acc) {
+  const int w = 16 * nv;
+  const int64_t ldy = w + 8;
+  unsigned seed = (unsigned)(kind * 1000 + mr * 100 + nv * 10 + ncols + K * 7 + acc);
+  float *A = rand_buf(GROVE__GEMM_MR * K, seed, 1.0f);
+  float *Bk = rand_buf(K * w, seed + 1, 12.0f / (float)K); /* element (k, j) at [k * w + j] */
+  float *bias = rand_buf(w, seed + 2, 3.0f);
+  float *B = aligned_alloc(64, (size_t)(K * w) * sizeof(float));
+  float *y = malloc((size_t)(GROVE__GEMM_MR * ldy) * sizeof(float));
+  ck_assert_ptr_nonnull(B);
+  ck_assert_ptr_nonnull(y);
+  for (int64_t k = 0; k < K; k++)
+    for (int j = 0; j < w; j++)
+      B[kind == 2 ? (j / 16) * K * 16 + k * 16 + j % 16 : k * w + j] = Bk[k * w + j];
+  bias[0] = NAN;
+  for (int64_t i = 0; i < GROVE__GEMM_MR * ldy; i++) y[i] = acc ? 2.0f : -12345.0f;
+  const int flags = GROVE__TILE_RELU6 | (acc ? GROVE__TILE_ACCUMULATE : 0);
+  if (kind == 2)
+    grove__gemm_tiles2[mr - 1][nv - 1](K, A, K, B, K * 16, bias, y, ldy, ncols, flags);
+  else
+    grove__gemm_tiles512[kind][mr - 1][nv - 1](K, A, K, B, (const char *)B, bias, y, ldy, ncols,
+                                               flags);
+  for (int i = 0; i < GROVE__GEMM_MR; i++)
+    for (int j = 0; j < ldy; j++) {
+      const float got = y[i * ldy + j];
+      if (i >= mr || j >= ncols) {
+        ck_assert_msg(got == (acc ? 2.0f : -12345.0f), "kind %d %dx%d: y[%d][%d] written", kind, mr,
+                      ncols, i, j);
+        continue;
+      }
+      if (j == 0) {
+        ck_assert_msg(isnan(got), "kind %d %dx%d: NaN did not pass (%g)", kind, mr, ncols, got);
+        continue;
+      }
+      double s = (acc ? 2.0 : 0.0) + bias[j];
+      for (int64_t k = 0; k < K; k++) s += (double)A[i * K + k] * (double)Bk[k * w + j];
+      const double want = s < 0 ? 0 : s > 6 ? 6 : s;
+      ck_assert_msg(got >= 0.0f && got <= 6.0f && fabs(got - want) <= 1e-4 + 1e-4 * fabs(want),
+                    "kind %d mr %d nv %d ncols %d K %lld acc %d: y[%d][%d] = %g, want %g", kind, mr,
+                    nv, ncols, (long long)K, acc, i, j, got, want);
+      at_six += got == 6.0f;
+      at_zero += got == 0.0f;
+    }
+  free(A);
+  free(Bk);
+  free(bias);
+  free(B);
+  free(y);
+}
+#endif
+
+/* ReLU6 inside the tiles (a 1x1 convolution's ReLU6 was a pass of its own,
+ * 4.7% of MobileNetV2): every row count, panel width, a masked last vector,
+ * one and several k steps, from zero and accumulating, on each kernel the
+ * CPU runs; then through grove__linear_run over K blocks and thread counts,
+ * the same bits as the product followed by grove__act_apply. */
+START_TEST(test_relu6_in_tile) {
+#if GROVE__X86_SIMD
+  for (int kind = 0; kind < 3; kind++) {
+    if (kind < 2 ? !grove__cpu_avx512() : !grove__cpu_avx2()) continue;
+    for (int mr = 1; mr <= GROVE__GEMM_MR; mr++)
+      for (int nv = 1; nv <= 4; nv++)
+        for (int cut = 0; cut < 2; cut++)
+          for (int K = 1; K <= 9; K += 8)
+            for (int acc = 0; acc < 2; acc++)
+              check_tile_relu6(kind, mr, nv, 16 * nv - (cut ? 5 : 0), K, acc);
+  }
+  /* Both clamps were exercised (the reference lands past 6 and below 0). */
+  ck_assert(at_six > 100 && at_zero > 100);
+#endif
+  static const int64_t shapes[][3] = {{257, 100, 1500}, {7, 24, 96}, {1, 48, 1100}};
+  for (int s = 0; s < COUNT(shapes); s++) {
+    const int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+    float *W = rand_buf(N * K, 11, 24.0f / (float)K), *x = rand_buf(M * K, 12, 1.0f);
+    float *b = rand_buf(N, 13, 3.0f);
+    float *want = malloc((size_t)(M * N) * sizeof(float));
+    float *got = malloc((size_t)(M * N) * sizeof(float));
+    ck_assert_ptr_nonnull(want);
+    ck_assert_ptr_nonnull(got);
+    grove__linear_pack *p = grove__linear_pack_new(W, N, K);
+    ck_assert_ptr_nonnull(p);
+    grove_set_compute_threads(1);
+    grove__linear_run(p, x, M, b, want, GROVE__ACT_NONE);
+    grove__act_apply(GROVE__ACT_RELU6, want, want, M * N);
+    for (int t = 1; t <= 2; t++) {
+      grove_set_compute_threads(t);
+      grove__linear_run(p, x, M, b, got, GROVE__ACT_RELU6);
+      ck_assert_msg(memcmp(got, want, (size_t)(M * N) * sizeof(float)) == 0,
+                    "M=%lld N=%lld K=%lld threads %d: ReLU6 differs from the separate pass",
+                    (long long)M, (long long)N, (long long)K, t);
+    }
+    grove_set_compute_threads(1);
+    grove__linear_pack_free(p);
+    float *bufs[] = {W, x, b, want, got};
+    for (int i = 0; i < COUNT(bufs); i++) free(bufs[i]);
+  }
 }
 END_TEST
 
@@ -843,6 +951,7 @@ Suite *gemm_suite(void) {
   tcase_add_loop_test(tc, test_shapes_avx2_kernel, 0, 8);
   tcase_add_loop_test(tc, test_long_k, 0, 4);
   tcase_add_test(tc, test_row_blocks_bitwise);
+  tcase_add_test(tc, test_relu6_in_tile);
   tcase_add_test(tc, test_empty_and_degenerate);
   tcase_add_test(tc, test_thread_setting);
   tcase_add_test(tc, test_cut_few_panels);

@@ -72,11 +72,15 @@ static void packed_part(const grove__linear_pack *p, const float *x, const float
   const int64_t kc = (K + kblocks - 1) / kblocks;
   int64_t mc = X_BLOCK_BYTES / ((kc > 0 ? kc : 1) * (int64_t)sizeof(float));
   mc = mc < MR ? MR : mc - mc % MR;
-  const bool relu = act == GROVE__ACT_RELU;
-  /* Any other activation (GELU after a transformer's first MLP Linear) is
-   * applied to each tile's rows right after the tile's last K block wrote
-   * them, while they are in L1, instead of in a pass of its own over y. */
-  const grove__act post = relu ? GROVE__ACT_NONE : act;
+  /* ReLU and ReLU6 (MobileNetV2's 1x1 convolutions) are the tiles' own
+   * clamps.  Any other activation (GELU after a transformer's first MLP
+   * Linear) is applied to each tile's rows right after the tile's last K
+   * block wrote them, while they are in L1, instead of in a pass of its own
+   * over y. */
+  const int act_flag = act == GROVE__ACT_RELU    ? GROVE__TILE_RELU
+                       : act == GROVE__ACT_RELU6 ? GROVE__TILE_RELU6
+                                                 : 0;
+  const grove__act post = act_flag ? GROVE__ACT_NONE : act;
   /* Prefetching the next block (below) pays for a weight of 256 KB or
    * more: a forward's weights pass through L2 once each, so such a weight
    * comes from L3 (ResNet-50's layer4, 2 to 9.4 MB, took 13-19% less time
@@ -89,8 +93,7 @@ static void packed_part(const grove__linear_pack *p, const float *x, const float
     for (int64_t kb = 0; kb < kblocks; kb++) {
       const int64_t k0 = kb * kc, kn = K - k0 < kc ? K - k0 : kc;
       const bool last = kb == kblocks - 1;
-      const int flags =
-          (kb > 0 ? GROVE__TILE_ACCUMULATE : 0) | (relu && last ? GROVE__TILE_RELU : 0);
+      const int flags = (kb > 0 ? GROVE__TILE_ACCUMULATE : 0) | (last ? act_flag : 0);
       for (int64_t pi = p0; pi < p1; pi++) {
         grove__yield_point();
         const int w = grove__gemm_panel_width(N, pi);

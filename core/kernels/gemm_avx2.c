@@ -5,7 +5,7 @@
  * The panels are those of the AVX-512 kernel, packed strip by strip (each
  * 16-column strip's k steps contiguous) and computed in strips: an MR x 16
  * tile (6 rows x 2 ymm = 12 of the 16 ymm registers) per strip, or wider
- * strips for fewer rows, with the same epilogue (bias, ReLU).  Without it
+ * strips for fewer rows, with the same epilogue (bias, ReLU or ReLU6).  Without it
  * such a CPU fell back to OpenBLAS, which on the reference MLP is 1.05 to
  * 1.4 times slower at batch 1, 64 and 256, and 4 to 7 times at batches of 2
  * to 6 (docs/performance.md, "AVX2").  Compiled for avx2 only inside
@@ -61,7 +61,7 @@ static inline __attribute__((always_inline)) void strip(const int mr, const int 
             _mm256_fmadd_ps(a, _mm256_load_ps(B + (j / 2) * ss + k * 16 + (j % 2) * 8), acc[i][j]);
     }
   }
-  const __m256 zero = _mm256_setzero_ps();
+  const __m256 zero = _mm256_setzero_ps(), six = _mm256_set1_ps(6.0f);
 #pragma GCC unroll 8
   for (int j = 0; j < NY; j++) {
     const __m256 bv = !bias  ? zero
@@ -71,6 +71,8 @@ static inline __attribute__((always_inline)) void strip(const int mr, const int 
     for (int i = 0; i < mr; i++) {
       __m256 v = _mm256_add_ps(acc[i][j], bv);
       if (flags & GROVE__TILE_RELU) v = _mm256_max_ps(v, zero);
+      /* v second: a NaN passes, as in grove__act_apply (gemm_avx512.c). */
+      if (flags & GROVE__TILE_RELU6) v = _mm256_min_ps(six, _mm256_max_ps(zero, v));
       if (full)
         _mm256_storeu_ps(y + i * ldy + 8 * j, v);
       else

@@ -775,12 +775,11 @@ static void par_rows_fused(void *ctx, int64_t b, int64_t e) {
       /* ldo: floats per output position (Cout, or a cat's channels). */
       const int64_t ldo = w->ep.ldo;
       float *y = w->ep.dst + r0 * ldo;
+      /* The product applies the activation: ReLU and ReLU6 in its tiles,
+       * any other on each tile's rows while they are in L1 (a pass of its
+       * own here was 4.7% of MobileNetV2 for ReLU6 alone). */
       grove__linear_run_alone_ld(w->pack, xr, r1 - r0, w->ep.shift, y, ldo,
-                                 w->ep.relu ? GROVE__ACT_RELU : GROVE__ACT_NONE);
-      if (ldo == n)
-        grove__act_apply(w->ep.post, y, y, (r1 - r0) * n);
-      else
-        for (int64_t r = 0; r < r1 - r0; r++) grove__act_apply(w->ep.post, y + r * ldo, y + r * ldo, n);
+                                 w->ep.relu ? GROVE__ACT_RELU : w->ep.post);
       /* Only with ldo == n (conv_forward_packs): the rows still in cache. */
       if (w->ep.res) grove__act_add(w->ep.res_act, y, w->ep.res + r0 * ldo, (r1 - r0) * n);
       continue;
