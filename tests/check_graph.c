@@ -1051,6 +1051,72 @@ START_TEST(test_cat_slices_copy_nothing) {
 }
 END_TEST
 
+/* Arena plans (graph_plan.c, issue #18): the second forward of a residual
+ * CNN at a signature runs on the plan recorded by the first, moving no
+ * byte, and its output is bit-identical to the unplanned first's.  Each
+ * new batch size gets a plan of its own, up to 8; past them forwards run
+ * unplanned (they move again), still identical. */
+static void forward_copy(fixture *fx, grove_arena *a, const grove_tensor *x, float **copy,
+                         size_t *bytes, uint64_t *moved) {
+  grove_err err = {0};
+  grove_values out;
+  grove_arena_reset(a);
+  const uint64_t m0 = grove__arena_moves(a);
+  ck_assert_ok(grove_model_forward(fx->model, a, x, 1, &out, &err), &err);
+  *moved = grove__arena_moves(a) - m0;
+  ck_assert_int_eq(out.n, 1);
+  ck_assert(grove_tensor_is_contiguous(&out.v[0]));
+  *bytes = grove_tensor_nbytes(&out.v[0]);
+  *copy = malloc(*bytes + 1);
+  memcpy(*copy, out.v[0].data, *bytes);
+}
+
+START_TEST(test_plan_moves_nothing) {
+  fixture fx = {0};
+  fixture_load(&fx, "resnet_fused");
+  const grove_tensor *x0 = &fx.set[0].x[0];
+  ck_assert_int_eq(x0->ndim, 4);
+  grove_arena *a = grove_arena_new(0);
+  /* The fixture's own input first: the plan's output matches torch too. */
+  for (int pass = 0; pass < 2; pass++) {
+    grove_err err = {0};
+    grove_values out;
+    grove_arena_reset(a);
+    const uint64_t m0 = grove__arena_moves(a);
+    ck_assert_ok(grove_model_forward(fx.model, a, x0, 1, &out, &err), &err);
+    if (pass == 0)
+      ck_assert_uint_gt(grove__arena_moves(a) - m0, 0); /* else the test tests nothing */
+    if (pass == 1) ck_assert_uint_eq(grove__arena_moves(a) - m0, 0);
+    assert_close("resnet_fused planned", 0, &out.v[0], &fx.set[0].y[0]);
+  }
+  const int64_t per = x0->shape[1] * x0->shape[2] * x0->shape[3];
+  for (int b = 2; b <= 12; b++) {
+    int64_t shape[4] = {b, x0->shape[1], x0->shape[2], x0->shape[3]};
+    float *buf = malloc((size_t)(b * per) * sizeof(float));
+    for (int64_t k = 0; k < b * per; k++) buf[k] = (float)((k * 7919 + b) % 101) / 50.0f - 1.0f;
+    grove_tensor x;
+    grove_tensor_init(&x, GROVE_F32, 4, shape, buf);
+    float *first, *second;
+    size_t n1, n2;
+    uint64_t mv1, mv2;
+    forward_copy(&fx, a, &x, &first, &n1, &mv1);
+    forward_copy(&fx, a, &x, &second, &n2, &mv2);
+    ck_assert_uint_eq(n1, n2);
+    ck_assert_msg(memcmp(first, second, n1) == 0, "batch %d: the planned output differs", b);
+    /* Batches 2..8 have plans 2..8 (1: the fixture's); 9.. run unplanned. */
+    if (b <= 8 && x0->shape[0] != b)
+      ck_assert_msg(mv2 == 0, "batch %d: the planned forward moved %llu bytes", b,
+                    (unsigned long long)mv2);
+    if (b > 9) ck_assert_uint_gt(mv2, 0);
+    free(first);
+    free(second);
+    free(buf);
+  }
+  grove_arena_free(a);
+  fixture_fini(&fx);
+}
+END_TEST
+
 static Suite *graph_suite(void) {
   Suite *s = suite_create("graph");
   TCase *tc = tcase_create("parity");
@@ -1071,6 +1137,7 @@ static Suite *graph_suite(void) {
   tcase_add_test(tc, test_large_graph_compiles);
   tcase_add_test(tc, test_se_scale_taken_by_conv);
   tcase_add_test(tc, test_cat_slices_copy_nothing);
+  tcase_add_test(tc, test_plan_moves_nothing);
   suite_add_tcase(s, tc);
   return s;
 }

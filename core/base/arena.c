@@ -33,6 +33,14 @@ struct grove_arena {
   size_t pass_bytes;    /* bytes handed out in this pass (block + chunks) */
   size_t high_water;
   size_t grow_count;
+  uint64_t moved;        /* bytes grove__arena_keep moved, ever */
+  grove__arena_log *log; /* recording: every allocation is appended here */
+  /* Placing (grove__arena_place): allocation k of the node is served at
+   * place_base + place_off[k] when its size is place_size[k]. */
+  char *place_base;
+  const size_t *place_off, *place_size;
+  int place_n, place_k;
+  bool place_miss;
 };
 
 static size_t round_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
@@ -74,9 +82,17 @@ void grove_arena_free(grove_arena *a) {
   free(a);
 }
 
-void *grove_arena_alloc(grove_arena *a, size_t nbytes) {
+static void *arena_alloc(grove_arena *a, size_t nbytes) {
   size_t n = round_up(nbytes ? nbytes : 1);
   if (n < nbytes) return NULL; /* overflow */
+  if (a->place_base) {
+    /* A planned node: its k-th allocation has its slot in the reserved
+     * block (already counted in pass_bytes).  Anything else is a miss,
+     * served as usual; the caller then falls back. */
+    const int k = a->place_k++;
+    if (k < a->place_n && a->place_size[k] == n) return a->place_base + a->place_off[k];
+    a->place_miss = true;
+  }
   a->pass_bytes += n;
   if (a->pass_bytes > a->high_water) a->high_water = a->pass_bytes;
   if (a->capacity - a->used >= n) {
@@ -94,6 +110,21 @@ void *grove_arena_alloc(grove_arena *a, size_t nbytes) {
   a->overflow = c;
   a->grow_count++;
   return (unsigned char *)c + hdr;
+}
+
+/* The allocation with the recording hook around it (graph_plan.c). */
+void *grove_arena_alloc(grove_arena *a, size_t nbytes) {
+  void *p = arena_alloc(a, nbytes);
+  grove__arena_log *l = a->log;
+  if (l && p) {
+    if (l->n == l->cap) {
+      l->full = true;
+      return p;
+    }
+    l->ptr[l->n] = p;
+    l->size[l->n++] = round_up(nbytes ? nbytes : 1);
+  }
+  return p;
 }
 
 void grove_arena_reset(grove_arena *a) {
@@ -129,4 +160,39 @@ void grove_arena_rewind(grove_arena *a, grove_arena_mark m) {
   }
   a->used = m.used;
   a->pass_bytes = m.pass_bytes;
+}
+
+/* ------------------------------------------------------------ plans (graph_plan.c) */
+
+void grove__arena_record(grove_arena *a, grove__arena_log *log) {
+  a->log = log;
+}
+
+void grove__arena_place(grove_arena *a, char *base, const size_t *off, const size_t *size, int n) {
+  a->place_base = base;
+  a->place_off = off;
+  a->place_size = size;
+  a->place_n = n;
+  a->place_k = 0;
+  a->place_miss = false;
+}
+
+bool grove__arena_unplace(grove_arena *a) {
+  const bool ok = !a->place_miss && a->place_k == a->place_n;
+  a->place_base = NULL;
+  a->place_n = a->place_k = 0;
+  a->place_miss = false;
+  return ok;
+}
+
+bool grove__arena_busy(const grove_arena *a) {
+  return a->log || a->place_base;
+}
+
+void grove__arena_count_move(grove_arena *a, size_t bytes) {
+  a->moved += bytes;
+}
+
+uint64_t grove__arena_moves(const grove_arena *a) {
+  return a->moved;
 }

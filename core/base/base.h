@@ -121,4 +121,27 @@ uint64_t grove__hash_str(const char *s);
 bool grove__secret_equal(const void *secret, size_t secret_len, const void *given,
                          size_t given_len);
 
+/* ------------------------------------------------------------ arena plans
+ * Hooks for graph_plan.c (per-signature arena plans of a graph forward).
+ * The forward's thread, like the arena. */
+
+/* While recording, every allocation's address and rounded size are appended
+ * (full set, the rest dropped, when cap is reached). */
+typedef struct grove__arena_log {
+  void **ptr;
+  size_t *size;
+  int n, cap;
+  bool full;
+} grove__arena_log;
+void grove__arena_record(grove_arena *a, grove__arena_log *log); /* NULL: stop */
+/* The next n allocations are served at base + off[k] when their rounded
+ * size is size[k]; unplace says whether exactly those n came, all matching
+ * (otherwise the others were served as usual and the caller falls back). */
+void grove__arena_place(grove_arena *a, char *base, const size_t *off, const size_t *size, int n);
+bool grove__arena_unplace(grove_arena *a);
+bool grove__arena_busy(const grove_arena *a); /* recording or placing */
+/* Bytes grove__arena_keep moved over the arena's life (tests, bench). */
+void grove__arena_count_move(grove_arena *a, size_t bytes);
+uint64_t grove__arena_moves(const grove_arena *a);
+
 #endif

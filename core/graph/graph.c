@@ -46,6 +46,7 @@ typedef struct region {
   size_t bytes;
   int refs; /* live values reading it */
   grove_arena_mark end;
+  int item; /* recording a plan: its allocation's log entry until it dies, else -1 */
 } region;
 
 /* A chain's buffer (gnode.cat_into), once a member or a part made it:
@@ -73,6 +74,19 @@ typedef struct run {
   const grove__graph_tape *tr; /* the training option, or NULL */
   catbuf *cats; /* per node, for the planned cats (g->has_cat_plans), else NULL */
   int res_done; /* the convolution that applied its fuse_add (the one pending), or -1 */
+  /* Arena plans (graph_plan.c): using one (plan, its block reserve, the
+   * arena's top above it pbase; miss: something differed, fall back), or
+   * recording one (rec). */
+  const grove__gplan *plan;
+  char *reserve;
+  grove_arena_mark pbase;
+  bool miss;
+  grove__plan_rec *rec;
+  size_t *out_copy; /* recording: the bytes of the outputs copied out as contiguous */
+  /* A graph run inside a node of a graph recording or using a plan: its
+   * blocks stay where they were made (they are that node's allocations,
+   * which the plan places), nothing is moved. */
+  bool passthru;
 } run;
 
 static grove_status node_error(const run *r, int i, grove_status s) {
@@ -475,11 +489,53 @@ static grove_status settle(run *r, int i, gval *v, bool external) {
     release(r, v); /* nobody reads it: its new blocks are simply forgotten */
     nb = 0;
   }
+  int items[GROVE_MAX_VALUES];
+  if (r->rec) {
+    for (int k = 0; k < r->nregs; k++)
+      if (r->regs[k].refs == 0 && r->regs[k].item >= 0) {
+        grove__plan_rec_death(r->rec, r->regs[k].item, i);
+        r->regs[k].item = -1;
+      }
+    for (int k = 0; k < nb; k++)
+      items[k] = grove__plan_rec_block(r->rec, i, blk[k].start, blk[k].bytes);
+  } else {
+    for (int k = 0; k < nb; k++) items[k] = -1;
+  }
   while (r->nregs > 0 && r->regs[r->nregs - 1].refs == 0) r->nregs--;
   grove_arena_mark top = r->nregs ? r->regs[r->nregs - 1].end : r->base;
   grove__keep keep[GROVE_MAX_VALUES];
   for (int k = 0; k < nb; k++) keep[k] = (grove__keep){blk[k].start, blk[k].bytes, NULL, {0}};
-  grove_status s = grove__arena_keep(r->f->arena, top, keep, nb, r->f->err);
+  grove_status s = GROVE_OK;
+  if (r->plan) {
+    /* Planned: the blocks must be those recorded, at their slots; they
+     * stay there. */
+    const grove__gplan *p = r->plan;
+    if (nb != p->kfirst[i + 1] - p->kfirst[i]) {
+      r->miss = true;
+      return GROVE_OK;
+    }
+    for (int k = 0; k < nb; k++) {
+      bool found = false;
+      for (int j = p->kfirst[i]; j < p->kfirst[i + 1] && !found; j++) {
+        const grove__gkeep *q = &p->keeps[j];
+        found = blk[k].start == r->reserve + p->off[q->item] + q->delta && blk[k].bytes == q->bytes;
+      }
+      if (!found) {
+        r->miss = true;
+        return GROVE_OK;
+      }
+      keep[k].moved = blk[k].start;
+      keep[k].end = r->pbase;
+    }
+    grove_arena_rewind(r->f->arena, r->pbase);
+  } else if (r->passthru) {
+    for (int k = 0; k < nb; k++) {
+      keep[k].moved = blk[k].start;
+      keep[k].end = grove_arena_mark_get(r->f->arena);
+    }
+  } else {
+    s = grove__arena_keep(r->f->arena, top, keep, nb, r->f->err);
+  }
   if (s) return s;
   for (int k = 0; k < nb; k++) {
     if (r->nregs >= r->g->max_regions)
@@ -497,7 +553,8 @@ static grove_status settle(run *r, int i, gval *v, bool external) {
     /* A chain's buffer starts with the chain's own reference, unless its
      * last cat made it. */
     const bool hold = k == cbk && n->cat_into != i;
-    r->regs[r->nregs++] = (region){keep[k].moved, blk[k].bytes, hold ? 1 : 0, keep[k].end};
+    r->regs[r->nregs++] =
+        (region){keep[k].moved, blk[k].bytes, hold ? 1 : 0, keep[k].end, items[k]};
     for (int j = 0; j < v->n; j++)
       if (blk[k].tensors & (1 << j)) r->regs[r->nregs - 1].refs++;
   }
@@ -689,6 +746,8 @@ static grove_status run_output(run *r, grove_values *out) {
     owner[nk] = regs[k];
     keep[nk++] = (grove__keep){r->regs[regs[k]].start, r->regs[regs[k]].bytes, NULL, {0}};
   }
+  if (r->out_copy) /* recording: what this takes above a plan's block, staged */
+    for (int j = 0; j < nk; j++) *r->out_copy += 2 * (keep[j].bytes + 64);
   grove_status s = grove__arena_keep(r->f->arena, r->base, keep, nk, r->f->err);
   if (s) return s;
   for (int k = 0; k < out->n; k++) {
@@ -706,9 +765,10 @@ grove_status grove__graph_forward(const grove_module *m, grove_fwd *f, const gro
   return grove__graph_run(m, f, in, NULL, NULL, out, NULL);
 }
 
-grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_values *in,
+static grove_status run_graph(const grove_module *m, grove_fwd *f, const grove_values *in,
                               const int *in_vars, const grove__graph_tape *tr, grove_values *out,
-                              int *out_vars) {
+                              int *out_vars, const grove__gplan *plan, grove__plan_rec *rec,
+                              bool *miss, size_t *out_copy) {
   const graph_impl *g = m->impl;
   if (in->n > g->nplaceholders)
     return tr ? grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
@@ -722,7 +782,11 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
            .fuse = !tr && grove__no_forward_hooks(),
            .channels_last = !tr && f->channels_last_ok,
            .tr = tr,
-           .res_done = -1};
+           .res_done = -1,
+           .plan = plan,
+           .rec = rec,
+           .out_copy = out_copy,
+           .passthru = !tr && !plan && !rec && grove__arena_busy(f->arena)};
   r.vals = grove_arena_alloc(f->arena, (size_t)g->nnodes * sizeof(gval));
   r.regs = tr ? NULL : grove_arena_alloc(f->arena, (size_t)g->max_regions * sizeof(region));
   if (!tr && g->has_cat_plans) {
@@ -732,6 +796,11 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
   if (!r.vals || (!tr && !r.regs) || (!tr && g->has_cat_plans && !r.cats))
     return grove_err_set(f->err, GROVE_E_NOMEM, "out of scratch memory");
   r.base = grove_arena_mark_get(f->arena);
+  if (plan) {
+    r.reserve = grove_arena_alloc(f->arena, plan->total);
+    if (!r.reserve) return grove_err_set(f->err, GROVE_E_NOMEM, "out of scratch memory");
+    r.pbase = grove_arena_mark_get(f->arena);
+  }
   /* A Sequential's offer to take this graph's final `scale * x` into the
    * next convolution (grove_fwd.se): for this call only, not the graphs
    * it calls. */
@@ -758,6 +827,10 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
     v->nest = 0;
     grove_status s = GROVE_OK;
     bool external = false;
+    if (plan && n->op != G_OUTPUT)
+      grove__arena_place(f->arena, r.reserve, plan->off + plan->first[i],
+                         plan->size + plan->first[i], plan->first[i + 1] - plan->first[i]);
+    if (rec) grove__plan_rec_node(rec, i);
     switch (n->op) {
       case G_PLACEHOLDER:
         external = true;
@@ -841,8 +914,64 @@ grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_v
         s = run_op(&r, i, v);
         break;
     }
+    if (plan && !grove__arena_unplace(f->arena)) {
+      *miss = true;
+      return GROVE_OK;
+    }
+    if (rec) grove__plan_rec_computed(rec, i);
     if (s) return node_error(&r, i, s);
     if (!tr && (s = settle(&r, i, v, external))) return node_error(&r, i, s);
+    if (r.miss) {
+      *miss = true;
+      return GROVE_OK;
+    }
   }
   return grove_err_set(f->err, GROVE_E_INTERNAL, "%s: graph without output", g->where);
+}
+
+/* Runs graph m, with an arena plan when it is a plain serving forward at
+ * the root (graph_plan.c): no tape, no forward hook, no observer, no
+ * squeeze-excitation offer, no chains of cats in place, and not inside a
+ * node of a graph already recording or placed. */
+grove_status grove__graph_run(const grove_module *m, grove_fwd *f, const grove_values *in,
+                              const int *in_vars, const grove__graph_tape *tr, grove_values *out,
+                              int *out_vars) {
+  const graph_impl *g = m->impl;
+  const bool plain = !tr && g->plans && !g->has_cat_plans && !f->observer &&
+                     f->se.for_module != m && grove__no_forward_hooks() &&
+                     !grove__arena_busy(f->arena);
+  if (!plain) return run_graph(m, f, in, in_vars, tr, out, out_vars, NULL, NULL, NULL, NULL);
+  bool record = false;
+  const bool cl = f->channels_last_ok;
+  const grove__gplan *p = grove__plan_find(g, in, cl, &record);
+  if (p) {
+    const grove_arena_mark m0 = grove_arena_mark_get(f->arena);
+    bool miss = false;
+    grove_status s = run_graph(m, f, in, in_vars, tr, out, out_vars, p, NULL, &miss, NULL);
+    grove__arena_unplace(f->arena);
+    if (!miss) return s;
+    /* Something differed from the recording: this forward again the usual
+     * way, and the plan never again. */
+    grove__plan_bad(p);
+    grove_arena_rewind(f->arena, m0);
+    f->channels_last_ok = cl;
+    return run_graph(m, f, in, in_vars, tr, out, out_vars, NULL, NULL, NULL, NULL);
+  }
+  grove__plan_rec *rec = record ? grove__plan_rec_begin(g, f->arena) : NULL;
+  size_t rec_out = 0;
+  grove_status s = run_graph(m, f, in, in_vars, tr, out, out_vars, NULL, rec, NULL, &rec_out);
+  const size_t total = grove__plan_rec_end(rec, g, in, cl, s == GROVE_OK, f->arena);
+  if (total) {
+    /* The planned forwards take the plan's block above what this one
+     * took before its first node: count that into the high water now, so
+     * that the arena settles at its size on the next reset and the next
+     * forward does not grow. */
+    const grove_arena_mark top = grove_arena_mark_get(f->arena);
+    const size_t pre = (size_t)g->nnodes * sizeof(gval) + (size_t)g->max_regions * sizeof(region) +
+                       (g->has_cat_plans ? (size_t)g->nnodes * sizeof(catbuf) : 0) + 4 * 64;
+    /* Above this forward's end, not its start: what the caller allocates
+     * after it (a channels-last output made contiguous) then fits too. */
+    if (grove_arena_alloc(f->arena, pre + total + rec_out)) grove_arena_rewind(f->arena, top);
+  }
+  return s;
 }

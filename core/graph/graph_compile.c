@@ -24,6 +24,7 @@
 void grove__graph_free_impl(void *impl) {
   graph_impl *g = impl;
   if (!g) return;
+  grove__plans_free(g->plans);
   for (int i = 0; i < g->nnodes; i++) {
     gnode *n = &g->nodes[i];
     free(n->name);
@@ -184,6 +185,7 @@ grove_status grove__graph_from_json(const json_t *obj, const char *path, grove_m
                          "%s.children: expected an object mapping attribute names to modules",
                          path);
   graph_impl *g = calloc(1, sizeof *g);
+  if (g) g->plans = grove__plans_new(); /* NULL: forwards simply run unplanned */
   if (!g) return nomem(err);
   g->type_name = grove__strdup(json_string_value(tv));
   if (!g->type_name) {

@@ -72,7 +72,59 @@ typedef struct graph_impl {
   bool returns_tuple; /* the output's argument is a list */
   int max_regions;
   bool has_cat_plans; /* some node has cat_planned */
+  struct grove__plans *plans; /* arena plans (graph_plan.c), or NULL */
 } graph_impl;
+
+/* ------------------------------------------------------------ arena plans (graph_plan.c) */
+
+#define GROVE__MAX_PLANS 8
+
+/* A block node i keeps: inside its allocation `item` (plan-wide index), at
+ * delta, bytes long. */
+typedef struct grove__gkeep {
+  int item;
+  size_t delta, bytes;
+} grove__gkeep;
+
+/* One signature's plan: node i's allocations are items [first[i],
+ * first[i+1]), served at reserve + off[k] when of size[k]; the blocks it
+ * keeps are keeps[kfirst[i] .. kfirst[i+1]).  Immutable once published but
+ * for bad (a forward met something else: never used again). */
+typedef struct grove__gplan {
+  int nin;
+  bool cl;
+  grove_dtype dtype[GROVE_MAX_VALUES];
+  int ndim[GROVE_MAX_VALUES];
+  int64_t shape[GROVE_MAX_VALUES][GROVE_MAX_DIMS], strides[GROVE_MAX_VALUES][GROVE_MAX_DIMS];
+  size_t total;
+  int *first;
+  size_t *off, *size;
+  int *kfirst;
+  grove__gkeep *keeps;
+  atomic_bool bad;
+} grove__gplan;
+
+typedef struct grove__plans grove__plans;
+typedef struct grove__plan_rec grove__plan_rec;
+
+grove__plans *grove__plans_new(void);
+void grove__plans_free(grove__plans *s);
+/* The good plan for the inputs, or NULL; *record: none yet and room for one. */
+const grove__gplan *grove__plan_find(const graph_impl *g, const grove_values *in, bool cl,
+                                     bool *record);
+void grove__plan_bad(const grove__gplan *p);
+/* Recording a forward: begin (the arena logs from now on), before node i,
+ * after its compute (before its settle), a block node i keeps (its plan
+ * item or -1: the recording fails), the node where an item's region died,
+ * and end (ok: the forward succeeded; builds and publishes the plan, returns
+ * its block's size). */
+grove__plan_rec *grove__plan_rec_begin(const graph_impl *g, grove_arena *a);
+void grove__plan_rec_node(grove__plan_rec *r, int i);
+void grove__plan_rec_computed(grove__plan_rec *r, int i);
+int grove__plan_rec_block(grove__plan_rec *r, int i, const char *start, size_t bytes);
+void grove__plan_rec_death(grove__plan_rec *r, int item, int i);
+size_t grove__plan_rec_end(grove__plan_rec *r, const graph_impl *g, const grove_values *in, bool cl,
+                           bool ok, grove_arena *a); /* the plan's size, or 0 */
 
 /* ------------------------------------------------------------ the training option */
 

@@ -43,7 +43,10 @@ grove_status grove__arena_keep(grove_arena *a, grove_arena_mark m, grove__keep *
     grove_arena_rewind(a, m);
     void *p = grove_arena_alloc(a, keep[0].bytes);
     if (!p) return grove_err_set(err, GROVE_E_NOMEM, "out of scratch memory");
-    if (p != keep[0].start) move_down(p, keep[0].start, keep[0].bytes);
+    if (p != keep[0].start) {
+      move_down(p, keep[0].start, keep[0].bytes);
+      grove__arena_count_move(a, keep[0].bytes);
+    }
     keep[0].moved = p;
     keep[0].end = grove_arena_mark_get(a);
     return GROVE_OK;
@@ -69,6 +72,7 @@ grove_status grove__arena_keep(grove_arena *a, grove_arena_mark m, grove__keep *
     void *p = grove_arena_alloc(a, keep[k].bytes);
     if (!p) return grove_err_set(err, GROVE_E_NOMEM, "out of scratch memory");
     memmove(p, stage + off, keep[k].bytes);
+    grove__arena_count_move(a, keep[k].bytes);
     off += (keep[k].bytes + 63) / 64 * 64;
     keep[k].moved = p;
     keep[k].end = grove_arena_mark_get(a);
