@@ -124,6 +124,10 @@ typedef struct grove__oppar {
    * key) is not the op parameter's name: ConstantPad2d's "padding" is
    * pad's "pad".  NULL: the name. */
   const char *key;
+  /* A required ints argument that model.json must give as a list (a
+   * pad's: one int would not say which sides); others take one int too
+   * (nn.Unfold(3)). */
+  bool list_only;
 } grove__oppar;
 
 /* Parameter initialisers: REQ a required one, D* a default. */

@@ -307,7 +307,7 @@ static const grove__opmod upsample_module = {
 #define PADDING                                                                      \
   {                                                                                  \
     .name = "pad", .key = "padding", .kind = P_INTS, .dk = D_REQ, .min = -(1 << 30), \
-    .max = 1 << 30                                                                   \
+    .max = 1 << 30, .list_only = true                                                \
   }
 #define PAD_VALUE \
   { .name = "value", .kind = P_FLOAT, .dk = D_REQ, .min = -INFINITY, .max = INFINITY }
@@ -547,9 +547,7 @@ static grove_status unfold_fwd(const grove__opctx *c, gval *res) {
   return GROVE_OK;
 }
 
-/* Each an int or a pair.  The module's kernel_size is "null or ints" to
- * model.json's reader, which takes one int only so (nn.Unfold(3)); a null
- * is refused by unfold_fwd (pair_arg). */
+/* Each an int or a pair (nn.Unfold(3) or nn.Unfold((2, 3))). */
 #define UNFOLD_PAR(n, d, lo) \
   { .name = n, .kind = P_INTS, .dk = d, .dv = lo, .min = lo, .max = 1 << 30 }
 #define UNFOLD_REST \
@@ -568,5 +566,5 @@ const grove__opdef grove__opdef_unfold = {
     .forward = unfold_fwd,
     .module = &(const grove__opmod){.cls = "Unfold",
                                     .type = &grove__unfold_type,
-                                    .args = {UNFOLD_PAR("kernel_size", D_NONE, 1), UNFOLD_REST}},
+                                    .args = {UNFOLD_PAR("kernel_size", D_REQ, 1), UNFOLD_REST}},
 };

@@ -345,7 +345,7 @@ static grove_status read_numbers(const json_t *obj, const char *path, const char
   }
   const bool list = json_is_array(v);
   const size_t n = list ? json_array_size(v) : 1;
-  bool ok = (!list || (n >= 1 && n <= 2 * GROVE_MAX_DIMS)) && !(ints && !list && p->dk == D_REQ);
+  bool ok = (!list || (n >= 1 && n <= 2 * GROVE_MAX_DIMS)) && !(!list && p->list_only);
   for (size_t i = 0; ok && i < n; i++) {
     const json_t *x = list ? json_array_get(v, i) : v;
     ok = ints ? json_is_integer(x) : json_is_number(x);
@@ -356,7 +356,7 @@ static grove_status read_numbers(const json_t *obj, const char *path, const char
     grove__json_describe(v, got, sizeof got);
     return grove_err_set(err, GROVE_E_SPEC, "%s.%s: expected %s%s in [%g, %g]%s, got %s", path, key,
                          p->dk == D_REQ ? "" : "null, or ", ints ? "integers" : "numbers", p->min,
-                         p->max, p->dk == D_REQ ? " as a list" : " (one, or a list of one per dim)",
+                         p->max, p->list_only ? " as a list" : " (one, or a list of one per dim)",
                          got);
   }
   if (!list) {
