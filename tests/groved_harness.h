@@ -485,6 +485,16 @@ static inline bool h_log_contains(const hserver *s, const char *needle) {
   return found;
 }
 
+/* Whether needle reaches s's log within timeout_s: a line logged after
+ * what the test saw (a reload logs its result after publishing it). */
+static inline bool h_wait_log(const hserver *s, const char *needle, double timeout_s) {
+  double deadline = h_now() + timeout_s;
+  while (!h_log_contains(s, needle))
+    if (h_now() > deadline) return false;
+    else h_sleep_ms(10);
+  return true;
+}
+
 /* A client of url whose admin calls go to the admin listener of the groved
  * there (h_admin_of), never to the default admin address. */
 static inline grove_client *h_connect(const char *url) {
