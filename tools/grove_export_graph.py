@@ -502,7 +502,7 @@ def _size_value(node, depth=0):
     if node.op == "call_method" and node.target in ("size", "dim", "numel"):
         return True
     if node.op == "call_function" and node.target is builtins.getattr:
-        return node.args[1] in ("shape", "ndim")
+        return node.args[1] in ("shape", "ndim", "dtype")  # x.dtype == torch.float16 too
     if node.op == "call_function" and (node.target is operator.getitem or
                                        getattr(node.target, "__module__", None) in
                                        ("_operator", "operator")):
@@ -582,9 +582,11 @@ def capture_examples(model, xs):
 
 
 def _shape_bool(m, proxy):
-    """bool() of a traced condition that only reads sizes (x.shape[-1] ==
-    self.d, x.dim() != 3, T <= self.block_size), decided on the shapes m got
-    in the example run; None when it reads tensor values or m was not run.
+    """bool() of a traced condition that only reads sizes and dtypes
+    (x.shape[-1] == self.d, x.dim() != 3, T <= self.block_size, T5's
+    `self.weight.dtype in [torch.float16, torch.bfloat16]`), decided on the
+    shapes and dtypes m's inputs, parameters and buffers had in the example
+    run; None when it reads tensor values or m was not run.
     fx would refuse such control flow; on the example it takes the branch
     the example takes, which is what model.json's input shapes (fixed where
     the model does not take another size) then guarantee."""
@@ -609,8 +611,17 @@ def _shape_bool(m, proxy):
                 raise ValueError
             if a.op == "placeholder":
                 v = bound.arguments[a.target]
+            elif a.op == "get_attr":  # a parameter's or buffer's shape and dtype
+                # From the modules' own dicts: while fx traces, attribute
+                # access on a module gives Proxies.
+                *mods, leaf = a.target.split(".")
+                owner = m
+                for part in mods:
+                    owner = owner._modules[part]
+                v = owner._parameters.get(leaf)
+                v = owner._buffers[leaf] if v is None else v
             elif a.op == "call_function" and a.target is builtins.getattr and \
-                    a.args[1] in ("shape", "ndim"):
+                    a.args[1] in ("shape", "ndim", "dtype"):
                 v = getattr(ev(a.args[0], depth + 1), a.args[1])
             elif a.op == "call_method" and a.target in ("size", "dim"):
                 v = getattr(ev(a.args[0], depth + 1), a.target)(
@@ -620,7 +631,8 @@ def _shape_bool(m, proxy):
                 v = a.target(*[ev(x, depth + 1) for x in a.args])
             else:
                 raise ValueError  # a tensor's values, not its shape
-            if hasattr(v, "dtype") and hasattr(v, "shape") and a.op != "placeholder":
+            if hasattr(v, "dtype") and hasattr(v, "shape") and a.op not in ("placeholder",
+                                                                             "get_attr"):
                 raise ValueError
             memo[a] = v
             return v
@@ -806,10 +818,12 @@ def _drop_shape_guards(graph):
             (n.op == "call_method" and n.target in ("size", "dim"))
 
     # A condition decided on the example's shapes (_shape_bool: `assert
-    # x.shape[-1] == self.d`) leaves its size arithmetic unused, too.
+    # x.shape[-1] == self.d`) or dtypes (T5's `if self.weight.dtype in
+    # [...]`) leaves its size arithmetic unused, too, and the parameter
+    # whose dtype it read.
     for n in reversed(list(graph.nodes)):
         if not n.users and (n in feeding and n.op in ("call_function", "call_method", "get_attr")
-                            or shape_read(n) or _size_value(n)):
+                            or shape_read(n) or _size_value(n) or n.op == "get_attr"):
             graph.erase_node(n)
     # The trailing keyword defaults the example did not pass were traced as
     # constants (_trace's concrete_args); their placeholders are left unused.
@@ -1047,7 +1061,15 @@ def _graph(m, path, inlined=None):
                     refuse(node, f"torchvision's shifted_window_attention with {k}={b[k]!r} "
                                  "drops at random even in eval mode (it calls F.dropout without "
                                  f"training=); build the model with {k}=0.0")
-        if name in ("softmax", "log_softmax", "mean", "sum") and b.get("dtype") is not None:
+        if name in ("softmax", "log_softmax", "softmin") and b.get("dtype") is not None:
+            # F.softmax(w, dim=-1, dtype=torch.float32) (LLaMA, T5): Grove's
+            # softmax computes in float32 and gives float32, which any
+            # float dtype means here (_dtype_name).
+            dt = b["dtype"]
+            if not (isinstance(dt, torch.dtype) and dt.is_floating_point):
+                refuse(node, f"{name} with dtype={dt!r} is not supported (a constant float "
+                             "dtype is)")
+        if name in ("mean", "sum") and b.get("dtype") is not None:
             refuse(node, f"{name} with a dtype is not supported")
         if name in ("softmax", "log_softmax") and not (b.get("dim") is None or
                                                       (const(b["dim"]) and

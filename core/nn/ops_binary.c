@@ -76,6 +76,12 @@ static bool i64_op(int op, int64_t x, int64_t v, int64_t alpha, int64_t *y) {
     case GROVE__BIN_MUL:
       *y = (int64_t)(ux * uv);
       return true;
+    case GROVE__BIN_MAX:
+      *y = x > v ? x : v;
+      return true;
+    case GROVE__BIN_MIN:
+      *y = x < v ? x : v;
+      return true;
     default:
       break;
   }
@@ -95,7 +101,7 @@ static bool i64_op(int op, int64_t x, int64_t v, int64_t alpha, int64_t *y) {
 }
 
 /* a OP b on int64 tensors (broadcast), as torch: add, sub (alpha an int),
- * mul, floor / trunc division and remainder. */
+ * mul, maximum / minimum, floor / trunc division and remainder. */
 static grove_status binary_i64(grove_fwd *f, int op, const grove_tensor *a0, const grove_tensor *b0,
                                int64_t alpha, grove_tensor *out) {
   grove_tensor a, b;
@@ -275,20 +281,35 @@ static grove_status matmul_fwd(const grove__opctx *c, gval *res) {
   return GROVE_OK;
 }
 
-/* torch.maximum / minimum (two tensors, broadcast): the binary kernel's
- * MAX and MIN. */
-static grove_status max_min_fwd(const grove__opctx *c, gval *res) {
+grove_status grove__op_max_min(const grove__opctx *c, gval *res, bool max) {
   const grove_tensor *x, *b;
-  grove_tensor y;
+  grove_tensor y, xf, bf;
   grove_status s;
-  const int op = strcmp(c->def->name, "maximum") == 0 ? GROVE__BIN_MAX : GROVE__BIN_MIN;
+  const int op = max ? GROVE__BIN_MAX : GROVE__BIN_MIN;
+  const char *name = max ? "maximum" : "minimum";
   if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_tensor(c, 1, &b))) return s;
-  if ((s = grove__op_binary(c->f, op, x, b, 1, &y, NULL))) {
-    grove_err_prefix(c->f->err, "%s", c->def->name);
+  if (int_dtype(x->dtype) && int_dtype(b->dtype)) {
+    /* Integers (T5's torch.min(bucket, torch.full_like(bucket, n - 1))):
+     * int64, and bool with bool stays bool, as torch promotes. */
+    if ((s = binary_i64(c->f, op, x, b, 1, &y))) return s;
+    if (x->dtype == GROVE_BOOL && b->dtype == GROVE_BOOL) {
+      const grove_tensor r = y; /* to_dtype's output must not be its input */
+      if ((s = grove__op_to_dtype(c->f, &r, GROVE_BOOL, &y))) return s;
+    }
+  } else if ((s = grove__op_to_dtype(c->f, x, GROVE_F32, &xf)) ||
+             (s = grove__op_to_dtype(c->f, b, GROVE_F32, &bf)) ||
+             (s = grove__op_binary(c->f, op, &xf, &bf, 1, &y, NULL))) {
+    grove_err_prefix(c->f->err, "%s", name);
     return s;
   }
   grove__op_set_tensor(res, &y);
   return GROVE_OK;
+}
+
+/* torch.maximum / minimum (two tensors, broadcast): the binary kernel's
+ * MAX and MIN. */
+static grove_status max_min_fwd(const grove__opctx *c, gval *res) {
+  return grove__op_max_min(c, res, strcmp(c->def->name, "maximum") == 0);
 }
 
 /* Operands of a binary op: a tensor or a Python number. */

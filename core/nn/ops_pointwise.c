@@ -188,9 +188,42 @@ static grove_status softplus_fwd(const grove__opctx *c, gval *res) {
   return unary(c, res, GROVE__UN_SOFTPLUS, beta, threshold);
 }
 
+/* x ** e.  Two numbers (GPT-2's value.size(-1) ** 0.5, a size): Python's
+ * result, an int for a non-negative int power of an int, else a float.  A
+ * number base with a tensor exponent (2 ** x, torch.pow(2, x)): the base
+ * as a 0-d float32 tensor, broadcast. */
 static grove_status pow_fwd(const grove__opctx *c, gval *res) {
-  const gval *e = grove__op_val(c, &c->args[1]);
-  if (e && e->kind == V_TENSOR) {
+  const gval *b = grove__op_val(c, &c->args[0]), *e = grove__op_val(c, &c->args[1]);
+  const bool tb = b && b->kind == V_TENSOR, te = e && e->kind == V_TENSOR;
+  if (!tb) {
+    double xb, xe;
+    int64_t ib, ie;
+    bool b_int, e_int;
+    if (!grove__op_number(c, &c->args[0], &xb, &ib, &b_int))
+      return grove__op_want(c, "a tensor or a number for input");
+    if (te) {
+      float base = (float)xb;
+      grove_tensor x, y;
+      grove_tensor_init(&x, GROVE_F32, 0, NULL, &base);
+      grove_status s = grove__op_pow_tensor(c->f, &x, &e->t[0], &y);
+      if (s) return s;
+      grove__op_set_tensor(res, &y);
+      return GROVE_OK;
+    }
+    if (!grove__op_number(c, &c->args[1], &xe, &ie, &e_int))
+      return grove__op_want(c, "a tensor or a number for exponent");
+    if (b_int && e_int && ie >= 0) {
+      uint64_t r = 1, m = (uint64_t)ib; /* wraps as int64 would; sizes stay small */
+      for (int64_t k = ie; k > 0; k >>= 1, m *= m)
+        if (k & 1) r *= m;
+      grove__op_set_int(res, (int64_t)r);
+      return GROVE_OK;
+    }
+    res->kind = V_FLOAT;
+    res->f = pow(xb, xe);
+    return GROVE_OK;
+  }
+  if (te) {
     const grove_tensor *x;
     grove_tensor y;
     grove_status s;
@@ -593,7 +626,7 @@ const grove__opdef grove__opdef_pow = {
     .torch = (const char *const[]){"operator.pow(input,exponent)", "torch.pow(input,exponent)",
                                    "Tensor.pow(input,exponent)", NULL},
     .varargs = -1,
-    .p = {INPUT, OP_REQ("exponent", P_OPERAND)},
+    .p = {OP_REQ("input", P_OPERAND), OP_REQ("exponent", P_OPERAND)},
     .forward = pow_fwd,
 };
 

@@ -139,41 +139,66 @@ grove_status grove__op_compare_scalar(grove_fwd *f, int op, const grove_tensor *
 }
 
 grove_status grove__op_where(grove_fwd *f, const grove_tensor *cond, const grove_tensor *a,
-                             double av, const grove_tensor *b, double bv, grove_tensor *out) {
+                             double av, const grove_tensor *b, double bv, grove_dtype dt,
+                             grove_tensor *out) {
   grove_status s;
   if ((s = check_dtype(f, "where", cond))) return s;
   for (int k = 0; k < 2; k++) {
     const grove_tensor *t = k ? b : a;
-    if (t && t->dtype != GROVE_F32)
-      return grove_err_set(f->err, GROVE_E_DTYPE, "where: expected a float32 %s, got %s",
-                           k ? "other" : "input", grove_dtype_name(t->dtype));
+    if (t && (s = check_dtype(f, "where", t))) return s;
   }
-  /* A number operand is a 0-d tensor for the broadcast. */
-  float one[2] = {(float)av, (float)bv};
+  if (dt != GROVE_F32 && dt != GROVE_I64 && dt != GROVE_BOOL)
+    return grove_err_set(f->err, GROVE_E_DTYPE, "where: a %s result is not supported",
+                         grove_dtype_name(dt));
+  /* The operands in the result's dtype (themselves when they have it); a
+   * number operand is a 0-d tensor for the broadcast. */
   grove_tensor ta, tb;
-  if (!a) grove_tensor_init(&ta, GROVE_F32, 0, NULL, &one[0]);
-  if (!b) grove_tensor_init(&tb, GROVE_F32, 0, NULL, &one[1]);
-  const grove_tensor *pa = a ? a : &ta, *pb = b ? b : &tb;
+  float fone[2] = {(float)av, (float)bv};
+  int64_t ione[2] = {(int64_t)av, (int64_t)bv};
+  uint8_t bone[2] = {av != 0, bv != 0};
+  void *one[2] = {dt == GROVE_F32   ? (void *)&fone[0]
+                  : dt == GROVE_I64 ? (void *)&ione[0]
+                                    : &bone[0],
+                  dt == GROVE_F32   ? (void *)&fone[1]
+                  : dt == GROVE_I64 ? (void *)&ione[1]
+                                    : &bone[1]};
+  if (!a)
+    grove_tensor_init(&ta, dt, 0, NULL, one[0]);
+  else if ((s = grove__op_to_dtype(f, a, dt, &ta)))
+    return s;
+  if (!b)
+    grove_tensor_init(&tb, dt, 0, NULL, one[1]);
+  else if ((s = grove__op_to_dtype(f, b, dt, &tb)))
+    return s;
+  const grove_tensor *pa = &ta, *pb = &tb;
   int nd, nd2;
   int64_t sh1[GROVE_MAX_DIMS], shape[GROVE_MAX_DIMS];
   if ((s = grove__broadcast_shape(f, cond, pa, &nd, sh1))) return s;
   grove_tensor t1;
-  grove_tensor_init(&t1, GROVE_F32, nd, sh1, NULL);
+  grove_tensor_init(&t1, dt, nd, sh1, NULL);
   if ((s = grove__broadcast_shape(f, &t1, pb, &nd2, shape))) return s;
-  if ((s = grove_fwd_alloc(f, out, GROVE_F32, nd2, shape))) return s;
+  if ((s = grove_fwd_alloc(f, out, dt, nd2, shape))) return s;
   const int64_t n = grove_tensor_numel(out);
-  float *y = out->data;
   walker w;
   walk_start(&w, nd2, shape, 3, (const grove_tensor *const[]){cond, pa, pb});
-  const float *da = pa->data, *db = pb->data;
-  if (cond->dtype == GROVE_BOOL || cond->dtype == GROVE_U8) {
-    const uint8_t *c = cond->data;
-    for (int64_t i = 0; i < n; i++, walk_next(&w))
-      y[i] = c[w.off[0]] ? da[w.off[1]] : db[w.off[2]];
-  } else {
-    for (int64_t i = 0; i < n; i++, walk_next(&w))
-      y[i] = get_f(cond, w.off[0]) != 0 ? da[w.off[1]] : db[w.off[2]];
-  }
+  const bool byte_cond = cond->dtype == GROVE_BOOL || cond->dtype == GROVE_U8;
+  const uint8_t *c = cond->data;
+#define WHERE_LOOP(T)                                                              \
+  do {                                                                             \
+    const T *da = pa->data, *db = pb->data;                                        \
+    T *y = out->data;                                                              \
+    for (int64_t i = 0; i < n; i++, walk_next(&w)) {                               \
+      const bool take = byte_cond ? c[w.off[0]] != 0 : get_f(cond, w.off[0]) != 0; \
+      y[i] = take ? da[w.off[1]] : db[w.off[2]];                                   \
+    }                                                                              \
+  } while (0)
+  if (dt == GROVE_F32)
+    WHERE_LOOP(float);
+  else if (dt == GROVE_I64)
+    WHERE_LOOP(int64_t);
+  else
+    WHERE_LOOP(uint8_t);
+#undef WHERE_LOOP
   return GROVE_OK;
 }
 
@@ -194,5 +219,9 @@ grove_status grove__op_masked_fill(grove_fwd *f, const grove_tensor *x, const gr
     return grove_err_set(f->err, GROVE_E_DTYPE,
                          "masked_fill: expected a bool mask, got %s (compare it first: mask == 1)",
                          grove_dtype_name(mask->dtype));
-  return grove__op_where(f, mask, NULL, value, x, 0, out);
+  /* x's dtype, as torch keeps it (the value converted to it). */
+  const grove_dtype dt = is_float(x->dtype)       ? GROVE_F32
+                         : x->dtype == GROVE_BOOL ? GROVE_BOOL
+                                                  : GROVE_I64;
+  return grove__op_where(f, mask, NULL, value, x, 0, dt, out);
 }

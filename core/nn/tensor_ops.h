@@ -125,11 +125,13 @@ grove_status grove__op_compare_scalar(grove_fwd *f, int op, const grove_tensor *
 bool grove__cmp_f64(int op, double a, double b);
 bool grove__cmp_i64(int op, int64_t a, int64_t b);
 
-/* torch.where(cond, a, b): cond bool (or any dtype, != 0), a and b float32
- * tensors, all broadcast together.  A NULL a or b is the number av / bv
- * (torch.where(mask, x, 0.0)). */
+/* torch.where(cond, a, b): cond bool (or any dtype, != 0), a and b
+ * tensors of any dtype Grove keeps, all broadcast together, converted to
+ * dt (float32, int64 or bool: the caller promotes as torch does).  A NULL
+ * a or b is the number av / bv (torch.where(mask, x, 0.0)). */
 grove_status grove__op_where(grove_fwd *f, const grove_tensor *cond, const grove_tensor *a,
-                             double av, const grove_tensor *b, double bv, grove_tensor *out);
+                             double av, const grove_tensor *b, double bv, grove_dtype dt,
+                             grove_tensor *out);
 /* x.masked_fill(mask, value): where(mask, value, x), of x's shape (mask
  * broadcasts to it, not the other way round, as torch requires). */
 grove_status grove__op_masked_fill(grove_fwd *f, const grove_tensor *x, const grove_tensor *mask,
