@@ -1,13 +1,15 @@
 /* ops_pointwise.c: the op entries (ops.h) of the torchvision zoo's
  * activations and pointwise math: relu6, hardswish, hardsigmoid, hardtanh,
  * elu, selu, celu, softplus, mish (each with its torch.nn module), clamp,
- * exp, log, sqrt, rsqrt, abs, neg, pow, the dtype conversions float / long
+ * exp, log, sqrt, rsqrt, abs, neg, pow, nan_to_num, the dtype conversions float / long
  * / bool, dim and numel, and torchvision's stochastic_depth (identity in
  * eval).  The kernels are pointwise.c's (tensor_ops.h); a module and its
  * functional form run the same entry. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
+#include "graph_ops.h"
 #include "layers_internal.h"
 #include "ops.h"
 #include "tensor_ops.h"
@@ -235,6 +237,35 @@ static grove_status pow_fwd(const grove__opctx *c, gval *res) {
   double ex;
   grove_status s = num_arg(c, 1, 1, &ex);
   return s ? s : unary(c, res, GROVE__UN_POW, ex, 0);
+}
+
+/* torch.nan_to_num(x, nan=0.0, posinf=None, neginf=None): NaN, +inf and
+ * -inf replaced (an infinity without a number by float32's largest finite
+ * value of its sign, as torch); an integer or bool x is itself. */
+static grove_status nan_to_num_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor xf, y;
+  double nan, pinf, ninf;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = num_arg(c, 1, 0, &nan)) ||
+      (s = num_arg(c, 2, FLT_MAX, &pinf)) || (s = num_arg(c, 3, -FLT_MAX, &ninf)))
+    return s;
+  if (!grove_dtype_is_float(x->dtype)) {
+    grove__op_set_tensor(res, x);
+    return GROVE_OK;
+  }
+  if ((s = grove__contig_f32(c->f, x, &xf)) ||
+      (s = grove_fwd_alloc(c->f, &y, GROVE_F32, xf.ndim, xf.shape)))
+    return s;
+  const float vn = (float)nan, vp = (float)pinf, vm = (float)ninf, *px = xf.data;
+  float *py = y.data;
+  const int64_t n = grove_tensor_numel(&y);
+  for (int64_t i = 0; i < n; i++) {
+    const float v = px[i];
+    py[i] = isnan(v) ? vn : v == INFINITY ? vp : v == -INFINITY ? vm : v;
+  }
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
 }
 
 /* The dtype conversions with the dtype in the method's name. */
@@ -618,6 +649,19 @@ const grove__opdef grove__opdef_neg = {
     .varargs = -1,
     .p = {INPUT},
     .forward = neg_fwd,
+};
+
+const grove__opdef grove__opdef_nan_to_num = {
+    .name = "nan_to_num",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nan_to_num(input,nan,posinf,neginf)",
+                                   "Tensor.nan_to_num(input,nan,posinf,neginf)", NULL},
+    .varargs = -1,
+    .p = {INPUT,
+          {.name = "nan", .kind = P_NUMBER, .dk = D_FLOAT, .dv = 0},
+          OP_NONE("posinf", P_NUMBER),
+          OP_NONE("neginf", P_NUMBER)},
+    .forward = nan_to_num_fwd,
 };
 
 const grove__opdef grove__opdef_pow = {

@@ -137,6 +137,17 @@ grove_status grove__op_where(grove_fwd *f, const grove_tensor *cond, const grove
 grove_status grove__op_masked_fill(grove_fwd *f, const grove_tensor *x, const grove_tensor *mask,
                                    double value, grove_tensor *out);
 
+/* Elementwise functions of three tensors broadcast together:
+ *   LERP: torch.lerp(a, b, weight c), a + c * (b - a) (for |c| >= 0.5
+ *     computed from b, as torch); float only, as torch refuses integers;
+ *   ADDCMUL: torch.addcmul(a, b, c, value), a + value * b * c; integers
+ *     (and bool) give int64 with an integer value, as torch;
+ *   ADDCDIV: torch.addcdiv(a, b, c, value), a + value * b / c; float only.
+ * A float among the operands makes the others float32. */
+enum { GROVE__TER_LERP, GROVE__TER_ADDCMUL, GROVE__TER_ADDCDIV };
+grove_status grove__op_ternary(grove_fwd *f, int op, const grove_tensor *a, const grove_tensor *b,
+                               const grove_tensor *c, double value, grove_tensor *out);
+
 /* ------------------------------------------------------------ norm_group.c */
 
 /* F.group_norm(x, groups, weight, bias, eps): x [N, C, *] with C divisible
