@@ -446,6 +446,70 @@ class _Patch:
         return False
 
 
+class _IntMeta(type):
+    """The `int` a traced forward's module sees while fx traces it: int(x)
+    of a traced size (`int(x.shape[-1] ** 0.5)`, `int(math.sqrt(n))`) is
+    recorded as a call of builtins.int, which Grove computes per request
+    (the op `int`), where Python's int would refuse the Proxy.  On anything
+    else it is int itself, and isinstance / issubclass against it answer
+    as against int."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, int)
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, int)
+
+    def __call__(cls, *args, **kwargs):
+        import builtins
+        import torch.fx as fx
+        for a in args:
+            if isinstance(a, fx.Proxy):
+                return a.tracer.create_proxy("call_function", builtins.int, args, kwargs)
+        return builtins.int(*args, **kwargs)
+
+
+class _TracedInt(metaclass=_IntMeta):
+    pass
+
+
+class _IntPatch:
+    """Puts _TracedInt in place of `int` in the globals of every module
+    (Python file) that defines one of m's module classes and calls int( in
+    its source, for the duration of a trace; restores them after."""
+
+    def __init__(self, m):
+        import re
+        self.globs = []
+        seen = set()
+        for mod in m.modules():
+            g = getattr(type(mod).forward, "__globals__", None)
+            if g is None or id(g) in seen or g.get("__name__", "").startswith("torch."):
+                continue
+            seen.add(id(g))
+            try:  # the file, as a module loaded by path may not be in sys.modules
+                with open(g["__file__"], encoding="utf-8") as f:
+                    src = f.read()
+            except (KeyError, OSError, TypeError, UnicodeDecodeError):
+                continue
+            if re.search(r"(?<![\w.])int\(", src):
+                self.globs.append(g)
+
+    def __enter__(self):
+        self.saved = [(g, g.get("int", _IntPatch)) for g in self.globs]
+        for g in self.globs:
+            g["int"] = _TracedInt
+        return self
+
+    def __exit__(self, *exc):
+        for g, old in self.saved:
+            if old is _IntPatch:
+                g.pop("int", None)
+            else:
+                g["int"] = old
+        return False
+
+
 def _plain_call(args, kwargs):
     """Whether a module call passes what graph.c passes between modules:
     1 to GROVE_MAX_VALUES (4) traced values, positionally, trailing Nones
@@ -504,8 +568,9 @@ def _size_value(node, depth=0):
     if node.op == "call_function" and node.target is builtins.getattr:
         return node.args[1] in ("shape", "ndim", "dtype")  # x.dtype == torch.float16 too
     if node.op == "call_function" and (node.target is operator.getitem or
+                                       node.target is builtins.int or
                                        getattr(node.target, "__module__", None) in
-                                       ("_operator", "operator")):
+                                       ("_operator", "operator", "math")):
         ins = [a for a in node.args if isinstance(a, fx.Node)]
         return bool(ins) and all(_size_value(a, depth + 1) for a in ins)
     return False
@@ -766,7 +831,7 @@ def _trace(m, path, inlined=None):
     graph = None
     try:
         torch.finfo = finfo
-        with _Patch():
+        with _Patch(), _IntPatch(m):
             graph = Tracer().trace(m, concrete_args=_defaults_not_passed(m) or None)
         return graph
     except ExportError:
@@ -1083,6 +1148,10 @@ def _graph(m, path, inlined=None):
         if name == "getattr" and b.get("name") not in ("shape", "ndim", "device", "dtype"):
             refuse(node, f"getattr of {b.get('name')!r} is not supported (only .shape, .ndim, "
                          ".device, .dtype)")
+        if name == "int" and isinstance(b.get("input"), fx.Node) and \
+                not _size_value(b["input"]):
+            refuse(node, "int() of a tensor's value is not supported (int() of a size, "
+                         "int(x.shape[-1] ** 0.5), is)")
         if name in ("mean", "sum") and not isinstance(b.get("keepdim", False), bool):
             refuse(node, f"{name} needs a constant keepdim")
 

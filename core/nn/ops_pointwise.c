@@ -1,10 +1,10 @@
 /* ops_pointwise.c: the op entries (ops.h) of the torchvision zoo's
  * activations and pointwise math: relu6, hardswish, hardsigmoid, hardtanh,
  * elu, selu, celu, softplus, mish (each with its torch.nn module), clamp,
- * exp, log, sqrt, rsqrt, abs, neg, pow, nan_to_num, the dtype conversions float / long
- * / bool, dim and numel, and torchvision's stochastic_depth (identity in
- * eval).  The kernels are pointwise.c's (tensor_ops.h); a module and its
- * functional form run the same entry. */
+ * exp, log, sqrt, rsqrt, abs, neg, pow, nan_to_num, Python's int() of a
+ * size, the dtype conversions float / long / bool, dim and numel, and
+ * torchvision's stochastic_depth (identity in eval).  The kernels are pointwise.c's (tensor_ops.h);
+ * a module and its functional form run the same entry. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -265,6 +265,24 @@ static grove_status nan_to_num_fwd(const grove__opctx *c, gval *res) {
     py[i] = isnan(v) ? vn : v == INFINITY ? vp : v == -INFINITY ? vm : v;
   }
   grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+/* Python's int() of a number (a size: int(x.shape[-1] ** 0.5)): toward
+ * zero; an infinity or NaN is refused as Python refuses it. */
+static grove_status int_fwd(const grove__opctx *c, gval *res) {
+  double v;
+  int64_t i;
+  bool is_int;
+  const gval *a = grove__op_val(c, &c->args[0]);
+  if ((a && a->kind == V_TENSOR) || !grove__op_number(c, &c->args[0], &v, &i, &is_int))
+    return grove__op_want(c, "a number (int() of a size)");
+  if (!is_int) {
+    if (!(fabs(v) < 9.2e18))
+      return grove_err_set(c->f->err, GROVE_E_RANGE, "int: cannot convert %g to an integer", v);
+    i = (int64_t)v; /* C's conversion truncates toward zero, as Python's int() */
+  }
+  grove__op_set_int(res, i);
   return GROVE_OK;
 }
 
@@ -649,6 +667,15 @@ const grove__opdef grove__opdef_neg = {
     .varargs = -1,
     .p = {INPUT},
     .forward = neg_fwd,
+};
+
+const grove__opdef grove__opdef_int = {
+    .name = "int",
+    .id = G_OP,
+    .torch = (const char *const[]){"builtins.int(input)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("input", P_NUMBER)},
+    .forward = int_fwd,
 };
 
 const grove__opdef grove__opdef_nan_to_num = {

@@ -418,3 +418,30 @@ def test_t5_relative_bias_and_layer_norm():
         # Lengths past max_exact and past max_distance reach every branch.
         cases = [(_f(2, 7, 16, seed=1),), (_f(1, 1, 16, seed=2),), (_f(2, 30, 16, seed=3),)]
         check(f"t5_bias_{int(bidirectional)}", m, _t(cases[0]), cases)
+
+
+# ---------------------------------------------------------------- int() of sizes
+
+
+class SizeScaled(nn.Module):
+    """Numbers computed from the request's sizes with int(): a scale
+    int(n ** 0.5) of the sequence length n, and int(math.sqrt(c)) features
+    summed; both follow each request's own length."""
+
+    def __init__(self, dim=8):
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        side = int(n ** 0.5)
+        return self.proj(x) * side + x[:, :, : int(math.sqrt(c))].sum(-1, keepdim=True) / side
+
+
+def test_int_of_sequence_length():
+    torch.manual_seed(9)
+    m = _randomise(SizeScaled(), 10)
+    cases = [(_f(2, 16, 8, seed=1),), (_f(1, 10, 8, seed=2),), (_f(3, 30, 8, seed=3),),
+             (_f(1, 1, 8, seed=4),)]
+    doc = check("size_scaled", m, _t(cases[0]), cases)
+    assert doc["inputs"][0]["shape"][1] == -1, doc["inputs"]

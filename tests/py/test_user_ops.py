@@ -730,3 +730,21 @@ def test_promotions_in_hf_code():
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)])
+
+
+def test_int_of_sizes():
+    """int() of a size expression (int(x.shape[-1] ** 0.5), int(math.sqrt(n)),
+    int(n / 2)) is computed per request; int() of a tensor's value is
+    refused naming it."""
+    import math
+
+    import torch
+    cases = [
+        ("int_pow", lambda x: x[:, :, : int(x.shape[-1] ** 0.5)]),
+        ("int_sqrt", lambda x: x[:, : int(math.sqrt(x.size(1)))] * 2),
+        ("int_div", lambda x: x.view(x.size(0), int(x.size(1) * x.size(2) / 5), 5)),
+        ("int_int", lambda x: x[:, : int(x.size(-1))]),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+    _refused(lambda x: x[:, : int(x.sum())], (4,), "int()", "tensor's value")
