@@ -748,3 +748,21 @@ def test_int_of_sizes():
     for name, fn in cases:
         _run(name, fn, [(5, 7)])
     _refused(lambda x: x[:, : int(x.sum())], (4,), "int()", "tensor's value")
+
+
+def test_topk_unsorted_as_sets():
+    """torch.topk(..., sorted=False): torch's order is implementation-defined
+    (Grove gives the sorted order), so values and indices are compared as
+    sets: sorted inside the module, on inputs without ties."""
+    import torch
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("topk_unsorted_values", lambda x: torch.topk(x, 3, sorted=False)[0].sort(-1)[0]),
+        ("topk_unsorted_indices", lambda x: x.topk(4, dim=1, sorted=False)[1].sort(1)[0]),
+        ("topk_unsorted_smallest_t", lambda x: torch.topk(t(x), 2, dim=-1, largest=False,
+                                                          sorted=False).values.sort(-1)[0]),
+        ("topk_unsorted_gather", lambda x: x.gather(-1, x.topk(3, sorted=False).indices)
+         .sort(-1, descending=True)[0]),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
