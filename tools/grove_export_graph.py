@@ -446,37 +446,42 @@ class _Patch:
         return False
 
 
-class _IntMeta(type):
-    """The `int` a traced forward's module sees while fx traces it: int(x)
-    of a traced size (`int(x.shape[-1] ** 0.5)`, `int(math.sqrt(n))`) is
-    recorded as a call of builtins.int, which Grove computes per request
-    (the op `int`), where Python's int would refuse the Proxy.  On anything
-    else it is int itself, and isinstance / issubclass against it answer
-    as against int."""
+class _NumberMeta(type):
+    """The `int` and `float` a traced forward's module sees while fx traces
+    it: int(x) of a traced size (`int(x.shape[-1] ** 0.5)`,
+    `int(math.sqrt(n))`, `float(x.size(-1))`) is recorded as a call of
+    builtins.int (float), which Grove computes per request (the ops `int`,
+    `float`), where Python's would refuse the Proxy.  On anything else it is
+    int (float) itself, and isinstance / issubclass against it answer as
+    against int (float)."""
 
     def __instancecheck__(cls, obj):
-        return isinstance(obj, int)
+        return isinstance(obj, cls.real)
 
     def __subclasscheck__(cls, sub):
-        return issubclass(sub, int)
+        return issubclass(sub, cls.real)
 
     def __call__(cls, *args, **kwargs):
-        import builtins
         import torch.fx as fx
         for a in args:
             if isinstance(a, fx.Proxy):
-                return a.tracer.create_proxy("call_function", builtins.int, args, kwargs)
-        return builtins.int(*args, **kwargs)
+                return a.tracer.create_proxy("call_function", cls.real, args, kwargs)
+        return cls.real(*args, **kwargs)
 
 
-class _TracedInt(metaclass=_IntMeta):
-    pass
+class _TracedInt(metaclass=_NumberMeta):
+    real = int
+
+
+class _TracedFloat(metaclass=_NumberMeta):
+    real = float
 
 
 class _IntPatch:
-    """Puts _TracedInt in place of `int` in the globals of every module
-    (Python file) that defines one of m's module classes and calls int( in
-    its source, for the duration of a trace; restores them after."""
+    """Puts _TracedInt (_TracedFloat) in place of `int` (`float`) in the
+    globals of every module (Python file) that defines one of m's module
+    classes and calls int( (float() in its source, for the duration of a
+    trace; restores them after."""
 
     def __init__(self, m):
         import re
@@ -492,21 +497,22 @@ class _IntPatch:
                     src = f.read()
             except (KeyError, OSError, TypeError, UnicodeDecodeError):
                 continue
-            if re.search(r"(?<![\w.])int\(", src):
-                self.globs.append(g)
+            for name, stand_in in (("int", _TracedInt), ("float", _TracedFloat)):
+                if re.search(r"(?<![\w.])" + name + r"\(", src):
+                    self.globs.append((g, name, stand_in))
 
     def __enter__(self):
-        self.saved = [(g, g.get("int", _IntPatch)) for g in self.globs]
-        for g in self.globs:
-            g["int"] = _TracedInt
+        self.saved = [(g, name, g.get(name, _IntPatch)) for g, name, _ in self.globs]
+        for g, name, stand_in in self.globs:
+            g[name] = stand_in
         return self
 
     def __exit__(self, *exc):
-        for g, old in self.saved:
+        for g, name, old in self.saved:
             if old is _IntPatch:
-                g.pop("int", None)
+                g.pop(name, None)
             else:
-                g["int"] = old
+                g[name] = old
         return False
 
 
@@ -568,7 +574,7 @@ def _size_value(node, depth=0):
     if node.op == "call_function" and node.target is builtins.getattr:
         return node.args[1] in ("shape", "ndim", "dtype")  # x.dtype == torch.float16 too
     if node.op == "call_function" and (node.target is operator.getitem or
-                                       node.target is builtins.int or
+                                       node.target in (builtins.int, builtins.float) or
                                        getattr(node.target, "__module__", None) in
                                        ("_operator", "operator", "math")):
         ins = [a for a in node.args if isinstance(a, fx.Node)]
@@ -1148,10 +1154,10 @@ def _graph(m, path, inlined=None):
         if name == "getattr" and b.get("name") not in ("shape", "ndim", "device", "dtype"):
             refuse(node, f"getattr of {b.get('name')!r} is not supported (only .shape, .ndim, "
                          ".device, .dtype)")
-        if name == "int" and isinstance(b.get("input"), fx.Node) and \
-                not _size_value(b["input"]):
-            refuse(node, "int() of a tensor's value is not supported (int() of a size, "
-                         "int(x.shape[-1] ** 0.5), is)")
+        if name in ("int", "float") and node.op == "call_function" and \
+                isinstance(b.get("input"), fx.Node) and not _size_value(b["input"]):
+            refuse(node, f"{name}() of a tensor's value is not supported ({name}() of a size, "
+                         f"{name}(x.shape[-1] ** 0.5), is)")
         if name in ("mean", "sum") and not isinstance(b.get("keepdim", False), bool):
             refuse(node, f"{name} needs a constant keepdim")
 

@@ -37,8 +37,9 @@ static grove_status num_arg(const grove__opctx *c, int k, double dflt, double *o
 }
 
 /* math.sqrt / math.log / math.exp of a number (a size: the attention
- * scale 1 / math.sqrt(x.size(-1))): Python's float result.  true when op
- * has a math.* spelling and argument 0 is a number. */
+ * scale 1 / math.sqrt(x.size(-1))): Python's float result; math.floor /
+ * math.ceil: Python's int.  true when op has a math.* spelling and
+ * argument 0 is a number. */
 static bool unary_number(const grove__opctx *c, gval *res, int op) {
   double v;
   int64_t i;
@@ -56,6 +57,12 @@ static bool unary_number(const grove__opctx *c, gval *res, int op) {
     case GROVE__UN_EXP:
       v = exp(v);
       break;
+    case GROVE__UN_FLOOR: /* math.floor / math.ceil: Python's int */
+    case GROVE__UN_CEIL:
+      v = op == GROVE__UN_FLOOR ? floor(v) : ceil(v);
+      if (!(fabs(v) < 9.2e18)) return false; /* the tensor path then names the argument */
+      grove__op_set_int(res, (int64_t)v);
+      return true;
     default:
       return false;
   }
@@ -268,24 +275,6 @@ static grove_status nan_to_num_fwd(const grove__opctx *c, gval *res) {
   return GROVE_OK;
 }
 
-/* Python's int() of a number (a size: int(x.shape[-1] ** 0.5)): toward
- * zero; an infinity or NaN is refused as Python refuses it. */
-static grove_status int_fwd(const grove__opctx *c, gval *res) {
-  double v;
-  int64_t i;
-  bool is_int;
-  const gval *a = grove__op_val(c, &c->args[0]);
-  if ((a && a->kind == V_TENSOR) || !grove__op_number(c, &c->args[0], &v, &i, &is_int))
-    return grove__op_want(c, "a number (int() of a size)");
-  if (!is_int) {
-    if (!(fabs(v) < 9.2e18))
-      return grove_err_set(c->f->err, GROVE_E_RANGE, "int: cannot convert %g to an integer", v);
-    i = (int64_t)v; /* C's conversion truncates toward zero, as Python's int() */
-  }
-  grove__op_set_int(res, i);
-  return GROVE_OK;
-}
-
 /* The dtype conversions with the dtype in the method's name. */
 static grove_status convert(const grove__opctx *c, gval *res, grove_dtype dt) {
   const grove_tensor *x;
@@ -296,8 +285,38 @@ static grove_status convert(const grove__opctx *c, gval *res, grove_dtype dt) {
   return GROVE_OK;
 }
 static grove_status float_fwd(const grove__opctx *c, gval *res) {
+  const gval *a = grove__op_val(c, &c->args[0]);
+  double v;
+  int64_t i;
+  bool is_int;
+  if ((!a || a->kind != V_TENSOR) && grove__op_number(c, &c->args[0], &v, &i, &is_int)) {
+    res->kind = V_FLOAT; /* float(x.size(-1)) */
+    res->f = v;
+    return GROVE_OK;
+  }
   return convert(c, res, GROVE_F32);
 }
+/* Python's int() / float() of a number (a size: int(x.shape[-1] ** 0.5)):
+ * int toward zero, an infinity or NaN refused as Python refuses it.  Of a
+ * tensor, Tensor.int() / Tensor.float(): int64 (Grove's integer dtype, as
+ * .to(torch.int32) gives) / float32. */
+static grove_status int_fwd(const grove__opctx *c, gval *res) {
+  double v;
+  int64_t i;
+  bool is_int;
+  const gval *a = grove__op_val(c, &c->args[0]);
+  if (a && a->kind == V_TENSOR) return convert(c, res, GROVE_I64);
+  if (!grove__op_number(c, &c->args[0], &v, &i, &is_int))
+    return grove__op_want(c, "a number (int() of a size) or a tensor");
+  if (!is_int) {
+    if (!(fabs(v) < 9.2e18))
+      return grove_err_set(c->f->err, GROVE_E_RANGE, "int: cannot convert %g to an integer", v);
+    i = (int64_t)v; /* C's conversion truncates toward zero, as Python's int() */
+  }
+  grove__op_set_int(res, i);
+  return GROVE_OK;
+}
+
 static grove_status long_fwd(const grove__opctx *c, gval *res) {
   return convert(c, res, GROVE_I64);
 }
@@ -517,8 +536,8 @@ MATH1N(exp, exp_fwd);
 MATH1(sin, sin_fwd);
 MATH1(cos, cos_fwd);
 MATH1(reciprocal, reciprocal_fwd);
-MATH1(floor, floor_fwd);
-MATH1(ceil, ceil_fwd);
+MATH1N(floor, floor_fwd);
+MATH1N(ceil, ceil_fwd);
 MATH1(sign, sign_fwd);
 MATH1(square, square_fwd);
 MATH1(log2, log2_fwd);
@@ -672,9 +691,9 @@ const grove__opdef grove__opdef_neg = {
 const grove__opdef grove__opdef_int = {
     .name = "int",
     .id = G_OP,
-    .torch = (const char *const[]){"builtins.int(input)", NULL},
+    .torch = (const char *const[]){"builtins.int(input)", "Tensor.int(input)", NULL},
     .varargs = -1,
-    .p = {OP_REQ("input", P_NUMBER)},
+    .p = {OP_REQ("input", P_OPERAND)},
     .forward = int_fwd,
 };
 
@@ -722,7 +741,14 @@ const grove__opdef grove__opdef_type_as = {
     .forward = to_fwd,
 };
 
-METHOD0(float, float_fwd);
+const grove__opdef grove__opdef_float = {
+    .name = "float",
+    .id = G_OP,
+    .torch = (const char *const[]){"Tensor.float(input)", "builtins.float(input)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("input", P_OPERAND)},
+    .forward = float_fwd,
+};
 METHOD0(long, long_fwd);
 METHOD0(bool, bool_fwd);
 METHOD0(dim, dim_fwd);

@@ -200,6 +200,43 @@ def test_bert_extended_mask_and_buffers():
     check("bert_mask", m, _t(cases[0]), cases)
 
 
+# ---------------------------------------------------------------- RoBERTa
+
+
+def create_position_ids_from_input_ids(input_ids, padding_idx, past_key_values_length=0):
+    mask = input_ids.ne(padding_idx).int()
+    incremental_indices = (torch.cumsum(mask, dim=1).type_as(mask) + past_key_values_length) * mask
+    return incremental_indices.long() + padding_idx
+
+
+class RobertaEmbeddings(nn.Module):
+    def __init__(self, vocab=40, hidden=16, max_pos=24, pad=1):
+        super().__init__()
+        self.padding_idx = pad
+        self.word_embeddings = nn.Embedding(vocab, hidden, padding_idx=pad)
+        self.position_embeddings = nn.Embedding(max_pos, hidden, padding_idx=pad)
+        self.LayerNorm = nn.LayerNorm(hidden, eps=1e-5)
+
+    def forward(self, input_ids):
+        position_ids = create_position_ids_from_input_ids(input_ids, self.padding_idx)
+        emb = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+        return self.LayerNorm(emb)
+
+
+def test_roberta_position_ids():
+    torch.manual_seed(11)
+    m = _randomise(RobertaEmbeddings(), 12)
+
+    def ids(n, t, seed):
+        a = _ids(n, t, seed, 40)
+        a[a == 1] = 2
+        a[:, t - 1 - seed % 3:] = 1  # right padding
+        return a
+
+    cases = [(ids(2, 7, 1),), (ids(1, 3, 2),), (ids(3, 20, 3),)]
+    check("roberta_pos", m, _t(cases[0]), cases)
+
+
 # ---------------------------------------------------------------- LLaMA
 
 

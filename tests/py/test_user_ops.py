@@ -734,8 +734,9 @@ def test_promotions_in_hf_code():
 
 def test_int_of_sizes():
     """int() of a size expression (int(x.shape[-1] ** 0.5), int(math.sqrt(n)),
-    int(n / 2)) is computed per request; int() of a tensor's value is
-    refused naming it."""
+    int(n / 2)), float(n), math.floor / math.ceil of sizes are computed per
+    request; int() / float() of a tensor's value is refused naming it.
+    Tensor.int() (RoBERTa's position ids) computes as int64."""
     import math
 
     import torch
@@ -744,10 +745,17 @@ def test_int_of_sizes():
         ("int_sqrt", lambda x: x[:, : int(math.sqrt(x.size(1)))] * 2),
         ("int_div", lambda x: x.view(x.size(0), int(x.size(1) * x.size(2) / 5), 5)),
         ("int_int", lambda x: x[:, : int(x.size(-1))]),
+        ("float_size", lambda x: x / float(x.size(-1))),
+        ("math_floor", lambda x: x[:, : math.floor(x.size(1) / 2)]),
+        ("math_ceil", lambda x: x[:, : math.ceil(x.size(1) / 2)] + 1),
+        ("tensor_int", lambda x: x * (x > 0).int()),
+        ("tensor_int_cumsum", lambda x: torch.cumsum((x > 0).int(), dim=1).type_as(x) * x),
+        ("tensor_float", lambda x: (x > 0).float() + (x * 3).long().float()),
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)])
     _refused(lambda x: x[:, : int(x.sum())], (4,), "int()", "tensor's value")
+    _refused(lambda x: x * float(x.max()), (4,), "float()", "tensor's value")
 
 
 def test_topk_unsorted_as_sets():
