@@ -14,12 +14,16 @@ models, this file the idioms those models are made of:
   and (1.0 - mask) * torch.finfo(dtype).min, token_type_ids and
   position_ids buffers (torch.zeros(dtype=torch.long), torch.arange(n)
   .expand((1, -1))) sliced by the sequence length;
+- RoBERTa: create_position_ids_from_input_ids (ne(pad).int(), cumsum,
+  type_as, .long());
 - LLaMA: RMSNorm in float32, rotary embeddings from an inv_freq buffer
   (einsum "i,j->ij" and torch.outer), rotate_half, SwiGLU, repeat_kv,
   F.softmax(dtype=torch.float32).to(q.dtype);
 - T5: the relative position bucket (abs, log of a float ratio, .to(long),
   torch.min against full_like, where), its nn.Embedding permuted
-  [2, 0, 1] and unsqueezed, T5's LayerNorm (RMS without a mean).
+  [2, 0, 1] and unsqueezed, T5's LayerNorm (RMS without a mean, and its
+  `if self.weight.dtype in [torch.float16, torch.bfloat16]`);
+- int() of sizes: int(n ** 0.5), int(math.sqrt(c)) per request.
 
 Run by tests/run_py_tests.py under a python3 with torch and numpy.
 """
@@ -34,6 +38,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from test_seq_hf import Conv1D  # noqa: E402  (HF's addmm Conv1D)
 from test_seq_masks import _ids, _randomise, _t, check  # noqa: E402
 
 
@@ -42,20 +47,6 @@ def _f(*shape, seed=0):
 
 
 # ---------------------------------------------------------------- GPT-2
-
-
-class Conv1D(nn.Module):
-    def __init__(self, nf, nx):
-        super().__init__()
-        self.nf = nf
-        self.weight = nn.Parameter(torch.empty(nx, nf).normal_(std=0.02))
-        self.bias = nn.Parameter(torch.zeros(nf))
-
-    def forward(self, x):
-        size_out = x.size()[:-1] + (self.nf,)
-        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
-        x = x.view(size_out)
-        return x
 
 
 def gelu_new(x):
