@@ -751,6 +751,12 @@ def test_int_of_sizes():
         ("tensor_int", lambda x: x * (x > 0).int()),
         ("tensor_int_cumsum", lambda x: torch.cumsum((x > 0).int(), dim=1).type_as(x) * x),
         ("tensor_float", lambda x: (x > 0).float() + (x * 3).long().float()),
+        # int and float stand for themselves too while traced: isinstance,
+        # issubclass and int() of a constant answer as Python's do.
+        ("int_still_a_type", lambda x: x * (2 if isinstance(5, int) and issubclass(bool, int)
+                                            and not isinstance(5.0, int)
+                                            and isinstance(1.5, (int, float)) else 3)
+         + int("4") + float(1)),
     ]
     for name, fn in cases:
         _run(name, fn, [(5, 7)])
