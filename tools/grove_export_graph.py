@@ -420,13 +420,23 @@ class _Patch:
     reading the caller's bytecode at f_lasti // 2, which is wrong from Python
     3.11 on (f_lasti counts bytes and instructions have inline caches).  For
     the duration of a trace, Proxy.__iter__ finds the instruction by its
-    offset instead."""
+    offset instead.  And abs() / round() of a Proxy (of a size: abs(n - m),
+    round(h * 0.5)), which fx 1.13 does not record, are recorded as
+    operator.abs / builtins.round calls."""
 
     def __enter__(self):
+        import builtins
         import dis
         import inspect
         import torch.fx as fx
         self.orig = fx.Proxy.__iter__
+        self.had = {k: k in vars(fx.Proxy) for k in ("__abs__", "__round__")}
+        if not self.had["__abs__"]:
+            fx.Proxy.__abs__ = lambda p: p.tracer.create_proxy("call_function", operator.abs,
+                                                               (p,), {})
+        if not self.had["__round__"]:
+            fx.Proxy.__round__ = lambda p, nd=None: p.tracer.create_proxy(
+                "call_function", builtins.round, (p,) if nd is None else (p, nd), {})
 
         def proxy_iter(proxy):
             frame = inspect.currentframe().f_back
@@ -443,6 +453,9 @@ class _Patch:
     def __exit__(self, *exc):
         import torch.fx as fx
         fx.Proxy.__iter__ = self.orig
+        for k, had in self.had.items():
+            if not had:
+                delattr(fx.Proxy, k)
         return False
 
 
@@ -574,7 +587,8 @@ def _size_value(node, depth=0):
     if node.op == "call_function" and node.target is builtins.getattr:
         return node.args[1] in ("shape", "ndim", "dtype")  # x.dtype == torch.float16 too
     if node.op == "call_function" and (node.target is operator.getitem or
-                                       node.target in (builtins.int, builtins.float) or
+                                       node.target in (builtins.int, builtins.float,
+                                                       builtins.round) or
                                        getattr(node.target, "__module__", None) in
                                        ("_operator", "operator", "math")):
         ins = [a for a in node.args if isinstance(a, fx.Node)]

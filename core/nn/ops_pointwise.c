@@ -63,6 +63,13 @@ static bool unary_number(const grove__opctx *c, gval *res, int op) {
       if (!(fabs(v) < 9.2e18)) return false; /* the tensor path then names the argument */
       grove__op_set_int(res, (int64_t)v);
       return true;
+    case GROVE__UN_ABS: /* abs(n - m) of sizes: an int stays an int */
+      if (is_int) {
+        grove__op_set_int(res, i < 0 ? -i : i);
+        return true;
+      }
+      v = fabs(v);
+      break;
     default:
       return false;
   }
@@ -125,10 +132,33 @@ UNARY0(asin_fwd, GROVE__UN_ASIN)
 UNARY0(acos_fwd, GROVE__UN_ACOS)
 UNARY0(tanhshrink_fwd, GROVE__UN_TANHSHRINK)
 
+/* torch.round(x, decimals) of a tensor; Python's round(n) of a number (a
+ * size: round(h * 0.5)), half to even, an int, and round(n, d) a float. */
 static grove_status round_fwd(const grove__opctx *c, gval *res) {
-  int64_t decimals;
-  grove_status s = grove__op_int(c, &c->args[1], &decimals);
-  if (s) return s;
+  int64_t decimals = 0;
+  const gval *a = grove__op_val(c, &c->args[0]);
+  double v;
+  int64_t i;
+  bool is_int;
+  grove_status s;
+  if (c->args[1].kind != A_NONE && (s = grove__op_int(c, &c->args[1], &decimals))) return s;
+  if ((!a || a->kind != V_TENSOR) && grove__op_number(c, &c->args[0], &v, &i, &is_int)) {
+    if (c->args[1].kind == A_NONE) {
+      if (is_int) {
+        grove__op_set_int(res, i);
+        return GROVE_OK;
+      }
+      v = nearbyint(v); /* the default rounding mode: half to even, as Python */
+      if (!(fabs(v) < 9.2e18))
+        return grove_err_set(c->f->err, GROVE_E_RANGE, "round: cannot convert %g to an integer", v);
+      grove__op_set_int(res, (int64_t)v);
+      return GROVE_OK;
+    }
+    const double p = pow(10.0, (double)decimals);
+    res->kind = V_FLOAT;
+    res->f = nearbyint(v * p) / p;
+    return GROVE_OK;
+  }
   if (decimals < -30 || decimals > 30) /* 10^31 is beyond float32 */
     return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
                          "round: decimals must be in [-30, 30], got %lld", (long long)decimals);
@@ -568,9 +598,10 @@ MATH1S(trunc, "torch.fix(input)", trunc_fwd);
 const grove__opdef grove__opdef_round = {
     .name = "round",
     .id = G_OP,
-    .torch = (const char *const[]){"torch.round(input)", "Tensor.round(input)", NULL},
+    .torch = (const char *const[]){"torch.round(input)", "Tensor.round(input)",
+                                   "builtins.round(input,decimals)", NULL},
     .varargs = -1,
-    .p = {INPUT, OP_INT("decimals", 0)},
+    .p = {OP_REQ("input", P_OPERAND), OP_NONE("decimals", P_INT)},
     .forward = round_fwd,
 };
 
@@ -671,10 +702,10 @@ MATH1(rsqrt, rsqrt_fwd);
 const grove__opdef grove__opdef_abs = {
     .name = "abs",
     .id = G_OP,
-    .torch = (const char *const[]){"operator.abs(input)", "torch.abs(input)", "Tensor.abs(input)",
-                                   NULL},
+    .torch =
+        (const char *const[]){"operator.abs(input)", "torch.abs(input)", "Tensor.abs(input)", NULL},
     .varargs = -1,
-    .p = {INPUT},
+    .p = {OP_REQ("input", P_OPERAND)},
     .forward = abs_fwd,
 };
 

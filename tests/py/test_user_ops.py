@@ -734,8 +734,8 @@ def test_promotions_in_hf_code():
 
 def test_int_of_sizes():
     """int() of a size expression (int(x.shape[-1] ** 0.5), int(math.sqrt(n)),
-    int(n / 2)), float(n), math.floor / math.ceil of sizes are computed per
-    request; int() / float() of a tensor's value is refused naming it.
+    int(n / 2)), float(n), math.floor / math.ceil, round() and abs() of
+    sizes are computed per request; int() / float() of a tensor's value is refused naming it.
     Tensor.int() (RoBERTa's position ids) computes as int64."""
     import math
 
@@ -748,6 +748,10 @@ def test_int_of_sizes():
         ("float_size", lambda x: x / float(x.size(-1))),
         ("math_floor", lambda x: x[:, : math.floor(x.size(1) / 2)]),
         ("math_ceil", lambda x: x[:, : math.ceil(x.size(1) / 2)] + 1),
+        ("round_size", lambda x: x[:, : round(x.size(1) / 2)]),  # half to even: 2
+        ("round_size_digits", lambda x: x * round(x.size(1) / 3, 2)),
+        ("abs_size", lambda x: x[:, : abs(x.size(1) - 9)]),
+        ("abs_float_size", lambda x: x * abs(x.size(1) / -2)),
         ("tensor_int", lambda x: x * (x > 0).int()),
         ("tensor_int_cumsum", lambda x: torch.cumsum((x > 0).int(), dim=1).type_as(x) * x),
         ("tensor_float", lambda x: (x > 0).float() + (x * 3).long().float()),
