@@ -420,13 +420,23 @@ class _Patch:
     reading the caller's bytecode at f_lasti // 2, which is wrong from Python
     3.11 on (f_lasti counts bytes and instructions have inline caches).  For
     the duration of a trace, Proxy.__iter__ finds the instruction by its
-    offset instead."""
+    offset instead.  And abs() / round() of a Proxy (of a size: abs(n - m),
+    round(h * 0.5)), which fx 1.13 does not record, are recorded as
+    operator.abs / builtins.round calls."""
 
     def __enter__(self):
+        import builtins
         import dis
         import inspect
         import torch.fx as fx
         self.orig = fx.Proxy.__iter__
+        self.had = {k: k in vars(fx.Proxy) for k in ("__abs__", "__round__")}
+        if not self.had["__abs__"]:
+            fx.Proxy.__abs__ = lambda p: p.tracer.create_proxy("call_function", operator.abs,
+                                                               (p,), {})
+        if not self.had["__round__"]:
+            fx.Proxy.__round__ = lambda p, nd=None: p.tracer.create_proxy(
+                "call_function", builtins.round, (p,) if nd is None else (p, nd), {})
 
         def proxy_iter(proxy):
             frame = inspect.currentframe().f_back
@@ -443,6 +453,79 @@ class _Patch:
     def __exit__(self, *exc):
         import torch.fx as fx
         fx.Proxy.__iter__ = self.orig
+        for k, had in self.had.items():
+            if not had:
+                delattr(fx.Proxy, k)
+        return False
+
+
+class _NumberMeta(type):
+    """The `int` and `float` a traced forward's module sees while fx traces
+    it: int(x) of a traced size (`int(x.shape[-1] ** 0.5)`,
+    `int(math.sqrt(n))`, `float(x.size(-1))`) is recorded as a call of
+    builtins.int (float), which Grove computes per request (the ops `int`,
+    `float`), where Python's would refuse the Proxy.  On anything else it is
+    int (float) itself, and isinstance / issubclass against it answer as
+    against int (float)."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, cls.real)
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, cls.real)
+
+    def __call__(cls, *args, **kwargs):
+        import torch.fx as fx
+        for a in args:
+            if isinstance(a, fx.Proxy):
+                return a.tracer.create_proxy("call_function", cls.real, args, kwargs)
+        return cls.real(*args, **kwargs)
+
+
+class _TracedInt(metaclass=_NumberMeta):
+    real = int
+
+
+class _TracedFloat(metaclass=_NumberMeta):
+    real = float
+
+
+class _IntPatch:
+    """Puts _TracedInt (_TracedFloat) in place of `int` (`float`) in the
+    globals of every module (Python file) that defines one of m's module
+    classes and calls int( (float() in its source, for the duration of a
+    trace; restores them after."""
+
+    def __init__(self, m):
+        import re
+        self.globs = []
+        seen = set()
+        for mod in m.modules():
+            g = getattr(type(mod).forward, "__globals__", None)
+            if g is None or id(g) in seen or g.get("__name__", "").startswith("torch."):
+                continue
+            seen.add(id(g))
+            try:  # the file, as a module loaded by path may not be in sys.modules
+                with open(g["__file__"], encoding="utf-8") as f:
+                    src = f.read()
+            except (KeyError, OSError, TypeError, UnicodeDecodeError):
+                continue
+            for name, stand_in in (("int", _TracedInt), ("float", _TracedFloat)):
+                if re.search(r"(?<![\w.])" + name + r"\(", src):
+                    self.globs.append((g, name, stand_in))
+
+    def __enter__(self):
+        self.saved = [(g, name, g.get(name, _IntPatch)) for g, name, _ in self.globs]
+        for g, name, stand_in in self.globs:
+            g[name] = stand_in
+        return self
+
+    def __exit__(self, *exc):
+        for g, name, old in self.saved:
+            if old is _IntPatch:
+                g.pop(name, None)
+            else:
+                g[name] = old
         return False
 
 
@@ -502,10 +585,12 @@ def _size_value(node, depth=0):
     if node.op == "call_method" and node.target in ("size", "dim", "numel"):
         return True
     if node.op == "call_function" and node.target is builtins.getattr:
-        return node.args[1] in ("shape", "ndim")
+        return node.args[1] in ("shape", "ndim", "dtype")  # x.dtype == torch.float16 too
     if node.op == "call_function" and (node.target is operator.getitem or
+                                       node.target in (builtins.int, builtins.float,
+                                                       builtins.round) or
                                        getattr(node.target, "__module__", None) in
-                                       ("_operator", "operator")):
+                                       ("_operator", "operator", "math")):
         ins = [a for a in node.args if isinstance(a, fx.Node)]
         return bool(ins) and all(_size_value(a, depth + 1) for a in ins)
     return False
@@ -582,9 +667,11 @@ def capture_examples(model, xs):
 
 
 def _shape_bool(m, proxy):
-    """bool() of a traced condition that only reads sizes (x.shape[-1] ==
-    self.d, x.dim() != 3, T <= self.block_size), decided on the shapes m got
-    in the example run; None when it reads tensor values or m was not run.
+    """bool() of a traced condition that only reads sizes and dtypes
+    (x.shape[-1] == self.d, x.dim() != 3, T <= self.block_size, T5's
+    `self.weight.dtype in [torch.float16, torch.bfloat16]`), decided on the
+    shapes and dtypes m's inputs, parameters and buffers had in the example
+    run; None when it reads tensor values or m was not run.
     fx would refuse such control flow; on the example it takes the branch
     the example takes, which is what model.json's input shapes (fixed where
     the model does not take another size) then guarantee."""
@@ -609,8 +696,17 @@ def _shape_bool(m, proxy):
                 raise ValueError
             if a.op == "placeholder":
                 v = bound.arguments[a.target]
+            elif a.op == "get_attr":  # a parameter's or buffer's shape and dtype
+                # From the modules' own dicts: while fx traces, attribute
+                # access on a module gives Proxies.
+                *mods, leaf = a.target.split(".")
+                owner = m
+                for part in mods:
+                    owner = owner._modules[part]
+                v = owner._parameters.get(leaf)
+                v = owner._buffers[leaf] if v is None else v
             elif a.op == "call_function" and a.target is builtins.getattr and \
-                    a.args[1] in ("shape", "ndim"):
+                    a.args[1] in ("shape", "ndim", "dtype"):
                 v = getattr(ev(a.args[0], depth + 1), a.args[1])
             elif a.op == "call_method" and a.target in ("size", "dim"):
                 v = getattr(ev(a.args[0], depth + 1), a.target)(
@@ -620,7 +716,8 @@ def _shape_bool(m, proxy):
                 v = a.target(*[ev(x, depth + 1) for x in a.args])
             else:
                 raise ValueError  # a tensor's values, not its shape
-            if hasattr(v, "dtype") and hasattr(v, "shape") and a.op != "placeholder":
+            if hasattr(v, "dtype") and hasattr(v, "shape") and a.op not in ("placeholder",
+                                                                             "get_attr"):
                 raise ValueError
             memo[a] = v
             return v
@@ -754,7 +851,7 @@ def _trace(m, path, inlined=None):
     graph = None
     try:
         torch.finfo = finfo
-        with _Patch():
+        with _Patch(), _IntPatch(m):
             graph = Tracer().trace(m, concrete_args=_defaults_not_passed(m) or None)
         return graph
     except ExportError:
@@ -806,10 +903,12 @@ def _drop_shape_guards(graph):
             (n.op == "call_method" and n.target in ("size", "dim"))
 
     # A condition decided on the example's shapes (_shape_bool: `assert
-    # x.shape[-1] == self.d`) leaves its size arithmetic unused, too.
+    # x.shape[-1] == self.d`) or dtypes (T5's `if self.weight.dtype in
+    # [...]`) leaves its size arithmetic unused, too, and the parameter
+    # whose dtype it read.
     for n in reversed(list(graph.nodes)):
         if not n.users and (n in feeding and n.op in ("call_function", "call_method", "get_attr")
-                            or shape_read(n) or _size_value(n)):
+                            or shape_read(n) or _size_value(n) or n.op == "get_attr"):
             graph.erase_node(n)
     # The trailing keyword defaults the example did not pass were traced as
     # constants (_trace's concrete_args); their placeholders are left unused.
@@ -1047,7 +1146,15 @@ def _graph(m, path, inlined=None):
                     refuse(node, f"torchvision's shifted_window_attention with {k}={b[k]!r} "
                                  "drops at random even in eval mode (it calls F.dropout without "
                                  f"training=); build the model with {k}=0.0")
-        if name in ("softmax", "log_softmax", "mean", "sum") and b.get("dtype") is not None:
+        if name in ("softmax", "log_softmax", "softmin") and b.get("dtype") is not None:
+            # F.softmax(w, dim=-1, dtype=torch.float32) (LLaMA, T5): Grove's
+            # softmax computes in float32 and gives float32, which any
+            # float dtype means here (_dtype_name).
+            dt = b["dtype"]
+            if not (isinstance(dt, torch.dtype) and dt.is_floating_point):
+                refuse(node, f"{name} with dtype={dt!r} is not supported (a constant float "
+                             "dtype is)")
+        if name in ("mean", "sum") and b.get("dtype") is not None:
             refuse(node, f"{name} with a dtype is not supported")
         if name in ("softmax", "log_softmax") and not (b.get("dim") is None or
                                                       (const(b["dim"]) and
@@ -1061,6 +1168,10 @@ def _graph(m, path, inlined=None):
         if name == "getattr" and b.get("name") not in ("shape", "ndim", "device", "dtype"):
             refuse(node, f"getattr of {b.get('name')!r} is not supported (only .shape, .ndim, "
                          ".device, .dtype)")
+        if name in ("int", "float") and node.op == "call_function" and \
+                isinstance(b.get("input"), fx.Node) and not _size_value(b["input"]):
+            refuse(node, f"{name}() of a tensor's value is not supported ({name}() of a size, "
+                         f"{name}(x.shape[-1] ** 0.5), is)")
         if name in ("mean", "sum") and not isinstance(b.get("keepdim", False), bool):
             refuse(node, f"{name} needs a constant keepdim")
 

@@ -18,6 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 def cases():
     """(name, forward(x), input shape): each forward is one user spelling."""
+    import math
+
     import torch
     import torch.nn.functional as F
     c = [
@@ -134,6 +136,18 @@ def cases():
         ("torch.nan_to_num", lambda x: torch.nan_to_num(x)),
         ("torch.lerp", lambda x: torch.lerp(x, -x, 0.3)),
         ("torch.addcmul", lambda x: torch.addcmul(x, x, x, value=0.5)),
+        ("torch.addcdiv", lambda x: torch.addcdiv(x, x, x.abs() + 1, value=0.5)),
+        ("Tensor.lerp_", lambda x: x.clone().lerp_(-x, x.sigmoid())),
+        ("Tensor.nan_to_num", lambda x: (x / 0).nan_to_num(posinf=1.0)),
+        ("torch.min(x, other)", lambda x: torch.min(x, torch.full_like(x, 0.5))),
+        ("int(size ** 0.5)", lambda x: x[:, : int(x.shape[-1] ** 0.5)]),
+        ("int(math.sqrt(size))", lambda x: x[:, : int(math.sqrt(x.size(-1)))]),
+        ("F.softmax(dtype=float32)", lambda x: F.softmax(x, dim=-1, dtype=torch.float32)),
+        ("float(size)", lambda x: x / float(x.size(-1))),
+        ("math.floor(size)", lambda x: x[:, : math.floor(x.size(1) / 2)]),
+        ("round(size)", lambda x: x[:, : round(x.size(1) / 2)]),
+        ("abs(size)", lambda x: x[:, : abs(x.size(1) - 10)]),
+        ("Tensor.int", lambda x: x * (x > 0).int()),
         ("torch.any", lambda x: (x > 0).any(dim=-1).float()),
         ("torch.all", lambda x: (x > 0).all(dim=-1).float()),
         ("Tensor.masked_fill_", lambda x: x.clone().masked_fill_(x > 0, 0.0)),

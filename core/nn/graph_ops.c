@@ -162,6 +162,9 @@ GROVE__CHANNEL_LOOP static void binary_run(int op, float alpha, const float *pa,
     case GROVE__BIN_MOD:
       BINARY_LOOP(remf(x, y))
       break;
+    case GROVE__BIN_ATAN2:
+      BINARY_LOOP(atan2f(x, y))
+      break;
     default: /* GROVE__BIN_DIV */
       BINARY_LOOP(x / y)
       break;

@@ -28,7 +28,8 @@ size_t grove__tensor_extent(const grove_tensor *t);
 
 /* MAX, MIN: torch.maximum / minimum (a NaN on either side wins);
  * FLOORDIV, TRUNCDIV: div with rounding_mode "floor" / "trunc" (and //);
- * MOD: torch.remainder (and %), the sign of b. */
+ * MOD: torch.remainder (and %), the sign of b; ATAN2: torch.atan2(a, b),
+ * the angle of the point (b, a). */
 enum {
   GROVE__BIN_ADD,
   GROVE__BIN_SUB,
@@ -39,6 +40,7 @@ enum {
   GROVE__BIN_FLOORDIV,
   GROVE__BIN_TRUNCDIV,
   GROVE__BIN_MOD,
+  GROVE__BIN_ATAN2,
 };
 
 /* Whether t is a contiguous per-channel operand of the 4-d float32 x

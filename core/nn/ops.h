@@ -368,4 +368,10 @@ typedef struct gnum {
  * thread.  (ops_binary.c) */
 grove_status grove__graph_arith(int op, gnum x, gnum y, gnum alpha, gnum *out, grove_err *err);
 
+/* torch.maximum / torch.minimum of arguments 0 and 1 (tensors, broadcast;
+ * integers stay int64, bools bool, a float on either side gives float32):
+ * also torch.max / torch.min called with a tensor for dim (ops_select.c).
+ * (ops_binary.c) */
+grove_status grove__op_max_min(const grove__opctx *c, gval *res, bool max);
+
 #endif

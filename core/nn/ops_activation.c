@@ -298,9 +298,11 @@ static grove_status softmax_check(const grove__opdef *d, const garg *a, const ch
                                   grove_err *err) {
   if (a[1].kind != A_NONE && a[1].kind != A_INT)
     return grove__op_want_const(d, jp, 1, "an integer constant or null", err);
-  if (a[3].kind != A_NONE)
-    return grove_err_set(err, GROVE_E_UNSUPPORTED, "%s: %s with a dtype is not supported", jp,
-                         d->name);
+  /* dtype="float32" (F.softmax(w, dim=-1, dtype=torch.float32), LLaMA's
+   * and T5's spelling): the float32 softmax Grove computes anyway. */
+  if (a[3].kind != A_NONE && !(a[3].kind == A_STR && strcmp(a[3].s, "float32") == 0))
+    return grove_err_set(err, GROVE_E_UNSUPPORTED,
+                         "%s: %s with a dtype other than float32 is not supported", jp, d->name);
   if (a[1].kind == A_INT && (a[1].i < -GROVE_MAX_DIMS || a[1].i >= GROVE_MAX_DIMS))
     return grove_err_set(err, GROVE_E_SPEC, "%s: dim %lld is out of range", jp, (long long)a[1].i);
   return GROVE_OK;

@@ -1,8 +1,10 @@
 /* ops_binary.c: the binary operations add, sub, mul, div, floordiv, mod
  * (numbers only) and matmul (torch.*, operator.*, Tensor methods): their entries (ops.h) and
  * forwards, and Python's arithmetic on numbers (sizes, scalars) that the
- * same nodes compute when neither operand is a tensor.  The kernels are
- * graph_ops.c's. */
+ * same nodes compute when neither operand is a tensor; maximum, minimum,
+ * atan2, the three-operand lerp, addcmul, addcdiv, and the logical and
+ * bitwise operations.  The kernels are graph_ops.c's (select.c's for
+ * three operands). */
 #include <math.h>
 #include <string.h>
 
@@ -76,6 +78,12 @@ static bool i64_op(int op, int64_t x, int64_t v, int64_t alpha, int64_t *y) {
     case GROVE__BIN_MUL:
       *y = (int64_t)(ux * uv);
       return true;
+    case GROVE__BIN_MAX:
+      *y = x > v ? x : v;
+      return true;
+    case GROVE__BIN_MIN:
+      *y = x < v ? x : v;
+      return true;
     default:
       break;
   }
@@ -95,7 +103,7 @@ static bool i64_op(int op, int64_t x, int64_t v, int64_t alpha, int64_t *y) {
 }
 
 /* a OP b on int64 tensors (broadcast), as torch: add, sub (alpha an int),
- * mul, floor / trunc division and remainder. */
+ * mul, maximum / minimum, floor / trunc division and remainder. */
 static grove_status binary_i64(grove_fwd *f, int op, const grove_tensor *a0, const grove_tensor *b0,
                                int64_t alpha, grove_tensor *out) {
   grove_tensor a, b;
@@ -275,18 +283,94 @@ static grove_status matmul_fwd(const grove__opctx *c, gval *res) {
   return GROVE_OK;
 }
 
+grove_status grove__op_max_min(const grove__opctx *c, gval *res, bool max) {
+  const grove_tensor *x, *b;
+  grove_tensor y, xf, bf;
+  grove_status s;
+  const int op = max ? GROVE__BIN_MAX : GROVE__BIN_MIN;
+  const char *name = max ? "maximum" : "minimum";
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_tensor(c, 1, &b))) return s;
+  if (int_dtype(x->dtype) && int_dtype(b->dtype)) {
+    /* Integers (T5's torch.min(bucket, torch.full_like(bucket, n - 1))):
+     * int64, and bool with bool stays bool, as torch promotes. */
+    if ((s = binary_i64(c->f, op, x, b, 1, &y))) return s;
+    if (x->dtype == GROVE_BOOL && b->dtype == GROVE_BOOL) {
+      const grove_tensor r = y; /* to_dtype's output must not be its input */
+      if ((s = grove__op_to_dtype(c->f, &r, GROVE_BOOL, &y))) return s;
+    }
+  } else if ((s = grove__op_to_dtype(c->f, x, GROVE_F32, &xf)) ||
+             (s = grove__op_to_dtype(c->f, b, GROVE_F32, &bf)) ||
+             (s = grove__op_binary(c->f, op, &xf, &bf, 1, &y, NULL))) {
+    grove_err_prefix(c->f->err, "%s", name);
+    return s;
+  }
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
 /* torch.maximum / minimum (two tensors, broadcast): the binary kernel's
  * MAX and MIN. */
 static grove_status max_min_fwd(const grove__opctx *c, gval *res) {
+  return grove__op_max_min(c, res, strcmp(c->def->name, "maximum") == 0);
+}
+
+/* torch.atan2(input, other): two tensors, broadcast; integers and bool
+ * compute in float32, as torch promotes them. */
+static grove_status atan2_fwd(const grove__opctx *c, gval *res) {
   const grove_tensor *x, *b;
-  grove_tensor y;
+  grove_tensor y, xf, bf;
   grove_status s;
-  const int op = strcmp(c->def->name, "maximum") == 0 ? GROVE__BIN_MAX : GROVE__BIN_MIN;
-  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_tensor(c, 1, &b))) return s;
-  if ((s = grove__op_binary(c->f, op, x, b, 1, &y, NULL))) {
-    grove_err_prefix(c->f->err, "%s", c->def->name);
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_tensor(c, 1, &b)) ||
+      (s = grove__op_to_dtype(c->f, x, GROVE_F32, &xf)) ||
+      (s = grove__op_to_dtype(c->f, b, GROVE_F32, &bf)))
+    return s;
+  if ((s = grove__op_binary(c->f, GROVE__BIN_ATAN2, &xf, &bf, 1, &y, NULL))) {
+    grove_err_prefix(c->f->err, "%s", "atan2");
     return s;
   }
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
+/* Argument k as a tensor, or a Python number as a 0-d float32 one in *buf
+ * (lerp's weight). */
+static grove_status tensor_or_number(const grove__opctx *c, int k, float *buf, grove_tensor *out) {
+  const gval *v = grove__op_val(c, &c->args[k]);
+  if (v && v->kind == V_TENSOR) {
+    *out = v->t[0];
+    return GROVE_OK;
+  }
+  double x;
+  int64_t i;
+  bool is_int;
+  if (!grove__op_number(c, &c->args[k], &x, &i, &is_int))
+    return grove__op_want(c, "a tensor or a number");
+  *buf = (float)x;
+  grove_tensor_init(out, GROVE_F32, 0, NULL, buf);
+  return GROVE_OK;
+}
+
+/* torch.lerp(input, end, weight) (weight a tensor or a number),
+ * torch.addcmul / addcdiv(input, tensor1, tensor2, value=1): select.c's
+ * three-operand kernel. */
+static grove_status ternary_fwd(const grove__opctx *c, gval *res) {
+  const char *n = c->def->name;
+  const int op = strcmp(n, "lerp") == 0      ? GROVE__TER_LERP
+                 : strcmp(n, "addcmul") == 0 ? GROVE__TER_ADDCMUL
+                                             : GROVE__TER_ADDCDIV;
+  const grove_tensor *a, *b;
+  grove_tensor w, y;
+  float wbuf = 0;
+  double value = 1;
+  int64_t iv;
+  bool is_int;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &a)) || (s = grove__op_tensor(c, 1, &b)) ||
+      (s = tensor_or_number(c, 2, &wbuf, &w)))
+    return s;
+  if (op != GROVE__TER_LERP && !grove__op_number(c, &c->args[3], &value, &iv, &is_int))
+    return grove__op_want(c, "a number for value");
+  if ((s = grove__op_ternary(c->f, op, a, b, &w, value, &y))) return s;
   grove__op_set_tensor(res, &y);
   return GROVE_OK;
 }
@@ -386,6 +470,43 @@ const grove__opdef grove__opdef_matmul = {
   }
 MAX_MIN(maximum);
 MAX_MIN(minimum);
+
+const grove__opdef grove__opdef_atan2 = {
+    .name = "atan2",
+    .id = G_OP,
+    .torch =
+        (const char *const[]){"torch.atan2(input,other)", "Tensor.atan2(input,other)",
+                              "torch.arctan2(input,other)", "Tensor.arctan2(input,other)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("input", P_TENSOR), OP_REQ("other", P_TENSOR)},
+    .forward = atan2_fwd,
+};
+
+const grove__opdef grove__opdef_lerp = {
+    .name = "lerp",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.lerp(input,end,weight)", "Tensor.lerp(input,end,weight)",
+                                   NULL},
+    .varargs = -1,
+    .p = {OP_REQ("input", P_TENSOR), OP_REQ("end", P_TENSOR), OPERAND("weight")},
+    .forward = ternary_fwd,
+};
+
+#define ADDC(n)                                                                           \
+  const grove__opdef grove__opdef_##n = {                                                 \
+      .name = #n,                                                                         \
+      .id = G_OP,                                                                         \
+      .torch = (const char *const[]){"torch." #n "(input,tensor1,tensor2,value)",         \
+                                     "Tensor." #n "(input,tensor1,tensor2,value)", NULL}, \
+      .varargs = -1,                                                                      \
+      .p = {OP_REQ("input", P_TENSOR),                                                    \
+            OP_REQ("tensor1", P_TENSOR),                                                  \
+            OP_REQ("tensor2", P_TENSOR),                                                  \
+            {.name = "value", .kind = P_NUMBER, .dk = D_INT, .dv = 1}},                   \
+      .forward = ternary_fwd,                                                             \
+  }
+ADDC(addcmul);
+ADDC(addcdiv);
 
 /* ------------------------------------------------------------ logical and bitwise */
 

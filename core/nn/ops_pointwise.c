@@ -1,13 +1,15 @@
 /* ops_pointwise.c: the op entries (ops.h) of the torchvision zoo's
  * activations and pointwise math: relu6, hardswish, hardsigmoid, hardtanh,
  * elu, selu, celu, softplus, mish (each with its torch.nn module), clamp,
- * exp, log, sqrt, rsqrt, abs, neg, pow, the dtype conversions float / long
- * / bool, dim and numel, and torchvision's stochastic_depth (identity in
- * eval).  The kernels are pointwise.c's (tensor_ops.h); a module and its
- * functional form run the same entry. */
+ * exp, log, sqrt, rsqrt, abs, neg, pow, nan_to_num, Python's int() of a
+ * size, the dtype conversions float / long / bool, dim and numel, and
+ * torchvision's stochastic_depth (identity in eval).  The kernels are pointwise.c's (tensor_ops.h);
+ * a module and its functional form run the same entry. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
+#include "graph_ops.h"
 #include "layers_internal.h"
 #include "ops.h"
 #include "tensor_ops.h"
@@ -35,8 +37,9 @@ static grove_status num_arg(const grove__opctx *c, int k, double dflt, double *o
 }
 
 /* math.sqrt / math.log / math.exp of a number (a size: the attention
- * scale 1 / math.sqrt(x.size(-1))): Python's float result.  true when op
- * has a math.* spelling and argument 0 is a number. */
+ * scale 1 / math.sqrt(x.size(-1))): Python's float result; math.floor /
+ * math.ceil: Python's int.  true when op has a math.* spelling and
+ * argument 0 is a number. */
 static bool unary_number(const grove__opctx *c, gval *res, int op) {
   double v;
   int64_t i;
@@ -53,6 +56,19 @@ static bool unary_number(const grove__opctx *c, gval *res, int op) {
       break;
     case GROVE__UN_EXP:
       v = exp(v);
+      break;
+    case GROVE__UN_FLOOR: /* math.floor / math.ceil: Python's int */
+    case GROVE__UN_CEIL:
+      v = op == GROVE__UN_FLOOR ? floor(v) : ceil(v);
+      if (!(fabs(v) < 9.2e18)) return false; /* the tensor path then names the argument */
+      grove__op_set_int(res, (int64_t)v);
+      return true;
+    case GROVE__UN_ABS: /* abs(n - m) of sizes: an int stays an int */
+      if (is_int) {
+        grove__op_set_int(res, i < 0 ? -i : i);
+        return true;
+      }
+      v = fabs(v);
       break;
     default:
       return false;
@@ -116,10 +132,33 @@ UNARY0(asin_fwd, GROVE__UN_ASIN)
 UNARY0(acos_fwd, GROVE__UN_ACOS)
 UNARY0(tanhshrink_fwd, GROVE__UN_TANHSHRINK)
 
+/* torch.round(x, decimals) of a tensor; Python's round(n) of a number (a
+ * size: round(h * 0.5)), half to even, an int, and round(n, d) a float. */
 static grove_status round_fwd(const grove__opctx *c, gval *res) {
-  int64_t decimals;
-  grove_status s = grove__op_int(c, &c->args[1], &decimals);
-  if (s) return s;
+  int64_t decimals = 0;
+  const gval *a = grove__op_val(c, &c->args[0]);
+  double v;
+  int64_t i;
+  bool is_int;
+  grove_status s;
+  if (c->args[1].kind != A_NONE && (s = grove__op_int(c, &c->args[1], &decimals))) return s;
+  if ((!a || a->kind != V_TENSOR) && grove__op_number(c, &c->args[0], &v, &i, &is_int)) {
+    if (c->args[1].kind == A_NONE) {
+      if (is_int) {
+        grove__op_set_int(res, i);
+        return GROVE_OK;
+      }
+      v = nearbyint(v); /* the default rounding mode: half to even, as Python */
+      if (!(fabs(v) < 9.2e18))
+        return grove_err_set(c->f->err, GROVE_E_RANGE, "round: cannot convert %g to an integer", v);
+      grove__op_set_int(res, (int64_t)v);
+      return GROVE_OK;
+    }
+    const double p = pow(10.0, (double)decimals);
+    res->kind = V_FLOAT;
+    res->f = nearbyint(v * p) / p;
+    return GROVE_OK;
+  }
   if (decimals < -30 || decimals > 30) /* 10^31 is beyond float32 */
     return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
                          "round: decimals must be in [-30, 30], got %lld", (long long)decimals);
@@ -188,9 +227,42 @@ static grove_status softplus_fwd(const grove__opctx *c, gval *res) {
   return unary(c, res, GROVE__UN_SOFTPLUS, beta, threshold);
 }
 
+/* x ** e.  Two numbers (GPT-2's value.size(-1) ** 0.5, a size): Python's
+ * result, an int for a non-negative int power of an int, else a float.  A
+ * number base with a tensor exponent (2 ** x, torch.pow(2, x)): the base
+ * as a 0-d float32 tensor, broadcast. */
 static grove_status pow_fwd(const grove__opctx *c, gval *res) {
-  const gval *e = grove__op_val(c, &c->args[1]);
-  if (e && e->kind == V_TENSOR) {
+  const gval *b = grove__op_val(c, &c->args[0]), *e = grove__op_val(c, &c->args[1]);
+  const bool tb = b && b->kind == V_TENSOR, te = e && e->kind == V_TENSOR;
+  if (!tb) {
+    double xb, xe;
+    int64_t ib, ie;
+    bool b_int, e_int;
+    if (!grove__op_number(c, &c->args[0], &xb, &ib, &b_int))
+      return grove__op_want(c, "a tensor or a number for input");
+    if (te) {
+      float base = (float)xb;
+      grove_tensor x, y;
+      grove_tensor_init(&x, GROVE_F32, 0, NULL, &base);
+      grove_status s = grove__op_pow_tensor(c->f, &x, &e->t[0], &y);
+      if (s) return s;
+      grove__op_set_tensor(res, &y);
+      return GROVE_OK;
+    }
+    if (!grove__op_number(c, &c->args[1], &xe, &ie, &e_int))
+      return grove__op_want(c, "a tensor or a number for exponent");
+    if (b_int && e_int && ie >= 0) {
+      uint64_t r = 1, m = (uint64_t)ib; /* wraps as int64 would; sizes stay small */
+      for (int64_t k = ie; k > 0; k >>= 1, m *= m)
+        if (k & 1) r *= m;
+      grove__op_set_int(res, (int64_t)r);
+      return GROVE_OK;
+    }
+    res->kind = V_FLOAT;
+    res->f = pow(xb, xe);
+    return GROVE_OK;
+  }
+  if (te) {
     const grove_tensor *x;
     grove_tensor y;
     grove_status s;
@@ -204,6 +276,35 @@ static grove_status pow_fwd(const grove__opctx *c, gval *res) {
   return s ? s : unary(c, res, GROVE__UN_POW, ex, 0);
 }
 
+/* torch.nan_to_num(x, nan=0.0, posinf=None, neginf=None): NaN, +inf and
+ * -inf replaced (an infinity without a number by float32's largest finite
+ * value of its sign, as torch); an integer or bool x is itself. */
+static grove_status nan_to_num_fwd(const grove__opctx *c, gval *res) {
+  const grove_tensor *x;
+  grove_tensor xf, y;
+  double nan, pinf, ninf;
+  grove_status s;
+  if ((s = grove__op_tensor(c, 0, &x)) || (s = num_arg(c, 1, 0, &nan)) ||
+      (s = num_arg(c, 2, FLT_MAX, &pinf)) || (s = num_arg(c, 3, -FLT_MAX, &ninf)))
+    return s;
+  if (!grove_dtype_is_float(x->dtype)) {
+    grove__op_set_tensor(res, x);
+    return GROVE_OK;
+  }
+  if ((s = grove__contig_f32(c->f, x, &xf)) ||
+      (s = grove_fwd_alloc(c->f, &y, GROVE_F32, xf.ndim, xf.shape)))
+    return s;
+  const float vn = (float)nan, vp = (float)pinf, vm = (float)ninf, *px = xf.data;
+  float *py = y.data;
+  const int64_t n = grove_tensor_numel(&y);
+  for (int64_t i = 0; i < n; i++) {
+    const float v = px[i];
+    py[i] = isnan(v) ? vn : v == INFINITY ? vp : v == -INFINITY ? vm : v;
+  }
+  grove__op_set_tensor(res, &y);
+  return GROVE_OK;
+}
+
 /* The dtype conversions with the dtype in the method's name. */
 static grove_status convert(const grove__opctx *c, gval *res, grove_dtype dt) {
   const grove_tensor *x;
@@ -214,8 +315,38 @@ static grove_status convert(const grove__opctx *c, gval *res, grove_dtype dt) {
   return GROVE_OK;
 }
 static grove_status float_fwd(const grove__opctx *c, gval *res) {
+  const gval *a = grove__op_val(c, &c->args[0]);
+  double v;
+  int64_t i;
+  bool is_int;
+  if ((!a || a->kind != V_TENSOR) && grove__op_number(c, &c->args[0], &v, &i, &is_int)) {
+    res->kind = V_FLOAT; /* float(x.size(-1)) */
+    res->f = v;
+    return GROVE_OK;
+  }
   return convert(c, res, GROVE_F32);
 }
+/* Python's int() / float() of a number (a size: int(x.shape[-1] ** 0.5)):
+ * int toward zero, an infinity or NaN refused as Python refuses it.  Of a
+ * tensor, Tensor.int() / Tensor.float(): int64 (Grove's integer dtype, as
+ * .to(torch.int32) gives) / float32. */
+static grove_status int_fwd(const grove__opctx *c, gval *res) {
+  double v;
+  int64_t i;
+  bool is_int;
+  const gval *a = grove__op_val(c, &c->args[0]);
+  if (a && a->kind == V_TENSOR) return convert(c, res, GROVE_I64);
+  if (!grove__op_number(c, &c->args[0], &v, &i, &is_int))
+    return grove__op_want(c, "a number (int() of a size) or a tensor");
+  if (!is_int) {
+    if (!(fabs(v) < 9.2e18))
+      return grove_err_set(c->f->err, GROVE_E_RANGE, "int: cannot convert %g to an integer", v);
+    i = (int64_t)v; /* C's conversion truncates toward zero, as Python's int() */
+  }
+  grove__op_set_int(res, i);
+  return GROVE_OK;
+}
+
 static grove_status long_fwd(const grove__opctx *c, gval *res) {
   return convert(c, res, GROVE_I64);
 }
@@ -435,8 +566,8 @@ MATH1N(exp, exp_fwd);
 MATH1(sin, sin_fwd);
 MATH1(cos, cos_fwd);
 MATH1(reciprocal, reciprocal_fwd);
-MATH1(floor, floor_fwd);
-MATH1(ceil, ceil_fwd);
+MATH1N(floor, floor_fwd);
+MATH1N(ceil, ceil_fwd);
 MATH1(sign, sign_fwd);
 MATH1(square, square_fwd);
 MATH1(log2, log2_fwd);
@@ -467,9 +598,10 @@ MATH1S(trunc, "torch.fix(input)", trunc_fwd);
 const grove__opdef grove__opdef_round = {
     .name = "round",
     .id = G_OP,
-    .torch = (const char *const[]){"torch.round(input)", "Tensor.round(input)", NULL},
+    .torch = (const char *const[]){"torch.round(input)", "Tensor.round(input)",
+                                   "builtins.round(input,decimals)", NULL},
     .varargs = -1,
-    .p = {INPUT, OP_INT("decimals", 0)},
+    .p = {OP_REQ("input", P_OPERAND), OP_NONE("decimals", P_INT)},
     .forward = round_fwd,
 };
 
@@ -570,10 +702,10 @@ MATH1(rsqrt, rsqrt_fwd);
 const grove__opdef grove__opdef_abs = {
     .name = "abs",
     .id = G_OP,
-    .torch = (const char *const[]){"operator.abs(input)", "torch.abs(input)", "Tensor.abs(input)",
-                                   NULL},
+    .torch =
+        (const char *const[]){"operator.abs(input)", "torch.abs(input)", "Tensor.abs(input)", NULL},
     .varargs = -1,
-    .p = {INPUT},
+    .p = {OP_REQ("input", P_OPERAND)},
     .forward = abs_fwd,
 };
 
@@ -587,13 +719,35 @@ const grove__opdef grove__opdef_neg = {
     .forward = neg_fwd,
 };
 
+const grove__opdef grove__opdef_int = {
+    .name = "int",
+    .id = G_OP,
+    .torch = (const char *const[]){"builtins.int(input)", "Tensor.int(input)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("input", P_OPERAND)},
+    .forward = int_fwd,
+};
+
+const grove__opdef grove__opdef_nan_to_num = {
+    .name = "nan_to_num",
+    .id = G_OP,
+    .torch = (const char *const[]){"torch.nan_to_num(input,nan,posinf,neginf)",
+                                   "Tensor.nan_to_num(input,nan,posinf,neginf)", NULL},
+    .varargs = -1,
+    .p = {INPUT,
+          {.name = "nan", .kind = P_NUMBER, .dk = D_FLOAT, .dv = 0},
+          OP_NONE("posinf", P_NUMBER),
+          OP_NONE("neginf", P_NUMBER)},
+    .forward = nan_to_num_fwd,
+};
+
 const grove__opdef grove__opdef_pow = {
     .name = "pow",
     .id = G_OP,
     .torch = (const char *const[]){"operator.pow(input,exponent)", "torch.pow(input,exponent)",
                                    "Tensor.pow(input,exponent)", NULL},
     .varargs = -1,
-    .p = {INPUT, OP_REQ("exponent", P_OPERAND)},
+    .p = {OP_REQ("input", P_OPERAND), OP_REQ("exponent", P_OPERAND)},
     .forward = pow_fwd,
 };
 
@@ -618,7 +772,14 @@ const grove__opdef grove__opdef_type_as = {
     .forward = to_fwd,
 };
 
-METHOD0(float, float_fwd);
+const grove__opdef grove__opdef_float = {
+    .name = "float",
+    .id = G_OP,
+    .torch = (const char *const[]){"Tensor.float(input)", "builtins.float(input)", NULL},
+    .varargs = -1,
+    .p = {OP_REQ("input", P_OPERAND)},
+    .forward = float_fwd,
+};
 METHOD0(long, long_fwd);
 METHOD0(bool, bool_fwd);
 METHOD0(dim, dim_fwd);

@@ -62,29 +62,40 @@ CMP_FWD(le, GROVE__CMP_LE)
 CMP_FWD(gt, GROVE__CMP_GT)
 CMP_FWD(ge, GROVE__CMP_GE)
 
-/* A where operand: a tensor, or a number (*t NULL, *v set). */
-static grove_status operand(const grove__opctx *c, int k, const grove_tensor **t, double *v) {
+/* A where operand: a tensor, or a number (*t NULL, *v set); *cat its
+ * kind for torch's promotion: 0 bool, 1 integer, 2 float. */
+static grove_status operand(const grove__opctx *c, int k, const grove_tensor **t, double *v,
+                            int *cat) {
   const gval *g = grove__op_val(c, &c->args[k]);
   *t = NULL;
   if (g && g->kind == V_TENSOR) {
     *t = &g->t[0];
+    *cat = grove_dtype_is_float((*t)->dtype) ? 2 : (*t)->dtype == GROVE_BOOL ? 0 : 1;
     return GROVE_OK;
   }
   int64_t i;
   bool is_int;
   if (!grove__op_number(c, &c->args[k], v, &i, &is_int))
     return grove__op_want(c, "a tensor or a number");
+  *cat = !is_int ? 2 : (g ? g->kind == V_BOOL : c->args[k].kind == A_BOOL) ? 0 : 1;
   return GROVE_OK;
 }
 
+/* torch.where(cond, a, b) in the higher kind of a and b, as torch
+ * promotes (a number's kind counts: where(c, long_ids, 0.5) is float32,
+ * where(c, mask, False) bool): float32, int64 or bool. */
 static grove_status where_fwd(const grove__opctx *c, gval *res) {
   const grove_tensor *cond, *a, *b;
   double av = 0, bv = 0;
+  int ca, cb;
   grove_tensor y;
   grove_status s;
-  if ((s = grove__op_tensor(c, 0, &cond)) || (s = operand(c, 1, &a, &av)) ||
-      (s = operand(c, 2, &b, &bv)) || (s = grove__op_where(c->f, cond, a, av, b, bv, &y)))
+  if ((s = grove__op_tensor(c, 0, &cond)) || (s = operand(c, 1, &a, &av, &ca)) ||
+      (s = operand(c, 2, &b, &bv, &cb)))
     return s;
+  const int cat = ca > cb ? ca : cb;
+  const grove_dtype dt = cat == 2 ? GROVE_F32 : cat == 1 ? GROVE_I64 : GROVE_BOOL;
+  if ((s = grove__op_where(c->f, cond, a, av, b, bv, dt, &y))) return s;
   grove__op_set_tensor(res, &y);
   return GROVE_OK;
 }
@@ -124,12 +135,17 @@ static grove_status amin_fwd(const grove__opctx *c, gval *res) {
   return amax_common(c, res, GROVE__PICK_MIN);
 }
 
-/* max / min: without dim the 0-d maximum; with dim (values, indices). */
+/* max / min: without dim the 0-d maximum; with dim (values, indices);
+ * with a tensor in dim's place, torch's other overload: torch.max(input,
+ * other) is torch.maximum. */
 static grove_status max_common(const grove__opctx *c, gval *res, int op, bool arg) {
   const grove_tensor *x;
   int64_t dim = 0;
   grove_tensor t[2];
   grove_status s;
+  const gval *other = grove__op_val(c, &c->args[1]);
+  if (!arg && other && other->kind == V_TENSOR)
+    return grove__op_max_min(c, res, op == GROVE__PICK_MAX);
   if ((s = grove__op_tensor(c, 0, &x))) return s;
   const bool has = c->args[1].kind != A_NONE;
   if (has && (s = grove__op_int(c, &c->args[1], &dim))) return s;

@@ -44,7 +44,9 @@ extern const grove__opdef grove__opdef_sin, grove__opdef_cos, grove__opdef_erf,
     grove__opdef_reciprocal, grove__opdef_log1p, grove__opdef_expm1, grove__opdef_softsign,
     grove__opdef_logsigmoid, grove__opdef_floor, grove__opdef_ceil, grove__opdef_round,
     grove__opdef_trunc, grove__opdef_sign, grove__opdef_square, grove__opdef_clamp_min,
-    grove__opdef_clamp_max, grove__opdef_maximum, grove__opdef_minimum;
+    grove__opdef_clamp_max, grove__opdef_maximum, grove__opdef_minimum, grove__opdef_atan2,
+    grove__opdef_lerp, grove__opdef_addcmul, grove__opdef_addcdiv, grove__opdef_nan_to_num,
+    grove__opdef_int;
 /* Norms and statistics: ops_stats.c. */
 extern const grove__opdef grove__opdef_norm, grove__opdef_vector_norm, grove__opdef_normalize,
     grove__opdef_cosine_similarity, grove__opdef_pairwise_distance, grove__opdef_var,
@@ -217,6 +219,12 @@ static const grove__opdef *const table[] = {
     &grove__opdef_clamp_max,
     &grove__opdef_maximum,
     &grove__opdef_minimum,
+    &grove__opdef_atan2,
+    &grove__opdef_lerp,
+    &grove__opdef_addcmul,
+    &grove__opdef_addcdiv,
+    &grove__opdef_nan_to_num,
+    &grove__opdef_int,
     &grove__opdef_norm,
     &grove__opdef_vector_norm,
     &grove__opdef_normalize,

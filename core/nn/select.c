@@ -1,6 +1,7 @@
 /* select.c: comparisons giving bool tensors, torch.where and masked_fill
  * (tensor_ops.h): what masks are made of (attention masks, padding masks,
- * a ViT's or a decoder's guards).
+ * a ViT's or a decoder's guards); and the other elementwise functions of
+ * three broadcast operands, lerp, addcmul and addcdiv, on where's walk.
  *
  * Operands broadcast as torch's do (graph_ops.c's rules, shared through
  * grove__broadcast_shape); bool results are one byte per element, 0 or 1,
@@ -139,41 +140,66 @@ grove_status grove__op_compare_scalar(grove_fwd *f, int op, const grove_tensor *
 }
 
 grove_status grove__op_where(grove_fwd *f, const grove_tensor *cond, const grove_tensor *a,
-                             double av, const grove_tensor *b, double bv, grove_tensor *out) {
+                             double av, const grove_tensor *b, double bv, grove_dtype dt,
+                             grove_tensor *out) {
   grove_status s;
   if ((s = check_dtype(f, "where", cond))) return s;
   for (int k = 0; k < 2; k++) {
     const grove_tensor *t = k ? b : a;
-    if (t && t->dtype != GROVE_F32)
-      return grove_err_set(f->err, GROVE_E_DTYPE, "where: expected a float32 %s, got %s",
-                           k ? "other" : "input", grove_dtype_name(t->dtype));
+    if (t && (s = check_dtype(f, "where", t))) return s;
   }
-  /* A number operand is a 0-d tensor for the broadcast. */
-  float one[2] = {(float)av, (float)bv};
+  if (dt != GROVE_F32 && dt != GROVE_I64 && dt != GROVE_BOOL)
+    return grove_err_set(f->err, GROVE_E_DTYPE, "where: a %s result is not supported",
+                         grove_dtype_name(dt));
+  /* The operands in the result's dtype (themselves when they have it); a
+   * number operand is a 0-d tensor for the broadcast. */
   grove_tensor ta, tb;
-  if (!a) grove_tensor_init(&ta, GROVE_F32, 0, NULL, &one[0]);
-  if (!b) grove_tensor_init(&tb, GROVE_F32, 0, NULL, &one[1]);
-  const grove_tensor *pa = a ? a : &ta, *pb = b ? b : &tb;
+  float fone[2] = {(float)av, (float)bv};
+  int64_t ione[2] = {(int64_t)av, (int64_t)bv};
+  uint8_t bone[2] = {av != 0, bv != 0};
+  void *one[2] = {dt == GROVE_F32   ? (void *)&fone[0]
+                  : dt == GROVE_I64 ? (void *)&ione[0]
+                                    : &bone[0],
+                  dt == GROVE_F32   ? (void *)&fone[1]
+                  : dt == GROVE_I64 ? (void *)&ione[1]
+                                    : &bone[1]};
+  if (!a)
+    grove_tensor_init(&ta, dt, 0, NULL, one[0]);
+  else if ((s = grove__op_to_dtype(f, a, dt, &ta)))
+    return s;
+  if (!b)
+    grove_tensor_init(&tb, dt, 0, NULL, one[1]);
+  else if ((s = grove__op_to_dtype(f, b, dt, &tb)))
+    return s;
+  const grove_tensor *pa = &ta, *pb = &tb;
   int nd, nd2;
   int64_t sh1[GROVE_MAX_DIMS], shape[GROVE_MAX_DIMS];
   if ((s = grove__broadcast_shape(f, cond, pa, &nd, sh1))) return s;
   grove_tensor t1;
-  grove_tensor_init(&t1, GROVE_F32, nd, sh1, NULL);
+  grove_tensor_init(&t1, dt, nd, sh1, NULL);
   if ((s = grove__broadcast_shape(f, &t1, pb, &nd2, shape))) return s;
-  if ((s = grove_fwd_alloc(f, out, GROVE_F32, nd2, shape))) return s;
+  if ((s = grove_fwd_alloc(f, out, dt, nd2, shape))) return s;
   const int64_t n = grove_tensor_numel(out);
-  float *y = out->data;
   walker w;
   walk_start(&w, nd2, shape, 3, (const grove_tensor *const[]){cond, pa, pb});
-  const float *da = pa->data, *db = pb->data;
-  if (cond->dtype == GROVE_BOOL || cond->dtype == GROVE_U8) {
-    const uint8_t *c = cond->data;
-    for (int64_t i = 0; i < n; i++, walk_next(&w))
-      y[i] = c[w.off[0]] ? da[w.off[1]] : db[w.off[2]];
-  } else {
-    for (int64_t i = 0; i < n; i++, walk_next(&w))
-      y[i] = get_f(cond, w.off[0]) != 0 ? da[w.off[1]] : db[w.off[2]];
-  }
+  const bool byte_cond = cond->dtype == GROVE_BOOL || cond->dtype == GROVE_U8;
+  const uint8_t *c = cond->data;
+#define WHERE_LOOP(T)                                                              \
+  do {                                                                             \
+    const T *da = pa->data, *db = pb->data;                                        \
+    T *y = out->data;                                                              \
+    for (int64_t i = 0; i < n; i++, walk_next(&w)) {                               \
+      const bool take = byte_cond ? c[w.off[0]] != 0 : get_f(cond, w.off[0]) != 0; \
+      y[i] = take ? da[w.off[1]] : db[w.off[2]];                                   \
+    }                                                                              \
+  } while (0)
+  if (dt == GROVE_F32)
+    WHERE_LOOP(float);
+  else if (dt == GROVE_I64)
+    WHERE_LOOP(int64_t);
+  else
+    WHERE_LOOP(uint8_t);
+#undef WHERE_LOOP
   return GROVE_OK;
 }
 
@@ -194,5 +220,81 @@ grove_status grove__op_masked_fill(grove_fwd *f, const grove_tensor *x, const gr
     return grove_err_set(f->err, GROVE_E_DTYPE,
                          "masked_fill: expected a bool mask, got %s (compare it first: mask == 1)",
                          grove_dtype_name(mask->dtype));
-  return grove__op_where(f, mask, NULL, value, x, 0, out);
+  /* x's dtype, as torch keeps it (the value converted to it). */
+  const grove_dtype dt = is_float(x->dtype)       ? GROVE_F32
+                         : x->dtype == GROVE_BOOL ? GROVE_BOOL
+                                                  : GROVE_I64;
+  return grove__op_where(f, mask, NULL, value, x, 0, dt, out);
+}
+
+/* One element of a GROVE__TER_* function, as aten's CPU kernels compute
+ * it (Lerp.h, PointwiseOpsKernel.cpp): the same order of operations. */
+static inline float ternary_f(int op, float x, float y, float z, float value) {
+  switch (op) {
+    case GROVE__TER_LERP: {
+      const float diff = y - x;
+      return fabsf(z) < 0.5f ? x + z * diff : y - diff * (1.0f - z);
+    }
+    case GROVE__TER_ADDCMUL:
+      return x + value * y * z;
+    default: /* GROVE__TER_ADDCDIV */
+      return x + value * y / z;
+  }
+}
+
+grove_status grove__op_ternary(grove_fwd *f, int op, const grove_tensor *a, const grove_tensor *b,
+                               const grove_tensor *c, double value, grove_tensor *out) {
+  static const char *const names[] = {"lerp", "addcmul", "addcdiv"};
+  const char *name = names[op];
+  const grove_tensor *ops[3] = {a, b, c};
+  bool any_float = false;
+  grove_status s;
+  for (int k = 0; k < 3; k++) {
+    if ((s = check_dtype(f, name, ops[k]))) return s;
+    any_float = any_float || is_float(ops[k]->dtype);
+  }
+  const bool ints = !any_float;
+  if (op == GROVE__TER_LERP && (!is_float(a->dtype) || !is_float(b->dtype)))
+    return grove_err_set(f->err, GROVE_E_DTYPE,
+                         "lerp: expected float tensors, got %s and %s (as torch)",
+                         grove_dtype_name(a->dtype), grove_dtype_name(b->dtype));
+  if (op == GROVE__TER_ADDCDIV && !is_float(b->dtype) && !is_float(c->dtype))
+    return grove_err_set(f->err, GROVE_E_DTYPE,
+                         "addcdiv: integer division with addcdiv is not supported (as in torch), "
+                         "got %s / %s; make tensor1 or tensor2 float",
+                         grove_dtype_name(b->dtype), grove_dtype_name(c->dtype));
+  if (ints && value != floor(value))
+    return grove_err_set(f->err, GROVE_E_DTYPE,
+                         "addcmul: for integer tensors value must be an integer, got %g (as in "
+                         "torch)",
+                         value);
+  /* torch's promotion: int64 among integers (and bool), else float32. */
+  const grove_dtype dt = ints ? GROVE_I64 : GROVE_F32;
+  grove_tensor t[3];
+  for (int k = 0; k < 3; k++)
+    if ((s = grove__op_to_dtype(f, ops[k], dt, &t[k]))) return s;
+  int nd, nd2;
+  int64_t sh1[GROVE_MAX_DIMS], shape[GROVE_MAX_DIMS];
+  if ((s = grove__broadcast_shape(f, &t[0], &t[1], &nd, sh1))) return s;
+  grove_tensor t01;
+  grove_tensor_init(&t01, dt, nd, sh1, NULL);
+  if ((s = grove__broadcast_shape(f, &t01, &t[2], &nd2, shape)) ||
+      (s = grove_fwd_alloc(f, out, dt, nd2, shape)))
+    return s;
+  const int64_t n = grove_tensor_numel(out);
+  walker w;
+  walk_start(&w, nd2, shape, 3, (const grove_tensor *const[]){&t[0], &t[1], &t[2]});
+  if (ints) { /* addcmul alone: wrapping as int64 does */
+    const int64_t *x = t[0].data, *y = t[1].data, *z = t[2].data;
+    int64_t *o = out->data;
+    const uint64_t v = (uint64_t)(int64_t)value;
+    for (int64_t i = 0; i < n; i++, walk_next(&w))
+      o[i] = (int64_t)((uint64_t)x[w.off[0]] + v * (uint64_t)y[w.off[1]] * (uint64_t)z[w.off[2]]);
+    return GROVE_OK;
+  }
+  const float *x = t[0].data, *y = t[1].data, *z = t[2].data, v = (float)value;
+  float *o = out->data;
+  for (int64_t i = 0; i < n; i++, walk_next(&w))
+    o[i] = ternary_f(op, x[w.off[0]], y[w.off[1]], z[w.off[2]], v);
+  return GROVE_OK;
 }

@@ -125,15 +125,28 @@ grove_status grove__op_compare_scalar(grove_fwd *f, int op, const grove_tensor *
 bool grove__cmp_f64(int op, double a, double b);
 bool grove__cmp_i64(int op, int64_t a, int64_t b);
 
-/* torch.where(cond, a, b): cond bool (or any dtype, != 0), a and b float32
- * tensors, all broadcast together.  A NULL a or b is the number av / bv
- * (torch.where(mask, x, 0.0)). */
+/* torch.where(cond, a, b): cond bool (or any dtype, != 0), a and b
+ * tensors of any dtype Grove keeps, all broadcast together, converted to
+ * dt (float32, int64 or bool: the caller promotes as torch does).  A NULL
+ * a or b is the number av / bv (torch.where(mask, x, 0.0)). */
 grove_status grove__op_where(grove_fwd *f, const grove_tensor *cond, const grove_tensor *a,
-                             double av, const grove_tensor *b, double bv, grove_tensor *out);
+                             double av, const grove_tensor *b, double bv, grove_dtype dt,
+                             grove_tensor *out);
 /* x.masked_fill(mask, value): where(mask, value, x), of x's shape (mask
  * broadcasts to it, not the other way round, as torch requires). */
 grove_status grove__op_masked_fill(grove_fwd *f, const grove_tensor *x, const grove_tensor *mask,
                                    double value, grove_tensor *out);
+
+/* Elementwise functions of three tensors broadcast together:
+ *   LERP: torch.lerp(a, b, weight c), a + c * (b - a) (for |c| >= 0.5
+ *     computed from b, as torch); float only, as torch refuses integers;
+ *   ADDCMUL: torch.addcmul(a, b, c, value), a + value * b * c; integers
+ *     (and bool) give int64 with an integer value, as torch;
+ *   ADDCDIV: torch.addcdiv(a, b, c, value), a + value * b / c; float only.
+ * A float among the operands makes the others float32. */
+enum { GROVE__TER_LERP, GROVE__TER_ADDCMUL, GROVE__TER_ADDCDIV };
+grove_status grove__op_ternary(grove_fwd *f, int op, const grove_tensor *a, const grove_tensor *b,
+                               const grove_tensor *c, double value, grove_tensor *out);
 
 /* ------------------------------------------------------------ norm_group.c */
 

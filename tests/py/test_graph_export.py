@@ -297,9 +297,9 @@ class Digamma(nn.Module):
         return torch.digamma(x) + 1
 
 
-class NanToNum(nn.Module):  # a method Grove does not run
+class Logit(nn.Module):  # a method Grove does not run
     def forward(self, x):
-        return x.nan_to_num(1)
+        return x.logit(0.1)
 
 
 class Masked(nn.Module):
@@ -337,7 +337,7 @@ def test_exporter_names_op_and_line():
     msg = expect_refusal(nn.Sequential(nn.Linear(4, 4), Digamma()), torch.zeros(1, 4),
                          "'1' (Digamma)", "torch.digamma", f"{HERE}:")
     assert "return torch.digamma(x) + 1" in msg, msg
-    expect_refusal(NanToNum(), torch.zeros(1, 4), "Tensor.nan_to_num", f"{HERE}:", "x.nan_to_num(1)")
+    expect_refusal(Logit(), torch.zeros(1, 4), "Tensor.logit", f"{HERE}:", "x.logit(0.1)")
     expect_refusal(Masked(), torch.zeros(3, 1, 4), "attn_mask", "must be a tensor or None")
     expect_refusal(AlwaysDropout(), torch.zeros(1, 4), "training=True", f"{HERE}:")
     expect_refusal(PlainAttr(), torch.zeros(1, 4), "self.scale", "register_buffer")

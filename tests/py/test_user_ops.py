@@ -653,3 +653,134 @@ def test_unfold():
     ]
     for name, fn in cases:
         _run(name, fn, [(3, 5, 7)])
+
+
+def test_atan2_lerp_addc_nan_to_num():
+    """torch.atan2 (arctan2, integers promoted), torch.lerp (a number or a
+    tensor weight, either side of 0.5, broadcast), torch.addcmul / addcdiv
+    (value, integers kept int64 by addcmul, a float among them float32),
+    torch.nan_to_num (defaults: float32's largest; numbers; integers
+    unchanged); torch, Tensor and in-place spellings, through a transpose."""
+    import torch
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    # NaN (log of a negative) and +-inf (division by zero) beside numbers.
+    odd = lambda x: torch.cat([x.log(), x / 0, x], dim=1)  # noqa: E731
+    cases = [
+        ("atan2", lambda x: torch.atan2(x, x[:, :1] + 0.5)),
+        ("atan2_method_t", lambda x: t(x).atan2(t(x) * 2 - 1)),
+        ("arctan2", lambda x: torch.arctan2(x, -x.abs())),
+        ("atan2_zero", lambda x: torch.atan2(x * 0, x)),  # -0 and +0 beside negative x
+        ("atan2_int", lambda x: torch.atan2((x * 3).long(), x)),
+        ("lerp", lambda x: torch.lerp(x, -x, 0.3)),
+        ("lerp_high", lambda x: torch.lerp(x, x * 2 + 1, 0.8)),
+        ("lerp_negative", lambda x: torch.lerp(x, -x, -0.7)),
+        ("lerp_tensor_w", lambda x: torch.lerp(x, x[:, :1], x.sigmoid())),
+        ("lerp_method_t", lambda x: t(x).lerp(t(x) * 3, 0.25)),
+        ("lerp_", lambda x: x.clone().lerp_(x.flip(1), x[:, :, :1].sigmoid())),
+        ("addcmul", lambda x: torch.addcmul(x, x, x, value=0.5)),
+        ("addcmul_default", lambda x: torch.addcmul(x, x[:, :1], t(x)[:, :, :5].transpose(1, 2))),
+        ("addcmul_method", lambda x: x.addcmul(x.sin(), x.cos(), value=-2)),
+        ("addcmul_int", lambda x: torch.addcmul((x * 3).long(), (x * 2).long(), x.long(),
+                                                value=2)),
+        ("addcmul_mixed", lambda x: torch.addcmul(x, (x * 3).long(), x)),
+        ("addcmul_", lambda x: x.clone().addcmul_(x, x[:, :1], value=0.1)),
+        ("addcdiv", lambda x: torch.addcdiv(x, x, x.abs() + 1, value=0.5)),
+        ("addcdiv_t", lambda x: t(x).addcdiv(t(x)[:, :1], t(x).exp())),
+        ("addcdiv_mixed", lambda x: torch.addcdiv(x, (x * 3).long(), x.abs() + 1)),
+        ("addcdiv_", lambda x: x.clone().addcdiv_(x, x.abs() + 0.5, value=3)),
+        ("nan_to_num", lambda x: torch.nan_to_num(odd(x))),
+        ("nan_to_num_values", lambda x: torch.nan_to_num(odd(x), nan=1.5, posinf=10, neginf=-3)),
+        ("nan_to_num_method_t", lambda x: t(odd(x)).nan_to_num(posinf=1.0)),
+        ("nan_to_num_", lambda x: odd(x).nan_to_num_(neginf=0.0)),
+        ("nan_to_num_int", lambda x: torch.nan_to_num((x * 3).long())),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+
+
+def test_promotions_in_hf_code():
+    """What HuggingFace's blocks needed (tests/py/test_hf_blocks.py), one
+    call each: where on int64 and bool operands, torch.min / max with a
+    tensor for other, maximum / minimum on integers, pow of numbers
+    (size ** 0.5) and of a number base, F.softmax(dtype=torch.float32)."""
+    import torch
+    import torch.nn.functional as F
+    ids = lambda x: (x * 4).long()  # noqa: E731
+    cases = [
+        ("where_int", lambda x: torch.where(x > 0, ids(x), ids(-x))),
+        ("where_int_number", lambda x: torch.where(x > 0, ids(x), 7)),
+        ("where_int_float_number", lambda x: torch.where(x > 0, ids(x), 0.5)),
+        ("where_bool", lambda x: torch.where(x > 1, x > 0, False)),
+        ("where_bool_number_int", lambda x: torch.where(x > 1, x > 0, 0)),
+        ("where_mixed", lambda x: torch.where(x > 0, ids(x), x)),
+        ("masked_fill_int", lambda x: ids(x).masked_fill(x > 0, 3)),
+        ("masked_fill_bool", lambda x: (x > 0).masked_fill(x > 1, False)),
+        ("min_other", lambda x: torch.min(x, torch.full_like(x, 0.5))),
+        ("max_other_int", lambda x: torch.max(ids(x), torch.full_like(ids(x), 2))),
+        ("min_method_other", lambda x: ids(x).min(ids(x[:, :1]))),
+        ("minimum_int", lambda x: torch.minimum(ids(x), ids(-x))),
+        ("maximum_mixed", lambda x: torch.maximum(ids(x), x)),
+        ("maximum_bool", lambda x: torch.maximum(x > 0, x > 1)),
+        ("pow_sizes", lambda x: x / (x.size(-1) ** 0.5)),
+        ("pow_int_sizes", lambda x: x[:, : x.size(1) ** 2 // 10]),
+        ("pow_number_base", lambda x: 2 ** x),
+        ("pow_number_base_torch", lambda x: torch.pow(3.0, x[:, :1])),
+        ("softmax_dtype", lambda x: F.softmax(x, dim=-1, dtype=torch.float32)),
+        ("log_softmax_dtype", lambda x: x.log_softmax(1, dtype=torch.float32)),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+
+
+def test_int_of_sizes():
+    """int() of a size expression (int(x.shape[-1] ** 0.5), int(math.sqrt(n)),
+    int(n / 2)), float(n), math.floor / math.ceil, round() and abs() of
+    sizes are computed per request; int() / float() of a tensor's value is refused naming it.
+    Tensor.int() (RoBERTa's position ids) computes as int64."""
+    import math
+
+    import torch
+    cases = [
+        ("int_pow", lambda x: x[:, :, : int(x.shape[-1] ** 0.5)]),
+        ("int_sqrt", lambda x: x[:, : int(math.sqrt(x.size(1)))] * 2),
+        ("int_div", lambda x: x.view(x.size(0), int(x.size(1) * x.size(2) / 5), 5)),
+        ("int_int", lambda x: x[:, : int(x.size(-1))]),
+        ("float_size", lambda x: x / float(x.size(-1))),
+        ("math_floor", lambda x: x[:, : math.floor(x.size(1) / 2)]),
+        ("math_ceil", lambda x: x[:, : math.ceil(x.size(1) / 2)] + 1),
+        ("round_size", lambda x: x[:, : round(x.size(1) / 2)]),  # half to even: 2
+        ("round_size_digits", lambda x: x * round(x.size(1) / 3, 2)),
+        ("abs_size", lambda x: x[:, : abs(x.size(1) - 9)]),
+        ("abs_float_size", lambda x: x * abs(x.size(1) / -2)),
+        ("tensor_int", lambda x: x * (x > 0).int()),
+        ("tensor_int_cumsum", lambda x: torch.cumsum((x > 0).int(), dim=1).type_as(x) * x),
+        ("tensor_float", lambda x: (x > 0).float() + (x * 3).long().float()),
+        # int and float stand for themselves too while traced: isinstance,
+        # issubclass and int() of a constant answer as Python's do.
+        ("int_still_a_type", lambda x: x * (2 if isinstance(5, int) and issubclass(bool, int)
+                                            and not isinstance(5.0, int)
+                                            and isinstance(1.5, (int, float)) else 3)
+         + int("4") + float(1)),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+    _refused(lambda x: x[:, : int(x.sum())], (4,), "int()", "tensor's value")
+    _refused(lambda x: x * float(x.max()), (4,), "float()", "tensor's value")
+
+
+def test_topk_unsorted_as_sets():
+    """torch.topk(..., sorted=False): torch's order is implementation-defined
+    (Grove gives the sorted order), so values and indices are compared as
+    sets: sorted inside the module, on inputs without ties."""
+    import torch
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    cases = [
+        ("topk_unsorted_values", lambda x: torch.topk(x, 3, sorted=False)[0].sort(-1)[0]),
+        ("topk_unsorted_indices", lambda x: x.topk(4, dim=1, sorted=False)[1].sort(1)[0]),
+        ("topk_unsorted_smallest_t", lambda x: torch.topk(t(x), 2, dim=-1, largest=False,
+                                                          sorted=False).values.sort(-1)[0]),
+        ("topk_unsorted_gather", lambda x: x.gather(-1, x.topk(3, sorted=False).indices)
+         .sort(-1, descending=True)[0]),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
