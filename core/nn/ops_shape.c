@@ -184,7 +184,7 @@ const grove__opdef grove__opdef_unflatten = {
                                               .kind = P_INTS,
                                               .dk = D_REQ,
                                               .min = -1,
-                                              .max = INT64_MAX}}},
+                                              .max = (double)INT64_MAX}}},
 };
 
 /* ------------------------------------------------------------ views */
