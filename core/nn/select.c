@@ -139,6 +139,41 @@ grove_status grove__op_compare_scalar(grove_fwd *f, int op, const grove_tensor *
   return GROVE_OK;
 }
 
+/* The shape three operands broadcast to (where's and the ternaries'). */
+static grove_status broadcast3(grove_fwd *f, const grove_tensor *a, const grove_tensor *b,
+                               const grove_tensor *c, int *nd, int64_t *shape) {
+  int nd1;
+  int64_t sh1[GROVE_MAX_DIMS];
+  grove_status s = grove__broadcast_shape(f, a, b, &nd1, sh1);
+  if (s) return s;
+  grove_tensor t;
+  grove_tensor_init(&t, c->dtype, nd1, sh1, NULL);
+  return grove__broadcast_shape(f, &t, c, nd, shape);
+}
+
+/* A number as a 0-d tensor of dtype dt (float32, int64 or bool), its
+ * element in *v (the caller's). */
+typedef union {
+  float f;
+  int64_t i;
+  uint8_t b;
+} scalar;
+
+static grove_status scalar_tensor(grove_fwd *f, grove_tensor *t, grove_dtype dt, double x,
+                                  scalar *v) {
+  if (dt == GROVE_I64 && !(fabs(x) < 0x1p63)) /* torch: cannot be converted without overflow */
+    return grove_err_set(f->err, GROVE_E_INVALID_ARGUMENT,
+                         "where: the value %g does not fit an int64 result", x);
+  if (dt == GROVE_F32)
+    v->f = (float)x;
+  else if (dt == GROVE_I64)
+    v->i = (int64_t)x;
+  else
+    v->b = x != 0;
+  grove_tensor_init(t, dt, 0, NULL, v);
+  return GROVE_OK;
+}
+
 grove_status grove__op_where(grove_fwd *f, const grove_tensor *cond, const grove_tensor *a,
                              double av, const grove_tensor *b, double bv, grove_dtype dt,
                              grove_tensor *out) {
@@ -152,33 +187,19 @@ grove_status grove__op_where(grove_fwd *f, const grove_tensor *cond, const grove
     return grove_err_set(f->err, GROVE_E_DTYPE, "where: a %s result is not supported",
                          grove_dtype_name(dt));
   /* The operands in the result's dtype (themselves when they have it); a
-   * number operand is a 0-d tensor for the broadcast. */
+   * number operand is a 0-d tensor for the broadcast, converted only to
+   * dt (masked_fill's -inf into an int64 tensor is refused, as torch's). */
   grove_tensor ta, tb;
-  float fone[2] = {(float)av, (float)bv};
-  int64_t ione[2] = {(int64_t)av, (int64_t)bv};
-  uint8_t bone[2] = {av != 0, bv != 0};
-  void *one[2] = {dt == GROVE_F32   ? (void *)&fone[0]
-                  : dt == GROVE_I64 ? (void *)&ione[0]
-                                    : &bone[0],
-                  dt == GROVE_F32   ? (void *)&fone[1]
-                  : dt == GROVE_I64 ? (void *)&ione[1]
-                                    : &bone[1]};
-  if (!a)
-    grove_tensor_init(&ta, dt, 0, NULL, one[0]);
-  else if ((s = grove__op_to_dtype(f, a, dt, &ta)))
-    return s;
-  if (!b)
-    grove_tensor_init(&tb, dt, 0, NULL, one[1]);
-  else if ((s = grove__op_to_dtype(f, b, dt, &tb)))
+  scalar one[2];
+  if ((s = a ? grove__op_to_dtype(f, a, dt, &ta) : scalar_tensor(f, &ta, dt, av, &one[0])) ||
+      (s = b ? grove__op_to_dtype(f, b, dt, &tb) : scalar_tensor(f, &tb, dt, bv, &one[1])))
     return s;
   const grove_tensor *pa = &ta, *pb = &tb;
-  int nd, nd2;
-  int64_t sh1[GROVE_MAX_DIMS], shape[GROVE_MAX_DIMS];
-  if ((s = grove__broadcast_shape(f, cond, pa, &nd, sh1))) return s;
-  grove_tensor t1;
-  grove_tensor_init(&t1, dt, nd, sh1, NULL);
-  if ((s = grove__broadcast_shape(f, &t1, pb, &nd2, shape))) return s;
-  if ((s = grove_fwd_alloc(f, out, dt, nd2, shape))) return s;
+  int nd2;
+  int64_t shape[GROVE_MAX_DIMS];
+  if ((s = broadcast3(f, cond, pa, pb, &nd2, shape)) ||
+      (s = grove_fwd_alloc(f, out, dt, nd2, shape)))
+    return s;
   const int64_t n = grove_tensor_numel(out);
   walker w;
   walk_start(&w, nd2, shape, 3, (const grove_tensor *const[]){cond, pa, pb});
@@ -263,22 +284,19 @@ grove_status grove__op_ternary(grove_fwd *f, int op, const grove_tensor *a, cons
                          "addcdiv: integer division with addcdiv is not supported (as in torch), "
                          "got %s / %s; make tensor1 or tensor2 float",
                          grove_dtype_name(b->dtype), grove_dtype_name(c->dtype));
-  if (ints && value != floor(value))
+  if (ints && (value != floor(value) || !(fabs(value) < 0x1p63)))
     return grove_err_set(f->err, GROVE_E_DTYPE,
-                         "addcmul: for integer tensors value must be an integer, got %g (as in "
-                         "torch)",
+                         "addcmul: for integer tensors value must be an integer (of int64's "
+                         "range), got %g (as in torch)",
                          value);
   /* torch's promotion: int64 among integers (and bool), else float32. */
   const grove_dtype dt = ints ? GROVE_I64 : GROVE_F32;
   grove_tensor t[3];
   for (int k = 0; k < 3; k++)
     if ((s = grove__op_to_dtype(f, ops[k], dt, &t[k]))) return s;
-  int nd, nd2;
-  int64_t sh1[GROVE_MAX_DIMS], shape[GROVE_MAX_DIMS];
-  if ((s = grove__broadcast_shape(f, &t[0], &t[1], &nd, sh1))) return s;
-  grove_tensor t01;
-  grove_tensor_init(&t01, dt, nd, sh1, NULL);
-  if ((s = grove__broadcast_shape(f, &t01, &t[2], &nd2, shape)) ||
+  int nd2;
+  int64_t shape[GROVE_MAX_DIMS];
+  if ((s = broadcast3(f, &t[0], &t[1], &t[2], &nd2, shape)) ||
       (s = grove_fwd_alloc(f, out, dt, nd2, shape)))
     return s;
   const int64_t n = grove_tensor_numel(out);
