@@ -384,9 +384,11 @@ static void count_result(rjob *j) {
  * refused.)  A thread of its own, because a thread cannot give itself its
  * priority back (that needs CAP_SYS_NICE), and libuv's pool threads must
  * keep theirs for in-place loads, which run while the model is paused.
- * Only with one compute thread per forward: a thread at idle priority that
- * started a pool of compute helpers (core/kernels/threadpool.c) would leave them at idle
- * priority for the workers that use them later.  What the build shares with
+ * The build computes alone (grove_thread_compute_alone), whatever
+ * --blas-threads says: a thread at idle priority that started a pool of
+ * compute helpers (core/kernels/threadpool.c) would leave them at idle
+ * priority for the workers that use them later, and helpers doing its
+ * chunks would run the build at their normal priority.  What the build shares with
  * normal threads (a malloc arena, the address space's lock around mmap) it
  * holds briefly, and nothing on a worker's path takes either.  SCHED_IDLE
  * alone was not enough: the thread is also a background one
@@ -415,6 +417,7 @@ static void *niced_main(void *p) {
   else if (getpriority(PRIO_PROCESS, (id_t)gettid()) == BUILD_NICE)
     n->prio = "nice 10";
   grove_thread_yield_every(n->yield_us);
+  grove_thread_compute_alone(true);
   n->fn(n->arg);
   n->yields = grove_thread_yields();
   return NULL;
@@ -427,7 +430,7 @@ static void *niced_main(void *p) {
 static const char *run_niced(srv_server *srv, void (*fn)(void *), void *arg, long *nyields) {
   niced n = {fn, arg, "normal priority", srv->cfg.background_yield_us, -1};
   pthread_t t;
-  if (srv->blas_threads == 1 && pthread_create(&t, NULL, niced_main, &n) == 0) {
+  if (pthread_create(&t, NULL, niced_main, &n) == 0) {
     pthread_join(t, NULL);
   } else {
     fn(arg);

@@ -310,6 +310,13 @@ int grove_compute_threads(void) {
   return atomic_load(&g_threads);
 }
 
+/* grove_thread_compute_alone's: this thread's runs take no pool. */
+static _Thread_local bool t_alone;
+
+void grove_thread_compute_alone(bool alone) {
+  t_alone = alone;
+}
+
 /* A pool this run now owns (its busy flag set), or NULL: compute alone. */
 static pool *pool_acquire(int threads) {
   int n = atomic_load_explicit(&g_npools, memory_order_acquire);
@@ -361,7 +368,7 @@ void grove__parallel_for(int64_t n, int64_t grain,
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   int threads = atomic_load_explicit(&g_threads, memory_order_relaxed);
-  if (threads > 1 && n > grain) {
+  if (threads > 1 && n > grain && !t_alone) {
     /* The claim word counts at most MAX_CHUNKS chunks. */
     if ((n + grain - 1) / grain > MAX_CHUNKS) grain = (n + MAX_CHUNKS - 1) / MAX_CHUNKS;
     pool *pl = pool_acquire(threads);

@@ -28,6 +28,13 @@ extern "C" {
  * first time a further one runs concurrently it starts another pool (once). */
 void grove_set_compute_threads(int n);
 int grove_compute_threads(void);
+/* Makes the calling thread compute alone (true) or with the compute helpers
+ * again (false, the default): alone, its forwards never hand chunks to a
+ * pool of helpers nor start one.  For a thread at idle priority (groved's
+ * reload builds): helpers doing its chunks would run its work at their
+ * priority, and a pool it started would keep its priority for the workers
+ * that take the pool later.  Affects the calling thread only. */
+void grove_thread_compute_alone(bool alone);
 /* The cores this process may run on: its affinity mask's count (a
  * container's or taskset's limit), else the online CPUs; at least 1.  What
  * groved and grove use for their default thread counts.  Any thread. */
