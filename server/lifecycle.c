@@ -2,7 +2,8 @@
  * drain and stop.
  *
  * Start-up order: the connection budget (before any model opens a file),
- * the admin plane's configuration, the models, the loop, the signals, the
+ * the admin plane's configuration, the models, the loop, the batcher's
+ * hold timer, the signals, the
  * loop-job queue, the features (reload, export, training, workers,
  * telemetry), the RPC sockets and their listeners (NNG's, or sp.c's on the
  * loop), HTTP, the idle sweeper; then the loop runs until SIGTERM/SIGINT has drained
@@ -46,6 +47,7 @@ static void shut_down(srv_server *srv) {
   uv_close((uv_handle_t *)&srv->sig_term, on_closed);
   uv_close((uv_handle_t *)&srv->sig_int, on_closed);
   uv_close((uv_handle_t *)&srv->sig_hup, on_closed);
+  grove__batcher_stop(srv);
   uv_close((uv_handle_t *)&srv->drain_timer, on_closed);
 }
 
@@ -155,6 +157,7 @@ static grove_status rpc_hooks(srv_server *srv, grove_err *err) {
 
 int grove__server_run(srv_server *srv) {
   int rc;
+  srv->hold_fd = -1;
   grove_err err = {0};
   /* Before the models open their files: the descriptor budget is set first. */
   grove_status s = grove__conns_init(srv, &err);
@@ -173,16 +176,16 @@ int grove__server_run(srv_server *srv) {
   if (srv->nmodels == 0)
     grove__slog(GROVE_LOG_WARN, "server.no_models",
                 "no model configured (--model, --model-repo): every predict gets NOT_FOUND");
-  if ((s = grove__loop_init(srv, on_wake, &err)) || (s = signals_init(srv, &err)) ||
-      (s = grove__loopjob_start(srv, &err)) || (s = rpc_hooks(srv, &err)) ||
-      (s = grove__predict_start(srv, &err)) || (s = grove__status_start(srv, &err)) ||
-      (s = grove__reload_start(srv, &err)) || (s = grove__export_start(srv, &err)) ||
-      (s = grove__training_start(srv, &err)) || (s = grove__workers_start(srv, &err)) ||
-      (s = grove__telemetry_start(srv, &err)) || (s = grove__telemetry_rpc_start(srv, &err)) ||
-      (s = grove__rpc_start(srv, &err)) || (s = grove__admin_plane_listen(srv, &err)) ||
-      (s = grove__rpc_serve(srv, &err)) || (s = grove__sp_start(srv, &err)) ||
-      (s = grove__oip_start(srv, &err)) || (s = grove__http_start(srv, &err)) ||
-      (s = grove__conns_start(srv, &err))) {
+  if ((s = grove__loop_init(srv, on_wake, &err)) || (s = grove__batcher_init(srv, &err)) ||
+      (s = signals_init(srv, &err)) || (s = grove__loopjob_start(srv, &err)) ||
+      (s = rpc_hooks(srv, &err)) || (s = grove__predict_start(srv, &err)) ||
+      (s = grove__status_start(srv, &err)) || (s = grove__reload_start(srv, &err)) ||
+      (s = grove__export_start(srv, &err)) || (s = grove__training_start(srv, &err)) ||
+      (s = grove__workers_start(srv, &err)) || (s = grove__telemetry_start(srv, &err)) ||
+      (s = grove__telemetry_rpc_start(srv, &err)) || (s = grove__rpc_start(srv, &err)) ||
+      (s = grove__admin_plane_listen(srv, &err)) || (s = grove__rpc_serve(srv, &err)) ||
+      (s = grove__sp_start(srv, &err)) || (s = grove__oip_start(srv, &err)) ||
+      (s = grove__http_start(srv, &err)) || (s = grove__conns_start(srv, &err))) {
     grove__slog(GROVE_LOG_ERROR, "server.start_failed", "%s", grove_err_msg(&err));
     rc = 1;
     goto out;
@@ -208,6 +211,7 @@ out:
   grove__telemetry_stop(srv);
   grove__loop_close(srv);
   grove__sp_free(srv);
+  grove__batcher_close(srv);
   grove__workers_free(srv);
   grove__telemetry_free(srv);
   grove__export_free(srv);

@@ -205,7 +205,14 @@ typedef struct srv_model {
   srv_req *head, *tail; /* FIFO of queued requests */
   size_t queued;        /* requests in the FIFO */
   int64_t queued_rows;
-  int running; /* batches of this model on workers now */
+  int running;          /* batches of this model on workers now */
+  int64_t running_rows; /* ... and their rows */
+  /* The most rows of this model seen in groved at once (queued plus
+   * running), over the current and the previous window of
+   * BATCH_PEAK_WINDOW_NS (batcher.c): how many the clients keep in flight,
+   * which sets how many a batch waits for. */
+  int64_t peak_rows, peak_rows_prev;
+  int64_t peak_window_start;
   bool paused; /* an in-place reload holds this model's batches (grove__model_set_paused) */
 
   /* Any thread. */
@@ -384,6 +391,7 @@ struct srv_worker {
   srv_batch batch;
   grove_arena **arenas; /* one per model (index), NULL for a model not loaded */
   srv_worker *next;     /* idle stack or done list */
+  int64_t idle_since;   /* loop thread: when it last became idle (batcher.c's hold) */
 };
 
 grove_status grove__workers_start(srv_server *srv, grove_err *err);
@@ -472,6 +480,9 @@ struct srv_server {
   bool drain_expired;              /* lifecycle.c: --drain-timeout passed; queued ones answered */
   uv_signal_t sig_term, sig_int, sig_hup;
   uv_timer_t drain_timer;
+  uv_poll_t hold_poll; /* batcher.c: the batch hold's timerfd ... */
+  int hold_fd;
+  int64_t hold_at; /* ... armed for this time (ns, CLOCK_MONOTONIC), 0 = disarmed */
   bool loop_started;
   size_t rr; /* round-robin start among models */
 
@@ -712,7 +723,12 @@ bool grove__loopjob_idle(srv_server *srv);
  * (their requests are gone).  Any thread. */
 bool grove__loopjob_closing(srv_server *srv);
 
-/* batcher.c (loop thread). */
+/* batcher.c (loop thread).  init opens the batch hold's timer (after
+ * grove__loop_init); stop closes its handle at shutdown; close its
+ * descriptor after the loop has ended. */
+grove_status grove__batcher_init(srv_server *srv, grove_err *err);
+void grove__batcher_stop(srv_server *srv);
+void grove__batcher_close(srv_server *srv);
 /* Takes the inbox (loop.c): finished workers become idle, predicts are
  * queued (or answered: queue full). */
 void grove__batcher_take_inbox(srv_server *srv);
