@@ -25,7 +25,7 @@
 # The bench client runs on the same machine as groved and takes its share of the cores, as
 # it would for any client on the box.  Environment: GROVE_SERVER_BENCH_ROUNDS (3),
 # GROVE_SERVER_BENCH_SECONDS (3), GROVE_SERVER_BENCH_WORKERS and
-# GROVE_SERVER_BENCH_BLAS_THREADS (groved's defaults: cores / 1 and 1),
+# GROVE_SERVER_BENCH_BLAS_THREADS (groved's defaults: 1 and cores),
 # GROVE_SERVER_BENCH_DATA_IO (groved's --data-io), GROVE_SERVER_BENCH_CLIENT_IO (the client transports, "sp nng"), GROVE_SERVER_BENCH_MAX_BATCH (64) and GROVE_SERVER_BENCH_DELAY_US (500) for the exported
 # model's batching, GROVE_PEERS (the peers folder).
 set -uo pipefail
@@ -41,7 +41,7 @@ groved_bin="$(dirname "$(readlink -f "$grove_bin")")/groved"
 rounds=${GROVE_SERVER_BENCH_ROUNDS:-3}
 seconds=${GROVE_SERVER_BENCH_SECONDS:-3}
 workers=${GROVE_SERVER_BENCH_WORKERS:-}
-blas=${GROVE_SERVER_BENCH_BLAS_THREADS:-1}
+blas=${GROVE_SERVER_BENCH_BLAS_THREADS:-}
 max_batch=${GROVE_SERVER_BENCH_MAX_BATCH:-64}
 delay_us=${GROVE_SERVER_BENCH_DELAY_US:-500}
 client_ios=${GROVE_SERVER_BENCH_CLIENT_IO:-sp nng}
@@ -88,8 +88,9 @@ hport=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0
 ipc="ipc://$work/groved.sock"
 tcp="tcp://127.0.0.1:$port"
 args=(--model "mlp=$model_dir" --listen "$ipc" --listen "$tcp" --http "127.0.0.1:$hport"
-  --blas-threads "$blas" --log-level warn --admin-listen none)
+  --log-level warn --admin-listen none)
 [ -n "$workers" ] && args+=(--workers "$workers")
+[ -n "$blas" ] && args+=(--blas-threads "$blas")
 # GROVE_SERVER_BENCH_DATA_IO: groved's --data-io (loop or nng; unset: groved's default).
 [ -n "${GROVE_SERVER_BENCH_DATA_IO:-}" ] && args+=(--data-io "$GROVE_SERVER_BENCH_DATA_IO")
 # bench/sp_load speaks SP itself; its protobuf-c code is generated here from proto/ (any build's).
@@ -138,6 +139,10 @@ if ! "$grove_bin" --server "$ipc" status >"$work/status.out" 2>&1; then
 fi
 config=$(grep -m1 '^server:' "$work/status.out")
 echo "$config"
+# The threads one forward of groved uses (its status line: "N workers x T compute threads"),
+# for the local batch-1 forward the one-client rows are measured against.
+blas=$(sed -n 's/.* x \([0-9][0-9]*\) compute thread.*/\1/p' <<<"$config")
+[ -n "$blas" ] || blas=1
 echo "batching: max_batch_size=$max_batch max_queue_delay_us=$delay_us;" \
   "$rounds rounds of $seconds s per figure"
 
@@ -246,10 +251,11 @@ for r in $(seq 1 "$rounds"); do
 done
 
 echo
-"$python" - "$results" "$client_ios" <<'EOF'
+"$python" - "$results" "$client_ios" "$blas" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 ios = sys.argv[2].split()
+threads = int(sys.argv[3])  # one forward's compute threads: each is busy for the forward
 def vals(kind, key):
     return [r[key] for r in rows if r["kind"] == kind and key in r]
 def agg(kind, key, f):
@@ -301,7 +307,8 @@ for title, f, lo in (("best round", max, min),
         name = (kind[:3] + " (" + kind[5:] + ")") if "/" in kind else kind[:-1].replace("sp_", "sp_load ")
         print(f"  groved {name:11s} 1 client x batch 1:  p50 {fmt(p50, 3)} ms, p99 {fmt(p99, 3)} ms;"
               f" local forward {fmt(local1, 3)} ms; added {fmt(added, 0)} us")
-    print("  per request, outside the forward (groved CPU - compute, over requests answered):")
+    print(f"  per request, outside the forward (groved CPU - compute x {threads} thread"
+          f"{'s' if threads > 1 else ''}, over requests answered):")
     for kind in ([k + "/" + io for k in ("ipc32", "tcp32", "ipc1", "tcp1") for io in ios]
                  + ["sp_ipc32", "sp_tcp32", "sp_ipc1"]):
         c = [r for r in rows if r["kind"] == kind + "_cost" and r["requests"] > 0]
@@ -309,7 +316,7 @@ for title, f, lo in (("best round", max, min),
             continue
         # Costs are better low: the "best" round takes the least.
         g = (min if f is max else statistics.median)
-        gs = g([(r["groved_cpu_s"] - r["compute_s"]) / r["requests"] * 1e6 for r in c])
+        gs = g([(r["groved_cpu_s"] - r["compute_s"] * threads) / r["requests"] * 1e6 for r in c])
         cl = g([r["client_cpu_s"] / r["requests"] * 1e6 for r in c])
         cs = g([(r["groved_cs"]) / r["requests"] for r in c])
         ccs = g([(r["client_cs"]) / r["requests"] for r in c])
