@@ -409,6 +409,17 @@ START_TEST(test_spec_errors) {
               PH ",{\"op\": \"call_module\", \"name\": \"a\", \"target\": \"l\", \"args\": "
                  "[{\"node\": \"x\"}]}," OUT("a")),
            GROVE_E_SPEC, "$.module.graph[1].target: \"l\" is a ModuleList, which has no forward");
+  /* A list argument whose later item is refused after its first was
+   * parsed: the list already holds memory, which the failed node must
+   * still own (LeakSanitizer under SAN=1 saw it lost).  As one of an op's
+   * *varargs (view(x, 2, ["a", bad])) and as a module call's argument. */
+  spec_err(
+      G(PH "," FN("v", "view", "[{\"node\": \"x\"}, 2, [\"a\", {\"tensor\": 1}]]") "," OUT("v")),
+      GROVE_E_SPEC, "$.module.graph[1].args[2][1]: expected a constant");
+  spec_err(GC("{\"fc\": {\"type\": \"Linear\", \"in_features\": 4, \"out_features\": 2}}",
+              PH ",{\"op\": \"call_module\", \"name\": \"a\", \"target\": \"fc\", \"args\": "
+                 "[{\"node\": \"x\"}, [\"a\", {\"tensor\": 1}]]}," OUT("a")),
+           GROVE_E_SPEC, "$.module.graph[1].args[1][1]: expected a constant");
 }
 END_TEST
 
