@@ -595,6 +595,50 @@ START_TEST(test_user_ops_edges) {
 }
 END_TEST
 
+/* sort / argsort / topk of a dtype Grove does not sort (bool: torch sorts
+ * it, its topk refuses it) name the dtype; a dim past int's range is out
+ * of range as itself, not as its low 32 bits (2^32 was dim 0: accepted). */
+static void sort_refused(const char *nodes, const char *want) {
+  grove_err err = {0};
+  grove_model *m = NULL;
+  char module[1024];
+  snprintf(module, sizeof module, G(PH ",%s," OUT("s")), nodes);
+  ck_assert_ok(from_module(module, &m, &err), &err);
+  float buf[8] = {1, -2, 3, -4, 5, -6, 7, -8};
+  int64_t shape[2] = {2, 4};
+  grove_tensor x;
+  grove_tensor_init(&x, GROVE_F32, 2, shape, buf);
+  grove_arena *a = grove_arena_new(0);
+  grove_values out;
+  ck_assert_int_ne(grove_model_forward(m, a, &x, 1, &out, &err), GROVE_OK);
+  ck_assert_msg(strstr(err.msg, want), "%s:\n got  \"%s\"\n want \"%s\"", nodes, err.msg, want);
+  grove_arena_free(a);
+  grove_model_free(m);
+}
+
+START_TEST(test_sort_refusals) {
+  sort_refused(FN("b", "gt", "[{\"node\": \"x\"}, 0.0]") "," FN("s", "sort", "[{\"node\": \"b\"}]"),
+               "graph node 's' (sort): sort: expected a float32 or int64 tensor, got bool");
+  sort_refused(
+      FN("b", "gt", "[{\"node\": \"x\"}, 0.0]") "," FN("s", "argsort", "[{\"node\": \"b\"}]"),
+      "argsort: expected a float32 or int64 tensor, got bool");
+  sort_refused(
+      FN("b", "gt", "[{\"node\": \"x\"}, 0.0]") "," FN("s", "topk", "[{\"node\": \"b\"}, 2]"),
+      "topk: expected a float32 or int64 tensor, got bool");
+  sort_refused(FN("s", "sort", "[{\"node\": \"x\"}, 4294967296]"),
+               "sort: dim 4294967296 is out of range for a 2-d input (expected in [-2, 1])");
+  sort_refused(FN("s", "topk", "[{\"node\": \"x\"}, 1, -4294967295]"),
+               "topk: dim -4294967295 is out of range for a 2-d input");
+  /* The other ops that read a dim through grove__op_wrap_dim. */
+  sort_refused(FN("s", "cumsum", "[{\"node\": \"x\"}, 4294967296]"),
+               "cumsum: dim 4294967296 is out of range");
+  sort_refused(FN("s", "repeat_interleave", "[{\"node\": \"x\"}, 2, 4294967297]"),
+               "repeat_interleave: dim 4294967297 is out of range");
+  sort_refused(FN("s", "unflatten", "[{\"node\": \"x\"}, 4294967296, [2, 2]]"),
+               "Unflatten: dim 4294967296 is out of range");
+}
+END_TEST
+
 /* A graph that returns its input returns it itself (as torch does): no
  * copy, nothing left in the arena. */
 START_TEST(test_identity_graph) {
@@ -1316,6 +1360,7 @@ static Suite *graph_suite(void) {
   tcase_add_test(tc, test_arena_rewind);
   tcase_add_test(tc, test_spec_errors);
   tcase_add_test(tc, test_runtime_errors);
+  tcase_add_test(tc, test_sort_refusals);
   tcase_add_test(tc, test_identity_graph);
   tcase_add_test(tc, test_user_ops_edges);
   tcase_add_test(tc, test_liveness);

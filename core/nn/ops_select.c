@@ -344,8 +344,8 @@ static grove_status sort_dim(const grove__opctx *c, const grove_tensor *x0, int6
   if (x0->dtype != GROVE_F32 && x0->dtype != GROVE_I64)
     return grove_err_set(c->f->err, GROVE_E_DTYPE, "%s: expected a float32 or int64 tensor, got %s",
                          name, grove_dtype_name(x0->dtype));
-  if (!grove__op_wrap_dim((int)d64, x0->ndim ? x0->ndim : 1, &dim))
-    return grove__op_dim_error(c->f, name, "dim", (int)d64, x0->ndim);
+  if (!grove__op_wrap_dim(d64, x0->ndim ? x0->ndim : 1, &dim))
+    return grove__op_dim_error(c->f, name, "dim", d64, x0->ndim);
   grove_tensor x = *x0;
   if (!grove_tensor_is_contiguous(x0) &&
       ((s = grove_fwd_alloc(c->f, &x, x0->dtype, x0->ndim, x0->shape)) ||
