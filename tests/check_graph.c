@@ -1351,6 +1351,54 @@ START_TEST(test_plan_signatures_seq) {
 }
 END_TEST
 
+/* A forward that fails (an id past the embedding) while recording a plan
+ * publishes none, and while on a plan leaves it good: the next forwards
+ * at that signature record / use it and give a fresh model's bits. */
+static sig_out ids_forward(grove_model *m, grove_arena *a, int64_t n, int64_t t, int64_t bad,
+                           grove_status want, uint64_t *moved) {
+  int64_t ids[64], shape[2] = {n, t};
+  for (int64_t k = 0; k < n * t; k++) ids[k] = (k * 7 + n) % 20;
+  if (bad) ids[n * t - 1] = bad;
+  grove_tensor x;
+  grove_tensor_init(&x, GROVE_I64, 2, shape, ids);
+  if (want == GROVE_OK) return sig_forward(m, a, &x, moved);
+  grove_err err = {0};
+  grove_values out;
+  grove_arena_reset(a);
+  ck_assert_status(grove_model_forward(m, a, &x, 1, &out, &err), want);
+  return (sig_out){0};
+}
+
+START_TEST(test_plan_after_error) {
+  fixture ref = {0}, fx = {0};
+  fixture_load(&ref, "embed_mean");
+  fixture_load(&fx, "embed_mean");
+  grove_arena *ra = grove_arena_new(0), *a = grove_arena_new(0);
+  /* Signature [3, 4]: fails while recording, then records, then runs on
+   * its plan, fails on it, and runs on it again. */
+  static const int64_t bad[] = {20, 0, 0, 20, 0};
+  static const int kind[] = {0, 1, 2, 0, 2}; /* 0 fails, 1 records, 2 planned */
+  sig_out want = ids_forward(ref.model, ra, 3, 4, 0, GROVE_OK, NULL);
+  for (int k = 0; k < 5; k++) {
+    uint64_t moved = 0;
+    sig_out got =
+        ids_forward(fx.model, a, 3, 4, bad[k], kind[k] ? GROVE_OK : GROVE_E_RANGE, &moved);
+    if (kind[k] == 0) continue;
+    ck_assert_uint_eq(got.n, want.n);
+    ck_assert_msg(memcmp(got.bytes, want.bytes, got.n) == 0, "forward %d differs", k);
+    if (kind[k] == 2)
+      ck_assert_msg(moved == 0, "forward %d moved %llu bytes", k, (unsigned long long)moved);
+    if (kind[k] == 1) ck_assert_uint_gt(moved, 0); /* else the test tests nothing */
+    free(got.bytes);
+  }
+  free(want.bytes);
+  grove_arena_free(ra);
+  grove_arena_free(a);
+  fixture_fini(&ref);
+  fixture_fini(&fx);
+}
+END_TEST
+
 static Suite *graph_suite(void) {
   Suite *s = suite_create("graph");
   TCase *tc = tcase_create("parity");
@@ -1375,6 +1423,7 @@ static Suite *graph_suite(void) {
   tcase_add_test(tc, test_plan_moves_nothing);
   tcase_add_test(tc, test_plan_signatures_cnn);
   tcase_add_test(tc, test_plan_signatures_seq);
+  tcase_add_test(tc, test_plan_after_error);
   suite_add_tcase(s, tc);
   return s;
 }
