@@ -914,7 +914,11 @@ static grove_status run_graph(const grove_module *m, grove_fwd *f, const grove_v
         s = run_op(&r, i, v);
         break;
     }
-    if (plan && !grove__arena_unplace(f->arena)) {
+    /* A node that failed (an id past an embedding) is its input's fault,
+     * not the plan's: its error is the forward's, and the plan stays good.
+     * (As a miss, one bad request marked the plan bad for every later
+     * forward at its signature.) */
+    if (plan && !grove__arena_unplace(f->arena) && !s) {
       *miss = true;
       return GROVE_OK;
     }

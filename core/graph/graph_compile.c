@@ -185,11 +185,11 @@ grove_status grove__graph_from_json(const json_t *obj, const char *path, grove_m
                          "%s.children: expected an object mapping attribute names to modules",
                          path);
   graph_impl *g = calloc(1, sizeof *g);
-  if (g) g->plans = grove__plans_new(); /* NULL: forwards simply run unplanned */
   if (!g) return nomem(err);
+  g->plans = grove__plans_new(); /* NULL: forwards simply run unplanned */
   g->type_name = grove__strdup(json_string_value(tv));
   if (!g->type_name) {
-    free(g);
+    grove__graph_free_impl(g); /* the plans too */
     return nomem(err);
   }
   g->type.name = g->type_name;
@@ -358,7 +358,7 @@ static void count_uses(gnode *nodes, const garg *a, int reader) {
 static grove_status bind(cctx *c, gnode *n, const grove__opdef *d, const json_t *args,
                          const json_t *kwargs, const char *jp) {
   const int np = grove__op_nparams(d);
-  n->args = calloc((size_t)np, sizeof(garg));
+  n->args = calloc(np ? (size_t)np : 1, sizeof(garg)); /* calloc(0) may be NULL */
   if (!n->args) return nomem(c->err);
   n->nargs = np;
   bool set[GROVE__OP_MAX_PARAMS] = {false};
@@ -379,8 +379,9 @@ static grove_status bind(cctx *c, gnode *n, const grove__opdef *d, const json_t 
           va->items = calloc(na - (size_t)d->varargs, sizeof(garg));
           if (!va->items) return nomem(c->err);
         }
-        if ((s = parse_arg(c, json_array_get(args, i), sub, &va->items[va->n], 0))) return s;
-        va->n++;
+        /* Counted before it is parsed: a list item refused after its
+         * first items were parsed holds memory that fini must free. */
+        if ((s = parse_arg(c, json_array_get(args, i), sub, &va->items[va->n++], 0))) return s;
       }
       set[d->varargs] = true;
       continue;
@@ -520,8 +521,8 @@ static grove_status bind_module(cctx *c, gnode *n, const json_t *args, const jso
     for (size_t i = 0; i < na; i++) {
       char sub[640];
       snprintf(sub, sizeof sub, "%s.args[%zu]", jp, i);
+      n->nargs = (int)i + 1; /* before parsing: a half-parsed list is freed too */
       if ((s = parse_arg(c, json_array_get(args, i), sub, &n->args[i], 0))) return s;
-      n->nargs = (int)i + 1;
       if (n->args[i].kind == A_LIST && grove__is_rnn(t) && i == 1 && na == 2 &&
           (s = flatten_state(c, n, sub)))
         return s;

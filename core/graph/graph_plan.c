@@ -11,9 +11,13 @@
  * each node's allocations at their offsets (grove__arena_place): nothing is
  * moved.  A size or count that differs from the recording makes graph.c
  * mark the plan bad and run the forward again without it: never wrong,
- * only slower.  Up to GROVE__MAX_PLANS plans a graph, under a mutex (graphs
- * are shared by the worker threads); a published plan never changes
- * except for its bad flag. */
+ * only slower.  A node that fails (its input's fault: an id past an
+ * embedding) is no miss: the forward returns its error and the plan stays
+ * good; a forward that fails while recording publishes nothing (the next
+ * one at the signature records).  Up to GROVE__MAX_PLANS plans a graph,
+ * under a mutex (graphs are shared by the worker threads), never replaced:
+ * forwards at further signatures run unplanned; a published plan never
+ * changes except for its bad flag. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

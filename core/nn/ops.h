@@ -312,11 +312,12 @@ grove_status grove__op_ints(const grove__opctx *c, const garg *a, bool allow_one
 /* Number of parameters of d. */
 int grove__op_nparams(const grove__opdef *d);
 /* Wraps a possibly negative dim into [0, ndim) as torch's maybe_wrap_dim
- * (a 0-d tensor counts as 1-d); false when out of range. */
-bool grove__op_wrap_dim(int dim, int ndim, int *out);
+ * (a 0-d tensor counts as 1-d); false when out of range.  int64_t: a
+ * graph's dim argument as given (cast to int first, 2^32 would be 0). */
+bool grove__op_wrap_dim(int64_t dim, int ndim, int *out);
 /* GROVE_E_SHAPE "<layer>: <what> <dim> is out of range for a <ndim>-d input
  * (expected in [lo, hi])". */
-grove_status grove__op_dim_error(grove_fwd *f, const char *layer, const char *what, int dim,
+grove_status grove__op_dim_error(grove_fwd *f, const char *layer, const char *what, int64_t dim,
                                  int ndim);
 /* A list of tensors (cat's): a list argument of tensor nodes, or a tuple
  * value; at most max; slots (may be NULL) gets each one's gval.reg. */

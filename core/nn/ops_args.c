@@ -165,19 +165,19 @@ int grove__op_nparams(const grove__opdef *d) {
   return n;
 }
 
-bool grove__op_wrap_dim(int dim, int ndim, int *out) {
+bool grove__op_wrap_dim(int64_t dim, int ndim, int *out) {
   int n = ndim == 0 ? 1 : ndim;
   if (dim < -n || dim >= n) return false;
-  *out = dim < 0 ? dim + n : dim;
+  *out = (int)(dim < 0 ? dim + n : dim);
   return true;
 }
 
-grove_status grove__op_dim_error(grove_fwd *f, const char *layer, const char *what, int dim,
+grove_status grove__op_dim_error(grove_fwd *f, const char *layer, const char *what, int64_t dim,
                                  int ndim) {
   int n = ndim == 0 ? 1 : ndim;
   return grove_err_set(f->err, GROVE_E_SHAPE,
-                       "%s: %s %d is out of range for a %d-d input (expected in [%d, %d])", layer,
-                       what, dim, ndim, -n, n - 1);
+                       "%s: %s %lld is out of range for a %d-d input (expected in [%d, %d])", layer,
+                       what, (long long)dim, ndim, -n, n - 1);
 }
 
 grove_status grove__op_tensors(const grove__opctx *c, const garg *a, grove_tensor *ts,

@@ -510,8 +510,8 @@ static grove_status scan(const grove__opctx *c, gval *res, int mode) {
   const bool all = mode == SCAN_PROD && c->args[1].kind == A_NONE;
   if (!all) {
     if ((s = grove__op_int(c, &c->args[1], &d64))) return s;
-    if (!grove__op_wrap_dim((int)d64, x0->ndim, &dim))
-      return grove__op_dim_error(c->f, name, "dim", (int)d64, x0->ndim);
+    if (!grove__op_wrap_dim(d64, x0->ndim, &dim))
+      return grove__op_dim_error(c->f, name, "dim", d64, x0->ndim);
   }
   const bool flt = grove_dtype_is_float(x0->dtype);
   const bool keepdim = mode == SCAN_PROD && c->args[2].kind == A_BOOL && c->args[2].i;

@@ -307,23 +307,34 @@ ANY_ALL(all);
 
 /* ------------------------------------------------------------ sort, argsort, topk */
 
-/* Whether value a goes after b in ascending order: NaN is the largest, as
- * torch sorts it. */
-static bool after(double a, double b) {
-  return isnan(a) ? !isnan(b) : a > b;
+/* One lane's keys, by position: float32 values widened to double (exact),
+ * or int64 values compared as integers (through a double, 2^60 + 1 and
+ * 2^60 are one value and would sort as ties). */
+typedef struct lane {
+  const double *f;
+  const int64_t *i; /* int64 keys, or NULL: f */
+} lane;
+
+/* Whether the key at position a goes after the one at b in ascending
+ * order: NaN is the largest, as torch sorts it (last ascending, first
+ * descending). */
+static bool after(const lane *v, int64_t a, int64_t b) {
+  if (v->i) return v->i[a] > v->i[b];
+  const double x = v->f[a], y = v->f[b];
+  return isnan(x) ? !isnan(y) : x > y;
 }
 
-/* A stable merge sort of the indices ix[0..n) by v[ix], descending or not:
- * equal values keep their order (torch's stable=True; its default sort
- * gives the same on the CPU).  tmp holds n indices. */
-static void merge_sort(const double *v, int64_t *ix, int64_t *tmp, int64_t n, bool desc) {
+/* A stable merge sort of the indices ix[0..n) by their keys, descending or
+ * not: equal values keep their order (torch's stable=True; its default
+ * sort gives the same on the CPU).  tmp holds n indices. */
+static void merge_sort(const lane *v, int64_t *ix, int64_t *tmp, int64_t n, bool desc) {
   for (int64_t w = 1; w < n; w *= 2) {
     for (int64_t lo = 0; lo < n; lo += 2 * w) {
       const int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
       int64_t i = lo, j = mid, k = lo;
       while (i < mid && j < hi) {
         /* j first only when it strictly precedes i: stability */
-        const bool take_j = desc ? after(v[ix[j]], v[ix[i]]) : after(v[ix[i]], v[ix[j]]);
+        const bool take_j = desc ? after(v, ix[j], ix[i]) : after(v, ix[i], ix[j]);
         tmp[k++] = take_j ? ix[j++] : ix[i++];
       }
       while (i < mid) tmp[k++] = ix[i++];
@@ -335,7 +346,9 @@ static void merge_sort(const double *v, int64_t *ix, int64_t *tmp, int64_t n, bo
 
 /* The first k of x sorted along dim (k = the dim's length: sort): values
  * (unless NULL) in x's dtype and int64 indices, each of x's shape with k
- * along dim. */
+ * along dim.  float32 and int64 only: torch sorts every dtype (topk all
+ * but bool and float16), and a graph's bool or uint8 tensor is refused
+ * here, naming its dtype. */
 static grove_status sort_dim(const grove__opctx *c, const grove_tensor *x0, int64_t d64, bool desc,
                              int64_t k, bool has_k, grove_tensor *vals, grove_tensor *idx) {
   const char *name = c->def->name;
@@ -344,8 +357,8 @@ static grove_status sort_dim(const grove__opctx *c, const grove_tensor *x0, int6
   if (x0->dtype != GROVE_F32 && x0->dtype != GROVE_I64)
     return grove_err_set(c->f->err, GROVE_E_DTYPE, "%s: expected a float32 or int64 tensor, got %s",
                          name, grove_dtype_name(x0->dtype));
-  if (!grove__op_wrap_dim((int)d64, x0->ndim ? x0->ndim : 1, &dim))
-    return grove__op_dim_error(c->f, name, "dim", (int)d64, x0->ndim);
+  if (!grove__op_wrap_dim(d64, x0->ndim ? x0->ndim : 1, &dim))
+    return grove__op_dim_error(c->f, name, "dim", d64, x0->ndim);
   grove_tensor x = *x0;
   if (!grove_tensor_is_contiguous(x0) &&
       ((s = grove_fwd_alloc(c->f, &x, x0->dtype, x0->ndim, x0->shape)) ||
@@ -367,21 +380,26 @@ static grove_status sort_dim(const grove__opctx *c, const grove_tensor *x0, int6
   for (int i = 0; i < dim && i < x.ndim; i++) outer *= x.shape[i];
   for (int i = dim + 1; i < x.ndim; i++) inner *= x.shape[i];
   if (outer == 0 || inner == 0 || len == 0) return GROVE_OK;
-  double *v = grove_arena_alloc(c->f->arena, (size_t)len * sizeof(double));
+  const bool flt = x.dtype == GROVE_F32;
+  /* One key array of 8-byte keys: doubles or int64s (same size). */
+  void *keys = grove_arena_alloc(c->f->arena, (size_t)len * sizeof(int64_t));
   int64_t *ix = grove_arena_alloc(c->f->arena, (size_t)len * sizeof(int64_t));
   int64_t *tmp = grove_arena_alloc(c->f->arena, (size_t)len * sizeof(int64_t));
-  if (!v || !ix || !tmp)
+  if (!keys || !ix || !tmp)
     return grove_err_set(c->f->err, GROVE_E_NOMEM, "%s: scratch arena is exhausted", name);
-  const bool flt = x.dtype == GROVE_F32;
+  const lane v = {flt ? keys : NULL, flt ? NULL : keys};
   for (int64_t o = 0; o < outer; o++)
     for (int64_t in = 0; in < inner; in++) {
       const int64_t base = o * len * inner + in, obase = o * k * inner + in;
       for (int64_t l = 0; l < len; l++) {
         const int64_t at = base + l * inner;
-        v[l] = flt ? ((const float *)x.data)[at] : (double)((const int64_t *)x.data)[at];
+        if (flt)
+          ((double *)keys)[l] = ((const float *)x.data)[at];
+        else
+          ((int64_t *)keys)[l] = ((const int64_t *)x.data)[at];
         ix[l] = l;
       }
-      merge_sort(v, ix, tmp, len, desc);
+      merge_sort(&v, ix, tmp, len, desc);
       for (int64_t l = 0; l < k; l++) {
         const int64_t at = obase + l * inner;
         ((int64_t *)idx->data)[at] = ix[l];

@@ -117,8 +117,8 @@ static grove_status unflatten_fwd(const grove__opctx *c, gval *res) {
   grove_tensor x;
   if ((s = grove__fwd_contig(c->f, xa, &x))) return s;
   int d;
-  if (dim < -GROVE_MAX_DIMS || dim >= GROVE_MAX_DIMS || !grove__op_wrap_dim((int)dim, x.ndim, &d))
-    return grove__op_dim_error(c->f, layer, "dim", (int)dim, x.ndim);
+  if (!grove__op_wrap_dim(dim, x.ndim, &d))
+    return grove__op_dim_error(c->f, layer, "dim", dim, x.ndim);
   char b[128], b2[128];
   if (ns < 1 || x.ndim - 1 + ns > GROVE_MAX_DIMS)
     return grove_err_set(c->f->err, GROVE_E_SHAPE,

@@ -386,8 +386,8 @@ static grove_status repeat_interleave_fwd(const grove__opctx *c, gval *res) {
     return s;
   }
   int dim;
-  if (!grove__op_wrap_dim((int)d64, x.ndim, &dim))
-    return grove__op_dim_error(c->f, "repeat_interleave", "dim", (int)d64, x.ndim);
+  if (!grove__op_wrap_dim(d64, x.ndim, &dim))
+    return grove__op_dim_error(c->f, "repeat_interleave", "dim", d64, x.ndim);
   if (x.shape[dim] && r > INT64_MAX / x.shape[dim])
     return grove_err_set(c->f->err, GROVE_E_INVALID_ARGUMENT,
                          "repeat_interleave: %lld repeats of a dim of %lld overflow", (long long)r,

@@ -311,8 +311,8 @@ static grove_status glu_fwd(const grove__opctx *c, gval *res) {
   int dim;
   grove_status s;
   if ((s = grove__op_tensor(c, 0, &x)) || (s = grove__op_int(c, &c->args[1], &dim64))) return s;
-  if (!grove__op_wrap_dim((int)dim64, x->ndim, &dim) || x->ndim == 0)
-    return grove__op_dim_error(c->f, grove__op_label(c), "dim", (int)dim64, x->ndim);
+  if (!grove__op_wrap_dim(dim64, x->ndim, &dim) || x->ndim == 0)
+    return grove__op_dim_error(c->f, grove__op_label(c), "dim", dim64, x->ndim);
   const int64_t len = x->shape[dim];
   if (len % 2)
     return grove_err_set(c->f->err, GROVE_E_SHAPE,

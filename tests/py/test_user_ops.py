@@ -619,6 +619,52 @@ def test_sort_and_topk():
         _run(name, fn, [(5, 7)])
 
 
+def test_sort_exact_int64_and_nan():
+    """int64 keys compare as integers: 2**60 + 1 and 2**60 are one double
+    (2**60's neighbours are 256 apart), so values that close, and near
+    either end of int64's range, must still sort apart, ties in their
+    order (stable).  The outputs are the values minus the offset (small
+    again, so that the float64 comparison sees a wrong order) and the
+    indices.  Floats: NaN goes last ascending and first descending, as
+    torch.sort puts it; topk's NaNs are compared as values only (torch's
+    order of equal values in topk is its own)."""
+    import torch
+    big, hi, lo = 2 ** 60, 2 ** 63 - 64, -(2 ** 63) + 64
+    t = lambda x: x.transpose(1, 2)  # noqa: E731
+    q = lambda x: (x * 3).long()  # noqa: E731  small integers, many ties
+
+    def vi(s, off):
+        return s.values - off, s.indices
+
+    def distinct(x):  # distinct along the last dim (a * 8 + its position), within 256
+        return q(x) * 8 + torch.arange(7)
+
+    def nan(x):  # NaNs and -infs among the values
+        return x.masked_fill(x > 0.6, float("nan")).masked_fill(x < -1.2, float("-inf"))
+
+    cases = [
+        ("sort_i64_big", lambda x: vi(torch.sort(q(x) + big, dim=-1, stable=True), big)),
+        ("sort_i64_big_desc", lambda x: vi(torch.sort(q(x) + big, dim=1, descending=True,
+                                                      stable=True), big)),
+        ("sort_i64_big_t", lambda x: vi(torch.sort(t(q(x) + big), dim=-1, stable=True), big)),
+        ("argsort_i64_big", lambda x: torch.argsort(q(x) + big, dim=-1, stable=True)),
+        ("argsort_i64_big_desc", lambda x: torch.argsort(q(x) - big, descending=True,
+                                                         stable=True)),
+        ("sort_i64_max", lambda x: vi(torch.sort(q(x) + hi, descending=True, stable=True), hi)),
+        ("sort_i64_min", lambda x: vi(torch.sort(q(x) + lo, stable=True), lo)),
+        ("topk_i64_big", lambda x: vi(torch.topk(distinct(x) + big, 3), big)),
+        ("topk_i64_big_smallest", lambda x: vi(torch.topk(distinct(x) + big, 2, largest=False),
+                                               big)),
+        ("sort_nan", lambda x: torch.sort(nan(x), dim=-1, stable=True)),
+        ("sort_nan_desc", lambda x: torch.sort(nan(x), dim=-1, descending=True, stable=True)),
+        ("argsort_nan_t", lambda x: t(nan(x)).argsort(dim=1, descending=True, stable=True)),
+        ("topk_nan_values", lambda x: torch.topk(nan(x), 4)[0]),
+        ("topk_nan_smallest", lambda x: torch.topk(nan(x), 3, largest=False)[0]),
+    ]
+    for name, fn in cases:
+        _run(name, fn, [(5, 7)])
+
+
 def test_repeat_interleave():
     """repeat_interleave with an int repeats: along a dim (negative too),
     flattened (no dim), on integers, through a transpose, past 4 dims."""
