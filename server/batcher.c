@@ -83,7 +83,7 @@ static void roll_peak(srv_model *m, int64_t now) {
 
 static void note_peak(srv_model *m, int64_t now) {
   roll_peak(m, now);
-  int64_t in = m->queued_rows + m->running_rows;
+  int64_t in = m->queued_rows + atomic_load(&m->running_rows);
   if (in > m->peak_rows) m->peak_rows = in;
 }
 
@@ -192,7 +192,7 @@ static bool form_batch(srv_server *srv, srv_model *m, srv_worker *w, int64_t tak
   b->version = v;
   b->hooks = grove__telemetry_acquire(srv, m);
   m->running++;
-  m->running_rows += b->rows;
+  atomic_fetch_add(&m->running_rows, b->rows);
   (void)srv;
   return true;
 }
@@ -201,7 +201,6 @@ static bool form_batch(srv_server *srv, srv_model *m, srv_worker *w, int64_t tak
  * idle again, the batch's version reference dropped off the loop. */
 static void worker_back(srv_server *srv, srv_worker *w) {
   w->batch.model->running--;
-  w->batch.model->running_rows -= w->batch.rows;
   grove__version_release_off_loop(srv, w->batch.version);
   w->batch = (srv_batch){0};
   w->next = srv->idle;
@@ -238,7 +237,8 @@ static bool ready(srv_server *srv, srv_model *m, int64_t now, int64_t idle_since
   int64_t share = (peak + srv->workers - 1) / srv->workers;
   if (share >= 1 && share < *take) *take = share;
   int64_t want = share;
-  if (want > peak - m->running_rows) want = peak - m->running_rows;
+  int64_t running = atomic_load(&m->running_rows);
+  if (want > peak - running) want = peak - running;
   if (m->queued_rows >= want || m->queued_rows >= *take) return true;
   int64_t hold = bc->max_queue_delay_us * 1000;
   int64_t lone = atomic_load_explicit(&m->lone_ns, memory_order_relaxed);

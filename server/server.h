@@ -205,10 +205,9 @@ typedef struct srv_model {
   srv_req *head, *tail; /* FIFO of queued requests */
   size_t queued;        /* requests in the FIFO */
   int64_t queued_rows;
-  int running;          /* batches of this model on workers now */
-  int64_t running_rows; /* ... and their rows */
-  /* The most rows of this model seen in groved at once (queued plus
-   * running), over the current and the previous window of
+  int running; /* batches of this model on workers now */
+  /* The most rows of this model in groved when a batch was formed (queued
+   * plus running), over the current and the previous window of
    * BATCH_PEAK_WINDOW_NS (batcher.c): how many the clients keep in flight,
    * which sets how many a batch waits for. */
   int64_t peak_rows, peak_rows_prev;
@@ -216,6 +215,10 @@ typedef struct srv_model {
   bool paused; /* an in-place reload holds this model's batches (grove__model_set_paused) */
 
   /* Any thread. */
+  /* Rows of batches dispatched and not yet answered: added by the loop at
+   * dispatch, taken off by the worker before its first reply goes out (so
+   * that a request coming back never finds its rows still counted). */
+  _Atomic int64_t running_rows;
   /* How long a batch of one request takes to compute (worker.c: a running
    * mean of the last ones, ns; 0 until one ran), for batcher.c's choice of
    * running a lone request on the loop. */
@@ -348,6 +351,7 @@ struct srv_batch {
   srv_req *reqs;        /* linked by next, in queue order */
   size_t nreqs;
   int64_t rows;
+  bool answered; /* worker.c: its rows no longer count in model->running_rows */
 };
 
 /* loop.c: a wake-up of the loop from any thread, one per kind of work

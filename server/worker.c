@@ -30,7 +30,16 @@ static grove_status wire_status(grove_status s) {
   return (s == GROVE_E_SHAPE || s == GROVE_E_DTYPE) ? GROVE_E_INVALID_ARGUMENT : s;
 }
 
+/* Before a batch's first reply: its rows stop counting as running
+ * (batcher.c's rows in flight), once. */
+static void answering(srv_batch *b) {
+  if (b->answered) return;
+  b->answered = true;
+  atomic_fetch_sub(&b->model->running_rows, b->rows);
+}
+
 static void fail_batch(srv_batch *b, grove_status s, const char *msg) {
+  answering(b);
   srv_req *r = b->reqs;
   while (r) {
     srv_req *next = r->next; /* r is NNG's once replied */
@@ -192,6 +201,7 @@ static void run_batch(srv_worker *w) {
   } else {
     /* NNG's requests get their replies encoded and chained; another
      * protocol's (srv_req.origin) take their rows here, from the arena. */
+    answering(b);
     int64_t row0 = 0;
     srv_req *nng = NULL, **tail = &nng;
     for (srv_req *r = b->reqs, *next; r; r = next) {
