@@ -63,7 +63,8 @@ static const char usage_text[] =
     "  --pub URL|none          PUB socket of forward-hook telemetry (default " DEFAULT_PUB
     ";\n"
     "                          the default is best effort: taken, telemetry is off)\n"
-    "  --workers N             worker threads (default: cores / blas threads, or 1)\n"
+    "  --workers N             worker threads (default: cores / blas threads; neither\n"
+    "                          given: from the models' weights, docs/operations.md)\n"
     "  --blas-threads N        compute threads per forward (default: cores / workers);\n"
     "                          workers x blas threads never exceeds the cores\n"
     "  --log-level LEVEL       debug, info (default), warn, error\n"
@@ -351,15 +352,14 @@ static void free_flags(srv_config *cfg) {
 }
 
 /* workers x blas threads never exceeds the cores given: clamp, and say so.
- * Neither given: one worker whose forwards use every core.  One batch over
- * all cores beat a batch per core on the 2-core machines groved is measured
- * on: concurrent forwards each read the whole of the weights, where one
- * forward's threads share them out (docs/performance.md, "One worker over
- * every core"), and a lone request's forward takes half the time. */
+ * Neither given: decided once the models are loaded, by their weights
+ * (lifecycle.c's settle_threads); until then a worker per core of one
+ * thread each, which the trial forwards of the load run on. */
 static void choose_threads(srv_server *srv) {
   int cores = grove_available_cores();
   int t = srv->cfg.blas_threads;
-  if (!t) t = srv->cfg.workers ? cores / srv->cfg.workers : cores;
+  srv->threads_auto = !t && !srv->cfg.workers;
+  if (!t) t = srv->cfg.workers ? cores / srv->cfg.workers : 1;
   if (t < 1) t = 1;
   if (t > cores) {
     grove__slog(GROVE_LOG_WARN, "server.threads_clamped",

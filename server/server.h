@@ -98,8 +98,8 @@ typedef struct srv_config {
   const char *model_repo;
   srv_model_arg models[SRV_MAX_MODELS];
   size_t nmodels;
-  int workers;      /* 0 = cores / blas_threads */
-  int blas_threads; /* 0 = 1 */
+  int workers;      /* 0 = cores / blas_threads (both 0: from the models' weights) */
+  int blas_threads; /* 0 = cores / workers */
   size_t max_request_bytes;
   int drain_timeout_ms;
   int test_batch_delay_ms; /* testing aid: each batch sleeps this long first */
@@ -208,7 +208,7 @@ typedef struct srv_model {
   int running; /* batches of this model on workers now */
   /* The most rows of this model in groved when a batch was formed (queued
    * plus running), over the current and the previous window of
-   * BATCH_PEAK_WINDOW_NS (batcher.c): how many the clients keep in flight,
+   * BATCH_PEAK_WINDOW_NS or four batches (batcher.c): how many the clients keep in flight,
    * which sets how many a batch waits for. */
   int64_t peak_rows, peak_rows_prev;
   int64_t peak_window_start;
@@ -223,6 +223,8 @@ typedef struct srv_model {
    * mean of the last ones, ns; 0 until one ran), for batcher.c's choice of
    * running a lone request on the loop. */
   _Atomic int64_t lone_ns;
+  /* ... and a batch of any size: batcher.c's hold never outlasts one. */
+  _Atomic int64_t batch_ns;
   _Atomic uint64_t queue_depth; /* = queued, for /metrics and status */
   _Atomic int64_t version_number;
   srv_metrics metrics;
@@ -449,6 +451,7 @@ typedef void (*srv_metrics_fn)(srv_server *srv, srv_text *b);
 struct srv_server {
   srv_config cfg;
   int workers, blas_threads;
+  bool threads_auto; /* neither flag given: lifecycle.c settles them after the load */
   int64_t t_start;
 
   srv_model *models;

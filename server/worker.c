@@ -183,14 +183,18 @@ static void run_batch(srv_worker *w) {
   }
   int64_t compute_ns = grove__now_ns() - t0;
   grove__hist_observe_ns(&m->metrics.compute_lat, compute_ns);
-  if (b->nreqs == 1 && !s) {
-    /* A mean over about the last 8 (workers race on it: an estimate).  The
+  if (!s) {
+    /* Means over about the last 8 (workers race on them: estimates).  The
      * tests' --test-batch-delay-ms stands for a slow forward, so it counts
-     * here (batcher.c's hold is bounded by this); run_here never runs a
+     * here (batcher.c's hold is bounded by these); run_here never runs a
      * batch on the loop with it set. */
-    int64_t lone = compute_ns + (int64_t)srv->cfg.test_batch_delay_ms * 1000000;
-    int64_t old = atomic_load_explicit(&m->lone_ns, memory_order_relaxed);
-    atomic_store_explicit(&m->lone_ns, old ? old + (lone - old) / 8 : lone, memory_order_relaxed);
+    int64_t ns = compute_ns + (int64_t)srv->cfg.test_batch_delay_ms * 1000000;
+    int64_t old = atomic_load_explicit(&m->batch_ns, memory_order_relaxed);
+    atomic_store_explicit(&m->batch_ns, old ? old + (ns - old) / 8 : ns, memory_order_relaxed);
+    if (b->nreqs == 1) {
+      old = atomic_load_explicit(&m->lone_ns, memory_order_relaxed);
+      atomic_store_explicit(&m->lone_ns, old ? old + (ns - old) / 8 : ns, memory_order_relaxed);
+    }
   }
   grove__hist_observe_rows(&m->metrics.batch_size, b->rows);
 
