@@ -988,16 +988,7 @@ START_TEST(an_idle_worker_takes_what_is_queued_while_another_computes) {
       grove_client_predict_async(c, "server_mlp", &in0, 1, 30000, on_result, &res[0], &err), &err);
   /* The first is on a worker once groved counts it in flight (it is
    * dispatched as soon as it is queued: both workers are idle). */
-  double deadline = h_now() + 20;
-  for (;;) {
-    grove_server_status *st = NULL;
-    ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
-    bool in = st->inflight == 1;
-    grove_server_status_free(st);
-    if (in) break;
-    ck_assert(h_now() < deadline);
-    h_sleep_ms(2);
-  }
+  wait_inflight(c, 1);
   h_sleep_ms(50);
   ck_assert_ok(
       grove_client_predict_async(c, "server_mlp", &in1, 1, 30000, on_result, &res[1], &err), &err);
@@ -1070,18 +1061,7 @@ START_TEST(a_worker_back_waits_for_the_rows_in_flight) {
   }
   pthread_t th[4];
   ck_assert_int_eq(pthread_create(&th[0], NULL, loop_client_main, &lc[0]), 0);
-  /* The others start once the first is on the worker. */
-  grove_err err = {0};
-  double deadline = h_now() + 20;
-  for (;;) {
-    grove_server_status *st = NULL;
-    ck_assert_ok(grove_client_status(lc[1].c, 5000, &st, &err), &err);
-    bool in = st->inflight == 1;
-    grove_server_status_free(st);
-    if (in) break;
-    ck_assert(h_now() < deadline);
-    h_sleep_ms(2);
-  }
+  wait_inflight(lc[1].c, 1); /* the others start once the first is on the worker */
   for (int i = 1; i < 4; i++)
     ck_assert_int_eq(pthread_create(&th[i], NULL, loop_client_main, &lc[i]), 0);
   for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
