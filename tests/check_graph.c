@@ -636,6 +636,20 @@ START_TEST(test_sort_refusals) {
                "repeat_interleave: dim 4294967297 is out of range");
   sort_refused(FN("s", "unflatten", "[{\"node\": \"x\"}, 4294967296, [2, 2]]"),
                "Unflatten: dim 4294967296 is out of range");
+  /* softmax's and flatten's constant dims are refused when the graph loads
+   * (their forwards read them as int64 too, whose low 32 bits were 0). */
+  const char *at_load[][2] = {
+      {FN("s", "softmax", "[{\"node\": \"x\"}, 4294967296]"), "dim 4294967296 is out of range"},
+      {FN("s", "flatten", "[{\"node\": \"x\"}, 4294967296, -1]"), "start_dim"},
+  };
+  for (size_t i = 0; i < sizeof at_load / sizeof at_load[0]; i++) {
+    grove_err err = {0};
+    grove_model *m = NULL;
+    char module[1024];
+    snprintf(module, sizeof module, G(PH ",%s," OUT("s")), at_load[i][0]);
+    ck_assert_int_ne(from_module(module, &m, &err), GROVE_OK);
+    ck_assert_msg(strstr(err.msg, at_load[i][1]), "%s: got \"%s\"", at_load[i][0], err.msg);
+  }
 }
 END_TEST
 

@@ -337,7 +337,7 @@ grove_status grove__op_index_list(const grove__opctx *c, const garg *ix, struct 
  * forward and both training forwards (module and graph node) use it. */
 int grove__flatten_shape(const grove_tensor *x, int sd, int ed, int64_t *shape);
 /* softmax's dim: dim, or torch's _get_softmax_dim for dim=None. */
-int grove__softmax_dim(bool has_dim, int dim, int ndim);
+int64_t grove__softmax_dim(bool has_dim, int64_t dim, int ndim);
 /* Results. */
 void grove__op_set_tensor(gval *v, const grove_tensor *t);
 void grove__op_set_int(gval *v, int64_t i);

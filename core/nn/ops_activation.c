@@ -256,7 +256,7 @@ static grove_status softmax_common(const grove__opctx *c, gval *res, bool as_log
   if (neg && (s = grove__op_unary(c->f, GROVE__UN_NEG, &x, 0, 0, &x, NULL))) return s;
   /* torch's _get_softmax_dim for dim=None. */
   const bool has_dim = c->args[1].kind == A_INT;
-  int dim = grove__softmax_dim(has_dim, has_dim ? (int)c->args[1].i : 0, x.ndim);
+  int64_t dim = grove__softmax_dim(has_dim, has_dim ? c->args[1].i : 0, x.ndim);
   int d;
   if (!grove__op_wrap_dim(dim, x.ndim, &d))
     return grove__op_dim_error(c->f, layer, "dim", dim, x.ndim);

@@ -4,6 +4,7 @@
  * getattr (.shape, .ndim, .device, .dtype).  Their entries (ops.h) and forwards; the kernels
  * are graph_ops.c's.  Views (reshape of a contiguous input, permute,
  * transpose, indexing, flatten) share their input's memory. */
+#include <inttypes.h>
 #include <string.h>
 
 #include "graph_ops.h"
@@ -34,7 +35,7 @@ int grove__flatten_shape(const grove_tensor *x, int sd, int ed, int64_t *shape) 
   return nd;
 }
 
-int grove__softmax_dim(bool has_dim, int dim, int ndim) {
+int64_t grove__softmax_dim(bool has_dim, int64_t dim, int ndim) {
   return has_dim ? dim : (ndim == 0 || ndim == 1 || ndim == 3) ? 0 : 1;
 }
 
@@ -49,7 +50,7 @@ static grove_status flatten_fwd(const grove__opctx *c, gval *res) {
   in.v[0] = *xa;
   grove_tensor x;
   if ((s = grove__layer_input(layer, c->f, &in, GROVE_DTYPE_COUNT, &x)) != GROVE_OK) return s;
-  const int start = (int)c->args[1].i, end = (int)c->args[2].i;
+  const int64_t start = c->args[1].i, end = c->args[2].i;
   int sd, ed;
   if (!grove__op_wrap_dim(start, x.ndim, &sd))
     return grove__op_dim_error(c->f, layer, "start_dim", start, x.ndim);
@@ -57,8 +58,9 @@ static grove_status flatten_fwd(const grove__opctx *c, gval *res) {
     return grove__op_dim_error(c->f, layer, "end_dim", end, x.ndim);
   if (sd > ed)
     return grove_err_set(c->f->err, GROVE_E_SHAPE,
-                         "%s: start_dim %d comes after end_dim %d for a %d-d input", layer, start,
-                         end, x.ndim);
+                         "%s: start_dim %" PRId64 " comes after end_dim %" PRId64
+                         " for a %d-d input",
+                         layer, start, end, x.ndim);
   int64_t shape[GROVE_MAX_DIMS];
   const int nd = grove__flatten_shape(&x, sd, ed, shape);
   grove_tensor y;

@@ -70,7 +70,7 @@ grove_status grove__tf_softmax(grove__tape *t, const grove_module *m, const grov
   if (s) return s;
   const int nd = val(t, in[0])->ndim;
   /* torch's _get_softmax_dim for dim=None. */
-  int dim = grove__softmax_dim(info->has_dim, info->dim, nd), d;
+  int dim = (int)grove__softmax_dim(info->has_dim, info->dim, nd), d; /* an int setting */
   if (!wrap_dim(dim, nd, &d))
     return grove_err_set(t->err, GROVE_E_SHAPE, "%s: dim %d is out of range for a %d-d input",
                          m->type->name, dim, nd);
