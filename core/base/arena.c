@@ -168,6 +168,10 @@ void grove__arena_record(grove_arena *a, grove__arena_log *log) {
   a->log = log;
 }
 
+void grove__arena_refuse_plan(grove_arena *a) {
+  if (a->log) a->log->refuse = true;
+}
+
 void grove__arena_place(grove_arena *a, char *base, const size_t *off, const size_t *size, int n) {
   a->place_base = base;
   a->place_off = off;

@@ -132,8 +132,12 @@ typedef struct grove__arena_log {
   size_t *size;
   int n, cap;
   bool full;
+  bool refuse; /* grove__arena_refuse_plan: keep the plan, marked bad */
 } grove__arena_log;
 void grove__arena_record(grove_arena *a, grove__arena_log *log); /* NULL: stop */
+/* While recording: the forward being recorded must not be planned (a graph
+ * nested in it cannot run well placed); a no-op otherwise. */
+void grove__arena_refuse_plan(grove_arena *a);
 /* The next n allocations are served at base + off[k] when their rounded
  * size is size[k]; unplace says whether exactly those n came, all matching
  * (otherwise the others were served as usual and the caller falls back). */

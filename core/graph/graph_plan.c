@@ -263,8 +263,13 @@ size_t grove__plan_rec_end(grove__plan_rec *r, const graph_impl *g, const grove_
   size_t total = 0;
   if (ok && !r->fail && !r->log.full && g->plans) {
     grove__gplan *p = build(r, in, cl);
-    if (p) {
+    if (p && r->log.refuse) {
+      /* Kept so that the signature is not recorded again, never used. */
+      atomic_store(&p->bad, true);
+    } else if (p) {
       total = p->total;
+    }
+    if (p) {
       grove__plans *s = g->plans;
       pthread_mutex_lock(&s->mu);
       bool dup = false;

@@ -198,6 +198,40 @@ class ResNetFused(nn.Module):
         return self.fc(torch.flatten(self.pool(x), 1))
 
 
+class Fire(nn.Module):
+    """torchvision's SqueezeNet Fire block: two convolutions' outputs, each through its ReLU,
+    concatenated (a chain of cats in place in Grove)."""
+
+    def __init__(self, cin, squeeze, e1, e3):
+        super().__init__()
+        self.squeeze = nn.Conv2d(cin, squeeze, 1)
+        self.squeeze_activation = nn.ReLU(inplace=True)
+        self.expand1x1 = nn.Conv2d(squeeze, e1, 1)
+        self.expand1x1_activation = nn.ReLU(inplace=True)
+        self.expand3x3 = nn.Conv2d(squeeze, e3, 3, padding=1)
+        self.expand3x3_activation = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        x = self.squeeze_activation(self.squeeze(x))
+        return torch.cat([self.expand1x1_activation(self.expand1x1(x)),
+                          self.expand3x3_activation(self.expand3x3(x))], 1)
+
+
+class FireNested(nn.Module):
+    """Fire blocks (graphs with cats in place) called from a root graph, as SqueezeNet and
+    DenseNet nest theirs: the root is not planned (core/graph/graph.c)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, stride=2, padding=1)
+        self.features = nn.Sequential(Fire(16, 8, 16, 16), Fire(32, 8, 16, 16))
+        self.fc = nn.Linear(32, 5)
+
+    def forward(self, x):
+        x = self.features(F.relu(self.stem(x)))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 class LinearRelu(nn.Module):
     def __init__(self):
         super().__init__()
@@ -325,6 +359,7 @@ CASES = [
     ("multi_io", MultiIO, lambda: (_r(2, 3), _r(2, 2)), lambda: (_r(4, 3), _r(4, 2))),
     ("nested", Nested, lambda: (_r(2, 6),), lambda: (_r(5, 6),)),
     ("resnet_fused", ResNetFused, lambda: (_r(1, 3, 12, 12),), lambda: (_r(2, 3, 12, 12),)),
+    ("fire_nested", FireNested, lambda: (_r(1, 3, 12, 12),), lambda: (_r(2, 3, 12, 12),)),
     ("resnet_b1", ResNetFused, lambda: (_r(1, 3, 10, 10),), lambda: (_r(1, 3, 10, 10),)),
     ("linear_relu", LinearRelu, lambda: (_r(2, 7),), lambda: (_r(3, 7),)),
     ("holder", Holder, lambda: (_r(2, 4),), lambda: (_r(3, 4),)),
