@@ -14,7 +14,10 @@
  * only slower.  A node that fails (its input's fault: an id past an
  * embedding) is no miss: the forward returns its error and the plan stays
  * good; a forward that fails while recording publishes nothing (the next
- * one at the signature records).  Up to GROVE__MAX_PLANS plans a graph,
+ * one at the signature records).  A recording during which a nested graph
+ * with chains of cats in place ran (graph.c: it runs passthru there, and
+ * keeps all it made) is published bad: that signature runs unplanned and
+ * is not recorded again.  Up to GROVE__MAX_PLANS plans a graph,
  * under a mutex (graphs are shared by the worker threads), never replaced:
  * forwards at further signatures run unplanned; a published plan never
  * changes except for its bad flag. */
