@@ -523,6 +523,27 @@ static void wait_inflight(grove_client *c, uint64_t n) {
   }
 }
 
+/* Until groved holds n requests of server_mlp of which queued are queued
+ * (the others on a worker): in flight alone is true as soon as a request is
+ * read, before the loop has dispatched it. */
+static void wait_queued(grove_client *c, uint64_t n, uint64_t queued) {
+  grove_err err = {0};
+  double deadline = h_now() + 20;
+  for (;;) {
+    grove_server_status *st = NULL;
+    ck_assert_ok(grove_client_status(c, 5000, &st, &err), &err);
+    uint64_t depth = UINT64_MAX;
+    for (size_t i = 0; i < st->nmodels; i++)
+      if (strcmp(st->models[i].name, "server_mlp") == 0) depth = st->models[i].queue_depth;
+    bool in = st->inflight == n && depth == queued;
+    grove_server_status_free(st);
+    if (in) return;
+    ck_assert_msg(h_now() < deadline, "groved never held %llu requests, %llu queued",
+                  (unsigned long long)n, (unsigned long long)queued);
+    h_sleep_ms(2);
+  }
+}
+
 static void fini_all(async_result *res, int n) {
   for (int k = 0; k < n; k++) grove_prediction_fini(&res[k].pred);
 }
@@ -853,7 +874,8 @@ START_TEST(drain_timeout_answers_the_queued) {
     grove_tensor in = h_rows(o.x, k, 1);
     ck_assert_ok(
         grove_client_predict_async(c, "server_mlp", &in, 1, 60000, on_result, &res[k], &err), &err);
-    wait_inflight(sc, (uint64_t)k + 1); /* the first alone in the batch, the rest queued */
+    wait_queued(sc, (uint64_t)k + 1,
+                (uint64_t)k); /* the first alone in the batch, the rest queued */
   }
   grove_client_close(sc);
   ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
