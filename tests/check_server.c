@@ -967,17 +967,34 @@ static void mlp_with_delay(const char *name, const char *delay, char *dir, size_
   snprintf(arg, argn, "server_mlp=%s", dir);
 }
 
+/* groved serving the server_mlp copy of mlp_with_delay (name, delay) alone,
+ * with `workers` workers of one compute thread and batches held batch_ms
+ * (NULL: not held); o gets the fixture's rows. */
+static void delayed_server(hserver *s, hio *o, const char *name, const char *delay,
+                           const char *workers, const char *batch_ms, char *dir, size_t dirn) {
+  char arg[400];
+  mlp_with_delay(name, delay, dir, dirn, arg, sizeof arg);
+  const char *extra[] = {"--model",
+                         arg,
+                         "--workers",
+                         workers,
+                         "--blas-threads",
+                         "1",
+                         batch_ms ? "--test-batch-delay-ms" : NULL,
+                         batch_ms,
+                         NULL};
+  server_start_with(s, false, extra);
+  h_io_load("server_mlp", o);
+}
+
 START_TEST(a_lone_request_of_a_model_without_batch_delay_goes_to_a_worker) {
   /* max_queue_delay_us 0: the model accepts no wait at all, so the loop
    * never holds a request behind another's forward; each lone request is a
    * worker's (one sleep of a worker each). */
-  char dir[300], arg[400];
-  mlp_with_delay("nodelay", "0", dir, sizeof dir, arg, sizeof arg);
-  const char *extra[] = {"--model", arg, "--workers", "2", "--blas-threads", "1", NULL};
+  char dir[300];
   hserver s;
-  server_start_with(&s, false, extra);
   hio o;
-  h_io_load("server_mlp", &o);
+  delayed_server(&s, &o, "nodelay", "0", "2", NULL, dir, sizeof dir);
   long slept = lone_requests(&s, &o, 100);
   ck_assert_msg(slept >= 50, "the workers slept %ld times for 100 lone requests", slept);
   h_io_free(&o);
@@ -992,15 +1009,10 @@ START_TEST(an_idle_worker_takes_what_is_queued_while_another_computes) {
    * taken by the idle second worker at once (batcher.c), not when the delay
    * runs out nor when the first worker comes back (the rule before: wait
    * while another batch of the model runs). */
-  char dir[300], arg[400];
-  mlp_with_delay("longdelay", "60000000", dir, sizeof dir, arg, sizeof arg);
-  const char *extra[] = {
-      "--model", arg, "--workers", "2", "--blas-threads", "1", "--test-batch-delay-ms",
-      "600",     NULL};
+  char dir[300];
   hserver s;
-  server_start_with(&s, false, extra);
   hio o;
-  h_io_load("server_mlp", &o);
+  delayed_server(&s, &o, "longdelay", "60000000", "2", "600", dir, sizeof dir);
   static async_result res[2];
   memset(res, 0, sizeof res);
   grove_client *c = h_connect(s.ipc);
@@ -1066,15 +1078,10 @@ START_TEST(a_worker_back_waits_for_the_rows_in_flight) {
    * the worker waits for it (at most one forward of a lone request) and
    * every later batch carries all four.  Taking the three at once, as an
    * idle worker did before, alternates batches of 1 and 3 for good. */
-  char dir[300], arg[400];
-  mlp_with_delay("hold", "1000000", dir, sizeof dir, arg, sizeof arg);
-  const char *extra[] = {
-      "--model", arg, "--workers", "1", "--blas-threads", "1", "--test-batch-delay-ms",
-      "200",     NULL};
+  char dir[300];
   hserver s;
-  server_start_with(&s, false, extra);
   hio o;
-  h_io_load("server_mlp", &o);
+  delayed_server(&s, &o, "hold", "1000000", "1", "200", dir, sizeof dir);
   static loop_client lc[4];
   memset(lc, 0, sizeof lc);
   for (int i = 0; i < 4; i++) {
