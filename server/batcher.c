@@ -14,15 +14,17 @@
  * rows seen in groved at once (queued plus running) over the last
  * BATCH_PEAK_WINDOW_NS, divided by the workers, and never more than what is
  * not running already.  With one client that is one row, so a lone request
- * goes at once; with 32 clients and two workers it is 16, so a worker back
+ * goes at once; with 32 clients and one worker it is 32, so a worker back
  * from its batch waits for the rows it just answered to come back rather
- * than starting a batch of the few that arrived meanwhile (measured: batches
- * of 10 rows where 16 were in reach, each paying the forward's fixed cost,
- * docs/performance.md, "The batch hold").  The hold is at most the model's
- * batching.max_queue_delay_us and at most one forward of a lone request
- * (the time a batch started too small costs anyway, so waiting longer
- * cannot pay).  While every worker is busy requests accumulate, and the
- * next free worker takes up to max_batch_size of them.  A batch takes whole
+ * than starting a batch of the few that arrived meanwhile (measured:
+ * batches of about 16 where 32 were in reach, docs/performance.md, "One
+ * worker over every core, and the batch hold").  A worker takes no more
+ * than that share.  The hold is at most the model's
+ * batching.max_queue_delay_us, at most one forward of a lone request (the
+ * time a batch started too small costs anyway, so waiting longer cannot
+ * pay) and at most one forward of a batch; a hold under HOLD_MIN_NS is not
+ * held.  While every worker is busy requests accumulate, and the
+ * next free worker takes its share of them.  A batch takes whole
  * requests in arrival order whose non-batch dimensions equal the first
  * one's (different shapes cannot be concatenated; they wait for a batch of
  * their own).  A request past its deadline is answered DEADLINE_EXCEEDED

@@ -164,14 +164,15 @@ static grove_status rpc_hooks(srv_server *srv, grove_err *err) {
 /* Neither --workers nor --blas-threads: one worker whose forwards use every
  * core when every loaded model's weights reach SPLIT_WEIGHT_BYTES, else
  * (forwards too small to split well, where a second worker overlaps one
- * batch's replies with the next forward) a worker per core.  Every model,
- * not the largest: the workers are shared, and a small model served beside
- * a large one lost a third of its rate on one worker (bench/hooks_bench.sh),
- * where the large one on two workers still gains from the batch hold.  Measured on the 2-core VMs
- * (docs/performance.md, "One worker over every core"): the reference MLP's
- * 7.4 MB served 32 clients 30% faster on one worker x 2 threads than on two
- * x 1, and a lone request's forward took half the time; a 100 KB MLP went
- * 40% slower.  Main thread, before the workers start. */
+ * batch's replies with the next forward) a worker per core.  Measured on
+ * the 2-core VMs (docs/performance.md, "One worker over every core"): the
+ * reference MLP's 7.4 MB served 32 clients 30% faster on one worker x 2
+ * threads than on two x 1, and a lone request's forward took half the
+ * time; a 100 KB MLP went 40% slower.  Every model, not the largest: the
+ * workers are shared, and a small model served beside a large one lost a
+ * third of its rate on one worker (bench/hooks_bench.sh), where the large
+ * one on two workers still gains from the batch hold.  Main thread, before
+ * the workers start. */
 static void settle_threads(srv_server *srv) {
   if (!srv->threads_auto) return;
   size_t loaded = 0, small = 0;

@@ -206,10 +206,10 @@ typedef struct srv_model {
   size_t queued;        /* requests in the FIFO */
   int64_t queued_rows;
   int running; /* batches of this model on workers now */
-  /* The most rows of this model in groved when a batch was formed (queued
-   * plus running), over the current and the previous window of
-   * BATCH_PEAK_WINDOW_NS or four batches (batcher.c): how many the clients keep in flight,
-   * which sets how many a batch waits for. */
+  /* The most rows of this model in groved at once (queued plus running,
+   * taken as each request is queued), over the current and the previous
+   * window of BATCH_PEAK_WINDOW_NS or four batches (batcher.c): how many
+   * the clients keep in flight, which sets how many a batch waits for. */
   int64_t peak_rows, peak_rows_prev;
   int64_t peak_window_start;
   bool paused; /* an in-place reload holds this model's batches (grove__model_set_paused) */

@@ -30,6 +30,13 @@ static grove_status wire_status(grove_status s) {
   return (s == GROVE_E_SHAPE || s == GROVE_E_DTYPE) ? GROVE_E_INVALID_ARGUMENT : s;
 }
 
+/* A running mean over about the last 8 values (workers race on it: an
+ * estimate). */
+static void mean8(_Atomic int64_t *mean, int64_t v) {
+  int64_t old = atomic_load_explicit(mean, memory_order_relaxed);
+  atomic_store_explicit(mean, old ? old + (v - old) / 8 : v, memory_order_relaxed);
+}
+
 /* Before a batch's first reply: its rows stop counting as running
  * (batcher.c's rows in flight), once. */
 static void answering(srv_batch *b) {
@@ -184,17 +191,12 @@ static void run_batch(srv_worker *w) {
   int64_t compute_ns = grove__now_ns() - t0;
   grove__hist_observe_ns(&m->metrics.compute_lat, compute_ns);
   if (!s) {
-    /* Means over about the last 8 (workers race on them: estimates).  The
-     * tests' --test-batch-delay-ms stands for a slow forward, so it counts
-     * here (batcher.c's hold is bounded by these); run_here never runs a
-     * batch on the loop with it set. */
+    /* The tests' --test-batch-delay-ms stands for a slow forward, so it
+     * counts here (batcher.c's hold is bounded by these); run_here never
+     * runs a batch on the loop with it set. */
     int64_t ns = compute_ns + (int64_t)srv->cfg.test_batch_delay_ms * 1000000;
-    int64_t old = atomic_load_explicit(&m->batch_ns, memory_order_relaxed);
-    atomic_store_explicit(&m->batch_ns, old ? old + (ns - old) / 8 : ns, memory_order_relaxed);
-    if (b->nreqs == 1) {
-      old = atomic_load_explicit(&m->lone_ns, memory_order_relaxed);
-      atomic_store_explicit(&m->lone_ns, old ? old + (ns - old) / 8 : ns, memory_order_relaxed);
-    }
+    mean8(&m->batch_ns, ns);
+    if (b->nreqs == 1) mean8(&m->lone_ns, ns);
   }
   grove__hist_observe_rows(&m->metrics.batch_size, b->rows);
 
