@@ -144,7 +144,7 @@ typedef struct linear_job {
   const grove__linear_pack *p;
   const float *x, *bias;
   float *y;
-  int64_t M;
+  int64_t M, ldy;
   grove__act act;
   grove__linear_cut cut;
 } linear_job;
@@ -158,12 +158,12 @@ static void linear_chunks(void *ctx, int64_t begin, int64_t end) {
       const int64_t pi = c % p->npanels;
       const int64_t r0 = c / p->npanels * cut->rows_per_chunk;
       const int64_t r1 = r0 + cut->rows_per_chunk < jb->M ? r0 + cut->rows_per_chunk : jb->M;
-      packed_part(p, jb->x, jb->bias, jb->y, p->N, jb->act, r0, r1, pi, pi + 1);
+      packed_part(p, jb->x, jb->bias, jb->y, jb->ldy, jb->act, r0, r1, pi, pi + 1);
     } else {
       const int64_t q0 = c * cut->panels_per_chunk;
       const int64_t q1 =
           q0 + cut->panels_per_chunk < p->npanels ? q0 + cut->panels_per_chunk : p->npanels;
-      packed_part(p, jb->x, jb->bias, jb->y, p->N, jb->act, 0, jb->M, q0, q1);
+      packed_part(p, jb->x, jb->bias, jb->y, jb->ldy, jb->act, 0, jb->M, q0, q1);
     }
   }
 }
@@ -206,8 +206,8 @@ grove__linear_cut grove__linear_cut_plan(const grove__linear_pack *p, int64_t M,
 #if GROVE__X86_SIMD
 /* Runs one product over the compute threads. */
 static void linear_threaded(int threads, const grove__linear_pack *p, const float *x, int64_t M,
-                            const float *bias, float *y, grove__act act) {
-  linear_job jb = {.p = p, .x = x, .bias = bias, .y = y, .M = M, .act = act};
+                            const float *bias, float *y, int64_t ldy, grove__act act) {
+  linear_job jb = {.p = p, .x = x, .bias = bias, .y = y, .M = M, .ldy = ldy, .act = act};
   jb.cut = grove__linear_cut_plan(p, M, threads);
   grove__parallel_for(jb.cut.chunks, 1, linear_chunks, &jb);
 }
@@ -223,9 +223,16 @@ static void blas_linear(const grove__linear_pack *p, const float *x, int64_t M, 
 
 void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, const float *bias,
                        float *y, grove__act act) {
-  assert(p && M >= 0);
+  assert(p);
+  grove__linear_run_ld(p, x, M, bias, y, p->N, act);
+}
+
+void grove__linear_run_ld(const grove__linear_pack *p, const float *x, int64_t M,
+                          const float *bias, float *y, int64_t ldy, grove__act act) {
+  assert(p && M >= 0 && ldy >= p->N);
   if (M == 0 || p->N == 0) return;
   if (p->kind == GROVE__GEMM_KIND_BLAS) {
+    assert(ldy == p->N);
     blas_linear(p, x, M, bias, y, act);
     return;
   }
@@ -233,10 +240,10 @@ void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, c
   int threads = grove_compute_threads();
   double macs = (double)M * (double)p->N * (double)p->K;
   if (threads > 1 && macs >= MIN_THREADED_MACS && (p->npanels > 1 || M > MR)) {
-    linear_threaded(threads, p, x, M, bias, y, act);
+    linear_threaded(threads, p, x, M, bias, y, ldy, act);
     return;
   }
-  packed_part(p, x, bias, y, p->N, act, 0, M, 0, p->npanels);
+  packed_part(p, x, bias, y, ldy, act, 0, M, 0, p->npanels);
 #endif
 }
 

@@ -88,6 +88,11 @@ void grove__linear_pack_free(grove__linear_pack *p);
  * the product. */
 void grove__linear_run(const grove__linear_pack *p, const float *x, int64_t M, const float *bias,
                        float *y, grove__act act);
+/* The same with the rows of y ldy >= N floats apart (a native pack only
+ * when ldy > N): a convolution writing its rows straight into its
+ * channels-last output, or its channels of a cat's buffer. */
+void grove__linear_run_ld(const grove__linear_pack *p, const float *x, int64_t M,
+                          const float *bias, float *y, int64_t ldy, grove__act act);
 
 /* How grove__linear_run cuts a product of M rows over `threads` compute
  * threads (gemm.c): chunks chunks, each a run of panels_per_chunk 64-wide

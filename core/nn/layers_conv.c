@@ -897,7 +897,7 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
         }
       } else if (grove__linear_pack_native(packs[g]) &&
                  (grove_compute_threads() == 1 ||
-                  cnt * P >= 2 * grove_compute_threads() * FUSED_MIN_ROWS || !rows)) {
+                  cnt * P >= 2 * grove_compute_threads() * FUSED_MIN_ROWS || (!rows && !direct))) {
         rows_fused w = {.rows = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W,
                                  .OH = OH, .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g,
                                  .in_scale = in_scale ? in_scale + n0 * C : NULL},
@@ -919,12 +919,26 @@ static grove_status conv_rows(const conv_impl *p, grove_fwd *f, const float *xd,
          * 7 x 7 image at batch 1): the stages one after another, so that
          * grove__linear_run gives each thread its own panels of the weight
          * over every row; fused chunks of rows would each read all of it
-         * (ResNet-50's layer4, 9.4 MB, read twice for 49 rows). */
+         * (ResNet-50's layer4, 9.4 MB, read twice for 49 rows).  A 1x1
+         * convolution that reads its input as its rows comes here too when
+         * the rows are few: squeeze-excitation's two convolutions over one
+         * pixel were a single fused chunk, on the caller alone while the
+         * other threads waited (#18: mobilenet_v3_large at batch 1 on two
+         * threads, 455 -> 495 samples/s).  With a channels-last output and
+         * no separate scale, the product writes the output itself, its
+         * bias and activation applied by the tiles as in the fused chunks
+         * (same bits), instead of an accumulator and an epilogue pass. */
         if (!direct) {
           conv_par c = {.p = p, .src = xt, .dst = rows, .C = C, .H = H, .W = W, .OH = OH,
                         .OW = OW, .HW = HW, .P = P, .g = g, .cin_g = cin_g,
                         .in_scale = in_scale ? in_scale + n0 * C : NULL};
           grove__parallel_for(cnt * P, grove__par_grain(K), par_rows, &c);
+        }
+        if (nhwc_out && G == 1 && scale == p->ones && grove__linear_pack_native(packs[g])) {
+          grove__linear_run_ld(packs[g], direct ? xt : rows, cnt * P, ep.shift, ep.dst, ldo,
+                               relu ? GROVE__ACT_RELU : ep.post);
+          if (ep.res) grove__act_add(res_act, ep.dst, ep.res, cnt * P * ldo);
+          continue;
         }
         grove__linear_run(packs[g], direct ? xt : rows, cnt * P, NULL, acc, GROVE__ACT_NONE);
       }
