@@ -756,6 +756,61 @@ START_TEST(test_threads_bitwise) {
 }
 END_TEST
 
+/* The 2-d pools on a channels-last input with too few output rows for the
+ * threads (a global pool at batch 1, squeeze-excitation's): the channels
+ * are cut in blocks between the threads (layers_pool.c), and the result is
+ * the same bits on 1, 2 and 3 compute threads, and the bits of the NCHW
+ * path on the same values. */
+START_TEST(test_pool_nhwc_channel_blocks) {
+  grove_err err = {0};
+  const int64_t xs[4] = {1, 200, 28, 28}, HW = 28 * 28, C = 200;
+  grove_tensor *x = rand_tensor(4, xs, 41);
+  grove_tensor *xl = grove_tensor_new(GROVE_F32, 4, xs, NULL);
+  ck_assert_ptr_nonnull(xl);
+  grove__set_nhwc(xl);
+  for (int64_t k = 0; k < C * HW; k++)
+    ((float *)xl->data)[(k % HW) * C + k / HW] = ((const float *)x->data)[k];
+  const int64_t one[2] = {1, 1}, two[2] = {2, 2};
+  grove_module *pools[3] = {NULL};
+  ck_assert_ok(grove_adaptive_avg_pool2d_new(one, &pools[0], &err), &err);
+  ck_assert_ok(grove_adaptive_max_pool2d_new(one, &pools[1], &err), &err);
+  ck_assert_ok(grove_adaptive_avg_pool2d_new(two, &pools[2], &err), &err);
+  for (int k = 0; k < 3; k++) {
+    char what[96];
+    snprintf(what, sizeof what, "%s %s (channels last)", pools[k]->type->name,
+             k == 2 ? "2x2" : "1x1");
+    check_threads(what, pools[k], xl, false, false);
+    /* The same values through the NCHW path: [1, C, OH, OW] from either
+     * layout, compared element by element. */
+    size_t n1, n2;
+    float *planes = run_threads(pools[k], x, 1, false, false, &n1);
+    grove_set_compute_threads(2);
+    grove_arena *a = grove_arena_new(0);
+    grove_fwd f = {.arena = a, .err = &err};
+    grove_tensor y;
+    ck_assert_ok(grove_module_call(pools[k], &f, xl, &y), &err);
+    n2 = (size_t)grove_tensor_numel(&y) * sizeof(float);
+    ck_assert_uint_eq(n1, n2);
+    const int64_t OHW = y.shape[2] * y.shape[3];
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t q = 0; q < OHW; q++) {
+        const float got =
+            ((const float *)y.data)[c * y.strides[1] + (q / y.shape[3]) * y.strides[2] +
+                                    (q % y.shape[3]) * y.strides[3]];
+        ck_assert_msg(memcmp(&got, &planes[c * OHW + q], sizeof got) == 0,
+                      "%s: channel %lld position %lld is %.9g, the NCHW path gives %.9g", what,
+                      (long long)c, (long long)q, got, planes[c * OHW + q]);
+      }
+    grove_arena_free(a);
+    grove_set_compute_threads(1);
+    free(planes);
+    grove_module_release(pools[k]);
+  }
+  grove_tensor_release(xl);
+  grove_tensor_release(x);
+}
+END_TEST
+
 /* ------------------------------------------------------------ channels last */
 
 /* Random values into every parameter and buffer of m named in names. */
@@ -1506,6 +1561,7 @@ static Suite *conv_suite(void) {
   tcase_add_test(tc, test_strided_input);
   tcase_add_test(tc, test_epilogue);
   tcase_add_test(tc, test_threads_bitwise);
+  tcase_add_test(tc, test_pool_nhwc_channel_blocks);
   tcase_add_test(tc, test_winograd_by_image);
   tcase_add_test(tc, test_channels_last);
   tcase_add_test(tc, test_fused_act);

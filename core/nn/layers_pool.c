@@ -145,6 +145,7 @@ typedef struct pool_par {
   float *y;
   int64_t H, W, OH, OW;
   int64_t C;   /* channels last: floats per position */
+  int64_t cb;  /* channels last: channels an index of the loop takes (a block of them) */
   double *acc; /* channels last averages: C doubles per output row's position, per row */
 } pool_par;
 
@@ -155,45 +156,49 @@ static void pool_planes(void *ctx, int64_t b, int64_t e) {
     pool_plane(c->p, c->x + pl * HW, c->H, c->W, c->y + pl * OHW, c->OH, c->OW);
 }
 
-/* Channels last in and out: output rows [b, e) (row = image * OH + oh),
- * every window visited in pool_plane's order with its arithmetic, C
- * channels at a time, so the same values.  The averages' double sums live
- * in acc (C per row, rows apart). */
+/* Channels last in and out: indices [b, e), each a block of c->cb channels
+ * of an output row (index = row * blocks + block, row = image * OH + oh),
+ * every window visited in pool_plane's order with its arithmetic, a
+ * block's channels at a time, so the same values.  The averages' double
+ * sums live in acc (C per row, rows apart). */
 GROVE__CHANNEL_LOOP static void pool_rows_nhwc(void *ctx, int64_t b, int64_t e) {
   const pool_par *c = ctx;
   const pool_impl *p = c->p;
-  const int64_t H = c->H, W = c->W, OH = c->OH, OW = c->OW, C = c->C;
+  const int64_t H = c->H, W = c->W, OH = c->OH, OW = c->OW, ld = c->C;
+  const int64_t nblk = (ld + c->cb - 1) / c->cb;
   const bool mx = is_max(p);
-  for (int64_t row = b; row < e; row++) {
+  for (int64_t idx = b; idx < e; idx++) {
+    const int64_t row = idx / nblk, k0 = idx % nblk * c->cb;
+    const int64_t cn = ld - k0 < c->cb ? ld - k0 : c->cb; /* channels k0 .. k0 + cn */
     const int64_t i = row / OH, oh = row % OH;
-    const float *x = c->x + i * H * W * C;
+    const float *x = c->x + i * H * W * ld + k0;
     const pool_win wh = pool_window(p, 0, oh, H, OH);
-    double *restrict acc = c->acc ? c->acc + row * C : NULL;
+    double *restrict acc = c->acc ? c->acc + row * ld + k0 : NULL;
     for (int64_t ow = 0; ow < OW; ow++) {
-      float *restrict y = c->y + ((i * OH + oh) * OW + ow) * C;
+      float *restrict y = c->y + ((i * OH + oh) * OW + ow) * ld + k0;
       const pool_win ww = pool_window(p, 1, ow, W, OW);
       if (mx) {
-        for (int64_t k = 0; k < C; k++) y[k] = -INFINITY;
+        for (int64_t k = 0; k < cn; k++) y[k] = -INFINITY;
         for (int64_t a = 0; a < wh.n; a++)
           for (int64_t j = 0; j < ww.n; j++) {
             const float *restrict v =
-                x + ((wh.first + a * wh.step) * W + ww.first + j * ww.step) * C;
-            for (int64_t k = 0; k < C; k++) y[k] = (v[k] > y[k] || v[k] != v[k]) ? v[k] : y[k];
+                x + ((wh.first + a * wh.step) * W + ww.first + j * ww.step) * ld;
+            for (int64_t k = 0; k < cn; k++) y[k] = (v[k] > y[k] || v[k] != v[k]) ? v[k] : y[k];
           }
         continue;
       }
       if (wh.n == 0 || ww.n == 0) {
-        for (int64_t k = 0; k < C; k++) y[k] = 0.0f;
+        for (int64_t k = 0; k < cn; k++) y[k] = 0.0f;
         continue;
       }
-      for (int64_t k = 0; k < C; k++) acc[k] = 0;
+      for (int64_t k = 0; k < cn; k++) acc[k] = 0;
       for (int64_t a = 0; a < wh.n; a++)
         for (int64_t j = 0; j < ww.n; j++) {
-          const float *restrict v = x + ((wh.first + a) * W + ww.first + j) * C;
-          for (int64_t k = 0; k < C; k++) acc[k] += v[k];
+          const float *restrict v = x + ((wh.first + a) * W + ww.first + j) * ld;
+          for (int64_t k = 0; k < cn; k++) acc[k] += v[k];
         }
       const double div = pool_div(p, &wh, &ww);
-      for (int64_t k = 0; k < C; k++) y[k] = (float)(acc[k] / div);
+      for (int64_t k = 0; k < cn; k++) y[k] = (float)(acc[k] / div);
     }
   }
 }
@@ -260,7 +265,20 @@ grove_status grove__pool_run(const grove__pool *p, const char *T, grove_fwd *f,
       per += (H + OH - 1) / OH * W * C;
     else
       per += p->k[0] * p->k[1] * OW * C;
-    grove__parallel_for(N * OH, (4 * GROVE__PAR_FLOATS + per - 1) / per, pool_rows_nhwc, &c);
+    /* Too few output rows for the threads, each with work enough for two
+     * (a global pool at batch 1, as in every squeeze-excitation block):
+     * their channels go in blocks of 16, a block an index, so that every
+     * thread takes some; each channel is still summed in the same order. */
+    c.cb = C > 0 ? C : 1;
+    int64_t grain = (4 * GROVE__PAR_FLOATS + per - 1) / per;
+    const int64_t threads = grove_compute_threads();
+    if (threads > 1 && N * OH < 2 * threads && per >= 8 * GROVE__PAR_FLOATS && C > 16) {
+      c.cb = (C + 2 * threads - 1) / (2 * threads);
+      c.cb = (c.cb + 15) / 16 * 16;
+      grain = 1;
+    }
+    const int64_t nblk = (C + c.cb - 1) / c.cb;
+    grove__parallel_for(N * OH * nblk, grain, pool_rows_nhwc, &c);
     return GROVE_OK;
   }
   /* Planes are independent: the compute threads take runs of them. */
