@@ -756,6 +756,14 @@ START_TEST(test_threads_bitwise) {
 }
 END_TEST
 
+/* dst (channels last, of x's shape) = the contiguous NCHW x. */
+static void copy_to_nhwc(const grove_tensor *x, grove_tensor *dst) {
+  const int64_t C = x->shape[1], HW = x->shape[2] * x->shape[3];
+  for (int64_t k = 0; k < grove_tensor_numel(x); k++)
+    ((float *)dst->data)[(k / (C * HW)) * C * HW + (k % HW) * C + k / HW % C] =
+        ((const float *)x->data)[k];
+}
+
 /* The 2-d pools on a channels-last input with too few output rows for the
  * threads (a global pool at batch 1, squeeze-excitation's): the channels
  * are cut in blocks between the threads (layers_pool.c), and the result is
@@ -763,13 +771,12 @@ END_TEST
  * path on the same values. */
 START_TEST(test_pool_nhwc_channel_blocks) {
   grove_err err = {0};
-  const int64_t xs[4] = {1, 200, 28, 28}, HW = 28 * 28, C = 200;
+  const int64_t xs[4] = {1, 200, 28, 28}, C = 200;
   grove_tensor *x = rand_tensor(4, xs, 41);
   grove_tensor *xl = grove_tensor_new(GROVE_F32, 4, xs, NULL);
   ck_assert_ptr_nonnull(xl);
   grove__set_nhwc(xl);
-  for (int64_t k = 0; k < C * HW; k++)
-    ((float *)xl->data)[(k % HW) * C + k / HW] = ((const float *)x->data)[k];
+  copy_to_nhwc(x, xl);
   const int64_t one[2] = {1, 1}, two[2] = {2, 2};
   grove_module *pools[3] = {NULL};
   ck_assert_ok(grove_adaptive_avg_pool2d_new(one, &pools[0], &err), &err);
@@ -891,12 +898,7 @@ START_TEST(test_fused_act) {
   grove_tensor xl;
   ck_assert_ok(grove_fwd_alloc(&f, &xl, GROVE_F32, 4, xs), &err);
   grove__set_nhwc(&xl);
-  {
-    const int64_t HW = xs[2] * xs[3], C = xs[1];
-    for (int64_t k = 0; k < grove_tensor_numel(x); k++)
-      ((float *)xl.data)[(k / (C * HW)) * C * HW + (k % HW) * C + k / HW % C] =
-          ((const float *)x->data)[k];
-  }
+  copy_to_nhwc(x, &xl);
   for (size_t k = 0; k < sizeof cc / sizeof cc[0]; k++) {
     grove_module *conv = NULL, *bn = NULL;
     ck_assert_ok(grove_conv2d_new(16, cc[k].cout, &cc[k].o, &conv, &err), &err);
@@ -992,12 +994,9 @@ START_TEST(test_conv_residual) {
     ck_assert_ok(grove_fwd_alloc(&f, &rn, GROVE_F32, 4, pre.shape), &err);
     ck_assert_ok(grove_fwd_alloc(&f, &rl, GROVE_F32, 4, pre.shape), &err);
     grove__set_nhwc(&rl);
-    const int64_t C = pre.shape[1], HW = pre.shape[2] * pre.shape[3];
-    for (int64_t i = 0; i < grove_tensor_numel(&pre); i++) {
-      const float v = (float)((i * 7919) % 1000) / 200.0f - 2.5f;
-      ((float *)rn.data)[i] = v;
-      ((float *)rl.data)[(i / (C * HW)) * C * HW + (i % HW) * C + i / HW % C] = v;
-    }
+    for (int64_t i = 0; i < grove_tensor_numel(&pre); i++)
+      ((float *)rn.data)[i] = (float)((i * 7919) % 1000) / 200.0f - 2.5f;
+    copy_to_nhwc(&rn, &rl);
     const float *pv = pre.data;
     for (int act = GROVE__ACT_RELU; act <= GROVE__ACT_HARDSWISH; act += 2) {
       grove_tensor sum, plain;

@@ -145,7 +145,7 @@ typedef struct pool_par {
   float *y;
   int64_t H, W, OH, OW;
   int64_t C;   /* channels last: floats per position */
-  int64_t cb;  /* channels last: channels an index of the loop takes (a block of them) */
+  int64_t cb, nblk; /* channels last: channels an index of the loop takes, blocks a row */
   double *acc; /* channels last averages: C doubles per output row's position, per row */
 } pool_par;
 
@@ -165,7 +165,7 @@ GROVE__CHANNEL_LOOP static void pool_rows_nhwc(void *ctx, int64_t b, int64_t e) 
   const pool_par *c = ctx;
   const pool_impl *p = c->p;
   const int64_t H = c->H, W = c->W, OH = c->OH, OW = c->OW, ld = c->C;
-  const int64_t nblk = (ld + c->cb - 1) / c->cb;
+  const int64_t nblk = c->nblk;
   const bool mx = is_max(p);
   for (int64_t idx = b; idx < e; idx++) {
     const int64_t row = idx / nblk, k0 = idx % nblk * c->cb;
@@ -267,8 +267,8 @@ grove_status grove__pool_run(const grove__pool *p, const char *T, grove_fwd *f,
       per += p->k[0] * p->k[1] * OW * C;
     /* Too few output rows for the threads, each with work enough for two
      * (a global pool at batch 1, as in every squeeze-excitation block):
-     * their channels go in blocks of 16, a block an index, so that every
-     * thread takes some; each channel is still summed in the same order. */
+     * their channels go in two blocks a thread (multiples of 16 channels),
+     * a block an index; each channel is still summed in the same order. */
     c.cb = C > 0 ? C : 1;
     int64_t grain = (4 * GROVE__PAR_FLOATS + per - 1) / per;
     const int64_t threads = grove_compute_threads();
@@ -277,8 +277,8 @@ grove_status grove__pool_run(const grove__pool *p, const char *T, grove_fwd *f,
       c.cb = (c.cb + 15) / 16 * 16;
       grain = 1;
     }
-    const int64_t nblk = (C + c.cb - 1) / c.cb;
-    grove__parallel_for(N * OH * nblk, grain, pool_rows_nhwc, &c);
+    c.nblk = (C + c.cb - 1) / c.cb;
+    grove__parallel_for(N * OH * c.nblk, grain, pool_rows_nhwc, &c);
     return GROVE_OK;
   }
   /* Planes are independent: the compute threads take runs of them. */
