@@ -228,14 +228,69 @@ static void check_tile_relu6(int kind, int mr, int nv, int ncols, int64_t K, boo
   free(B);
   free(y);
 }
+
+/* Hardswish and Hardsigmoid inside a tile (act_flag, kind as in
+ * check_tile_relu6) give the bits of the same tile without them followed by
+ * grove__act_apply: values on both sides of -3 and 3, a NaN from column 0's
+ * bias, from zero and accumulating; nothing past ncols is written. */
+static int hard_lo, hard_hi; /* pre-activation values past either end of the gate */
+static void check_tile_hard(int kind, int mr, int nv, int ncols, int64_t K, bool acc, int act_flag,
+                            grove__act act) {
+  const int w = 16 * nv;
+  const int64_t ldy = w + 8, ny = GROVE__GEMM_MR * ldy;
+  unsigned seed = (unsigned)(kind * 1000 + mr * 100 + nv * 10 + ncols + K * 7 + acc);
+  float *A = rand_buf(GROVE__GEMM_MR * K, seed, 1.0f);
+  float *Bk = rand_buf(K * w, seed + 1, 10.0f / (float)K);
+  float *bias = rand_buf(w, seed + 2, 4.0f);
+  float *B = aligned_alloc(64, (size_t)(K * w) * sizeof(float));
+  float *plain = malloc((size_t)ny * sizeof(float)), *fused = malloc((size_t)ny * sizeof(float));
+  ck_assert_ptr_nonnull(B);
+  ck_assert_ptr_nonnull(plain);
+  ck_assert_ptr_nonnull(fused);
+  for (int64_t k = 0; k < K; k++)
+    for (int j = 0; j < w; j++)
+      B[kind == 2 ? (j / 16) * K * 16 + k * 16 + j % 16 : k * w + j] = Bk[k * w + j];
+  bias[0] = NAN;
+  for (int pass = 0; pass < 2; pass++) {
+    float *y = pass ? fused : plain;
+    for (int64_t i = 0; i < ny; i++) y[i] = acc ? 1.5f : -12345.0f;
+    const int flags = (pass ? act_flag : 0) | (acc ? GROVE__TILE_ACCUMULATE : 0);
+    if (kind == 2)
+      grove__gemm_tiles2[mr - 1][nv - 1](K, A, K, B, K * 16, bias, y, ldy, ncols, flags);
+    else
+      grove__gemm_tiles512[kind][mr - 1][nv - 1](K, A, K, B, (const char *)B, bias, y, ldy, ncols,
+                                                 flags);
+  }
+  for (int i = 0; i < mr; i++) {
+    for (int j = 0; j < ncols; j++) {
+      hard_lo += plain[i * ldy + j] < -3.0f;
+      hard_hi += plain[i * ldy + j] > 3.0f;
+    }
+    grove__act_apply(act, plain + i * ldy, plain + i * ldy, ncols);
+  }
+  for (int i = 0; i < GROVE__GEMM_MR; i++)
+    for (int j = 0; j < ldy; j++) {
+      const float got = fused[i * ldy + j], want = plain[i * ldy + j];
+      if (i >= mr || j >= ncols) {
+        ck_assert_msg(got == (acc ? 1.5f : -12345.0f), "kind %d: y[%d][%d] written", kind, i, j);
+        continue;
+      }
+      ck_assert_msg(memcmp(&got, &want, sizeof got) == 0,
+                    "kind %d mr %d nv %d ncols %d K %lld acc %d act %d: y[%d][%d] = %a, want %a",
+                    kind, mr, nv, ncols, (long long)K, acc, (int)act, i, j, got, want);
+    }
+  float *bufs[] = {A, Bk, bias, B, plain, fused};
+  for (int i = 0; i < COUNT(bufs); i++) free(bufs[i]);
+}
 #endif
 
-/* ReLU6 inside the tiles (a 1x1 convolution's ReLU6 was a pass of its own,
- * 4.7% of MobileNetV2): every row count, panel width, a masked last vector,
- * one and several k steps, from zero and accumulating, on each kernel the
- * CPU runs; then through grove__linear_run over K blocks and thread counts,
- * the same bits as the product followed by grove__act_apply. */
-START_TEST(test_relu6_in_tile) {
+/* ReLU6, Hardswish and Hardsigmoid inside the tiles (a 1x1 convolution's
+ * ReLU6 was a pass of its own, 4.7% of MobileNetV2; Hardswish 5-6% of
+ * MobileNetV3): every row count, panel width, a masked last vector, one and
+ * several k steps, from zero and accumulating, on each kernel the CPU runs;
+ * then through grove__linear_run over K blocks and thread counts, the same
+ * bits as the product followed by grove__act_apply. */
+START_TEST(test_act_in_tile) {
 #if GROVE__X86_SIMD
   for (int kind = 0; kind < 3; kind++) {
     if (kind < 2 ? !grove__cpu_avx512() : !grove__cpu_avx2()) continue;
@@ -248,6 +303,19 @@ START_TEST(test_relu6_in_tile) {
   }
   /* Both clamps were exercised (the reference lands past 6 and below 0). */
   ck_assert(at_six > 100 && at_zero > 100);
+  for (int kind = 0; kind < 3; kind++) {
+    if (kind < 2 ? !grove__cpu_avx512() : !grove__cpu_avx2()) continue;
+    for (int h = 0; h < 2; h++)
+      for (int mr = 1; mr <= GROVE__GEMM_MR; mr++)
+        for (int nv = 1; nv <= 4; nv++)
+          for (int cut = 0; cut < 2; cut++)
+            for (int K = 1; K <= 9; K += 8)
+              for (int acc = 0; acc < 2; acc++)
+                check_tile_hard(kind, mr, nv, 16 * nv - (cut ? 5 : 0), K, acc,
+                                h ? GROVE__TILE_HARDSIGMOID : GROVE__TILE_HARDSWISH,
+                                h ? GROVE__ACT_HARDSIGMOID : GROVE__ACT_HARDSWISH);
+  }
+  ck_assert(hard_lo > 100 && hard_hi > 100);
 #endif
   static const int64_t shapes[][3] = {{257, 100, 1500}, {7, 24, 96}, {1, 48, 1100}};
   for (int s = 0; s < COUNT(shapes); s++) {
@@ -261,14 +329,20 @@ START_TEST(test_relu6_in_tile) {
     grove__linear_pack *p = grove__linear_pack_new(W, N, K);
     ck_assert_ptr_nonnull(p);
     grove_set_compute_threads(1);
-    grove__linear_run(p, x, M, b, want, GROVE__ACT_NONE);
-    grove__act_apply(GROVE__ACT_RELU6, want, want, M * N);
-    for (int t = 1; t <= 2; t++) {
-      grove_set_compute_threads(t);
-      grove__linear_run(p, x, M, b, got, GROVE__ACT_RELU6);
-      ck_assert_msg(memcmp(got, want, (size_t)(M * N) * sizeof(float)) == 0,
-                    "M=%lld N=%lld K=%lld threads %d: ReLU6 differs from the separate pass",
-                    (long long)M, (long long)N, (long long)K, t);
+    static const grove__act acts[] = {GROVE__ACT_RELU6, GROVE__ACT_HARDSWISH,
+                                      GROVE__ACT_HARDSIGMOID};
+    for (int k = 0; k < COUNT(acts); k++) {
+      grove_set_compute_threads(1);
+      grove__linear_run(p, x, M, b, want, GROVE__ACT_NONE);
+      grove__act_apply(acts[k], want, want, M * N);
+      for (int t = 1; t <= 2; t++) {
+        grove_set_compute_threads(t);
+        grove__linear_run(p, x, M, b, got, acts[k]);
+        ck_assert_msg(memcmp(got, want, (size_t)(M * N) * sizeof(float)) == 0,
+                      "M=%lld N=%lld K=%lld threads %d: activation %d differs from the separate "
+                      "pass",
+                      (long long)M, (long long)N, (long long)K, t, (int)acts[k]);
+      }
     }
     grove_set_compute_threads(1);
     grove__linear_pack_free(p);
@@ -951,7 +1025,7 @@ Suite *gemm_suite(void) {
   tcase_add_loop_test(tc, test_shapes_avx2_kernel, 0, 8);
   tcase_add_loop_test(tc, test_long_k, 0, 4);
   tcase_add_test(tc, test_row_blocks_bitwise);
-  tcase_add_test(tc, test_relu6_in_tile);
+  tcase_add_test(tc, test_act_in_tile);
   tcase_add_test(tc, test_empty_and_degenerate);
   tcase_add_test(tc, test_thread_setting);
   tcase_add_test(tc, test_cut_few_panels);

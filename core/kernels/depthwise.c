@@ -11,21 +11,30 @@
  * input and of the weight (repacked [kh][kw][C]), so a row of outputs is
  * kh * kw fused multiply-adds per vector of channels, 16 channels per
  * AVX-512 register (8 with AVX2), and the epilogue (the bias, or a fused
- * BatchNorm's scale and shift, then a clamp: ReLU, ReLU6) is applied before
- * the one store.
+ * BatchNorm's scale and shift, then a clamp: ReLU, ReLU6; or Hardswish,
+ * Hardsigmoid: MobileNetV3's) is applied before the one store.
  *
  * Every kernel (AVX-512, AVX2, scalar) accumulates each output as
  * fma(x, w, acc) over the taps in the same (ki, kj) order from zero, and
- * applies fma(acc, scale, shift) then max(lo) and min(hi): the same bits on
- * every CPU and thread count. */
+ * applies fma(acc, scale, shift) then max(lo) and min(hi), then post (with
+ * grove__act_apply's bits: simd_act.h): the same bits on every CPU and
+ * thread count. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "kernels.h"
+#include "simd_act.h"
 
 #if GROVE__X86_SIMD
 #include <immintrin.h>
+
+/* The epilogue's last step on a vector: a->post (simd_act.h), P the
+ * intrinsics' prefix. */
+#define DW_POST(P, a, v)                                            \
+  ((a)->post == GROVE__ACT_HARDSWISH     ? GROVE__HARDSWISH(P, v)   \
+   : (a)->post == GROVE__ACT_HARDSIGMOID ? GROVE__HARDSIGMOID(P, v) \
+                                         : (v))
 #endif
 
 /* Taps of output column ow that fall inside the input row: kj in [*lo, *hi). */
@@ -61,6 +70,7 @@ static void dw_px_scalar(const grove__dw_args *a, const float *x, int64_t oh, in
     }
     y[ow * C + c] = ep_scalar(a, c, acc);
   }
+  grove__act_apply(a->post, y + ow * C + c0, y + ow * C + c0, C - c0);
 }
 
 #if GROVE__X86_SIMD
@@ -72,68 +82,69 @@ static void dw_px_scalar(const grove__dw_args *a, const float *x, int64_t oh, in
  * clipped.  Channels past the last whole vector take TAIL (the scalar
  * loop).  Each output still sums its taps in (ki, kj) order from zero: the
  * same bits. */
-#define DW_ROW(SUF, VT, L, P, TAIL)                                                           \
+#define DW_ROW(SUF, VT, L, P, TAIL)                                                          \
   static inline VT dw_ep_##SUF(const grove__dw_args *a, VT acc, int64_t c, VT lo, VT hi) {   \
-    VT v = P##_fmadd_ps(acc, P##_loadu_ps(a->scale + c), P##_loadu_ps(a->shift + c));         \
+    VT v = P##_fmadd_ps(acc, P##_loadu_ps(a->scale + c), P##_loadu_ps(a->shift + c));        \
     /* max/min return their second operand for a NaN: v stays NaN. */                        \
-    return P##_min_ps(hi, P##_max_ps(lo, v));                                                 \
-  }                                                                                           \
-                                                                                              \
+    v = P##_min_ps(hi, P##_max_ps(lo, v));                                                   \
+    return DW_POST(P, a, v);                                                                 \
+  }                                                                                          \
+                                                                                             \
   static void dw_row_##SUF(const grove__dw_args *a, const float *x, int64_t oh, float *y) {  \
-    const int64_t C = a->C, W = a->W, ih0 = oh * a->sh - a->ph, Cv = C / L * L;               \
-    const int64_t sx = a->sw * C, tx = a->dw * C; /* floats between columns, between taps */  \
-    const VT lo = P##_set1_ps(a->lo), hi = P##_set1_ps(a->hi);                                \
-    int64_t kil = 0, kih = a->kh;                                                             \
-    while (kil < kih && ih0 + kil * a->dh < 0) kil++;                                         \
-    while (kih > kil && ih0 + (kih - 1) * a->dh >= a->H) kih--;                               \
-    /* Interior: ow in [o0, o1). */                                                           \
-    int64_t o0 = a->pw > 0 ? (a->pw + a->sw - 1) / a->sw : 0;                                 \
+    const int64_t C = a->C, W = a->W, ih0 = oh * a->sh - a->ph, Cv = C / L * L;              \
+    const int64_t sx = a->sw * C, tx = a->dw * C; /* floats between columns, between taps */ \
+    const VT lo = P##_set1_ps(a->lo), hi = P##_set1_ps(a->hi);                               \
+    int64_t kil = 0, kih = a->kh;                                                            \
+    while (kil < kih && ih0 + kil * a->dh < 0) kil++;                                        \
+    while (kih > kil && ih0 + (kih - 1) * a->dh >= a->H) kih--;                              \
+    /* Interior: ow in [o0, o1). */                                                          \
+    int64_t o0 = a->pw > 0 ? (a->pw + a->sw - 1) / a->sw : 0;                                \
     const int64_t span = W + a->pw - (a->kw - 1) * a->dw; /* iw0 + (kw-1)dw < W */           \
-    int64_t o1 = span > 0 ? (span - 1) / a->sw + 1 : 0;                                       \
-    if (o1 > a->OW) o1 = a->OW;                                                               \
-    if (o0 > o1) o0 = o1;                                                                     \
-    for (int64_t ow = 0; ow < a->OW; ow++) {                                                  \
-      if (ow == o0) {                                                                         \
-        for (; ow + 4 <= o1; ow += 4) {                                                       \
-          const float *xb = x + (ow * a->sw - a->pw) * C;                                     \
-          for (int64_t c = 0; c < Cv; c += L) {                                               \
-            VT s0 = P##_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                              \
-            for (int64_t ki = kil; ki < kih; ki++) {                                          \
-              const float *xr = xb + (ih0 + ki * a->dh) * W * C + c;                          \
-              const float *wr = a->w + ki * a->kw * C + c;                                    \
-              for (int64_t kj = 0; kj < a->kw; kj++, xr += tx) {                              \
-                const VT wv = P##_loadu_ps(wr + kj * C);                                      \
-                s0 = P##_fmadd_ps(P##_loadu_ps(xr), wv, s0);                                  \
-                s1 = P##_fmadd_ps(P##_loadu_ps(xr + sx), wv, s1);                             \
-                s2 = P##_fmadd_ps(P##_loadu_ps(xr + 2 * sx), wv, s2);                         \
-                s3 = P##_fmadd_ps(P##_loadu_ps(xr + 3 * sx), wv, s3);                         \
-              }                                                                               \
-            }                                                                                 \
-            float *yo = y + ow * C + c;                                                       \
-            P##_storeu_ps(yo, dw_ep_##SUF(a, s0, c, lo, hi));                                 \
-            P##_storeu_ps(yo + C, dw_ep_##SUF(a, s1, c, lo, hi));                             \
-            P##_storeu_ps(yo + 2 * C, dw_ep_##SUF(a, s2, c, lo, hi));                         \
-            P##_storeu_ps(yo + 3 * C, dw_ep_##SUF(a, s3, c, lo, hi));                         \
-          }                                                                                   \
-          for (int q = 0; q < 4 && Cv < C; q++) TAIL(a, x, oh, ow + q, Cv, y);                \
-        }                                                                                     \
-        if (ow >= a->OW) break;                                                               \
-      }                                                                                       \
-      const int64_t iw0 = ow * a->sw - a->pw;                                                 \
-      int64_t jl, jh;                                                                         \
-      col_taps(a, ow, &jl, &jh);                                                              \
-      for (int64_t c = 0; c < Cv; c += L) {                                                   \
-        VT acc = P##_setzero_ps();                                                            \
-        for (int64_t ki = kil; ki < kih; ki++) {                                              \
-          const float *xr = x + ((ih0 + ki * a->dh) * W + iw0) * C + c;                       \
-          const float *wr = a->w + ki * a->kw * C + c;                                        \
-          for (int64_t kj = jl; kj < jh; kj++)                                                \
-            acc = P##_fmadd_ps(P##_loadu_ps(xr + kj * tx), P##_loadu_ps(wr + kj * C), acc);   \
-        }                                                                                     \
-        P##_storeu_ps(y + ow * C + c, dw_ep_##SUF(a, acc, c, lo, hi));                        \
-      }                                                                                       \
-      if (Cv < C) TAIL(a, x, oh, ow, Cv, y);                                                  \
-    }                                                                                         \
+    int64_t o1 = span > 0 ? (span - 1) / a->sw + 1 : 0;                                      \
+    if (o1 > a->OW) o1 = a->OW;                                                              \
+    if (o0 > o1) o0 = o1;                                                                    \
+    for (int64_t ow = 0; ow < a->OW; ow++) {                                                 \
+      if (ow == o0) {                                                                        \
+        for (; ow + 4 <= o1; ow += 4) {                                                      \
+          const float *xb = x + (ow * a->sw - a->pw) * C;                                    \
+          for (int64_t c = 0; c < Cv; c += L) {                                              \
+            VT s0 = P##_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;                             \
+            for (int64_t ki = kil; ki < kih; ki++) {                                         \
+              const float *xr = xb + (ih0 + ki * a->dh) * W * C + c;                         \
+              const float *wr = a->w + ki * a->kw * C + c;                                   \
+              for (int64_t kj = 0; kj < a->kw; kj++, xr += tx) {                             \
+                const VT wv = P##_loadu_ps(wr + kj * C);                                     \
+                s0 = P##_fmadd_ps(P##_loadu_ps(xr), wv, s0);                                 \
+                s1 = P##_fmadd_ps(P##_loadu_ps(xr + sx), wv, s1);                            \
+                s2 = P##_fmadd_ps(P##_loadu_ps(xr + 2 * sx), wv, s2);                        \
+                s3 = P##_fmadd_ps(P##_loadu_ps(xr + 3 * sx), wv, s3);                        \
+              }                                                                              \
+            }                                                                                \
+            float *yo = y + ow * C + c;                                                      \
+            P##_storeu_ps(yo, dw_ep_##SUF(a, s0, c, lo, hi));                                \
+            P##_storeu_ps(yo + C, dw_ep_##SUF(a, s1, c, lo, hi));                            \
+            P##_storeu_ps(yo + 2 * C, dw_ep_##SUF(a, s2, c, lo, hi));                        \
+            P##_storeu_ps(yo + 3 * C, dw_ep_##SUF(a, s3, c, lo, hi));                        \
+          }                                                                                  \
+          for (int q = 0; q < 4 && Cv < C; q++) TAIL(a, x, oh, ow + q, Cv, y);               \
+        }                                                                                    \
+        if (ow >= a->OW) break;                                                              \
+      }                                                                                      \
+      const int64_t iw0 = ow * a->sw - a->pw;                                                \
+      int64_t jl, jh;                                                                        \
+      col_taps(a, ow, &jl, &jh);                                                             \
+      for (int64_t c = 0; c < Cv; c += L) {                                                  \
+        VT acc = P##_setzero_ps();                                                           \
+        for (int64_t ki = kil; ki < kih; ki++) {                                             \
+          const float *xr = x + ((ih0 + ki * a->dh) * W + iw0) * C + c;                      \
+          const float *wr = a->w + ki * a->kw * C + c;                                       \
+          for (int64_t kj = jl; kj < jh; kj++)                                               \
+            acc = P##_fmadd_ps(P##_loadu_ps(xr + kj * tx), P##_loadu_ps(wr + kj * C), acc);  \
+        }                                                                                    \
+        P##_storeu_ps(y + ow * C + c, dw_ep_##SUF(a, acc, c, lo, hi));                       \
+      }                                                                                      \
+      if (Cv < C) TAIL(a, x, oh, ow, Cv, y);                                                 \
+    }                                                                                        \
   }
 
 GROVE__TARGET_PUSH("avx512f")
@@ -168,9 +179,10 @@ dw_cols_avx512(const grove__dw_args *a, const float *x, int64_t ih0, int64_t kil
   }
   float *yo = y + ow * C + c;
 #pragma GCC unroll 8
-  for (int q = 0; q < T; q++)
-    _mm512_mask_storeu_ps(yo + q * C, m,
-                          _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_fmadd_ps(s[q], sc, sh))));
+  for (int q = 0; q < T; q++) {
+    const __m512 v = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_fmadd_ps(s[q], sc, sh)));
+    _mm512_mask_storeu_ps(yo + q * C, m, DW_POST(_mm512, a, v));
+  }
 }
 
 /* Output column ow of one vector of channels, its taps kj in [jl, jh). */
@@ -186,9 +198,10 @@ dw_edge_avx512(const grove__dw_args *a, const float *x, int64_t ih0, int64_t kil
     for (int64_t kj = jl; kj < jh; kj++)
       acc = _mm512_fmadd_ps(DW_LD(m, xr + kj * tx), DW_LD(m, wr + kj * C), acc);
   }
-  const __m512 v = _mm512_fmadd_ps(acc, _mm512_maskz_loadu_ps(m, a->scale + c),
-                                   _mm512_maskz_loadu_ps(m, a->shift + c));
-  _mm512_mask_storeu_ps(y + ow * C + c, m, _mm512_min_ps(hi, _mm512_max_ps(lo, v)));
+  __m512 v = _mm512_fmadd_ps(acc, _mm512_maskz_loadu_ps(m, a->scale + c),
+                             _mm512_maskz_loadu_ps(m, a->shift + c));
+  v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+  _mm512_mask_storeu_ps(y + ow * C + c, m, DW_POST(_mm512, a, v));
 }
 
 /* Channels per block of dw_row_avx512: a multiple of 16 such that the

@@ -72,14 +72,16 @@ static void packed_part(const grove__linear_pack *p, const float *x, const float
   const int64_t kc = (K + kblocks - 1) / kblocks;
   int64_t mc = X_BLOCK_BYTES / ((kc > 0 ? kc : 1) * (int64_t)sizeof(float));
   mc = mc < MR ? MR : mc - mc % MR;
-  /* ReLU and ReLU6 (MobileNetV2's 1x1 convolutions) are the tiles' own
-   * clamps.  Any other activation (GELU after a transformer's first MLP
-   * Linear) is applied to each tile's rows right after the tile's last K
-   * block wrote them, while they are in L1, instead of in a pass of its own
-   * over y. */
-  const int act_flag = act == GROVE__ACT_RELU    ? GROVE__TILE_RELU
-                       : act == GROVE__ACT_RELU6 ? GROVE__TILE_RELU6
-                                                 : 0;
+  /* ReLU, ReLU6 (MobileNetV2's 1x1 convolutions), Hardswish and
+   * Hardsigmoid (MobileNetV3's) are the tiles' own epilogue.  Any other
+   * activation (GELU after a transformer's first MLP Linear) is applied to
+   * each tile's rows right after the tile's last K block wrote them, while
+   * they are in L1, instead of in a pass of its own over y. */
+  const int act_flag = act == GROVE__ACT_RELU          ? GROVE__TILE_RELU
+                       : act == GROVE__ACT_RELU6       ? GROVE__TILE_RELU6
+                       : act == GROVE__ACT_HARDSWISH   ? GROVE__TILE_HARDSWISH
+                       : act == GROVE__ACT_HARDSIGMOID ? GROVE__TILE_HARDSIGMOID
+                                                       : 0;
   const grove__act post = act_flag ? GROVE__ACT_NONE : act;
   /* Prefetching the next block (below) pays for a weight of 256 KB or
    * more: a forward's weights pass through L2 once each, so such a weight

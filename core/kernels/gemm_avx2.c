@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "gemm_internal.h"
+#include "simd_act.h"
 
 #if GROVE__X86_SIMD
 #include <immintrin.h>
@@ -73,6 +74,8 @@ static inline __attribute__((always_inline)) void strip(const int mr, const int 
       if (flags & GROVE__TILE_RELU) v = _mm256_max_ps(v, zero);
       /* v second: a NaN passes, as in grove__act_apply (gemm_avx512.c). */
       if (flags & GROVE__TILE_RELU6) v = _mm256_min_ps(six, _mm256_max_ps(zero, v));
+      if (flags & GROVE__TILE_HARDSWISH) v = GROVE__HARDSWISH(_mm256, v);
+      if (flags & GROVE__TILE_HARDSIGMOID) v = GROVE__HARDSIGMOID(_mm256, v);
       if (full)
         _mm256_storeu_ps(y + i * ldy + 8 * j, v);
       else

@@ -68,10 +68,13 @@ int grove__gemm_kind(void);
 
 /* Tile flags: start from the values in y (a later block of K), apply ReLU,
  * apply ReLU6 (clamp to [0, 6] with grove__act_apply's comparisons, so a
- * NaN passes and the bits are those of the separate pass it replaces). */
+ * NaN passes and the bits are those of the separate pass it replaces),
+ * apply Hardswish or Hardsigmoid (simd_act.h: grove__act_apply's bits). */
 #define GROVE__TILE_ACCUMULATE 1
 #define GROVE__TILE_RELU 2
 #define GROVE__TILE_RELU6 4
+#define GROVE__TILE_HARDSWISH 8
+#define GROVE__TILE_HARDSIGMOID 16
 
 /* y[0..mr, 0..ncols) = act(A[0..mr, 0..K) . B + bias) (+ y with
  * ACCUMULATE), B one packed AVX-512 panel 16 * (v + 1) wide:

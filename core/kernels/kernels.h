@@ -271,13 +271,16 @@ void grove__wino_out(const float *M, int64_t ms, int64_t Co, float *const y[4],
 /* One depthwise convolution (groups == in_channels == out_channels) over
  * one NHWC image: x is [H][W][C], w the weight repacked [kh][kw][C]; the
  * padding is zeros (pl: top/left, the rest follows from OH and OW).  Each
- * output is clamp(fma(sum of taps, scale[c], shift[c]), lo, hi): lo = 0
- * for a fused ReLU, hi = 6 for ReLU6, -inf / +inf otherwise.  Read only. */
+ * output is post(clamp(fma(sum of taps, scale[c], shift[c]), lo, hi)): lo
+ * = 0 for a fused ReLU, hi = 6 for ReLU6, -inf / +inf otherwise; post is
+ * GROVE__ACT_HARDSWISH, GROVE__ACT_HARDSIGMOID or GROVE__ACT_NONE, with
+ * grove__act_apply's bits.  Read only. */
 typedef struct grove__dw_args {
   int64_t H, W, C, OH, OW;
   int64_t kh, kw, sh, sw, dh, dw, ph, pw;
   const float *w, *scale, *shift;
   float lo, hi;
+  grove__act post;
 } grove__dw_args;
 /* Output row oh of the image x into y ([OW][C]), the same bits on every
  * kernel (AVX-512, AVX2, scalar); depthwise.c.  Any thread. */

@@ -1021,10 +1021,13 @@ static grove_status conv_depthwise(const conv_impl *p, grove_fwd *f, const float
                     .shift = shift, .lo = -INFINITY, .hi = INFINITY},
               .x = nhwc_in ? xd : xbuf, .y = nhwc_out ? yd : ybuf, .P = P, .C = C};
   /* ReLU and ReLU6 are the kernel's own clamp (the same comparisons as
-   * grove__act_apply's); the others follow on each row. */
+   * grove__act_apply's), Hardswish and Hardsigmoid its last step; the
+   * others follow on each row. */
   if (act == GROVE__ACT_RELU || act == GROVE__ACT_RELU6) {
     c.a.lo = 0.0f;
     if (act == GROVE__ACT_RELU6) c.a.hi = 6.0f;
+  } else if (act == GROVE__ACT_HARDSWISH || act == GROVE__ACT_HARDSIGMOID) {
+    c.a.post = act;
   } else {
     c.post = act;
   }
