@@ -185,23 +185,42 @@ dw_cols_avx512(const grove__dw_args *a, const float *x, int64_t ih0, int64_t kil
   }
 }
 
-/* Output column ow of one vector of channels, its taps kj in [jl, jh). */
-static inline __attribute__((always_inline)) void
-dw_edge_avx512(const grove__dw_args *a, const float *x, int64_t ih0, int64_t kil, int64_t kih,
-               int64_t ow, int64_t jl, int64_t jh, int64_t c, __mmask16 m, __m512 lo, __m512 hi,
-               float *y, const bool full) {
+/* Output column ow of NV vectors of channels from c (a compile-time 1 to 4
+ * in each caller), its taps kj in [jl, jh); the last vector masked by m
+ * unless full.  The vectors' sums are independent chains of FMAs: one
+ * vector alone waited on each FMA's latency, and a row as narrow as 7 x 7
+ * with a 5x5 kernel has no interior block, so every column came here. */
+static inline __attribute__((always_inline)) void dw_edge_avx512(
+    const grove__dw_args *a, const float *x, int64_t ih0, int64_t kil, int64_t kih, int64_t ow,
+    int64_t jl, int64_t jh, int64_t c, const int NV, __mmask16 m, __m512 lo, __m512 hi, float *y,
+    const bool full) {
   const int64_t C = a->C, tx = a->dw * C;
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc[4];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; v++) acc[v] = _mm512_setzero_ps();
   for (int64_t ki = kil; ki < kih; ki++) {
     const float *xr = x + ((ih0 + ki * a->dh) * a->W + ow * a->sw - a->pw) * C + c;
     const float *wr = a->w + ki * a->kw * C + c;
-    for (int64_t kj = jl; kj < jh; kj++)
-      acc = _mm512_fmadd_ps(DW_LD(m, xr + kj * tx), DW_LD(m, wr + kj * C), acc);
+    for (int64_t kj = jl; kj < jh; kj++) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; v++) {
+        const bool whole = full || v < NV - 1;
+        const float *xp = xr + kj * tx + 16 * v, *wp = wr + kj * C + 16 * v;
+        acc[v] =
+            _mm512_fmadd_ps(whole ? _mm512_loadu_ps(xp) : _mm512_maskz_loadu_ps(m, xp),
+                            whole ? _mm512_loadu_ps(wp) : _mm512_maskz_loadu_ps(m, wp), acc[v]);
+      }
+    }
   }
-  __m512 v = _mm512_fmadd_ps(acc, _mm512_maskz_loadu_ps(m, a->scale + c),
-                             _mm512_maskz_loadu_ps(m, a->shift + c));
-  v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
-  _mm512_mask_storeu_ps(y + ow * C + c, m, DW_POST(_mm512, a, v));
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; v++) {
+    const __mmask16 mv = full || v < NV - 1 ? (__mmask16)0xFFFF : m;
+    const int64_t cv = c + 16 * v;
+    __m512 r = _mm512_fmadd_ps(acc[v], _mm512_maskz_loadu_ps(mv, a->scale + cv),
+                               _mm512_maskz_loadu_ps(mv, a->shift + cv));
+    r = _mm512_min_ps(hi, _mm512_max_ps(lo, r));
+    _mm512_mask_storeu_ps(y + ow * C + cv, mv, DW_POST(_mm512, a, r));
+  }
 }
 
 /* Channels per block of dw_row_avx512: a multiple of 16 such that the
@@ -261,12 +280,28 @@ static void dw_row_avx512(const grove__dw_args *a, const float *x, int64_t oh, f
       /* An edge column (or the last few of the interior): its taps clipped. */
       int64_t jl, jh;
       col_taps(a, ow, &jl, &jh);
-      for (int64_t c = c0; c < c1; c += 16) {
-        const __mmask16 m = DW_MASK(c);
-        if (m == (__mmask16)0xFFFF)
-          dw_edge_avx512(a, x, ih0, kil, kih, ow, jl, jh, c, m, lo, hi, y, true);
+      /* Four vectors at a time, then what is left of the block. */
+      for (int64_t c = c0; c < c1;) {
+        const int64_t left = (c1 - c + 15) / 16;
+        const __mmask16 m = DW_MASK(c + 16 * (left < 4 ? left - 1 : 3));
+        const bool full = m == (__mmask16)0xFFFF;
+#define DW_EDGE(NV)                                                                \
+  do {                                                                             \
+    if (full)                                                                      \
+      dw_edge_avx512(a, x, ih0, kil, kih, ow, jl, jh, c, NV, m, lo, hi, y, true);  \
+    else                                                                           \
+      dw_edge_avx512(a, x, ih0, kil, kih, ow, jl, jh, c, NV, m, lo, hi, y, false); \
+  } while (0)
+        if (left >= 4)
+          DW_EDGE(4);
+        else if (left == 3)
+          DW_EDGE(3);
+        else if (left == 2)
+          DW_EDGE(2);
         else
-          dw_edge_avx512(a, x, ih0, kil, kih, ow, jl, jh, c, m, lo, hi, y, false);
+          DW_EDGE(1);
+#undef DW_EDGE
+        c += 16 * (left < 4 ? left : 4);
       }
     }
   }
