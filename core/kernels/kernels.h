@@ -242,6 +242,14 @@ typedef struct grove__conv_geom {
  * forward and weight gradient).  im2col.c.  Any thread. */
 void grove__im2col(const grove__conv_geom *g, const float *x, int64_t c0, int64_t c1, float *col,
                    int64_t ldc);
+/* Patch rows [b, e) (row = (image * Ho + oh) * Wo + ow) of the NHWC images
+ * x of C channels into dst (row b first, kh * kw * C floats a row, taps in
+ * (ki, kj, c) order, zero in the padding) for one group and dw == 1, with
+ * kw * C <= 16: a stem's short kernel rows, one masked move each with
+ * AVX-512 (im2col.c).  The rows layers_conv.c's par_rows writes for the
+ * same convolution.  Any thread. */
+void grove__patch_rows_short(const grove__conv_geom *g, int64_t C, const float *x, int64_t b,
+                             int64_t e, float *dst);
 /* The adjoint: dx (planes of H x W) += the patch rows of channels [c0, c1)
  * of col, each added back where grove__im2col took it from (training's input
  * gradient).  im2col.c.  Any thread. */

@@ -519,6 +519,23 @@ static void par_rows(void *ctx, int64_t b, int64_t e) {
   const int64_t cin_g = c->cin_g, G = p->groups;
   const int64_t kh = p->k[0], kw = p->k[1], sh = p->stride[0], sw = p->stride[1];
   const int64_t dh = p->dil[0], dw = p->dil[1], ph = p->pad_lo[0], pw = p->pad_lo[1];
+  if (G == 1 && dw == 1 && kw * C <= 16) {
+    /* A stem's kernel rows (3 RGB pixels): one masked move each. */
+    const grove__conv_geom g = {.H = H,
+                                .W = W,
+                                .Ho = OH,
+                                .Wo = OW,
+                                .kh = kh,
+                                .kw = kw,
+                                .sh = sh,
+                                .sw = sw,
+                                .ph = ph,
+                                .pw = pw,
+                                .dh = dh,
+                                .dw = dw};
+    grove__patch_rows_short(&g, C, c->src, b, e, c->dst + b * K);
+    return;
+  }
   /* (image, oh, ow) of row b, then stepped along: three divisions per
    * row were a third of the patch rows' time for a stem's 27-float rows. */
   int64_t i = b / (OH * OW), oh = b / OW % OH, ow = b % OW - 1;
