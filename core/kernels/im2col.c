@@ -3,7 +3,8 @@
  * columns path (core/nn/layers_conv.c) and training's forward and backward
  * (core/train/backward_conv.c) share, so that both read an input the same
  * way.  Plain loops over NCHW planes; the callers spread channels or images
- * over the compute threads. */
+ * over the compute threads.  Also the rows path's patch rows for a stem's
+ * short kernel rows over an NHWC input (grove__patch_rows_short, below). */
 #include <string.h>
 
 #include "kernels.h"

@@ -4,7 +4,8 @@
  * compaction (arena_keep.c), the NCHW/NHWC transposes (transpose.c), a
  * convolution's patches (im2col.c), the Winograd transforms (winograd.c)
  * the depthwise convolution (depthwise.c), the elementwise activations
- * (activation.c) and the vector exp (simd_exp.h).
+ * (activation.c), the vector exp (simd_exp.h) and the vector Hardswish and
+ * Hardsigmoid (simd_act.h).
  * Never installed (tests and bench/ may include it). */
 #ifndef GROVE_CORE_KERNELS_H
 #define GROVE_CORE_KERNELS_H
