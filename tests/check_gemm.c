@@ -178,6 +178,18 @@ END_TEST
  * ncols are written, K steps, from zero or (acc) from y: every output is
  * the reference clamped to [0, 6], the NaN of column 0's bias passes as in
  * grove__act_apply, and nothing past ncols is written. */
+/* Bk ([K][w], element (k, j) at [k * w + j]) as one packed panel for a
+ * tile of kind (check_tile_relu6): AVX-512's k-major rows of w, or AVX2's
+ * 16-column strips K * 16 apart.  64-byte aligned; the caller frees it. */
+static float *tile_panel(int kind, const float *Bk, int64_t K, int w) {
+  float *B = aligned_alloc(64, (size_t)(K * w) * sizeof(float));
+  ck_assert_ptr_nonnull(B);
+  for (int64_t k = 0; k < K; k++)
+    for (int j = 0; j < w; j++)
+      B[kind == 2 ? (j / 16) * K * 16 + k * 16 + j % 16 : k * w + j] = Bk[k * w + j];
+  return B;
+}
+
 static int at_six, at_zero; /* outputs clamped to either end, over the calls */
 static void check_tile_relu6(int kind, int mr, int nv, int ncols, int64_t K, bool acc) {
   const int w = 16 * nv;
@@ -186,13 +198,9 @@ static void check_tile_relu6(int kind, int mr, int nv, int ncols, int64_t K, boo
   float *A = rand_buf(GROVE__GEMM_MR * K, seed, 1.0f);
   float *Bk = rand_buf(K * w, seed + 1, 12.0f / (float)K); /* element (k, j) at [k * w + j] */
   float *bias = rand_buf(w, seed + 2, 3.0f);
-  float *B = aligned_alloc(64, (size_t)(K * w) * sizeof(float));
+  float *B = tile_panel(kind, Bk, K, w);
   float *y = malloc((size_t)(GROVE__GEMM_MR * ldy) * sizeof(float));
-  ck_assert_ptr_nonnull(B);
   ck_assert_ptr_nonnull(y);
-  for (int64_t k = 0; k < K; k++)
-    for (int j = 0; j < w; j++)
-      B[kind == 2 ? (j / 16) * K * 16 + k * 16 + j % 16 : k * w + j] = Bk[k * w + j];
   bias[0] = NAN;
   for (int64_t i = 0; i < GROVE__GEMM_MR * ldy; i++) y[i] = acc ? 2.0f : -12345.0f;
   const int flags = GROVE__TILE_RELU6 | (acc ? GROVE__TILE_ACCUMULATE : 0);
@@ -242,14 +250,10 @@ static void check_tile_hard(int kind, int mr, int nv, int ncols, int64_t K, bool
   float *A = rand_buf(GROVE__GEMM_MR * K, seed, 1.0f);
   float *Bk = rand_buf(K * w, seed + 1, 10.0f / (float)K);
   float *bias = rand_buf(w, seed + 2, 4.0f);
-  float *B = aligned_alloc(64, (size_t)(K * w) * sizeof(float));
+  float *B = tile_panel(kind, Bk, K, w);
   float *plain = malloc((size_t)ny * sizeof(float)), *fused = malloc((size_t)ny * sizeof(float));
-  ck_assert_ptr_nonnull(B);
   ck_assert_ptr_nonnull(plain);
   ck_assert_ptr_nonnull(fused);
-  for (int64_t k = 0; k < K; k++)
-    for (int j = 0; j < w; j++)
-      B[kind == 2 ? (j / 16) * K * 16 + k * 16 + j % 16 : k * w + j] = Bk[k * w + j];
   bias[0] = NAN;
   for (int pass = 0; pass < 2; pass++) {
     float *y = pass ? fused : plain;
