@@ -742,6 +742,47 @@ START_TEST(test_parallel_for) {
 }
 END_TEST
 
+/* With two threads the caller claims chunks from the front of the range
+ * and the helper from the back (threadpool.c, the claim word), so that
+ * each thread takes one end and, layer after layer, reads mostly what it
+ * wrote: whichever thread ran chunk c, the caller's chunks are a prefix and
+ * the helper's the rest, however the timing falls (the old single counter
+ * dealt them out alternately). */
+static pthread_t pf_caller;
+static _Atomic int pf_owner[256]; /* 1: the caller ran the chunk, 2: another thread */
+static void pf_mark(void *ctx, int64_t b, int64_t e) {
+  (void)ctx;
+  const int who = pthread_equal(pthread_self(), pf_caller) ? 1 : 2;
+  for (int64_t i = b; i < e; i++) atomic_store(&pf_owner[i], who);
+  /* Long enough (about 20 us) that the helper, spinning, gets chunks. */
+  const int64_t t0 = grove__clock_ns();
+  while (grove__clock_ns() - t0 < 20000) {
+  }
+}
+
+START_TEST(test_parallel_for_ends) {
+  grove_set_compute_threads(2);
+  pf_caller = pthread_self();
+  int helper_ran = 0;
+  for (int round = 0; round < 20; round++) {
+    for (int i = 0; i < 256; i++) atomic_store(&pf_owner[i], 0);
+    grove__parallel_for(256, 1, pf_mark, NULL);
+    int first_helper = 256;
+    for (int i = 0; i < 256; i++) {
+      const int w = atomic_load(&pf_owner[i]);
+      ck_assert_msg(w != 0, "round %d: chunk %d never ran", round, i);
+      if (w == 2 && first_helper == 256) first_helper = i;
+      ck_assert_msg(!(w == 1 && first_helper < i), "round %d: the caller ran chunk %d after the helper ran %d", round, i, first_helper);
+    }
+    helper_ran += first_helper < 256;
+  }
+  /* The split is what is tested; a helper that got nothing in 20 rounds of
+   * 5 ms would mean it never ran. */
+  ck_assert_int_gt(helper_ran, 0);
+  grove_set_compute_threads(1);
+}
+END_TEST
+
 /* A helper spins only briefly after a job before it sleeps
  * (threadpool.c, HELPER_SPIN_NS): between a server's batches the spin is
  * CPU the loop and the clients need.  100 empty jobs 1 ms apart: at 500 us a
@@ -1039,6 +1080,7 @@ Suite *gemm_suite(void) {
   tcase_add_test(tc, test_concurrent_runs_avx2);
   tcase_add_test(tc, test_fork_with_pool);
   tcase_add_test(tc, test_parallel_for);
+  tcase_add_test(tc, test_parallel_for_ends);
   tcase_add_test(tc, test_parallel_for_concurrent);
   tcase_add_test(tc, test_background_yields);
   tcase_add_test(tc, test_helpers_sleep_soon_after_a_job);

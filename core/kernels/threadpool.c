@@ -48,14 +48,21 @@ typedef struct job {
   int64_t n, grain;
 } job;
 
-/* The claim word: generation (32 bits) | chunks in the job (16) | next
- * chunk (16).  Threads claim a chunk by a compare-and-swap on the whole
- * word, so a helper that comes late (asleep, or its core taken by another
- * process) can never claim a chunk of a job that has moved on, and the
- * caller never waits for a helper that has not started: it claims what
- * nobody took and waits only for chunks already being computed.  Job
- * fields are read only after a successful claim, and a job ends only when
- * every claimed chunk is done, so they are stable while read. */
+/* The claim word: generation (32 bits) | hi (16) | lo (16): the chunks
+ * nobody has claimed yet are [lo, hi), 0 and the job's count when it is
+ * posted.  The caller claims from the front (lo) and the first helper from
+ * the back (hi - 1), so that with two threads each takes one end of the
+ * range.  Why: the layers of a forward cut their outputs alike (rows of
+ * the same images), so each thread then reads mostly what it wrote itself
+ * one layer earlier, in its own core's cache, where a single counter dealt
+ * the chunks out alternately and half of every input came from the other
+ * core.  Threads claim a chunk by a compare-and-swap on the whole word, so
+ * a helper that comes late (asleep, or its core taken by another process)
+ * can never claim a chunk of a job that has moved on, and the caller never
+ * waits for a helper that has not started: it claims what nobody took and
+ * waits only for chunks already being computed.  Job fields are read only
+ * after a successful claim, and a job ends only when every claimed chunk is
+ * done, so they are stable while read. */
 #define MAX_CHUNKS 0xFFFF
 static inline uint64_t word_make(uint32_t gen, uint32_t total, uint32_t next) {
   return (uint64_t)gen << 32 | (uint64_t)total << 16 | next;
@@ -63,10 +70,10 @@ static inline uint64_t word_make(uint32_t gen, uint32_t total, uint32_t next) {
 static inline uint32_t word_gen(uint64_t w) {
   return (uint32_t)(w >> 32);
 }
-static inline uint32_t word_total(uint64_t w) {
+static inline uint32_t word_hi(uint64_t w) {
   return (uint32_t)(w >> 16) & 0xFFFF;
 }
-static inline uint32_t word_next(uint64_t w) {
+static inline uint32_t word_lo(uint64_t w) {
   return (uint32_t)w & 0xFFFF;
 }
 
@@ -78,6 +85,7 @@ typedef struct pool {
   _Alignas(64) atomic_int done;     /* chunks finished in the current job */
   _Alignas(64) atomic_int sleepers; /* helpers waiting on cv */
   atomic_bool stop;
+  atomic_int started; /* helpers started, each taking the next index */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   job cur;
@@ -111,15 +119,17 @@ static void run_chunk(const job *jb, int64_t c) {
   jb->fn(jb->ctx, b, jb->n - b < jb->grain ? jb->n : b + jb->grain);
 }
 
-/* Claims and runs chunks of generation gen until none is left. */
-static void claim_chunks(pool *pl, uint32_t gen) {
+/* Claims and runs chunks of generation gen until none is left, from the
+ * back of the range when back. */
+static void claim_chunks(pool *pl, uint32_t gen, bool back) {
   uint64_t w = atomic_load_explicit(&pl->work, memory_order_acquire);
   for (;;) {
-    if (word_gen(w) != gen || word_next(w) >= word_total(w)) return;
-    if (!atomic_compare_exchange_weak_explicit(&pl->work, &w, w + 1, memory_order_acq_rel,
+    if (word_gen(w) != gen || word_lo(w) >= word_hi(w)) return;
+    const uint64_t nw = back ? w - ((uint64_t)1 << 16) : w + 1;
+    if (!atomic_compare_exchange_weak_explicit(&pl->work, &w, nw, memory_order_acq_rel,
                                                memory_order_acquire))
       continue; /* w now holds the current word */
-    run_chunk(&pl->cur, word_next(w));
+    run_chunk(&pl->cur, back ? word_hi(w) - 1 : word_lo(w));
     atomic_fetch_add_explicit(&pl->done, 1, memory_order_release);
     grove__yield_point(); /* a background caller's, between its chunks (core/base/yield.c) */
     w = atomic_load_explicit(&pl->work, memory_order_acquire);
@@ -135,6 +145,9 @@ static void *helper_main(void *arg) {
   /* Named, so that top -H and the tests tell the compute helpers from
    * OpenBLAS's threads (which spin on their own after a thread change). */
   pthread_setname_np(pthread_self(), "grove-compute");
+  /* The first helper claims from the back (claim word), the others from
+   * the front with the caller. */
+  const bool back = atomic_fetch_add(&pl->started, 1) == 0;
   uint32_t seen = 0; /* the pool starts at generation 0 with no chunks */
   for (;;) {
     int64_t t0 = grove__clock_ns();
@@ -156,7 +169,7 @@ static void *helper_main(void *arg) {
     }
     seen = g;
     if (atomic_load(&pl->stop)) return NULL;
-    claim_chunks(pl, g);
+    claim_chunks(pl, g, back);
   }
 }
 
@@ -214,6 +227,7 @@ static pool *pool_new(int nhelpers) {
   atomic_init(&pl->done, 0);
   atomic_init(&pl->sleepers, 0);
   atomic_init(&pl->stop, false);
+  atomic_init(&pl->started, 0);
   /* Helpers start with every signal blocked (they inherit the mask), so
    * that a process-directed signal is never handled on a compute thread. */
   sigset_t all, old;
@@ -343,7 +357,7 @@ static pool *pool_acquire(int threads) {
 static void pool_go(pool *pl, int64_t chunks) {
   assert(chunks >= 1 && chunks <= MAX_CHUNKS);
   uint32_t g = post_job(pl, (uint32_t)chunks);
-  claim_chunks(pl, g);
+  claim_chunks(pl, g, false);
   int64_t t0 = 0;
   int spins = 0;
   while (atomic_load_explicit(&pl->done, memory_order_acquire) < chunks) {
