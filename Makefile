@@ -168,7 +168,8 @@ fixtures: | $(DEPS_TEST)
 # The suites that run whole layers and graphs run a second time on the AVX2
 # kernel (GROVE_GEMM=avx2; the default kernel where the CPU has no AVX2), so
 # that an AVX-512 machine also tests what an AVX2-only one runs.
-AVX2_SUITES := $(BUILD)/tests/check_layers $(BUILD)/tests/check_conv $(BUILD)/tests/check_graph \
+AVX2_SUITES := $(BUILD)/tests/check_layers $(BUILD)/tests/check_conv $(BUILD)/tests/check_conv_kernels \
+               $(BUILD)/tests/check_graph \
                $(BUILD)/tests/check_attention $(BUILD)/tests/check_rnn
 
 # SAN=thread runs the suites that start a groved and load it from several

@@ -1521,116 +1521,6 @@ START_TEST(test_channels_last) {
 }
 END_TEST
 
-/* The input image's transpose to channels last (grove__nchw_to_nhwc, every
- * convolution of an NCHW input): three channels (RGB) take their own
- * interleaving loop; it must put every value where the plain transpose
- * does, for any number of positions and any range of 16-position blocks. */
-START_TEST(test_nchw_to_nhwc_rgb) {
-  const int64_t sizes[] = {1, 15, 16, 17, 53, 224 * 7};
-  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
-    for (int64_t C = 2; C <= 4; C++) {
-      const int64_t HW = sizes[k], blocks = (HW + 15) / 16;
-      float *src = malloc(sizeof(float) * (size_t)(C * HW));
-      float *dst = malloc(sizeof(float) * (size_t)(C * HW));
-      for (int64_t i = 0; i < C * HW; i++) src[i] = (float)i + 0.25f;
-      for (int64_t b0 = 0; b0 < blocks; b0 += blocks > 2 ? blocks / 2 : 1) {
-        for (int64_t i = 0; i < C * HW; i++) dst[i] = -1.0f;
-        grove__nchw_to_nhwc(src, dst, C, HW, b0, blocks);
-        for (int64_t p = 0; p < HW; p++)
-          for (int64_t c = 0; c < C; c++) {
-            const float want = p < b0 * 16 ? -1.0f : src[c * HW + p];
-            ck_assert_msg(dst[p * C + c] == want, "C %lld HW %lld from block %lld: [%lld][%lld]",
-                          (long long)C, (long long)HW, (long long)b0, (long long)p, (long long)c);
-          }
-      }
-      grove__transpose_f32(src, dst, C, HW);
-      for (int64_t p = 0; p < HW; p++)
-        for (int64_t c = 0; c < C; c++) ck_assert(dst[p * C + c] == src[c * HW + p]);
-      free(src);
-      free(dst);
-    }
-  }
-}
-END_TEST
-
-/* Hardswish and Hardsigmoid as the depthwise kernel's last step
- * (grove__dw_args.post) give the bits of the kernel without them followed
- * by grove__act_apply over each row, on the kernel this CPU runs (the
- * suite runs again on AVX2): 3x3 and 5x5, strides 1 and 2, channel counts
- * with and without a partial last vector (the AVX2 kernel's scalar tail),
- * rows with clipped taps at the edges, a NaN in one channel's shift, and
- * inputs past both ends of the gate (-3 and 3). */
-START_TEST(test_depthwise_post) {
-  static const int64_t geo[][5] = {/* C, k, stride, H, W */
-                                   {16, 3, 1, 9, 13},
-                                   {21, 3, 2, 8, 11},
-                                   {40, 5, 1, 7, 19},
-                                   {35, 5, 2, 11, 9},
-                                   {48, 3, 1, 5, 40}};
-  int lo = 0, hi = 0;
-  for (size_t g = 0; g < sizeof geo / sizeof geo[0]; g++) {
-    const int64_t C = geo[g][0], k = geo[g][1], st = geo[g][2], H = geo[g][3], W = geo[g][4];
-    const int64_t p = k / 2, OH = (H + 2 * p - k) / st + 1, OW = (W + 2 * p - k) / st + 1;
-    float *x = malloc(sizeof(float) * (size_t)(H * W * C));
-    float *w = malloc(sizeof(float) * (size_t)(k * k * C));
-    float *sc = malloc(sizeof(float) * (size_t)C), *sh = malloc(sizeof(float) * (size_t)C);
-    float *plain = malloc(sizeof(float) * (size_t)(OW * C));
-    float *fused = malloc(sizeof(float) * (size_t)(OW * C));
-    ck_assert(x && w && sc && sh && plain && fused);
-    unsigned seed = 77 + (unsigned)g;
-    for (int64_t i = 0; i < H * W * C; i++) x[i] = 2.0f * lcg(&seed);
-    for (int64_t i = 0; i < k * k * C; i++) w[i] = 4.0f * lcg(&seed) / (float)k;
-    for (int64_t c = 0; c < C; c++) {
-      sc[c] = 1.0f + 0.5f * lcg(&seed);
-      sh[c] = 3.0f * lcg(&seed);
-    }
-    sh[C / 2] = NAN;
-    grove__dw_args a = {.H = H,
-                        .W = W,
-                        .C = C,
-                        .OH = OH,
-                        .OW = OW,
-                        .kh = k,
-                        .kw = k,
-                        .sh = st,
-                        .sw = st,
-                        .dh = 1,
-                        .dw = 1,
-                        .ph = p,
-                        .pw = p,
-                        .w = w,
-                        .scale = sc,
-                        .shift = sh,
-                        .lo = -INFINITY,
-                        .hi = INFINITY};
-    for (int h = 0; h < 2; h++) {
-      const grove__act act = h ? GROVE__ACT_HARDSIGMOID : GROVE__ACT_HARDSWISH;
-      for (int64_t oh = 0; oh < OH; oh++) {
-        a.post = GROVE__ACT_NONE;
-        grove__depthwise_row(&a, x, oh, plain);
-        for (int64_t i = 0; i < OW * C; i++) {
-          lo += plain[i] < -3.0f;
-          hi += plain[i] > 3.0f;
-        }
-        grove__act_apply(act, plain, plain, OW * C);
-        a.post = act;
-        grove__depthwise_row(&a, x, oh, fused);
-        for (int64_t i = 0; i < OW * C; i++)
-          ck_assert_msg(memcmp(&plain[i], &fused[i], sizeof(float)) == 0,
-                        "C %lld %lldx%lld stride %lld, activation %d, row %lld, [%lld][%lld]: %a, "
-                        "want %a",
-                        (long long)C, (long long)k, (long long)k, (long long)st, (int)act,
-                        (long long)oh, (long long)(i / C), (long long)(i % C), fused[i], plain[i]);
-        ck_assert(isnan(fused[C / 2]));
-      }
-    }
-    float *bufs[] = {x, w, sc, sh, plain, fused};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
-  }
-  ck_assert(lo > 100 && hi > 100);
-}
-END_TEST
-
 static Suite *conv_suite(void) {
   Suite *s = suite_create("conv");
   TCase *tc = tcase_create("parity");
@@ -1642,10 +1532,8 @@ static Suite *conv_suite(void) {
   tcase_add_test(tc, test_winograd_by_image);
   tcase_add_test(tc, test_channels_last);
   tcase_add_test(tc, test_fused_act);
-  tcase_add_test(tc, test_depthwise_post);
   tcase_add_test(tc, test_conv_residual);
   tcase_add_test(tc, test_bn_fold);
-  tcase_add_test(tc, test_nchw_to_nhwc_rgb);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_test(tc, test_shape_errors);
