@@ -1,7 +1,8 @@
 /* check_conv_kernels.c: the convolution kernels under core/kernels called
  * directly, on the kernel this CPU runs (the suite runs a second time on
  * the AVX2 kernel, Makefile AVX2_SUITES): the depthwise kernel's fused
- * Hardswish and Hardsigmoid, the short patch rows of a stem, and the RGB
+ * Hardswish and Hardsigmoid and its rows in pairs, the short patch rows of
+ * a stem, and the RGB
  * transpose to channels last.  The layers that use them are checked
  * against torch in check_conv. */
 #include <math.h>
@@ -192,10 +193,80 @@ START_TEST(test_patch_rows_short) {
 }
 END_TEST
 
+/* grove__depthwise_rows2 gives the bits of two calls of
+ * grove__depthwise_row: 3x3 and 5x5 kernels, padding 0 to 2, rows with
+ * several interior blocks of eight columns and rows with none, channel
+ * counts with a masked last vector and several channel blocks, every pair
+ * of rows (the top and bottom ones clipped), a NaN in one channel's shift
+ * and each epilogue (ReLU6's clamp, Hardswish).  Where the kernel does not
+ * take pairs (AVX2) it is the two calls by definition. */
+START_TEST(test_depthwise_pairs) {
+  static const int64_t geo[][5] = {/* C, k, pad, H, W */
+                                   {32, 3, 1, 12, 40}, {21, 3, 1, 7, 19}, {200, 5, 2, 9, 30},
+                                   {48, 5, 0, 10, 27}, {16, 3, 0, 6, 9},  {960, 3, 1, 7, 7}};
+  for (size_t g = 0; g < sizeof geo / sizeof geo[0]; g++) {
+    const int64_t C = geo[g][0], k = geo[g][1], p = geo[g][2], H = geo[g][3], W = geo[g][4];
+    const int64_t OH = H + 2 * p - k + 1, OW = W + 2 * p - k + 1;
+    float *x = malloc(sizeof(float) * (size_t)(H * W * C));
+    float *w = malloc(sizeof(float) * (size_t)(k * k * C));
+    float *sc = malloc(sizeof(float) * (size_t)C), *sh = malloc(sizeof(float) * (size_t)C);
+    float *one = malloc(sizeof(float) * (size_t)(2 * OW * C));
+    float *two = malloc(sizeof(float) * (size_t)(2 * OW * C));
+    ck_assert(x && w && sc && sh && one && two);
+    unsigned seed = 501 + (unsigned)g;
+    for (int64_t i = 0; i < H * W * C; i++) x[i] = 2.0f * lcg(&seed);
+    for (int64_t i = 0; i < k * k * C; i++) w[i] = 3.0f * lcg(&seed) / (float)k;
+    for (int64_t c = 0; c < C; c++) {
+      sc[c] = 1.0f + 0.5f * lcg(&seed);
+      sh[c] = 2.0f * lcg(&seed);
+    }
+    sh[C - 1] = NAN;
+    for (int ep = 0; ep < 2; ep++) {
+      grove__dw_args a = {.H = H,
+                          .W = W,
+                          .C = C,
+                          .OH = OH,
+                          .OW = OW,
+                          .kh = k,
+                          .kw = k,
+                          .sh = 1,
+                          .sw = 1,
+                          .dh = 1,
+                          .dw = 1,
+                          .ph = p,
+                          .pw = p,
+                          .w = w,
+                          .scale = sc,
+                          .shift = sh,
+                          .lo = ep ? -INFINITY : 0.0f,
+                          .hi = ep ? INFINITY : 6.0f,
+                          .post = ep ? GROVE__ACT_HARDSWISH : GROVE__ACT_NONE};
+      for (int64_t oh = 0; oh + 1 < OH; oh++) {
+        grove__depthwise_row(&a, x, oh, one);
+        grove__depthwise_row(&a, x, oh + 1, one + OW * C);
+        for (int64_t i = 0; i < 2 * OW * C; i++) two[i] = -7.0f;
+        grove__depthwise_rows2(&a, x, oh, two, two + OW * C);
+        for (int64_t i = 0; i < 2 * OW * C; i++)
+          ck_assert_msg(memcmp(&one[i], &two[i], sizeof(float)) == 0,
+                        "C %lld %lldx%lld pad %lld %lldx%lld, epilogue %d, rows %lld and %lld: "
+                        "row %lld [%lld][%lld] is %a, want %a",
+                        (long long)C, (long long)k, (long long)k, (long long)p, (long long)H,
+                        (long long)W, ep, (long long)oh, (long long)oh + 1,
+                        (long long)(oh + i / (OW * C)), (long long)(i / C % OW), (long long)(i % C),
+                        two[i], one[i]);
+      }
+    }
+    float *bufs[] = {x, w, sc, sh, one, two};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+  }
+}
+END_TEST
+
 static Suite *conv_kernels_suite(void) {
   Suite *s = suite_create("conv_kernels");
   TCase *tc = tcase_create("kernels");
   tcase_add_test(tc, test_depthwise_post);
+  tcase_add_test(tc, test_depthwise_pairs);
   tcase_add_test(tc, test_patch_rows_short);
   tcase_add_test(tc, test_nchw_to_nhwc_rgb);
   suite_add_tcase(s, tc);

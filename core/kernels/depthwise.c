@@ -243,7 +243,8 @@ static int64_t dw_chan_block(const grove__dw_args *a) {
 /* One output row, AVX-512: the channels in blocks (dw_chan_block), each
  * block along the whole row; within it, each vector of channels (the last
  * one of the row masked: no scalar tail) of a block of columns in turn. */
-static void dw_row_avx512(const grove__dw_args *a, const float *x, int64_t oh, float *y) {
+static void dw_row_part(const grove__dw_args *a, const float *x, int64_t oh, float *y,
+                        int64_t done) {
   const int64_t C = a->C, W = a->W, ih0 = oh * a->sh - a->ph;
   const __m512 lo = _mm512_set1_ps(a->lo), hi = _mm512_set1_ps(a->hi);
   int64_t kil = 0, kih = a->kh;
@@ -271,6 +272,7 @@ static void dw_row_avx512(const grove__dw_args *a, const float *x, int64_t oh, f
     const int64_t c1 = C - c0 < cb ? C : c0 + cb;
     for (int64_t ow = 0; ow < a->OW; ow++) {
       if (ow == o0) {
+        if (done > ow) ow = done; /* dw_rows2_avx512 wrote them */
         /* Eight columns at a time at stride 1 (at stride 2 they spread over
          * 16 pixels of every row and ran slower than four). */
         for (; a->sw == 1 && ow + 8 <= o1; ow += 8) DW_COLS(8)
@@ -308,6 +310,101 @@ static void dw_row_avx512(const grove__dw_args *a, const float *x, int64_t oh, f
 #undef DW_COLS
 #undef DW_MASK
 }
+
+static void dw_row_avx512(const grove__dw_args *a, const float *x, int64_t oh, float *y) {
+  dw_row_part(a, x, oh, y, 0);
+}
+
+/* Output rows oh and oh + 1, columns [ow, ow + 8), one vector of channels
+ * (mask m), for stride and dilation 1 and a kernel KW wide (3 or 5, a
+ * constant in each caller): the kh + 1 input rows they read are walked
+ * once, each row's 7 + KW pixel vectors loaded once and added into both
+ * output rows where they are taps.  A row at a time loaded every input
+ * vector once per tap (81 loads for 72 FMAs a block of a 3x3), which bound
+ * the kernel by the loads.  Each output still sums its taps in (ki, kj)
+ * order from zero, input rows outside the image skipped: the same bits as
+ * dw_cols_avx512. */
+static inline __attribute__((always_inline)) void dw_cols2_avx512(
+    const grove__dw_args *a, const float *x, int64_t oh, int64_t ow, int64_t c, __mmask16 m,
+    __m512 sc, __m512 sh, __m512 lo, __m512 hi, float *y0, float *y1, const int KW,
+    const bool full) {
+  const int64_t C = a->C, W = a->W, kh = a->kh, ih0 = oh - a->ph;
+  __m512 s0[8], s1[8];
+#pragma GCC unroll 8
+  for (int q = 0; q < 8; q++) s0[q] = s1[q] = _mm512_setzero_ps();
+  for (int64_t r = 0; r <= kh; r++) {
+    const int64_t ih = ih0 + r;
+    if (ih < 0 || ih >= a->H) continue;
+    const float *xr = x + (ih * W + ow - a->pw) * C + c;
+    __m512 px[12];
+#pragma GCC unroll 12
+    for (int j = 0; j < 7 + KW; j++) px[j] = DW_LD(m, xr + j * C);
+    if (r < kh) { /* tap row r of output row oh */
+      const float *wr = a->w + r * KW * C + c;
+#pragma GCC unroll 5
+      for (int kj = 0; kj < KW; kj++) {
+        const __m512 wv = DW_LD(m, wr + kj * C);
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) s0[q] = _mm512_fmadd_ps(px[q + kj], wv, s0[q]);
+      }
+    }
+    if (r >= 1) { /* tap row r - 1 of output row oh + 1 */
+      const float *wr = a->w + (r - 1) * KW * C + c;
+#pragma GCC unroll 5
+      for (int kj = 0; kj < KW; kj++) {
+        const __m512 wv = DW_LD(m, wr + kj * C);
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) s1[q] = _mm512_fmadd_ps(px[q + kj], wv, s1[q]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int q = 0; q < 8; q++) {
+    const __m512 v0 = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_fmadd_ps(s0[q], sc, sh)));
+    const __m512 v1 = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_fmadd_ps(s1[q], sc, sh)));
+    _mm512_mask_storeu_ps(y0 + (ow + q) * C + c, m, DW_POST(_mm512, a, v0));
+    _mm512_mask_storeu_ps(y1 + (ow + q) * C + c, m, DW_POST(_mm512, a, v1));
+  }
+}
+
+/* Output rows oh and oh + 1 into y0 and y1 (stride and dilation 1, a 3 or
+ * 5 wide kernel): the interior's blocks of eight columns two rows at once
+ * (dw_cols2_avx512), the rest of each row as dw_row_avx512 does it. */
+static void dw_rows2_avx512(const grove__dw_args *a, const float *x, int64_t oh, float *y0,
+                            float *y1) {
+  const int64_t C = a->C;
+  const __m512 lo = _mm512_set1_ps(a->lo), hi = _mm512_set1_ps(a->hi);
+  int64_t o0 = a->pw > 0 ? a->pw : 0;
+  const int64_t span = a->W + a->pw - (a->kw - 1);
+  int64_t o1 = span > 0 ? span : 0;
+  if (o1 > a->OW) o1 = a->OW;
+  if (o0 > o1) o0 = o1;
+  const int64_t nb = (o1 - o0) / 8, cb = dw_chan_block(a);
+  for (int64_t c0 = 0; c0 < C; c0 += cb) {
+    const int64_t c1 = C - c0 < cb ? C : c0 + cb;
+    for (int64_t b = 0; b < nb; b++)
+      for (int64_t c = c0; c < c1; c += 16) {
+        const __mmask16 m = C - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (C - c)) - 1);
+        const __m512 sc = _mm512_maskz_loadu_ps(m, a->scale + c);
+        const __m512 sh = _mm512_maskz_loadu_ps(m, a->shift + c);
+        const int64_t ow = o0 + 8 * b;
+#define DW_COLS2(KW)                                                          \
+  do {                                                                        \
+    if (m == (__mmask16)0xFFFF)                                               \
+      dw_cols2_avx512(a, x, oh, ow, c, m, sc, sh, lo, hi, y0, y1, KW, true);  \
+    else                                                                      \
+      dw_cols2_avx512(a, x, oh, ow, c, m, sc, sh, lo, hi, y0, y1, KW, false); \
+  } while (0)
+        if (a->kw == 3)
+          DW_COLS2(3);
+        else
+          DW_COLS2(5);
+#undef DW_COLS2
+      }
+  }
+  dw_row_part(a, x, oh, y0, o0 + 8 * nb);
+  dw_row_part(a, x, oh + 1, y1, o0 + 8 * nb);
+}
 GROVE__TARGET_POP
 
 GROVE__TARGET_PUSH("avx2,fma")
@@ -327,4 +424,26 @@ void grove__depthwise_row(const grove__dw_args *a, const float *x, int64_t oh, f
   }
 #endif
   for (int64_t ow = 0; ow < a->OW; ow++) dw_px_scalar(a, x, oh, ow, 0, y);
+}
+
+bool grove__depthwise_pairs(const grove__dw_args *a) {
+#if GROVE__X86_SIMD
+  return grove__cpu_avx512() && a->sh == 1 && a->sw == 1 && a->dh == 1 && a->dw == 1 &&
+         (a->kw == 3 || a->kw == 5) && a->OH >= 2;
+#else
+  (void)a;
+  return false;
+#endif
+}
+
+void grove__depthwise_rows2(const grove__dw_args *a, const float *x, int64_t oh, float *y0,
+                            float *y1) {
+#if GROVE__X86_SIMD
+  if (grove__depthwise_pairs(a)) {
+    dw_rows2_avx512(a, x, oh, y0, y1);
+    return;
+  }
+#endif
+  grove__depthwise_row(a, x, oh, y0);
+  grove__depthwise_row(a, x, oh + 1, y1);
 }

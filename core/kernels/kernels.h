@@ -294,5 +294,14 @@ typedef struct grove__dw_args {
 /* Output row oh of the image x into y ([OW][C]), the same bits on every
  * kernel (AVX-512, AVX2, scalar); depthwise.c.  Any thread. */
 void grove__depthwise_row(const grove__dw_args *a, const float *x, int64_t oh, float *y);
+/* Whether grove__depthwise_rows2 computes two rows at once for a (AVX-512,
+ * stride and dilation 1, a 3 or 5 wide kernel), so that a caller should
+ * hand it pairs of rows.  Any thread. */
+bool grove__depthwise_pairs(const grove__dw_args *a);
+/* Output rows oh and oh + 1 of the image x into y0 and y1, the same bits as
+ * two calls of grove__depthwise_row (which it makes where
+ * grove__depthwise_pairs is false); depthwise.c.  Any thread. */
+void grove__depthwise_rows2(const grove__dw_args *a, const float *x, int64_t oh, float *y0,
+                            float *y1);
 
 #endif

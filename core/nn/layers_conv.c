@@ -994,17 +994,28 @@ typedef struct dw_par {
   float *dst;
   int64_t P, C;
   grove__act post; /* applied to each row after the kernel's clamp */
+  bool pairs;      /* grove__depthwise_pairs: two rows of an image at a time */
 } dw_par;
 
-/* Output rows [b, e) (row = image * OH + oh). */
+/* Output rows [b, e) (row = image * OH + oh), two of the same image at a
+ * time where the kernel computes pairs. */
 static void par_dw_rows(void *ctx, int64_t b, int64_t e) {
   const dw_par *c = ctx;
   const grove__dw_args *a = &c->a;
-  for (int64_t r = b; r < e; r++) {
+  const int64_t n = a->OW * a->C;
+  for (int64_t r = b; r < e;) {
     const int64_t i = r / a->OH, oh = r % a->OH;
-    float *y = c->y + r * a->OW * a->C;
-    grove__depthwise_row(a, c->x + i * a->H * a->W * a->C, oh, y);
-    grove__act_apply(c->post, y, y, a->OW * a->C);
+    float *y = c->y + r * n;
+    const float *xi = c->x + i * a->H * a->W * a->C;
+    if (c->pairs && r + 1 < e && oh + 1 < a->OH) {
+      grove__depthwise_rows2(a, xi, oh, y, y + n);
+      grove__act_apply(c->post, y, y, 2 * n);
+      r += 2;
+      continue;
+    }
+    grove__depthwise_row(a, xi, oh, y);
+    grove__act_apply(c->post, y, y, n);
+    r++;
   }
 }
 
@@ -1048,7 +1059,11 @@ static grove_status conv_depthwise(const conv_impl *p, grove_fwd *f, const float
   } else {
     c.post = act;
   }
-  grove__parallel_for(N * OH, grove__par_grain(OW * C * p->k[0] * p->k[1]), par_dw_rows, &c);
+  /* Pairs: chunks of an even number of rows, so that a pair is not cut. */
+  c.pairs = grove__depthwise_pairs(&c.a);
+  int64_t grain = grove__par_grain(OW * C * p->k[0] * p->k[1]);
+  if (c.pairs) grain += grain & 1;
+  grove__parallel_for(N * OH, grain, par_dw_rows, &c);
   if (!nhwc_out) {
     c.src = ybuf;
     c.dst = yd;
