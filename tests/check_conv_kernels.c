@@ -17,6 +17,58 @@ static float lcg(unsigned *st) {
   *st = *st * 1664525u + 1013904223u;
   return (float)((*st >> 8) & 0xFFFF) / 32768.0f - 1.0f;
 }
+/* A depthwise layer's operands for the kernel tests: an NHWC image x
+ * ([H][W][C], values in [-2, 2)), the weight repacked [k][k][C] (scaled by
+ * wscale / k), per-channel scale in [0.5, 1.5) and shift (scaled by
+ * shscale) with a NaN in channel nan_c, and the kernel's arguments with no
+ * clamp (lo/hi infinite) and no post activation. */
+typedef struct dw_case {
+  float *x, *w, *sc, *sh;
+  grove__dw_args a;
+} dw_case;
+
+static dw_case dw_case_new(int64_t C, int64_t k, int64_t st, int64_t p, int64_t H, int64_t W,
+                           unsigned seed, float wscale, float shscale, int64_t nan_c) {
+  dw_case d = {.x = malloc(sizeof(float) * (size_t)(H * W * C)),
+               .w = malloc(sizeof(float) * (size_t)(k * k * C)),
+               .sc = malloc(sizeof(float) * (size_t)C),
+               .sh = malloc(sizeof(float) * (size_t)C)};
+  ck_assert(d.x && d.w && d.sc && d.sh);
+  for (int64_t i = 0; i < H * W * C; i++) d.x[i] = 2.0f * lcg(&seed);
+  for (int64_t i = 0; i < k * k * C; i++) d.w[i] = wscale * lcg(&seed) / (float)k;
+  for (int64_t c = 0; c < C; c++) {
+    d.sc[c] = 1.0f + 0.5f * lcg(&seed);
+    d.sh[c] = shscale * lcg(&seed);
+  }
+  d.sh[nan_c] = NAN;
+  d.a = (grove__dw_args){.H = H,
+                         .W = W,
+                         .C = C,
+                         .kh = k,
+                         .kw = k,
+                         .sh = st,
+                         .sw = st,
+                         .dh = 1,
+                         .dw = 1,
+                         .ph = p,
+                         .pw = p,
+                         .w = d.w,
+                         .scale = d.sc,
+                         .shift = d.sh,
+                         .lo = -INFINITY,
+                         .hi = INFINITY};
+  d.a.OH = (H + 2 * p - k) / st + 1;
+  d.a.OW = (W + 2 * p - k) / st + 1;
+  return d;
+}
+
+static void dw_case_free(dw_case *d) {
+  free(d->x);
+  free(d->w);
+  free(d->sc);
+  free(d->sh);
+}
+
 /* Hardswish and Hardsigmoid as the depthwise kernel's last step
  * (grove__dw_args.post) give the bits of the kernel without them followed
  * by grove__act_apply over each row, on the kernel this CPU runs (the
@@ -34,39 +86,14 @@ START_TEST(test_depthwise_post) {
   int lo = 0, hi = 0;
   for (size_t g = 0; g < sizeof geo / sizeof geo[0]; g++) {
     const int64_t C = geo[g][0], k = geo[g][1], st = geo[g][2], H = geo[g][3], W = geo[g][4];
-    const int64_t p = k / 2, OH = (H + 2 * p - k) / st + 1, OW = (W + 2 * p - k) / st + 1;
-    float *x = malloc(sizeof(float) * (size_t)(H * W * C));
-    float *w = malloc(sizeof(float) * (size_t)(k * k * C));
-    float *sc = malloc(sizeof(float) * (size_t)C), *sh = malloc(sizeof(float) * (size_t)C);
+    const int64_t p = k / 2;
+    dw_case d = dw_case_new(C, k, st, p, H, W, 77 + (unsigned)g, 4.0f, 3.0f, C / 2);
+    grove__dw_args a = d.a;
+    const int64_t OH = a.OH, OW = a.OW;
+    const float *x = d.x;
     float *plain = malloc(sizeof(float) * (size_t)(OW * C));
     float *fused = malloc(sizeof(float) * (size_t)(OW * C));
-    ck_assert(x && w && sc && sh && plain && fused);
-    unsigned seed = 77 + (unsigned)g;
-    for (int64_t i = 0; i < H * W * C; i++) x[i] = 2.0f * lcg(&seed);
-    for (int64_t i = 0; i < k * k * C; i++) w[i] = 4.0f * lcg(&seed) / (float)k;
-    for (int64_t c = 0; c < C; c++) {
-      sc[c] = 1.0f + 0.5f * lcg(&seed);
-      sh[c] = 3.0f * lcg(&seed);
-    }
-    sh[C / 2] = NAN;
-    grove__dw_args a = {.H = H,
-                        .W = W,
-                        .C = C,
-                        .OH = OH,
-                        .OW = OW,
-                        .kh = k,
-                        .kw = k,
-                        .sh = st,
-                        .sw = st,
-                        .dh = 1,
-                        .dw = 1,
-                        .ph = p,
-                        .pw = p,
-                        .w = w,
-                        .scale = sc,
-                        .shift = sh,
-                        .lo = -INFINITY,
-                        .hi = INFINITY};
+    ck_assert(plain && fused);
     for (int h = 0; h < 2; h++) {
       const grove__act act = h ? GROVE__ACT_HARDSIGMOID : GROVE__ACT_HARDSWISH;
       for (int64_t oh = 0; oh < OH; oh++) {
@@ -88,8 +115,9 @@ START_TEST(test_depthwise_post) {
         ck_assert(isnan(fused[C / 2]));
       }
     }
-    float *bufs[] = {x, w, sc, sh, plain, fused};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(plain);
+    free(fused);
+    dw_case_free(&d);
   }
   ck_assert(lo > 100 && hi > 100);
 }
@@ -206,41 +234,17 @@ START_TEST(test_depthwise_pairs) {
                                    {48, 5, 0, 10, 27}, {16, 3, 0, 6, 9},  {960, 3, 1, 7, 7}};
   for (size_t g = 0; g < sizeof geo / sizeof geo[0]; g++) {
     const int64_t C = geo[g][0], k = geo[g][1], p = geo[g][2], H = geo[g][3], W = geo[g][4];
-    const int64_t OH = H + 2 * p - k + 1, OW = W + 2 * p - k + 1;
-    float *x = malloc(sizeof(float) * (size_t)(H * W * C));
-    float *w = malloc(sizeof(float) * (size_t)(k * k * C));
-    float *sc = malloc(sizeof(float) * (size_t)C), *sh = malloc(sizeof(float) * (size_t)C);
+    dw_case d = dw_case_new(C, k, 1, p, H, W, 501 + (unsigned)g, 3.0f, 2.0f, C - 1);
+    const int64_t OH = d.a.OH, OW = d.a.OW;
+    const float *x = d.x;
     float *one = malloc(sizeof(float) * (size_t)(2 * OW * C));
     float *two = malloc(sizeof(float) * (size_t)(2 * OW * C));
-    ck_assert(x && w && sc && sh && one && two);
-    unsigned seed = 501 + (unsigned)g;
-    for (int64_t i = 0; i < H * W * C; i++) x[i] = 2.0f * lcg(&seed);
-    for (int64_t i = 0; i < k * k * C; i++) w[i] = 3.0f * lcg(&seed) / (float)k;
-    for (int64_t c = 0; c < C; c++) {
-      sc[c] = 1.0f + 0.5f * lcg(&seed);
-      sh[c] = 2.0f * lcg(&seed);
-    }
-    sh[C - 1] = NAN;
+    ck_assert(one && two);
     for (int ep = 0; ep < 2; ep++) {
-      grove__dw_args a = {.H = H,
-                          .W = W,
-                          .C = C,
-                          .OH = OH,
-                          .OW = OW,
-                          .kh = k,
-                          .kw = k,
-                          .sh = 1,
-                          .sw = 1,
-                          .dh = 1,
-                          .dw = 1,
-                          .ph = p,
-                          .pw = p,
-                          .w = w,
-                          .scale = sc,
-                          .shift = sh,
-                          .lo = ep ? -INFINITY : 0.0f,
-                          .hi = ep ? INFINITY : 6.0f,
-                          .post = ep ? GROVE__ACT_HARDSWISH : GROVE__ACT_NONE};
+      grove__dw_args a = d.a;
+      a.lo = ep ? -INFINITY : 0.0f;
+      a.hi = ep ? INFINITY : 6.0f;
+      a.post = ep ? GROVE__ACT_HARDSWISH : GROVE__ACT_NONE;
       for (int64_t oh = 0; oh + 1 < OH; oh++) {
         grove__depthwise_row(&a, x, oh, one);
         grove__depthwise_row(&a, x, oh + 1, one + OW * C);
@@ -256,8 +260,9 @@ START_TEST(test_depthwise_pairs) {
                         two[i], one[i]);
       }
     }
-    float *bufs[] = {x, w, sc, sh, one, two};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(one);
+    free(two);
+    dw_case_free(&d);
   }
 }
 END_TEST
