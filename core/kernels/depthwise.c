@@ -47,6 +47,18 @@ static inline void col_taps(const grove__dw_args *a, int64_t ow, int64_t *lo, in
   *hi = h;
 }
 
+/* The interior: the output columns [*o0, *o1) whose taps all lie inside
+ * the input row. */
+static inline void interior_cols(const grove__dw_args *a, int64_t *o0, int64_t *o1) {
+  int64_t l = a->pw > 0 ? (a->pw + a->sw - 1) / a->sw : 0;
+  const int64_t span = a->W + a->pw - (a->kw - 1) * a->dw; /* iw0 + (kw-1)dw < W */
+  int64_t h = span > 0 ? (span - 1) / a->sw + 1 : 0;
+  if (h > a->OW) h = a->OW;
+  if (l > h) l = h;
+  *o0 = l;
+  *o1 = h;
+}
+
 static inline float ep_scalar(const grove__dw_args *a, int64_t c, float v) {
   v = fmaf(v, a->scale[c], a->shift[c]);
   v = v < a->lo ? a->lo : v; /* fmaxf would turn NaN into lo; torch keeps NaN */
@@ -97,12 +109,8 @@ static void dw_px_scalar(const grove__dw_args *a, const float *x, int64_t oh, in
     int64_t kil = 0, kih = a->kh;                                                            \
     while (kil < kih && ih0 + kil * a->dh < 0) kil++;                                        \
     while (kih > kil && ih0 + (kih - 1) * a->dh >= a->H) kih--;                              \
-    /* Interior: ow in [o0, o1). */                                                          \
-    int64_t o0 = a->pw > 0 ? (a->pw + a->sw - 1) / a->sw : 0;                                \
-    const int64_t span = W + a->pw - (a->kw - 1) * a->dw; /* iw0 + (kw-1)dw < W */           \
-    int64_t o1 = span > 0 ? (span - 1) / a->sw + 1 : 0;                                      \
-    if (o1 > a->OW) o1 = a->OW;                                                              \
-    if (o0 > o1) o0 = o1;                                                                    \
+    int64_t o0, o1; /* the interior */                                                       \
+    interior_cols(a, &o0, &o1);                                                              \
     for (int64_t ow = 0; ow < a->OW; ow++) {                                                 \
       if (ow == o0) {                                                                        \
         for (; ow + 4 <= o1; ow += 4) {                                                      \
@@ -245,17 +253,13 @@ static int64_t dw_chan_block(const grove__dw_args *a) {
  * one of the row masked: no scalar tail) of a block of columns in turn. */
 static void dw_row_part(const grove__dw_args *a, const float *x, int64_t oh, float *y,
                         int64_t done) {
-  const int64_t C = a->C, W = a->W, ih0 = oh * a->sh - a->ph;
+  const int64_t C = a->C, ih0 = oh * a->sh - a->ph;
   const __m512 lo = _mm512_set1_ps(a->lo), hi = _mm512_set1_ps(a->hi);
   int64_t kil = 0, kih = a->kh;
   while (kil < kih && ih0 + kil * a->dh < 0) kil++;
   while (kih > kil && ih0 + (kih - 1) * a->dh >= a->H) kih--;
-  /* Interior: ow in [o0, o1). */
-  int64_t o0 = a->pw > 0 ? (a->pw + a->sw - 1) / a->sw : 0;
-  const int64_t span = W + a->pw - (a->kw - 1) * a->dw; /* iw0 + (kw-1)dw < W */
-  int64_t o1 = span > 0 ? (span - 1) / a->sw + 1 : 0;
-  if (o1 > a->OW) o1 = a->OW;
-  if (o0 > o1) o0 = o1;
+  int64_t o0, o1; /* the interior */
+  interior_cols(a, &o0, &o1);
   const int64_t cb = dw_chan_block(a);
 #define DW_MASK(c) (C - (c) >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (C - (c))) - 1))
 #define DW_COLS(T)                                                                           \
@@ -374,11 +378,8 @@ static void dw_rows2_avx512(const grove__dw_args *a, const float *x, int64_t oh,
                             float *y1) {
   const int64_t C = a->C;
   const __m512 lo = _mm512_set1_ps(a->lo), hi = _mm512_set1_ps(a->hi);
-  int64_t o0 = a->pw > 0 ? a->pw : 0;
-  const int64_t span = a->W + a->pw - (a->kw - 1);
-  int64_t o1 = span > 0 ? span : 0;
-  if (o1 > a->OW) o1 = a->OW;
-  if (o0 > o1) o0 = o1;
+  int64_t o0, o1; /* the interior */
+  interior_cols(a, &o0, &o1);
   const int64_t nb = (o1 - o0) / 8, cb = dw_chan_block(a);
   for (int64_t c0 = 0; c0 < C; c0 += cb) {
     const int64_t c1 = C - c0 < cb ? C : c0 + cb;

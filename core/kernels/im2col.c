@@ -93,8 +93,8 @@ void grove__col2im(const grove__conv_geom *g, const float *col, int64_t ldc, flo
  * floats per row, and a call of memcpy per run (37,632 for a 224 x 224
  * image) with the loop around it was 40-45% of the stem's time.  With
  * AVX-512 each run is one masked load and one masked store, the lanes of
- * pixels in the padding zero; elsewhere the same copies one pixel at a
- * time.  The rows are exactly those par_rows writes. */
+ * pixels in the padding zero.  The rows are exactly those par_rows writes;
+ * without AVX-512 par_rows writes them itself. */
 
 #if GROVE__X86_SIMD
 #include <immintrin.h>
@@ -135,28 +135,15 @@ static void short_rows_avx512(const grove__conv_geom *g, int64_t C, const float 
 GROVE__TARGET_POP
 #endif
 
-void grove__patch_rows_short(const grove__conv_geom *g, int64_t C, const float *x, int64_t b,
+bool grove__patch_rows_short(const grove__conv_geom *g, int64_t C, const float *x, int64_t b,
                              int64_t e, float *dst) {
 #if GROVE__X86_SIMD
   if (grove__cpu_avx512()) {
     short_rows_avx512(g, C, x, b, e, dst);
-    return;
+    return true;
   }
+#else
+  (void)g, (void)C, (void)x, (void)b, (void)e, (void)dst;
 #endif
-  const int64_t n = g->kw * C, K = g->kh * n, OW = g->Wo, OH = g->Ho;
-  for (int64_t row = b; row < e; row++, dst += K) {
-    const int64_t i = row / (OH * OW), oh = row / OW % OH, ow = row % OW;
-    const float *xi = x + i * g->H * g->W * C;
-    for (int64_t ki = 0; ki < g->kh; ki++) {
-      const int64_t ih = oh * g->sh - g->ph + ki * g->dh;
-      for (int64_t kj = 0; kj < g->kw; kj++) {
-        const int64_t iw = ow * g->sw - g->pw + kj;
-        float *r = dst + ki * n + kj * C;
-        if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W)
-          memset(r, 0, (size_t)C * sizeof(float));
-        else
-          memcpy(r, xi + (ih * g->W + iw) * C, (size_t)C * sizeof(float));
-      }
-    }
-  }
+  return false;
 }

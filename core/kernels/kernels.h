@@ -248,8 +248,9 @@ void grove__im2col(const grove__conv_geom *g, const float *x, int64_t c0, int64_
  * (ki, kj, c) order, zero in the padding) for one group and dw == 1, with
  * kw * C <= 16: a stem's short kernel rows, one masked move each with
  * AVX-512 (im2col.c).  The rows layers_conv.c's par_rows writes for the
- * same convolution.  Any thread. */
-void grove__patch_rows_short(const grove__conv_geom *g, int64_t C, const float *x, int64_t b,
+ * same convolution.  False, and nothing written, on a CPU without AVX-512
+ * (par_rows' own loop then writes them).  Any thread. */
+bool grove__patch_rows_short(const grove__conv_geom *g, int64_t C, const float *x, int64_t b,
                              int64_t e, float *dst);
 /* The adjoint: dx (planes of H x W) += the patch rows of channels [c0, c1)
  * of col, each added back where grove__im2col took it from (training's input

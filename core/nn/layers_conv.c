@@ -533,8 +533,7 @@ static void par_rows(void *ctx, int64_t b, int64_t e) {
                                 .pw = pw,
                                 .dh = dh,
                                 .dw = dw};
-    grove__patch_rows_short(&g, C, c->src, b, e, c->dst + b * K);
-    return;
+    if (grove__patch_rows_short(&g, C, c->src, b, e, c->dst + b * K)) return;
   }
   /* (image, oh, ow) of row b, then stepped along: three divisions per
    * row were a third of the patch rows' time for a stem's 27-float rows. */
